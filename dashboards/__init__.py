@@ -1,0 +1,1 @@
+"""dashboards: see DESIGN in README."""

@@ -1,0 +1,1 @@
+"""results: see DESIGN in README."""

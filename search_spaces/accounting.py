@@ -1,0 +1,146 @@
+"""Exact parameter, FLOP and KV-cache accounting: the one place these numbers come from.
+
+Counting convention (seed 000): attention = Q, K, V, O (+ biases); FFN = every FFN
+matrix (+ biases, seed 003's residual scale, and the hourglass sub-block norms);
+norms = the remaining RMSNorm weights (per-layer attention/FFN norms and the final
+norm); non-embedding = attention + FFN + norms (+ seed 002's resize projections);
+total adds the token embedding and, if untied, the unembedding.
+
+Training FLOPs per token follow PaLM's MFU convention:
+6 * (matmul weights, unembedding included) + 12 * sum_layers(n_heads * head_dim) * seq_len.
+
+Every function here is plain arithmetic, so `LayerShape` fields may be numpy arrays
+(the vectorised solver evaluates a million candidates in one call).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from search_spaces.configs import GATED, LayerShape, VisionMLPConfig
+
+
+def block_counts(s: LayerShape) -> dict[str, Any]:
+    """Parameters and per-token costs of one transformer block."""
+    q = s.n_heads * s.head_dim
+    kv = s.n_kv_heads * s.head_dim
+    attn_matmul = s.attn_in * (q + 2 * kv) + q * s.width
+    attention = attn_matmul + ((q + 2 * kv + s.width) if s.bias else 0)
+    pre = s.norm_order == "pre"
+    attn_norm = s.attn_in if pre else s.width
+    if s.k == 0:
+        n_in = 2 if s.activation in GATED else 1
+        ffn_matmul = n_in * s.width * s.d_h + s.d_h * s.ffn_out
+        ffn = ffn_matmul + ((n_in * s.d_h + s.ffn_out) if s.bias else 0)
+        ffn = ffn + (1 if s.activation == "simple_gated" else 0)
+        norms = attn_norm + (s.width if pre else s.ffn_out)
+    else:  # hourglass: k residual gated sub-blocks, each with its own norm
+        ffn_matmul = s.k * 3 * s.width * s.d_h
+        ffn = ffn_matmul + s.k * (s.width + ((2 * s.d_h + s.width) if s.bias else 0))
+        norms = attn_norm
+    return {
+        "attention": attention,
+        "ffn": ffn,
+        "norms": norms,
+        "matmul": attn_matmul + ffn_matmul,
+        "attn_width": q,
+        "kv_cache": 2 * kv,
+        "width": s.width,
+    }
+
+
+def blocks_total(shapes: list[LayerShape], n_layers: Any = None) -> dict[str, Any]:
+    """Sum of `block_counts` over layers; `n_layers` scales one shared shape instead."""
+    if n_layers is not None:
+        one = block_counts(shapes[0])
+        totals = {k: v * n_layers for k, v in one.items()}
+    else:
+        totals = {}
+        for counts in map(block_counts, shapes):
+            for key, value in counts.items():
+                totals[key] = totals.get(key, 0) + value
+    totals["non_embedding_blocks"] = totals["attention"] + totals["ffn"] + totals["norms"]
+    return totals
+
+
+@dataclass(frozen=True)
+class Accounting:
+    """What a candidate costs. Field names are result-store columns."""
+
+    params_total: int
+    params_non_embedding: int
+    params_attention: int
+    params_ffn: int
+    params_norms: int
+    params_embedding: int
+    params_other: int  # resize projections (seed 002) or vision W_in / W_out
+    params_frozen: int  # not trained (seed 004's fixed input projection)
+    flops_per_token: int  # training (forward + backward); per image for vision
+    kv_cache_per_token: int  # elements, all layers
+    avg_layer_width: float
+    widths: list[int] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def lm_totals(blocks: dict[str, Any], d_model, vocab_size, tie_embeddings, seq_len, extra=0):
+    """Whole-model numbers from summed block counts (arrays allowed)."""
+    embedding = vocab_size * d_model * (1 if tie_embeddings else 2)
+    non_embedding = blocks["non_embedding_blocks"] + d_model + extra  # + final norm
+    matmul = blocks["matmul"] + vocab_size * d_model + extra  # unembedding is a matmul
+    return {
+        "params_total": non_embedding + embedding,
+        "params_non_embedding": non_embedding,
+        "params_attention": blocks["attention"],
+        "params_ffn": blocks["ffn"],
+        "params_norms": blocks["norms"] + d_model,
+        "params_embedding": embedding,
+        "params_other": extra,
+        "flops_per_token": 6 * matmul + 12 * blocks["attn_width"] * seq_len,
+        "kv_cache_per_token": blocks["kv_cache"],
+    }
+
+
+def vision_totals(c: VisionMLPConfig) -> dict[str, Any]:
+    """Seed 004: W_in (d_x*d_z) + L blocks (2*d_z*d_h) + W_out (d_z*d_out); norms carry no weights."""
+    w_in = c.d_x * c.d_z + (c.d_z if c.bias else 0)
+    blocks = c.n_layers * (2 * c.d_z * c.d_h + ((c.d_h + c.d_z) if c.bias else 0))
+    w_out = c.d_z * c.d_out + (c.d_out if c.bias else 0)
+    trained_in = c.input_projection == "trained"
+    trainable = blocks + w_out + (w_in if trained_in else 0)
+    # Backward of W_in needs only its weight gradient (the image needs none); with a frozen
+    # W_in, block 1's first matmul needs only its weight gradient too.
+    flops = 6 * (2 * c.n_layers * c.d_z * c.d_h + c.d_z * c.d_out)
+    flops += 4 * c.d_x * c.d_z if trained_in else 2 * c.d_x * c.d_z - 2 * c.d_z * c.d_h
+    return {
+        "params_total": trainable,
+        "params_non_embedding": trainable,
+        "params_attention": 0,
+        "params_ffn": blocks,
+        "params_norms": 0,
+        "params_embedding": 0,
+        "params_other": w_out + (w_in if trained_in else 0),
+        "params_frozen": 0 if trained_in else w_in,
+        "flops_per_token": flops,
+        "kv_cache_per_token": 0,
+    }
+
+
+def account(config, seq_len: int = 128) -> Accounting:
+    """Exact accounting of one typed config (any family)."""
+    if isinstance(config, VisionMLPConfig):
+        return Accounting(**vision_totals(config), avg_layer_width=float(config.d_z),
+                          widths=[config.d_z] * config.n_layers)
+    shapes = config.layer_shapes()
+    widths = [int(s.width) for s in shapes]
+    extra = 0
+    if config.family == "variable_width":
+        from search_spaces.widths import resize_params
+
+        extra = resize_params(config, widths)
+    totals = lm_totals(blocks_total(shapes), config.d_model, config.vocab_size,
+                       config.tie_embeddings, seq_len, extra)
+    return Accounting(**{k: int(v) for k, v in totals.items()}, params_frozen=0,
+                      avg_layer_width=sum(widths) / len(widths), widths=widths)

@@ -1,0 +1,131 @@
+"""Seed 002's per-layer width schedule and which residual coordinates each layer really uses.
+
+The ><former keeps one global residual stream as wide as its widest layer; layer l
+reads and writes the leading `widths[l]` coordinates. Between layers the stream is
+resized without parameters (or with a learned projection, the paper's ablation):
+
+- carry (default): coordinates a narrow layer skips pass through untouched and are
+  read again when the width grows; the embedding fills the first D, the unembedding
+  reads the first D.
+- zero: as if the state were truncated on shrink and zero-padded on growth (also at
+  the embedding -> first layer and last layer -> unembedding boundaries).
+- projection: as zero, but between layers the grown coordinates are predicted by a
+  learned linear map of the previous layer's state.
+
+`layer_shapes_for` turns widths into `LayerShape`s whose `attn_in` / `ffn_out` leave
+out coordinates that are provably zero on input or never read on output, so no
+parameter is allocated that cannot affect the output (seed 002's "valid" count).
+The same closed forms work on floats, which is what the parameter-matching solve uses.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+from search_spaces.configs import LayerShape
+
+if TYPE_CHECKING:
+    from search_spaces.configs import VariableWidthConfig
+
+
+def _round_half_up(x: float) -> int:
+    return int(math.floor(x + 0.5))
+
+
+def layer_shapes_for(cfg: VariableWidthConfig, widths, integer: bool) -> list[LayerShape]:
+    """Per-layer shapes for `widths` (ints for the model, floats for the solve)."""
+    D, L = cfg.d_model, len(widths)
+    shapes = []
+    for l, w in enumerate(widths):
+        if cfg.resize == "carry":
+            attn_in = min(w, max([D, *widths[:l]]))
+            ffn_out = min(w, max([D, *widths[l + 1 :]]))
+        else:
+            prev = D if l == 0 else widths[l - 1]
+            nxt = D if l == L - 1 else widths[l + 1]
+            attn_in = min(w, prev) if (cfg.resize == "zero" or l == 0) else w
+            ffn_out = min(w, nxt)
+        d_h = cfg.layer_d_h(w)
+        shapes.append(
+            LayerShape(
+                width=w, attn_in=attn_in, ffn_out=ffn_out, n_heads=cfg.n_heads,
+                n_kv_heads=cfg.n_kv_heads, head_dim=w / cfg.n_heads,
+                d_h=max(1, _round_half_up(d_h)) if integer else d_h, k=0,
+                activation=cfg.activation, bias=cfg.bias, norm_order=cfg.norm_order,
+            )
+        )
+    if integer:
+        shapes = [
+            LayerShape(**{**s.__dict__, "head_dim": int(s.width) // cfg.n_heads}) for s in shapes
+        ]
+    return shapes
+
+
+def resize_params(cfg: VariableWidthConfig, widths) -> float:
+    """Parameters of the learned growth projections (resize='projection' only)."""
+    if cfg.resize != "projection":
+        return 0
+    total = 0
+    for a, b in zip(widths[:-1], widths[1:], strict=True):
+        if b > a:
+            total += a * (b - a) + ((b - a) if cfg.bias else 0)
+    return total
+
+
+def bottleneck_index(cfg: VariableWidthConfig) -> int:
+    """0-based index of the layer whose width is alpha * D."""
+    L = cfg.n_layers
+    if cfg.shape == "grow":
+        return 0
+    if cfg.shape == "shrink":
+        return L - 1
+    return min(L - 1, max(0, _round_half_up(cfg.beta * L) - 1))
+
+
+def geometric_widths(cfg: VariableWidthConfig, endpoint: float) -> list[float]:
+    """Continuous widths: geometric from `endpoint` to alpha*D at the bottleneck and back."""
+    L, b, mid = cfg.n_layers, bottleneck_index(cfg), cfg.alpha * cfg.d_model
+    widths = []
+    for l in range(L):
+        if l <= b:
+            t = l / b if b > 0 else 1.0
+            widths.append(endpoint ** (1 - t) * mid**t)
+        else:
+            t = (l - b) / (L - 1 - b)
+            widths.append(mid ** (1 - t) * endpoint**t)
+    return widths
+
+
+def _valid_params(cfg: VariableWidthConfig, widths) -> float:
+    from search_spaces.accounting import blocks_total
+
+    shapes = layer_shapes_for(cfg, widths, integer=False)
+    return blocks_total(shapes)["non_embedding_blocks"] + resize_params(cfg, widths)
+
+
+def solve_widths(cfg: VariableWidthConfig) -> list[int]:
+    """Widths that match the constant-width baseline's parameters (seed 002, Appendix A).
+
+    The endpoint width is found by bisection on the exact (continuous) valid-parameter
+    count, which already contains the paper's endpoint corrections; widths are then
+    rounded to `width_multiple`.
+    """
+    D, m = cfg.d_model, cfg.width_multiple
+    if cfg.shape == "constant":
+        return [D] * cfg.n_layers
+    target = _valid_params(cfg, [float(D)] * cfg.n_layers)
+    lo, hi = 1e-3 * D, 1e3 * D
+    if _valid_params(cfg, geometric_widths(cfg, lo)) > target:
+        raise ValueError(
+            f"alpha={cfg.alpha} alone exceeds the constant-width budget; no endpoint width matches it"
+        )
+    for _ in range(200):
+        mid = math.sqrt(lo * hi)
+        if _valid_params(cfg, geometric_widths(cfg, mid)) < target:
+            lo = mid
+        else:
+            hi = mid
+        if hi / lo < 1 + 1e-12:
+            break
+    return [max(m, m * _round_half_up(w / m)) for w in geometric_widths(cfg, (lo + hi) / 2)]

@@ -1,0 +1,1 @@
+"""sweep: see DESIGN in README."""

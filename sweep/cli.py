@@ -1,0 +1,58 @@
+"""`shapesweep`: one entry point; each verb lives in the package that owns the work.
+
+Verb modules are imported only when their verb runs, so `--help` stays fast and a
+verb that does not need Ray or torch never imports them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from search_spaces.errors import UserError
+
+# verb -> (module, one-line help). Each module defines add_arguments_<verb>(parser) and <verb>(args) -> int.
+VERBS: dict[str, tuple[str, str]] = {
+    "spaces": ("search_spaces.cli", "list the built-in search spaces"),
+    "plan": ("search_spaces.cli", "solve a space into iso-budget candidates and print them"),
+    "train": ("trainers.cli", "train one candidate config on real data"),
+    "run": ("sweep.commands", "run a sweep of a space with Ray Tune"),
+    "resume": ("sweep.commands", "finish a sweep: run only the candidates missing from its results"),
+    "status": ("sweep.commands", "list sweeps, or one sweep's trials and best results"),
+    "export": ("sweep.commands", "write the best configurations as files `train` accepts"),
+    "dashboard": ("dashboards.cli", "write a self-contained HTML report for sweeps"),
+    "serve": ("dashboards.cli", "serve a live dashboard over every sweep in the store"),
+    "demo": ("sweep.demo", "run the small built-in demo sweep and build its dashboard"),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="shapesweep",
+        description="Architecture-search sweeps over the shape of transformer language models "
+        "(width, depth, FFN shape, variable width) at a fixed parameter or FLOP budget.",
+    )
+    subparsers = parser.add_subparsers(dest="verb", metavar="VERB", required=True)
+    for verb, (module_name, help_text) in VERBS.items():
+        sub = subparsers.add_parser(verb, help=help_text, description=help_text)
+        module = importlib.import_module(module_name)
+        getattr(module, f"add_arguments_{verb}")(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    module = importlib.import_module(VERBS[args.verb][0])
+    try:
+        return int(getattr(module, args.verb)(args) or 0)
+    except UserError as error:
+        print(f"shapesweep {args.verb}: error: {error}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"shapesweep {args.verb}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""trainers: see DESIGN in README."""
