@@ -1,1 +1,25 @@
-"""results: see DESIGN in README."""
+"""results: the Parquet results store (one atomic fragment per trial) and the SQLAlchemy sweep catalog."""
+
+from results.schema import (
+    CURVE_COLUMNS,
+    STATUSES,
+    TRIAL_COLUMNS,
+    normalize_curve_row,
+    normalize_trial_row,
+)
+from results.store import (
+    compact,
+    completed_keys,
+    list_sweeps,
+    load_curves,
+    load_trials,
+    sweep_dir,
+    validate_sweep_name,
+    write_trial,
+)
+
+__all__ = [
+    "CURVE_COLUMNS", "STATUSES", "TRIAL_COLUMNS", "normalize_curve_row", "normalize_trial_row",
+    "compact", "completed_keys", "list_sweeps", "load_curves", "load_trials", "sweep_dir",
+    "validate_sweep_name", "write_trial",
+]

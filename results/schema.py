@@ -1,0 +1,148 @@
+"""The Parquet columns of the results store, and the row normaliser every writer goes through.
+
+One fixed schema for every family (columns a family lacks are null) keeps every fragment
+of every sweep readable as one table by pyarrow, DuckDB or Polars.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from datetime import UTC, datetime
+from typing import Any
+
+import pyarrow as pa
+
+STATUSES = ("completed", "stopped_early", "failed")
+
+_INT, _FLOAT, _STR, _BOOL = pa.int64(), pa.float64(), pa.string(), pa.bool_()
+TIMESTAMP = pa.timestamp("us", tz="UTC")
+
+ACCOUNTING_COLUMNS: list[tuple[str, pa.DataType]] = [
+    ("params_total", _INT), ("params_non_embedding", _INT), ("params_attention", _INT),
+    ("params_ffn", _INT), ("params_norms", _INT), ("params_embedding", _INT),
+    ("params_other", _INT), ("params_frozen", _INT), ("flops_per_token", _INT),
+    ("kv_cache_per_token", _INT), ("avg_layer_width", _FLOAT), ("budget_error", _FLOAT),
+]
+
+SHAPE_COLUMNS: list[tuple[str, pa.DataType]] = [
+    ("d_model", _INT), ("n_layers", _INT), ("n_heads", _INT), ("head_dim", _INT),
+    ("n_kv_heads", _INT), ("d_h", _INT), ("ffn_ratio", _FLOAT), ("k", _INT),
+    ("width_depth_ratio", _FLOAT), ("shape", _STR), ("beta", _FLOAT), ("alpha", _FLOAT),
+    ("widths", pa.list_(_INT)), ("activation", _STR), ("vocab_size", _INT),
+    ("tie_embeddings", _BOOL), ("norm_order", _STR), ("resize", _STR), ("bias", _BOOL),
+    ("d_x", _INT), ("d_z", _INT), ("d_out", _INT), ("input_projection", _STR), ("task", _STR),
+]
+
+TRIAL_COLUMNS = pa.schema(
+    [
+        ("sweep", _STR), ("trial_id", _STR), ("key", _STR), ("family", _STR), ("seed", _INT),
+        ("status", _STR), ("error", _STR),
+        ("val_loss", _FLOAT), ("best_val_loss", _FLOAT), ("val_ppl", _FLOAT),
+        ("train_loss", _FLOAT), ("psnr", _FLOAT), ("ssim", _FLOAT),
+        ("tokens", _INT), ("steps", _INT), ("wall_time_s", _FLOAT), ("tokens_per_s", _FLOAT),
+        *ACCOUNTING_COLUMNS,
+        *SHAPE_COLUMNS,
+        ("train_tokens_budget", _INT), ("seq_len", _INT), ("lr", _FLOAT),
+        ("config_json", _STR), ("code_version", _STR), ("data_hash", _STR),
+        ("finished_at", TIMESTAMP),
+    ]
+)
+
+CURVE_COLUMNS = pa.schema(
+    [
+        ("sweep", _STR), ("trial_id", _STR), ("step", _INT), ("tokens", _INT),
+        ("train_loss", _FLOAT), ("val_loss", _FLOAT), ("lr", _FLOAT), ("elapsed_s", _FLOAT),
+        ("psnr", _FLOAT), ("ssim", _FLOAT),
+    ]
+)
+
+
+def _to_int(value: Any) -> int | None:
+    if isinstance(value, float):
+        if math.isnan(value):
+            return None
+        if not value.is_integer():
+            raise ValueError(f"{value!r} is not a whole number")
+    if isinstance(value, str):
+        raise ValueError(f"{value!r} is a string, not a whole number")
+    return int(value)  # numpy integers and bools included
+
+
+def _to_float(value: Any) -> float | None:
+    if isinstance(value, str):
+        raise ValueError(f"{value!r} is a string, not a number")
+    number = float(value)
+    # NaN/inf losses mean a failed trial: status and error say so; null keeps sorts and plots sane.
+    return number if math.isfinite(number) else None
+
+
+def _to_bool(value: Any) -> bool:
+    if value in (0, 1):  # True/False, 0/1 and numpy bools
+        return bool(value)
+    raise ValueError(f"{value!r} is not a boolean")
+
+
+def _to_str(value: Any) -> str:
+    if isinstance(value, dict | list):  # config_json given as the document itself
+        return json.dumps(value, sort_keys=True)
+    if not isinstance(value, str):
+        raise ValueError(f"{value!r} is not a string")
+    return value
+
+
+def _to_timestamp(value: Any) -> datetime:
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return datetime.fromtimestamp(value, tz=UTC)
+    if isinstance(value, str):
+        value = datetime.fromisoformat(value)
+    if hasattr(value, "to_pydatetime"):  # pandas Timestamp
+        value = value.to_pydatetime()
+    if not isinstance(value, datetime):
+        raise ValueError(f"{value!r} is not a timestamp")
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+def _coerce(name: str, kind: pa.DataType, value: Any) -> Any:
+    if value is None:
+        return None
+    if pa.types.is_list(kind):
+        return [_to_int(v) for v in value]
+    if pa.types.is_timestamp(kind):
+        return _to_timestamp(value)
+    if pa.types.is_integer(kind):
+        return _to_int(value)
+    if pa.types.is_floating(kind):
+        return _to_float(value)
+    if pa.types.is_boolean(kind):
+        return _to_bool(value)
+    return _to_str(value)
+
+
+def _normalize(row: dict[str, Any], schema: pa.Schema, what: str) -> dict[str, Any]:
+    unknown = sorted(set(row) - set(schema.names))
+    if unknown:
+        raise ValueError(f"unknown {what} columns: {', '.join(unknown)}")
+    out = {}
+    for field in schema:
+        try:
+            out[field.name] = _coerce(field.name, field.type, row.get(field.name))
+        except (TypeError, ValueError) as error:
+            raise ValueError(f"{what} column {field.name!r}: {error}") from None
+    return out
+
+
+def normalize_trial_row(row: dict[str, Any]) -> dict[str, Any]:
+    """Every TRIAL_COLUMNS name, coerced to its type; missing ones null, unknown ones refused.
+
+    Non-finite floats (a NaN loss) become null; `config_json` may be given as a dict.
+    """
+    out = _normalize(row, TRIAL_COLUMNS, "trial")
+    if out["status"] is not None and out["status"] not in STATUSES:
+        raise ValueError(f"trial column 'status': {out['status']!r} is not one of {', '.join(STATUSES)}")
+    return out
+
+
+def normalize_curve_row(row: dict[str, Any]) -> dict[str, Any]:
+    """Every CURVE_COLUMNS name, coerced to its type; missing ones null, unknown ones refused."""
+    return _normalize(row, CURVE_COLUMNS, "curve")
