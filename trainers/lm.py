@@ -1,0 +1,144 @@
+"""Decoder-only language model for the conventional, hourglass and variable-width families.
+
+One block implementation driven by `LayerShape`. All blocks share one global residual
+stream as wide as the widest layer (seed 002); block l reads and writes its leading
+slice of it, so a constant-width model is the special case where the slice is everything.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from search_spaces.configs import LayerShape
+from trainers.ffn import make_ffn
+
+
+def _widen(h: torch.Tensor, width: int) -> torch.Tensor:
+    """Zero-pad the last dim of `h` to `width` (a block's write into the leading coordinates)."""
+    pad = width - h.shape[-1]
+    return F.pad(h, (0, pad)) if pad else h
+
+
+class Rotary(nn.Module):
+    """RoPE, rotate-half form, with cos/sin tables as (non-persistent) buffers."""
+
+    def __init__(self, head_dim: int, max_len: int = 1024, base: float = 10000.0):
+        super().__init__()
+        self.head_dim, self.base = head_dim, base
+        cos, sin = self._tables(max_len, None)
+        self.register_buffer("cos", cos, persistent=False)
+        self.register_buffer("sin", sin, persistent=False)
+
+    def _tables(self, n: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+        inv_freq = self.base ** -(torch.arange(0, self.head_dim, 2, device=device) / self.head_dim)
+        freqs = torch.outer(torch.arange(n, device=device, dtype=torch.float32), inv_freq)
+        angles = torch.cat([freqs, freqs], dim=-1)
+        return angles.cos(), angles.sin()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # x: [B, H, T, head_dim]
+        T = x.shape[-2]
+        if T > self.cos.shape[0]:  # longer sequences than built for: rebuild once
+            self.cos, self.sin = self._tables(2 * T, x.device)
+        cos, sin = self.cos[:T].to(x.dtype), self.sin[:T].to(x.dtype)
+        x1, x2 = x.chunk(2, dim=-1)
+        return x * cos + torch.cat([-x2, x1], dim=-1) * sin
+
+
+class Attention(nn.Module):
+    """Causal self-attention with optional GQA, reading `attn_in` and writing `width` coordinates."""
+
+    def __init__(self, s: LayerShape):
+        super().__init__()
+        self.n_heads, self.n_kv_heads, self.head_dim = int(s.n_heads), int(s.n_kv_heads), int(s.head_dim)
+        self.q_dim, self.kv_dim = self.n_heads * self.head_dim, self.n_kv_heads * self.head_dim
+        self.qkv = nn.Linear(int(s.attn_in), self.q_dim + 2 * self.kv_dim, bias=s.bias)
+        self.o = nn.Linear(self.q_dim, int(s.width), bias=s.bias)
+        self.rotary = Rotary(self.head_dim)
+        self.scale: float | None = None  # None = 1/sqrt(head_dim); muP sets its own
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        B, T, _ = x.shape
+        q, k, v = self.qkv(x).split([self.q_dim, self.kv_dim, self.kv_dim], dim=-1)
+        q = q.view(B, T, self.n_heads, self.head_dim).transpose(1, 2)
+        k = k.view(B, T, self.n_kv_heads, self.head_dim).transpose(1, 2)
+        v = v.view(B, T, self.n_kv_heads, self.head_dim).transpose(1, 2)
+        q, k = self.rotary(q), self.rotary(k)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=self.scale,
+                                           enable_gqa=self.n_kv_heads != self.n_heads)
+        return self.o(y.transpose(1, 2).reshape(B, T, self.q_dim))
+
+
+class Block(nn.Module):
+    """Attention then FFN, pre-norm or OLMo-2 post-norm (norm on the output, before the add)."""
+
+    def __init__(self, s: LayerShape):
+        super().__init__()
+        self.width, self.attn_in, self.ffn_out = int(s.width), int(s.attn_in), int(s.ffn_out)
+        self.pre = s.norm_order == "pre"
+        self.attn = Attention(s)
+        self.attn_norm = nn.RMSNorm(self.attn_in if self.pre else self.width)
+        self.ffn = make_ffn(s)
+        # The hourglass FFN carries its own per-sub-block norms and residuals.
+        self.ffn_norm = None if s.k else nn.RMSNorm(self.width if self.pre else self.ffn_out)
+
+    def forward(self, stream: torch.Tensor) -> torch.Tensor:
+        S = stream.shape[-1]
+        x = stream[..., : self.attn_in]
+        h = self.attn(self.attn_norm(x)) if self.pre else self.attn_norm(self.attn(x))
+        stream = stream + _widen(h, S)
+        if self.ffn_norm is None:
+            return self.ffn(stream)
+        x = stream[..., : self.width]
+        h = self.ffn(self.ffn_norm(x)) if self.pre else self.ffn_norm(self.ffn(x))
+        return stream + _widen(h, S)
+
+
+class LM(nn.Module):
+    """Token embedding -> blocks on a global residual stream -> final RMSNorm -> unembedding."""
+
+    def __init__(self, config):
+        super().__init__()
+        self.config = config
+        shapes = config.layer_shapes()
+        self.d_model = D = config.d_model
+        self.widths = [int(s.width) for s in shapes]
+        self.stream_width = max(D, *self.widths)
+        self.resize = getattr(config, "resize", "carry")
+        self.wte = nn.Embedding(config.vocab_size, D)
+        self.blocks = nn.ModuleList(Block(s) for s in shapes)
+        # Seed 002's projection ablation: grown coordinates predicted from the previous layer.
+        self.resizers = nn.ModuleDict()
+        if self.resize == "projection":
+            for layer, (a, b) in enumerate(zip(self.widths[:-1], self.widths[1:]), start=1):
+                if b > a:
+                    self.resizers[str(layer)] = nn.Linear(a, b - a, bias=config.bias)
+        self.final_norm = nn.RMSNorm(D)
+        self.lm_head = None if config.tie_embeddings else nn.Linear(D, config.vocab_size, bias=False)
+        self.output_mult = 1.0  # muP's logit multiplier (set by trainers.mup.configure)
+
+    def _grow(self, stream: torch.Tensor, layer: int, a: int, b: int) -> torch.Tensor:
+        """Resize at the boundary into `layer` when the width grows a -> b (zero / projection)."""
+        if self.resize == "carry" or b <= a:
+            return stream
+        if self.resize == "projection" and layer > 0:
+            fill = self.resizers[str(layer)](stream[..., :a])
+        else:
+            fill = stream.new_zeros(*stream.shape[:-1], b - a)
+        return torch.cat([stream[..., :a], fill, stream[..., b:]], dim=-1)
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        stream = _widen(self.wte(idx), self.stream_width)
+        prev = self.d_model
+        for layer, block in enumerate(self.blocks):
+            stream = self._grow(stream, layer, prev, block.width)
+            stream = block(stream)
+            prev = block.width
+        if self.resize == "carry" or prev >= self.d_model:
+            x = stream[..., : self.d_model]
+        else:  # truncated state zero-padded back to the embedding width
+            x = _widen(stream[..., :prev], self.d_model)
+        x = self.final_norm(x)
+        logits = self.lm_head(x) if self.lm_head is not None else F.linear(x, self.wte.weight)
+        return logits * self.output_mult if self.output_mult != 1.0 else logits
