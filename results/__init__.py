@@ -1,5 +1,6 @@
 """results: the Parquet results store (one atomic fragment per trial) and the SQLAlchemy sweep catalog."""
 
+from results.catalog import SWEEP_STATUSES, Catalog, SweepRecord, default_catalog_url
 from results.schema import (
     CURVE_COLUMNS,
     STATUSES,
@@ -19,6 +20,7 @@ from results.store import (
 )
 
 __all__ = [
+    "SWEEP_STATUSES", "Catalog", "SweepRecord", "default_catalog_url",
     "CURVE_COLUMNS", "STATUSES", "TRIAL_COLUMNS", "normalize_curve_row", "normalize_trial_row",
     "compact", "completed_keys", "list_sweeps", "load_curves", "load_trials", "sweep_dir",
     "validate_sweep_name", "write_trial",
