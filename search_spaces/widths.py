@@ -37,14 +37,14 @@ def layer_shapes_for(cfg: VariableWidthConfig, widths, integer: bool) -> list[La
     """Per-layer shapes for `widths` (ints for the model, floats for the solve)."""
     D, L = cfg.d_model, len(widths)
     shapes = []
-    for l, w in enumerate(widths):
+    for i, w in enumerate(widths):
         if cfg.resize == "carry":
-            attn_in = min(w, max([D, *widths[:l]]))
-            ffn_out = min(w, max([D, *widths[l + 1 :]]))
+            attn_in = min(w, max([D, *widths[:i]]))
+            ffn_out = min(w, max([D, *widths[i + 1 :]]))
         else:
-            prev = D if l == 0 else widths[l - 1]
-            nxt = D if l == L - 1 else widths[l + 1]
-            attn_in = min(w, prev) if (cfg.resize == "zero" or l == 0) else w
+            prev = D if i == 0 else widths[i - 1]
+            nxt = D if i == L - 1 else widths[i + 1]
+            attn_in = min(w, prev) if (cfg.resize == "zero" or i == 0) else w
             ffn_out = min(w, nxt)
         d_h = cfg.layer_d_h(w)
         shapes.append(
@@ -87,12 +87,12 @@ def geometric_widths(cfg: VariableWidthConfig, endpoint: float) -> list[float]:
     """Continuous widths: geometric from `endpoint` to alpha*D at the bottleneck and back."""
     L, b, mid = cfg.n_layers, bottleneck_index(cfg), cfg.alpha * cfg.d_model
     widths = []
-    for l in range(L):
-        if l <= b:
-            t = l / b if b > 0 else 1.0
+    for i in range(L):
+        if i <= b:
+            t = i / b if b > 0 else 1.0
             widths.append(endpoint ** (1 - t) * mid**t)
         else:
-            t = (l - b) / (L - 1 - b)
+            t = (i - b) / (L - 1 - b)
             widths.append(mid ** (1 - t) * endpoint**t)
     return widths
 

@@ -1,0 +1,453 @@
+"""The iso-budget solver: a space's raw grid -> candidates that each meet the budget.
+
+Everything up to the survivors is vectorised with numpy over the raw grid. For the
+free dimension(s) the budget metric is a polynomial (degree <= 3) in one unknown t
+(d_h = t; d_model = t; n_layers = t; or n_layers = t, d_model = ratio * t), so we
+evaluate the exact accounting (`block_counts`/`lm_totals`/`vision_totals` on arrays)
+at t = 0..3, fit that polynomial exactly and bisect it. Each free dimension is then
+rounded to its multiple (floor or ceil, whichever misses the budget less), checked
+against validity, the space's constraints and the tolerance, deduplicated, and only
+the survivors become typed configs, verified once more by `account()`.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+from pydantic import ValidationError
+
+from search_spaces.accounting import Accounting, account, blocks_total, lm_totals, vision_totals
+from search_spaces.configs import FAMILIES, LayerShape, TrainConfig, config_key, make_config
+from search_spaces.errors import UserError
+from search_spaces.space import INTEGER, POSITIVE, Resolved, SearchSpace, reference_config
+
+METRIC_COLUMN = {"non_embedding_params": "params_non_embedding", "total_params": "params_total",
+                 "flops_per_token": "flops_per_token"}
+UPPER = {"d_h": 2.0**20, "d_model": 2.0**17, "n_layers": 2.0**12, "d_z": 2.0**17}
+SHAPE_COLUMNS = ("d_model", "n_layers", "n_heads", "head_dim", "n_kv_heads", "d_h", "k", "shape",
+                 "beta", "alpha", "activation", "vocab_size", "tie_embeddings", "norm_order",
+                 "resize", "bias", "d_x", "d_z", "d_out", "input_projection", "task")
+ACCOUNTING_COLUMNS = ("params_total", "params_non_embedding", "params_attention", "params_ffn",
+                      "params_norms", "params_embedding", "params_other", "params_frozen",
+                      "flops_per_token", "kv_cache_per_token", "avg_layer_width")
+
+
+@dataclass
+class Candidate:
+    """One solved shape: its typed config, exact accounting and relative budget error."""
+
+    config: Any
+    accounting: Accounting
+    budget_error: float
+    variant: str = ""
+    key: str = field(init=False)
+
+    def __post_init__(self):
+        self.key = config_key(self.config)
+
+    def to_row(self) -> dict[str, Any]:
+        """Flat result-store row: key, family, shape columns, accounting columns, budget_error."""
+        dump = self.config.model_dump(mode="json")
+        row: dict[str, Any] = {"key": self.key, "family": self.config.family}
+        row |= {name: dump[name] for name in SHAPE_COLUMNS if name in dump}
+        row["ffn_ratio"] = float(self.config.ffn_ratio)
+        row["width_depth_ratio"] = float(self.config.width_depth_ratio)
+        row["widths"] = list(self.accounting.widths)
+        row |= {name: getattr(self.accounting, name) for name in ACCOUNTING_COLUMNS}
+        row["budget_error"] = float(self.budget_error)
+        return row
+
+
+@dataclass
+class Plan:
+    """The solver's answer: candidates sorted by |budget_error| and the pruning counts."""
+
+    space: SearchSpace
+    metric: str
+    targets: dict[str, float]
+    candidates: list[Candidate]
+    counts: dict[str, int]
+
+    def counts_line(self) -> str:
+        c = self.counts
+        return (f"{c['raw']} raw points -> {c['feasible']} feasible -> "
+                f"{c['within_tolerance']} within tolerance -> {c['unique']} unique candidates")
+
+
+def candidate_document(candidate: Candidate, train: TrainConfig) -> dict[str, Any]:
+    """The YAML/JSON document `shapesweep train CONFIG` accepts for this candidate."""
+    model = candidate.config.model_dump(mode="json", exclude={"family"})
+    return {"family": candidate.config.family, "model": model,
+            "train": train.model_dump(mode="json", exclude_none=True)}
+
+
+def plan(space: SearchSpace, seq_len: int | None = None) -> Plan:
+    """Solve every point of every variant; raise UserError when nothing meets the budget."""
+    seq_len = seq_len or space.train.seq_len
+    counts = dict.fromkeys(("raw", "feasible", "within_tolerance", "unique"), 0)
+    found: dict[str, Candidate] = {}
+    targets, closest, reach = {}, None, [np.inf, -np.inf]
+    for variant in space.resolved():
+        target = _target(space, variant, seq_len)
+        targets[variant.name] = target
+        outcome = _solve_variant(space, variant, variant.grid_values(), target, seq_len)
+        for name in ("raw", "feasible"):
+            counts[name] += outcome["counts"][name]
+        for candidate in outcome["candidates"]:
+            counts["within_tolerance"] += 1
+            found.setdefault(candidate.key, candidate)
+        if outcome["closest"] is not None and (closest is None or abs(outcome["closest"][1]) < abs(closest[1])):
+            closest = outcome["closest"]
+        reach = [min(reach[0], outcome["reach"][0]), max(reach[1], outcome["reach"][1])]
+    candidates = sorted(found.values(), key=lambda c: (abs(c.budget_error), c.key))
+    counts["unique"] = len(candidates)
+    if not candidates:
+        _explain_empty(space, counts, targets, closest, reach)
+    metric = space.budget.target_metric
+    return Plan(space=space, metric=metric, targets=targets, candidates=candidates, counts=counts)
+
+
+def solve_point(space: SearchSpace, point: dict[str, Any], seq_len: int | None = None) -> Candidate | None:
+    """Solve one point (values for the searched dims; `variant` picks a variant by index or
+    name, default the first). None when it cannot meet the budget or is invalid."""
+    variants = space.resolved()
+    choice = point.get("variant", 0)
+    matches = [v for v in variants if choice in (v.index, v.name)]
+    if not matches:
+        raise UserError(f"no variant {choice!r} (have {[v.name for v in variants]})",
+                        file=space.source_file, key="variants")
+    variant = matches[0]
+    missing = [d for d in variant.search if d not in point]
+    if missing:
+        raise ValueError(f"point lacks searched dimension(s) {missing}")
+    values = {dim: [point[dim]] for dim in variant.search}
+    seq_len = seq_len or space.train.seq_len
+    outcome = _solve_variant(space, variant, values, _target(space, variant, seq_len), seq_len)
+    return outcome["candidates"][0] if outcome["candidates"] else None
+
+
+def _target(space: SearchSpace, variant: Resolved, seq_len: int) -> float:
+    metric = space.budget.target_metric
+    if space.budget.match is None:
+        return float(getattr(space.budget, metric))
+    accounting = account(reference_config(space, variant), seq_len)
+    return float(getattr(accounting, METRIC_COLUMN[metric]))
+
+
+def _explain_empty(space, counts, targets, closest, reach) -> None:
+    file, target = space.source_file, max(targets.values())
+    if counts["feasible"] == 0:
+        raise UserError(f"none of the {counts['raw']} raw points is valid (check constraints, "
+                        "divisibility and even head_dim)", file=file, key="constraints")
+    metric = space.budget.target_metric
+    if not reach[0] <= target <= reach[1]:
+        raise UserError(f"{metric} {_fmt(target)} is out of reach: this space spans "
+                        f"[{_fmt(reach[0])}, {_fmt(reach[1])}]", file=file, key="budget")
+    config, error = closest
+    raise UserError(f"no candidate within tolerance {space.budget.tolerance:g}; the closest is "
+                    f"{_describe(config)} with budget error {error:+.4f}", file=file, key="budget.tolerance")
+
+
+def _fmt(value: float) -> str:
+    for scale, suffix in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "K")):
+        if abs(value) >= scale:
+            return f"{value / scale:.4g}{suffix}"
+    return f"{value:.4g}"
+
+
+def _describe(fields: dict) -> str:
+    return " ".join(f"{k}={v}" for k, v in fields.items() if k != "family")
+
+
+# ---------------------------------------------------------------- vectorised core
+
+
+def _is_categorical(dim: str, values: list) -> bool:
+    return dim == "k" or any(isinstance(v, str | bool) or v is None for v in values)
+
+
+def _solve_variant(space: SearchSpace, v: Resolved, values: dict[str, list], target: float,
+                   seq_len: int) -> dict[str, Any]:
+    """Raw grid of one variant -> survivors; also the closest miss and the reachable range."""
+    categorical = {d: vals for d, vals in values.items() if _is_categorical(d, vals)}
+    numeric = {d: np.asarray([_as_number(d, x) for x in vals], dtype=float)
+               for d, vals in values.items() if d not in categorical}
+    mesh = np.meshgrid(*numeric.values(), indexing="ij") if numeric else []
+    numeric_cols = {d: m.ravel() for d, m in zip(numeric, mesh, strict=True)}
+    n = int(np.prod([len(x) for x in numeric.values()])) if numeric else 1
+    column = METRIC_COLUMN[space.budget.target_metric]
+    if v.family == "vision_mlp" and column == "params_non_embedding":
+        column = "params_total"
+    out = {"counts": {"raw": 0, "feasible": 0}, "candidates": [], "closest": None,
+           "reach": [np.inf, -np.inf]}
+    tol = space.budget.tolerance
+    for combo in itertools.product(*categorical.values()):
+        cols = {d: _as_number(d, x) for d, x in v.fixed.items()}
+        cols |= dict(zip(categorical, combo, strict=True)) | numeric_cols
+        out["counts"]["raw"] += n
+        configs = None
+        if v.family == "variable_width":
+            cols, totals, ok, configs = _scalar_rows(v, cols, n, seq_len)
+        else:
+            cols, totals = _solve_free(v, cols, n, target, column, seq_len)
+            ok = _valid(v.family, cols, n)
+        metric = _column(totals, column, n)
+        ok &= _constraints(space, v, {**cols, **totals}, n)
+        out["counts"]["feasible"] += int(ok.sum())
+        if not ok.any():
+            continue
+        out["reach"][0] = min(out["reach"][0], float(metric[ok].min()))
+        out["reach"][1] = max(out["reach"][1], float(metric[ok].max()))
+        error = (metric - target) / target
+        best = int(np.argmin(np.where(ok, np.abs(error), np.inf)))
+        if out["closest"] is None or abs(error[best]) < abs(out["closest"][1]):
+            out["closest"] = (_row_fields(v, cols, best), float(error[best]))
+        for i in _dedupe(cols, np.flatnonzero(ok & (np.abs(error) <= tol))):
+            config = configs[i] if configs is not None else None
+            candidate = _build(v, _row_fields(v, cols, i), target, column, seq_len, config)
+            if candidate is not None and abs(candidate.budget_error) <= tol * (1 + 1e-9):
+                out["candidates"].append(candidate)
+    return out
+
+
+def _as_number(dim: str, value: Any) -> Any:
+    if isinstance(value, str) and dim in INTEGER:
+        from search_spaces.configs import parse_count
+
+        return parse_count(value)
+    return value
+
+
+def _default(family: str, dim: str) -> Any:
+    info = FAMILIES[family].model_fields.get(dim)
+    return None if info is None else info.default
+
+
+def _get(family: str, cols: dict, dim: str) -> Any:
+    return cols[dim] if dim in cols else _default(family, dim)
+
+
+def _multiple(v: Resolved, cols: dict, dim: str) -> Any:
+    if dim in v.round:
+        return v.round[dim]
+    if dim == "d_model":
+        return 2 * np.asarray(_get(v.family, cols, "n_heads"))
+    return 1
+
+
+def _round_to(x, multiple, how: str):
+    m = np.asarray(multiple, dtype=float)
+    q = {"floor": np.floor, "ceil": np.ceil, "nearest": np.rint}[how](np.asarray(x, float) / m)
+    return np.maximum(q, 1) * m
+
+
+def _with_free(v: Resolved, cols: dict, t, rounding: tuple[str, ...] | None) -> dict:
+    """`cols` with the free dims set from t (continuous when `rounding` is None, else floor/ceil
+    per free dim) and the dependent dims derived (rounded to nearest)."""
+    cols = dict(cols)
+    wide = "d_z" if v.family == "vision_mlp" else "d_model"
+    if len(v.solve) == 2:
+        values = {"n_layers": t, wide: cols.get("width_depth_ratio", 1.0) * t}
+    else:
+        values = {dim: t for dim in v.solve}
+    for i, dim in enumerate(v.solve):
+        x = values[dim]
+        cols[dim] = x if rounding is None else _round_to(x, _multiple(v, cols, dim), rounding[i])
+    how = None if rounding is None else "nearest"
+    ratio = cols.get("width_depth_ratio")
+    if ratio is not None and wide not in cols and "n_layers" in cols:
+        x = ratio * cols["n_layers"]
+        cols[wide] = x if how is None else _round_to(x, _multiple(v, cols, wide), how)
+    if ratio is not None and "n_layers" not in cols and wide in cols:
+        x = cols[wide] / ratio
+        cols["n_layers"] = x if how is None else _round_to(x, 1, how)
+    if "ffn_ratio" in cols and "d_h" not in cols and wide in cols:
+        x = cols["ffn_ratio"] * cols[wide]
+        cols["d_h"] = x if how is None else _round_to(x, _multiple(v, cols, "d_h"), how)
+    return cols
+
+
+def _totals(family: str, cols: dict, seq_len: int) -> dict:
+    """Exact accounting on arrays, through the functions `account()` uses (block_counts via
+    blocks_total, lm_totals, vision_totals)."""
+    def g(dim):
+        return _get(family, cols, dim)
+
+    if family == "vision_mlp":
+        return vision_totals(SimpleNamespace(**{d: g(d) for d in FAMILIES[family].model_fields}))
+    d_model, n_heads = g("d_model"), g("n_heads")
+    head_dim = g("head_dim") if g("head_dim") is not None else d_model / n_heads
+    n_kv = g("n_kv_heads") if g("n_kv_heads") is not None else n_heads
+    shape = LayerShape(width=d_model, attn_in=d_model, ffn_out=d_model, n_heads=n_heads,
+                       n_kv_heads=n_kv, head_dim=head_dim, d_h=g("d_h"),
+                       k=g("k") if family == "hourglass" else 0, activation=g("activation"),
+                       bias=g("bias"), norm_order=g("norm_order"))
+    blocks = blocks_total([shape], n_layers=g("n_layers"))
+    return lm_totals(blocks, d_model, g("vocab_size"), g("tie_embeddings"), seq_len)
+
+
+def _column(totals: dict, column: str, n: int) -> np.ndarray:
+    return np.broadcast_to(np.asarray(totals[column], dtype=float), (n,))
+
+
+def _solve_free(v: Resolved, cols: dict, n: int, target: float, column: str, seq_len: int):
+    """Set the free dims: exact cubic fit in t, bisection, then the better of floor/ceil."""
+    if not v.solve:
+        cols = _with_free(v, cols, None, ())
+        return cols, _totals(v.family, cols, seq_len)
+    samples = np.stack([_column(_totals(v.family, _with_free(v, cols, float(t), None), seq_len),
+                                column, n) for t in range(4)])
+    coeffs = np.linalg.solve(np.vander(np.arange(4.0), 4), samples)  # highest power first
+    lo, hi = np.full(n, np.log(0.5)), np.full(n, np.log(UPPER[v.solve[0]]))
+    for _ in range(48):  # bisection in log t: the metric grows with every free dim
+        mid = (lo + hi) / 2
+        t = np.exp(mid)
+        below = ((coeffs[0] * t + coeffs[1]) * t + coeffs[2]) * t + coeffs[3] < target
+        lo, hi = np.where(below, mid, lo), np.where(below, hi, mid)
+    t = np.exp((lo + hi) / 2)
+    best = None
+    for rounding in itertools.product(("floor", "ceil"), repeat=len(v.solve)):
+        trial = _with_free(v, cols, t, rounding)
+        totals = _totals(v.family, trial, seq_len)
+        err = np.abs(_column(totals, column, n) - target)
+        if best is None:
+            best = (trial, totals, err)
+            continue
+        better = err < best[2]
+        best = ({d: _pick(better, trial[d], best[0][d]) for d in trial},
+                {d: _pick(better, totals[d], best[1][d]) for d in totals}, np.minimum(err, best[2]))
+    return best[0], best[1]
+
+
+def _pick(better: np.ndarray, new, old):
+    return np.where(better, new, old) if _is_array(new) or _is_array(old) else new
+
+
+def _is_array(x) -> bool:
+    return isinstance(x, np.ndarray) and x.ndim > 0
+
+
+def _valid(family: str, cols: dict, n: int) -> np.ndarray:
+    """Built-in validity: positive whole dims, divisible heads, even head_dim (RoPE)."""
+    ok = np.ones(n, dtype=bool)
+    for dim in POSITIVE:
+        x = cols.get(dim)
+        if x is None or isinstance(x, str | bool):
+            continue
+        x = np.asarray(x, dtype=float)
+        ok &= np.isfinite(x) & (x > 0)
+        if dim in INTEGER:
+            ok &= x == np.round(x)
+    if family == "vision_mlp":
+        return ok
+    d_model, n_heads = np.asarray(_get(family, cols, "d_model")), np.asarray(cols.get("n_heads", 1))
+    head_dim = cols.get("head_dim")
+    if head_dim is None:
+        ok &= np.mod(d_model, n_heads) == 0
+        head_dim = np.floor_divide(d_model, n_heads)
+    ok &= np.mod(head_dim, 2) == 0
+    if cols.get("n_kv_heads") is not None:
+        ok &= np.mod(n_heads, cols["n_kv_heads"]) == 0
+    return ok
+
+
+SAFE_FUNCTIONS = {"abs": np.abs, "min": np.minimum, "max": np.maximum, "log": np.log,
+                  "log2": np.log2, "sqrt": np.sqrt, "round": np.round, "floor": np.floor,
+                  "ceil": np.ceil, "np": np}
+
+
+def _constraints(space: SearchSpace, v: Resolved, cols: dict, n: int) -> np.ndarray:
+    """Evaluate the space's boolean expressions over the candidate columns (numpy, no builtins)."""
+    ok = np.ones(n, dtype=bool)
+    if not v.constraints:
+        return ok
+    names = dict(cols)
+    wide = "d_z" if v.family == "vision_mlp" else "d_model"
+    names.setdefault("ffn_ratio", np.asarray(cols["d_h"]) / np.asarray(cols[wide]))
+    names.setdefault("width_depth_ratio", np.asarray(cols[wide]) / np.asarray(cols["n_layers"]))
+    if v.family != "vision_mlp":
+        for dim in ("head_dim", "n_kv_heads"):
+            if names.get(dim) is None:
+                names[dim] = (np.floor_divide(cols["d_model"], cols["n_heads"]) if dim == "head_dim"
+                              else cols["n_heads"])
+    for dim in FAMILIES[v.family].model_fields:
+        names.setdefault(dim, _default(v.family, dim))
+    for i, expr in enumerate(v.constraints):
+        try:
+            with np.errstate(all="ignore"):
+                result = eval(expr, {"__builtins__": {}, **SAFE_FUNCTIONS}, names)  # noqa: S307
+            ok &= np.broadcast_to(np.asarray(result, dtype=bool), (n,))
+        except NameError as error:
+            raise UserError(f"{error} (available: {', '.join(sorted(names))})",
+                            file=space.source_file, key=f"constraints[{i}]") from None
+        except Exception as error:  # noqa: BLE001 - any evaluation failure is the user's expression
+            raise UserError(f"cannot evaluate {expr!r}: {error}", file=space.source_file,
+                            key=f"constraints[{i}]") from None
+    return ok
+
+
+def _row_fields(v: Resolved, cols: dict, i: int) -> dict[str, Any]:
+    """Config fields of row i (derived-only columns like ffn_ratio are left out)."""
+    fields: dict[str, Any] = {"family": v.family}
+    for dim in FAMILIES[v.family].model_fields:
+        if dim == "family" or dim not in cols:
+            continue
+        x = cols[dim]
+        if _is_array(x):
+            x = x[i]
+        if isinstance(x, np.generic):
+            x = x.item()
+        if dim in INTEGER and isinstance(x, float):
+            x = int(round(x))
+        fields[dim] = x
+    return fields
+
+
+def _dedupe(cols: dict, rows: np.ndarray) -> np.ndarray:
+    """Drop rows whose searched and solved values repeat (rounding often merges neighbours)."""
+    arrays = [np.asarray(x, dtype=float)[rows] for x in cols.values() if _is_array(x)]
+    if not arrays or len(rows) < 2:
+        return rows
+    _, first = np.unique(np.stack(arrays, axis=1), axis=0, return_index=True)
+    return rows[np.sort(first)]
+
+
+def _build(v: Resolved, fields: dict, target: float, column: str, seq_len: int,
+           config=None) -> Candidate | None:
+    """Typed config for a survivor, verified with `account()` (the single source of truth)."""
+    if config is None:
+        try:
+            config = make_config(fields)
+        except (ValidationError, ValueError):
+            return None
+    accounting = account(config, seq_len)
+    error = (getattr(accounting, column) - target) / target
+    return Candidate(config=config, accounting=accounting, budget_error=error, variant=v.name)
+
+
+def _scalar_rows(v: Resolved, cols: dict, n: int, seq_len: int):
+    """variable_width: widths are solved inside each config, so build configs point by point."""
+    rows = {d: x for d, x in cols.items()}
+    derived = _with_free(v, rows, None, ())
+    configs, records = [], []
+    for i in range(n):
+        try:
+            config = make_config(_row_fields(v, derived, i))
+            configs.append(config)
+            records.append(account(config, seq_len).to_dict())
+        except (ValidationError, ValueError):
+            configs.append(None)
+            records.append(None)
+    ok = np.array([c is not None for c in configs], dtype=bool)
+    filler = next((r for r in records if r is not None), None)
+    totals = {}
+    if filler is not None:
+        for name in ACCOUNTING_COLUMNS:
+            totals[name] = np.array([(r or filler)[name] for r in records], dtype=float)
+    else:
+        totals = {name: np.zeros(n) for name in ACCOUNTING_COLUMNS}
+    return derived, totals, ok, configs

@@ -1,0 +1,369 @@
+"""Declarative search spaces: YAML (a file or a built-in name) -> a validated `SearchSpace`.
+
+A space says which model family to sweep, the budget every candidate must meet, the
+fixed dimensions, the searched ones (lists or ranges) and the free dimension(s) the
+solver sets so each point meets the budget. Parsing is strict: any mistake becomes
+one `UserError` naming the file, the dotted key and the problem.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
+
+from search_spaces.configs import FAMILIES, Count, TrainConfig, parse_count
+from search_spaces.errors import UserError
+
+BUILTIN_DIR = Path(__file__).parent / "builtin"
+METRICS = ("non_embedding_params", "total_params", "flops_per_token")
+DERIVED = ("ffn_ratio", "width_depth_ratio")  # d_h = ffn_ratio*d_model, d_model = ratio*n_layers
+SOLVABLE = ("d_h", "d_model", "n_layers", "d_z")
+POSITIVE = ("d_model", "n_layers", "n_heads", "head_dim", "n_kv_heads", "d_h", "k", "vocab_size",
+            "d_x", "d_z", "d_out", "width_multiple", "ffn_ratio", "width_depth_ratio", "alpha")
+INTEGER = ("d_model", "n_layers", "n_heads", "head_dim", "n_kv_heads", "d_h", "k", "vocab_size",
+           "d_x", "d_z", "d_out", "width_multiple")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Range(_Strict):
+    """`{min, max, num|step, log}`: `num` points (evenly or log-spaced) or every `step`
+    (a factor when `log`), both ends included."""
+
+    min: float
+    max: float
+    num: int | None = Field(default=None, gt=0)
+    step: float | None = Field(default=None, gt=0)
+    log: bool = False
+
+    @model_validator(mode="after")
+    def _check(self):
+        if self.min > self.max:
+            raise ValueError(f"min={self.min} is greater than max={self.max}")
+        if (self.num is None) == (self.step is None):
+            raise ValueError("give exactly one of num or step")
+        if self.log and self.min <= 0:
+            raise ValueError("a log range needs min > 0")
+        if self.log and self.step is not None and self.step <= 1:
+            raise ValueError("a log range's step is a factor and must be > 1")
+        return self
+
+    def values(self, integer: bool = False) -> list:
+        if self.num is not None:
+            space = np.geomspace if self.log else np.linspace
+            points = space(self.min, self.max, self.num)
+        elif self.log:
+            count = int(math.floor(math.log(self.max / self.min) / math.log(self.step) + 1e-9)) + 1
+            points = self.min * self.step ** np.arange(count)
+        else:
+            count = int(math.floor((self.max - self.min) / self.step + 1e-9)) + 1
+            points = self.min + self.step * np.arange(count)
+        if integer:
+            return sorted({int(round(p)) for p in points})
+        return [float(p) for p in points]
+
+
+class Budget(_Strict):
+    """Exactly one target metric, or `match` (+ `metric`): the metric of a reference config."""
+
+    non_embedding_params: Count | None = None
+    total_params: Count | None = None
+    flops_per_token: Count | None = None
+    match: dict[str, Any] | None = None
+    metric: Literal["non_embedding_params", "total_params", "flops_per_token"] | None = None
+    tolerance: float = Field(default=0.01, gt=0)
+
+    @model_validator(mode="after")
+    def _one_target(self):
+        given = [m for m in METRICS if getattr(self, m) is not None]
+        if self.match is None and len(given) != 1:
+            raise ValueError(f"give exactly one of {', '.join(METRICS)} (or match:), got {given or 'none'}")
+        if self.match is not None and given:
+            raise ValueError(f"give either match: (with metric:) or {given[0]}, not both")
+        if self.metric is not None and self.match is None:
+            raise ValueError("metric: only goes with match:")
+        for m in given:
+            if getattr(self, m) <= 0:
+                raise ValueError(f"{m} must be positive")
+        return self
+
+    @property
+    def target_metric(self) -> str:
+        if self.match is not None:
+            return self.metric or "non_embedding_params"
+        return next(m for m in METRICS if getattr(self, m) is not None)
+
+
+SearchValues = list[Any] | Range
+
+
+class Variant(_Strict):
+    """One family's slice of a space; unset parts inherit from the space."""
+
+    name: str | None = None
+    family: str | None = None
+    fixed: dict[str, Any] | None = None
+    search: dict[str, SearchValues] | None = None
+    solve: str | list[str] | None = None
+    round: dict[str, int] | None = None
+    constraints: list[str] | None = None
+
+
+class Resolved(BaseModel):
+    """A variant with everything inherited filled in: what the solver works on."""
+
+    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
+    index: int
+    name: str
+    family: str
+    fixed: dict[str, Any]
+    search: dict[str, SearchValues]
+    solve: list[str]
+    round: dict[str, int]
+    constraints: list[str]
+
+    def grid_values(self) -> dict[str, list]:
+        """Each searched dimension's values (ranges expanded)."""
+        out = {}
+        for dim, values in self.search.items():
+            out[dim] = values.values(dim in INTEGER) if isinstance(values, Range) else list(values)
+        return out
+
+    @property
+    def raw_size(self) -> int:
+        return math.prod(len(v) for v in self.grid_values().values())
+
+
+class SearchSpace(_Strict):
+    name: str
+    family: str | list[str] | None = None
+    description: str = ""
+    budget: Budget
+    fixed: dict[str, Any] = Field(default_factory=dict)
+    search: dict[str, SearchValues] = Field(default_factory=dict)
+    solve: str | list[str] = Field(default_factory=list)
+    round: dict[str, int] = Field(default_factory=dict)
+    constraints: list[str] = Field(default_factory=list)
+    variants: list[Variant] | None = None
+    train: TrainConfig = Field(default_factory=TrainConfig)
+    seeds: list[int] = Field(default_factory=lambda: [0])
+
+    _source_text: str = PrivateAttr(default="")
+    _source_file: str = PrivateAttr(default="")
+
+    @property
+    def source_text(self) -> str:
+        return self._source_text
+
+    @property
+    def source_file(self) -> str:
+        return self._source_file
+
+    @property
+    def space_hash(self) -> str:
+        """A 12-hex hash of the parsed space (YAML formatting and comments do not change it)."""
+        payload = json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(payload.encode()).hexdigest()[:12]
+
+    @property
+    def families(self) -> list[str]:
+        return list(dict.fromkeys(v.family for v in self.resolved()))
+
+    def resolved(self) -> list[Resolved]:
+        """The space as a list of single-family variants (a family list expands to one each)."""
+        variants = self.variants or [Variant()]
+        out = []
+        for variant in variants:
+            family = variant.family or self.family
+            families = family if isinstance(family, list) else [family]
+            for fam in families:
+                solve = variant.solve if variant.solve is not None else self.solve
+                name = variant.name or fam
+                if len(families) > 1 and variant.name:
+                    name = f"{variant.name}-{fam}"
+                own_fixed, own_search = variant.fixed or {}, variant.search or {}
+                fixed = {k: x for k, x in self.fixed.items() if k not in own_search} | own_fixed
+                search = {k: x for k, x in self.search.items() if k not in own_fixed} | own_search
+                out.append(Resolved(
+                    index=len(out), name=name, family=fam, fixed=fixed, search=search,
+                    solve=[solve] if isinstance(solve, str) else list(solve),
+                    round={**self.round, **(variant.round or {})},
+                    constraints=[*self.constraints, *(variant.constraints or [])],
+                ))
+        return out
+
+
+def list_builtin() -> list[tuple[str, str]]:
+    """(name, description) of every built-in space, sorted by name."""
+    out = []
+    for path in sorted(BUILTIN_DIR.glob("*.yaml")):
+        doc = yaml.safe_load(path.read_text()) or {}
+        out.append((path.stem, str(doc.get("description", "")).strip()))
+    return out
+
+
+def _locate(name_or_path: str | Path) -> Path:
+    path = Path(name_or_path)
+    if path.suffix in (".yaml", ".yml") or path.exists() or "/" in str(name_or_path):
+        if not path.is_file():
+            raise UserError("no such file", file=str(path))
+        return path
+    builtin = BUILTIN_DIR / f"{name_or_path}.yaml"
+    if not builtin.is_file():
+        names = ", ".join(n for n, _ in list_builtin())
+        raise UserError(f"not a file and not a built-in space (built-ins: {names})",
+                        file=str(name_or_path))
+    return builtin
+
+
+def load_space(name_or_path: str | Path) -> SearchSpace:
+    """Parse and check a space; every problem is a `UserError(problem, file=, key=)`."""
+    path = _locate(name_or_path)
+    text = path.read_text()
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark else ""
+        raise UserError(f"malformed YAML{where}: {getattr(error, 'problem', error)}",
+                        file=str(path)) from None
+    return parse_space(doc, text=text, file=str(path))
+
+
+def parse_space(doc: Any, text: str = "", file: str = "<space>") -> SearchSpace:
+    """Validate an already-loaded YAML document (see `load_space`)."""
+    if not isinstance(doc, dict):
+        raise UserError("a space must be a YAML mapping", file=file)
+    try:
+        space = SearchSpace.model_validate(doc)
+    except ValidationError as error:
+        raise _user_error(error, file) from None
+    space._source_text = text or yaml.safe_dump(doc, sort_keys=False)
+    space._source_file = file
+    for variant in space.resolved():
+        _check_variant(space, variant, file)
+    return space
+
+
+def _user_error(error: ValidationError, file: str) -> UserError:
+    first = error.errors()[0]
+    loc = [str(p) for p in first["loc"] if not str(p).startswith(("list[", "function-"))]
+    key = ".".join(loc)
+    if first["type"] == "extra_forbidden":
+        model = _model_at(loc[:-1])
+        allowed = ", ".join(model.model_fields) if model else "see DESIGN.md"
+        return UserError(f"unknown key {loc[-1]!r} (allowed: {allowed})", file=file, key=key)
+    return UserError(first["msg"].removeprefix("Value error, "), file=file, key=key)
+
+
+def _model_at(loc: list[str]) -> type[BaseModel] | None:
+    top = {"budget": Budget, "train": TrainConfig, "variants": Variant}
+    if not loc:
+        return SearchSpace
+    if loc[0] in top:
+        return top[loc[0]]
+    if loc[0] == "search":
+        return Range
+    return None
+
+
+def _family_fields(family: str) -> set[str]:
+    return set(FAMILIES[family].model_fields) - {"family"}
+
+
+def _check_variant(space: SearchSpace, v: Resolved, file: str) -> None:
+    where = "" if not space.variants else f"variants[{v.index}]."
+    if v.family not in FAMILIES:
+        raise UserError(f"unknown family {v.family!r} (allowed: {', '.join(FAMILIES)})",
+                        file=file, key=f"{where}family" if space.variants else "family")
+    allowed = _family_fields(v.family) | set(DERIVED)
+    for section in ("fixed", "search"):
+        values = getattr(v, section)
+        for dim, value in values.items():
+            key = f"{section}.{dim}"
+            if dim not in allowed:
+                raise UserError(f"unknown dimension {dim!r} for family {v.family} "
+                                f"(allowed: {', '.join(sorted(allowed))})", file=file, key=key)
+            options = value.values(dim in INTEGER) if isinstance(value, Range) else (
+                value if section == "search" else [value])
+            if section == "search" and not options:
+                raise UserError("empty list of values", file=file, key=key)
+            for option in options:
+                _check_value(dim, option, file, key)
+    both = set(v.fixed) & set(v.search)
+    if both and not space.variants:
+        dim = sorted(both)[0]
+        raise UserError(f"{dim!r} is both fixed and searched", file=file, key=f"search.{dim}")
+    for dim in v.solve:
+        if dim not in SOLVABLE or dim not in allowed:
+            ok = [d for d in SOLVABLE if d in allowed]
+            raise UserError(f"cannot solve for {dim!r} in family {v.family} (solvable: "
+                            f"{', '.join(ok)})", file=file, key="solve")
+        if dim in v.fixed or dim in v.search:
+            raise UserError(f"{dim!r} is solved, so it cannot also be fixed or searched",
+                            file=file, key="solve")
+    if v.family == "variable_width" and v.solve:
+        raise UserError("variable_width solves its own endpoint width; leave solve empty",
+                        file=file, key="solve")
+    if len(v.solve) == 2 and set(v.solve) != {"d_model", "n_layers"}:
+        raise UserError("two free dimensions must be [d_model, n_layers] (with width_depth_ratio)",
+                        file=file, key="solve")
+    if len(v.solve) > 2:
+        raise UserError("at most two free dimensions", file=file, key="solve")
+    for dim, multiple in v.round.items():
+        if multiple <= 0:
+            raise UserError("a rounding multiple must be positive", file=file, key=f"round.{dim}")
+    for i, expr in enumerate(v.constraints):
+        try:
+            compile(expr, "<constraint>", "eval")
+        except SyntaxError as error:
+            raise UserError(f"not an expression: {error.msg}", file=file,
+                            key=f"constraints[{i}]") from None
+    if space.budget.match is not None:
+        reference_config(space, v, file)
+    _ = space.budget.target_metric
+    if v.raw_size > 50_000_000:
+        raise UserError(f"{v.raw_size} raw points is too many (limit 5e7)", file=file, key="search")
+
+
+def _check_value(dim: str, value: Any, file: str, key: str) -> None:
+    if dim in POSITIVE:
+        try:
+            number = parse_count(value)
+        except ValueError as error:
+            raise UserError(str(error), file=file, key=key) from None
+        if isinstance(number, bool) or not isinstance(number, int | float):
+            raise UserError(f"expected a number, got {value!r}", file=file, key=key)
+        if number <= 0:
+            raise UserError(f"{dim} must be positive, got {value!r}", file=file, key=key)
+        if dim in INTEGER and not float(number).is_integer():
+            raise UserError(f"{dim} must be a whole number, got {value!r}", file=file, key=key)
+
+
+def reference_config(space: SearchSpace, v: Resolved, file: str | None = None):
+    """The config a `match:` budget refers to: the variant's fixed dims overridden by match."""
+    from search_spaces.configs import make_config
+
+    fields = {**v.fixed, "family": v.family, **(space.budget.match or {})}
+    family = fields["family"]
+    if family not in FAMILIES:
+        raise UserError(f"unknown family {family!r}", file=file or space.source_file,
+                        key="budget.match.family")
+    own = _family_fields(family) | {"family"}
+    fields = {k: val for k, val in fields.items() if k in own}
+    try:
+        return make_config(fields)
+    except (ValidationError, ValueError) as error:
+        problem = error.errors()[0]["msg"] if isinstance(error, ValidationError) else str(error)
+        raise UserError(f"reference config is invalid: {problem}", file=file or space.source_file,
+                        key="budget.match") from None
+
