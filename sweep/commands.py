@@ -1,0 +1,289 @@
+"""CLI verbs `run`, `resume`, `status` and `export`.
+
+Ray, pandas and the runner are imported inside the verbs, so `shapesweep --help` and
+verbs that do not need them stay fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+from search_spaces.errors import UserError
+
+HIGHER_IS_BETTER = {"psnr", "ssim", "accuracy", "tokens_per_s"}
+EXPORT_METRICS = ("val_loss", "best_val_loss", "val_ppl", "train_loss", "psnr", "ssim", "tokens",
+                  "steps", "wall_time_s", "tokens_per_s")
+
+
+def _add_root(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--root", default="./sweeps", help="results root (default ./sweeps)")
+    parser.add_argument("--storage", default=None,
+                        help="SQLAlchemy URL of the catalog + Optuna storage "
+                        "(default sqlite:///ROOT/shapesweep.db)")
+
+
+def _add_execution(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--address", default=None,
+                        help="join a Ray cluster (auto or HOST:PORT); default: start Ray locally")
+    parser.add_argument("--max-concurrent", type=int, default=None, help="trials at once")
+    parser.add_argument("--retry-failed", action="store_true", help="rerun failed trials too")
+    parser.add_argument("--no-progress", action="store_true", help="no live progress table")
+
+
+def add_arguments_run(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("space", help="a built-in space name or a YAML file")
+    parser.add_argument("--name", default=None, help="sweep name (default: the space's name)")
+    _add_root(parser)
+    _add_execution(parser)
+    parser.add_argument("--gpus-per-trial", type=float, default=0.0)
+    parser.add_argument("--cpus-per-trial", type=float, default=1.0)
+    parser.add_argument("--search", choices=("grid", "optuna"), default="grid")
+    parser.add_argument("--num-samples", type=int, default=8,
+                        help="optuna: trials to complete in total (default 8)")
+    parser.add_argument("--seeds", default=None,
+                        help="N (seeds 0..N-1) or a comma list like 0,3,7 (default: the space's)")
+    parser.add_argument("--scheduler", choices=("asha", "fifo"), default="asha")
+    parser.add_argument("--grace-tokens", type=int, default=None,
+                        help="ASHA grace period in tokens (default: a ninth of the budget)")
+    parser.add_argument("--reduction-factor", type=float, default=3.0)
+    parser.add_argument("--data", default=None, help="training data (default: built-in corpus)")
+    parser.add_argument("--multi-objective", nargs="?", const="params_non_embedding",
+                        choices=("params_non_embedding", "flops_per_token"), default=None,
+                        help="optuna: NSGA-II over val_loss and this (default params_non_embedding)")
+    parser.add_argument("--sampler-seed", type=int, default=0, help="optuna sampler seed")
+
+
+def parse_seeds(text: str | None) -> list[int] | None:
+    if text is None:
+        return None
+    try:
+        if "," in text:
+            return [int(part) for part in text.split(",") if part.strip()]
+        count = int(text)
+    except ValueError:
+        raise UserError(f"cannot read {text!r} as a seed count or a comma list",
+                        key="--seeds") from None
+    if count < 1:
+        raise UserError("needs at least one seed", key="--seeds")
+    return list(range(count))
+
+
+def _report(outcome: Any, root: str) -> int:
+    from rich.console import Console
+
+    c = outcome.counts
+    Console().print(
+        f"sweep [bold]{outcome.name}[/]: {outcome.status} - {c['completed']} completed, "
+        f"{c['stopped_early']} stopped early, {c['failed']} failed "
+        f"({outcome.launched} trials this run); results in {Path(root) / outcome.name}")
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    from sweep.runner import SweepOptions, run_sweep
+
+    for flag, value in (("--max-concurrent", args.max_concurrent),
+                        ("--num-samples", args.num_samples)):
+        if value is not None and value < 1:
+            raise UserError("must be at least 1", key=flag)
+    options = SweepOptions(
+        space=args.space, name=args.name, root=args.root, address=args.address,
+        gpus_per_trial=args.gpus_per_trial, cpus_per_trial=args.cpus_per_trial,
+        max_concurrent=args.max_concurrent, search=args.search, num_samples=args.num_samples,
+        seeds=parse_seeds(args.seeds), scheduler=args.scheduler, grace_tokens=args.grace_tokens,
+        reduction_factor=args.reduction_factor, storage=args.storage, data=args.data,
+        multi_objective=args.multi_objective, retry_failed=args.retry_failed,
+        sampler_seed=args.sampler_seed, progress=not args.no_progress,
+    )
+    return _report(run_sweep(options), args.root)
+
+
+def add_arguments_resume(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("name", help="the sweep to finish")
+    _add_root(parser)
+    _add_execution(parser)
+
+
+def resume(args: argparse.Namespace) -> int:
+    from sweep.runner import load_options, run_sweep
+
+    options = load_options(args.root, args.name)
+    options.root = args.root
+    options.retry_failed = args.retry_failed
+    options.progress = not args.no_progress
+    for name in ("storage", "address", "max_concurrent"):
+        if getattr(args, name) is not None:
+            setattr(options, name, getattr(args, name))
+    return _report(run_sweep(options), args.root)
+
+
+def add_arguments_status(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("name", nargs="?", default=None, help="one sweep (default: all)")
+    _add_root(parser)
+    parser.add_argument("--top", type=int, default=20, help="trials to list for one sweep")
+
+
+def _catalog(args: argparse.Namespace):
+    from results.catalog import Catalog, default_catalog_url
+
+    return Catalog(args.storage or default_catalog_url(args.root))
+
+
+def _fmt(value: Any, digits: int = 4) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.{digits}f}"
+    if isinstance(value, int) and abs(value) >= 10_000:
+        return f"{value / 1e6:.3f}M"
+    return str(value)
+
+
+def status(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from results.store import list_sweeps, load_trials
+
+    console = Console()
+    records = {r.name: r for r in _catalog(args).list()}
+    if args.name is None:
+        names = list(dict.fromkeys([*records, *list_sweeps(args.root)]))
+        trials = load_trials(args.root, names) if names else None
+        table = Table(title=f"sweeps under {args.root}")
+        for column in ("name", "space", "status", "candidates", "completed", "stopped early",
+                       "failed", "best val_loss"):
+            table.add_column(column)
+        for name in names:
+            record = records.get(name)
+            rows = trials[trials["sweep"] == name] if trials is not None else None
+            counts = rows["status"].value_counts() if rows is not None else {}
+            best = rows["val_loss"][rows["status"] == "completed"].min() if rows is not None else None
+            table.add_row(name, record.space_name if record else "-",
+                          record.status if record else "-",
+                          str(record.n_candidates) if record else "-",
+                          *(str(int(counts.get(s, 0))) for s in ("completed", "stopped_early", "failed")),
+                          _fmt(None if best is None else float(best)))
+        console.print(table)
+        return 0
+
+    record = records.get(args.name)
+    trials = load_trials(args.root, [args.name])
+    if record is None and trials.empty:
+        raise UserError(f"no sweep named {args.name!r} under {args.root}", key="name")
+    if record is not None:
+        console.print(f"[bold]{record.name}[/]  space {record.space_name} ({record.space_hash})  "
+                      f"status {record.status}  candidates {record.n_candidates}")
+    counts = trials["status"].value_counts().to_dict() if not trials.empty else {}
+    console.print("  ".join(f"{k}: {v}" for k, v in sorted(counts.items())) or "no trials yet")
+    table = Table(title=f"best trials of {args.name} (by val_loss)")
+    columns = ("trial_id", "family", "status", "seed", "d_model", "n_layers", "d_h", "k",
+               "params_non_embedding", "tokens", "val_loss")
+    for column in (*columns, "error"):
+        table.add_column(column)
+    ordered = trials.sort_values(["val_loss"], na_position="last").head(args.top)
+    for row in ordered.to_dict("records"):
+        error = row.get("error")
+        table.add_row(*(_fmt(_clean(row.get(c))) for c in columns),
+                      (error or "")[:60] if isinstance(error, str) else "")
+    console.print(table)
+    return 0
+
+
+def _clean(value: Any) -> Any:
+    """pandas/numpy scalars -> plain Python (NaN and NA -> None)."""
+    if value is None:
+        return None
+    if hasattr(value, "item"):
+        value = value.item()
+    try:
+        if value != value:  # NaN
+            return None
+    except (TypeError, ValueError):
+        return None
+    return value
+
+
+def add_arguments_export(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("name", help="the sweep")
+    _add_root(parser)
+    parser.add_argument("--top", type=int, required=True, help="how many configs (per group)")
+    parser.add_argument("--per", choices=("family", "budget"), default=None,
+                        help="take the top N of each family or of each budget")
+    parser.add_argument("--metric", default="val_loss", help="rank by this trials column")
+    parser.add_argument("--format", choices=("yaml", "json"), default="yaml")
+    parser.add_argument("--out", required=True, help="folder for the config files")
+    parser.add_argument("--include-stopped", action="store_true",
+                        help="rank stopped-early trials too (default: completed only)")
+
+
+def _budget_groups(trials, record) -> Any:
+    """Each trial's budget target: the budget column over (1 + budget_error), 3 digits."""
+    import yaml
+
+    from search_spaces.solver import METRIC_COLUMN
+    from search_spaces.space import parse_space
+
+    space = parse_space(yaml.safe_load(record.space_yaml), text=record.space_yaml)
+    column = METRIC_COLUMN[space.budget.target_metric]
+    target = trials[column] / (1 + trials["budget_error"].fillna(0))
+    return target.map(lambda t: float(f"{t:.3g}"))
+
+
+def export(args: argparse.Namespace) -> int:
+    import yaml
+
+    from results.schema import TRIAL_COLUMNS
+    from results.store import load_trials
+
+    if args.top < 1:
+        raise UserError("must be at least 1", key="--top")
+    if args.metric not in TRIAL_COLUMNS.names:
+        raise UserError(f"unknown column {args.metric!r}", key="--metric")
+    trials = load_trials(args.root, [args.name])
+    if trials.empty:
+        raise UserError(f"sweep {args.name!r} under {args.root} has no trials", key="name")
+    keep = {"completed", "stopped_early"} if args.include_stopped else {"completed"}
+    trials = trials[trials["status"].isin(keep) & trials[args.metric].notna()]
+    ascending = args.metric not in HIGHER_IS_BETTER
+    trials = trials.sort_values(args.metric, ascending=ascending).drop_duplicates("key")
+    if args.per == "family":
+        chosen = trials.groupby("family", sort=True).head(args.top)
+    elif args.per == "budget":
+        record = _catalog(args).get(args.name)
+        if record is None:
+            raise UserError(f"sweep {args.name!r} is not in the catalog", key="--per")
+        chosen = trials.assign(_budget=_budget_groups(trials, record)).groupby(
+            "_budget", sort=True).head(args.top)
+    else:
+        chosen = trials.head(args.top)
+    if chosen.empty:
+        raise UserError(f"sweep {args.name!r} has no {'/'.join(sorted(keep))} trials with "
+                        f"{args.metric}", key="--metric")
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for rank, row in enumerate(chosen.to_dict("records"), start=1):
+        document = json.loads(row["config_json"])
+        document["metrics"] = {m: _clean(row.get(m)) for m in EXPORT_METRICS}
+        document["provenance"] = {
+            "sweep": args.name, "trial_id": row["trial_id"], "seed": _clean(row["seed"]),
+            "key": row["key"], "code_version": row.get("code_version"),
+            "data_hash": row.get("data_hash"), "rank": rank, "ranked_by": args.metric,
+        }
+        path = out / f"{rank:02d}-{row['family']}-{row['key']}.{args.format}"
+        text = (yaml.safe_dump(document, sort_keys=False) if args.format == "yaml"
+                else json.dumps(document, indent=2))
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(text)
+        os.replace(tmp, path)
+        written.append(path)
+    for path in written:
+        print(path)
+    return 0

@@ -1,0 +1,388 @@
+"""The Ray Tune driver: one sweep = one `Tuner.fit` over the trials still missing.
+
+Rows are written by the driver (`ResultsWriter`, a Tune callback), once per trial, when
+it ends: `completed` (it reached its token budget), `stopped_early` (ASHA stopped it) or
+`failed` (it raised; the error text is kept and the sweep goes on). Trial ids are
+`KEY-sSEED`, so a rerun replaces a row instead of adding one, and a driver killed
+mid-sweep loses only the trials that had not ended: `resume` runs exactly those.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import subprocess
+import time
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from ray.tune import Callback
+
+from search_spaces.errors import UserError
+
+OPTIONS_FILE = "sweep.json"  # how the sweep was run, so `resume NAME` can run it again
+SPACE_FILE = "space.yaml"
+CURVE_FIELDS = ("step", "tokens", "train_loss", "val_loss", "lr", "elapsed_s", "psnr", "ssim")
+QUIET_ENV = {
+    "TUNE_DISABLE_AUTO_CALLBACK_LOGGERS": "1",  # no per-trial json/csv/tensorboard files
+    "TUNE_DISABLE_SIGINT_HANDLER": "1",  # Ctrl-C reaches us: we mark the sweep interrupted
+    "RAY_DEDUP_LOGS": "0",
+    "RAY_AIR_NEW_OUTPUT": "0",
+    "TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S": "1000",
+}
+
+
+@dataclass
+class SweepOptions:
+    """Everything `shapesweep run` takes; saved beside the results for `resume`."""
+
+    space: str
+    name: str | None = None
+    root: str = "./sweeps"
+    address: str | None = None
+    gpus_per_trial: float = 0.0
+    cpus_per_trial: float = 1.0
+    max_concurrent: int | None = None
+    search: str = "grid"
+    num_samples: int = 8
+    seeds: list[int] | None = None
+    scheduler: str = "asha"
+    grace_tokens: int | None = None
+    reduction_factor: float = 3.0
+    storage: str | None = None
+    data: str | None = None
+    multi_objective: str | None = None
+    retry_failed: bool = False
+    sampler_seed: int | None = 0
+    progress: bool = True
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class SweepOutcome:
+    name: str
+    status: str
+    counts: dict[str, int]
+    launched: int
+
+
+def code_version() -> str:
+    """`git describe` of the checkout this package runs from, else the package version."""
+    try:
+        out = subprocess.run(["git", "describe", "--always", "--dirty", "--tags"],
+                             cwd=Path(__file__).parent, capture_output=True, text=True, timeout=5)
+        if out.returncode == 0 and out.stdout.strip():
+            return out.stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        pass
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("shapesweep")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def data_hash_for(families: list[str], data: str | None) -> str:
+    """Load (and so validate) the data once in the driver; its hash goes on every row."""
+    if families and all(f == "vision_mlp" for f in families):
+        from trainers.vision_data import load_images
+
+        return load_images(data).data_hash
+    from trainers.data import load_lm_data
+
+    return load_lm_data(data).data_hash
+
+
+def token_budget(space: Any) -> int:
+    """What a trial that runs to the end has trained on (images for vision)."""
+    train = space.train
+    if train.tokens:
+        return int(train.tokens)
+    per_step = train.batch_size if "vision_mlp" in space.families else train.batch_tokens
+    return int(train.steps * per_step)
+
+
+def _write_json_atomic(path: Path, payload: dict) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(payload, indent=2, sort_keys=True))
+    os.replace(tmp, path)
+
+
+def sweep_folder(root: str, name: str) -> Path:
+    from results.store import sweep_dir
+
+    path = Path(sweep_dir(root, name))
+    if "://" in str(root) and not str(root).startswith("file://"):
+        raise UserError("run/resume keep their options in a local folder; use a local --root",
+                        key="--root")
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def load_options(root: str, name: str) -> SweepOptions:
+    """The options a sweep was started with (for `resume`)."""
+    path = sweep_folder(root, name) / OPTIONS_FILE
+    if not path.is_file():
+        raise UserError(f"no sweep named {name!r} under {root} (nothing to resume)", file=str(path))
+    return SweepOptions(**json.loads(path.read_text()))
+
+
+def _error_text(trial: Any) -> str:
+    """The innermost exception of a failed trial as `Type: message`."""
+    try:
+        error = trial.get_pickled_error()
+    except Exception:  # noqa: BLE001 - unpicklable errors fall back to the text file
+        error = None
+    while error is not None:
+        inner = getattr(error, "cause", None) or error.__cause__
+        if inner is None:
+            break
+        error = inner
+    if error is not None and type(error).__name__ not in ("StartTraceback", "RayTaskError"):
+        return f"{type(error).__name__}: {error}"
+    text = (trial.get_error() or "").strip().splitlines()
+    return text[-1] if text else "unknown error"
+
+
+class ResultsWriter(Callback):
+    """Writes each trial's row and curve to the results store exactly once, when it ends."""
+
+    def __init__(self, root: str, sweep: str, budget: int, data_hash: str, catalog: Any,
+                 statuses: dict[tuple[str, int], str], progress: Any = None):
+        self.progress = progress
+        self.root, self.sweep, self.budget, self.data_hash = root, sweep, budget, data_hash
+        self.catalog, self.statuses = catalog, statuses
+        self.code_version = code_version()
+        self.curves: dict[str, list[dict]] = {}
+        self.written: set[str] = set()
+
+    def on_trial_result(self, iteration, trials, trial, result, **info):
+        from sweep.trainable import FINAL_FLAG
+
+        if not result.get(FINAL_FLAG):
+            self.curves.setdefault(trial.trial_id, []).append(
+                {name: result.get(name) for name in CURVE_FIELDS})
+
+    def on_trial_complete(self, iteration, trials, trial, **info):
+        from sweep.trainable import FINAL_FLAG
+
+        last = trial.last_result or {}
+        reached = last.get(FINAL_FLAG) or (last.get("tokens") or 0) >= 0.98 * self.budget
+        self._write(trial, "completed" if reached else "stopped_early", None)
+
+    def on_trial_error(self, iteration, trials, trial, **info):
+        self._write(trial, "failed", _error_text(trial))
+
+    def _write(self, trial: Any, status: str, error: str | None) -> None:
+        from results.schema import TRIAL_COLUMNS
+        from results.store import write_trial
+
+        spec = trial.config["spec"]
+        if spec["trial_id"] in self.written:
+            return
+        curve = self.curves.pop(trial.trial_id, [])
+        row = {k: v for k, v in spec["row"].items() if k in TRIAL_COLUMNS.names}
+        row.update(self._metrics(trial.last_result or {}, curve, status))
+        train = spec["document"]["train"]
+        row.update(
+            sweep=self.sweep, trial_id=spec["trial_id"], key=spec["key"], seed=spec["seed"],
+            status=status, error=error, train_tokens_budget=self.budget,
+            seq_len=train.get("seq_len"), lr=train.get("lr"),
+            config_json=json.dumps(spec["document"], sort_keys=True),
+            code_version=self.code_version,
+            data_hash=(trial.last_result or {}).get("data_hash") or self.data_hash,
+            finished_at=datetime.now(UTC),
+        )
+        curve_rows = [{"sweep": self.sweep, "trial_id": spec["trial_id"], **point}
+                      for point in curve if point.get("step") is not None]
+        write_trial(self.root, self.sweep, row, curve_rows)
+        self.written.add(spec["trial_id"])
+        if self.progress is not None:
+            self.progress.finished(trial.trial_id, status)
+        self.statuses[(spec["key"], spec["seed"])] = status
+        counts = count_statuses(self.statuses)
+        self.catalog.update_counts(self.sweep, counts["completed"], counts["stopped_early"],
+                                   counts["failed"])
+
+    @staticmethod
+    def _metrics(last: dict, curve: list[dict], status: str) -> dict[str, Any]:
+        """Final metrics: the loop's own summary when it got to report one, else the curve's."""
+        if not curve and status == "failed":
+            return {}
+        val_losses = [p["val_loss"] for p in curve if p.get("val_loss") is not None]
+        val_loss = last.get("val_loss", val_losses[-1] if val_losses else None)
+        elapsed = last.get("wall_time_s") or last.get("elapsed_s")
+        tokens = last.get("tokens")
+        finite = [v for v in val_losses if math.isfinite(v)]
+        return {
+            "val_loss": val_loss,
+            "best_val_loss": last.get("best_val_loss", min(finite) if finite else None),
+            "val_ppl": last.get("val_ppl", math.exp(min(val_loss, 700)) if val_loss else None),
+            "train_loss": last.get("train_loss"),
+            "psnr": last.get("psnr"),
+            "ssim": last.get("ssim"),
+            "tokens": tokens,
+            "steps": last.get("steps", last.get("step")),
+            "wall_time_s": elapsed,
+            "tokens_per_s": last.get("tokens_per_s", tokens / elapsed if tokens and elapsed else None),
+        }
+
+
+def count_statuses(statuses: dict) -> dict[str, int]:
+    counts = {"completed": 0, "stopped_early": 0, "failed": 0}
+    for status in statuses.values():
+        counts[status] = counts.get(status, 0) + 1
+    return counts
+
+
+def _init_ray(options: SweepOptions) -> bool:
+    """Start local Ray (never silently join another cluster) or join `--address`."""
+    import ray
+
+    if ray.is_initialized():
+        return False
+    address = options.address or "local"
+    kwargs: dict[str, Any] = {"include_dashboard": False} if address == "local" else {}
+    if address == "local":
+        kwargs["num_cpus"] = os.cpu_count()
+    ray.init(address=address, log_to_driver=False, logging_level=logging.ERROR,
+             configure_logging=True, **kwargs)
+    return True
+
+
+def _scheduler(options: SweepOptions, budget: int):
+    from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
+
+    if options.scheduler == "fifo":
+        return FIFOScheduler()
+    grace = options.grace_tokens or max(1, budget // 9)
+    if grace >= budget:
+        raise UserError(f"grace period {grace} tokens is not below the trial budget {budget}",
+                        key="--grace-tokens")
+    return ASHAScheduler(time_attr="tokens", metric="val_loss", mode="min", max_t=budget,
+                         grace_period=grace, reduction_factor=options.reduction_factor)
+
+
+def run_sweep(options: SweepOptions, console: Any = None) -> SweepOutcome:
+    """Run (or finish) a sweep; see the module docstring for what lands where."""
+    from results.catalog import Catalog, default_catalog_url
+    from results.store import completed_keys, validate_sweep_name
+    from search_spaces.space import load_space
+
+    space = load_space(options.space)
+    name = validate_sweep_name(options.name or space.name)
+    options.name = name
+    folder = sweep_folder(options.root, name)
+    storage_url = options.storage or default_catalog_url(options.root)
+    catalog = Catalog(storage_url)
+    seeds = options.seeds or list(space.seeds)
+    budget = token_budget(space)
+
+    statuses = completed_keys(options.root, name)
+    rerun = {"failed"} if options.retry_failed else set()
+    skip = {pair for pair, status in statuses.items() if status not in rerun}
+    if options.search == "grid":
+        from sweep.search import grid_specs
+
+        specs, total = grid_specs(space, seeds, _abs(options.data), skip)
+    else:
+        specs, total = [], options.num_samples
+    catalog.register(name, space.name, space.source_text, space.space_hash, total)
+    data_hash = data_hash_for(space.families, _abs(options.data))
+    if not (folder / SPACE_FILE).exists():
+        (folder / SPACE_FILE).write_text(space.source_text)
+    _write_json_atomic(folder / OPTIONS_FILE, asdict(options) | {"space": str(folder / SPACE_FILE)})
+
+    os.environ.update({k: v for k, v in QUIET_ENV.items() if k not in os.environ})
+    from ray import tune
+
+    from sweep.progress import SweepProgress
+    from sweep.trainable import run_trial
+
+    statuses = {pair: s for pair, s in statuses.items() if pair in skip}
+    tune_kwargs: dict[str, Any] = {}
+    study = None
+    if options.search == "grid":
+        if not specs:
+            catalog.set_status(name, "finished")
+            return SweepOutcome(name, "finished", count_statuses(statuses), 0)
+        param_space = {"spec": tune.grid_search(specs)}
+        num_samples = 1
+    elif options.search == "optuna":
+        param_space, num_samples, searcher, study = _optuna_setup(
+            options, space, seeds[0], name, storage_url)
+        if num_samples <= 0:
+            catalog.set_status(name, "finished")
+            return SweepOutcome(name, "finished", count_statuses(statuses), 0)
+        tune_kwargs["search_alg"] = searcher
+    else:
+        raise UserError(f"unknown search {options.search!r} (grid or optuna)", key="--search")
+
+    started_ray = _init_ray(options)
+    progress = SweepProgress(total=len(specs) if specs else num_samples, console=console,
+                             enabled=options.progress)
+    writer = ResultsWriter(options.root, name, budget, data_hash, catalog, statuses, progress)
+    resources = {"cpu": options.cpus_per_trial, "gpu": options.gpus_per_trial}
+    tuner = tune.Tuner(
+        tune.with_resources(run_trial, resources),
+        param_space=param_space,
+        tune_config=tune.TuneConfig(
+            scheduler=_scheduler(options, budget), num_samples=num_samples,
+            max_concurrent_trials=options.max_concurrent, reuse_actors=True,
+            trial_dirname_creator=lambda trial: trial.trial_id, **tune_kwargs),
+        run_config=tune.RunConfig(
+            name=f"{name}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}",
+            storage_path=str((folder / "_ray").resolve()), verbose=0,
+            callbacks=[writer, progress], failure_config=tune.FailureConfig(max_failures=0)),
+    )
+    catalog.set_status(name, "running")
+    status = "failed"
+    try:
+        with progress:
+            tuner.fit()
+        status = "finished"
+    except KeyboardInterrupt:
+        status = "interrupted"
+        raise
+    finally:
+        catalog.set_status(name, status)
+        if started_ray:
+            import ray
+
+            ray.shutdown()
+    return SweepOutcome(name, status, count_statuses(statuses), len(writer.written))
+
+
+def _abs(path: str | None) -> str | None:
+    return str(Path(path).resolve()) if path else None
+
+
+def _optuna_setup(options: SweepOptions, space: Any, seed: int, name: str, storage_url: str):
+    """The Optuna searcher, reconciled with what a killed driver left behind."""
+    from results.store import load_trials
+    from sweep.search import launched_count, make_optuna_search, open_storage, reconcile_study
+    from sweep.search import trial_spec as make_trial_spec
+
+    if options.multi_objective and options.multi_objective not in ("params_non_embedding",
+                                                                   "flops_per_token"):
+        raise UserError(f"unknown objective {options.multi_objective!r} "
+                        "(params_non_embedding or flops_per_token)", key="--multi-objective")
+    storage = open_storage(storage_url)
+    data = _abs(options.data)
+    searcher, study = make_optuna_search(
+        space, name, storage, lambda c: make_trial_spec(c, space, seed, data),
+        options.multi_objective, sampler_seed=options.sampler_seed)
+    trials = load_trials(options.root, [name])
+    second = options.multi_objective
+    finished = {
+        row.trial_id: {"status": row.status,
+                       "values": [row.val_loss] + ([getattr(row, second)] if second else [])}
+        for row in trials.itertuples()
+    }
+    reconcile_study(study, finished)
+    return {}, options.num_samples - launched_count(study), searcher, study
