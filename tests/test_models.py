@@ -1,0 +1,210 @@
+"""The torch models match the accounting exactly and compute what the seeds describe."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+from pydantic import ValidationError
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.utils.flop_counter import FlopCounterMode
+
+from search_spaces.accounting import account
+from search_spaces.configs import (
+    ConventionalConfig,
+    HourglassConfig,
+    TrainConfig,
+    VariableWidthConfig,
+    VisionMLPConfig,
+)
+from trainers.models import build_model, count_params
+from trainers.mup import configure
+
+ACTIVATIONS = ["relu", "gelu", "swiglu", "geglu", "simple_gated"]
+
+
+def _lm_fields(rng: random.Random) -> dict:
+    n_heads = rng.choice([1, 2, 4])
+    fields = {
+        "n_heads": n_heads,
+        "n_kv_heads": rng.choice([h for h in (1, 2, 4) if n_heads % h == 0]),
+        "n_layers": rng.randint(1, 5),
+        "d_h": rng.randint(4, 80),
+        "bias": rng.random() < 0.5,
+        "vocab_size": rng.randint(16, 300),
+        "tie_embeddings": rng.random() < 0.5,
+        "norm_order": rng.choice(["pre", "post"]),
+    }
+    if rng.random() < 0.3:  # explicit head_dim that does not divide d_model evenly
+        fields |= {"head_dim": rng.choice([4, 6, 8]), "d_model": rng.randint(8, 72)}
+    else:
+        fields["d_model"] = n_heads * rng.choice([4, 8, 12, 16])
+    return fields
+
+
+def random_config(rng: random.Random):
+    """One valid random config of a random family (retries until pydantic accepts it)."""
+    while True:
+        family = rng.choice(["conventional", "hourglass", "variable_width", "vision_mlp"])
+        try:
+            if family == "vision_mlp":
+                return VisionMLPConfig(
+                    d_x=rng.randint(4, 48), d_z=rng.randint(4, 96), d_h=rng.randint(2, 96),
+                    n_layers=rng.randint(1, 4), d_out=rng.randint(2, 48),
+                    input_projection=rng.choice(["fixed", "trained"]),
+                    activation=rng.choice(["relu", "gelu"]), bias=rng.random() < 0.5,
+                )
+            fields = _lm_fields(rng)
+            if family == "conventional":
+                return ConventionalConfig(**fields, activation=rng.choice(ACTIVATIONS))
+            if family == "hourglass":
+                return HourglassConfig(**fields, k=rng.randint(1, 4),
+                                       activation=rng.choice(["swiglu", "geglu"]))
+            fields.pop("head_dim", None)
+            fields["d_model"] = 2 * fields["n_heads"] * rng.randint(2, 8)
+            fields["n_layers"] = rng.randint(1, 6)
+            shape = rng.choice(["constant", "grow", "shrink", "diamond", "bottleneck", "widths"])
+            unit = 2 * fields["n_heads"]
+            if shape == "widths":
+                extra = {"widths": [unit * rng.randint(1, 10) for _ in range(fields["n_layers"])]}
+            else:
+                alpha = rng.uniform(1.2, 2.0) if shape == "diamond" else rng.uniform(0.3, 0.9)
+                extra = {"shape": shape, "alpha": alpha, "beta": rng.uniform(0.2, 0.8)}
+            return VariableWidthConfig(**fields, **extra, activation=rng.choice(ACTIVATIONS),
+                                       resize=rng.choice(["carry", "zero", "projection"]))
+        except ValidationError:
+            continue
+
+
+def _inputs(config, batch: int = 2, seq_len: int = 8) -> torch.Tensor:
+    if isinstance(config, VisionMLPConfig):
+        return torch.randn(batch, config.d_x)
+    return torch.randint(0, config.vocab_size, (batch, seq_len))
+
+
+def test_numel_equals_accounting_over_random_configs():
+    rng = random.Random(1234)
+    families = set()
+    for _ in range(200):
+        config = random_config(rng)
+        families.add((config.family, getattr(config, "resize", None)))
+        model = build_model(config)
+        trainable, frozen = count_params(model)
+        acc = account(config)
+        assert (trainable, frozen) == (acc.params_total, acc.params_frozen), config
+        out = model(_inputs(config))
+        if isinstance(config, VisionMLPConfig):
+            assert out.shape == (2, config.d_out)
+        else:
+            assert model.config is config
+            assert out.shape == (2, 8, config.vocab_size)
+    assert len(families) == 6  # every family and every resize mode was drawn
+
+
+def _lm_variants():
+    base = {"d_model": 32, "n_layers": 3, "n_heads": 4, "vocab_size": 64}
+    return [
+        ConventionalConfig(**base, d_h=64, n_kv_heads=2, bias=True, tie_embeddings=False),
+        ConventionalConfig(**base, d_h=64, activation="simple_gated", norm_order="post"),
+        HourglassConfig(**base, d_h=8, k=3, norm_order="post"),
+        VariableWidthConfig(**base, d_h=64, widths=[16, 48, 24], resize="carry"),
+        VariableWidthConfig(**base, d_h=64, widths=[48, 16, 40], resize="zero"),
+        VariableWidthConfig(**base, d_h=64, widths=[16, 48, 24], resize="projection"),
+    ]
+
+
+@pytest.mark.parametrize("config", _lm_variants(), ids=lambda c: f"{c.family}")
+def test_causal_and_every_parameter_matters(config):
+    torch.manual_seed(0)
+    model = build_model(config)
+    configure(model, config, TrainConfig())
+    idx = torch.randint(0, config.vocab_size, (2, 12))
+    changed = idx.clone()
+    changed[:, 7] = (idx[:, 7] + 1) % config.vocab_size
+    logits, logits_changed = model(idx), model(changed)
+    torch.testing.assert_close(logits[:, :7], logits_changed[:, :7])
+    assert not torch.allclose(logits[:, 7:], logits_changed[:, 7:])
+    # No allocated parameter is dead weight (seed 002's "valid" count): all get gradient.
+    logits.logsumexp(-1).sum().backward()
+    dead = [n for n, p in model.named_parameters() if p.grad is None or not p.grad.abs().sum()]
+    assert not dead
+
+
+@pytest.mark.parametrize("resize", ["carry", "zero", "projection"])
+@pytest.mark.parametrize("norm_order", ["pre", "post"])
+def test_constant_variable_width_equals_conventional(resize, norm_order):
+    shared = {"d_model": 32, "n_layers": 3, "n_heads": 4, "d_h": 64, "vocab_size": 64,
+              "norm_order": norm_order, "tie_embeddings": False, "bias": True}
+    conventional = ConventionalConfig(**shared)
+    variable = VariableWidthConfig(**shared, widths=[32, 32, 32], resize=resize)
+    torch.manual_seed(0)
+    reference = build_model(conventional)
+    configure(reference, conventional, TrainConfig())
+    with torch.no_grad():  # make the zero-initialised biases matter too
+        for p in reference.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    model = build_model(variable)
+    model.load_state_dict(reference.state_dict())
+    idx = torch.randint(0, 64, (2, 10))
+    torch.testing.assert_close(model(idx), reference(idx))
+
+
+def _block_streams(model, idx):
+    """The global residual stream entering and leaving each block."""
+    seen = []
+    hooks = [b.register_forward_hook(lambda m, args, out: seen.append((args[0], out)))
+             for b in model.blocks]
+    model(idx)
+    for h in hooks:
+        h.remove()
+    return seen
+
+
+def test_resize_semantics():
+    """carry passes skipped coordinates through; zero and projection reset grown ones."""
+    base = {"d_model": 32, "n_layers": 3, "n_heads": 4, "d_h": 64, "vocab_size": 64}
+    idx = torch.randint(0, 64, (2, 6))
+    torch.manual_seed(0)
+    carry = build_model(VariableWidthConfig(**base, widths=[48, 16, 48], resize="carry"))
+    (in0, out0), (in1, out1), (in2, _) = _block_streams(carry, idx)
+    assert carry.stream_width == 48 and not in0[..., 32:].any()  # embedding fills [:D]
+    torch.testing.assert_close(out1[..., 16:], in1[..., 16:])  # narrow layer skips them
+    torch.testing.assert_close(in2, out1)  # and layer 2 reads them back
+    assert out0[..., 16:].abs().sum() > 0
+
+    zero = build_model(VariableWidthConfig(**base, widths=[48, 16, 48], resize="zero"))
+    (_, out0), (in1, out1), (in2, _) = _block_streams(zero, idx)
+    assert not in2[..., 16:48].any()
+    torch.testing.assert_close(in2[..., :16], out1[..., :16])
+
+    proj = build_model(VariableWidthConfig(**base, widths=[48, 16, 48], resize="projection"))
+    (_, _), (_, out1), (in2, _) = _block_streams(proj, idx)
+    expected = proj.resizers["2"](out1[..., :16])
+    torch.testing.assert_close(in2[..., 16:48], expected)
+
+
+def _measured_flops(model, inputs) -> int:
+    # The math backend runs attention as plain matmuls over the full (masked) T x T
+    # scores, which is the accounting's non-causal convention.
+    with sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as counter:
+        model(inputs).float().square().mean().backward()
+    return counter.get_total_flops()
+
+
+@pytest.mark.parametrize("config", [
+    ConventionalConfig(d_model=64, n_layers=2, n_heads=4, n_kv_heads=2, d_h=256, vocab_size=256,
+                       tie_embeddings=False),
+    ConventionalConfig(d_model=48, n_layers=2, n_heads=2, d_h=96, activation="simple_gated"),
+    HourglassConfig(d_model=64, n_layers=2, n_heads=4, d_h=16, k=3),
+    VariableWidthConfig(d_model=64, n_layers=4, n_heads=4, d_h=256, resize="projection"),
+    VisionMLPConfig(d_x=64, d_z=128, d_h=32, n_layers=3, input_projection="fixed"),
+    VisionMLPConfig(d_x=64, d_z=128, d_h=32, n_layers=3, input_projection="trained"),
+], ids=lambda c: f"{c.family}-{getattr(c, 'input_projection', c.activation)}")
+def test_flops_match_accounting(config):
+    seq_len, batch = 32, 2
+    model = build_model(config)
+    inputs = _inputs(config, batch, seq_len)
+    examples = batch if isinstance(config, VisionMLPConfig) else batch * seq_len
+    expected = account(config, seq_len).flops_per_token * examples
+    assert _measured_flops(model, inputs) == pytest.approx(expected, rel=0.02)
