@@ -1,0 +1,79 @@
+"""`shapesweep train CONFIG`: train one candidate (as `plan`/`export` write it) on real data."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from search_spaces.configs import parse_count
+
+
+def _count(text: str) -> int:
+    try:
+        value = parse_count(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from error
+    if not isinstance(value, int) or value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive whole number, got {text!r}")
+    return value
+
+
+def add_arguments_train(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("config", metavar="CONFIG",
+                        help="candidate YAML/JSON: {family, model: {...}, train: {...}}")
+    parser.add_argument("--steps", type=_count, help="optimizer steps (overrides train.steps/tokens)")
+    parser.add_argument("--tokens", type=_count,
+                        help="token budget, e.g. 2M (images for vision; overrides train.tokens)")
+    parser.add_argument("--data", metavar="PATH",
+                        help="text file/folder, .bin/.npy tokens, Parquet with a `text` column; "
+                             "vision: MNIST folder/.npz or ImageNet-32 folder (default: built-in)")
+    parser.add_argument("--tokenizer", metavar="JSON",
+                        help="a Hugging Face tokenizer.json for text data (default: bytes)")
+    parser.add_argument("--device", help="cpu, cuda, cuda:1 (default: cuda if available)")
+    parser.add_argument("--checkpoint-dir", metavar="DIR",
+                        help="checkpoint every evaluation; resume from it if it holds one")
+    parser.add_argument("--json", action="store_true", help="print one JSON object of final metrics")
+
+
+def _print_summary(result, config, train) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"{config.family} trained on {result.tokens:,} "
+                        f"{'images' if result.psnr is not None else 'tokens'}")
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    rows = [("val_loss", f"{result.val_loss:.4f}"), ("best_val_loss", f"{result.best_val_loss:.4f}")]
+    if result.val_ppl is not None:
+        rows.append(("val_ppl", f"{result.val_ppl:.3f}"))
+    for name in ("psnr", "ssim", "accuracy"):
+        if getattr(result, name) is not None:
+            rows.append((name, f"{getattr(result, name):.4f}"))
+    rows += [("train_loss", f"{result.train_loss:.4f}"), ("steps", f"{result.steps:,}"),
+             ("tokens_per_s", f"{result.tokens_per_s:,.0f}"),
+             ("params_measured", f"{result.params_measured:,}"),
+             ("wall_time_s", f"{result.wall_time_s:.1f}"), ("data_hash", result.data_hash[:16])]
+    if result.stopped:
+        rows.append(("stopped", "early"))
+    for name, value in rows:
+        table.add_row(name, value)
+    Console().print(table)
+
+
+def train(args: argparse.Namespace) -> int:
+    from trainers.loop import load_candidate
+    from trainers.loop import train as run_training
+
+    config, recipe = load_candidate(args.config)
+    if args.steps is not None or args.tokens is not None:
+        recipe = recipe.model_validate({**recipe.model_dump(), "steps": args.steps,
+                                        "tokens": args.tokens})
+    result = run_training(config, recipe, data=args.data, checkpoint_dir=args.checkpoint_dir,
+                          device=args.device, progress=not args.json, tokenizer=args.tokenizer)
+    if args.json:
+        summary = result.to_dict()
+        summary.pop("curve")
+        print(json.dumps({"family": config.family, **summary}))
+    else:
+        _print_summary(result, config, recipe)
+    return 0

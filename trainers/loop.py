@@ -1,0 +1,310 @@
+"""The short-trial training loop: one candidate config, real data, a handful of metrics.
+
+AdamW with per-group lr (schedule x train.lr x the group's lr_scale from
+`trainers.mup.configure`), linear warmup then cosine/linear/constant decay, gradient
+clipping, gradient accumulation so every optimizer step sees `batch_tokens` tokens
+(`batch_size` images), cross-entropy + optional z-loss (seed 000), periodic evaluation.
+The loop knows nothing of Ray: it reports through `callback(metrics)` after each
+evaluation, and a callback stops the trial by raising `StopTrial`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+import torch.nn.functional as F
+
+from search_spaces.configs import FAMILIES, TrainConfig, VisionMLPConfig, config_key, make_config
+from search_spaces.errors import UserError
+from trainers import checkpoint
+
+
+class StopTrial(Exception):
+    """Raised by a callback to end the trial early (e.g. an ASHA decision); not an error."""
+
+
+class NonFiniteLoss(RuntimeError):
+    """The training loss became NaN or inf (the message names the step)."""
+
+
+@dataclass
+class TrainResult:
+    val_loss: float  # at the last evaluation
+    best_val_loss: float
+    val_ppl: float | None  # LM only
+    train_loss: float  # mean over the steps since the previous evaluation
+    tokens: int  # images for vision
+    steps: int
+    wall_time_s: float
+    tokens_per_s: float  # training steps only (evaluation excluded)
+    params_measured: int  # trainable numel of the built model
+    data_hash: str
+    stopped: bool = False
+    curve: list[dict[str, Any]] = field(default_factory=list)
+    psnr: float | None = None
+    ssim: float | None = None
+    accuracy: float | None = None  # vision genclass only
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def lr_multiplier(step: int, total: int, train: TrainConfig) -> float:
+    """Schedule factor for optimizer step `step` (0-based): warmup, then decay to min_lr_frac."""
+    warmup = round(train.warmup_frac * total)
+    if step < warmup:
+        return (step + 1) / warmup
+    progress = min(1.0, (step - warmup) / max(1, total - warmup))
+    floor = train.min_lr_frac
+    if train.decay == "cosine":
+        return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * progress))
+    if train.decay == "linear":
+        return 1 - (1 - floor) * progress
+    return 1.0
+
+
+def _make_task(config, train: TrainConfig, data: str | None, tokenizer: str | None):
+    """The data task: (task, items per optimizer step, tokens or images per step, data hash)."""
+    if isinstance(config, VisionMLPConfig):
+        from trainers.vision_data import VisionTask, load_images
+
+        images = load_images(data)
+        task = VisionTask(images, config.task, train.noise_std, train.seed, train.eval_tokens)
+        for key, need, got in (("d_x", task.d_x, config.d_x), ("d_out", task.d_out, config.d_out)):
+            if need != got:
+                raise UserError(f"the {config.task} task on this data needs {key}={need}, the "
+                                f"config has {key}={got}", file=images.source, key=key)
+        n_images = min(train.batch_size, len(images.train))
+        return task, n_images, n_images, images.data_hash
+    from trainers.data import LMTask, check_fits, load_lm_data
+
+    tokens = load_lm_data(data, tokenizer)
+    check_fits(tokens, config.vocab_size, train.seq_len, train.eval_tokens)
+    n_seq = max(1, train.batch_tokens // train.seq_len)
+    task = LMTask(tokens, train.seq_len, train.seed, train.eval_tokens)
+    return task, n_seq, n_seq * train.seq_len, tokens.data_hash
+
+
+def total_steps(train: TrainConfig, units_per_step: int) -> int:
+    if train.steps is not None:
+        return train.steps
+    if train.tokens is not None:
+        return max(1, math.ceil(train.tokens / units_per_step))
+    raise UserError("no training budget: set train.tokens or train.steps (or --tokens/--steps)",
+                    key="train.tokens")
+
+
+def _loss(out: torch.Tensor, y: torch.Tensor, z_loss: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """(objective to minimise, the reported loss): MSE for vision, CE (+ z-loss) for LMs."""
+    if y.is_floating_point():
+        mse = F.mse_loss(out.float(), y)
+        return mse, mse
+    logits = out.float().flatten(0, 1)
+    ce = F.cross_entropy(logits, y.flatten())
+    if z_loss:
+        return ce + z_loss * torch.logsumexp(logits, -1).pow(2).mean(), ce
+    return ce, ce
+
+
+@torch.no_grad()
+def evaluate(model, task, batch: int, device, autocast) -> dict[str, float]:
+    """Validation loss (and ppl, or image metrics) on the task's fixed held-out set."""
+    model.eval()
+    total, count, preds = 0.0, 0, []
+    for x, y in zip(task.val_x.split(batch), task.val_y.split(batch)):
+        with autocast():
+            out = model(x.to(device))
+        _, loss = _loss(out, y.to(device), 0.0)
+        total += loss.item() * len(x)
+        count += len(x)
+        if y.is_floating_point():
+            preds.append(out.float().cpu())
+    model.train()
+    metrics = {"val_loss": total / count}
+    if preds:
+        metrics.update(task.metrics(torch.cat(preds)))
+    else:
+        metrics["val_ppl"] = math.exp(min(metrics["val_loss"], 700.0))
+    return metrics
+
+
+def _progress(enabled: bool, total: int):
+    if not enabled:
+        return contextlib.nullcontext(None)
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    return Progress(TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(),
+                    TextColumn("{task.description}"), TimeRemainingColumn(),
+                    console=Console(stderr=True), transient=False)
+
+
+def train(model_config, train: TrainConfig, data: str | None = None,
+          callback: Callable[[dict], None] | None = None, checkpoint_dir: str | None = None,
+          device: str | None = None, progress: bool = False,
+          tokenizer: str | None = None) -> TrainResult:
+    """Train `model_config` under the recipe `train`; resumes from `checkpoint_dir` if it holds one."""
+    from trainers.models import build_model
+    from trainers.mup import configure
+
+    dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    cuda = dev.type == "cuda"
+    task, per_step, units_per_step, data_hash = _make_task(model_config, train, data, tokenizer)
+    steps = total_steps(train, units_per_step)
+    eval_every = train.eval_every or max(1, steps // 10)
+    micro = train.micro_batch_size or per_step
+    eval_batch = micro if not isinstance(model_config, VisionMLPConfig) else 1024
+
+    torch.manual_seed(train.seed)
+    model = build_model(model_config)
+    groups = configure(model, model_config, train)
+    model.to(dev)
+    params_measured = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    optimizer = torch.optim.AdamW(
+        [{**g, "lr": train.lr * g.get("lr_scale", 1.0)} for g in groups],
+        lr=train.lr, betas=(train.beta1, train.beta2), fused=cuda or None)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: lr_multiplier(s, steps, train))
+    params = [p for g in groups for p in g["params"]]
+    forward = torch.compile(model) if (cuda and train.compile) else model
+
+    def autocast():
+        return torch.autocast("cuda", dtype=torch.bfloat16) if cuda else contextlib.nullcontext()
+
+    identity = {"config_key": config_key(model_config), "family": model_config.family,
+                "train": train.model_dump(mode="json"), "data_hash": data_hash}
+    start, curve, prior_elapsed, train_time = 0, [], 0.0, 0.0
+    state = checkpoint.load(checkpoint_dir, identity)
+    if state is not None:
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        scheduler.load_state_dict(state["scheduler"])
+        checkpoint.set_rng_state(state["rng"])
+        start, curve = state["step"], state["curve"]
+        prior_elapsed, train_time = state["elapsed_s"], state["train_time_s"]
+
+    t0 = time.perf_counter()
+    loss_sum, loss_steps, stopped = 0.0, 0, False
+    model.train()
+    with _progress(progress, steps) as bar:
+        bar_task = bar.add_task("", total=steps, completed=start) if bar else None
+        for step in range(start, steps):
+            t_step = time.perf_counter()
+            x, y = task.train_batch(step, per_step)
+            objective_sum = torch.zeros((), device=dev)
+            reported_sum = torch.zeros((), device=dev)
+            for xs, ys in zip(x.split(micro), y.split(micro)):
+                xs, ys = xs.to(dev, non_blocking=True), ys.to(dev, non_blocking=True)
+                with autocast():
+                    out = forward(xs)
+                objective, reported = _loss(out, ys, train.z_loss)
+                weight = len(xs) / len(x)
+                (objective * weight).backward()
+                objective_sum += objective.detach() * weight
+                reported_sum += reported.detach() * weight
+            objective_value, reported_value = objective_sum.item(), reported_sum.item()
+            if not (math.isfinite(objective_value) and math.isfinite(reported_value)):
+                raise NonFiniteLoss(f"training loss became {objective_value} at step {step + 1} "
+                                    f"of {steps} (lr={train.lr:g}); lower the learning rate")
+            if train.grad_clip > 0:
+                torch.nn.utils.clip_grad_norm_(params, train.grad_clip)
+            lr_now = train.lr * lr_multiplier(step, steps, train)
+            optimizer.step()
+            scheduler.step()
+            optimizer.zero_grad(set_to_none=True)
+            train_time += time.perf_counter() - t_step
+            loss_sum, loss_steps = loss_sum + reported_value, loss_steps + 1
+            done = step + 1
+            if bar:
+                bar.update(bar_task, completed=done, description=f"loss {reported_value:.4f}")
+            if done % eval_every and done != steps:
+                continue
+            metrics = {"step": done, "tokens": done * units_per_step, "train_loss": loss_sum / loss_steps,
+                       **evaluate(forward, task, eval_batch, dev, autocast), "lr": lr_now,
+                       "elapsed_s": prior_elapsed + time.perf_counter() - t0}
+            curve.append(metrics)
+            loss_sum, loss_steps = 0.0, 0
+            if checkpoint_dir is not None:
+                checkpoint.save(checkpoint_dir, {
+                    "identity": identity, "model": model.state_dict(),
+                    "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
+                    "rng": checkpoint.rng_state(), "step": done, "curve": curve,
+                    "elapsed_s": metrics["elapsed_s"], "train_time_s": train_time})
+            if bar:
+                bar.update(bar_task, description=f"loss {metrics['train_loss']:.4f} "
+                                                 f"val {metrics['val_loss']:.4f}")
+            if callback is not None:
+                try:
+                    callback(dict(metrics))
+                except StopTrial:
+                    stopped = True
+                    break
+    return _result(curve, prior_elapsed + time.perf_counter() - t0, train_time,
+                   params_measured, data_hash, stopped)
+
+
+def _result(curve, wall, train_time, params_measured, data_hash, stopped) -> TrainResult:
+    last = curve[-1]
+    vision = "psnr" in last
+    return TrainResult(
+        val_loss=last["val_loss"], best_val_loss=min(m["val_loss"] for m in curve),
+        val_ppl=None if vision else math.exp(min(last["val_loss"], 700.0)),
+        train_loss=last["train_loss"], tokens=last["tokens"], steps=last["step"],
+        wall_time_s=wall, tokens_per_s=last["tokens"] / max(train_time, 1e-9),
+        params_measured=params_measured, data_hash=data_hash, stopped=stopped, curve=list(curve),
+        psnr=last.get("psnr"), ssim=last.get("ssim"), accuracy=last.get("accuracy"))
+
+
+def _validation_error(error, file: str, prefix: str) -> UserError:
+    first = error.errors()[0]
+    loc = ".".join(str(part) for part in first["loc"])
+    problem = first["msg"].removeprefix("Value error, ")
+    return UserError(problem, file=file, key=f"{prefix}.{loc}" if loc else prefix)
+
+
+def load_candidate(path: str | Path):
+    """(model_config, TrainConfig) from a candidate YAML/JSON as `plan`/`export` write it.
+
+    `{"family": ..., "model": {shape fields}, "train": {...}}`; other top-level keys
+    (metrics, provenance, accounting) are ignored. A flat candidate (shape fields at the top
+    level, like one row of `plan --format json`) is accepted too: only the family's fields
+    are read from it.
+    """
+    import yaml
+    from pydantic import ValidationError
+
+    file = str(path)
+    if not Path(path).is_file():
+        raise UserError("candidate file not found", file=file)
+    try:
+        doc = yaml.safe_load(Path(path).read_text())
+    except yaml.YAMLError as error:
+        raise UserError(f"not valid YAML/JSON ({str(error).splitlines()[0]})", file=file) from error
+    if not isinstance(doc, dict):
+        raise UserError("expected a mapping with keys family, model and train", file=file)
+    model = doc.get("model", None)
+    family = doc.get("family") or (model.get("family") if isinstance(model, dict) else None)
+    if family not in FAMILIES:
+        raise UserError(f"unknown family {family!r}; expected one of {', '.join(FAMILIES)}",
+                        file=file, key="family")
+    if model is None:
+        model = {k: v for k, v in doc.items() if k in FAMILIES[family].model_fields}
+    elif not isinstance(model, dict):
+        raise UserError("expected a mapping of shape fields", file=file, key="model")
+    train_fields = doc.get("train") or {}
+    if not isinstance(train_fields, dict):
+        raise UserError("expected a mapping of training settings", file=file, key="train")
+    try:
+        config = make_config({**model, "family": family})
+    except ValidationError as error:
+        raise _validation_error(error, file, "model") from error
+    try:
+        recipe = TrainConfig.model_validate(train_fields)
+    except ValidationError as error:
+        raise _validation_error(error, file, "train") from error
+    return config, recipe
