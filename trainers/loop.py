@@ -13,9 +13,10 @@ from __future__ import annotations
 import contextlib
 import math
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -117,7 +118,7 @@ def evaluate(model, task, batch: int, device, autocast) -> dict[str, float]:
     """Validation loss (and ppl, or image metrics) on the task's fixed held-out set."""
     model.eval()
     total, count, preds = 0.0, 0, []
-    for x, y in zip(task.val_x.split(batch), task.val_y.split(batch)):
+    for x, y in zip(task.val_x.split(batch), task.val_y.split(batch), strict=True):
         with autocast():
             out = model(x.to(device))
         _, loss = _loss(out, y.to(device), 0.0)
@@ -138,7 +139,13 @@ def _progress(enabled: bool, total: int):
     if not enabled:
         return contextlib.nullcontext(None)
     from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeRemainingColumn,
+    )
 
     return Progress(TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(),
                     TextColumn("{task.description}"), TimeRemainingColumn(),
@@ -198,7 +205,7 @@ def train(model_config, train: TrainConfig, data: str | None = None,
             x, y = task.train_batch(step, per_step)
             objective_sum = torch.zeros((), device=dev)
             reported_sum = torch.zeros((), device=dev)
-            for xs, ys in zip(x.split(micro), y.split(micro)):
+            for xs, ys in zip(x.split(micro), y.split(micro), strict=True):
                 xs, ys = xs.to(dev, non_blocking=True), ys.to(dev, non_blocking=True)
                 with autocast():
                     out = forward(xs)
