@@ -149,7 +149,7 @@ class VariableWidthConfig(_LMBase):
     family: Literal["variable_width"] = "variable_width"
     shape: Shape = "bottleneck"
     beta: Annotated[float, Field(ge=0.0, le=1.0)] = 0.5
-    alpha: Annotated[float, Field(gt=0.0)] = 0.5
+    alpha: Annotated[float, Field(gt=0.0)] = 0.3  # with beta 0.5: seed 002 Table 2 avg widths within 1%
     widths: list[PositiveInt] | None = None
     width_multiple: PositiveInt | None = None  # default 2 * n_heads (even head_dim)
     resize: Literal["carry", "zero", "projection"] = "carry"

@@ -107,7 +107,7 @@ def plan(space: SearchSpace, seq_len: int | None = None) -> Plan:
     counts["unique"] = len(candidates)
     if not candidates:
         _explain_empty(space, counts, targets, closest, reach)
-    metric = space.budget.target_metric
+    metric = space.resolved()[0].budget.target_metric
     return Plan(space=space, metric=metric, targets=targets, candidates=candidates, counts=counts)
 
 
@@ -131,9 +131,9 @@ def solve_point(space: SearchSpace, point: dict[str, Any], seq_len: int | None =
 
 
 def _target(space: SearchSpace, variant: Resolved, seq_len: int) -> float:
-    metric = space.budget.target_metric
-    if space.budget.match is None:
-        return float(getattr(space.budget, metric))
+    metric = variant.budget.target_metric
+    if variant.budget.match is None:
+        return float(getattr(variant.budget, metric))
     accounting = account(reference_config(space, variant), seq_len)
     return float(getattr(accounting, METRIC_COLUMN[metric]))
 
@@ -143,12 +143,13 @@ def _explain_empty(space, counts, targets, closest, reach) -> None:
     if counts["feasible"] == 0:
         raise UserError(f"none of the {counts['raw']} raw points is valid (check constraints, "
                         "divisibility and even head_dim)", file=file, key="constraints")
-    metric = space.budget.target_metric
+    budget = space.resolved()[0].budget
+    metric = budget.target_metric
     if not reach[0] <= target <= reach[1]:
         raise UserError(f"{metric} {_fmt(target)} is out of reach: this space spans "
                         f"[{_fmt(reach[0])}, {_fmt(reach[1])}]", file=file, key="budget")
     config, error = closest
-    raise UserError(f"no candidate within tolerance {space.budget.tolerance:g}; the closest is "
+    raise UserError(f"no candidate within tolerance {budget.tolerance:g}; the closest is "
                     f"{_describe(config)} with budget error {error:+.4f}", file=file, key="budget.tolerance")
 
 
@@ -179,12 +180,12 @@ def _solve_variant(space: SearchSpace, v: Resolved, values: dict[str, list], tar
     mesh = np.meshgrid(*numeric.values(), indexing="ij") if numeric else []
     numeric_cols = {d: m.ravel() for d, m in zip(numeric, mesh, strict=True)}
     n = int(np.prod([len(x) for x in numeric.values()])) if numeric else 1
-    column = METRIC_COLUMN[space.budget.target_metric]
+    column = METRIC_COLUMN[v.budget.target_metric]
     if v.family == "vision_mlp" and column == "params_non_embedding":
         column = "params_total"
     out = {"counts": {"raw": 0, "feasible": 0}, "candidates": [], "closest": None,
            "reach": [np.inf, -np.inf]}
-    tol = space.budget.tolerance
+    tol = v.budget.tolerance
     for combo in itertools.product(*categorical.values()):
         cols = {d: _as_number(d, x) for d, x in v.fixed.items()}
         cols |= dict(zip(categorical, combo, strict=True)) | numeric_cols

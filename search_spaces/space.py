@@ -110,7 +110,8 @@ class Variant(_Strict):
     """One family's slice of a space; unset parts inherit from the space."""
 
     name: str | None = None
-    family: str | None = None
+    family: str | list[str] | None = None
+    budget: Budget | None = None
     fixed: dict[str, Any] | None = None
     search: dict[str, SearchValues] | None = None
     solve: str | list[str] | None = None
@@ -125,6 +126,7 @@ class Resolved(BaseModel):
     index: int
     name: str
     family: str
+    budget: Budget
     fixed: dict[str, Any]
     search: dict[str, SearchValues]
     solve: list[str]
@@ -194,7 +196,8 @@ class SearchSpace(_Strict):
                 fixed = {k: x for k, x in self.fixed.items() if k not in own_search} | own_fixed
                 search = {k: x for k, x in self.search.items() if k not in own_fixed} | own_search
                 out.append(Resolved(
-                    index=len(out), name=name, family=fam, fixed=fixed, search=search,
+                    index=len(out), name=name, family=fam, budget=variant.budget or self.budget,
+                    fixed=fixed, search=search,
                     solve=[solve] if isinstance(solve, str) else list(solve),
                     round={**self.round, **(variant.round or {})},
                     constraints=[*self.constraints, *(variant.constraints or [])],
@@ -328,9 +331,8 @@ def _check_variant(space: SearchSpace, v: Resolved, file: str) -> None:
         except SyntaxError as error:
             raise UserError(f"not an expression: {error.msg}", file=file,
                             key=f"constraints[{i}]") from None
-    if space.budget.match is not None:
+    if v.budget.match is not None:
         reference_config(space, v, file)
-    _ = space.budget.target_metric
     if v.raw_size > 50_000_000:
         raise UserError(f"{v.raw_size} raw points is too many (limit 5e7)", file=file, key="search")
 
@@ -353,7 +355,7 @@ def reference_config(space: SearchSpace, v: Resolved, file: str | None = None):
     """The config a `match:` budget refers to: the variant's fixed dims overridden by match."""
     from search_spaces.configs import make_config
 
-    fields = {**v.fixed, "family": v.family, **(space.budget.match or {})}
+    fields = {**v.fixed, "family": v.family, **(v.budget.match or {})}
     family = fields["family"]
     if family not in FAMILIES:
         raise UserError(f"unknown family {family!r}", file=file or space.source_file,

@@ -1,0 +1,119 @@
+"""`shapesweep spaces` and `shapesweep plan SPACE`: browse built-in spaces, solve one."""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import sys
+
+from search_spaces.errors import UserError
+
+TABLE_COLUMNS = ("key", "family", "d_model", "n_layers", "n_heads", "d_h", "k", "ffn_ratio",
+                 "width_depth_ratio", "params_non_embedding", "params_total", "flops_per_token",
+                 "avg_layer_width", "budget_error")
+VARYING_EXTRA = ("shape", "beta", "alpha", "activation", "resize", "d_x", "d_z", "input_projection", "task")
+
+
+def add_arguments_spaces(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--counts", action="store_true",
+                        help="also solve each space and show its candidate count (slower)")
+
+
+def add_arguments_plan(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("space", help="a built-in space name (see `shapesweep spaces`) or a YAML file")
+    parser.add_argument("--format", choices=("table", "json", "csv"), default="table")
+    parser.add_argument("--seq-len", type=int, default=None,
+                        help="sequence length for FLOPs (default: the space's train.seq_len)")
+
+
+def spaces(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from search_spaces.solver import plan
+    from search_spaces.space import list_builtin, load_space
+
+    table = Table(title="built-in search spaces (shapesweep plan NAME)")
+    for name in ("name", "family", "budget", "candidates", "description"):
+        table.add_column(name, overflow="fold")
+    for name, description in list_builtin():
+        space = load_space(name)
+        count = "?"
+        if args.counts:
+            try:
+                count = str(plan(space).counts["unique"])
+            except UserError as error:
+                count = f"error: {error.problem}"
+        else:
+            count = f"<= {sum(v.raw_size for v in space.resolved())}"
+        table.add_row(name, ", ".join(space.families), _budget_text(space), count, description)
+    Console(width=max(Console().width, 160)).print(table)
+    return 0
+
+
+def _budget_text(space) -> str:
+    budget = space.budget
+    if budget.match is not None:
+        what = ", ".join(f"{k}={v}" for k, v in budget.match.items())
+        return f"{budget.target_metric} of ({what}) ±{budget.tolerance:g}"
+    value = getattr(budget, budget.target_metric)
+    return f"{budget.target_metric} {_short(value)} ±{budget.tolerance:g}"
+
+
+def _short(value: float) -> str:
+    for scale, suffix in ((1e9, "B"), (1e6, "M"), (1e3, "K")):
+        if abs(value) >= scale:
+            return f"{value / scale:.4g}{suffix}"
+    return f"{value:.4g}"
+
+
+def plan(args: argparse.Namespace) -> int:
+    from search_spaces.solver import plan as solve
+    from search_spaces.space import load_space
+
+    space = load_space(args.space)
+    result = solve(space, seq_len=args.seq_len)
+    rows = [c.to_row() for c in result.candidates]
+    if args.format == "json":
+        json.dump(rows, sys.stdout, indent=1)
+        print()
+    elif args.format == "csv":
+        fields = list(dict.fromkeys(k for row in rows for k in row))
+        writer = csv.DictWriter(sys.stdout, fieldnames=fields)
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({k: json.dumps(v) if isinstance(v, list) else v for k, v in row.items()})
+    else:
+        _print_table(space, result, rows)
+    return 0
+
+
+def _print_table(space, result, rows: list[dict]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    extra = [c for c in VARYING_EXTRA if len({str(r.get(c)) for r in rows}) > 1]
+    columns = [c for c in TABLE_COLUMNS if any(r.get(c) is not None for r in rows)] + extra
+    targets = ", ".join(f"{name} {_short(t)}" for name, t in result.targets.items())
+    table = Table(title=f"{space.name}: {result.metric} target {targets}, "
+                        f"tolerance {space.budget.tolerance:g}")
+    for column in columns:
+        table.add_column(column, justify="left" if column in ("key", "family") else "right")
+    for row in rows:
+        table.add_row(*(_cell(column, row.get(column)) for column in columns))
+    console = Console(width=max(Console().width, 160))
+    console.print(table)
+    console.print(result.counts_line())
+
+
+def _cell(column: str, value) -> str:
+    if value is None:
+        return ""
+    if column == "budget_error":
+        return f"{value:+.4%}"
+    if column.startswith(("params", "flops")):
+        return _short(value)
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
