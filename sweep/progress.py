@@ -23,6 +23,10 @@ class SweepProgress(Callback):
         self.started = time.monotonic()
         self.live: Live | None = None
 
+    def __getstate__(self) -> dict:
+        # Tune pickles callbacks for experiment restore (unused here); the terminal stays.
+        return {k: v for k, v in self.__dict__.items() if k not in ("console", "live")}
+
     def __enter__(self) -> SweepProgress:
         if self.enabled:
             self.live = Live(self.render(), console=self.console, refresh_per_second=2,

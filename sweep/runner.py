@@ -161,6 +161,11 @@ class ResultsWriter(Callback):
         self.curves: dict[str, list[dict]] = {}
         self.written: set[str] = set()
 
+    def __getstate__(self) -> dict:
+        # Tune pickles its callbacks for experiment restore, which we never use (resume
+        # reads the results store); the database handle and live display stay behind.
+        return {k: v for k, v in self.__dict__.items() if k not in ("catalog", "progress")}
+
     def on_trial_result(self, iteration, trials, trial, result, **info):
         from sweep.trainable import FINAL_FLAG
 

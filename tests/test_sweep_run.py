@@ -1,0 +1,272 @@
+"""Real sweeps end to end: real Ray Tune, real tiny training on the built-in corpus, real
+Parquet rows checked against the plan, real SQLite (catalog + Optuna), a real `ray start`
+cluster, a driver killed with SIGKILL and resumed, and an export trained by `shapesweep train`.
+
+The in-process tests share one local Ray instance (started once here) to keep the file
+to a few minutes on 2 cores; the kill and cluster tests run the driver as a subprocess.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow.dataset as ds
+import pytest
+import yaml
+
+from results.catalog import Catalog, default_catalog_url
+from results.store import load_curves, load_trials, sweep_dir
+from search_spaces.solver import candidate_document, plan
+from search_spaces.space import load_space
+from sweep.cli import main as shapesweep
+
+pytestmark = pytest.mark.slow
+
+# Conventional LM, d_model 32: four depths, each with the d_h that meets the budget.
+TRAIN = {"tokens": 8192, "seq_len": 32, "batch_tokens": 512, "lr": 3.0e-3, "eval_tokens": 2048}
+TINY = {
+    "name": "tiny-depths",
+    "family": "conventional",
+    "budget": {"non_embedding_params": 30912, "tolerance": 0.02},
+    "fixed": {"d_model": 32, "n_heads": 2, "vocab_size": 256, "activation": "swiglu"},
+    "search": {"n_layers": [1, 2, 3, 4]},
+    "solve": "d_h",
+    "train": TRAIN,
+}
+CHILD_ENV = {**os.environ, "PYTHONUNBUFFERED": "1"}
+
+
+def write_space(folder: Path, **changes) -> Path:
+    doc = {**TINY, **changes}
+    path = folder / f"{doc['name']}.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path
+
+
+def pairs(space_path: Path, seeds=(0,)) -> set[tuple[str, int]]:
+    return {(c.key, s) for c in plan(load_space(space_path)).candidates for s in seeds}
+
+
+def raw_trial_rows(root: Path, sweep: str):
+    """Every row of every trials fragment on disk (no dedupe), to prove exactly-once."""
+    folder = Path(sweep_dir(str(root), sweep)) / "trials"
+    return ds.dataset(str(folder), format="parquet").to_table().to_pandas()
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    import ray
+
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
+             logging_level="ERROR")
+    yield
+    ray.shutdown()
+
+
+def run(*argv: str) -> int:
+    return shapesweep([*argv, "--no-progress"] if argv[0] in ("run", "resume") else list(argv))
+
+
+def test_grid_rows_match_plan_then_rerun_is_noop_and_export_round_trips(local_ray, tmp_path):
+    space_path = write_space(tmp_path)
+    root = tmp_path / "sweeps"
+    assert run("run", str(space_path), "--root", str(root), "--scheduler", "fifo",
+               "--max-concurrent", "2") == 0
+
+    space = load_space(space_path)
+    candidates = {c.key: c for c in plan(space).candidates}
+    trials = load_trials(str(root), ["tiny-depths"])
+    assert sorted(trials["key"]) == sorted(candidates)
+    for row in trials.to_dict("records"):
+        candidate = candidates[row["key"]]
+        assert row["trial_id"] == f"{row['key']}-s0" and row["seed"] == 0
+        assert row["status"] == "completed" and row["error"] is None
+        assert row["tokens"] == TRAIN["tokens"] and row["steps"] == 16
+        assert math.isfinite(row["val_loss"]) and row["val_loss"] < math.log(256)
+        assert row["best_val_loss"] <= row["val_loss"] + 1e-12
+        for column, value in candidate.to_row().items():
+            if column in trials.columns and not isinstance(value, list):
+                assert row[column] == pytest.approx(value), column
+        train = space.train.model_copy(update={"seed": 0})
+        assert json.loads(row["config_json"]) == candidate_document(candidate, train)
+        assert row["data_hash"] and row["code_version"]
+    curves = load_curves(str(root), ["tiny-depths"])
+    for trial_id, curve in curves.groupby("trial_id"):
+        assert list(curve["tokens"]) == sorted(curve["tokens"]) and curve["tokens"].max() == 8192
+
+    record = Catalog(default_catalog_url(root)).get("tiny-depths")
+    assert (record.status, record.completed, record.failed) == ("finished", 4, 0)
+
+    # Same name and space again: nothing is missing, so nothing runs and nothing is added.
+    assert run("run", str(space_path), "--root", str(root)) == 0
+    assert len(raw_trial_rows(root, "tiny-depths")) == 4
+
+    # Export the best two; `shapesweep train` accepts each file unchanged.
+    out = tmp_path / "best"
+    assert run("export", "tiny-depths", "--root", str(root), "--top", "2", "--out", str(out)) == 0
+    files = sorted(out.glob("*.yaml"))
+    assert len(files) == 2
+    best = trials.sort_values("val_loss").iloc[0]
+    exported = yaml.safe_load(files[0].read_text())
+    assert exported["provenance"]["trial_id"] == best["trial_id"]
+    assert exported["provenance"]["sweep"] == "tiny-depths"
+    assert exported["metrics"]["val_loss"] == pytest.approx(best["val_loss"])
+    trained = subprocess.run([sys.executable, "-m", "sweep.cli", "train", str(files[0]), "--json"],
+                             capture_output=True, text=True, timeout=300, env=CHILD_ENV)
+    assert trained.returncode == 0, trained.stderr
+    metrics = json.loads(trained.stdout.strip().splitlines()[-1])
+    # Same config, same seed, same data: the trial's result is reproduced.
+    assert metrics["val_loss"] == pytest.approx(best["val_loss"], rel=1e-4)
+
+
+def test_different_space_under_the_same_name_is_refused(tmp_path, capsys):
+    root = tmp_path / "sweeps"
+    Catalog(default_catalog_url(root)).register("tiny-depths", "other", "name: other\n",
+                                                "0123456789ab", 3)
+    assert shapesweep(["run", str(write_space(tmp_path)), "--root", str(root)]) == 2
+    error = capsys.readouterr().err.strip().splitlines()
+    assert len(error) == 1 and "different search space" in error[0]
+
+
+def test_asha_stops_some_trials_and_a_poisoned_candidate_fails(local_ray, tmp_path):
+    # Two variants: the `poison` one has vocab_size 100 but the byte corpus uses 256 ids,
+    # so its trials raise inside the trainable; the sweep must record them and go on.
+    space_path = write_space(tmp_path, name="asha-poison", search={"n_layers": [1, 2, 3]},
+                             variants=[{"name": "ok"},
+                                       {"name": "poison", "fixed": {"vocab_size": 100},
+                                        "search": {"n_layers": [2]}}])
+    root = tmp_path / "sweeps"
+    assert run("run", str(space_path), "--root", str(root), "--seeds", "2",
+               "--scheduler", "asha", "--grace-tokens", "1024", "--reduction-factor", "4",
+               "--max-concurrent", "2") == 0
+    trials = load_trials(str(root), ["asha-poison"])
+    expected = pairs(space_path, seeds=(0, 1))
+    assert set(zip(trials["key"], trials["seed"], strict=True)) == expected
+    assert len(raw_trial_rows(root, "asha-poison")) == len(expected)
+    by_status = trials.groupby("status").size().to_dict()
+    assert by_status.get("failed") == 2, by_status
+    failed = trials[trials["status"] == "failed"]
+    assert (failed["vocab_size"] == 100).all()
+    assert failed["error"].str.contains("vocab_size").all()
+    assert by_status.get("stopped_early", 0) >= 1 and by_status.get("completed", 0) >= 1
+    stopped = trials[trials["status"] == "stopped_early"]
+    assert (stopped["tokens"] < TRAIN["tokens"]).all()
+    record = Catalog(default_catalog_url(root)).get("asha-poison")
+    assert record.status == "finished" and record.failed == 2
+
+
+def test_optuna_search_with_sqlite_storage_prunes_infeasible_points(local_ray, tmp_path):
+    import optuna
+    from optuna.trial import TrialState
+
+    # n_layers >= 8 cannot meet the budget (attention alone exceeds it): pruned, never run.
+    space_path = write_space(tmp_path, name="tiny-optuna",
+                             search={"n_layers": [1, 2, 3, 4, 8, 9, 10, 12]})
+    root = tmp_path / "sweeps"
+    storage = f"sqlite:///{tmp_path / 'optuna.db'}"
+    assert run("run", str(space_path), "--root", str(root), "--search", "optuna",
+               "--num-samples", "3", "--storage", storage, "--scheduler", "fifo",
+               "--max-concurrent", "2") == 0
+    study = optuna.load_study(study_name="tiny-optuna", storage=storage)
+    complete = [t for t in study.trials if t.state == TrialState.COMPLETE
+                and "duplicate_of" not in t.user_attrs]
+    assert len(complete) == 3
+    for t in study.trials:
+        if t.params["n_layers"] >= 8:
+            assert t.state == TrialState.PRUNED and t.user_attrs.get("infeasible")
+    trials = load_trials(str(root), ["tiny-optuna"])
+    assert sorted(trials["trial_id"]) == sorted(t.user_attrs["trial_id"] for t in complete)
+    for t in complete:
+        row = trials[trials["trial_id"] == t.user_attrs["trial_id"]].iloc[0]
+        assert t.value == pytest.approx(row["val_loss"])
+        assert row["n_layers"] == t.params["n_layers"]
+    assert Catalog(storage).get("tiny-optuna").status == "finished"
+
+    # Continuing the study: num_samples counts completed trials in total.
+    assert run("run", str(space_path), "--root", str(root), "--search", "optuna",
+               "--num-samples", "4", "--storage", storage, "--scheduler", "fifo") == 0
+    assert len(load_trials(str(root), ["tiny-optuna"])) == 4
+
+
+def _wait_for_rows(root: Path, sweep: str, at_least: int, process, timeout: float = 240):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert process.poll() is None, "driver exited before it could be killed"
+        trials_dir = Path(sweep_dir(str(root), sweep)) / "trials"
+        if trials_dir.is_dir() and len(list(trials_dir.glob("*.parquet"))) >= at_least:
+            return
+        time.sleep(0.2)
+    raise AssertionError("no trial rows appeared")
+
+
+def test_driver_killed_mid_sweep_then_resume_runs_each_candidate_once(local_ray, tmp_path):
+    space_path = write_space(tmp_path, name="killed",
+                             train={**TRAIN, "tokens": 16384},
+                             search={"n_layers": [1, 2, 3, 4, 5]})
+    root = tmp_path / "sweeps"
+    driver = subprocess.Popen(
+        [sys.executable, "-m", "sweep.cli", "run", str(space_path), "--root", str(root),
+         "--scheduler", "fifo", "--max-concurrent", "1", "--no-progress"],
+        env=CHILD_ENV, start_new_session=True, stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL)
+    try:
+        _wait_for_rows(root, "killed", at_least=1, process=driver)
+    finally:
+        os.killpg(driver.pid, signal.SIGKILL)  # the driver and the Ray it started
+        driver.wait()
+    landed = set(load_trials(str(root), ["killed"])["trial_id"])
+    expected = pairs(space_path)
+    assert 1 <= len(landed) < len(expected)
+
+    assert run("resume", "killed", "--root", str(root), "--max-concurrent", "2") == 0
+    raw = raw_trial_rows(root, "killed")
+    assert sorted(zip(raw["key"], raw["seed"], strict=True)) == sorted(expected)  # once each
+    assert (raw["status"] == "completed").all()
+    assert Catalog(default_catalog_url(root)).get("killed").status == "finished"
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_run_against_a_real_ray_start_cluster(tmp_path):
+    port = _free_port()
+    ray_bin = Path(sys.executable).parent / "ray"
+    head = subprocess.Popen(
+        [str(ray_bin), "start", "--head", "--port", str(port), "--node-ip-address", "127.0.0.1",
+         "--num-cpus", "2", "--include-dashboard=false", "--disable-usage-stats", "--block"],
+        env=CHILD_ENV, start_new_session=True, stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL)
+    try:
+        space_path = write_space(tmp_path, name="on-cluster", search={"n_layers": [1, 2]})
+        root = tmp_path / "sweeps"
+        driver = None
+        for _ in range(60):  # the head needs a few seconds before it accepts drivers
+            driver = subprocess.run(
+                [sys.executable, "-m", "sweep.cli", "run", str(space_path), "--root", str(root),
+                 "--address", f"127.0.0.1:{port}", "--scheduler", "fifo", "--no-progress"],
+                env=CHILD_ENV, capture_output=True, text=True, timeout=300)
+            if driver.returncode == 0 or "on-cluster" in driver.stdout:
+                break
+            time.sleep(2)
+        assert driver.returncode == 0, driver.stderr[-2000:]
+        trials = load_trials(str(root), ["on-cluster"])
+        assert sorted(trials["key"]) == sorted(k for k, _ in pairs(space_path))
+        assert (trials["status"] == "completed").all()
+    finally:
+        os.killpg(head.pid, signal.SIGTERM)  # `--block` stops the node's processes on SIGTERM
+        try:
+            head.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(head.pid, signal.SIGKILL)
+            head.wait()
