@@ -179,7 +179,7 @@ def test_vision_accounting_matches_hand_formulas():
 
 def _hand_variable_width(c: VariableWidthConfig, seq_len: int) -> dict:
     """Seed 002 valid parameters with carry-forward resizing, written out per layer."""
-    D, w, h = c.d_model, c.widths, c.n_heads
+    D, w = c.d_model, c.widths
     attn = ffn = norms = matmul = attn_width = 0
     for i, width in enumerate(w):
         reads = min(width, max([D] + w[:i]))  # coordinates that can be nonzero on input
