@@ -110,7 +110,9 @@ def _lm_variants():
         HourglassConfig(**base, d_h=8, k=3, norm_order="post"),
         VariableWidthConfig(**base, d_h=64, widths=[16, 48, 24], resize="carry"),
         VariableWidthConfig(**base, d_h=64, widths=[48, 16, 40], resize="zero"),
-        VariableWidthConfig(**base, d_h=64, widths=[16, 48, 24], resize="projection"),
+        # Ends at >= D: with zero/projection a last layer narrower than D leaves the tail of
+        # the final norm reading zeros (a known, documented gap in the "valid" count).
+        VariableWidthConfig(**base, d_h=64, widths=[16, 48, 40], resize="projection"),
     ]
 
 
@@ -125,9 +127,16 @@ def test_causal_and_every_parameter_matters(config):
     logits, logits_changed = model(idx), model(changed)
     torch.testing.assert_close(logits[:, :7], logits_changed[:, :7])
     assert not torch.allclose(logits[:, 7:], logits_changed[:, 7:])
-    # No allocated parameter is dead weight (seed 002's "valid" count): all get gradient.
+    # No allocated weight is dead (seed 002's "valid" count): every row and column gets gradient.
     logits.logsumexp(-1).sum().backward()
-    dead = [n for n, p in model.named_parameters() if p.grad is None or not p.grad.abs().sum()]
+    dead = []
+    for name, p in model.named_parameters():
+        if name == "wte.weight":  # rows of tokens absent from the batch get none
+            continue
+        grad = p.grad.abs() if p.grad is not None else torch.zeros_like(p)
+        slices = [grad.sum(1), grad.sum(0)] if grad.dim() == 2 else [grad.reshape(-1)]
+        if any((s == 0).any() for s in slices):  # a whole row or column unused
+            dead.append(name)
     assert not dead
 
 
