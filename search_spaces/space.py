@@ -258,8 +258,13 @@ def parse_space(doc: Any, text: str = "", file: str = "<space>") -> SearchSpace:
 
 
 def _user_error(error: ValidationError, file: str) -> UserError:
-    first = error.errors()[0]
-    loc = [str(p) for p in first["loc"] if not str(p).startswith(("list[", "function-"))]
+    errors = error.errors()
+    # A union (list | Range) reports one error per branch; the type mismatch of the branch the
+    # user did not mean is noise.
+    meant = [e for e in errors if e["type"] not in ("list_type", "model_type", "dict_type")]
+    first = (meant or errors)[0]
+    loc = [str(p) for p in first["loc"]
+           if not str(p).startswith(("list[", "function-", "Range", "dict["))]
     key = ".".join(loc)
     if first["type"] == "extra_forbidden":
         model = _model_at(loc[:-1])
