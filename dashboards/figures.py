@@ -1,0 +1,305 @@
+"""Plotly figures, each a pure function of results DataFrames (None when it does not apply).
+
+Inputs are `frames.with_derived(load_trials(...))` and `load_curves(...)`. Every trace
+carries `meta` the report's filters read: `{"sweep", "family"}` for trace-level toggling,
+and `{"rows": true}` when `customdata[i][0]` is the row id of point i (filtered per point).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+
+from dashboards.frames import (
+    LOWER_IS_BETTER,
+    METRIC_LABELS,
+    color,
+    esc,
+    human,
+    present,
+    seed_means,
+    shape_text,
+)
+
+X_AXES = {
+    "params_non_embedding": "non-embedding parameters",
+    "params_total": "total parameters",
+    "training_flops": "training FLOPs",
+    "kv_cache_per_token": "KV cache per token (elements)",
+    "wall_time_s": "wall time (s)",
+}
+BASELINE = "conventional"
+LM = ("conventional", "hourglass", "variable_width")
+MANY_POINTS = 4000  # above this, WebGL traces keep the browser responsive
+
+
+def _scatter(n_points: int):
+    return go.Scattergl if n_points > MANY_POINTS else go.Scatter
+
+
+def _layout(fig: go.Figure, title: str, x: str, y: str, log_x: bool = False) -> go.Figure:
+    fig.update_layout(title=dict(text=title, x=0.01), template="plotly_white", height=460,
+                      margin=dict(l=60, r=20, t=50, b=50), hovermode="closest",
+                      legend=dict(font=dict(size=11)))
+    if len(fig.data) > 8:  # long legends go below the plot, leaving it its width
+        fig.update_layout(legend=dict(orientation="h", y=-0.22, font=dict(size=10)),
+                          height=440 + 18 * (len(fig.data) // 2), margin=dict(b=40))
+    fig.update_xaxes(title_text=x, **({"type": "log"} if log_x else {}))
+    fig.update_yaxes(title_text=y)
+    return fig
+
+
+def _series_name(parts: list, sweeps: int, sweep: str) -> str:
+    name = " ".join(esc(p) for p in parts)
+    return f"{name} · {esc(sweep)}" if sweeps > 1 else name
+
+
+def _points(frame: pd.DataFrame) -> list:
+    return np.stack([frame["row_id"].to_numpy(), frame["hover"].to_numpy()], axis=1).tolist()
+
+
+def metric_for(trials: pd.DataFrame) -> str:
+    """PSNR for image-MLP sweeps (seed 004), validation loss for language models."""
+    lm = trials["family"].isin(LM).any()
+    return "val_loss" if lm or not present(trials, "psnr") else "psnr"
+
+
+def pareto_front(x: np.ndarray, y: np.ndarray, lower_is_better: bool = True) -> np.ndarray:
+    """Indices of the points no other point beats with less or equal x (sorted by x)."""
+    order = np.lexsort((y if lower_is_better else -y, x))
+    best, keep = np.inf, []
+    for i in order:
+        value = y[i] if lower_is_better else -y[i]
+        if value < best:
+            best = value
+            keep.append(i)
+    return np.array(keep, dtype=int)
+
+
+def pareto_figure(trials: pd.DataFrame, x: str = "params_non_embedding",
+                  metric: str = "val_loss") -> go.Figure | None:
+    """Seed 004's frontier: metric vs a cost, one frontier per family, mean ± std over seeds."""
+    means = seed_means(trials, metric, extra=(x,) if x in ("training_flops", "wall_time_s") else ())
+    means = means[means[x].notna() & (means[x] > 0)] if x in means else means.iloc[0:0]
+    if means.empty:
+        return None
+    fig, n_sweeps, lower = go.Figure(), means["sweep"].nunique(), LOWER_IS_BETTER[metric]
+    trace = _scatter(len(means))
+    for i, ((sweep, series), group) in enumerate(means.groupby(["sweep", "design"], sort=True)):
+        name, c = _series_name([series], n_sweeps, sweep), color(series, i)
+        fig.add_trace(trace(
+            x=group[x], y=group["mean"], mode="markers", name=name, legendgroup=name,
+            marker=dict(color=c, size=7, opacity=0.55),
+            error_y=dict(type="data", array=group["std"].tolist(), visible=bool(group["n"].max() > 1),
+                         thickness=1, color=c),
+            customdata=_points(group), hovertemplate="%{customdata[1]}<br>%{y:.4g} ± %{error_y.array:.2g}<extra></extra>",
+            meta={"rows": True}))
+        front = group.iloc[pareto_front(group[x].to_numpy(float), group["mean"].to_numpy(float), lower)]
+        fig.add_trace(go.Scatter(
+            x=front[x], y=front["mean"], mode="lines+markers", line=dict(color=c, width=2.5, shape="hv"),
+            marker=dict(size=9, color=c, line=dict(color="white", width=1)), name=f"{name} frontier",
+            legendgroup=name, customdata=_points(front),
+            hovertemplate="frontier<br>%{customdata[1]}<br>%{y:.4g}<extra></extra>",
+            meta={"sweep": sweep, "family": group["family"].iloc[0]}))
+    title = f"Pareto frontier: {METRIC_LABELS[metric]} vs {X_AXES[x]}"
+    return _layout(fig, title, X_AXES[x], METRIC_LABELS[metric], log_x=True)
+
+
+def _baseline_traces(fig: go.Figure, trials: pd.DataFrame, x: str, x_span: tuple[float, float],
+                     n_sweeps: int) -> None:
+    """The conventional baseline as a dashed line: along x when it varies, else horizontal."""
+    base = seed_means(trials[trials["family"] == BASELINE], "val_loss")
+    for sweep, group in base.groupby("sweep"):
+        group = group.sort_values(x)
+        varies = group[x].nunique() >= 3
+        xs = group[x] if varies else list(x_span)
+        ys = group["mean"] if varies else [group["mean"].min()] * 2
+        fig.add_trace(go.Scatter(
+            x=xs, y=ys, mode="lines+markers" if varies else "lines",
+            line=dict(color=color(BASELINE), dash="dash", width=2),
+            name=_series_name(["conventional baseline" + ("" if varies else " (best)")], n_sweeps, sweep),
+            customdata=_points(group) if varies else None,
+            hovertemplate="%{customdata[1]}<br>%{y:.4g}<extra></extra>" if varies else "baseline %{y:.4g}<extra></extra>",
+            meta={"sweep": sweep, "family": BASELINE}))
+
+
+def _ratio_groups(frame: pd.DataFrame) -> pd.Series:
+    ratio = frame["ffn_ratio"].round(2)
+    return ratio if ratio.nunique() <= 6 else pd.Series(np.nan, index=frame.index)
+
+
+def ucurve_figure(trials: pd.DataFrame, tolerance: float = 0.005) -> go.Figure | None:
+    """Seed 000 Fig. 4: loss vs d_model/L (log), one series per (k, d_h/d_model), best region shaded."""
+    lm = trials[trials["family"].isin(("hourglass", "variable_width"))]
+    means = seed_means(lm, "val_loss")
+    if means.empty or means["width_depth_ratio"].nunique() < 3:
+        lm = trials[trials["family"] == BASELINE]  # a conventional-only U-curve
+        means = seed_means(lm, "val_loss")
+        if means.empty or means["width_depth_ratio"].nunique() < 3:
+            return None
+    fig, n_sweeps = go.Figure(), means["sweep"].nunique()
+    means = means.assign(ratio_group=_ratio_groups(means)).sort_values("width_depth_ratio")
+    keys = ["sweep", "family", "k", "ratio_group", "shape"]
+    for i, (group_key, group) in enumerate(means.groupby(keys, dropna=False, sort=True)):
+        sweep, family, k, ratio, shape = group_key
+        hourglass = family == "hourglass"
+        parts = [family] + ([f"k={int(k)}"] if hourglass else [])
+        parts += [f"d_h/d={ratio:g}"] if hourglass and ratio == ratio else []
+        parts += [str(shape)] if isinstance(shape, str) else []
+        fig.add_trace(go.Scatter(
+            x=group["width_depth_ratio"], y=group["mean"], mode="lines+markers",
+            name=_series_name(parts, n_sweeps, sweep), marker=dict(size=7, color=color("", i)),
+            line=dict(color=color("", i), width=1.5),
+            error_y=dict(type="data", array=group["std"].tolist(), visible=bool(group["n"].max() > 1)),
+            customdata=_points(group), hovertemplate="%{customdata[1]}<br>%{y:.4g}<extra></extra>",
+            meta={"rows": True}))
+    if lm["family"].iloc[0] != BASELINE:
+        span = (means["width_depth_ratio"].min(), means["width_depth_ratio"].max())
+        _baseline_traces(fig, trials, "width_depth_ratio", span, n_sweeps)
+    for sweep, group in means.groupby("sweep"):
+        best = group["mean"].min()
+        near = group[group["mean"] <= best * (1 + tolerance)]
+        lo, hi = near["width_depth_ratio"].min(), near["width_depth_ratio"].max()
+        label = "best region" + (f" · {esc(sweep)}" if n_sweeps > 1 else "")
+        fig.add_vrect(x0=lo / 1.08, x1=hi * 1.08, fillcolor="#ffd54f", opacity=0.25, line_width=0,
+                      layer="below", annotation_text=label, annotation_position="top left")
+    return _layout(fig, "U-curve: validation loss vs width/depth ratio d_model / n_layers",
+                   "d_model / n_layers (log)", METRIC_LABELS["val_loss"], log_x=True)
+
+
+def ratio_figure(trials: pd.DataFrame) -> go.Figure | None:
+    """Seed 000 Fig. 3: loss vs d_h/d_model, one series per k, the baseline dashed."""
+    means = seed_means(trials[trials["family"] == "hourglass"], "val_loss")
+    if means.empty or means["ffn_ratio"].round(3).nunique() < 2:
+        return None
+    fig, n_sweeps = go.Figure(), means["sweep"].nunique()
+    means = means.sort_values("ffn_ratio")
+    for i, ((sweep, k), group) in enumerate(means.groupby(["sweep", "k"], sort=True)):
+        fig.add_trace(go.Scatter(
+            x=group["ffn_ratio"], y=group["mean"], mode="lines+markers",
+            name=_series_name([f"k={int(k)}"], n_sweeps, sweep), marker=dict(size=7, color=color("", i)),
+            error_y=dict(type="data", array=group["std"].tolist(), visible=bool(group["n"].max() > 1)),
+            customdata=_points(group), hovertemplate="%{customdata[1]}<br>%{y:.4g}<extra></extra>",
+            meta={"rows": True}))
+    _baseline_traces(fig, trials, "ffn_ratio", (means["ffn_ratio"].min(), means["ffn_ratio"].max()),
+                     n_sweeps)
+    return _layout(fig, "Ratio sweep: validation loss vs d_h / d_model per k",
+                   "d_h / d_model", METRIC_LABELS["val_loss"])
+
+
+def width_profile_figure(trials: pd.DataFrame, top: int = 10) -> go.Figure | None:
+    """Seed 002 Fig. 2's shapes: per-layer widths of the best variable-width candidates."""
+    means = seed_means(trials[trials["family"] == "variable_width"], "val_loss")
+    if means.empty:
+        return None
+    fig = go.Figure()
+    for i, (_, row) in enumerate(means.nsmallest(top, "mean").iterrows()):
+        widths = [int(w) for w in row["widths"]]
+        name = (f"{esc(row['shape'])} β={row['beta']:g} α={row['alpha']:g} · avg width "
+                f"{row['avg_layer_width']:.0f} · {human(row['flops_per_token'])} FLOPs/tok · loss {row['mean']:.3f}")
+        fig.add_trace(go.Scatter(
+            x=list(range(1, len(widths) + 1)), y=widths, mode="lines+markers", name=name,
+            line=dict(color=color("", i), shape="linear"),
+            customdata=[[int(row["row_id"]), row["hover"]]] * len(widths),
+            hovertemplate="layer %{x}: width %{y}<br>%{customdata[1]}<extra></extra>",
+            meta={"rows": True}))
+    base = seed_means(trials[trials["family"] == BASELINE], "val_loss")
+    if not base.empty:
+        row = base.nsmallest(1, "mean").iloc[0]
+        fig.add_trace(go.Scatter(
+            x=[1, int(row["n_layers"])], y=[row["d_model"]] * 2, mode="lines",
+            line=dict(color=color(BASELINE), dash="dash"),
+            name=f"constant-width baseline · {human(row['flops_per_token'])} FLOPs/tok · loss {row['mean']:.3f}",
+            meta={"sweep": row["sweep"], "family": BASELINE}))
+    fig = _layout(fig, "Width profiles of the best variable-width candidates", "layer", "layer width")
+    fig.update_layout(legend=dict(orientation="h", y=-0.18, font=dict(size=10)), height=560)
+    return fig
+
+
+def param_split_figure(trials: pd.DataFrame, top: int = 30) -> go.Figure | None:
+    """Seed 000's reallocation story: attention vs FFN parameters of the best candidates."""
+    lm = trials[trials["family"].isin(LM)]
+    means = seed_means(lm, "val_loss")
+    if means.empty:
+        return None
+    best = means.nsmallest(top, "mean").reset_index(drop=True)
+    labels = [f"#{i + 1} {esc(r['family'])} {esc(shape_text(r))}" for i, r in best.iterrows()]
+    points = _points(best)
+    fig = go.Figure()
+    for column, name, c in (("params_attention", "attention", "#ff7f0e"), ("params_ffn", "FFN", "#1f77b4"),
+                            ("params_norms", "norms", "#bcbd22")):
+        fig.add_trace(go.Bar(x=labels, y=best[column], name=name, marker_color=c, customdata=points,
+                             hovertemplate=f"{name} %{{y:.4s}}<br>%{{customdata[1]}}<extra></extra>",
+                             meta={"rows": True}))
+    fig = _layout(fig, f"Parameter split of the {len(best)} best candidates (by validation loss)",
+                  "", "non-embedding parameters")
+    fig.update_layout(barmode="stack", height=520)
+    fig.update_xaxes(tickangle=-40, tickfont=dict(size=9))
+    return fig
+
+
+def learning_curves_figure(trials: pd.DataFrame, curves: pd.DataFrame) -> go.Figure | None:
+    """Val loss (or PSNR) vs tokens for every trial; ASHA-stopped trials dashed with an end mark."""
+    metric = "psnr" if metric_for(trials) == "psnr" and present(curves, "psnr") else "val_loss"
+    if curves.empty or not present(curves, metric):
+        return None
+    rows = trials.set_index(["sweep", "trial_id"])[["row_id", "hover", "design", "status", "family"]]
+    data = curves[curves[metric].notna()].join(rows, on=["sweep", "trial_id"], how="inner")
+    if data.empty:
+        return None
+    data = data.sort_values(["sweep", "trial_id", "tokens"])
+    fig, n_sweeps = go.Figure(), data["sweep"].nunique()
+    trace = _scatter(len(data))
+    styles = {"completed": ("solid", 1.0), "stopped_early": ("dash", 0.9), "failed": ("dot", 0.9)}
+    for i, ((sweep, series, status), group) in enumerate(data.groupby(["sweep", "design", "status"])):
+        # One trace per series: trials separated by a gap point keep 10,000 trials light.
+        last = group.groupby("trial_id", sort=False).tail(1)
+        gaps = last.assign(tokens=np.nan, **{metric: np.nan})
+        joined = pd.concat([group, gaps]).sort_values(["trial_id", "tokens"], na_position="last")
+        dash, opacity = styles.get(status, ("solid", 1.0))
+        c = color(series, i)
+        name = _series_name([series, "" if status == "completed" else f"({status.replace('_', ' ')})"],
+                            n_sweeps, sweep)
+        fig.add_trace(trace(x=joined["tokens"], y=joined[metric], mode="lines", name=name,
+                            line=dict(color=c, dash=dash, width=1.2), opacity=opacity,
+                            connectgaps=False, customdata=_points(joined),
+                            hovertemplate="%{customdata[1]}<br>tokens %{x:.3s}: %{y:.4g}<extra></extra>",
+                            meta={"rows": True}))
+        if status != "completed":
+            fig.add_trace(trace(x=last["tokens"], y=last[metric], mode="markers", showlegend=False,
+                                marker=dict(symbol="x" if status == "stopped_early" else "circle-x",
+                                            size=9, color=c, line=dict(width=1.5, color=c)),
+                                customdata=_points(last), name=name + " end",
+                                hovertemplate=f"{status}<br>%{{customdata[1]}}<extra></extra>",
+                                meta={"rows": True}))
+    label = METRIC_LABELS[metric]
+    return _layout(fig, f"Learning curves ({label} vs tokens; ✕ = stopped early by ASHA)",
+                   "tokens (log)", label, log_x=True)
+
+
+def applicable_figures(trials: pd.DataFrame, curves: pd.DataFrame) -> list[tuple[str, go.Figure]]:
+    """(id, figure) for every figure whose columns and families the data has."""
+    from dashboards.scaling import scaling_figure
+
+    lm = trials[trials["family"].isin(LM)]
+    vision = trials[trials["family"] == "vision_mlp"]
+    vision_metric = metric_for(vision) if len(vision) else "psnr"
+    builders = [(f"pareto-lm-{x}", lambda x=x: pareto_figure(lm, x, "val_loss")) for x in X_AXES]
+    builders += [
+        ("ucurve", lambda: ucurve_figure(lm)),
+        ("ratio", lambda: ratio_figure(lm)),
+        ("scaling", lambda: scaling_figure(lm)),
+        ("widths", lambda: width_profile_figure(lm)),
+        ("param-split", lambda: param_split_figure(lm)),
+        ("curves-lm", lambda: learning_curves_figure(lm, curves)),
+    ]
+    builders += [(f"pareto-vision-{x}", lambda x=x: pareto_figure(vision, x, vision_metric))
+                 for x in ("params_total", "training_flops", "wall_time_s")]
+    builders.append(("curves-vision", lambda: learning_curves_figure(vision, curves)))
+    figures = []
+    for figure_id, build in builders:
+        fig = build()
+        if fig is not None:
+            figures.append((figure_id, fig))
+    return figures

@@ -1,0 +1,126 @@
+"""Shared preparation of results DataFrames for the figures: labels, hover text, seed means.
+
+Every string that reaches a plot passes through `esc`: plotly renders a whitelist of
+HTML tags in text, so names are entity-escaped to show `<script>` as text, never markup.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+LOWER_IS_BETTER = {"val_loss": True, "best_val_loss": True, "val_ppl": True, "psnr": False, "ssim": False}
+METRIC_LABELS = {"val_loss": "validation loss", "best_val_loss": "best validation loss",
+                 "val_ppl": "validation perplexity", "psnr": "PSNR (dB)", "ssim": "SSIM"}
+FAMILY_COLORS = {"conventional": "#7b3fa0", "hourglass": "#2a9d3a", "variable_width": "#1f77b4",
+                 "vision_mlp (wide-narrow-wide)": "#d62728",
+                 "vision_mlp (narrow-wide-narrow)": "#7f7f7f"}
+PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
+           "#17becf", "#bcbd22", "#7f7f7f"]
+
+
+def esc(value: Any) -> str:
+    return html.escape(str(value), quote=False)
+
+
+def present(frame: pd.DataFrame, column: str) -> bool:
+    return column in frame and frame[column].notna().any()
+
+
+def design(row: pd.Series | dict) -> str:
+    """The series a candidate belongs to: its family, with seed 004's two MLP designs apart."""
+    family = row["family"]
+    if family == "vision_mlp" and row.get("d_z") is not None and row.get("d_h") is not None:
+        wide = row["d_h"] < row["d_z"]
+        return f"vision_mlp ({'wide-narrow-wide' if wide else 'narrow-wide-narrow'})"
+    return str(family)
+
+
+def color(name: str, index: int = 0) -> str:
+    return FAMILY_COLORS.get(name, PALETTE[index % len(PALETTE)])
+
+
+def human(n: float) -> str:
+    """1234567 -> '1.23M' (axis-free numbers in labels and hover text)."""
+    if n is None or (isinstance(n, float) and math.isnan(n)):
+        return "–"
+    for unit, scale in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("K", 1e3)):
+        if abs(n) >= scale:
+            return f"{n / scale:.3g}{unit}"
+    return f"{n:.3g}"
+
+
+def _val(row: pd.Series, column: str) -> Any:
+    value = row.get(column)
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return None
+    if isinstance(value, float | np.floating) and float(value).is_integer():
+        return int(value)  # nullable int columns arrive as floats
+    return value
+
+
+def shape_text(row: pd.Series) -> str:
+    """A compact one-line description of a candidate's shape (legend and table labels)."""
+    family = row["family"]
+    if family == "vision_mlp":
+        return f"d_z={_val(row, 'd_z')} d_h={_val(row, 'd_h')} L={_val(row, 'n_layers')}"
+    text = f"{_val(row, 'd_model')}×{_val(row, 'n_layers')}L d_h={_val(row, 'd_h')}"
+    if family == "hourglass":
+        text += f" k={_val(row, 'k')}"
+    if family == "variable_width":
+        text += f" {_val(row, 'shape')} β={_val(row, 'beta')} α={_val(row, 'alpha')}"
+    return text
+
+
+HOVER_FIELDS = ("d_model", "n_layers", "n_heads", "head_dim", "n_kv_heads", "d_h", "ffn_ratio", "k",
+                "width_depth_ratio", "shape", "beta", "alpha", "avg_layer_width", "activation",
+                "d_x", "d_z", "d_out", "input_projection", "task")
+
+
+def hover_text(row: pd.Series) -> str:
+    """The full shape of a candidate plus its costs, for plot hover labels (escaped)."""
+    lines = [f"<b>{esc(row['sweep'])}</b> · {esc(design(row))} · trial {esc(row['trial_id'])}"]
+    fields = []
+    for name in HOVER_FIELDS:
+        value = _val(row, name)
+        if value is not None:
+            fields.append(f"{name}={value:.3g}" if isinstance(value, float) else f"{name}={esc(value)}")
+    for start in range(0, len(fields), 4):
+        lines.append(" ".join(fields[start:start + 4]))
+    widths = row.get("widths")
+    if row["family"] == "variable_width" and widths is not None and len(widths):
+        lines.append("widths=" + esc(" ".join(str(int(w)) for w in widths)))
+    lines.append(f"params {human(_val(row, 'params_total'))} total, "
+                 f"{human(_val(row, 'params_non_embedding'))} non-emb; "
+                 f"{human(_val(row, 'flops_per_token'))} FLOPs/token")
+    return "<br>".join(lines)
+
+
+def with_derived(trials: pd.DataFrame) -> pd.DataFrame:
+    """Row ids, series names, training FLOPs and hover text, computed once per report."""
+    frame = trials.reset_index(drop=True).copy()
+    frame["row_id"] = np.arange(len(frame))
+    frame["design"] = [design(row) for _, row in frame.iterrows()] if len(frame) else []
+    frame["training_flops"] = frame["flops_per_token"].astype(float) * frame["tokens"].astype(float)
+    frame["hover"] = [hover_text(row) for _, row in frame.iterrows()] if len(frame) else []
+    return frame
+
+
+def seed_means(frame: pd.DataFrame, metric: str, extra: tuple[str, ...] = ()) -> pd.DataFrame:
+    """Completed trials averaged over seeds per (sweep, key): mean, std and count of `metric`."""
+    done = frame[(frame["status"] == "completed") & frame[metric].notna()]
+    if done.empty:
+        return done.assign(mean=[], std=[], n=[])
+    best_first = done.sort_values(metric, ascending=LOWER_IS_BETTER[metric])
+    grouped = best_first.groupby(["sweep", "key"], sort=False)
+    out = grouped.first()  # shape columns and the best seed's row id
+    out["mean"] = grouped[metric].mean()
+    out["std"] = grouped[metric].std(ddof=0).fillna(0.0)
+    out["n"] = grouped[metric].size()
+    for column in extra:
+        out[column] = grouped[column].mean()
+    return out.reset_index()

@@ -1,0 +1,160 @@
+"""The dashboard's data: one JSON payload (figures + rows) that the page renders.
+
+The offline report embeds the payload and plotly.js in one HTML file; the live server
+hands the same payload out over HTTP. One payload and one page script for both keeps
+what a user sees in the report and the live dashboard the same.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from search_spaces.errors import UserError
+
+
+def load_frames(root: str, sweeps: list[str] | None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Trials and curves of `sweeps` (None = all); an unknown sweep is a UserError."""
+    from results.store import list_sweeps, load_curves, load_trials, validate_sweep_name
+
+    known = list_sweeps(root)
+    for name in sweeps or []:
+        validate_sweep_name(name)
+        if name not in known:
+            hint = f"known sweeps: {', '.join(known)}" if known else "the store holds no sweeps yet"
+            raise UserError(f"no sweep named {name!r} in {root} ({hint})", key="NAME")
+    return load_trials(root, sweeps), load_curves(root, sweeps)
+
+
+def budget_labels(trials: pd.DataFrame, max_groups: int = 8) -> pd.Series:
+    """Group trials into parameter budgets: clusters of non-embedding params, else log bins.
+
+    Iso-budget sweeps land within a few percent of their budget, so a gap of more than
+    15% between sorted parameter counts starts a new budget.
+    """
+    params = trials["params_non_embedding"].astype(float).fillna(trials["params_total"].astype(float))
+    if params.isna().all():
+        return pd.Series("all", index=trials.index)
+    order = params.sort_values().dropna()
+    cluster = (order / order.shift(1) > 1.15).cumsum()
+    if cluster.max() + 1 <= max_groups:
+        labels = order.groupby(cluster).transform(lambda p: f"≈{_short(p.median())}")
+    else:
+        edges = np.geomspace(order.min(), order.max() * 1.0001, 7)
+        bins = np.digitize(order, edges[1:-1])
+        labels = pd.Series([f"{_short(edges[b])}–{_short(edges[b + 1])}" for b in bins], index=order.index)
+    return labels.reindex(trials.index).fillna("unknown")
+
+
+def _short(n: float) -> str:
+    from dashboards.frames import human
+
+    return human(n)
+
+
+def _catalog(root: str) -> dict[str, dict]:
+    """Space name and status per sweep from the catalog, when the root has one."""
+    if "://" in str(root) or not os.path.exists(os.path.join(root, "shapesweep.db")):
+        return {}
+    from results.catalog import Catalog, default_catalog_url
+
+    try:
+        return {r.name: {"space": r.space_name, "status": r.status} for r in Catalog(default_catalog_url(root)).list()}
+    except Exception:  # noqa: BLE001 - a catalog we cannot read only loses the header's space names
+        return {}
+
+
+def _clean(value):
+    if isinstance(value, float | np.floating) and not math.isfinite(value):
+        return None
+    if isinstance(value, np.integer):
+        return int(value)
+    if isinstance(value, np.floating):
+        return float(value)
+    return value
+
+
+def build_payload(root: str, sweeps: list[str] | None = None, title: str | None = None,
+                  version: str = "") -> str:
+    """The JSON the page renders: sweeps, filter values, per-trial rows, figures."""
+    from dashboards.figures import applicable_figures, metric_for
+    from dashboards.frames import LOWER_IS_BETTER, METRIC_LABELS, shape_text, with_derived
+
+    trials, curves = load_frames(root, sweeps)
+    trials = with_derived(trials)
+    trials["budget"] = budget_labels(trials) if len(trials) else []
+    vision = (trials["family"] == "vision_mlp").to_numpy() if len(trials) else np.array([], bool)
+    vision_metric = metric_for(trials[vision]) if vision.any() else "psnr"
+    metric_names = np.where(vision, vision_metric, "val_loss")
+    catalog = _catalog(root)
+    names = sorted(trials["sweep"].unique()) if len(trials) else list(sweeps or [])
+    rows = {
+        "sweep": trials["sweep"].tolist(), "trial_id": trials["trial_id"].tolist(),
+        "family": trials["family"].tolist(), "design": trials["design"].tolist(),
+        "budget": trials["budget"].tolist(), "seed": trials["seed"].tolist(),
+        "status": trials["status"].tolist(),
+        "metric_name": metric_names.tolist(),
+        "metric": [_clean(trials.at[i, m]) for i, m in zip(trials.index, metric_names, strict=True)],
+        "val_ppl": [_clean(v) for v in trials["val_ppl"].astype(float)],
+        "params_non_embedding": [_clean(v) for v in trials["params_non_embedding"].astype(float)],
+        "training_flops": [_clean(v) for v in trials["training_flops"]],
+        "shape": [shape_text(r) for _, r in trials.iterrows()],
+        "error": [None if not isinstance(e, str) else e for e in trials["error"]],
+        "config": [json.loads(c) if isinstance(c, str) else None for c in trials["config_json"]],
+    }
+    counts = trials.groupby(["sweep", "status"]).size() if len(trials) else pd.Series(dtype=int)
+    sweep_info = [{"name": n, **catalog.get(n, {}),
+                   "counts": {s: int(counts.get((n, s), 0)) for s in ("completed", "stopped_early", "failed")}}
+                  for n in names]
+    head = {
+        "title": title or "shapesweep: " + ", ".join(names), "version": version,
+        "sweeps": sweep_info, "families": sorted(set(rows["family"])),
+        "budgets": sorted(set(rows["budget"]), key=_budget_order),
+        "metrics": [{"name": m, "label": METRIC_LABELS[m], "lower_is_better": LOWER_IS_BETTER[m]}
+                    for m in dict.fromkeys(metric_names.tolist())],
+        "rows": rows,
+    }
+    figures = applicable_figures(trials, curves) if len(trials) else []
+    parts = [f'{{"id": {json.dumps(fid)}, "figure": {fig.to_json()}}}' for fid, fig in figures]
+    return json.dumps(head, default=str)[:-1] + ', "figures": [' + ", ".join(parts) + "]}"
+
+
+def _budget_order(label: str) -> float:
+    from search_spaces.configs import parse_count
+
+    text = label.lstrip("≈").split("–")[0]
+    try:
+        return float(parse_count(text.replace("G", "B")))
+    except ValueError:
+        return math.inf
+
+
+def script_safe(payload: str) -> str:
+    """JSON that cannot end its <script> element early (`</script>` inside a sweep's error)."""
+    return payload.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
+
+def write_report(root: str, sweeps: list[str], out: str | Path) -> Path:
+    """One self-contained HTML file (plotly.js embedded, opens offline), written atomically."""
+    import plotly.offline
+
+    from dashboards.page import render_page
+
+    page = render_page(script_safe(build_payload(root, sweeps)), plotly_js=plotly.offline.get_plotlyjs())
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, temp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(page)
+        os.replace(temp, out)
+    except BaseException:
+        os.unlink(temp)
+        raise
+    return out

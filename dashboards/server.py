@@ -1,0 +1,132 @@
+"""The live dashboard: the report page served over every sweep, refreshed as trials land.
+
+Plain `http.server` is enough: the page polls `api/version` (a fingerprint of the store's
+Parquet files) and re-fetches `api/dashboard` when it changes; the payload is rebuilt
+at most once per store version. `api/config` returns a trial's candidate YAML.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import threading
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, urlparse
+
+import pyarrow.fs as pafs
+
+from search_spaces.errors import UserError
+
+
+class DashboardState:
+    """What the handlers share: the store root and the payload of the last store version."""
+
+    def __init__(self, root: str, poll_s: float = 3.0):
+        self.root, self.poll_s = str(root), poll_s
+        self._lock = threading.Lock()
+        self._cached: tuple[str, str] | None = None
+        self._plotly_js: bytes | None = None
+
+    def version(self) -> str:
+        """A hash of every Parquet file's path, size and mtime under the root."""
+        if "://" in self.root:
+            fs, base = pafs.FileSystem.from_uri(self.root)
+        else:
+            fs, base = pafs.LocalFileSystem(), os.path.abspath(self.root)
+        infos = fs.get_file_info(pafs.FileSelector(base, recursive=True, allow_not_found=True))
+        digest = hashlib.sha256()
+        for info in sorted(infos, key=lambda i: i.path):
+            if info.path.endswith(".parquet"):
+                digest.update(f"{info.path}|{info.size}|{info.mtime_ns}\n".encode())
+        return digest.hexdigest()[:16]
+
+    def payload(self) -> str:
+        from dashboards.report import build_payload
+
+        with self._lock:  # one rebuild per version, however many browsers poll
+            version = self.version()
+            if self._cached is None or self._cached[0] != version:
+                self._cached = (version, build_payload(self.root, None, title="shapesweep live dashboard",
+                                                       version=version))
+            return self._cached[1]
+
+    def plotly_js(self) -> bytes:
+        if self._plotly_js is None:
+            import plotly.offline
+
+            self._plotly_js = plotly.offline.get_plotlyjs().encode()
+        return self._plotly_js
+
+    def config_yaml(self, sweep: str, trial_id: str) -> str:
+        """The trial's candidate document (what `shapesweep train` reads) plus provenance."""
+        import yaml
+
+        from dashboards.report import load_frames
+        from results.store import load_trials
+
+        load_frames(self.root, [sweep])  # UserError for an unknown or invalid name
+        trials = load_trials(self.root, [sweep])
+        match = trials[trials["trial_id"] == trial_id]
+        if match.empty or not isinstance(match["config_json"].iloc[0], str):
+            raise UserError(f"sweep {sweep!r} has no trial {trial_id!r} with a configuration", key="trial_id")
+        row = match.iloc[0]
+        doc = json.loads(row["config_json"])
+        doc["provenance"] = {"sweep": sweep, "trial_id": trial_id, "seed": int(row["seed"])}
+        return yaml.safe_dump(doc, sort_keys=False)
+
+
+class Handler(BaseHTTPRequestHandler):
+    state: DashboardState  # set on the subclass make_server builds
+
+    def log_message(self, format, *args):  # noqa: A002 - quiet: the terminal is the user's
+        pass
+
+    def _send(self, body: bytes | str, content_type: str, status: int = 200, headers: dict | None = None):
+        data = body.encode() if isinstance(body, str) else body
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(data)))
+        self.send_header("X-Content-Type-Options", "nosniff")
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self):  # noqa: N802 - http.server's naming
+        from dashboards.page import render_page
+
+        url = urlparse(self.path)
+        query = {k: v[0] for k, v in parse_qs(url.query).items()}
+        try:
+            if url.path == "/":
+                self._send(render_page(poll_ms=int(self.state.poll_s * 1000)), "text/html; charset=utf-8")
+            elif url.path == "/plotly.min.js":
+                self._send(self.state.plotly_js(), "text/javascript; charset=utf-8",
+                           headers={"Cache-Control": "max-age=86400"})
+            elif url.path == "/api/version":
+                self._send(json.dumps({"version": self.state.version()}), "application/json")
+            elif url.path == "/api/dashboard":
+                self._send(self.state.payload(), "application/json")
+            elif url.path == "/api/config":
+                sweep, trial_id = query.get("sweep", ""), query.get("trial_id", "")
+                name = f"{sweep}-{trial_id}".replace("/", "_") + ".yaml"
+                self._send(self.state.config_yaml(sweep, trial_id), "application/x-yaml; charset=utf-8",
+                           headers={"Content-Disposition": f'attachment; filename="{_header_safe(name)}"'})
+            else:
+                self._send(f"not found: {url.path}\n", "text/plain; charset=utf-8", HTTPStatus.NOT_FOUND)
+        except UserError as error:  # plain text, so a hostile name is never markup
+            self._send(f"{error}\n", "text/plain; charset=utf-8", HTTPStatus.NOT_FOUND)
+
+
+def _header_safe(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "._-" else "_" for c in name)
+
+
+def make_server(root: str, host: str = "127.0.0.1", port: int = 8050, poll_s: float = 3.0) -> ThreadingHTTPServer:
+    """A ready-to-serve HTTP server (port 0 picks a free port; see `server.server_address`)."""
+    handler = type("DashboardHandler", (Handler,), {"state": DashboardState(root, poll_s)})
+    server = ThreadingHTTPServer((host, port), handler)
+    server.daemon_threads = True
+    return server
