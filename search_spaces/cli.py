@@ -16,8 +16,8 @@ VARYING_EXTRA = ("shape", "beta", "alpha", "activation", "resize", "d_x", "d_z",
 
 
 def add_arguments_spaces(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--counts", action="store_true",
-                        help="also solve each space and show its candidate count (slower)")
+    parser.add_argument("--fast", action="store_true",
+                        help="show raw grid sizes instead of solving each space for its candidate count")
 
 
 def add_arguments_plan(parser: argparse.ArgumentParser) -> None:
@@ -39,14 +39,13 @@ def spaces(args: argparse.Namespace) -> int:
         table.add_column(name, overflow="fold")
     for name, description in list_builtin():
         space = load_space(name)
-        count = "?"
-        if args.counts:
+        if args.fast:
+            count = f"<= {sum(v.raw_size for v in space.resolved())}"
+        else:
             try:
                 count = str(plan(space).counts["unique"])
             except UserError as error:
                 count = f"error: {error.problem}"
-        else:
-            count = f"<= {sum(v.raw_size for v in space.resolved())}"
         table.add_row(name, ", ".join(space.families), _budget_text(space), count, description)
     Console(width=max(Console().width, 160)).print(table)
     return 0
