@@ -140,7 +140,9 @@ def account(config, seq_len: int = 128) -> Accounting:
         from search_spaces.widths import resize_params
 
         extra = resize_params(config, widths)
-    totals = lm_totals(blocks_total(shapes), config.d_model, config.vocab_size,
+    uniform = all(s is shapes[0] for s in shapes)  # conventional/hourglass: one shape, L times
+    blocks = blocks_total(shapes[:1], n_layers=len(shapes)) if uniform else blocks_total(shapes)
+    totals = lm_totals(blocks, config.d_model, config.vocab_size,
                        config.tie_embeddings, seq_len, extra)
     return Accounting(**{k: int(v) for k, v in totals.items()}, params_frozen=0,
                       avg_layer_width=sum(widths) / len(widths), widths=widths)

@@ -302,14 +302,7 @@ def _solve_free(v: Resolved, cols: dict, n: int, target: float, column: str, seq
         return cols, _totals(v.family, cols, seq_len)
     samples = np.stack([_column(_totals(v.family, _with_free(v, cols, float(t), None), seq_len),
                                 column, n) for t in range(4)])
-    coeffs = np.linalg.solve(np.vander(np.arange(4.0), 4), samples)  # highest power first
-    lo, hi = np.full(n, np.log(0.5)), np.full(n, np.log(UPPER[v.solve[0]]))
-    for _ in range(48):  # bisection in log t: the metric grows with every free dim
-        mid = (lo + hi) / 2
-        t = np.exp(mid)
-        below = ((coeffs[0] * t + coeffs[1]) * t + coeffs[2]) * t + coeffs[3] < target
-        lo, hi = np.where(below, mid, lo), np.where(below, hi, mid)
-    t = np.exp((lo + hi) / 2)
+    t = _root(np.linalg.solve(np.vander(np.arange(4.0), 4), samples), target, UPPER[v.solve[0]])
     best = None
     for rounding in itertools.product(("floor", "ceil"), repeat=len(v.solve)):
         trial = _with_free(v, cols, t, rounding)
@@ -322,6 +315,26 @@ def _solve_free(v: Resolved, cols: dict, n: int, target: float, column: str, seq
         best = ({d: _pick(better, trial[d], best[0][d]) for d in trial},
                 {d: _pick(better, totals[d], best[1][d]) for d in totals}, np.minimum(err, best[2]))
     return best[0], best[1]
+
+
+def _root(coeffs: np.ndarray, target: float, upper: float) -> np.ndarray:
+    """Where the increasing polynomial sum(coeffs[i] t^(3-i)) meets target, within [0.5, upper].
+    Closed form up to degree 2 (every single free dim); bisection for the cubic (d_model, L) pair."""
+    a3, a2, a1, a0 = coeffs
+    scale = np.maximum(np.abs(coeffs).max(axis=0), 1.0)
+    if np.all(np.abs(a3) <= 1e-9 * scale):
+        c = a0 - target
+        with np.errstate(all="ignore"):
+            disc = np.sqrt(np.maximum(a1 * a1 - 4 * a2 * c, 0))
+            quadratic = 2 * -c / (a1 + disc)  # the positive root, stable when a2 -> 0
+        t = np.where(np.abs(a1) + np.abs(a2) > 0, quadratic, 0.5)
+        return np.clip(np.nan_to_num(t, nan=0.5, posinf=upper), 0.5, upper)
+    lo, hi = np.full(a0.shape, 0.5), np.full(a0.shape, float(upper))
+    for _ in range(48):
+        mid = (lo + hi) / 2
+        below = ((a3 * mid + a2) * mid + a1) * mid + a0 < target
+        lo, hi = np.where(below, mid, lo), np.where(below, hi, mid)
+    return (lo + hi) / 2
 
 
 def _pick(better: np.ndarray, new, old):

@@ -159,6 +159,18 @@ class SearchSpace(_Strict):
     train: TrainConfig = Field(default_factory=TrainConfig)
     seeds: list[int] = Field(default_factory=lambda: [0])
 
+    @model_validator(mode="after")
+    def _fill_family(self):
+        """`family` always says what the space holds, even when only the variants name it."""
+        if self.family is None:
+            named = [v.family for v in self.variants or [] if v.family is not None]
+            if not named or len(named) < len(self.variants or [None]):
+                raise ValueError("give family (conventional | hourglass | variable_width | "
+                                 "vision_mlp), here or in every variant")
+            flat = list(dict.fromkeys(f for x in named for f in (x if isinstance(x, list) else [x])))
+            object.__setattr__(self, "family", flat[0] if len(flat) == 1 else flat)
+        return self
+
     _source_text: str = PrivateAttr(default="")
     _source_file: str = PrivateAttr(default="")
 
