@@ -111,7 +111,7 @@ class LM(nn.Module):
         # Seed 002's projection ablation: grown coordinates predicted from the previous layer.
         self.resizers = nn.ModuleDict()
         if self.resize == "projection":
-            for layer, (a, b) in enumerate(zip(self.widths[:-1], self.widths[1:]), start=1):
+            for layer, (a, b) in enumerate(zip(self.widths[:-1], self.widths[1:], strict=True), start=1):
                 if b > a:
                     self.resizers[str(layer)] = nn.Linear(a, b - a, bias=config.bias)
         self.final_norm = nn.RMSNorm(D)
