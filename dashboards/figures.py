@@ -157,13 +157,15 @@ def ucurve_figure(trials: pd.DataFrame, tolerance: float = 0.005) -> go.Figure |
     if lm["family"].iloc[0] != BASELINE:
         span = (means["width_depth_ratio"].min(), means["width_depth_ratio"].max())
         _baseline_traces(fig, trials, "width_depth_ratio", span, n_sweeps)
-    for sweep, group in means.groupby("sweep"):
+    for i, (sweep, group) in enumerate(means.groupby("sweep")):
         best = group["mean"].min()
         near = group[group["mean"] <= best * (1 + tolerance)]
-        lo, hi = near["width_depth_ratio"].min(), near["width_depth_ratio"].max()
+        lo, hi = near["width_depth_ratio"].min() / 1.08, near["width_depth_ratio"].max() * 1.08
+        fig.add_vrect(x0=lo, x1=hi, fillcolor="#ffd54f", opacity=0.3, line_width=0, layer="below")
         label = "best region" + (f" · {esc(sweep)}" if n_sweeps > 1 else "")
-        fig.add_vrect(x0=lo / 1.08, x1=hi * 1.08, fillcolor="#ffd54f", opacity=0.25, line_width=0,
-                      layer="below", annotation_text=label, annotation_position="top left")
+        # Annotations on a log axis take log10 coordinates (shapes take data values).
+        fig.add_annotation(x=np.log10((lo * hi) ** 0.5), y=1.0 - 0.06 * i, yref="paper", text=label,
+                           showarrow=False, font=dict(size=11, color="#8a6d00"))
     return _layout(fig, "U-curve: validation loss vs width/depth ratio d_model / n_layers",
                    "d_model / n_layers (log)", METRIC_LABELS["val_loss"], log_x=True)
 

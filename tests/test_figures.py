@@ -1,0 +1,192 @@
+"""Dashboard figures and the report payload, on sweeps written through the real results store."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from dashboards.figures import (
+    applicable_figures,
+    learning_curves_figure,
+    pareto_figure,
+    pareto_front,
+    ucurve_figure,
+    width_profile_figure,
+)
+from dashboards.frames import esc, hover_text, with_derived
+from dashboards.report import budget_labels, build_payload, script_safe, write_report
+from dashboards.scaling import fit_power_law, flops_to_match, match_sentences
+from dashboards.synthetic import synthetic_sweep, write_synthetic
+from results.catalog import Catalog, default_catalog_url
+from results.store import load_curves, load_trials, write_trial
+from search_spaces.errors import UserError
+
+HOSTILE = "<script>alert(1)</script>"
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory) -> str:
+    root = str(tmp_path_factory.mktemp("store"))
+    write_synthetic(root, "ucurve", 10_000, families=("conventional", "hourglass"), budgets=(113e6,),
+                    grid_ratios=6, seeds=2)
+    write_synthetic(root, "shapes", 10_000, families=("conventional", "variable_width"), budgets=(30e6,),
+                    grid_ratios=4, seeds=2, seed=1)
+    write_synthetic(root, "mlp", 24, families=("vision_mlp",), budgets=(3e8,), seed=2)
+    Catalog(default_catalog_url(root)).register("shapes", HOSTILE, "name: x", "hash", 8)
+    row, curves = synthetic_sweep("shapes", 1, families=("conventional",), seed=9)[0]
+    row.update(trial_id="hostile", status="failed", error=f"RuntimeError: {HOSTILE}", val_loss=None)
+    write_trial(root, "shapes", row, [{**c, "trial_id": "hostile"} for c in curves[:2]])
+    return root
+
+
+@pytest.fixture(scope="module")
+def frames(store):
+    return with_derived(load_trials(store)), load_curves(store)
+
+
+def test_pareto_front_keeps_only_undominated_points():
+    x = np.array([1, 2, 3, 4, 5, 2], float)
+    y = np.array([5, 4, 4.5, 3, 3.5, 6], float)
+    assert pareto_front(x, y).tolist() == [0, 1, 3]
+    assert pareto_front(x, -y, lower_is_better=False).tolist() == [0, 1, 3]
+
+
+def test_power_law_fit_and_flops_to_match_recover_78_percent():
+    flops = np.geomspace(1e18, 1e20, 6)
+    baseline = 21.0 * flops**-0.05
+    better = 21.0 * (flops / 0.78) ** -0.05  # needs 78% of the FLOPs for any loss
+    fits = {"conventional": fit_power_law(flops, baseline), "variable_width": fit_power_law(flops, better)}
+    assert fits["conventional"].b == pytest.approx(0.05, rel=1e-9)
+    ratio, loss = flops_to_match(fits)["variable_width"]
+    assert ratio == pytest.approx(0.78, rel=1e-6)
+    assert loss == pytest.approx(21.0 * 1e20**-0.05)
+    assert match_sentences(fits) == [
+        f"variable_width reaches the baseline's loss ({loss:.3f}) with 78% of its FLOPs"]
+    assert fit_power_law([1e18, 1e18, 1e18], [3, 3, 3]) is None  # no spread, no fit
+
+
+def test_every_applicable_figure_is_built_from_the_store(frames):
+    trials, curves = frames
+    ids = [figure_id for figure_id, _ in applicable_figures(trials, curves)]
+    for expected in ("pareto-lm-params_non_embedding", "pareto-lm-params_total", "pareto-lm-training_flops",
+                     "pareto-lm-kv_cache_per_token", "pareto-lm-wall_time_s", "ucurve", "ratio",
+                     "scaling", "widths", "param-split", "curves-lm", "pareto-vision-params_total",
+                     "curves-vision"):
+        assert expected in ids
+
+
+def test_figures_only_where_their_families_apply(frames):
+    trials, curves = frames
+    conventional = trials[(trials["sweep"] == "ucurve") & (trials["family"] == "conventional")]
+    ids = [figure_id for figure_id, _ in applicable_figures(conventional, curves)]
+    assert "ratio" not in ids and "widths" not in ids and "pareto-vision-params_total" not in ids
+    assert "ucurve" in ids  # a conventional-only width/depth sweep still has its U-curve
+    vision = trials[trials["family"] == "vision_mlp"]
+    ids = [figure_id for figure_id, _ in applicable_figures(vision, curves)]
+    assert ids == ["pareto-vision-params_total", "pareto-vision-training_flops",
+                   "pareto-vision-wall_time_s", "curves-vision"]
+
+
+def test_pareto_points_are_seed_means_with_spread_and_full_shape_hover(frames):
+    trials, _ = frames
+    lm = trials[trials["sweep"] == "ucurve"]
+    fig = pareto_figure(lm, "params_non_embedding", "val_loss")
+    points = [t for t in fig.data if t.meta.get("rows")]
+    done = lm[lm["status"] == "completed"]
+    by_key = done.groupby("key")["val_loss"]
+    checked = 0
+    for trace in points:
+        for y, err, (row_id, hover) in zip(trace.y, trace.error_y.array, trace.customdata, strict=True):
+            key = trials.loc[row_id, "key"]
+            assert y == pytest.approx(by_key.mean()[key])
+            assert err == pytest.approx(by_key.std(ddof=0)[key])
+            assert "d_model=" in hover and "n_layers=" in hover
+            checked += 1
+    assert checked == done["key"].nunique()
+    for trace in fig.data:
+        if not trace.meta.get("rows"):  # frontier: falling loss as parameters grow
+            assert all(np.diff(np.asarray(trace.y, float)) < 0)
+
+
+def test_ucurve_marks_the_best_region_and_draws_the_baseline_dashed(frames):
+    trials, _ = frames
+    lm = trials[trials["sweep"] == "ucurve"]
+    fig = ucurve_figure(lm)
+    assert fig.layout.xaxis.type == "log"
+    best = min((min(t.y), t.x[int(np.argmin(t.y))]) for t in fig.data if t.meta.get("rows"))
+    (region,) = fig.layout.shapes
+    assert region.x0 <= best[1] <= region.x1
+    baseline = [t for t in fig.data if t.meta.get("family") == "conventional"]
+    assert baseline and baseline[0].line.dash == "dash"
+
+
+def test_learning_curves_mark_asha_stopped_trials(frames):
+    trials, curves = frames
+    lm = trials[trials["family"] != "vision_mlp"]
+    fig = learning_curves_figure(lm, curves)
+    stopped_ends = sum(len(t.x) for t in fig.data if t.mode == "markers" and t.marker.symbol == "x")
+    assert stopped_ends == int((lm["status"] == "stopped_early").sum())
+    assert any(t.line.dash == "dash" for t in fig.data if t.mode == "lines")
+
+
+def test_width_profiles_show_avg_width_and_flops(frames):
+    trials, _ = frames
+    fig = width_profile_figure(trials)
+    profiles = [t for t in fig.data if t.meta.get("rows")]
+    assert profiles
+    for trace in profiles:
+        row = trials.loc[trace.customdata[0][0]]
+        assert list(trace.y) == [int(w) for w in row["widths"]]
+        assert f"avg width {row['avg_layer_width']:.0f}" in trace.name and "FLOPs/tok" in trace.name
+
+
+def test_budget_labels_cluster_iso_budget_sweeps():
+    frame = pd.DataFrame({"params_non_embedding": [100e6, 101e6, 99e6, 400e6, 404e6],
+                          "params_total": [np.nan] * 5})
+    labels = budget_labels(frame)
+    assert labels.nunique() == 2 and labels[0] == labels[2] and labels[3] == labels[4]
+    spread = pd.DataFrame({"params_non_embedding": np.geomspace(1e6, 1e9, 40), "params_total": 0})
+    assert budget_labels(spread).nunique() <= 6
+
+
+def test_user_strings_are_escaped_in_plots_and_payload(store, frames):
+    trials, _ = frames
+    row = trials.iloc[0].copy()
+    row["sweep"] = HOSTILE
+    assert HOSTILE not in hover_text(row) and esc(HOSTILE) in hover_text(row)
+    payload = build_payload(store)
+    spaces = {s["name"]: s.get("space") for s in json.loads(payload)["sweeps"]}
+    assert spaces["shapes"] == HOSTILE  # the text itself survives, as data
+    safe = script_safe(payload)
+    assert "<" not in safe and json.loads(safe) == json.loads(payload)
+
+
+def test_report_is_one_offline_file_written_atomically(store, tmp_path):
+    out = write_report(store, ["ucurve", "mlp"], tmp_path / "r" / "report.html")
+    html = out.read_text()
+    assert "<script src=" not in html and "<link" not in html  # every script inline
+    assert "Plotly" in html and len(html) > 3_000_000  # plotly.js itself is inside
+    payload = json.loads(html.split('id="payload">', 1)[1].split("</script>", 1)[0])
+    assert {s["name"] for s in payload["sweeps"]} == {"ucurve", "mlp"}
+    assert os.listdir(out.parent) == ["report.html"]  # no temporary file left behind
+    with pytest.raises(UserError, match="no sweep named 'nope'"):
+        write_report(store, ["nope"], tmp_path / "x.html")
+    assert not (tmp_path / "x.html").exists()
+
+
+def test_cli_writes_the_report_and_refuses_unknown_sweeps(store, tmp_path):
+    out = tmp_path / "cli.html"
+    ok = subprocess.run([sys.executable, "-m", "sweep.cli", "dashboard", "ucurve", "--root", store,
+                         "--out", str(out)], capture_output=True, text=True, timeout=300)
+    assert ok.returncode == 0, ok.stderr
+    assert out.exists()
+    bad = subprocess.run([sys.executable, "-m", "sweep.cli", "dashboard", "nope", "--root", store,
+                          "--out", str(tmp_path / "bad.html")], capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 2
+    assert bad.stderr.strip().splitlines() == [bad.stderr.strip()] and "nope" in bad.stderr
