@@ -217,3 +217,22 @@ def test_flops_match_accounting(config):
     examples = batch if isinstance(config, VisionMLPConfig) else batch * seq_len
     expected = account(config, seq_len).flops_per_token * examples
     assert _measured_flops(model, inputs) == pytest.approx(expected, rel=0.02)
+
+
+def test_rotary_is_relative_and_grows():
+    from trainers.lm import Rotary
+
+    rope, small = Rotary(8), Rotary(8, max_len=4)
+    q, k = torch.randn(8), torch.randn(8)
+    seq = torch.zeros(1, 1, 12, 8)
+    seq[..., 2, :], seq[..., 5, :] = q, k
+    shifted = torch.zeros(1, 1, 12, 8)
+    shifted[..., 6, :], shifted[..., 9, :] = q, k
+    a, b = rope(seq), rope(shifted)
+    # q.k after rotation depends only on the offset between positions (5-2 == 9-6)
+    torch.testing.assert_close((a[0, 0, 2] * a[0, 0, 5]).sum(), (b[0, 0, 6] * b[0, 0, 9]).sum())
+    torch.testing.assert_close(small(seq), a)  # tables rebuilt for a longer sequence
+    model = build_model(VariableWidthConfig(d_model=32, n_layers=3, n_heads=4, d_h=64,
+                                            widths=[16, 32, 16]))
+    assert len(list(model.buffers())) == 2 * 2  # cos/sin per distinct head_dim, shared
+    assert not any("rotary" in key for key in model.state_dict())

@@ -24,7 +24,7 @@ def _widen(h: torch.Tensor, width: int) -> torch.Tensor:
 class Rotary(nn.Module):
     """RoPE, rotate-half form, with cos/sin tables as (non-persistent) buffers."""
 
-    def __init__(self, head_dim: int, max_len: int = 1024, base: float = 10000.0):
+    def __init__(self, head_dim: int, max_len: int = 4096, base: float = 10000.0):
         super().__init__()
         self.head_dim, self.base = head_dim, base
         cos, sin = self._tables(max_len, None)
@@ -39,7 +39,7 @@ class Rotary(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # x: [B, H, T, head_dim]
         T = x.shape[-2]
-        if T > self.cos.shape[0]:  # longer sequences than built for: rebuild once
+        if T > self.cos.shape[0]:  # longer than built for: rebuild once (a graph break if compiled)
             self.cos, self.sin = self._tables(2 * T, x.device)
         cos, sin = self.cos[:T].to(x.dtype), self.sin[:T].to(x.dtype)
         x1, x2 = x.chunk(2, dim=-1)
@@ -49,13 +49,13 @@ class Rotary(nn.Module):
 class Attention(nn.Module):
     """Causal self-attention with optional GQA, reading `attn_in` and writing `width` coordinates."""
 
-    def __init__(self, s: LayerShape):
+    def __init__(self, s: LayerShape, rotary: Rotary | None = None):
         super().__init__()
         self.n_heads, self.n_kv_heads, self.head_dim = int(s.n_heads), int(s.n_kv_heads), int(s.head_dim)
         self.q_dim, self.kv_dim = self.n_heads * self.head_dim, self.n_kv_heads * self.head_dim
         self.qkv = nn.Linear(int(s.attn_in), self.q_dim + 2 * self.kv_dim, bias=s.bias)
         self.o = nn.Linear(self.q_dim, int(s.width), bias=s.bias)
-        self.rotary = Rotary(self.head_dim)
+        self.rotary = rotary or Rotary(self.head_dim)  # layers of one head_dim share tables
         self.scale: float | None = None  # None = 1/sqrt(head_dim); muP sets its own
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -73,11 +73,11 @@ class Attention(nn.Module):
 class Block(nn.Module):
     """Attention then FFN, pre-norm or OLMo-2 post-norm (norm on the output, before the add)."""
 
-    def __init__(self, s: LayerShape):
+    def __init__(self, s: LayerShape, rotary: Rotary | None = None):
         super().__init__()
         self.width, self.attn_in, self.ffn_out = int(s.width), int(s.attn_in), int(s.ffn_out)
         self.pre = s.norm_order == "pre"
-        self.attn = Attention(s)
+        self.attn = Attention(s, rotary)
         self.attn_norm = nn.RMSNorm(self.attn_in if self.pre else self.width)
         self.ffn = make_ffn(s)
         # The hourglass FFN carries its own per-sub-block norms and residuals.
@@ -107,7 +107,8 @@ class LM(nn.Module):
         self.stream_width = max(D, *self.widths)
         self.resize = getattr(config, "resize", "carry")
         self.wte = nn.Embedding(config.vocab_size, D)
-        self.blocks = nn.ModuleList(Block(s) for s in shapes)
+        rotaries = {hd: Rotary(hd) for hd in sorted({int(s.head_dim) for s in shapes})}
+        self.blocks = nn.ModuleList(Block(s, rotaries[int(s.head_dim)]) for s in shapes)
         # Seed 002's projection ablation: grown coordinates predicted from the previous layer.
         self.resizers = nn.ModuleDict()
         if self.resize == "projection":
