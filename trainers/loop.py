@@ -268,7 +268,8 @@ def _result(curve, wall, train_time, params_measured, data_hash, stopped) -> Tra
 
 
 def _validation_error(error, file: str, prefix: str) -> UserError:
-    first = error.errors()[0]
+    errors = error.errors()  # a typo'd key explains its "field required" twin, so report it first
+    first = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
     loc = ".".join(str(part) for part in first["loc"])
     problem = first["msg"].removeprefix("Value error, ")
     return UserError(problem, file=file, key=f"{prefix}.{loc}" if loc else prefix)
