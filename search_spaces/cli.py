@@ -25,6 +25,9 @@ def add_arguments_plan(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--format", choices=("table", "json", "csv"), default="table")
     parser.add_argument("--seq-len", type=int, default=None,
                         help="sequence length for FLOPs (default: the space's train.seq_len)")
+    parser.add_argument("--out", metavar="DIR", default=None,
+                        help="also write one candidate YAML per candidate into DIR "
+                             "(each trains as is with `shapesweep train DIR/KEY.yaml`)")
 
 
 def spaces(args: argparse.Namespace) -> int:
@@ -74,6 +77,8 @@ def plan(args: argparse.Namespace) -> int:
     space = load_space(args.space)
     result = solve(space, seq_len=args.seq_len)
     rows = [c.to_row() for c in result.candidates]
+    if args.out:
+        _write_candidates(args.out, space, result.candidates)
     if args.format == "json":
         json.dump(rows, sys.stdout, indent=1)
         print()
@@ -86,6 +91,33 @@ def plan(args: argparse.Namespace) -> int:
     else:
         _print_table(space, result, rows)
     return 0
+
+
+def _write_candidates(out: str, space, candidates) -> None:
+    """Write every candidate document into `out` at once: a temp folder, then renames."""
+    import os
+    import tempfile
+    from pathlib import Path
+
+    import yaml
+
+    from search_spaces.solver import candidate_document
+
+    target = Path(out)
+    target.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".plan-", dir=target))
+    try:
+        for candidate in candidates:
+            doc = candidate_document(candidate, space.train)
+            doc["provenance"] = {"space": space.name, "variant": candidate.variant}
+            (staging / f"{candidate.key}.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+        for file in staging.iterdir():
+            os.replace(file, target / file.name)
+    finally:
+        for file in staging.iterdir():
+            file.unlink()
+        staging.rmdir()
+    print(f"wrote {len(candidates)} candidate files to {target}", file=sys.stderr)
 
 
 def _print_table(space, result, rows: list[dict]) -> None:

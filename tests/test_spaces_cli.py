@@ -137,3 +137,21 @@ def test_console_script_end_to_end(tmp_path):
         pytest.xfail(f"another verb's module is not on main yet: {result.stderr.strip().splitlines()[-1]}")
     assert result.returncode == 0, result.stderr
     assert {row["activation"] for row in json.loads(result.stdout)} == {"swiglu", "simple_gated", "gelu"}
+
+
+def test_plan_out_writes_candidate_documents_train_accepts(capsys, tmp_path):
+    """`plan --out DIR` writes one candidate YAML per candidate, keyed like the JSON rows."""
+    from trainers.loop import load_candidate
+
+    code, out, _ = run(capsys, "plan", "hourglass-fixed-attention-tiny", "--format", "json",
+                       "--out", str(tmp_path / "cands"))
+    assert code == 0
+    rows = json.loads(out)
+    files = sorted((tmp_path / "cands").glob("*.yaml"))
+    assert [f.stem for f in files] == sorted(r["key"] for r in rows)
+    assert not [p for p in (tmp_path / "cands").iterdir() if p.name.startswith(".")]
+    by_key = {r["key"]: r for r in rows}
+    for file in files:
+        model_config, train = load_candidate(file)
+        assert model_config.d_h == by_key[file.stem]["d_h"]
+        assert train.seq_len > 0
