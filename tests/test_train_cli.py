@@ -1,0 +1,104 @@
+"""`shapesweep train`: a tiny model of every family learns real built-in data."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+import yaml
+
+from search_spaces.configs import TrainConfig, make_config
+from sweep.cli import main
+from trainers.data import builtin_corpus, unigram_entropy
+from trainers.models import build_model
+from trainers.vision_data import VisionTask, load_images
+
+LM_TRAIN = dict(steps=60, seq_len=64, batch_tokens=2048, eval_tokens=4096, lr=1e-2, warmup_frac=0.1)
+LM_MODELS = {
+    "conventional": dict(d_model=32, n_layers=2, n_heads=2, d_h=128),
+    "hourglass": dict(d_model=32, n_layers=2, n_heads=2, d_h=16, k=2),
+    "variable_width": dict(d_model=32, n_layers=3, n_heads=2, d_h=128, shape="bottleneck", alpha=0.5),
+}
+
+
+@pytest.fixture(autouse=True)
+def one_thread_and_cache(tmp_path_factory, monkeypatch):
+    monkeypatch.setenv("SHAPESWEEP_CACHE", str(tmp_path_factory.getbasetemp() / "shapesweep-cache"))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def _candidate(tmp_path, family, model, train) -> str:
+    path = tmp_path / f"{family}.yaml"
+    path.write_text(yaml.safe_dump({"family": family, "model": model, "train": train,
+                                    "metrics": {"val_loss": 9.9}}))
+    return str(path)
+
+
+def _train_json(capsys, *argv) -> dict:
+    assert main(["train", *argv, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+@pytest.mark.parametrize("family", sorted(LM_MODELS))
+def test_every_lm_family_beats_the_unigram_baseline(tmp_path, capsys, family):
+    baseline = unigram_entropy(builtin_corpus().val)  # ~3.2 nats/byte for Python source
+    path = _candidate(tmp_path, family, LM_MODELS[family], LM_TRAIN)
+    summary = _train_json(capsys, path)
+    assert summary["val_loss"] < baseline - 0.2, (summary["val_loss"], baseline)
+    assert summary["tokens"] == 60 * 2048 and summary["steps"] == 60
+    expected = sum(p.numel() for p in build_model(make_config({"family": family, **LM_MODELS[family]}))
+                   .parameters())
+    assert summary["params_measured"] == expected and summary["tokens_per_s"] > 0
+
+
+@pytest.mark.parametrize("task, margin_db", [("denoise", 2.0), ("superres", 3.0), ("genclass", 5.0)])
+def test_vision_tasks_beat_the_trivial_answer(tmp_path, capsys, task, margin_db):
+    model = dict(d_x=16 if task == "superres" else 64, d_z=128, d_h=32, n_layers=2, task=task)
+    summary = _train_json(capsys, _candidate(tmp_path, "vision_mlp", model,
+                                             dict(steps=150, batch_size=64, lr=1e-2)))
+    baseline = VisionTask(load_images(), task, 0.25, 0, 32768).baseline_psnr()
+    assert summary["psnr"] > baseline + margin_db, (summary["psnr"], baseline)
+    assert summary["tokens"] == 150 * 64 and 0 < summary["ssim"] <= 1
+    if task == "genclass":
+        assert summary["accuracy"] > 0.7  # chance is 0.1
+
+
+def test_steps_and_tokens_override_and_table_output(tmp_path, capsys):
+    path = _candidate(tmp_path, "conventional", LM_MODELS["conventional"], {**LM_TRAIN, "steps": None,
+                                                                           "tokens": "10M"})
+    assert _train_json(capsys, path, "--steps", "3")["steps"] == 3
+    assert _train_json(capsys, path, "--tokens", "8K")["tokens"] == 4 * 2048  # rounded up to steps
+    assert main(["train", path, "--steps", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "val_loss" in out and "params_measured" in out and "conventional" in out
+    assert TrainConfig(**{**LM_TRAIN, "steps": None, "tokens": "10M"}).tokens == 10_000_000
+
+
+def test_checkpoint_dir_resumes_a_finished_run(tmp_path, capsys):
+    path = _candidate(tmp_path, "conventional", LM_MODELS["conventional"], {**LM_TRAIN, "steps": 4})
+    first = _train_json(capsys, path, "--checkpoint-dir", str(tmp_path / "ckpt"))
+    again = _train_json(capsys, path, "--checkpoint-dir", str(tmp_path / "ckpt"))
+    assert again["val_loss"] == first["val_loss"] and again["steps"] == 4
+
+
+def test_bad_input_exits_2_with_one_line(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("family: conventional\nmodel: {d_model: 32, n_layers: 2, n_heads: 2, d_h: 0}\n")
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    run = subprocess.run([sys.executable, "-m", "sweep.cli", "train", str(bad), "--steps", "2"],
+                         capture_output=True, text=True, timeout=120, env=env)
+    assert run.returncode == 2
+    lines = run.stderr.strip().splitlines()
+    assert len(lines) == 1 and str(bad) in lines[0] and "model.d_h" in lines[0], run.stderr
+    wrong_data = _candidate(tmp_path, "conventional", LM_MODELS["conventional"], LM_TRAIN)
+    run = subprocess.run([sys.executable, "-m", "sweep.cli", "train", wrong_data, "--data",
+                          str(tmp_path / "nowhere.txt")], capture_output=True, text=True,
+                         timeout=120, env=env)
+    assert run.returncode == 2 and "nowhere.txt: data path not found" in run.stderr
