@@ -248,6 +248,7 @@ TEMPLATE = """<!DOCTYPE html>
 <meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <title>shapesweep dashboard</title>
+<link rel="icon" href="data:,">
 <style>{css}</style>
 {plotly}
 </head>

@@ -170,7 +170,7 @@ def test_user_strings_are_escaped_in_plots_and_payload(store, frames):
 def test_report_is_one_offline_file_written_atomically(store, tmp_path):
     out = write_report(store, ["ucurve", "mlp"], tmp_path / "r" / "report.html")
     html = out.read_text()
-    assert "<script src=" not in html and "<link" not in html  # every script inline
+    assert "<script src=" not in html and 'rel="stylesheet"' not in html  # all inline
     assert "Plotly" in html and len(html) > 3_000_000  # plotly.js itself is inside
     payload = json.loads(html.split('id="payload">', 1)[1].split("</script>", 1)[0])
     assert {s["name"] for s in payload["sweeps"]} == {"ucurve", "mlp"}
