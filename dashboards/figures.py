@@ -17,6 +17,7 @@ from dashboards.frames import (
     color,
     esc,
     human,
+    new_figure,
     present,
     seed_means,
     shape_text,
@@ -38,13 +39,12 @@ def _scatter(n_points: int):
     return go.Scattergl if n_points > MANY_POINTS else go.Scatter
 
 
-def _layout(fig: go.Figure, title: str, x: str, y: str, log_x: bool = False) -> go.Figure:
-    fig.update_layout(title=dict(text=title, x=0.01), template="plotly_white", height=460,
-                      margin=dict(l=60, r=20, t=50, b=50), hovermode="closest",
-                      legend=dict(font=dict(size=11)))
-    if len(fig.data) > 8:  # long legends go below the plot, leaving it its width
-        fig.update_layout(legend=dict(orientation="h", y=-0.22, font=dict(size=10)),
-                          height=440 + 18 * (len(fig.data) // 2), margin=dict(b=40))
+def layout(fig: go.Figure, title: str, x: str, y: str, log_x: bool = False) -> go.Figure:
+    # Legends go below the plot: the cards are narrow and the plot keeps its width.
+    shown = sum(1 for t in fig.data if t.showlegend is not False)
+    fig.update_layout(title=dict(text=title, x=0.01, font=dict(size=14)), hovermode="closest",
+                      height=420 + 20 * ((shown + 1) // 2), margin=dict(l=60, r=20, t=45, b=40),
+                      legend=dict(orientation="h", yanchor="top", y=-0.16, font=dict(size=11)))
     fig.update_xaxes(title_text=x, **({"type": "log"} if log_x else {}))
     fig.update_yaxes(title_text=y)
     return fig
@@ -84,12 +84,12 @@ def pareto_figure(trials: pd.DataFrame, x: str = "params_non_embedding",
     means = means[means[x].notna() & (means[x] > 0)] if x in means else means.iloc[0:0]
     if means.empty:
         return None
-    fig, n_sweeps, lower = go.Figure(), means["sweep"].nunique(), LOWER_IS_BETTER[metric]
+    fig, n_sweeps, lower = new_figure(), means["sweep"].nunique(), LOWER_IS_BETTER[metric]
     trace = _scatter(len(means))
     for i, ((sweep, series), group) in enumerate(means.groupby(["sweep", "design"], sort=True)):
         name, c = _series_name([series], n_sweeps, sweep), color(series, i)
         fig.add_trace(trace(
-            x=group[x], y=group["mean"], mode="markers", name=name, legendgroup=name,
+            x=group[x], y=group["mean"], mode="markers", name=name, legendgroup=name, showlegend=False,
             marker=dict(color=c, size=7, opacity=0.55),
             error_y=dict(type="data", array=group["std"].tolist(), visible=bool(group["n"].max() > 1),
                          thickness=1, color=c),
@@ -98,12 +98,12 @@ def pareto_figure(trials: pd.DataFrame, x: str = "params_non_embedding",
         front = group.iloc[pareto_front(group[x].to_numpy(float), group["mean"].to_numpy(float), lower)]
         fig.add_trace(go.Scatter(
             x=front[x], y=front["mean"], mode="lines+markers", line=dict(color=c, width=2.5, shape="hv"),
-            marker=dict(size=9, color=c, line=dict(color="white", width=1)), name=f"{name} frontier",
+            marker=dict(size=9, color=c, line=dict(color="white", width=1)), name=name,
             legendgroup=name, customdata=_points(front),
             hovertemplate="frontier<br>%{customdata[1]}<br>%{y:.4g}<extra></extra>",
             meta={"sweep": sweep, "family": group["family"].iloc[0]}))
     title = f"Pareto frontier: {METRIC_LABELS[metric]} vs {X_AXES[x]}"
-    return _layout(fig, title, X_AXES[x], METRIC_LABELS[metric], log_x=True)
+    return layout(fig, title, X_AXES[x], METRIC_LABELS[metric], log_x=True)
 
 
 def _baseline_traces(fig: go.Figure, trials: pd.DataFrame, x: str, x_span: tuple[float, float],
@@ -138,7 +138,7 @@ def ucurve_figure(trials: pd.DataFrame, tolerance: float = 0.005) -> go.Figure |
         means = seed_means(lm, "val_loss")
         if means.empty or means["width_depth_ratio"].nunique() < 3:
             return None
-    fig, n_sweeps = go.Figure(), means["sweep"].nunique()
+    fig, n_sweeps = new_figure(), means["sweep"].nunique()
     means = means.assign(ratio_group=_ratio_groups(means)).sort_values("width_depth_ratio")
     keys = ["sweep", "family", "k", "ratio_group", "shape"]
     for i, (group_key, group) in enumerate(means.groupby(keys, dropna=False, sort=True)):
@@ -166,7 +166,7 @@ def ucurve_figure(trials: pd.DataFrame, tolerance: float = 0.005) -> go.Figure |
         # Annotations on a log axis take log10 coordinates (shapes take data values).
         fig.add_annotation(x=np.log10((lo * hi) ** 0.5), y=1.0 - 0.06 * i, yref="paper", text=label,
                            showarrow=False, font=dict(size=11, color="#8a6d00"))
-    return _layout(fig, "U-curve: validation loss vs width/depth ratio d_model / n_layers",
+    return layout(fig, "U-curve: validation loss vs width/depth ratio d_model / n_layers",
                    "d_model / n_layers (log)", METRIC_LABELS["val_loss"], log_x=True)
 
 
@@ -175,7 +175,7 @@ def ratio_figure(trials: pd.DataFrame) -> go.Figure | None:
     means = seed_means(trials[trials["family"] == "hourglass"], "val_loss")
     if means.empty or means["ffn_ratio"].round(3).nunique() < 2:
         return None
-    fig, n_sweeps = go.Figure(), means["sweep"].nunique()
+    fig, n_sweeps = new_figure(), means["sweep"].nunique()
     means = means.sort_values("ffn_ratio")
     for i, ((sweep, k), group) in enumerate(means.groupby(["sweep", "k"], sort=True)):
         fig.add_trace(go.Scatter(
@@ -186,7 +186,7 @@ def ratio_figure(trials: pd.DataFrame) -> go.Figure | None:
             meta={"rows": True}))
     _baseline_traces(fig, trials, "ffn_ratio", (means["ffn_ratio"].min(), means["ffn_ratio"].max()),
                      n_sweeps)
-    return _layout(fig, "Ratio sweep: validation loss vs d_h / d_model per k",
+    return layout(fig, "Ratio sweep: validation loss vs d_h / d_model per k",
                    "d_h / d_model", METRIC_LABELS["val_loss"])
 
 
@@ -195,7 +195,7 @@ def width_profile_figure(trials: pd.DataFrame, top: int = 10) -> go.Figure | Non
     means = seed_means(trials[trials["family"] == "variable_width"], "val_loss")
     if means.empty:
         return None
-    fig = go.Figure()
+    fig = new_figure()
     for i, (_, row) in enumerate(means.nsmallest(top, "mean").iterrows()):
         widths = [int(w) for w in row["widths"]]
         name = (f"{esc(row['shape'])} β={row['beta']:g} α={row['alpha']:g} · avg width "
@@ -214,7 +214,7 @@ def width_profile_figure(trials: pd.DataFrame, top: int = 10) -> go.Figure | Non
             line=dict(color=color(BASELINE), dash="dash"),
             name=f"constant-width baseline · {human(row['flops_per_token'])} FLOPs/tok · loss {row['mean']:.3f}",
             meta={"sweep": row["sweep"], "family": BASELINE}))
-    fig = _layout(fig, "Width profiles of the best variable-width candidates", "layer", "layer width")
+    fig = layout(fig, "Width profiles of the best variable-width candidates", "layer", "layer width")
     fig.update_layout(legend=dict(orientation="h", y=-0.18, font=dict(size=10)), height=560)
     return fig
 
@@ -228,15 +228,16 @@ def param_split_figure(trials: pd.DataFrame, top: int = 30) -> go.Figure | None:
     best = means.nsmallest(top, "mean").reset_index(drop=True)
     labels = [f"#{i + 1} {esc(r['family'])} {esc(shape_text(r))}" for i, r in best.iterrows()]
     points = _points(best)
-    fig = go.Figure()
+    fig = new_figure()
     for column, name, c in (("params_attention", "attention", "#ff7f0e"), ("params_ffn", "FFN", "#1f77b4"),
                             ("params_norms", "norms", "#bcbd22")):
         fig.add_trace(go.Bar(x=labels, y=best[column], name=name, marker_color=c, customdata=points,
                              hovertemplate=f"{name} %{{y:.4s}}<br>%{{customdata[1]}}<extra></extra>",
                              meta={"rows": True}))
-    fig = _layout(fig, f"Parameter split of the {len(best)} best candidates (by validation loss)",
+    fig = layout(fig, f"Parameter split of the {len(best)} best candidates (by validation loss)",
                   "", "non-embedding parameters")
-    fig.update_layout(barmode="stack", height=520)
+    fig.update_layout(barmode="stack", height=540,
+                      legend=dict(orientation="h", yanchor="bottom", y=1.0, xanchor="right", x=1))
     fig.update_xaxes(tickangle=-40, tickfont=dict(size=9))
     return fig
 
@@ -251,7 +252,7 @@ def learning_curves_figure(trials: pd.DataFrame, curves: pd.DataFrame) -> go.Fig
     if data.empty:
         return None
     data = data.sort_values(["sweep", "trial_id", "tokens"])
-    fig, n_sweeps = go.Figure(), data["sweep"].nunique()
+    fig, n_sweeps = new_figure(), data["sweep"].nunique()
     trace = _scatter(len(data))
     styles = {"completed": ("solid", 1.0), "stopped_early": ("dash", 0.9), "failed": ("dot", 0.9)}
     for i, ((sweep, series, status), group) in enumerate(data.groupby(["sweep", "design", "status"])):
@@ -276,7 +277,7 @@ def learning_curves_figure(trials: pd.DataFrame, curves: pd.DataFrame) -> go.Fig
                                 hovertemplate=f"{status}<br>%{{customdata[1]}}<extra></extra>",
                                 meta={"rows": True}))
     label = METRIC_LABELS[metric]
-    return _layout(fig, f"Learning curves ({label} vs tokens; ✕ = stopped early by ASHA)",
+    return layout(fig, f"Learning curves ({label} vs tokens; ✕ = stopped early by ASHA)",
                    "tokens (log)", label, log_x=True)
 
 

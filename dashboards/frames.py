@@ -23,6 +23,17 @@ PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e
            "#17becf", "#bcbd22", "#7f7f7f"]
 
 
+def new_figure():
+    """An empty figure on a small white template (plotly's default one is copied per figure)."""
+    import plotly.graph_objects as go
+
+    axis = dict(gridcolor="#ebedf0", linecolor="#c8ccd2", zerolinecolor="#d5d8dc", automargin=True)
+    template = dict(layout=dict(paper_bgcolor="white", plot_bgcolor="white", colorway=PALETTE,
+                                font=dict(family="system-ui, sans-serif", size=12, color="#2a3f5f"),
+                                xaxis=axis, yaxis=axis, hoverlabel=dict(align="left")))
+    return go.Figure(layout=dict(template=template))
+
+
 def esc(value: Any) -> str:
     return html.escape(str(value), quote=False)
 

@@ -11,7 +11,8 @@ import pandas as pd
 import plotly.graph_objects as go
 from scipy import stats
 
-from dashboards.frames import color, esc, human, seed_means
+from dashboards.figures import layout
+from dashboards.frames import color, esc, human, new_figure, seed_means
 
 BASELINE = "conventional"
 
@@ -83,7 +84,7 @@ def scaling_figure(trials: pd.DataFrame) -> go.Figure | None:
     if not fits:
         return None
     means = seed_means(lm, "val_loss", extra=("training_flops",))
-    fig = go.Figure()
+    fig = new_figure()
     for i, (series, group) in enumerate(means.groupby("design")):
         c = color(series, i)
         fig.add_trace(go.Scatter(
@@ -105,10 +106,8 @@ def scaling_figure(trials: pd.DataFrame) -> go.Figure | None:
         fig.add_annotation(text="<br>".join(sentences), xref="paper", yref="paper", x=0.01, y=0.02,
                            xanchor="left", yanchor="bottom", showarrow=False, align="left",
                            bgcolor="rgba(255,255,255,0.85)", bordercolor="#999", font=dict(size=12))
-    fig.update_layout(title=dict(text=f"Scaling: validation loss vs training FLOPs "
-                                      f"({human(means['training_flops'].min())}–"
-                                      f"{human(means['training_flops'].max())})", x=0.01),
-                      template="plotly_white", height=460, margin=dict(l=60, r=20, t=50, b=50))
-    fig.update_xaxes(title_text="training FLOPs (log)", type="log")
-    fig.update_yaxes(title_text="validation loss (log)", type="log")
+    title = (f"Scaling: validation loss vs training FLOPs ({human(means['training_flops'].min())}–"
+             f"{human(means['training_flops'].max())})")
+    fig = layout(fig, title, "training FLOPs (log)", "validation loss (log)", log_x=True)
+    fig.update_yaxes(type="log")
     return fig
