@@ -70,7 +70,7 @@ def lr_multiplier(step: int, total: int, train: TrainConfig) -> float:
     return 1.0
 
 
-def _make_task(config, train: TrainConfig, data: str | None, tokenizer: str | None):
+def make_task(config, train: TrainConfig, data: str | None, tokenizer: str | None):
     """The data task: (task, items per optimizer step, tokens or images per step, data hash)."""
     if isinstance(config, VisionMLPConfig):
         from trainers.vision_data import VisionTask, load_images
@@ -162,7 +162,7 @@ def train(model_config, train: TrainConfig, data: str | None = None,
 
     dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     cuda = dev.type == "cuda"
-    task, per_step, units_per_step, data_hash = _make_task(model_config, train, data, tokenizer)
+    task, per_step, units_per_step, data_hash = make_task(model_config, train, data, tokenizer)
     steps = total_steps(train, units_per_step)
     eval_every = train.eval_every or max(1, steps // 10)
     micro = train.micro_batch_size or per_step

@@ -1,0 +1,173 @@
+"""Training-step benchmarks, each a ratio measured side by side in one run.
+
+1. Loop overhead: `trainers.loop.train` vs a minimal plain-PyTorch loop (same model, same
+   init, same batches, AdamW, no schedule/clipping/accumulation/NaN check) on CPU.
+   Target: tokens/s ratio >= 0.95.
+2. Hourglass k=4 vs conventional at matched non-embedding parameters (seed 000): the
+   hourglass step time relative to the conventional one.
+3. On CUDA only: MFU of seed 000's 113M conventional and hourglass shapes in bf16 with
+   torch.compile (PaLM accounting from `account`; H100/H200 dense bf16 peak 989 TFLOP/s).
+
+Steady-state throughput is timed between two evaluation callbacks (after warm-up and
+compilation), so evaluation and compile time do not count.
+
+    .venv/bin/python benchmarks/bench_train_step.py [--quick] [--threads N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+
+from search_spaces.accounting import account
+from search_spaces.configs import TrainConfig, make_config
+from trainers.loop import make_task, train
+from trainers.models import build_model
+from trainers.mup import configure
+
+PEAK_BF16_FLOPS = 989e12  # H100 / H200 SXM dense bf16
+
+
+def ours_tokens_per_s(config, recipe: TrainConfig, warmup: int, measured: int, device=None) -> float:
+    """Tokens/s of `train()` between the evaluation after `warmup` steps and the final one."""
+    marks: list[tuple[float, int]] = []
+    # Evaluations every `warmup` steps on a tiny eval set: a <1% handicap, kept for honesty.
+    recipe = recipe.model_copy(update={"steps": warmup + measured, "tokens": None,
+                                       "eval_every": warmup})
+    train(config, recipe, callback=lambda m: marks.append((time.perf_counter(), m["tokens"])),
+          device=device)
+    (t0, n0), (t1, n1) = marks[0], marks[-1]
+    return (n1 - n0) / (t1 - t0)
+
+
+def plain_tokens_per_s(config, recipe: TrainConfig, warmup: int, measured: int) -> float:
+    """The minimal nanoGPT-style loop on the same batches and init."""
+    task, n_seq, tokens_per_step, _ = make_task(config, recipe, None, None)
+    torch.manual_seed(recipe.seed)
+    model = build_model(config)
+    configure(model, config, recipe)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=recipe.lr, weight_decay=recipe.weight_decay,
+                                  betas=(recipe.beta1, recipe.beta2))
+    for step in range(warmup + measured):
+        if step == warmup:
+            start = time.perf_counter()
+        x, y = task.train_batch(step, n_seq)
+        loss = F.cross_entropy(model(x).flatten(0, 1), y.flatten())
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+    return measured * tokens_per_step / (time.perf_counter() - start)
+
+
+def matched_hourglass(conventional, k: int = 4):
+    """The hourglass (same d_model, L, heads) whose non-embedding params match `conventional`."""
+    target = account(conventional).params_non_embedding
+    shape = conventional.model_dump(exclude={"family", "d_h"})
+    try:
+        from search_spaces.solver import solve_point
+        from search_spaces.space import parse_space
+
+        space = parse_space({
+            "name": "bench-matched", "family": "hourglass",
+            "budget": {"non_embedding_params": target, "tolerance": 0.01},
+            "fixed": {key: shape[key] for key in ("d_model", "n_layers", "n_heads", "vocab_size")},
+            "search": {"k": [k]}, "solve": "d_h", "train": {"seq_len": 128}})
+        candidate = solve_point(space, {"k": k})
+        if candidate is not None:
+            return candidate.config, "solver"
+    except ImportError:
+        pass
+    best = min(range(1, 4 * conventional.d_model), key=lambda d_h: abs(
+        account(make_config({**shape, "family": "hourglass", "k": k, "d_h": d_h})).params_non_embedding
+        - target))
+    return make_config({**shape, "family": "hourglass", "k": k, "d_h": best}), "by hand"
+
+
+def side_by_side(runs: dict[str, Callable[[], float]], repeats: int) -> dict[str, float]:
+    """Median of interleaved repeats (a, b, a, b, ...) so machine load hits both alike."""
+    samples: dict[str, list[float]] = {name: [] for name in runs}
+    for _ in range(repeats):
+        for name, run in runs.items():
+            samples[name].append(run())
+    return {name: statistics.median(values) for name, values in samples.items()}
+
+
+def cpu_benchmarks(quick: bool) -> list[tuple[str, str, str]]:
+    warmup, measured, repeats = (3, 6, 3) if quick else (5, 20, 5)
+    recipe = TrainConfig(seq_len=128, batch_tokens=2048, lr=3e-3, eval_tokens=256, steps=1)
+    conventional = make_config(dict(family="conventional", d_model=128, n_layers=4, n_heads=4,
+                                    d_h=512))
+    rows = []
+    tps = side_by_side({
+        "ours": lambda: ours_tokens_per_s(conventional, recipe, warmup, measured),
+        "plain": lambda: plain_tokens_per_s(conventional, recipe, warmup, measured),
+    }, repeats)
+    rows.append(("loop vs plain PyTorch (CPU, conv 128x4)",
+                 f"{tps['ours']:,.0f} vs {tps['plain']:,.0f} tok/s",
+                 f"{tps['ours'] / tps['plain']:.3f} (target >= 0.95)"))
+
+    hourglass, how = matched_hourglass(conventional)
+    p_conv = account(conventional).params_non_embedding
+    p_hg = account(hourglass).params_non_embedding
+    tps = side_by_side({
+        "conventional": lambda: ours_tokens_per_s(conventional, recipe, warmup, measured),
+        "hourglass": lambda: ours_tokens_per_s(hourglass, recipe, warmup, measured),
+    }, repeats)
+    rows.append((f"hourglass k=4 d_h={hourglass.d_h} vs conventional d_h=512 (CPU, {how})",
+                 f"{p_hg:,} vs {p_conv:,} params",
+                 f"step time x{tps['conventional'] / tps['hourglass']:.3f}"))
+    return rows
+
+
+def cuda_mfu(quick: bool) -> list[tuple[str, str, str]]:
+    seq_len = 1024
+    recipe = TrainConfig(seq_len=seq_len, batch_tokens=16 * seq_len, micro_batch_size=16,
+                         lr=1e-3, eval_tokens=seq_len, compile=True, steps=1)
+    shapes = {
+        "conventional 113M (768x12, d_h 3072)": dict(family="conventional", d_model=768,
+                                                     n_layers=12, n_heads=12, d_h=3072),
+        "hourglass 113M (1032x12, k=4, d_h 418)": dict(family="hourglass", d_model=1032,
+                                                       n_layers=12, n_heads=12, d_h=418, k=4),
+    }
+    warmup, measured = (10, 20) if quick else (20, 60)
+    rows = []
+    for name, fields in shapes.items():
+        config = make_config({**fields, "vocab_size": 50304})
+        tps = ours_tokens_per_s(config, recipe, warmup, measured, device="cuda")
+        mfu = account(config, seq_len).flops_per_token * tps / PEAK_BF16_FLOPS
+        rows.append((f"{name}, bf16+compile, {torch.cuda.get_device_name()}",
+                     f"{tps:,.0f} tok/s", f"MFU {mfu:.1%}"))
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer steps and repeats")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch CPU threads (1 is the most stable on a shared machine)")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    rows = cpu_benchmarks(args.quick)
+    if torch.cuda.is_available():
+        rows += cuda_mfu(args.quick)
+    else:
+        rows.append(("MFU of the 113M shapes", "skipped", "no CUDA device"))
+
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="bench_train_step")
+    for column in ("benchmark", "measured", "ratio"):
+        table.add_column(column)
+    for row in rows:
+        table.add_row(*row)
+    Console().print(table)
+
+
+if __name__ == "__main__":
+    main()
