@@ -256,6 +256,26 @@ def compact(root, sweep: str, grace_s: float = 1.0) -> str | None:
     merged = posixpath.join(trials_dir, name)
     _write_atomic(fs, merged, winners.select(TRIAL_COLUMNS.names))
     time.sleep(grace_s)
-    for path in trial_inputs + curve_inputs:  # trials first: an orphan curves file is ignored
+    merged_names = {posixpath.basename(p) for p in trial_inputs}
+    # Trials first (an orphan curves file is ignored), then their curves siblings only: a curves
+    # file listed without its trials file is a write in flight, or a crashed one once stale.
+    for path in trial_inputs:
         fs.delete_file(path)
+    for path in curve_inputs:
+        if posixpath.basename(path) in merged_names:
+            fs.delete_file(path)
+    _remove_crash_leftovers(fs, (trials_dir, curves_dir), keep=set(_fragments(fs, trials_dir)))
     return merged
+
+
+def _remove_crash_leftovers(fs, folders, keep: set[str], age_s: float = 3600.0) -> None:
+    """Delete temporary files and orphan curves older than `age_s`: no live writer owns them."""
+    kept_names = {posixpath.basename(p) for p in keep}
+    cutoff = time.time() - age_s
+    for folder in folders:
+        for info in fs.get_file_info(pafs.FileSelector(folder)):
+            old = info.mtime is not None and info.mtime.timestamp() < cutoff
+            orphan = info.base_name.endswith(".tmp") or (
+                folder.endswith("curves") and info.base_name not in kept_names)
+            if info.type == pafs.FileType.File and old and orphan:
+                fs.delete_file(info.path)
