@@ -114,11 +114,14 @@ def test_tokenizer_without_package_is_a_clear_error(tmp_path, monkeypatch):
     ("odd.bin", b"\x00\x01\x02", "odd byte size"),
     ("floats.npy", None, "1-D uint16 or uint32"),
     ("missing.txt", "absent", "not found"),
+    ("empty.npy", "empty", "token file is empty"),
 ])
 def test_bad_token_files(tmp_path, name, content, problem):
     path = tmp_path / name
     if content is None:
         np.save(path, np.zeros(100, dtype=np.float32))
+    elif content == "empty":
+        np.save(path, np.zeros(0, dtype=np.uint16))
     elif content != "absent":
         path.write_bytes(content)
     with pytest.raises(UserError, match=problem) as error:

@@ -170,21 +170,41 @@ def _file_hash(path: Path) -> str:
     return digest.hexdigest()
 
 
+def _token_facts(path: Path) -> tuple[str, int]:
+    """(sha256, max token id) of a token file, remembered per (path, size, mtime): a sweep
+    loads the same multi-GB file once per trial and should scan it only once."""
+    stat = path.stat()
+    key = hashlib.sha256(f"{path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()
+    memo = cache_dir() / "token-files" / f"{key[:24]}.json"
+    if memo.exists():
+        facts = json.loads(memo.read_text())
+        return facts["hash"], facts["max"]
+    tokens = _token_file(path)
+    if len(tokens) == 0:
+        raise UserError("token file is empty", file=str(path))
+    facts = {"hash": _file_hash(path), "max": int(tokens.max())}
+    memo.parent.mkdir(parents=True, exist_ok=True)
+    tmp = memo.with_name(f".{memo.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(facts))
+    os.replace(tmp, memo)
+    return facts["hash"], facts["max"]
+
+
 def _pretokenized(path: Path) -> TokenData:
     """`X/train.bin` + `X/val.bin` (nanoGPT layout), or one stream split at the end."""
     val_path = path.with_name("val" + path.suffix) if path.stem == "train" else None
     train = _token_file(path)
-    digest = _file_hash(path)
+    digest, top = _token_facts(path)
     if val_path is not None and val_path.exists():
         val = _token_file(val_path)
-        digest = hashlib.sha256((digest + _file_hash(val_path)).encode()).hexdigest()
+        val_digest, val_top = _token_facts(val_path)
+        digest, top = hashlib.sha256((digest + val_digest).encode()).hexdigest(), max(top, val_top)
     else:
         cut = int(len(train) * (1 - VAL_FRACTION))
         train, val = train[:cut], train[cut:]
     if len(train) == 0 or len(val) == 0:
-        raise UserError("token file is empty", file=str(path))
-    vocab = int(max(train.max(), val.max())) + 1
-    return TokenData(train, val, vocab, digest, str(path))
+        raise UserError("token file is too short for a train/val split", file=str(path))
+    return TokenData(train, val, top + 1, digest, str(path))
 
 
 def _parquet_text(path: Path) -> bytes:
