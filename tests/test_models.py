@@ -114,7 +114,7 @@ def test_numel_equals_accounting_over_random_configs():
         else:
             assert model.config is config
             assert out.shape == (2, 8, config.vocab_size)
-            # relu units can be dead on a tiny batch; zero/projection: see test_resize_semantics
+            # relu units can be dead on a tiny batch; zero/projection: see the note in trainers/lm.py
             if (config.activation != "relu" and getattr(config, "resize", "carry") == "carry"
                     and checked_dead < 40):
                 checked_dead += 1

@@ -139,6 +139,8 @@ class LM(nn.Module):
         if self.resize == "carry" or prev >= self.d_model:
             x = stream[..., : self.d_model]
         else:  # truncated state zero-padded back to the embedding width
+            # Known gap: final_norm.weight[prev:] (and untied lm_head columns) then see only
+            # zeros; the accounting still counts them (zero/projection ablations only).
             x = _widen(stream[..., :prev], self.d_model)
         x = self.final_norm(x)
         logits = self.lm_head(x) if self.lm_head is not None else F.linear(x, self.wte.weight)
