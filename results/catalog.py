@@ -11,8 +11,8 @@ import os
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from sqlalchemy import DateTime, Integer, String, Text, create_engine, select
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy import DateTime, Integer, String, Text, create_engine, inspect, select
+from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
 from results.store import validate_sweep_name
@@ -93,7 +93,11 @@ class Catalog:
         # SQLite: wait for writers instead of failing with "database is locked".
         connect_args = {"timeout": 30} if url.startswith("sqlite") else {}
         self.engine = create_engine(url, connect_args=connect_args)
-        _Base.metadata.create_all(self.engine)
+        try:
+            _Base.metadata.create_all(self.engine)
+        except (OperationalError, ProgrammingError):  # another process created it meanwhile
+            if not inspect(self.engine).has_table(_SweepRow.__tablename__):
+                raise
 
     def register(self, name: str, space_name: str, space_yaml: str, space_hash: str,
                  n_candidates: int) -> SweepRecord:
