@@ -62,8 +62,8 @@ def _lm_rules(model: LM, mup: bool, base: int) -> Iterator[Rule]:
                 yield module.weight, _const(1.0), False, 1.0
             elif isinstance(module, GatedFFN) and module.alpha is not None:
                 yield module.alpha, _const(0.1), False, 1.0
-            elif isinstance(module, Attention) and mup:
-                module.scale = 1 / math.sqrt(module.head_dim * width_mult)
+            elif isinstance(module, Attention):  # standard: None = 1/sqrt(head_dim)
+                module.scale = 1 / math.sqrt(module.head_dim * width_mult) if mup else None
         if str(layer) in model.resizers:
             proj = model.resizers[str(layer)]
             fan_in_mult = proj.in_features / base if mup else 1.0
