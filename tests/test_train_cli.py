@@ -102,3 +102,21 @@ def test_bad_input_exits_2_with_one_line(tmp_path):
                           str(tmp_path / "nowhere.txt")], capture_output=True, text=True,
                          timeout=120, env=env)
     assert run.returncode == 2 and "nowhere.txt: data path not found" in run.stderr
+
+
+def test_user_data_text_and_tokens(tmp_path, capsys):
+    import hashlib
+
+    import numpy as np
+
+    text = tmp_path / "notes.txt"
+    text.write_bytes(b"shapesweep trains tiny models on real bytes.\n" * 400)
+    path = _candidate(tmp_path, "conventional", LM_MODELS["conventional"], {**LM_TRAIN, "steps": 3})
+    summary = _train_json(capsys, path, "--data", str(text))
+    assert summary["data_hash"] == hashlib.sha256(text.read_bytes()).hexdigest()
+    np.save(tmp_path / "ids.npy", (np.arange(20_000) * 7 % 1000).astype(np.uint16))
+    wide = _candidate(tmp_path, "hourglass", {**LM_MODELS["hourglass"], "vocab_size": 1000},
+                      {**LM_TRAIN, "steps": 3})
+    assert _train_json(capsys, wide, "--data", str(tmp_path / "ids.npy"))["steps"] == 3
+    assert main(["train", path, "--data", str(tmp_path / "ids.npy")]) == 2  # vocab 1000 > 256
+    assert "vocab_size=256" in capsys.readouterr().err

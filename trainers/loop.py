@@ -113,6 +113,22 @@ def _loss(out: torch.Tensor, y: torch.Tensor, z_loss: float) -> tuple[torch.Tens
     return ce, ce
 
 
+def _backward(forward, x, y, micro: int, dev, autocast, z_loss: float) -> tuple[float, float]:
+    """Accumulate gradients of one optimizer step's batch over micro-batches; return its losses."""
+    objective_sum = torch.zeros((), device=dev)
+    reported_sum = torch.zeros((), device=dev)
+    for xs, ys in zip(x.split(micro), y.split(micro), strict=True):
+        xs, ys = xs.to(dev, non_blocking=True), ys.to(dev, non_blocking=True)
+        with autocast():
+            out = forward(xs)
+        objective, reported = _loss(out, ys, z_loss)
+        weight = len(xs) / len(x)
+        (objective * weight).backward()
+        objective_sum += objective.detach() * weight
+        reported_sum += reported.detach() * weight
+    return objective_sum.item(), reported_sum.item()
+
+
 @torch.no_grad()
 def evaluate(model, task, batch: int, device, autocast) -> dict[str, float]:
     """Validation loss (and ppl, or image metrics) on the task's fixed held-out set."""
@@ -203,18 +219,8 @@ def train(model_config, train: TrainConfig, data: str | None = None,
         for step in range(start, steps):
             t_step = time.perf_counter()
             x, y = task.train_batch(step, per_step)
-            objective_sum = torch.zeros((), device=dev)
-            reported_sum = torch.zeros((), device=dev)
-            for xs, ys in zip(x.split(micro), y.split(micro), strict=True):
-                xs, ys = xs.to(dev, non_blocking=True), ys.to(dev, non_blocking=True)
-                with autocast():
-                    out = forward(xs)
-                objective, reported = _loss(out, ys, train.z_loss)
-                weight = len(xs) / len(x)
-                (objective * weight).backward()
-                objective_sum += objective.detach() * weight
-                reported_sum += reported.detach() * weight
-            objective_value, reported_value = objective_sum.item(), reported_sum.item()
+            objective_value, reported_value = _backward(forward, x, y, micro, dev, autocast,
+                                                        train.z_loss)
             if not (math.isfinite(objective_value) and math.isfinite(reported_value)):
                 raise NonFiniteLoss(f"training loss became {objective_value} at step {step + 1} "
                                     f"of {steps} (lr={train.lr:g}); lower the learning rate")
