@@ -77,6 +77,7 @@ function filterTrace(trace) {
 function decodeTrace(trace) {
   const out = Object.assign({}, trace);
   for (const key of ["x", "y", "customdata"]) if (key in out) out[key] = decode(out[key]);
+  if (out.meta && out.meta.ids) out.customdata = out.customdata.map((id) => [id, S.data.rows.hover[id]]);
   for (const key of ["error_y", "marker"]) if (out[key] && out[key].array !== undefined) out[key] = Object.assign({}, out[key], {array: decode(out[key].array)});
   return out;
 }

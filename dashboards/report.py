@@ -120,9 +120,21 @@ def build_payload(root: str, sweeps: list[str] | None = None, title: str | None 
                     for m in dict.fromkeys(metric_names.tolist())],
         "rows": rows,
     }
+    rows["hover"] = trials["hover"].tolist()
     figures = applicable_figures(trials, curves) if len(trials) else []
-    parts = [f'{{"id": {json.dumps(fid)}, "figure": {fig.to_json()}}}' for fid, fig in figures]
+    parts = [f'{{"id": {json.dumps(fid)}, "figure": {_compact(fig).to_json()}}}' for fid, fig in figures]
     return json.dumps(head, default=str)[:-1] + ', "figures": [' + ", ".join(parts) + "]}"
+
+
+def _compact(fig):
+    """Ship row ids only in customdata; the page restores each point's hover text from
+    `rows.hover`, so a trial's text travels once, not once per figure and curve point."""
+    for trace in fig.data:
+        meta = trace.meta if isinstance(trace.meta, dict) else {}
+        if meta.get("rows") and trace.customdata is not None and len(trace.customdata):
+            trace.customdata = np.array([int(point[0]) for point in trace.customdata], dtype=np.int32)
+            trace.meta = {**meta, "ids": True}
+    return fig
 
 
 def _budget_order(label: str) -> float:

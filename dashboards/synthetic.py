@@ -152,8 +152,10 @@ def synthetic_sweep(sweep: str, n_trials: int, *, families: tuple[str, ...] = LM
         configs = _candidates(families, budgets, math.ceil(n_trials / seeds), rng)
     started = datetime(2026, 1, 1, tzinfo=UTC)
     out = []
-    for index in range(min(n_trials, len(configs) * seeds)):
-        config, trial_seed = configs[index // seeds], index % seeds
+    limit = n_trials if not grid_ratios else min(n_trials, len(configs) * seeds)
+    for index in range(limit):  # a small random space is repeated with further seeds
+        rounds, within = divmod(index, len(configs) * seeds)
+        config, trial_seed = configs[within // seeds], within % seeds + rounds * seeds
         out.append(_trial(sweep, f"t{index:05d}", config, trial_seed, curve_points, rng,
                           started + timedelta(seconds=60 * index)))
     return out
