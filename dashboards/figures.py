@@ -107,9 +107,9 @@ def pareto_figure(trials: pd.DataFrame, x: str = "params_non_embedding",
 
 
 def _baseline_traces(fig: go.Figure, trials: pd.DataFrame, x: str, x_span: tuple[float, float],
-                     n_sweeps: int) -> None:
-    """The conventional baseline as a dashed line: along x when it varies, else horizontal."""
-    base = seed_means(trials[trials["family"] == BASELINE], "val_loss")
+                     n_sweeps: int, sweeps) -> None:
+    """The conventional baseline of `sweeps` dashed: along x when it varies, else horizontal."""
+    base = seed_means(trials[(trials["family"] == BASELINE) & trials["sweep"].isin(sweeps)], "val_loss")
     for sweep, group in base.groupby("sweep"):
         group = group.sort_values(x)
         varies = group[x].nunique() >= 3
@@ -156,7 +156,7 @@ def ucurve_figure(trials: pd.DataFrame, tolerance: float = 0.005) -> go.Figure |
             meta={"rows": True}))
     if lm["family"].iloc[0] != BASELINE:
         span = (means["width_depth_ratio"].min(), means["width_depth_ratio"].max())
-        _baseline_traces(fig, trials, "width_depth_ratio", span, n_sweeps)
+        _baseline_traces(fig, trials, "width_depth_ratio", span, n_sweeps, means["sweep"].unique())
     for i, (sweep, group) in enumerate(means.groupby("sweep")):
         best = group["mean"].min()
         near = group[group["mean"] <= best * (1 + tolerance)]
@@ -171,23 +171,32 @@ def ucurve_figure(trials: pd.DataFrame, tolerance: float = 0.005) -> go.Figure |
 
 
 def ratio_figure(trials: pd.DataFrame) -> go.Figure | None:
-    """Seed 000 Fig. 3: loss vs d_h/d_model, one series per k, the baseline dashed."""
+    """Seed 000 Fig. 3: loss vs d_h/d_model, one series per k (the best shape at each ratio;
+    the other shapes faint behind it), the baseline dashed."""
     means = seed_means(trials[trials["family"] == "hourglass"], "val_loss")
     if means.empty or means["ffn_ratio"].round(3).nunique() < 2:
         return None
     fig, n_sweeps = new_figure(), means["sweep"].nunique()
-    means = means.sort_values("ffn_ratio")
+    means = means.assign(ratio=means["ffn_ratio"].round(3)).sort_values("ffn_ratio")
     for i, ((sweep, k), group) in enumerate(means.groupby(["sweep", "k"], sort=True)):
+        name, c = _series_name([f"k={int(k)}"], n_sweeps, sweep), color("", i)
+        best = group.loc[group.groupby("ratio")["mean"].idxmin()].sort_values("ffn_ratio")
+        others = group.drop(best.index)
+        if len(others):
+            fig.add_trace(go.Scatter(
+                x=others["ffn_ratio"], y=others["mean"], mode="markers", legendgroup=name, showlegend=False,
+                marker=dict(size=5, color=c, opacity=0.3), customdata=_points(others),
+                hovertemplate="%{customdata[1]}<br>%{y:.4g}<extra></extra>", meta={"rows": True}))
         fig.add_trace(go.Scatter(
-            x=group["ffn_ratio"], y=group["mean"], mode="lines+markers",
-            name=_series_name([f"k={int(k)}"], n_sweeps, sweep), marker=dict(size=7, color=color("", i)),
-            error_y=dict(type="data", array=group["std"].tolist(), visible=bool(group["n"].max() > 1)),
-            customdata=_points(group), hovertemplate="%{customdata[1]}<br>%{y:.4g}<extra></extra>",
+            x=best["ffn_ratio"], y=best["mean"], mode="lines+markers", name=name, legendgroup=name,
+            marker=dict(size=8, color=c), line=dict(color=c),
+            error_y=dict(type="data", array=best["std"].tolist(), visible=bool(best["n"].max() > 1)),
+            customdata=_points(best), hovertemplate="%{customdata[1]}<br>%{y:.4g}<extra></extra>",
             meta={"rows": True}))
     _baseline_traces(fig, trials, "ffn_ratio", (means["ffn_ratio"].min(), means["ffn_ratio"].max()),
-                     n_sweeps)
-    return layout(fig, "Ratio sweep: validation loss vs d_h / d_model per k",
-                   "d_h / d_model", METRIC_LABELS["val_loss"])
+                     n_sweeps, means["sweep"].unique())
+    return layout(fig, "Ratio sweep: validation loss vs d_h / d_model per k (best shape per ratio)",
+                  "d_h / d_model", METRIC_LABELS["val_loss"])
 
 
 def width_profile_figure(trials: pd.DataFrame, top: int = 10) -> go.Figure | None:
@@ -288,11 +297,12 @@ def applicable_figures(trials: pd.DataFrame, curves: pd.DataFrame) -> list[tuple
     lm = trials[trials["family"].isin(LM)]
     vision = trials[trials["family"] == "vision_mlp"]
     vision_metric = metric_for(vision) if len(vision) else "psnr"
-    builders = [(f"pareto-lm-{x}", lambda x=x: pareto_figure(lm, x, "val_loss")) for x in X_AXES]
-    builders += [
+    pareto = [(f"pareto-lm-{x}", lambda x=x: pareto_figure(lm, x, "val_loss")) for x in X_AXES]
+    builders = pareto[:1] + [
         ("ucurve", lambda: ucurve_figure(lm)),
         ("ratio", lambda: ratio_figure(lm)),
         ("scaling", lambda: scaling_figure(lm)),
+        *pareto[1:],
         ("widths", lambda: width_profile_figure(lm)),
         ("param-split", lambda: param_split_figure(lm)),
         ("curves-lm", lambda: learning_curves_figure(lm, curves)),

@@ -59,7 +59,7 @@ def human(n: float) -> str:
     """1234567 -> '1.23M' (axis-free numbers in labels and hover text)."""
     if n is None or (isinstance(n, float) and math.isnan(n)):
         return "–"
-    for unit, scale in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("K", 1e3)):
+    for unit, scale in (("E", 1e18), ("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("K", 1e3)):
         if abs(n) >= scale:
             return f"{n / scale:.3g}{unit}"
     return f"{n:.3g}"

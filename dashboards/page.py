@@ -52,7 +52,7 @@ function decode(v) {  // plotly.py ships numpy arrays as base64 typed arrays
 }
 function human(n) {
   if (n === null || n === undefined) return "–";
-  for (const [u, s] of [["T", 1e12], ["G", 1e9], ["M", 1e6], ["K", 1e3]]) if (Math.abs(n) >= s) return (n / s).toPrecision(3) + u;
+  for (const [u, s] of [["E", 1e18], ["P", 1e15], ["T", 1e12], ["G", 1e9], ["M", 1e6], ["K", 1e3]]) if (Math.abs(n) >= s) return (n / s).toPrecision(3) + u;
   return Number(n).toPrecision(3);
 }
 function rowOk(i) {
