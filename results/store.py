@@ -142,13 +142,13 @@ def _fragments(fs: pafs.FileSystem, folder: str) -> list[str]:
 
 def _read(fs: pafs.FileSystem, paths: list[str], schema: pa.Schema, columns=None) -> pa.Table:
     """Rows of the given files plus `_file` (the file's base name) to pair trials with curves."""
-    names = columns or schema.names
-    parts = [schema.empty_table().select(names).append_column("_file", pa.array([], pa.string()))]
-    for fragment in ds.dataset(paths, schema=schema, format="parquet", filesystem=fs).get_fragments():
-        table = fragment.to_table(schema=schema, columns=names)
-        name = posixpath.basename(fragment.path)
-        parts.append(table.append_column("_file", pa.array([name] * table.num_rows, pa.string())))
-    return pa.concat_tables(parts)
+    names = list(columns or schema.names)
+    if not paths:
+        return schema.empty_table().select(names).append_column("_file", pa.array([], pa.string()))
+    dataset = ds.dataset(paths, schema=schema, format="parquet", filesystem=fs)
+    table = dataset.to_table(columns=[*names, "__filename"])  # one threaded scan of every file
+    files = pa.array([posixpath.basename(p) for p in table["__filename"].to_pylist()], pa.string())
+    return table.drop_columns(["__filename"]).append_column("_file", files)
 
 
 def _sweeps(root, sweeps: list[str] | None) -> list[str]:

@@ -310,7 +310,7 @@ def _compact_until(root: str, stop_file: str) -> None:
 
 
 def test_concurrent_writers_readers_and_compaction(tmp_path):
-    context = multiprocessing.get_context("spawn")
+    context = multiprocessing.get_context("fork")  # pyarrow re-creates its thread pools after fork
     root, stop = str(tmp_path), str(tmp_path / "stop")
     writers = [context.Process(target=_write_many, args=(root, w, 15)) for w in range(3)]
     compactor = context.Process(target=_compact_until, args=(root, stop))
