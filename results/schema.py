@@ -103,7 +103,7 @@ def _to_timestamp(value: Any) -> datetime:
     return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
-def _coerce(name: str, kind: pa.DataType, value: Any) -> Any:
+def _coerce(kind: pa.DataType, value: Any) -> Any:
     if value is None:
         return None
     if pa.types.is_list(kind):
@@ -126,7 +126,7 @@ def _normalize(row: dict[str, Any], schema: pa.Schema, what: str) -> dict[str, A
     out = {}
     for field in schema:
         try:
-            out[field.name] = _coerce(field.name, field.type, row.get(field.name))
+            out[field.name] = _coerce(field.type, row.get(field.name))
         except (TypeError, ValueError) as error:
             raise ValueError(f"{what} column {field.name!r}: {error}") from None
     return out

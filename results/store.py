@@ -131,10 +131,8 @@ def list_sweeps(root) -> list[str]:
 
 def _fragments(fs: pafs.FileSystem, folder: str) -> list[str]:
     """Visible Parquet files of one table folder (temporary names start with '.')."""
-    if fs.get_file_info(folder).type != pafs.FileType.Directory:
-        return []
     return sorted(
-        info.path for info in fs.get_file_info(pafs.FileSelector(folder))
+        info.path for info in fs.get_file_info(pafs.FileSelector(folder, allow_not_found=True))
         if info.type == pafs.FileType.File and info.base_name.endswith(".parquet")
         and not info.base_name.startswith((".", "_"))
     )
@@ -185,11 +183,11 @@ def _newest_trials(fs, base: str, sweeps: list[str], columns=None) -> pa.Table:
 
 def _attempt_curves(fs, curve_paths: list[str], winners: pa.Table) -> pa.Table:
     """The curve rows written together with each winning trial row (same file name)."""
-    listed = {posixpath.basename(p) for p in curve_paths}
-    if not set(winners["_file"].to_pylist()) <= listed:
+    missing = set(winners["_file"].to_pylist()) - {posixpath.basename(p) for p in curve_paths}
+    if missing:
         # Every trials file is renamed in after its curves sibling: a missing sibling means a
         # compaction deleted it after we listed the trials. Let `_with_retries` look again.
-        raise FileNotFoundError("curves fragment vanished during read")
+        raise FileNotFoundError(f"curves fragment(s) missing beside trials: {sorted(missing)[:3]}")
     curves = _read(fs, curve_paths, CURVE_COLUMNS)
     kept = curves.join(winners.select(["sweep", "trial_id", "_file"]),
                        ["sweep", "trial_id", "_file"], join_type="inner")
@@ -264,18 +262,18 @@ def compact(root, sweep: str, grace_s: float = 1.0) -> str | None:
     for path in curve_inputs:
         if posixpath.basename(path) in merged_names:
             fs.delete_file(path)
-    _remove_crash_leftovers(fs, (trials_dir, curves_dir), keep=set(_fragments(fs, trials_dir)))
+    trial_names = {posixpath.basename(p) for p in _fragments(fs, trials_dir)}
+    _remove_crash_leftovers(fs, (trials_dir, curves_dir), trial_names)
     return merged
 
 
-def _remove_crash_leftovers(fs, folders, keep: set[str], age_s: float = 3600.0) -> None:
+def _remove_crash_leftovers(fs, folders, trial_names: set[str], age_s: float = 3600.0) -> None:
     """Delete temporary files and orphan curves older than `age_s`: no live writer owns them."""
-    kept_names = {posixpath.basename(p) for p in keep}
     cutoff = time.time() - age_s
     for folder in folders:
         for info in fs.get_file_info(pafs.FileSelector(folder)):
             old = info.mtime is not None and info.mtime.timestamp() < cutoff
             orphan = info.base_name.endswith(".tmp") or (
-                folder.endswith("curves") and info.base_name not in kept_names)
+                folder.endswith("curves") and info.base_name not in trial_names)
             if info.type == pafs.FileType.File and old and orphan:
                 fs.delete_file(info.path)
