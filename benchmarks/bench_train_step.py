@@ -88,39 +88,44 @@ def matched_hourglass(conventional, k: int = 4):
     return make_config({**shape, "family": "hourglass", "k": k, "d_h": best}), "by hand"
 
 
-def side_by_side(runs: dict[str, Callable[[], float]], repeats: int) -> dict[str, float]:
-    """Median of interleaved repeats (a, b, a, b, ...) so machine load hits both alike."""
-    samples: dict[str, list[float]] = {name: [] for name in runs}
-    for _ in range(repeats):
-        for name, run in runs.items():
-            samples[name].append(run())
-    return {name: statistics.median(values) for name, values in samples.items()}
+def paired_ratio(a: Callable[[], float], b: Callable[[], float], repeats: int):
+    """Median and spread of a()/b() over adjacent pairs, alternating the order (ABBA...) so
+    load that drifts on a shared machine hits both sides alike. Also the median a and b."""
+    ratios, values_a, values_b = [], [], []
+    for i in range(repeats):
+        if i % 2:
+            vb, va = b(), a()
+        else:
+            va, vb = a(), b()
+        ratios.append(va / vb)
+        values_a.append(va)
+        values_b.append(vb)
+    return (statistics.median(ratios), min(ratios), max(ratios),
+            statistics.median(values_a), statistics.median(values_b))
 
 
 def cpu_benchmarks(quick: bool) -> list[tuple[str, str, str]]:
-    warmup, measured, repeats = (3, 6, 3) if quick else (5, 20, 5)
+    warmup, measured, repeats = (2, 4, 4) if quick else (2, 8, 10)
     recipe = TrainConfig(seq_len=128, batch_tokens=2048, lr=3e-3, eval_tokens=256, steps=1)
     conventional = make_config(dict(family="conventional", d_model=128, n_layers=4, n_heads=4,
                                     d_h=512))
     rows = []
-    tps = side_by_side({
-        "ours": lambda: ours_tokens_per_s(conventional, recipe, warmup, measured),
-        "plain": lambda: plain_tokens_per_s(conventional, recipe, warmup, measured),
-    }, repeats)
+    ratio, low, high, ours, plain = paired_ratio(
+        lambda: ours_tokens_per_s(conventional, recipe, warmup, measured),
+        lambda: plain_tokens_per_s(conventional, recipe, warmup, measured), repeats)
     rows.append(("loop vs plain PyTorch (CPU, conv 128x4)",
-                 f"{tps['ours']:,.0f} vs {tps['plain']:,.0f} tok/s",
-                 f"{tps['ours'] / tps['plain']:.3f} (target >= 0.95)"))
+                 f"{ours:,.0f} vs {plain:,.0f} tok/s",
+                 f"{ratio:.3f} [{low:.2f}-{high:.2f}] (target >= 0.95)"))
 
     hourglass, how = matched_hourglass(conventional)
     p_conv = account(conventional).params_non_embedding
     p_hg = account(hourglass).params_non_embedding
-    tps = side_by_side({
-        "conventional": lambda: ours_tokens_per_s(conventional, recipe, warmup, measured),
-        "hourglass": lambda: ours_tokens_per_s(hourglass, recipe, warmup, measured),
-    }, repeats)
+    ratio, low, high, _, _ = paired_ratio(  # conventional tok/s over hourglass tok/s = step-time ratio
+        lambda: ours_tokens_per_s(conventional, recipe, warmup, measured),
+        lambda: ours_tokens_per_s(hourglass, recipe, warmup, measured), repeats)
     rows.append((f"hourglass k=4 d_h={hourglass.d_h} vs conventional d_h=512 (CPU, {how})",
                  f"{p_hg:,} vs {p_conv:,} params",
-                 f"step time x{tps['conventional'] / tps['hourglass']:.3f}"))
+                 f"step time x{ratio:.3f} [{low:.2f}-{high:.2f}]"))
     return rows
 
 
