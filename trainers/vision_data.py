@@ -3,7 +3,8 @@
 Images are held as uint8 tensors [N, C, H, W] (ImageNet-32 would not fit in memory as
 floats) and turned into (input, target) vectors per batch:
   denoise  - input = image + N(0, noise_std) (fresh noise per step; fixed noise for val)
-  superres - input = 2x bicubic downsample, target = the full image
+  superres - input = 2x bicubic downsample, target = the full image (training batches
+             randomly flipped, seed 004's 4x augmentation)
   genclass - target = a fixed prototype image of the input's class (the first training
              image of each class), accuracy = nearest prototype to the output
 Built in: scikit-learn's digits (8x8). From local files: MNIST (idx files or a Keras-
@@ -231,7 +232,12 @@ class VisionTask:
         n = len(self.images.train)
         index = torch.from_numpy(rng.choice(n, size=min(batch_size, n), replace=False))
         generator = torch.Generator().manual_seed(int(rng.integers(2**62)))
-        return self.pairs(self.images.train[index], self.images.train_labels[index], generator)
+        pixels = self.images.train[index]
+        if self.task == "superres":  # seed 004's 4x augmentation: none, h-, v-, hv-flip
+            flips = torch.from_numpy(rng.integers(0, 4, size=len(index)))
+            pixels = torch.where((flips % 2 == 1)[:, None, None, None], pixels.flip(-1), pixels)
+            pixels = torch.where((flips >= 2)[:, None, None, None], pixels.flip(-2), pixels)
+        return self.pairs(pixels, self.images.train_labels[index], generator)
 
     def metrics(self, pred: torch.Tensor) -> dict[str, float]:
         """Image-quality metrics of val predictions [N, d_out] (float32, CPU)."""
