@@ -87,7 +87,8 @@ def pareto_figure(trials: pd.DataFrame, x: str = "params_non_embedding",
     fig, n_sweeps, lower = new_figure(), means["sweep"].nunique(), LOWER_IS_BETTER[metric]
     trace = _scatter(len(means))
     for i, ((sweep, series), group) in enumerate(means.groupby(["sweep", "design"], sort=True)):
-        name, c = _series_name([series], n_sweeps, sweep), color(series, i)
+        name = _series_name([series], n_sweeps, sweep)
+        c = color(series if n_sweeps == 1 else "", i)  # one family in several sweeps: apart
         fig.add_trace(trace(
             x=group[x], y=group["mean"], mode="markers", name=name, legendgroup=name, showlegend=False,
             marker=dict(color=c, size=7, opacity=0.55),
@@ -125,7 +126,8 @@ def _baseline_traces(fig: go.Figure, trials: pd.DataFrame, x: str, x_span: tuple
 
 
 def _ratio_groups(frame: pd.DataFrame) -> pd.Series:
-    ratio = frame["ffn_ratio"].round(2)
+    """Hourglass d_h/d_model as a series key (seed 000 Fig. 4); none when solved continuously."""
+    ratio = frame["ffn_ratio"].round(2).where(frame["family"] == "hourglass")
     return ratio if ratio.nunique() <= 6 else pd.Series(np.nan, index=frame.index)
 
 
@@ -270,7 +272,7 @@ def learning_curves_figure(trials: pd.DataFrame, curves: pd.DataFrame) -> go.Fig
         gaps = last.assign(tokens=np.nan, **{metric: np.nan})
         joined = pd.concat([group, gaps]).sort_values(["trial_id", "tokens"], na_position="last")
         dash, opacity = styles.get(status, ("solid", 1.0))
-        c = color(series, i)
+        c = color(series if n_sweeps == 1 else "", i)
         name = _series_name([series, "" if status == "completed" else f"({status.replace('_', ' ')})"],
                             n_sweeps, sweep)
         fig.add_trace(trace(x=joined["tokens"], y=joined[metric], mode="lines", name=name,

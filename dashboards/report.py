@@ -113,7 +113,7 @@ def build_payload(root: str, sweeps: list[str] | None = None, title: str | None 
                    "counts": {s: int(counts.get((n, s), 0)) for s in ("completed", "stopped_early", "failed")}}
                   for n in names]
     head = {
-        "title": title or "shapesweep: " + ", ".join(names), "version": version,
+        "title": title or "shapesweep: " + (", ".join(names) or "no sweeps yet"), "version": version,
         "sweeps": sweep_info, "families": sorted(set(rows["family"])),
         "budgets": sorted(set(rows["budget"]), key=_budget_order),
         "metrics": [{"name": m, "label": METRIC_LABELS[m], "lower_is_better": LOWER_IS_BETTER[m]}
