@@ -42,7 +42,7 @@ def present(frame: pd.DataFrame, column: str) -> bool:
     return column in frame and frame[column].notna().any()
 
 
-def design(row: pd.Series | dict) -> str:
+def design(row: dict) -> str:
     """The series a candidate belongs to: its family, with seed 004's two MLP designs apart."""
     family = row["family"]
     if family == "vision_mlp" and row.get("d_z") is not None and row.get("d_h") is not None:
@@ -65,7 +65,7 @@ def human(n: float) -> str:
     return f"{n:.3g}"
 
 
-def _val(row: pd.Series, column: str) -> Any:
+def _val(row: dict, column: str) -> Any:
     value = row.get(column)
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return None
@@ -74,7 +74,7 @@ def _val(row: pd.Series, column: str) -> Any:
     return value
 
 
-def shape_text(row: pd.Series) -> str:
+def shape_text(row: dict) -> str:
     """A compact one-line description of a candidate's shape (legend and table labels)."""
     family = row["family"]
     if family == "vision_mlp":
@@ -92,7 +92,7 @@ HOVER_FIELDS = ("d_model", "n_layers", "n_heads", "head_dim", "n_kv_heads", "d_h
                 "d_x", "d_z", "d_out", "input_projection", "task")
 
 
-def hover_text(row: pd.Series) -> str:
+def hover_text(row: dict) -> str:
     """The full shape of a candidate plus its costs, for plot hover labels (escaped)."""
     lines = [f"<b>{esc(row['sweep'])}</b> · {esc(design(row))} · trial {esc(row['trial_id'])}"]
     fields = []
@@ -115,9 +115,11 @@ def with_derived(trials: pd.DataFrame) -> pd.DataFrame:
     """Row ids, series names, training FLOPs and hover text, computed once per report."""
     frame = trials.reset_index(drop=True).copy()
     frame["row_id"] = np.arange(len(frame))
-    frame["design"] = [design(row) for _, row in frame.iterrows()] if len(frame) else []
+    records = frame.to_dict("records")  # plain dicts: far faster than iterrows at 10,000 rows
+    frame["design"] = [design(row) for row in records]
     frame["training_flops"] = frame["flops_per_token"].astype(float) * frame["tokens"].astype(float)
-    frame["hover"] = [hover_text(row) for _, row in frame.iterrows()] if len(frame) else []
+    frame["hover"] = [hover_text(row) for row in records]
+    frame["shape_text"] = [shape_text(row) for row in records]
     return frame
 
 

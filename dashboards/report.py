@@ -84,7 +84,7 @@ def build_payload(root: str, sweeps: list[str] | None = None, title: str | None 
                   version: str = "") -> str:
     """The JSON the page renders: sweeps, filter values, per-trial rows, figures."""
     from dashboards.figures import applicable_figures, metric_for
-    from dashboards.frames import LOWER_IS_BETTER, METRIC_LABELS, shape_text, with_derived
+    from dashboards.frames import LOWER_IS_BETTER, METRIC_LABELS, with_derived
 
     trials, curves = load_frames(root, sweeps)
     trials = with_derived(trials)
@@ -104,7 +104,7 @@ def build_payload(root: str, sweeps: list[str] | None = None, title: str | None 
         "val_ppl": [_clean(v) for v in trials["val_ppl"].astype(float)],
         "params_non_embedding": [_clean(v) for v in trials["params_non_embedding"].astype(float)],
         "training_flops": [_clean(v) for v in trials["training_flops"]],
-        "shape": [shape_text(r) for _, r in trials.iterrows()],
+        "shape": trials["shape_text"].tolist(),
         "error": [None if not isinstance(e, str) else e for e in trials["error"]],
         "config": [json.loads(c) if isinstance(c, str) else None for c in trials["config_json"]],
     }
