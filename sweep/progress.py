@@ -69,8 +69,10 @@ class SweepProgress(Callback):
             self.best = (float(loss), self._name(trial))
         self._refresh()
 
-    def finished(self, trial_id: str, status: str) -> None:
+    def finished(self, trial_id: str, status: str, name: str = "", error: str | None = None) -> None:
         """Called by the results writer once it has filed the trial under `status`."""
+        if error:
+            self.console.print(f"[red]trial {name or trial_id} failed:[/] {error}")
         self.running.discard(trial_id)
         if status == "completed":
             self.done += 1

@@ -133,20 +133,19 @@ def load_options(root: str, name: str) -> SweepOptions:
 
 
 def _error_text(trial: Any) -> str:
-    """The innermost exception of a failed trial as `Type: message`."""
-    try:
-        error = trial.get_pickled_error()
-    except Exception:  # noqa: BLE001 - unpicklable errors fall back to the text file
-        error = None
-    while error is not None:
-        inner = getattr(error, "cause", None) or error.__cause__
-        if inner is None:
+    """The failed trial's exception as `Type: message` (the traceback's last line)."""
+    text = ""
+    for folder in (getattr(trial, "local_path", None), getattr(trial, "path", None)):
+        if folder and (Path(folder) / "error.txt").is_file():
+            text = (Path(folder) / "error.txt").read_text()
             break
-        error = inner
-    if error is not None and type(error).__name__ not in ("StartTraceback", "RayTaskError"):
-        return f"{type(error).__name__}: {error}"
-    text = (trial.get_error() or "").strip().splitlines()
-    return text[-1] if text else "unknown error"
+    if not text:
+        try:
+            text = trial.get_error() or ""
+        except Exception:  # noqa: BLE001 - no error text is not worth failing the sweep for
+            text = ""
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    return lines[-1] if lines else "unknown error (see Ray's logs)"
 
 
 class ResultsWriter(Callback):
@@ -208,7 +207,7 @@ class ResultsWriter(Callback):
         write_trial(self.root, self.sweep, row, curve_rows)
         self.written.add(spec["trial_id"])
         if self.progress is not None:
-            self.progress.finished(trial.trial_id, status)
+            self.progress.finished(trial.trial_id, status, spec["trial_id"], error)
         self.statuses[(spec["key"], spec["seed"])] = status
         counts = count_statuses(self.statuses)
         self.catalog.update_counts(self.sweep, counts["completed"], counts["stopped_early"],
@@ -338,13 +337,19 @@ def run_sweep(options: SweepOptions, console: Any = None) -> SweepOutcome:
         param_space=param_space,
         tune_config=tune.TuneConfig(
             scheduler=_scheduler(options, budget), num_samples=num_samples,
-            max_concurrent_trials=options.max_concurrent, reuse_actors=True,
+            max_concurrent_trials=options.max_concurrent,
+            # Reusing actors saves a process start per trial, but Ray 2.60 cannot reset an
+            # actor whose trial the scheduler stopped (and then stalls), so only under FIFO.
+            reuse_actors=options.scheduler == "fifo",
             trial_dirname_creator=lambda trial: trial.trial_id, **tune_kwargs),
         run_config=tune.RunConfig(
             name=f"{name}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}",
             storage_path=str((folder / "_ray").resolve()), verbose=0,
             callbacks=[writer, progress], failure_config=tune.FailureConfig(max_failures=0)),
     )
+    # Failed trials are reported once, as one line each, by the progress display and in
+    # their row's `error`; Ray's own tracebacks stay in ROOT/NAME/_ray/*/error.txt.
+    logging.getLogger("ray.tune").setLevel(logging.CRITICAL)
     catalog.set_status(name, "running")
     status = "failed"
     try:

@@ -18,6 +18,7 @@ import sys
 import time
 from pathlib import Path
 
+import pandas as pd
 import pyarrow.dataset as ds
 import pytest
 import yaml
@@ -88,7 +89,7 @@ def test_grid_rows_match_plan_then_rerun_is_noop_and_export_round_trips(local_ra
     for row in trials.to_dict("records"):
         candidate = candidates[row["key"]]
         assert row["trial_id"] == f"{row['key']}-s0" and row["seed"] == 0
-        assert row["status"] == "completed" and row["error"] is None
+        assert row["status"] == "completed" and pd.isna(row["error"])
         assert row["tokens"] == TRAIN["tokens"] and row["steps"] == 16
         assert math.isfinite(row["val_loss"]) and row["val_loss"] < math.log(256)
         assert row["best_val_loss"] <= row["val_loss"] + 1e-12
@@ -99,7 +100,7 @@ def test_grid_rows_match_plan_then_rerun_is_noop_and_export_round_trips(local_ra
         assert json.loads(row["config_json"]) == candidate_document(candidate, train)
         assert row["data_hash"] and row["code_version"]
     curves = load_curves(str(root), ["tiny-depths"])
-    for trial_id, curve in curves.groupby("trial_id"):
+    for _trial_id, curve in curves.groupby("trial_id"):
         assert list(curve["tokens"]) == sorted(curve["tokens"]) and curve["tokens"].max() == 8192
 
     record = Catalog(default_catalog_url(root)).get("tiny-depths")
