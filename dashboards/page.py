@@ -189,7 +189,8 @@ function toYaml(obj, indent) {
   }).join("\n");
 }
 function candidateDocument(i) {
-  const r = S.data.rows, doc = Object.assign({}, r.config[i]);
+  const r = S.data.rows, doc = Object.assign({}, S.data.docs[r.doc[i]]);
+  if (S.data.trains[r.train[i]] !== null) doc.train = S.data.trains[r.train[i]];
   doc.provenance = {sweep: r.sweep[i], trial_id: r.trial_id[i], seed: r.seed[i]};
   doc.metrics = {[r.metric_name[i]]: r.metric[i]};
   return doc;
@@ -202,7 +203,7 @@ function select(i) {
   S.selected = i;
   const r = S.data.rows;
   $("config-title").textContent = r.sweep[i] + " · trial " + r.trial_id[i] + " · " + r.design[i] + " · " + r.status[i];
-  const yaml = r.config[i] ? toYaml(candidateDocument(i)) + "\n" : "";
+  const yaml = r.doc[i] !== null ? toYaml(candidateDocument(i)) + "\n" : "";
   $("config-yaml").textContent = yaml || "this trial has no stored configuration";
   const link = $("download");
   link.style.display = yaml ? "" : "none";

@@ -106,8 +106,8 @@ def build_payload(root: str, sweeps: list[str] | None = None, title: str | None 
         "training_flops": [_clean(v) for v in trials["training_flops"]],
         "shape": trials["shape_text"].tolist(),
         "error": [None if not isinstance(e, str) else e for e in trials["error"]],
-        "config": [json.loads(c) if isinstance(c, str) else None for c in trials["config_json"]],
     }
+    rows["doc"], rows["train"], docs, trains = _split_configs(trials["config_json"])
     counts = trials.groupby(["sweep", "status"]).size() if len(trials) else pd.Series(dtype=int)
     sweep_info = [{"name": n, **catalog.get(n, {}),
                    "counts": {s: int(counts.get((n, s), 0)) for s in ("completed", "stopped_early", "failed")}}
@@ -118,12 +118,34 @@ def build_payload(root: str, sweeps: list[str] | None = None, title: str | None 
         "budgets": sorted(set(rows["budget"]), key=_budget_order),
         "metrics": [{"name": m, "label": METRIC_LABELS[m], "lower_is_better": LOWER_IS_BETTER[m]}
                     for m in dict.fromkeys(metric_names.tolist())],
-        "rows": rows,
+        "rows": rows, "docs": docs, "trains": trains,
     }
     rows["hover"] = trials["hover"].tolist()
     figures = applicable_figures(trials, curves) if len(trials) else []
     parts = [f'{{"id": {json.dumps(fid)}, "figure": {_compact(fig).to_json()}}}' for fid, fig in figures]
     return json.dumps(head, default=str)[:-1] + ', "figures": [' + ", ".join(parts) + "]}"
+
+
+def _split_configs(config_json: pd.Series) -> tuple[list, list, list, list]:
+    """Candidate documents deduplicated for transport: the seeds of one shape share a
+    document, and most trials share a train block (it differs by seed only)."""
+    doc_ids, train_ids, docs, trains = {}, {}, [], []
+    doc_of, train_of = [], []
+    for text in config_json:
+        if not isinstance(text, str):
+            doc_of.append(None)
+            train_of.append(None)
+            continue
+        doc = json.loads(text)
+        train = json.dumps(doc.pop("train", None), sort_keys=True)
+        body = json.dumps(doc, sort_keys=True)
+        doc_of.append(doc_ids.setdefault(body, len(doc_ids)))
+        train_of.append(train_ids.setdefault(train, len(train_ids)))
+        if len(docs) < len(doc_ids):
+            docs.append(doc)
+        if len(trains) < len(train_ids):
+            trains.append(json.loads(train))
+    return doc_of, train_of, docs, trains
 
 
 def _compact(fig):

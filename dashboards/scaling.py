@@ -11,7 +11,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from scipy import stats
 
-from dashboards.figures import layout
+from dashboards.figures import _points, layout
 from dashboards.frames import color, esc, human, new_figure, seed_means
 
 BASELINE = "conventional"
@@ -90,7 +90,7 @@ def scaling_figure(trials: pd.DataFrame) -> go.Figure | None:
         fig.add_trace(go.Scatter(
             x=group["training_flops"], y=group["mean"], mode="markers", name=esc(series),
             marker=dict(color=c, size=6, opacity=0.5), legendgroup=esc(series),
-            customdata=np.stack([group["row_id"], group["hover"]], axis=1).tolist(),
+            customdata=_points(group),
             hovertemplate="%{customdata[1]}<br>%{x:.3s} FLOPs: %{y:.4g}<extra></extra>",
             meta={"rows": True}))
         fit = fits.get(series)
