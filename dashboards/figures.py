@@ -42,9 +42,11 @@ def _scatter(n_points: int):
 def layout(fig: go.Figure, title: str, x: str, y: str, log_x: bool = False) -> go.Figure:
     # Legends go below the plot: the cards are narrow and the plot keeps its width.
     shown = sum(1 for t in fig.data if t.showlegend is not False)
+    legend_px = 30 * shown if shown > 8 else 24 * ((shown + 1) // 2)  # one column when long
     fig.update_layout(title=dict(text=title, x=0.01, font=dict(size=14)), hovermode="closest",
-                      height=420 + 20 * ((shown + 1) // 2), margin=dict(l=60, r=20, t=45, b=40),
-                      legend=dict(orientation="h", yanchor="top", y=-0.16, font=dict(size=11)))
+                      height=430 + legend_px, margin=dict(l=60, r=20, t=45, b=40),
+                      legend=dict(orientation="h", yanchor="top", y=-0.2, font=dict(size=11),
+                                  maxheight=legend_px + 40))
     fig.update_xaxes(title_text=x, **({"type": "log"} if log_x else {}))
     fig.update_yaxes(title_text=y)
     return fig
@@ -117,7 +119,7 @@ def _baseline_traces(fig: go.Figure, trials: pd.DataFrame, x: str, x_span: tuple
     """The conventional baseline of `sweeps` dashed: along x when it varies, else horizontal."""
     base = seed_means(trials[(trials["family"] == BASELINE) & trials["sweep"].isin(sweeps)], "val_loss")
     for sweep, group in base.groupby("sweep"):
-        group = group.sort_values(x)
+        group = _best_per_bin(group, x)[0]
         varies = group[x].nunique() >= 3
         xs = group[x] if varies else list(x_span)
         ys = group["mean"] if varies else [group["mean"].min()] * 2
@@ -134,6 +136,16 @@ def _ratio_groups(frame: pd.DataFrame) -> pd.Series:
     """Hourglass d_h/d_model as a series key (seed 000 Fig. 4); none when solved continuously."""
     ratio = frame["ffn_ratio"].round(2).where(frame["family"] == "hourglass")
     return ratio if ratio.nunique() <= 6 else pd.Series(np.nan, index=frame.index)
+
+
+def _best_per_bin(group: pd.DataFrame, x: str, bins: int = 10) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(line, rest): every point when x takes few values; else the best point per log-x bin,
+    so a random search's cloud still reads as a curve (the rest is drawn faint)."""
+    if group[x].nunique() <= 12:
+        return group.sort_values(x), group.iloc[0:0]
+    which = pd.cut(np.log(group[x].astype(float)), bins, labels=False)
+    line = group.loc[group.groupby(which)["mean"].idxmin()].sort_values(x)
+    return line, group.drop(line.index)
 
 
 def ucurve_figure(trials: pd.DataFrame, tolerance: float = 0.005) -> go.Figure | None:
@@ -154,12 +166,18 @@ def ucurve_figure(trials: pd.DataFrame, tolerance: float = 0.005) -> go.Figure |
         parts = [family] + ([f"k={int(k)}"] if hourglass else [])
         parts += [f"d_h/d={ratio:g}"] if hourglass and ratio == ratio else []
         parts += [str(shape)] if isinstance(shape, str) else []
+        name, c = _series_name(parts, n_sweeps, sweep), color("", i)
+        line, others = _best_per_bin(group, "width_depth_ratio")
+        if len(others):
+            fig.add_trace(go.Scatter(
+                x=others["width_depth_ratio"], y=others["mean"], mode="markers", legendgroup=name,
+                showlegend=False, marker=dict(size=4, color=c, opacity=0.25), customdata=_points(others),
+                hovertemplate="%{customdata[1]}<br>%{y:.4g}<extra></extra>", meta={"rows": True}))
         fig.add_trace(go.Scatter(
-            x=group["width_depth_ratio"], y=group["mean"], mode="lines+markers",
-            name=_series_name(parts, n_sweeps, sweep), marker=dict(size=7, color=color("", i)),
-            line=dict(color=color("", i), width=1.5),
-            error_y=dict(type="data", array=group["std"].tolist(), visible=bool(group["n"].max() > 1)),
-            customdata=_points(group), hovertemplate="%{customdata[1]}<br>%{y:.4g}<extra></extra>",
+            x=line["width_depth_ratio"], y=line["mean"], mode="lines+markers", name=name, legendgroup=name,
+            marker=dict(size=7, color=c), line=dict(color=c, width=1.5),
+            error_y=dict(type="data", array=line["std"].tolist(), visible=bool(line["n"].max() > 1)),
+            customdata=_points(line), hovertemplate="%{customdata[1]}<br>%{y:.4g}<extra></extra>",
             meta={"rows": True}))
     if lm["family"].iloc[0] != BASELINE:
         span = (means["width_depth_ratio"].min(), means["width_depth_ratio"].max())
@@ -171,7 +189,8 @@ def ucurve_figure(trials: pd.DataFrame, tolerance: float = 0.005) -> go.Figure |
         fig.add_vrect(x0=lo, x1=hi, fillcolor="#ffd54f", opacity=0.3, line_width=0, layer="below")
         label = "best region" + (f" · {esc(sweep)}" if n_sweeps > 1 else "")
         # Annotations on a log axis take log10 coordinates (shapes take data values).
-        fig.add_annotation(x=np.log10((lo * hi) ** 0.5), y=1.0 - 0.06 * i, yref="paper", text=label,
+        fig.add_annotation(x=np.log10((lo * hi) ** 0.5), y=0.995 - 0.06 * i, yref="paper", yanchor="top",
+                           text=label,
                            showarrow=False, font=dict(size=11, color="#8a6d00"))
     return layout(fig, "U-curve: validation loss vs width/depth ratio d_model / n_layers",
                    "d_model / n_layers (log)", METRIC_LABELS["val_loss"], log_x=True)
