@@ -163,3 +163,24 @@ def test_load_candidate_errors_name_file_and_key(tmp_path, text, key, problem):
     with pytest.raises(UserError, match=problem) as error:
         load_candidate(path)
     assert error.value.file == str(path) and error.value.key == key
+
+
+def test_group_lr_is_schedule_times_lr_times_lr_scale(tmp_path):
+    recipe = TrainConfig(**{**RECIPE, "parametrization": "mup", "mup_base_width": 8})
+    train(make_config(TINY), recipe, checkpoint_dir=str(tmp_path))
+    state = torch.load(tmp_path / "checkpoint.pt", weights_only=False)
+    multiplier = lr_multiplier(RECIPE["steps"] - 1, RECIPE["steps"], recipe)
+    # LambdaLR has already stepped past the last step: compare against the next multiplier
+    following = lr_multiplier(RECIPE["steps"], RECIPE["steps"], recipe)
+    scales = sorted({g["lr_scale"] for g in state["optimizer"]["param_groups"]})
+    assert scales == [0.5, 1.0]  # muP hidden matrices at width 16 over base 8
+    for group in state["optimizer"]["param_groups"]:
+        assert group["lr"] == pytest.approx(recipe.lr * group["lr_scale"] * following)
+    assert state["curve"][-1]["lr"] == pytest.approx(recipe.lr * multiplier)
+
+
+def test_z_loss_reaches_the_gradients():
+    plain = train(make_config(TINY), TrainConfig(**RECIPE))
+    with_z = train(make_config(TINY), TrainConfig(**{**RECIPE, "z_loss": 0.1}))
+    assert with_z.curve[-1]["val_loss"] != plain.curve[-1]["val_loss"]
+    assert math.isfinite(with_z.val_loss)
