@@ -268,7 +268,7 @@ def load_lm_data(path: str | None = None, tokenizer: str | None = None) -> Token
     return TokenData(train, val, vocab, meta["hash"], str(source))
 
 
-def check_fits(data: TokenData, vocab_size: int, seq_len: int, eval_tokens: int) -> None:
+def check_fits(data: TokenData, vocab_size: int, seq_len: int) -> None:
     """Reject data the model cannot read, before any training starts."""
     if data.vocab_size > vocab_size:
         raise UserError(f"the data uses {data.vocab_size} token ids but the model has "

@@ -25,6 +25,8 @@ from search_spaces.configs import FAMILIES, TrainConfig, VisionMLPConfig, config
 from search_spaces.errors import UserError
 from trainers import checkpoint
 
+EVAL_IMAGES_PER_BATCH = 1024
+
 
 class StopTrial(Exception):
     """Raised by a callback to end the trial early (e.g. an ASHA decision); not an error."""
@@ -86,7 +88,7 @@ def make_task(config, train: TrainConfig, data: str | None, tokenizer: str | Non
     from trainers.data import LMTask, check_fits, load_lm_data
 
     tokens = load_lm_data(data, tokenizer)
-    check_fits(tokens, config.vocab_size, train.seq_len, train.eval_tokens)
+    check_fits(tokens, config.vocab_size, train.seq_len)
     n_seq = max(1, train.batch_tokens // train.seq_len)
     task = LMTask(tokens, train.seq_len, train.seed, train.eval_tokens)
     return task, n_seq, n_seq * train.seq_len, tokens.data_hash
@@ -151,7 +153,7 @@ def evaluate(model, task, batch: int, device, autocast) -> dict[str, float]:
     return metrics
 
 
-def _progress(enabled: bool, total: int):
+def _progress(enabled: bool):
     if not enabled:
         return contextlib.nullcontext(None)
     from rich.console import Console
@@ -182,7 +184,7 @@ def train(model_config, train: TrainConfig, data: str | None = None,
     steps = total_steps(train, units_per_step)
     eval_every = train.eval_every or max(1, steps // 10)
     micro = train.micro_batch_size or per_step
-    eval_batch = micro if not isinstance(model_config, VisionMLPConfig) else 1024
+    eval_batch = EVAL_IMAGES_PER_BATCH if isinstance(model_config, VisionMLPConfig) else micro
 
     torch.manual_seed(train.seed)
     model = build_model(model_config)
@@ -214,7 +216,7 @@ def train(model_config, train: TrainConfig, data: str | None = None,
     t0 = time.perf_counter()
     loss_sum, loss_steps, stopped = 0.0, 0, False
     model.train()
-    with _progress(progress, steps) as bar:
+    with _progress(progress) as bar:
         bar_task = bar.add_task("", total=steps, completed=start) if bar else None
         for step in range(start, steps):
             t_step = time.perf_counter()

@@ -25,7 +25,6 @@ import torch.nn.functional as F
 from search_spaces.errors import UserError
 
 VAL_FRACTION = 0.15  # when the source has no validation split of its own
-EVAL_BATCH = 1024
 
 
 @dataclass
