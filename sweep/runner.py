@@ -375,8 +375,13 @@ def _abs(path: str | None) -> str | None:
 def _optuna_setup(options: SweepOptions, space: Any, seed: int, name: str, storage_url: str):
     """The Optuna searcher, reconciled with what a killed driver left behind."""
     from results.store import load_trials
-    from sweep.search import launched_count, make_optuna_search, open_storage, reconcile_study
-    from sweep.search import trial_spec as make_trial_spec
+    from sweep.search import (
+        SpecMaker,
+        launched_count,
+        make_optuna_search,
+        open_storage,
+        reconcile_study,
+    )
 
     if options.multi_objective and options.multi_objective not in ("params_non_embedding",
                                                                    "flops_per_token"):
@@ -385,7 +390,7 @@ def _optuna_setup(options: SweepOptions, space: Any, seed: int, name: str, stora
     storage = open_storage(storage_url)
     data = _abs(options.data)
     searcher, study = make_optuna_search(
-        space, name, storage, lambda c: make_trial_spec(c, space, seed, data),
+        space, name, storage, SpecMaker(space, seed, data),
         options.multi_objective, sampler_seed=options.sampler_seed)
     trials = load_trials(options.root, [name])
     second = options.multi_objective

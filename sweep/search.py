@@ -92,13 +92,29 @@ def launched_count(study: Any) -> int:
                if "trial_id" in t.user_attrs and "duplicate_of" not in t.user_attrs)
 
 
-def define_space(space: Any, make_spec: Callable[[Any], dict]) -> Callable:
-    """Optuna define-by-run function: suggest the declarative dims, let the solver do the rest."""
-    from search_spaces.solver import solve_point
+class SpecMaker:
+    """candidate -> trial spec for one seed and data path (a class so Tune can pickle it)."""
 
-    variants = space.resolved()
+    def __init__(self, space: Any, seed: int, data: str | None):
+        self.space, self.seed, self.data = space, seed, data
 
-    def define(trial) -> dict[str, Any]:
+    def __call__(self, candidate: Any) -> dict:
+        return trial_spec(candidate, self.space, self.seed, self.data)
+
+
+class DefineSpace:
+    """Optuna define-by-run function: suggest the declarative dims, let the solver do the rest.
+
+    A class rather than a closure because Tune pickles the searcher with its experiment state.
+    """
+
+    def __init__(self, space: Any, make_spec: Callable[[Any], dict]):
+        self.space, self.make_spec = space, make_spec
+
+    def __call__(self, trial) -> dict[str, Any]:
+        from search_spaces.solver import solve_point
+
+        variants = self.space.resolved()
         variant = variants[0]
         if len(variants) > 1:
             name = trial.suggest_categorical("variant", [v.name for v in variants])
@@ -108,10 +124,8 @@ def define_space(space: Any, make_spec: Callable[[Any], dict]) -> Callable:
                  for dim, values in variant.grid_values().items()}
         if len(variants) > 1:
             point["variant"] = variant.name
-        candidate = solve_point(space, point)
-        return {"spec": make_spec(candidate) if candidate is not None else None}
-
-    return define
+        candidate = solve_point(self.space, point)
+        return {"spec": self.make_spec(candidate) if candidate is not None else None}
 
 
 class FeasibleOptunaSearch(OptunaSearch):
@@ -186,7 +200,7 @@ def make_optuna_search(space: Any, study_name: str, storage: Any,
     study = optuna.create_study(storage=storage, study_name=study_name, sampler=sampler,
                                 directions=study_directions(bool(multi_objective)),
                                 load_if_exists=True)
-    searcher = FeasibleOptunaSearch(space=define_space(space, make_spec), study=study,
+    searcher = FeasibleOptunaSearch(space=DefineSpace(space, make_spec), study=study,
                                     metric=metric, sampler=sampler, study_name=study_name,
                                     storage=storage)
     return searcher, study
