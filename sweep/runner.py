@@ -254,9 +254,28 @@ def _init_ray(options: SweepOptions) -> bool:
     kwargs: dict[str, Any] = {"include_dashboard": False} if address == "local" else {}
     if address == "local":
         kwargs["num_cpus"] = os.cpu_count()
+    else:
+        _use_cluster_token()
     ray.init(address=address, log_to_driver=False, logging_level=logging.ERROR,
              configure_logging=True, **kwargs)
     return True
+
+
+def _use_cluster_token() -> None:
+    """Authenticate to a cluster the way `ray start` does.
+
+    Ray 2.5x starts a head with token auth when RAY_AUTH_MODE is unset and a token exists
+    (~/.ray/auth_token, RAY_AUTH_TOKEN or RAY_AUTH_TOKEN_PATH), but a driver joining it
+    does not send that token unless told to. This applies Ray's own rule (an explicit
+    RAY_AUTH_MODE wins) and refreshes Ray's cached config, which an env var alone cannot.
+    """
+    try:
+        from ray._private.authentication.authentication_token_setup import (
+            maybe_enable_token_auth_if_token_available,
+        )
+    except ImportError:  # a Ray without token auth
+        return
+    maybe_enable_token_auth_if_token_available(warn_if_disabled=False)
 
 
 def _scheduler(options: SweepOptions, budget: int):

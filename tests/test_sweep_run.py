@@ -241,12 +241,21 @@ def _free_port() -> int:
 
 
 def test_run_against_a_real_ray_start_cluster(tmp_path):
+    """`ray start --head` on loopback with token auth, then `run --address` joins it."""
+    import secrets
+
     port = _free_port()
     ray_bin = Path(sys.executable).parent / "ray"
+    token = tmp_path / "auth_token"
+    token.write_text(secrets.token_hex(32))
+    # RAY_AUTH_MODE unset: the head turns token auth on because a token exists, and the
+    # driver must find and send the same token by itself.
+    env = {k: v for k, v in CHILD_ENV.items() if k != "RAY_AUTH_MODE"}
+    env["RAY_AUTH_TOKEN_PATH"] = str(token)
     head = subprocess.Popen(
         [str(ray_bin), "start", "--head", "--port", str(port), "--node-ip-address", "127.0.0.1",
          "--num-cpus", "2", "--include-dashboard=false", "--disable-usage-stats", "--block"],
-        env=CHILD_ENV, start_new_session=True, stdout=subprocess.DEVNULL,
+        env=env, start_new_session=True, stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL)
     try:
         space_path = write_space(tmp_path, name="on-cluster", search={"n_layers": [1, 2]})
@@ -255,7 +264,7 @@ def test_run_against_a_real_ray_start_cluster(tmp_path):
         driver = subprocess.run(
             [sys.executable, "-m", "sweep.cli", "run", str(space_path), "--root", str(root),
              "--address", f"127.0.0.1:{port}", "--scheduler", "fifo", "--no-progress"],
-            env=CHILD_ENV, capture_output=True, text=True, timeout=300)
+            env=env, capture_output=True, text=True, timeout=300)
         assert driver.returncode == 0, driver.stderr[-2000:]
         trials = load_trials(str(root), ["on-cluster"])
         assert sorted(trials["key"]) == sorted(k for k, _ in pairs(space_path))
