@@ -160,7 +160,9 @@ def ucurve_figure(trials: pd.DataFrame, tolerance: float = 0.005) -> go.Figure |
     fig, n_sweeps = new_figure(), means["sweep"].nunique()
     means = means.assign(ratio_group=_ratio_groups(means)).sort_values("width_depth_ratio")
     keys = ["sweep", "family", "k", "ratio_group", "shape"]
-    for i, (group_key, group) in enumerate(means.groupby(keys, dropna=False, sort=True)):
+    groups = [(gk, g) for gk, g in means.groupby(keys, dropna=False, sort=True)
+              if g["width_depth_ratio"].nunique() >= 2]  # one ratio is a point, not a curve
+    for i, (group_key, group) in enumerate(groups):
         sweep, family, k, ratio, shape = group_key
         hourglass = family == "hourglass"
         parts = [family] + ([f"k={int(k)}"] if hourglass else [])
