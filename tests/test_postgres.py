@@ -1,0 +1,142 @@
+"""Catalog + Optuna storage on a real PostgreSQL server (issue 6, cluster guide).
+
+A throwaway server from Debian's packages runs on loopback (tests/pg_server.py); a tiny
+Optuna sweep (real Ray, real tiny training) stores its catalog row and its study there,
+its trial rows go to the Parquet store, and `resume` with nothing missing runs nothing.
+`make postgres` (a prerequisite of `make test`) installs the package.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+from pg_server import find_bin_dir, start_server
+
+from results.catalog import Catalog
+from results.store import load_trials, sweep_dir
+from sweep.cli import main as shapesweep
+
+pytestmark = pytest.mark.slow
+
+TRAIN = {"tokens": 8192, "seq_len": 32, "batch_tokens": 512, "lr": 3.0e-3, "eval_tokens": 2048}
+# Conventional LM, d_model 32; n_layers >= 8 cannot meet the budget, so Optuna prunes them.
+SPACE = {
+    "name": "pg-optuna",
+    "family": "conventional",
+    "budget": {"non_embedding_params": 30912, "tolerance": 0.02},
+    "fixed": {"d_model": 32, "n_heads": 2, "vocab_size": 256, "activation": "swiglu"},
+    "search": {"n_layers": [1, 2, 3, 4, 8, 10]},
+    "solve": "d_h",
+    "train": TRAIN,
+}
+SAMPLES = 3
+
+
+@pytest.fixture(scope="module")
+def postgres():
+    bin_dir = find_bin_dir()
+    if bin_dir is None:
+        pytest.skip("PostgreSQL is not installed here: `make postgres` installs Debian's "
+                    "postgresql package (needs root and apt)")
+    server = start_server(bin_dir)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    import ray
+
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
+             logging_level="ERROR")
+    yield
+    ray.shutdown()
+
+
+def write_space(folder: Path, **changes) -> Path:
+    doc = {**SPACE, **changes}
+    path = folder / f"{doc['name']}.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path
+
+
+def catalog_rows(url: str) -> list[dict]:
+    """The catalog table read with plain SQL, not through the Catalog class under test."""
+    from sqlalchemy import create_engine, text
+
+    engine = create_engine(url)
+    try:
+        with engine.connect() as connection:
+            result = connection.execute(text(
+                "SELECT name, status, n_candidates, completed, stopped_early, failed "
+                "FROM shapesweep_sweeps ORDER BY name"))
+            return [dict(row._mapping) for row in result]
+    finally:
+        engine.dispose()
+
+
+def parquet_row_count(root: Path, sweep: str) -> int:
+    """Every row of every trials fragment on disk (no dedupe), to prove nothing was added."""
+    import pyarrow.dataset as ds
+
+    return ds.dataset(str(Path(sweep_dir(str(root), sweep)) / "trials"),
+                      format="parquet").count_rows()
+
+
+def test_optuna_sweep_with_postgres_storage_then_resume_runs_nothing(postgres, local_ray,
+                                                                     tmp_path):
+    import optuna
+    from optuna.trial import TrialState
+
+    url = postgres.create_database("sweeps")
+    root = tmp_path / "sweeps"
+    space_path = write_space(tmp_path)
+    assert shapesweep(["run", str(space_path), "--root", str(root), "--search", "optuna",
+                       "--num-samples", str(SAMPLES), "--storage", url, "--scheduler", "fifo",
+                       "--max-concurrent", "2", "--no-progress"]) == 0
+
+    # The catalog row is in PostgreSQL, and no SQLite catalog was made beside the results.
+    assert catalog_rows(url) == [{"name": "pg-optuna", "status": "finished",
+                                  "n_candidates": SAMPLES, "completed": SAMPLES,
+                                  "stopped_early": 0, "failed": 0}]
+    assert not (root / "shapesweep.db").exists()
+
+    # The study is in PostgreSQL: its completed trials are the Parquet rows, value for value.
+    study = optuna.load_study(study_name="pg-optuna", storage=url)
+    ran = [t for t in study.trials
+           if t.state == TrialState.COMPLETE and "duplicate_of" not in t.user_attrs]
+    assert len(ran) == SAMPLES
+    for t in study.trials:
+        if t.params["n_layers"] >= 8:
+            assert t.state == TrialState.PRUNED and t.user_attrs.get("infeasible")
+    trials = load_trials(str(root), ["pg-optuna"])
+    assert sorted(trials["trial_id"]) == sorted(t.user_attrs["trial_id"] for t in ran)
+    assert (trials["status"] == "completed").all() and (trials["tokens"] == TRAIN["tokens"]).all()
+    for t in ran:
+        row = trials[trials["trial_id"] == t.user_attrs["trial_id"]].iloc[0]
+        assert t.value == pytest.approx(row["val_loss"])
+        assert row["n_layers"] == t.params["n_layers"]
+    assert parquet_row_count(root, "pg-optuna") == SAMPLES
+
+    # Nothing is missing, so resume launches no trial and adds no row or study trial.
+    trials_before = len(study.trials)
+    assert shapesweep(["resume", "pg-optuna", "--root", str(root), "--storage", url,
+                       "--no-progress"]) == 0
+    assert parquet_row_count(root, "pg-optuna") == SAMPLES
+    assert len(optuna.load_study(study_name="pg-optuna", storage=url).trials) == trials_before
+    assert [row["status"] for row in catalog_rows(url)] == ["finished"]
+
+
+def test_different_space_under_the_same_name_is_refused_on_postgres(postgres, tmp_path, capsys):
+    url = postgres.create_database("refused")
+    Catalog(url).register("pg-optuna", "other", "name: other\n", "0123456789ab", 3)
+    code = shapesweep(["run", str(write_space(tmp_path)), "--root", str(tmp_path / "sweeps"),
+                       "--storage", url, "--no-progress"])
+    assert code == 2
+    error = capsys.readouterr().err.strip().splitlines()
+    assert len(error) == 1 and "different search space" in error[0]
+    assert [row["name"] for row in catalog_rows(url)] == ["pg-optuna"]
