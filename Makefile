@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 # On a GPU machine: make setup TORCH='torch --index-url https://download.pytorch.org/whl/cu124'
 TORCH ?= torch==2.13.0
 
-.PHONY: setup demo test lint browser bench
+.PHONY: setup demo test lint browser postgres bench
 setup: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml
@@ -20,10 +20,15 @@ browser:
 	@command -v chromium >/dev/null && command -v chromedriver >/dev/null || \
 	  { apt-get update -q && apt-get install -y -q chromium chromium-driver; }
 
+# PostgreSQL server binaries for the loopback storage test (Debian packages; needs root or sudo).
+postgres:
+	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || \
+	  { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q postgresql; }
+
 demo: setup
 	$(VENV)/bin/shapesweep demo
 
-test: setup browser
+test: setup browser postgres
 	$(PY) -m pytest -q -ra
 
 lint: setup

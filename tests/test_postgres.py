@@ -129,6 +129,10 @@ def test_optuna_sweep_with_postgres_storage_then_resume_runs_nothing(postgres, l
     assert parquet_row_count(root, "pg-optuna") == SAMPLES
     assert len(optuna.load_study(study_name="pg-optuna", storage=url).trials) == trials_before
     assert [row["status"] for row in catalog_rows(url)] == ["finished"]
+    # Without --storage, resume uses the URL the sweep was started with (sweep.json).
+    assert shapesweep(["resume", "pg-optuna", "--root", str(root), "--no-progress"]) == 0
+    assert parquet_row_count(root, "pg-optuna") == SAMPLES
+    assert not (root / "shapesweep.db").exists()
 
 
 def test_different_space_under_the_same_name_is_refused_on_postgres(postgres, tmp_path, capsys):
