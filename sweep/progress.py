@@ -1,9 +1,18 @@
-"""Live sweep progress in the terminal: a Ray Tune callback feeding a rich table."""
+"""Sweep progress: a live rich table on a terminal, plain log lines anywhere else.
+
+A live table redraws itself with cursor codes, which a log file (CI, `> log`, a pipe)
+cannot show: there it would arrive as one final table with no line end, and the next
+line would be glued to it. So when stdout or the display's stream is not a terminal,
+each trial that ends prints one plain, flushed line to stdout, and the sweep ends with
+a one-line summary.
+"""
 
 from __future__ import annotations
 
+import math
+import sys
 import time
-from typing import Any
+from typing import Any, TextIO
 
 from ray.tune import Callback
 from rich.console import Console
@@ -11,34 +20,79 @@ from rich.live import Live
 from rich.table import Table
 
 
-class SweepProgress(Callback):
-    """Counts trials running / done / stopped / failed and the best validation loss so far."""
+def _is_tty(stream: Any) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):  # closed or not a real stream
+        return False
 
-    def __init__(self, total: int, console: Console | None = None, enabled: bool = True):
-        self.total, self.enabled = total, enabled
+
+def _num(value: Any, fmt: str) -> str:
+    """`value` formatted, or `-` where there is none (missing, NaN)."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    return format(int(value) if fmt == "d" else value, fmt)
+
+
+class SweepProgress(Callback):
+    """Counts trials running / done / stopped / failed and the best validation loss so far.
+
+    `mode` is `live` (rich table, on a terminal), `plain` (a line per ended trial to
+    `out`) or `off` (`--no-progress`: only failures, on the display console).
+    """
+
+    def __init__(self, total: int, console: Console | None = None, enabled: bool = True,
+                 out: TextIO | None = None):
+        self.total = total
         self.console = console or Console(stderr=True)
+        self.out = out
+        if not enabled:
+            self.mode = "off"
+        elif self.console.is_terminal and _is_tty(out or sys.stdout):
+            self.mode = "live"
+        else:
+            self.mode = "plain"
         self.running: set[str] = set()
         self.done = self.stopped = self.failed = 0
-        self.best: tuple[float, str] | None = None
+        self.best: tuple[float, str] | None = None  # best val_loss reported by any trial
+        self.best_completed: tuple[float, str] | None = None
         self.started = time.monotonic()
         self.live: Live | None = None
 
+    @property
+    def enabled(self) -> bool:
+        return self.mode != "off"
+
     def __getstate__(self) -> dict:
         # Tune pickles callbacks for experiment restore (unused here); the terminal stays.
-        return {k: v for k, v in self.__dict__.items() if k not in ("console", "live")}
+        return {k: v for k, v in self.__dict__.items() if k not in ("console", "live", "out")}
 
     def __enter__(self) -> SweepProgress:
-        if self.enabled:
+        if self.mode == "live":
             self.live = Live(self.render(), console=self.console, refresh_per_second=2,
                              transient=False)
             self.live.__enter__()
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, exc_type: Any, *exc: Any) -> None:
         if self.live is not None:
             self.live.update(self.render())
-            self.live.__exit__(*exc)
+            self.live.__exit__(exc_type, *exc)
             self.live = None
+        elif self.mode == "plain":
+            self._line(self.summary(interrupted=exc_type is not None))
+
+    def _line(self, text: str) -> None:
+        print(text, file=self.out or sys.stdout, flush=True)
+
+    def summary(self, interrupted: bool = False) -> str:
+        ended = self.done + self.stopped + self.failed
+        best = (f"best val_loss {self.best_completed[0]:.4f} ({self.best_completed[1]})"
+                if self.best_completed else "best val_loss -")
+        state = "interrupted" if interrupted else "done"
+        return (f"sweep {state}: {ended} of {self.total} trials ended this run "
+                f"({self.done} completed, {self.stopped} stopped early, {self.failed} failed); "
+                f"{best}; {time.monotonic() - self.started:.0f}s")
 
     def render(self) -> Table:
         table = Table(title="shapesweep", show_header=True, header_style="bold")
@@ -69,10 +123,12 @@ class SweepProgress(Callback):
             self.best = (float(loss), self._name(trial))
         self._refresh()
 
-    def finished(self, trial_id: str, status: str, name: str = "", error: str | None = None) -> None:
-        """Called by the results writer once it has filed the trial under `status`."""
-        if error:
-            self.console.print(f"[red]trial {name or trial_id} failed:[/] {error}")
+    def finished(self, trial_id: str, status: str, name: str = "", error: str | None = None,
+                 row: dict[str, Any] | None = None) -> None:
+        """Called by the results writer once it has filed the trial under `status`.
+
+        `row` is the trial's results row (key, seed, val_loss, tokens, wall_time_s).
+        """
         self.running.discard(trial_id)
         if status == "completed":
             self.done += 1
@@ -80,4 +136,18 @@ class SweepProgress(Callback):
             self.stopped += 1
         else:
             self.failed += 1
+        row = row or {}
+        loss = row.get("val_loss")
+        if (status == "completed" and loss is not None and math.isfinite(loss)
+                and (self.best_completed is None or loss < self.best_completed[0])):
+            self.best_completed = (float(loss), name or trial_id)
+        if self.mode == "plain":
+            ended = self.done + self.stopped + self.failed
+            line = (f"trial {ended}/{self.total} {status} key={row.get('key', '-')} "
+                    f"seed={row.get('seed', '-')} val_loss={_num(loss, '.4f')} "
+                    f"tokens={_num(row.get('tokens'), 'd')} "
+                    f"elapsed={_num(row.get('wall_time_s'), '.1f')}s")
+            self._line(line + (f" error={error}" if error else ""))
+        elif error:
+            self.console.print(f"[red]trial {name or trial_id} failed:[/] {error}")
         self._refresh()

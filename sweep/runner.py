@@ -207,7 +207,7 @@ class ResultsWriter(Callback):
         write_trial(self.root, self.sweep, row, curve_rows)
         self.written.add(spec["trial_id"])
         if self.progress is not None:
-            self.progress.finished(trial.trial_id, status, spec["trial_id"], error)
+            self.progress.finished(trial.trial_id, status, spec["trial_id"], error, row)
         self.statuses[(spec["key"], spec["seed"])] = status
         counts = count_statuses(self.statuses)
         self.catalog.update_counts(self.sweep, counts["completed"], counts["stopped_early"],
