@@ -4,7 +4,9 @@ Counting convention (seed 000): attention = Q, K, V, O (+ biases); FFN = every F
 matrix (+ biases, seed 003's residual scale, and the hourglass sub-block norms);
 norms = the remaining RMSNorm weights (per-layer attention/FFN norms and the final
 norm); non-embedding = attention + FFN + norms (+ seed 002's resize projections);
-total adds the token embedding and, if untied, the unembedding.
+total adds the token embedding and, if untied, the unembedding. Both ends are D wide
+except in seed 002's zero/projection resize modes, where `widths.end_widths` drops
+the embedding columns and readout coordinates that can never affect the output.
 
 Training FLOPs per token follow PaLM's MFU convention:
 6 * (matmul weights, unembedding included) + 12 * sum_layers(n_heads * head_dim) * seq_len.
@@ -17,6 +19,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+import numpy as np
 
 from search_spaces.configs import GATED, LayerShape, VisionMLPConfig
 
@@ -85,17 +89,22 @@ class Accounting:
         return asdict(self)
 
 
-def lm_totals(blocks: dict[str, Any], d_model, vocab_size, tie_embeddings, seq_len, extra=0):
-    """Whole-model numbers from summed block counts (arrays allowed)."""
-    embedding = vocab_size * d_model * (1 if tie_embeddings else 2)
-    non_embedding = blocks["non_embedding_blocks"] + d_model + extra  # + final norm
-    matmul = blocks["matmul"] + vocab_size * d_model + extra  # unembedding is a matmul
+def lm_totals(blocks: dict[str, Any], d_model, vocab_size, tie_embeddings, seq_len, extra=0,
+              ends: tuple[Any, Any] | None = None):
+    """Whole-model numbers from summed block counts (arrays allowed).
+
+    `ends` = (embedding columns read, readout width) when they differ from d_model."""
+    embed_in, readout = (d_model, d_model) if ends is None else ends
+    columns = np.maximum(embed_in, readout) if tie_embeddings else embed_in + readout
+    embedding = vocab_size * columns
+    non_embedding = blocks["non_embedding_blocks"] + readout + extra  # + final norm
+    matmul = blocks["matmul"] + vocab_size * readout + extra  # unembedding is a matmul
     return {
         "params_total": non_embedding + embedding,
         "params_non_embedding": non_embedding,
         "params_attention": blocks["attention"],
         "params_ffn": blocks["ffn"],
-        "params_norms": blocks["norms"] + d_model,
+        "params_norms": blocks["norms"] + readout,
         "params_embedding": embedding,
         "params_other": extra,
         "flops_per_token": 6 * matmul + 12 * blocks["attn_width"] * seq_len,
@@ -135,14 +144,14 @@ def account(config, seq_len: int = 128) -> Accounting:
                           widths=[config.d_z] * config.n_layers)
     shapes = config.layer_shapes()
     widths = [int(s.width) for s in shapes]
-    extra = 0
+    extra, ends = 0, None
     if config.family == "variable_width":
-        from search_spaces.widths import resize_params
+        from search_spaces.widths import end_widths, resize_params
 
-        extra = resize_params(config, widths)
+        extra, ends = resize_params(config, widths), end_widths(config, widths)
     uniform = all(s is shapes[0] for s in shapes)  # conventional/hourglass: one shape, L times
     blocks = blocks_total(shapes[:1], n_layers=len(shapes)) if uniform else blocks_total(shapes)
     totals = lm_totals(blocks, config.d_model, config.vocab_size,
-                       config.tie_embeddings, seq_len, extra)
+                       config.tie_embeddings, seq_len, extra, ends)
     return Accounting(**{k: int(v) for k, v in totals.items()}, params_frozen=0,
                       avg_layer_width=sum(widths) / len(widths), widths=widths)

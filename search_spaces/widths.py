@@ -15,6 +15,7 @@ resized without parameters (or with a learned projection, the paper's ablation):
 `layer_shapes_for` turns widths into `LayerShape`s whose `attn_in` / `ffn_out` leave
 out coordinates that are provably zero on input or never read on output, so no
 parameter is allocated that cannot affect the output (seed 002's "valid" count).
+`end_widths` does the same for the two ends (embedding, final norm, unembedding).
 The same closed forms work on floats, which is what the parameter-matching solve uses.
 """
 
@@ -60,6 +61,21 @@ def layer_shapes_for(cfg: VariableWidthConfig, widths, integer: bool) -> list[La
             LayerShape(**{**s.__dict__, "head_dim": int(s.width) // cfg.n_heads}) for s in shapes
         ]
     return shapes
+
+
+def end_widths(cfg, widths) -> tuple[int, int]:
+    """(embedding columns layer 1 can read, readout coordinates that can be non-zero).
+
+    carry keeps D at both ends. zero / projection truncate the embedding to layer 1's
+    width (coordinates [w_1:D) are zeroed or overwritten before anything reads them again)
+    and zero-pad the last layer's state back to D, so the final norm and the unembedding
+    need only min(D, w_L) coordinates. A tied table needs the larger of the two; an
+    untied embedding only the first. Other families (no `resize`) keep D at both ends.
+    """
+    D = cfg.d_model
+    if getattr(cfg, "resize", "carry") == "carry":
+        return D, D
+    return min(D, widths[0]), min(D, widths[-1])
 
 
 def resize_params(cfg: VariableWidthConfig, widths) -> float:

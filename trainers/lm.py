@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from search_spaces.configs import LayerShape
+from search_spaces.widths import end_widths
 from trainers.ffn import make_ffn
 
 
@@ -106,7 +107,11 @@ class LM(nn.Module):
         self.widths = [int(s.width) for s in shapes]
         self.stream_width = max(D, *self.widths)
         self.resize = getattr(config, "resize", "carry")
-        self.wte = nn.Embedding(config.vocab_size, D)
+        # Columns the embedding feeds layer 1 / coordinates the readout sees (D and D except
+        # in the zero / projection resize modes, where the rest could never affect the output).
+        self.embed_in, self.readout = end_widths(config, self.widths)
+        table = max(self.embed_in, self.readout) if config.tie_embeddings else self.embed_in
+        self.wte = nn.Embedding(config.vocab_size, table)
         rotaries = {hd: Rotary(hd) for hd in sorted({int(s.head_dim) for s in shapes})}
         self.blocks = nn.ModuleList(Block(s, rotaries[int(s.head_dim)]) for s in shapes)
         # Seed 002's projection ablation: grown coordinates predicted from the previous layer.
@@ -115,8 +120,9 @@ class LM(nn.Module):
             for layer, (a, b) in enumerate(zip(self.widths[:-1], self.widths[1:], strict=True), start=1):
                 if b > a:
                     self.resizers[str(layer)] = nn.Linear(a, b - a, bias=config.bias)
-        self.final_norm = nn.RMSNorm(D)
-        self.lm_head = None if config.tie_embeddings else nn.Linear(D, config.vocab_size, bias=False)
+        self.final_norm = nn.RMSNorm(self.readout)
+        self.lm_head = (None if config.tie_embeddings
+                        else nn.Linear(self.readout, config.vocab_size, bias=False))
         self.output_mult = 1.0  # muP's logit multiplier (set by trainers.mup.configure)
 
     def _grow(self, stream: torch.Tensor, layer: int, a: int, b: int) -> torch.Tensor:
@@ -130,18 +136,15 @@ class LM(nn.Module):
         return torch.cat([stream[..., :a], fill, stream[..., b:]], dim=-1)
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
-        stream = _widen(self.wte(idx), self.stream_width)
-        prev = self.d_model
+        # zero / projection: the embedding is truncated to layer 1's width on the way in
+        stream = _widen(self.wte(idx)[..., : self.embed_in], self.stream_width)
+        prev = self.embed_in
         for layer, block in enumerate(self.blocks):
             stream = self._grow(stream, layer, prev, block.width)
             stream = block(stream)
             prev = block.width
-        if self.resize == "carry" or prev >= self.d_model:
-            x = stream[..., : self.d_model]
-        else:  # truncated state zero-padded back to the embedding width
-            # Known gap: final_norm.weight[prev:] (and untied lm_head columns) then see only
-            # zeros; the accounting still counts them (zero/projection ablations only).
-            x = _widen(stream[..., :prev], self.d_model)
-        x = self.final_norm(x)
-        logits = self.lm_head(x) if self.lm_head is not None else F.linear(x, self.wte.weight)
+        # ... and the last layer's state is read only where it can be non-zero on the way out.
+        x = self.final_norm(stream[..., : self.readout])
+        logits = (self.lm_head(x) if self.lm_head is not None
+                  else F.linear(x, self.wte.weight[:, : self.readout]))
         return logits * self.output_mult if self.output_mult != 1.0 else logits
