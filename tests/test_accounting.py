@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from pydantic import ValidationError
 
 from search_spaces.accounting import account
 from search_spaces.configs import (
@@ -178,35 +179,66 @@ def test_vision_accounting_matches_hand_formulas():
 
 
 def _hand_variable_width(c: VariableWidthConfig, seq_len: int) -> dict:
-    """Seed 002 valid parameters with carry-forward resizing, written out per layer."""
-    D, w = c.d_model, c.widths
+    """Seed 002 valid parameters for every resize mode, written out per layer.
+
+    carry: a layer reads what any earlier layer (or the embedding) wrote and writes what any
+    later layer (or the unembedding) reads. zero: only what the previous layer left
+    (grown coordinates are zeroed); projection: as zero, but grown coordinates are filled by
+    a learned map, so only layer 1 misses some. Both ends of zero/projection keep only the
+    coordinates that cross them: min(D, w_1) embedding columns, min(D, w_L) readout ones.
+    """
+    D, w, L = c.d_model, c.widths, c.n_layers
     attn = ffn = norms = matmul = attn_width = 0
     for i, width in enumerate(w):
-        reads = min(width, max([D] + w[:i]))  # coordinates that can be nonzero on input
-        writes = min(width, max([D] + w[i + 1 :]))  # coordinates someone reads later
+        prev, nxt = (D if i == 0 else w[i - 1]), (D if i == L - 1 else w[i + 1])
+        if c.resize == "carry":
+            reads = min(width, max([D] + w[:i]))  # coordinates that can be nonzero on input
+            writes = min(width, max([D] + w[i + 1 :]))  # coordinates someone reads later
+        else:
+            reads = min(width, prev) if c.resize == "zero" or i == 0 else width
+            writes = min(width, nxt)
         d_h = int(c.d_h * width / D + 0.5)
         a = reads * 3 * width + width * width  # Q, K, V read `reads`; O writes `width`
         f = 2 * width * d_h + d_h * writes  # gated: gate + up read `width`, down writes `writes`
         attn, ffn, matmul = attn + a, ffn + f, matmul + a + f
         norms += reads + width
         attn_width += width
-    non_embedding = attn + ffn + norms + D
+    grown = [(a, b) for a, b in zip(w[:-1], w[1:], strict=True) if b > a] if c.resize == "projection" else []
+    resize = sum(a * (b - a) for a, b in grown)
+    embed_in, readout = (D, D) if c.resize == "carry" else (min(D, w[0]), min(D, w[-1]))
+    table = max(embed_in, readout) if c.tie_embeddings else embed_in + readout
+    non_embedding = attn + ffn + norms + readout + resize
     return {"params_attention": attn, "params_ffn": ffn, "params_non_embedding": non_embedding,
-            "flops_per_token": 6 * (matmul + c.vocab_size * D) + 12 * attn_width * seq_len,
+            "params_norms": norms + readout, "params_other": resize,
+            "params_embedding": c.vocab_size * table,
+            "params_total": non_embedding + c.vocab_size * table,
+            "flops_per_token": 6 * (matmul + resize + c.vocab_size * readout)
+            + 12 * attn_width * seq_len,
             "kv_cache_per_token": 2 * sum(w), "avg_layer_width": sum(w) / len(w)}
 
 
 def test_variable_width_accounting_matches_hand_formulas():
     rng = random.Random("vformer")
-    for _ in range(60):
+    resizes = set()
+    for _ in range(120):
         n_heads = rng.choice([2, 4])
         shape = rng.choice(["grow", "shrink", "diamond", "bottleneck", "constant"])
         alpha = rng.uniform(1.2, 2.0) if shape == "diamond" else rng.uniform(0.2, 0.9)
-        c = VariableWidthConfig(d_model=2 * n_heads * rng.randint(4, 24), n_layers=rng.randint(2, 10),
-                                n_heads=n_heads, d_h=rng.randint(16, 400), shape=shape,
-                                beta=rng.uniform(0.1, 0.9), alpha=alpha, activation="swiglu")
+        resize = rng.choice(["carry", "zero", "projection"])
+        try:
+            c = VariableWidthConfig(d_model=2 * n_heads * rng.randint(4, 24),
+                                    n_layers=rng.randint(2, 10), n_heads=n_heads,
+                                    d_h=rng.randint(16, 400), shape=shape,
+                                    beta=rng.uniform(0.1, 0.9), alpha=alpha, activation="swiglu",
+                                    resize=resize, tie_embeddings=rng.random() < 0.5)
+        except ValidationError:  # a diamond alpha too wide for the budget
+            continue
         acc, hand = account(c, 128), _hand_variable_width(c, 128)
         assert {k: getattr(acc, k) for k in hand} == hand, c
+        resizes.add((resize, c.widths[0] < c.d_model, c.widths[-1] < c.d_model))
         if shape == "constant":
-            same = ConventionalConfig(d_model=c.d_model, n_layers=c.n_layers, n_heads=n_heads, d_h=c.d_h)
-            assert account(same, 128).params_total == acc.params_total
+            same = ConventionalConfig(d_model=c.d_model, n_layers=c.n_layers, n_heads=n_heads,
+                                      d_h=c.d_h, tie_embeddings=c.tie_embeddings)
+            assert account(same, 128).to_dict() == acc.to_dict()
+    # every mode, with narrow and full-width first and last layers
+    assert {(r, lo, hi) for r in ("zero", "projection") for lo in (0, 1) for hi in (0, 1)} <= resizes
