@@ -1,0 +1,294 @@
+"""The sweep paths issue 4 promises beyond the happy run: Ctrl-C leaves a resumable sweep,
+`--retry-failed` reruns failed trials, a multi-objective (NSGA-II) Optuna search, `status`,
+and plain progress lines when stdout is not a terminal.
+
+Real Ray Tune, real tiny training on real data, real Parquet and SQLite. Drivers that get
+signals run as subprocesses (their stdout is a pipe, so they print plain progress lines);
+the other tests share one local Ray started here.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow.dataset as ds
+import pytest
+import yaml
+
+from results.catalog import Catalog, default_catalog_url
+from results.store import load_trials, sweep_dir
+from search_spaces.solver import plan
+from search_spaces.space import load_space
+from sweep.cli import main as shapesweep
+
+pytestmark = pytest.mark.slow
+
+# Conventional LM, d_model 32: each depth gets the d_h that meets the budget.
+TRAIN = {"tokens": 4096, "seq_len": 32, "batch_tokens": 512, "lr": 3.0e-3, "eval_tokens": 1024}
+TINY = {
+    "name": "tiny-more",
+    "family": "conventional",
+    "budget": {"non_embedding_params": 30912, "tolerance": 0.02},
+    "fixed": {"d_model": 32, "n_heads": 2, "vocab_size": 256, "activation": "swiglu"},
+    "search": {"n_layers": [1, 2]},
+    "solve": "d_h",
+    "train": TRAIN,
+}
+# A second variant whose model reads only 100 token ids: it fails on data that uses more.
+POISON_VARIANTS = [{"name": "ok"},
+                   {"name": "poison", "fixed": {"vocab_size": 100}, "search": {"n_layers": [2]}}]
+CHILD_ENV = {**os.environ, "PYTHONUNBUFFERED": "1"}
+TRIAL_LINE = re.compile(r"^trial (\d+)/(\d+) (completed|stopped_early|failed) key=(\S+) "
+                        r"seed=(\d+) val_loss=(\S+) tokens=(\S+) elapsed=(\S+)s")
+
+
+def write_space(folder: Path, **changes) -> Path:
+    doc = {**TINY, **changes}
+    path = folder / f"{doc['name']}.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path
+
+
+def pairs(space_path: Path, seeds=(0,)) -> set[tuple[str, int]]:
+    return {(c.key, s) for c in plan(load_space(space_path)).candidates for s in seeds}
+
+
+def raw_trial_rows(root: Path, sweep: str):
+    """Every row of every trials fragment on disk (no dedupe), to prove exactly-once."""
+    folder = Path(sweep_dir(str(root), sweep)) / "trials"
+    return ds.dataset(str(folder), format="parquet").to_table().to_pandas()
+
+
+def leftovers(root: Path) -> list[Path]:
+    """Temp files a write interrupted halfway would leave (results, options file)."""
+    return [p for p in root.rglob("*") if p.name.endswith(".tmp") and "_ray" not in p.parts]
+
+
+def trial_lines(stdout: str) -> list[re.Match]:
+    return [m for line in stdout.splitlines() if (m := TRIAL_LINE.match(line))]
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    import ray
+
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
+             logging_level="ERROR")
+    yield
+    ray.shutdown()
+
+
+def run(*argv: str) -> int:
+    return shapesweep([*argv, "--no-progress"] if argv[0] in ("run", "resume") else list(argv))
+
+
+def cli(*argv: str, **popen) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "sweep.cli", *argv], env=CHILD_ENV,
+                            start_new_session=True, stdout=subprocess.PIPE, text=True, **popen)
+
+
+def test_ctrl_c_stops_cleanly_and_resume_finishes_each_trial_once(tmp_path):
+    space_path = write_space(tmp_path, name="ctrlc", train={**TRAIN, "tokens": 16384},
+                             search={"n_layers": [1, 2, 3, 4]})
+    root = tmp_path / "sweeps"
+    expected = pairs(space_path)
+    with open(tmp_path / "run.err", "w") as err:
+        driver = cli("run", str(space_path), "--root", str(root), "--scheduler", "fifo",
+                     "--max-concurrent", "1", stderr=err)
+        try:
+            trials_dir = Path(sweep_dir(str(root), "ctrlc")) / "trials"
+            deadline = time.monotonic() + 240
+            while not (trials_dir.is_dir() and list(trials_dir.glob("*.parquet"))):
+                assert driver.poll() is None, "driver exited before Ctrl-C"
+                assert time.monotonic() < deadline, "no trial row appeared"
+                time.sleep(0.2)
+            # What a terminal's Ctrl-C does: SIGINT to the whole foreground process group.
+            os.killpg(driver.pid, signal.SIGINT)
+            sent = time.monotonic()
+            stdout, _ = driver.communicate(timeout=60)
+            took = time.monotonic() - sent
+        finally:
+            if driver.poll() is None:
+                os.killpg(driver.pid, signal.SIGKILL)
+                driver.wait()
+    stderr = (tmp_path / "run.err").read_text()
+    assert driver.returncode == 130, stderr[-2000:]
+    assert took < 30, f"took {took:.0f}s to stop"
+    assert "shapesweep run: interrupted" in stderr
+    assert Catalog(default_catalog_url(root)).get("ctrlc").status == "interrupted"
+    assert leftovers(root) == []
+    options = json.loads((Path(sweep_dir(str(root), "ctrlc")) / "sweep.json").read_text())
+    assert options["name"] == "ctrlc"
+
+    landed = load_trials(str(root), ["ctrlc"])
+    assert 1 <= len(landed) < len(expected)
+    assert (landed["status"] == "completed").all(), landed[["trial_id", "status", "error"]]
+    # Plain progress (stdout is a pipe): one line per trial that ended, then a summary.
+    lines = trial_lines(stdout)
+    assert sorted(m[4] for m in lines) == sorted(landed["key"])
+    for m in lines:
+        row = landed[landed["key"] == m[4]].iloc[0]
+        assert (m[2], m[3], int(m[5])) == (str(len(expected)), "completed", 0)
+        assert float(m[6]) == pytest.approx(row["val_loss"], abs=1e-4)
+        assert int(m[7]) == 16384 and float(m[8]) > 0
+    assert re.search(rf"^sweep interrupted: {len(landed)} of {len(expected)} trials ended",
+                     stdout, re.M)
+
+    resumed = cli("resume", "ctrlc", "--root", str(root), "--max-concurrent", "2",
+                  stderr=subprocess.DEVNULL)
+    stdout, _ = resumed.communicate(timeout=300)
+    assert resumed.returncode == 0
+    raw = raw_trial_rows(root, "ctrlc")
+    assert sorted(zip(raw["key"], raw["seed"], strict=True)) == sorted(expected)  # once each
+    assert (raw["status"] == "completed").all()
+    assert Catalog(default_catalog_url(root)).get("ctrlc").status == "finished"
+    missing = len(expected) - len(landed)
+    lines = trial_lines(stdout)
+    assert sorted(m[4] for m in lines) == sorted({k for k, _ in expected} - set(landed["key"]))
+    assert [int(m[1]) for m in lines] == list(range(1, missing + 1))
+    best = raw[~raw["key"].isin(landed["key"])].sort_values("val_loss").iloc[0]
+    assert re.search(rf"^sweep done: {missing} of {missing} trials ended this run \({missing} "
+                     rf"completed, 0 stopped early, 0 failed\); best val_loss "
+                     rf"{best['val_loss']:.4f} \({best['trial_id']}\)", stdout, re.M)
+    assert "sweep ctrlc: finished" in stdout
+
+
+def write_tokens(path: Path, top: int) -> None:
+    """A real token stream (the built-in corpus's bytes) folded into ids below `top`."""
+    from trainers.data import load_lm_data
+
+    tokens = (np.asarray(load_lm_data().train[:60_000]) % top).astype(np.uint16)
+    tmp = path.with_name(f".{path.name}.tmp.npy")
+    np.save(tmp, tokens)
+    os.replace(tmp, path)
+
+
+def test_retry_failed_reruns_only_failed_trials(local_ray, tmp_path):
+    from trainers.data import load_lm_data
+
+    data = tmp_path / "tokens.npy"
+    write_tokens(data, top=150)  # fits vocab_size 256, not the poison variant's 100
+    space_path = write_space(tmp_path, name="retry", variants=POISON_VARIANTS)
+    root = tmp_path / "sweeps"
+    assert run("run", str(space_path), "--root", str(root), "--data", str(data),
+               "--scheduler", "fifo", "--max-concurrent", "2") == 0
+    first = load_trials(str(root), ["retry"])
+    assert set(zip(first["key"], first["seed"], strict=True)) == pairs(space_path)
+    failed = first[first["status"] == "failed"]
+    assert len(failed) == 1 and (failed["vocab_size"] == 100).all()
+    assert failed["error"].str.contains("vocab_size").all()
+    assert (first[first["status"] != "failed"]["status"] == "completed").all()
+    assert len(raw_trial_rows(root, "retry")) == 3
+
+    # Nothing fixed, no flag: the failed trial counts as done, so nothing runs.
+    assert run("resume", "retry", "--root", str(root)) == 0
+    assert len(raw_trial_rows(root, "retry")) == 3
+
+    # --retry-failed: only the failed trial runs again; it fails again, and its new row
+    # (a new fragment) is the one readers see.
+    assert run("resume", "retry", "--root", str(root), "--retry-failed") == 0
+    raw = raw_trial_rows(root, "retry")
+    assert len(raw) == 4
+    assert list(raw.groupby("trial_id").size().sort_values()) == [1, 1, 2]
+    again = load_trials(str(root), ["retry"])
+    retried = again[again["trial_id"] == failed["trial_id"].iloc[0]].iloc[0]
+    assert retried["status"] == "failed"
+    assert retried["finished_at"] > failed["finished_at"].iloc[0]
+    assert Catalog(default_catalog_url(root)).get("retry").failed == 1
+
+    # Fix the data (ids below 100 now) and retry: the trial trains and completes.
+    write_tokens(data, top=100)
+    assert run("resume", "retry", "--root", str(root), "--retry-failed") == 0
+    assert len(raw_trial_rows(root, "retry")) == 5
+    final = load_trials(str(root), ["retry"])
+    assert (final["status"] == "completed").all()
+    fixed = final[final["trial_id"] == failed["trial_id"].iloc[0]].iloc[0]
+    assert math.isfinite(fixed["val_loss"]) and fixed["tokens"] == TRAIN["tokens"]
+    assert fixed["data_hash"] == load_lm_data(str(data)).data_hash != first["data_hash"].iloc[0]
+    record = Catalog(default_catalog_url(root)).get("retry")
+    assert (record.status, record.completed, record.failed) == ("finished", 3, 0)
+    # Everything done: another retry has nothing to run.
+    assert run("resume", "retry", "--root", str(root), "--retry-failed") == 0
+    assert len(raw_trial_rows(root, "retry")) == 5
+
+
+def test_multi_objective_optuna_search_uses_two_objectives(local_ray, tmp_path):
+    import optuna
+    from optuna.study import StudyDirection
+    from optuna.trial import TrialState
+
+    space_path = write_space(tmp_path, name="nsga", search={"n_layers": [1, 2, 3, 4, 8]})
+    root = tmp_path / "sweeps"
+    storage = f"sqlite:///{tmp_path / 'optuna.db'}"
+    assert run("run", str(space_path), "--root", str(root), "--search", "optuna",
+               "--multi-objective", "--num-samples", "3", "--storage", storage,
+               "--scheduler", "fifo", "--max-concurrent", "2") == 0
+    study = optuna.load_study(study_name="nsga", storage=storage)
+    assert study.directions == [StudyDirection.MINIMIZE, StudyDirection.MINIMIZE]
+    complete = [t for t in study.trials if t.state == TrialState.COMPLETE
+                and "duplicate_of" not in t.user_attrs]
+    assert len(complete) == 3
+    trials = load_trials(str(root), ["nsga"])
+    assert sorted(trials["trial_id"]) == sorted(t.user_attrs["trial_id"] for t in complete)
+    for t in complete:
+        row = trials[trials["trial_id"] == t.user_attrs["trial_id"]].iloc[0]
+        assert len(t.values) == 2
+        assert t.values[0] == pytest.approx(row["val_loss"])
+        assert t.values[1] == pytest.approx(row["params_non_embedding"])
+    for t in study.trials:  # 8 layers cannot meet the budget: pruned before training
+        if t.params["n_layers"] == 8:
+            assert t.state == TrialState.PRUNED and t.user_attrs.get("infeasible")
+    assert len(study.best_trials) >= 1  # the Pareto front of a 2-objective study
+
+    # Continuing the study to 4 completed trials in all keeps both objectives.
+    assert run("resume", "nsga", "--root", str(root)) == 0
+    assert run("run", str(space_path), "--root", str(root), "--search", "optuna",
+               "--multi-objective", "--num-samples", "4", "--storage", storage,
+               "--scheduler", "fifo") == 0
+    study = optuna.load_study(study_name="nsga", storage=storage)
+    complete = [t for t in study.trials if t.state == TrialState.COMPLETE
+                and "duplicate_of" not in t.user_attrs]
+    assert len(complete) == 4 and all(len(t.values) == 2 for t in complete)
+    assert len(load_trials(str(root), ["nsga"])) == 4
+
+
+def test_status_lists_sweeps_and_one_sweeps_best_trials(local_ray, tmp_path, capsys,
+                                                          monkeypatch):
+    space_path = write_space(tmp_path, name="st", variants=POISON_VARIANTS)
+    root = tmp_path / "sweeps"
+    assert run("run", str(space_path), "--root", str(root), "--scheduler", "fifo",
+               "--max-concurrent", "2") == 0
+    trials = load_trials(str(root), ["st"])
+    completed = trials[trials["status"] == "completed"].sort_values("val_loss")
+    best = completed.iloc[0]
+    space = load_space(space_path)
+    capsys.readouterr()
+
+    monkeypatch.setenv("COLUMNS", "300")  # rich wraps at 80 columns off a terminal
+    assert shapesweep(["status", "--root", str(root)]) == 0
+    out = capsys.readouterr().out
+    row = next(line for line in out.splitlines() if line.strip("│┃ ").startswith("st "))
+    cells = [cell.strip() for cell in row.strip("│┃").split("│")]
+    assert cells == ["st", "st", "finished", "3", "2", "0", "1", f"{best['val_loss']:.4f}"]
+
+    assert shapesweep(["status", "st", "--root", str(root)]) == 0
+    out = capsys.readouterr().out
+    assert f"space st ({space.space_hash})" in out and "status finished" in out
+    assert "completed: 2  failed: 1" in out
+    rows = [line for line in out.splitlines() if re.match(r"^[│┃]\s*[0-9a-f]{12}-s0", line)]
+    order = [line.strip("│┃ ").split()[0] for line in rows]
+    # Best first by val_loss, the failed trial (no loss) last, with its error.
+    assert order == [*completed["trial_id"], trials[trials["status"] == "failed"]["trial_id"].iloc[0]]
+    assert "failed" in rows[-1] and "vocab_size" in rows[-1]
+
+    assert shapesweep(["status", "nope", "--root", str(root)]) == 2
+    assert "no sweep named 'nope'" in capsys.readouterr().err
