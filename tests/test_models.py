@@ -138,6 +138,7 @@ def _lm_variants():
         VariableWidthConfig(**base, d_h=64, widths=[16, 48, 24], resize="zero",
                             tie_embeddings=False),
         VariableWidthConfig(**base, d_h=64, widths=[24, 8, 16], resize="zero"),
+        VariableWidthConfig(**base, d_h=64, widths=[8, 16, 24], resize="zero"),  # tied table 24
         VariableWidthConfig(**base, d_h=64, widths=[8, 48, 24], resize="projection",
                             tie_embeddings=False),
         VariableWidthConfig(**base, d_h=64, widths=[24, 48, 8], resize="projection"),
