@@ -71,7 +71,7 @@ def _lm_rules(model: LM, mup: bool, base: int) -> Iterator[Rule]:
     yield model.final_norm.weight, _const(1.0), False, 1.0
     if model.lm_head is not None:
         yield from _linear(model.lm_head, LM_STD, 1.0)
-    model.output_mult = base / model.d_model if mup else 1.0
+    model.output_mult = base / model.readout if mup else 1.0  # the readout's fan-in
 
 
 def _vision_rules(model: VisionMLP, mup: bool, base: int) -> Iterator[Rule]:
