@@ -287,8 +287,9 @@ def test_status_lists_sweeps_and_one_sweeps_best_trials(local_ray, tmp_path, cap
     rows = [line for line in out.splitlines() if re.match(r"^[│┃]\s*[0-9a-f]{12}-s0", line)]
     order = [line.strip("│┃ ").split()[0] for line in rows]
     # Best first by val_loss, the failed trial (no loss) last, with its error.
-    assert order == [*completed["trial_id"], trials[trials["status"] == "failed"]["trial_id"].iloc[0]]
-    assert "failed" in rows[-1] and "vocab_size" in rows[-1]
+    failed = trials[trials["status"] == "failed"]["trial_id"].iloc[0]
+    assert order == [*completed["trial_id"], failed]
+    assert "failed" in rows[-1] and "UserError" in rows[-1]  # the error, cut to 60 characters
 
     assert shapesweep(["status", "nope", "--root", str(root)]) == 2
     assert "no sweep named 'nope'" in capsys.readouterr().err
