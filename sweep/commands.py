@@ -77,7 +77,8 @@ def _report(outcome: Any, root: str) -> int:
     from rich.console import Console
 
     c = outcome.counts
-    Console().print(
+    # soft_wrap: one line even in a log (rich wraps at 80 columns off a terminal)
+    Console(soft_wrap=True).print(
         f"sweep [bold]{outcome.name}[/]: {outcome.status} - {c['completed']} completed, "
         f"{c['stopped_early']} stopped early, {c['failed']} failed "
         f"({outcome.launched} trials this run); results in {Path(root) / outcome.name}")

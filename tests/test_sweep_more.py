@@ -293,3 +293,59 @@ def test_status_lists_sweeps_and_one_sweeps_best_trials(local_ray, tmp_path, cap
 
     assert shapesweep(["status", "nope", "--root", str(root)]) == 2
     assert "no sweep named 'nope'" in capsys.readouterr().err
+
+
+def _read_pty(master: int) -> str:
+    import select
+
+    chunks = []
+    while select.select([master], [], [], 0.2)[0]:
+        try:
+            chunks.append(os.read(master, 65536))
+        except OSError:  # the other end closed
+            break
+    return b"".join(chunks).decode()
+
+
+@pytest.mark.parametrize("on_terminal", [True, False])
+def test_progress_is_a_live_table_on_a_terminal_and_plain_lines_elsewhere(on_terminal):
+    """On a pty the live table ends with its own line end, so the next line starts clean;
+    off a terminal nothing but plain lines is written."""
+    import io
+
+    from rich.console import Console
+
+    from sweep.progress import SweepProgress
+
+    master, replica = os.openpty()
+    stream = os.fdopen(replica, "w") if on_terminal else io.StringIO()
+    try:
+        progress = SweepProgress(total=2, console=Console(file=stream, width=100), out=stream)
+        assert progress.mode == ("live" if on_terminal else "plain")
+        with progress:
+            progress.finished("t1", "completed", "abc-s0", None,
+                              {"key": "abc", "seed": 0, "val_loss": 4.5, "tokens": 4096,
+                               "wall_time_s": 1.25})
+            progress.finished("t2", "failed", "def-s0", "ValueError: boom",
+                              {"key": "def", "seed": 0})
+        print("sweep X: finished", file=stream, flush=True)
+        text = _read_pty(master) if on_terminal else stream.getvalue()
+    finally:
+        stream.close()
+        os.close(master)
+    if on_terminal:
+        plain = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", text)  # cursor and colour codes
+        before, _, _ = plain.partition("sweep X: finished")
+        assert "shapesweep" in before and before.endswith("\n"), repr(before[-80:])
+        assert "failed:" in before and "ValueError: boom" in before
+    else:
+        assert text.splitlines() == [
+            "trial 1/2 completed key=abc seed=0 val_loss=4.5000 tokens=4096 elapsed=1.2s",
+            "trial 2/2 failed key=def seed=0 val_loss=- tokens=- elapsed=-s "
+            "error=ValueError: boom",
+            text.splitlines()[2],
+            "sweep X: finished",
+        ]
+        assert re.fullmatch(r"sweep done: 2 of 2 trials ended this run \(1 completed, 0 stopped "
+                            r"early, 1 failed\); best val_loss 4\.5000 \(abc-s0\); \d+s",
+                            text.splitlines()[2])
