@@ -13,8 +13,12 @@ import json
 import logging
 import math
 import os
+import signal
 import subprocess
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -148,6 +152,27 @@ def _error_text(trial: Any) -> str:
     return lines[-1] if lines else "unknown error (see Ray's logs)"
 
 
+@contextmanager
+def sigint_deferred() -> Iterator[None]:
+    """Hold a Ctrl-C until the block ends, then raise it: a trial's row, curve and catalog
+    counts are filed together or not at all. Only the main thread may set handlers."""
+    if (threading.current_thread() is not threading.main_thread()
+            or signal.getsignal(signal.SIGINT) is None):  # a handler Python cannot restore
+        yield
+        return
+    caught: list[tuple] = []
+    previous = signal.signal(signal.SIGINT, lambda *args: caught.append(args))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        if caught:
+            if callable(previous):
+                previous(*caught[0])
+            elif previous != signal.SIG_IGN:
+                raise KeyboardInterrupt
+
+
 class ResultsWriter(Callback):
     """Writes each trial's row and curve to the results store exactly once, when it ends."""
 
@@ -183,6 +208,10 @@ class ResultsWriter(Callback):
         self._write(trial, "failed", _error_text(trial))
 
     def _write(self, trial: Any, status: str, error: str | None) -> None:
+        with sigint_deferred():
+            self._file(trial, status, error)
+
+    def _file(self, trial: Any, status: str, error: str | None) -> None:
         from results.schema import TRIAL_COLUMNS
         from results.store import write_trial
 

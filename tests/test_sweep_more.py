@@ -351,3 +351,20 @@ def test_progress_is_a_live_table_on_a_terminal_and_plain_lines_elsewhere(on_ter
         assert re.fullmatch(r"sweep done: 2 of 2 trials ended this run \(1 completed, 0 stopped "
                             r"early, 1 failed\); best val_loss 4\.5000 \(abc-s0\); \d+s",
                             text.splitlines()[2])
+
+
+def test_ctrl_c_while_a_row_is_filed_lands_after_it():
+    """The results writer files a row, its curve and the counts under `sigint_deferred`."""
+    from sweep.runner import sigint_deferred
+
+    steps = []
+    with pytest.raises(KeyboardInterrupt):
+        with sigint_deferred():
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.05)  # the signal is delivered here, and held
+            steps.append("filed")
+    assert steps == ["filed"]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    with sigint_deferred():  # no Ctrl-C: nothing raised
+        steps.append("quiet")
+    assert steps == ["filed", "quiet"]
