@@ -13,6 +13,7 @@ import json
 import logging
 import math
 import os
+import re
 import signal
 import subprocess
 import threading
@@ -128,6 +129,21 @@ def sweep_folder(root: str, name: str) -> Path:
     return path
 
 
+def _without_password(url: str | None) -> str | None:
+    """A storage URL safe to keep on disk: `resume` then takes the password from the
+    driver's environment (PGPASSWORD, ~/.pgpass) or from `--storage` given again."""
+    if not url:
+        return url
+    from sqlalchemy.engine import URL, make_url
+
+    parsed = make_url(url)
+    if parsed.password is None:
+        return url
+    bare = URL.create(parsed.drivername, parsed.username, None, parsed.host, parsed.port,
+                      parsed.database, parsed.query)  # URL.set(password=None) keeps it
+    return bare.render_as_string(hide_password=False)
+
+
 def load_options(root: str, name: str) -> SweepOptions:
     """The options a sweep was started with (for `resume`)."""
     path = sweep_folder(root, name) / OPTIONS_FILE
@@ -149,7 +165,10 @@ def _error_text(trial: Any) -> str:
         except Exception:  # noqa: BLE001 - no error text is not worth failing the sweep for
             text = ""
     lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
-    return lines[-1] if lines else "unknown error (see Ray's logs)"
+    if not lines:
+        return "unknown error (see Ray's logs)"
+    # "search_spaces.errors.UserError: ..." -> "UserError: ..." (the type says enough)
+    return re.sub(r"^(?:[A-Za-z_]\w*\.)+(?=[A-Za-z_]\w*: )", "", lines[-1])
 
 
 @contextmanager
@@ -348,7 +367,9 @@ def run_sweep(options: SweepOptions, console: Any = None) -> SweepOutcome:
     data_hash = data_hash_for(space.families, _abs(options.data))
     if not (folder / SPACE_FILE).exists():
         (folder / SPACE_FILE).write_text(space.source_text)
-    _write_json_atomic(folder / OPTIONS_FILE, asdict(options) | {"space": str(folder / SPACE_FILE)})
+    saved = asdict(options) | {"space": str(folder / SPACE_FILE),
+                               "storage": _without_password(options.storage)}
+    _write_json_atomic(folder / OPTIONS_FILE, saved)
 
     os.environ.update({k: v for k, v in QUIET_ENV.items() if k not in os.environ})
     from ray import tune

@@ -88,7 +88,7 @@ def parquet_row_count(root: Path, sweep: str) -> int:
 
 
 def test_optuna_sweep_with_postgres_storage_then_resume_runs_nothing(postgres, local_ray,
-                                                                     tmp_path):
+                                                                     tmp_path, monkeypatch):
     import optuna
     from optuna.trial import TrialState
 
@@ -129,7 +129,14 @@ def test_optuna_sweep_with_postgres_storage_then_resume_runs_nothing(postgres, l
     assert parquet_row_count(root, "pg-optuna") == SAMPLES
     assert len(optuna.load_study(study_name="pg-optuna", storage=url).trials) == trials_before
     assert [row["status"] for row in catalog_rows(url)] == ["finished"]
-    # Without --storage, resume uses the URL the sweep was started with (sweep.json).
+    # sweep.json keeps the URL but never its password; without --storage, resume reuses that
+    # URL and takes the password from the environment (PGPASSWORD or ~/.pgpass), as libpq does.
+    from sqlalchemy.engine import make_url
+
+    password = make_url(url).password
+    saved = (root / "pg-optuna" / "sweep.json").read_text()
+    assert password and password not in saved and "127.0.0.1" in saved
+    monkeypatch.setenv("PGPASSWORD", password)
     assert shapesweep(["resume", "pg-optuna", "--root", str(root), "--no-progress"]) == 0
     assert parquet_row_count(root, "pg-optuna") == SAMPLES
     assert not (root / "shapesweep.db").exists()
