@@ -34,5 +34,10 @@ test: setup browser postgres
 lint: setup
 	$(VENV)/bin/ruff check .
 
+# Each prints its figures as ratios taken side by side in one run (see README, Development).
 bench: setup
-	$(PY) -m benchmarks.run_all
+	$(PY) benchmarks/bench_solver.py
+	$(PY) benchmarks/bench_train_step.py --quick
+	$(PY) -m benchmarks.bench_sweep_overhead
+	$(PY) -m benchmarks.bench_asha_efficiency
+	$(PY) benchmarks/bench_report.py --trials 2000

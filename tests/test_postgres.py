@@ -11,8 +11,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import yaml
 from pg_server import find_bin_dir, start_server
+from sweep_helpers import TINY_SPACE
+from sweep_helpers import write_space as write_tiny_space
 
 from results.catalog import Catalog
 from results.store import load_trials, sweep_dir
@@ -20,17 +21,8 @@ from sweep.cli import main as shapesweep
 
 pytestmark = pytest.mark.slow
 
-TRAIN = {"tokens": 8192, "seq_len": 32, "batch_tokens": 512, "lr": 3.0e-3, "eval_tokens": 2048}
-# Conventional LM, d_model 32; n_layers >= 8 cannot meet the budget, so Optuna prunes them.
-SPACE = {
-    "name": "pg-optuna",
-    "family": "conventional",
-    "budget": {"non_embedding_params": 30912, "tolerance": 0.02},
-    "fixed": {"d_model": 32, "n_heads": 2, "vocab_size": 256, "activation": "swiglu"},
-    "search": {"n_layers": [1, 2, 3, 4, 8, 10]},
-    "solve": "d_h",
-    "train": TRAIN,
-}
+# n_layers >= 8 cannot meet the budget, so Optuna prunes them.
+SPACE = {**TINY_SPACE, "name": "pg-optuna", "search": {"n_layers": [1, 2, 3, 4, 8, 10]}}
 SAMPLES = 3
 
 
@@ -47,21 +39,8 @@ def postgres():
         server.stop()
 
 
-@pytest.fixture(scope="module")
-def local_ray():
-    import ray
-
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
-             logging_level="ERROR")
-    yield
-    ray.shutdown()
-
-
 def write_space(folder: Path, **changes) -> Path:
-    doc = {**SPACE, **changes}
-    path = folder / f"{doc['name']}.yaml"
-    path.write_text(yaml.safe_dump(doc, sort_keys=False))
-    return path
+    return write_tiny_space(folder, SPACE, **changes)
 
 
 def catalog_rows(url: str) -> list[dict]:
@@ -115,7 +94,7 @@ def test_optuna_sweep_with_postgres_storage_then_resume_runs_nothing(postgres, l
             assert t.state == TrialState.PRUNED and t.user_attrs.get("infeasible")
     trials = load_trials(str(root), ["pg-optuna"])
     assert sorted(trials["trial_id"]) == sorted(t.user_attrs["trial_id"] for t in ran)
-    assert (trials["status"] == "completed").all() and (trials["tokens"] == TRAIN["tokens"]).all()
+    assert (trials["status"] == "completed").all() and (trials["tokens"] == SPACE["train"]["tokens"]).all()
     for t in ran:
         row = trials[trials["trial_id"] == t.user_attrs["trial_id"]].iloc[0]
         assert t.value == pytest.approx(row["val_loss"])

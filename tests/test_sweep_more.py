@@ -20,52 +20,29 @@ import time
 from pathlib import Path
 
 import numpy as np
-import pyarrow.dataset as ds
 import pytest
-import yaml
+from sweep_helpers import CHILD_ENV, TINY_SPACE, TINY_TRAIN, pairs, raw_trial_rows, run
+from sweep_helpers import write_space as write_tiny_space
 
 from results.catalog import Catalog, default_catalog_url
 from results.store import load_trials, sweep_dir
-from search_spaces.solver import plan
 from search_spaces.space import load_space
 from sweep.cli import main as shapesweep
 
 pytestmark = pytest.mark.slow
 
 # Conventional LM, d_model 32: each depth gets the d_h that meets the budget.
-TRAIN = {"tokens": 4096, "seq_len": 32, "batch_tokens": 512, "lr": 3.0e-3, "eval_tokens": 1024}
-TINY = {
-    "name": "tiny-more",
-    "family": "conventional",
-    "budget": {"non_embedding_params": 30912, "tolerance": 0.02},
-    "fixed": {"d_model": 32, "n_heads": 2, "vocab_size": 256, "activation": "swiglu"},
-    "search": {"n_layers": [1, 2]},
-    "solve": "d_h",
-    "train": TRAIN,
-}
+TRAIN = {**TINY_TRAIN, "tokens": 4096, "eval_tokens": 1024}
+TINY = {**TINY_SPACE, "name": "tiny-more", "search": {"n_layers": [1, 2]}, "train": TRAIN}
 # A second variant whose model reads only 100 token ids: it fails on data that uses more.
 POISON_VARIANTS = [{"name": "ok"},
                    {"name": "poison", "fixed": {"vocab_size": 100}, "search": {"n_layers": [2]}}]
-CHILD_ENV = {**os.environ, "PYTHONUNBUFFERED": "1"}
 TRIAL_LINE = re.compile(r"^trial (\d+)/(\d+) (completed|stopped_early|failed) key=(\S+) "
                         r"seed=(\d+) val_loss=(\S+) tokens=(\S+) elapsed=(\S+)s")
 
 
 def write_space(folder: Path, **changes) -> Path:
-    doc = {**TINY, **changes}
-    path = folder / f"{doc['name']}.yaml"
-    path.write_text(yaml.safe_dump(doc, sort_keys=False))
-    return path
-
-
-def pairs(space_path: Path, seeds=(0,)) -> set[tuple[str, int]]:
-    return {(c.key, s) for c in plan(load_space(space_path)).candidates for s in seeds}
-
-
-def raw_trial_rows(root: Path, sweep: str):
-    """Every row of every trials fragment on disk (no dedupe), to prove exactly-once."""
-    folder = Path(sweep_dir(str(root), sweep)) / "trials"
-    return ds.dataset(str(folder), format="parquet").to_table().to_pandas()
+    return write_tiny_space(folder, TINY, **changes)
 
 
 def leftovers(root: Path) -> list[Path]:
@@ -75,20 +52,6 @@ def leftovers(root: Path) -> list[Path]:
 
 def trial_lines(stdout: str) -> list[re.Match]:
     return [m for line in stdout.splitlines() if (m := TRIAL_LINE.match(line))]
-
-
-@pytest.fixture(scope="module")
-def local_ray():
-    import ray
-
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
-             logging_level="ERROR")
-    yield
-    ray.shutdown()
-
-
-def run(*argv: str) -> int:
-    return shapesweep([*argv, "--no-progress"] if argv[0] in ("run", "resume") else list(argv))
 
 
 def cli(*argv: str, **popen) -> subprocess.Popen:

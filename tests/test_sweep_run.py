@@ -19,9 +19,17 @@ import time
 from pathlib import Path
 
 import pandas as pd
-import pyarrow.dataset as ds
 import pytest
 import yaml
+from sweep_helpers import (
+    CHILD_ENV,
+    TINY_SPACE,
+    TINY_TRAIN,
+    pairs,
+    raw_trial_rows,
+    run,
+    write_space,
+)
 
 from results.catalog import Catalog, default_catalog_url
 from results.store import load_curves, load_trials, sweep_dir
@@ -31,49 +39,7 @@ from sweep.cli import main as shapesweep
 
 pytestmark = pytest.mark.slow
 
-# Conventional LM, d_model 32: four depths, each with the d_h that meets the budget.
-TRAIN = {"tokens": 8192, "seq_len": 32, "batch_tokens": 512, "lr": 3.0e-3, "eval_tokens": 2048}
-TINY = {
-    "name": "tiny-depths",
-    "family": "conventional",
-    "budget": {"non_embedding_params": 30912, "tolerance": 0.02},
-    "fixed": {"d_model": 32, "n_heads": 2, "vocab_size": 256, "activation": "swiglu"},
-    "search": {"n_layers": [1, 2, 3, 4]},
-    "solve": "d_h",
-    "train": TRAIN,
-}
-CHILD_ENV = {**os.environ, "PYTHONUNBUFFERED": "1"}
-
-
-def write_space(folder: Path, **changes) -> Path:
-    doc = {**TINY, **changes}
-    path = folder / f"{doc['name']}.yaml"
-    path.write_text(yaml.safe_dump(doc, sort_keys=False))
-    return path
-
-
-def pairs(space_path: Path, seeds=(0,)) -> set[tuple[str, int]]:
-    return {(c.key, s) for c in plan(load_space(space_path)).candidates for s in seeds}
-
-
-def raw_trial_rows(root: Path, sweep: str):
-    """Every row of every trials fragment on disk (no dedupe), to prove exactly-once."""
-    folder = Path(sweep_dir(str(root), sweep)) / "trials"
-    return ds.dataset(str(folder), format="parquet").to_table().to_pandas()
-
-
-@pytest.fixture(scope="module")
-def local_ray():
-    import ray
-
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
-             logging_level="ERROR")
-    yield
-    ray.shutdown()
-
-
-def run(*argv: str) -> int:
-    return shapesweep([*argv, "--no-progress"] if argv[0] in ("run", "resume") else list(argv))
+TRAIN, TINY = TINY_TRAIN, TINY_SPACE
 
 
 def test_grid_rows_match_plan_then_rerun_is_noop_and_export_round_trips(local_ray, tmp_path):
