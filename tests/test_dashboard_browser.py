@@ -20,8 +20,7 @@ from selenium.webdriver.common.by import By
 
 from dashboards.report import write_report
 from dashboards.server import make_server
-from dashboards.synthetic import synthetic_sweep, write_synthetic
-from results.catalog import Catalog, default_catalog_url
+from dashboards.synthetic import synthetic_sweep
 from results.store import write_trial
 from search_spaces.configs import TrainConfig, make_config
 
@@ -34,19 +33,8 @@ pytestmark = pytest.mark.skipif(not Path(CHROMEDRIVER).exists() or not Path(CHRO
 
 
 @pytest.fixture(scope="module")
-def store(tmp_path_factory) -> str:
-    """Three sweeps through the real store, a hostile space name and a hostile error text."""
-    root = str(tmp_path_factory.mktemp("store"))
-    write_synthetic(root, "ucurve", 10_000, families=("conventional", "hourglass"), budgets=(113e6,),
-                    grid_ratios=6, seeds=2)
-    write_synthetic(root, "shapes", 10_000, families=("conventional", "variable_width"), budgets=(30e6,),
-                    grid_ratios=4, seeds=2, seed=1)
-    write_synthetic(root, "mlp", 24, families=("vision_mlp",), budgets=(3e8,), seed=2)
-    Catalog(default_catalog_url(root)).register("shapes", HOSTILE, "name: x", "hash", 8)
-    row, curves = synthetic_sweep("shapes", 1, families=("conventional",), seed=9)[0]
-    row.update(trial_id="hostile", status="failed", error=f"RuntimeError: {HOSTILE}", val_loss=None)
-    write_trial(root, "shapes", row, [{**c, "trial_id": "hostile"} for c in curves[:2]])
-    return root
+def store(synthetic_store) -> str:
+    return synthetic_store
 
 
 @pytest.fixture(scope="module")

@@ -22,27 +22,15 @@ from dashboards.figures import (
 from dashboards.frames import esc, hover_text, with_derived
 from dashboards.report import budget_labels, build_payload, script_safe, write_report
 from dashboards.scaling import fit_power_law, flops_to_match, match_sentences
-from dashboards.synthetic import synthetic_sweep, write_synthetic
-from results.catalog import Catalog, default_catalog_url
-from results.store import load_curves, load_trials, write_trial
+from results.store import load_curves, load_trials
 from search_spaces.errors import UserError
 
 HOSTILE = "<script>alert(1)</script>"
 
 
 @pytest.fixture(scope="module")
-def store(tmp_path_factory) -> str:
-    root = str(tmp_path_factory.mktemp("store"))
-    write_synthetic(root, "ucurve", 10_000, families=("conventional", "hourglass"), budgets=(113e6,),
-                    grid_ratios=6, seeds=2)
-    write_synthetic(root, "shapes", 10_000, families=("conventional", "variable_width"), budgets=(30e6,),
-                    grid_ratios=4, seeds=2, seed=1)
-    write_synthetic(root, "mlp", 24, families=("vision_mlp",), budgets=(3e8,), seed=2)
-    Catalog(default_catalog_url(root)).register("shapes", HOSTILE, "name: x", "hash", 8)
-    row, curves = synthetic_sweep("shapes", 1, families=("conventional",), seed=9)[0]
-    row.update(trial_id="hostile", status="failed", error=f"RuntimeError: {HOSTILE}", val_loss=None)
-    write_trial(root, "shapes", row, [{**c, "trial_id": "hostile"} for c in curves[:2]])
-    return root
+def store(synthetic_store) -> str:
+    return synthetic_store
 
 
 @pytest.fixture(scope="module")

@@ -24,13 +24,8 @@ RECIPE = dict(steps=12, seq_len=32, batch_tokens=256, eval_tokens=1024, lr=1e-2,
 
 
 @pytest.fixture(autouse=True)
-def one_thread_and_cache(tmp_path_factory, monkeypatch):
-    """Tiny models run fastest (and identically) on one thread, even on a busy machine."""
-    monkeypatch.setenv("SHAPESWEEP_CACHE", str(tmp_path_factory.getbasetemp() / "shapesweep-cache"))
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+def _one_thread(one_torch_thread):
+    """Every test here runs on one torch thread (see conftest)."""
 
 
 def _comparable(curve):

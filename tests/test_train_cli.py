@@ -8,7 +8,6 @@ import subprocess
 import sys
 
 import pytest
-import torch
 import yaml
 
 from search_spaces.configs import TrainConfig, make_config
@@ -26,12 +25,8 @@ LM_MODELS = {
 
 
 @pytest.fixture(autouse=True)
-def one_thread_and_cache(tmp_path_factory, monkeypatch):
-    monkeypatch.setenv("SHAPESWEEP_CACHE", str(tmp_path_factory.getbasetemp() / "shapesweep-cache"))
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+def _one_thread(one_torch_thread):
+    """Every test here runs on one torch thread (see conftest)."""
 
 
 def _candidate(tmp_path, family, model, train) -> str:
