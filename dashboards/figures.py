@@ -162,6 +162,8 @@ def ucurve_figure(trials: pd.DataFrame, tolerance: float = 0.005) -> go.Figure |
     keys = ["sweep", "family", "k", "ratio_group", "shape"]
     groups = [(gk, g) for gk, g in means.groupby(keys, dropna=False, sort=True)
               if g["width_depth_ratio"].nunique() >= 2]  # one ratio is a point, not a curve
+    if not groups:
+        return None
     for i, (group_key, group) in enumerate(groups):
         sweep, family, k, ratio, shape = group_key
         hourglass = family == "hourglass"
