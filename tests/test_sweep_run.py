@@ -23,7 +23,6 @@ import pytest
 import yaml
 from sweep_helpers import (
     CHILD_ENV,
-    TINY_SPACE,
     TINY_TRAIN,
     pairs,
     raw_trial_rows,
@@ -38,8 +37,6 @@ from search_spaces.space import load_space
 from sweep.cli import main as shapesweep
 
 pytestmark = pytest.mark.slow
-
-TRAIN, TINY = TINY_TRAIN, TINY_SPACE
 
 
 def test_grid_rows_match_plan_then_rerun_is_noop_and_export_round_trips(local_ray, tmp_path):
@@ -56,7 +53,7 @@ def test_grid_rows_match_plan_then_rerun_is_noop_and_export_round_trips(local_ra
         candidate = candidates[row["key"]]
         assert row["trial_id"] == f"{row['key']}-s0" and row["seed"] == 0
         assert row["status"] == "completed" and pd.isna(row["error"])
-        assert row["tokens"] == TRAIN["tokens"] and row["steps"] == 16
+        assert row["tokens"] == TINY_TRAIN["tokens"] and row["steps"] == 16
         assert math.isfinite(row["val_loss"]) and row["val_loss"] < math.log(256)
         assert row["best_val_loss"] <= row["val_loss"] + 1e-12
         for column, value in candidate.to_row().items():
@@ -125,7 +122,7 @@ def test_asha_stops_some_trials_and_a_poisoned_candidate_fails(local_ray, tmp_pa
     assert failed["error"].str.contains("vocab_size").all()
     assert by_status.get("stopped_early", 0) >= 1 and by_status.get("completed", 0) >= 1
     stopped = trials[trials["status"] == "stopped_early"]
-    assert (stopped["tokens"] < TRAIN["tokens"]).all()
+    assert (stopped["tokens"] < TINY_TRAIN["tokens"]).all()
     record = Catalog(default_catalog_url(root)).get("asha-poison")
     assert record.status == "finished" and record.failed == 2
 
@@ -176,7 +173,7 @@ def _wait_for_rows(root: Path, sweep: str, at_least: int, process, timeout: floa
 
 def test_driver_killed_mid_sweep_then_resume_runs_each_candidate_once(local_ray, tmp_path):
     space_path = write_space(tmp_path, name="killed",
-                             train={**TRAIN, "tokens": 16384},
+                             train={**TINY_TRAIN, "tokens": 16384},
                              search={"n_layers": [1, 2, 3, 4, 5]})
     root = tmp_path / "sweeps"
     driver = subprocess.Popen(
