@@ -44,7 +44,8 @@ def layout(fig: go.Figure, title: str, x: str, y: str, log_x: bool = False) -> g
     shown = sum(1 for t in fig.data if t.showlegend is not False)
     legend_px = 30 * shown if shown > 8 else 24 * ((shown + 1) // 2)  # one column when long
     fig.update_layout(title=dict(text=title, x=0.01, font=dict(size=14)), hovermode="closest",
-                      height=430 + legend_px, margin=dict(l=60, r=20, t=45, b=40),
+                      height=430 + legend_px, margin=dict(l=60, r=40, t=45, b=40),
+                      modebar=dict(orientation="v"),  # at the right edge, clear of the title
                       legend=dict(orientation="h", yanchor="top", y=-0.2, font=dict(size=11),
                                   maxheight=legend_px + 40))
     fig.update_xaxes(title_text=x, **({"type": "log"} if log_x else {}))
@@ -93,9 +94,11 @@ def pareto_figure(trials: pd.DataFrame, x: str = "params_non_embedding",
         return None
     fig, n_sweeps, lower = new_figure(), means["sweep"].nunique(), LOWER_IS_BETTER[metric]
     trace = _scatter(len(means))
+    sweeps_per_design = means.groupby("design")["sweep"].nunique()
     for i, ((sweep, series), group) in enumerate(means.groupby(["sweep", "design"], sort=True)):
         name = _series_name([series], n_sweeps, sweep)
-        c = color(series if n_sweeps == 1 else "", i)  # one family in several sweeps: apart
+        # A design's own colour, unless it is in several sweeps: then each gets one of its own.
+        c = color(series if sweeps_per_design[series] == 1 else "", i)
         fig.add_trace(trace(
             x=group[x], y=group["mean"], mode="markers", name=name, legendgroup=name, showlegend=False,
             marker=dict(color=c, size=7, opacity=0.55),
@@ -186,7 +189,8 @@ def ucurve_figure(trials: pd.DataFrame, tolerance: float = 0.005) -> go.Figure |
     if lm["family"].iloc[0] != BASELINE:
         span = (means["width_depth_ratio"].min(), means["width_depth_ratio"].max())
         _baseline_traces(fig, trials, "width_depth_ratio", span, n_sweeps, means["sweep"].unique())
-    for i, (sweep, group) in enumerate(means.groupby("sweep")):
+    drawn = means[means["sweep"].isin({group_key[0] for group_key, _ in groups})]
+    for i, (sweep, group) in enumerate(drawn.groupby("sweep")):  # no band for a sweep with no curve
         best = group["mean"].min()
         near = group[group["mean"] <= best * (1 + tolerance)]
         lo, hi = near["width_depth_ratio"].min() / 1.08, near["width_depth_ratio"].max() * 1.08

@@ -18,7 +18,11 @@ METRIC_LABELS = {"val_loss": "validation loss", "best_val_loss": "best validatio
                  "val_ppl": "validation perplexity", "psnr": "PSNR (dB)", "ssim": "SSIM"}
 FAMILY_COLORS = {"conventional": "#7b3fa0", "hourglass": "#2a9d3a", "variable_width": "#1f77b4",
                  "vision_mlp (wide-narrow-wide)": "#d62728",
-                 "vision_mlp (narrow-wide-narrow)": "#7f7f7f"}
+                 "vision_mlp (narrow-wide-narrow)": "#7f7f7f",
+                 # seed 002's width shapes
+                 "variable_width (bottleneck)": "#1f77b4", "variable_width (constant)": "#8c564b",
+                 "variable_width (grow)": "#ff7f0e", "variable_width (shrink)": "#d62728",
+                 "variable_width (diamond)": "#17becf"}
 PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
            "#17becf", "#bcbd22", "#7f7f7f"]
 
@@ -43,11 +47,17 @@ def present(frame: pd.DataFrame, column: str) -> bool:
 
 
 def design(row: dict) -> str:
-    """The series a candidate belongs to: its family, with seed 004's two MLP designs apart."""
+    """The series a candidate belongs to: its family, with seed 004's two MLP designs and
+    seed 002's width shapes (and non-default resize methods) apart."""
     family = row["family"]
     if family == "vision_mlp" and row.get("d_z") is not None and row.get("d_h") is not None:
         wide = row["d_h"] < row["d_z"]
         return f"vision_mlp ({'wide-narrow-wide' if wide else 'narrow-wide-narrow'})"
+    if family == "variable_width" and isinstance(row.get("shape"), str):
+        resize = row.get("resize")
+        detail = row["shape"] if row["shape"] == "constant" or resize in (None, "carry") \
+            else f"{row['shape']}, {resize}"
+        return f"variable_width ({detail})"
     return str(family)
 
 

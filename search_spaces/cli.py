@@ -90,6 +90,8 @@ def plan(args: argparse.Namespace) -> int:
             writer.writerow({k: json.dumps(v) if isinstance(v, list) else v for k, v in row.items()})
     else:
         _print_table(space, result, rows)
+    if args.format != "table":  # stdout holds only the data; the summary goes to stderr
+        print(result.counts_line(), *result.dropped_lines(), sep="\n", file=sys.stderr)
     return 0
 
 
@@ -136,6 +138,8 @@ def _print_table(space, result, rows: list[dict]) -> None:
     console = Console(width=max(Console().width, 160))
     console.print(table)
     console.print(result.counts_line())
+    for line in result.dropped_lines():
+        console.print(line, markup=False, highlight=False)
 
 
 def _cell(column: str, value) -> str:

@@ -31,6 +31,8 @@ UPPER = {"d_h": 2.0**20, "d_model": 2.0**17, "n_layers": 2.0**12, "d_z": 2.0**17
 SHAPE_COLUMNS = ("d_model", "n_layers", "n_heads", "head_dim", "n_kv_heads", "d_h", "k", "shape",
                  "beta", "alpha", "activation", "vocab_size", "tie_embeddings", "norm_order",
                  "resize", "bias", "d_x", "d_z", "d_out", "input_projection", "task")
+RATIO_SLACK = float(np.log(np.sqrt(2)))  # a solved d_model/L may miss its target by up to √2x
+MAX_DROPPED = 20  # dropped grid points kept (with reasons) for the user to see
 ACCOUNTING_COLUMNS = ("params_total", "params_non_embedding", "params_attention", "params_ffn",
                       "params_norms", "params_embedding", "params_other", "params_frozen",
                       "flops_per_token", "kv_cache_per_token", "avg_layer_width")
@@ -63,19 +65,45 @@ class Candidate:
 
 
 @dataclass
+class Dropped:
+    """A grid point that did not become a candidate, and why (invalid, or off budget)."""
+
+    variant: str
+    point: dict[str, Any]
+    reason: str
+
+    def __str__(self) -> str:
+        point = " ".join(f"{k}={_short_value(v)}" for k, v in self.point.items()) or "(fixed point)"
+        return f"{self.variant}: {point}: {self.reason}"
+
+
+@dataclass
 class Plan:
-    """The solver's answer: candidates sorted by |budget_error| and the pruning counts."""
+    """The solver's answer: candidates sorted by |budget_error|, the pruning counts, and
+    the first MAX_DROPPED grid points that were dropped, with their reasons."""
 
     space: SearchSpace
     metric: str
     targets: dict[str, float]
     candidates: list[Candidate]
     counts: dict[str, int]
+    dropped: list[Dropped] = field(default_factory=list)
 
     def counts_line(self) -> str:
         c = self.counts
         return (f"{c['raw']} raw points -> {c['feasible']} feasible -> "
                 f"{c['within_tolerance']} within tolerance -> {c['unique']} unique candidates")
+
+    def dropped_lines(self, limit: int = 10) -> list[str]:
+        """'dropped N of M grid points' and one line per dropped point (up to `limit`)."""
+        total = self.counts["raw"] - self.counts["within_tolerance"]
+        if total <= 0:
+            return []
+        lines = [f"dropped {total} of {self.counts['raw']} grid points:"]
+        lines += [f"  {d}" for d in self.dropped[:limit]]
+        if total > min(limit, len(self.dropped)):
+            lines.append(f"  ... and {total - min(limit, len(self.dropped))} more")
+        return lines
 
 
 def candidate_document(candidate: Candidate, train: TrainConfig) -> dict[str, Any]:
@@ -90,7 +118,7 @@ def plan(space: SearchSpace, seq_len: int | None = None) -> Plan:
     seq_len = seq_len or space.train.seq_len
     counts = dict.fromkeys(("raw", "feasible", "within_tolerance", "unique"), 0)
     found: dict[str, Candidate] = {}
-    targets, closest, reach = {}, None, [np.inf, -np.inf]
+    targets, closest, reach, dropped = {}, None, [np.inf, -np.inf], []
     for variant in space.resolved():
         target = _target(space, variant, seq_len)
         targets[variant.name] = target
@@ -103,12 +131,14 @@ def plan(space: SearchSpace, seq_len: int | None = None) -> Plan:
         if outcome["closest"] is not None and (closest is None or abs(outcome["closest"][1]) < abs(closest[1])):
             closest = outcome["closest"]
         reach = [min(reach[0], outcome["reach"][0]), max(reach[1], outcome["reach"][1])]
+        dropped += outcome["dropped"][:MAX_DROPPED - len(dropped)]
     candidates = sorted(found.values(), key=lambda c: (abs(c.budget_error), c.key))
     counts["unique"] = len(candidates)
     if not candidates:
         _explain_empty(space, counts, targets, closest, reach)
     metric = space.resolved()[0].budget.target_metric
-    return Plan(space=space, metric=metric, targets=targets, candidates=candidates, counts=counts)
+    return Plan(space=space, metric=metric, targets=targets, candidates=candidates, counts=counts,
+                dropped=dropped)
 
 
 def solve_point(space: SearchSpace, point: dict[str, Any], seq_len: int | None = None) -> Candidate | None:
@@ -164,7 +194,16 @@ def _describe(fields: dict) -> str:
     return " ".join(f"{k}={v}" for k, v in fields.items() if k != "family")
 
 
+def _short_value(value: Any) -> str:
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
 # ---------------------------------------------------------------- vectorised core
+
+
+def _wide(v: Resolved) -> str:
+    """The width that d_model/L ratios and ffn_ratio refer to: d_z for image MLPs."""
+    return "d_z" if v.family == "vision_mlp" else "d_model"
 
 
 def _is_categorical(dim: str, values: list) -> bool:
@@ -184,7 +223,7 @@ def _solve_variant(space: SearchSpace, v: Resolved, values: dict[str, list], tar
     if v.family == "vision_mlp" and column == "params_non_embedding":
         column = "params_total"
     out = {"counts": {"raw": 0, "feasible": 0}, "candidates": [], "closest": None,
-           "reach": [np.inf, -np.inf]}
+           "reach": [np.inf, -np.inf], "dropped": []}
     tol = v.budget.tolerance
     for combo in itertools.product(*categorical.values()):
         cols = {d: _as_number(d, x) for d, x in v.fixed.items()}
@@ -197,22 +236,54 @@ def _solve_variant(space: SearchSpace, v: Resolved, values: dict[str, list], tar
             cols, totals = _solve_free(v, cols, n, target, column, seq_len)
             ok = _valid(v.family, cols, n)
         metric = _column(totals, column, n)
-        ok &= _constraints(space, v, {**cols, **totals}, n)
+        drop = _Dropper(v, dict(zip(categorical, combo, strict=True)), numeric_cols, out["dropped"])
+        drop(np.flatnonzero(~ok), "invalid shape (a non-positive or fractional size, heads "
+                                  "not dividing d_model, or an odd head_dim)")
+        for expr, meets in _constraints(space, v, {**cols, **totals}, n):
+            drop(np.flatnonzero(ok & ~meets), f"breaks the constraint {expr!r}")
+            ok &= meets
         out["counts"]["feasible"] += int(ok.sum())
         if not ok.any():
             continue
         out["reach"][0] = min(out["reach"][0], float(metric[ok].min()))
         out["reach"][1] = max(out["reach"][1], float(metric[ok].max()))
         error = (metric - target) / target
+        off = np.flatnonzero(ok & (np.abs(error) > tol))
+        drop(off, [f"closest budget error {error[i]:+.1%} is outside the tolerance {tol:g}"
+                   for i in off[:MAX_DROPPED]])
         best = int(np.argmin(np.where(ok, np.abs(error), np.inf)))
         if out["closest"] is None or abs(error[best]) < abs(out["closest"][1]):
             out["closest"] = (_row_fields(v, cols, best), float(error[best]))
-        for i in _dedupe(cols, np.flatnonzero(ok & (np.abs(error) <= tol))):
+        met = ok & (np.abs(error) <= tol)
+        ratio_off = _ratio_off(v, cols)
+        if ratio_off is not None:
+            far = np.flatnonzero(met & (ratio_off > RATIO_SLACK))
+            wide = _wide(v)
+            drop(far, [f"within budget only at {wide}/n_layers = {cols[wide][i] / cols['n_layers'][i]:.3g}, "
+                       "more than a factor √2 from the target" for i in far[:MAX_DROPPED]])
+            met &= ratio_off <= RATIO_SLACK
+        for i in _dedupe(cols, np.flatnonzero(met)):
             config = configs[i] if configs is not None else None
             candidate = _build(v, _row_fields(v, cols, i), target, column, seq_len, config)
             if candidate is not None and abs(candidate.budget_error) <= tol * (1 + 1e-9):
                 out["candidates"].append(candidate)
+            else:
+                drop(np.array([i]), "rejected when its typed config was verified")
     return out
+
+
+class _Dropper:
+    """Records dropped rows of one categorical combination, up to MAX_DROPPED in all."""
+
+    def __init__(self, v: Resolved, searched: dict, numeric_cols: dict, into: list[Dropped]):
+        self.v, self.searched, self.numeric, self.into = v, searched, numeric_cols, into
+
+    def __call__(self, rows: np.ndarray, reasons: str | list[str]) -> None:
+        for j, i in enumerate(rows[:MAX_DROPPED - len(self.into)]):
+            point = {d: x for d, x in self.searched.items() if d in self.v.search}
+            point |= {d: self.numeric[d][i].item() for d in self.numeric}
+            reason = reasons if isinstance(reasons, str) else reasons[j]
+            self.into.append(Dropped(self.v.name, point, reason))
 
 
 def _as_number(dim: str, value: Any) -> Any:
@@ -250,7 +321,7 @@ def _with_free(v: Resolved, cols: dict, t, rounding: tuple[str, ...] | None) -> 
     """`cols` with the free dims set from t (continuous when `rounding` is None, else floor/ceil
     per free dim) and the dependent dims derived (rounded to nearest)."""
     cols = dict(cols)
-    wide = "d_z" if v.family == "vision_mlp" else "d_model"
+    wide = _wide(v)
     if len(v.solve) == 2:
         values = {"n_layers": t, wide: cols.get("width_depth_ratio", 1.0) * t}
     else:
@@ -303,18 +374,58 @@ def _solve_free(v: Resolved, cols: dict, n: int, target: float, column: str, seq
     samples = np.stack([_column(_totals(v.family, _with_free(v, cols, float(t), None), seq_len),
                                 column, n) for t in range(4)])
     t = _root(np.linalg.solve(np.vander(np.arange(4.0), 4), samples), target, UPPER[v.solve[0]])
-    best = None
+    options = []
     for rounding in itertools.product(("floor", "ceil"), repeat=len(v.solve)):
         trial = _with_free(v, cols, t, rounding)
-        totals = _totals(v.family, trial, seq_len)
-        err = np.abs(_column(totals, column, n) - target)
-        if best is None:
-            best = (trial, totals, err)
+        options.append((trial, _totals(v.family, trial, seq_len)))
+    if len(v.solve) == 2:
+        options += _whole_depth_options(v, cols, t, n, target, column, seq_len)
+    return _best_option(v, cols, options, target, column, n)
+
+
+def _whole_depth_options(v: Resolved, cols: dict, t, n: int, target: float, column: str,
+                         seq_len: int) -> list[tuple[dict, dict]]:
+    """For a (width, depth) pair: fix the depth at floor(t) and ceil(t) and solve the width
+    alone, so the budget is met even where rounding both dims together misses it (few layers)."""
+    wide = _wide(v)
+    alone = v.model_copy(update={"solve": [wide]})
+    options = []
+    for whole in (np.maximum(np.floor(t), 1.0), np.ceil(t)):
+        fixed = {d: x for d, x in cols.items() if d != wide} | {"n_layers": whole}
+        options.append(_solve_free(alone, fixed, n, target, column, seq_len))
+    return options
+
+
+def _ratio_off(v: Resolved, cols: dict) -> np.ndarray | None:
+    """|log(achieved d_model/L ÷ target ratio)| when (width, depth) are solved from a ratio."""
+    if len(v.solve) != 2 or cols.get("width_depth_ratio") is None:
+        return None
+    wide = _wide(v)
+    with np.errstate(all="ignore"):
+        off = np.abs(np.log(np.asarray(cols[wide], float) / cols["n_layers"] / cols["width_depth_ratio"]))
+    return np.nan_to_num(off, nan=np.inf)
+
+
+def _best_option(v: Resolved, cols: dict, options: list[tuple[dict, dict]], target: float,
+                 column: str, n: int) -> tuple[dict, dict]:
+    """Per row, the option closest to the budget; but when a width/depth ratio is searched,
+    the one closest to that ratio among the options within the budget tolerance (then
+    those within budget but far from the ratio, then the rest by budget error)."""
+    best_score = None
+    for trial, totals in options:
+        score = np.abs(_column(totals, column, n) - target) / target
+        off = _ratio_off(v, trial)
+        if off is not None:
+            near = np.where(off <= RATIO_SLACK, off, 1e3 + np.minimum(off, 1e3))
+            score = np.where(score <= v.budget.tolerance, near, 1e6 + score)
+        if best_score is None:
+            best, best_score = (trial, totals), score
             continue
-        better = err < best[2]
+        better = score < best_score
         best = ({d: _pick(better, trial[d], best[0][d]) for d in trial},
-                {d: _pick(better, totals[d], best[1][d]) for d in totals}, np.minimum(err, best[2]))
-    return best[0], best[1]
+                {d: _pick(better, totals[d], best[1][d]) for d in totals})
+        best_score = np.minimum(score, best_score)
+    return best
 
 
 def _root(coeffs: np.ndarray, target: float, upper: float) -> np.ndarray:
@@ -374,13 +485,14 @@ SAFE_FUNCTIONS = {"abs": np.abs, "min": np.minimum, "max": np.maximum, "log": np
                   "ceil": np.ceil, "np": np}
 
 
-def _constraints(space: SearchSpace, v: Resolved, cols: dict, n: int) -> np.ndarray:
-    """Evaluate the space's boolean expressions over the candidate columns (numpy, no builtins)."""
-    ok = np.ones(n, dtype=bool)
+def _constraints(space: SearchSpace, v: Resolved, cols: dict, n: int) -> list[tuple[str, np.ndarray]]:
+    """Evaluate the space's boolean expressions over the candidate columns (numpy, no
+    builtins): one (expression, mask of rows meeting it) per constraint."""
+    masks: list[tuple[str, np.ndarray]] = []
     if not v.constraints:
-        return ok
+        return masks
     names = dict(cols)
-    wide = "d_z" if v.family == "vision_mlp" else "d_model"
+    wide = _wide(v)
     names.setdefault("ffn_ratio", np.asarray(cols["d_h"]) / np.asarray(cols[wide]))
     names.setdefault("width_depth_ratio", np.asarray(cols[wide]) / np.asarray(cols["n_layers"]))
     if v.family != "vision_mlp":
@@ -394,14 +506,14 @@ def _constraints(space: SearchSpace, v: Resolved, cols: dict, n: int) -> np.ndar
         try:
             with np.errstate(all="ignore"):
                 result = eval(expr, {"__builtins__": {}, **SAFE_FUNCTIONS}, names)  # noqa: S307
-            ok &= np.broadcast_to(np.asarray(result, dtype=bool), (n,))
+            masks.append((expr, np.broadcast_to(np.asarray(result, dtype=bool), (n,))))
         except NameError as error:
             raise UserError(f"{error} (available: {', '.join(sorted(names))})",
                             file=space.source_file, key=f"constraints[{i}]") from None
         except Exception as error:  # noqa: BLE001 - any evaluation failure is the user's expression
             raise UserError(f"cannot evaluate {expr!r}: {error}", file=space.source_file,
                             key=f"constraints[{i}]") from None
-    return ok
+    return masks
 
 
 def _row_fields(v: Resolved, cols: dict, i: int) -> dict[str, Any]:

@@ -16,6 +16,7 @@ import os
 import re
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -357,13 +358,18 @@ def run_sweep(options: SweepOptions, console: Any = None) -> SweepOutcome:
     statuses = completed_keys(options.root, name)
     rerun = {"failed"} if options.retry_failed else set()
     skip = {pair for pair, status in statuses.items() if status not in rerun}
+    notices: list[str] = []
     if options.search == "grid":
+        from search_spaces.solver import plan
         from sweep.search import grid_specs
 
-        specs, total = grid_specs(space, seeds, _abs(options.data), skip)
+        solved = plan(space)
+        notices = [f"{space.name}: {solved.counts_line()}", *solved.dropped_lines()]
+        specs, total = grid_specs(space, solved.candidates, seeds, _abs(options.data), skip)
     else:
         specs, total = [], options.num_samples
     catalog.register(name, space.name, space.source_text, space.space_hash, total)
+    _say(*notices)
     data_hash = data_hash_for(space.families, _abs(options.data))
     if not (folder / SPACE_FILE).exists():
         (folder / SPACE_FILE).write_text(space.source_text)
@@ -435,6 +441,12 @@ def run_sweep(options: SweepOptions, console: Any = None) -> SweepOutcome:
 
             ray.shutdown()
     return SweepOutcome(name, status, count_statuses(statuses), len(writer.written))
+
+
+def _say(*lines: str) -> None:
+    """Notices before the sweep starts (the plan, dropped grid points), on stderr."""
+    for line in lines:
+        print(line, file=sys.stderr, flush=True)
 
 
 def _abs(path: str | None) -> str | None:

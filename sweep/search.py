@@ -47,12 +47,9 @@ def trial_spec(candidate: Any, space: Any, seed: int, data: str | None,
     }
 
 
-def grid_specs(space: Any, seeds: list[int], data: str | None, skip: set[tuple[str, int]],
-               device: str | None = None) -> tuple[list[dict], int]:
+def grid_specs(space: Any, candidates: list, seeds: list[int], data: str | None,
+               skip: set[tuple[str, int]], device: str | None = None) -> tuple[list[dict], int]:
     """Every planned candidate x seed not in `skip`; also the total number of pairs."""
-    from search_spaces.solver import plan
-
-    candidates = plan(space).candidates
     specs = [trial_spec(c, space, seed, data, device) for c in candidates for seed in seeds]
     return [s for s in specs if (s["key"], s["seed"]) not in skip], len(specs)
 

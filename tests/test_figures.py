@@ -102,6 +102,26 @@ def test_pareto_points_are_seed_means_with_spread_and_full_shape_hover(frames):
             assert all(np.diff(np.asarray(trace.y, float)) < 0)
 
 
+def test_variable_width_shapes_are_separate_series_with_their_own_colours(frames):
+    """Seed 002 compares width schedules within one family: each shape is its own frontier."""
+    trials, _ = frames
+    vw = trials[(trials["family"] == "variable_width") & (trials["status"] == "completed")]
+    shapes = sorted(vw["shape"].unique())
+    assert len(shapes) >= 3
+    fig = pareto_figure(vw, "params_non_embedding", "val_loss")
+    fronts = [t for t in fig.data if not t.meta.get("rows")]
+    names = sorted({t.name.split(" · ")[0] for t in fronts})
+    assert names == [f"variable_width ({shape})" for shape in shapes]
+    per_sweep = {}
+    for t in fronts:
+        per_sweep.setdefault(t.meta["sweep"], []).append(t.line.color)
+    assert max(len(colours) for colours in per_sweep.values()) >= 3
+    assert all(len(set(colours)) == len(colours) for colours in per_sweep.values())
+    for trace in (t for t in fig.data if t.meta.get("rows")):
+        rows = trials.loc[[row_id for row_id, _ in trace.customdata]]
+        assert rows["shape"].nunique() == 1
+
+
 def test_ucurve_marks_the_best_region_and_draws_the_baseline_dashed(frames):
     trials, _ = frames
     lm = trials[trials["sweep"] == "ucurve"]

@@ -114,6 +114,40 @@ def test_range_values_reach_the_solver():
     assert sorted(c.config.k for c in plan(s).candidates) == [2, 4, 6, 8]
 
 
+def test_width_depth_pair_meets_the_budget_at_a_few_layers():
+    """Rounding d_model and L together misses a small budget badly at 1-3 layers; fixing L
+    at floor/ceil and solving d_model alone meets it. Every ratio of a log grid survives
+    (within √2 of its target), except one that no shape within budget comes near."""
+    tiny = dict(family="hourglass", budget={"non_embedding_params": "263K", "tolerance": 0.05},
+                fixed={"n_heads": 2, "vocab_size": 256, "k": 2, "ffn_ratio": 0.5},
+                solve=["d_model", "n_layers"])
+    result = plan(space(**tiny, search={"width_depth_ratio": [6, 12, 24, 48, 96, 192]}))
+    assert result.counts["within_tolerance"] == 6 and not result.dropped
+    layers = sorted(c.config.n_layers for c in result.candidates)
+    assert layers[:2] == [1, 2]  # the wide, shallow arm of the U is reachable
+    for c in result.candidates:
+        assert abs(c.budget_error) <= 0.05
+    k4 = plan(space(**{**tiny, "fixed": {**tiny["fixed"], "k": 4}},
+                    search={"width_depth_ratio": [48, 96]}))
+    assert [d.point for d in k4.dropped] == [{"width_depth_ratio": 96}]
+    assert "more than a factor √2 from the target" in k4.dropped[0].reason
+    assert "1 of 2 grid points" in k4.dropped_lines()[0]
+
+
+def test_dropped_points_name_their_reason():
+    result = plan(space(family="hourglass", budget={"non_embedding_params": "50M", "tolerance": 0.01},
+                        fixed={**LM, "k": 2}, solve="d_h", constraints=["n_layers % 4 == 0"],
+                        search={"d_model": [384, 390, 4104], "n_layers": [4, 6]}))
+    reasons = {(d.point["d_model"], d.point["n_layers"]): d.reason for d in result.dropped}
+    assert reasons[(390, 4)].startswith("invalid shape")                     # 12 heads ∤ 390
+    assert reasons[(384, 6)] == "breaks the constraint 'n_layers % 4 == 0'"
+    assert reasons[(4104, 4)].startswith("closest budget error +")        # attention alone > 50M
+    assert (384, 4) not in reasons and len(result.candidates) == 1
+    lines = result.dropped_lines(limit=2)
+    assert lines[0] == "dropped 5 of 6 grid points:" and lines[-1] == "  ... and 3 more"
+    assert lines[1].startswith("  hourglass: d_model=")
+
+
 def test_constraints_filter_candidates_with_numpy_expressions():
     base = dict(family="hourglass", budget={"non_embedding_params": "50M", "tolerance": 0.05},
                 fixed={**LM, "k": 2}, search={"d_model": [384, 576, 768, 960], "n_layers": [4, 6, 8, 10, 12]},

@@ -55,6 +55,7 @@ def test_plan_every_builtin_space(capsys, name):
     code, out, err = run(capsys, "plan", name, "--format", "json")
     assert code == 0, err
     rows = json.loads(out)
+    assert err.splitlines()[0].endswith(f"-> {len(rows)} unique candidates")  # stdout: only JSON
     assert rows and all(DESIGN_CANDIDATE_KEYS <= set(row) for row in rows)
     errors = [abs(row["budget_error"]) for row in rows]
     assert errors == sorted(errors)
@@ -62,6 +63,15 @@ def test_plan_every_builtin_space(capsys, name):
     if name.endswith("-tiny"):  # trains on 2 CPU cores in minutes
         assert len(rows) <= 12
         assert all(row["params_total"] < 1_000_000 for row in rows)
+
+
+def test_plan_lists_the_dropped_grid_points_with_their_reasons(capsys):
+    code, out, _ = run(capsys, "plan", "hourglass-ucurve-tiny")
+    assert code == 0
+    lines = out.splitlines()
+    at = lines.index("dropped 1 of 13 grid points:")
+    assert lines[at + 1] == ("  hourglass: k=4 ffn_ratio=0.5 width_depth_ratio=96: within budget only at "
+                             "d_model/n_layers = 58, more than a factor √2 from the target")
 
 
 def test_plan_csv_and_seq_len(capsys):

@@ -39,11 +39,16 @@ from sweep.cli import main as shapesweep
 pytestmark = pytest.mark.slow
 
 
-def test_grid_rows_match_plan_then_rerun_is_noop_and_export_round_trips(local_ray, tmp_path):
-    space_path = write_space(tmp_path)
+def test_grid_rows_match_plan_then_rerun_is_noop_and_export_round_trips(local_ray, tmp_path, capsys):
+    # 40 layers of attention alone exceed the budget: the run says so before it starts.
+    space_path = write_space(tmp_path, search={"n_layers": [1, 2, 3, 4, 40]})
     root = tmp_path / "sweeps"
     assert run("run", str(space_path), "--root", str(root), "--scheduler", "fifo",
                "--max-concurrent", "2") == 0
+    notices = capsys.readouterr().err.splitlines()
+    assert notices[:2] == ["tiny-depths: 5 raw points -> 5 feasible -> 4 within tolerance -> "
+                           "4 unique candidates", "dropped 1 of 5 grid points:"]
+    assert notices[2].startswith("  conventional: n_layers=40: closest budget error +")
 
     space = load_space(space_path)
     candidates = {c.key: c for c in plan(space).candidates}
