@@ -5,9 +5,11 @@ free dimension(s) the budget metric is a polynomial (degree <= 3) in one unknown
 (d_h = t; d_model = t; n_layers = t; or n_layers = t, d_model = ratio * t), so we
 evaluate the exact accounting (`block_counts`/`lm_totals`/`vision_totals` on arrays)
 at t = 0..3, fit that polynomial exactly and bisect it. Each free dimension is then
-rounded to its multiple (floor or ceil, whichever misses the budget less), checked
-against validity, the space's constraints and the tolerance, deduplicated, and only
-the survivors become typed configs, verified once more by `account()`.
+rounded to its multiple (floor or ceil, whichever misses the budget less; for a
+(d_model, L) pair also L fixed at floor/ceil with d_model solved alone, keeping the
+shape nearest the target ratio within the tolerance), checked against validity, the
+space's constraints and the tolerance, deduplicated, and only the survivors become
+typed configs, verified once more by `account()`. Every dropped point keeps its reason.
 """
 
 from __future__ import annotations
@@ -380,7 +382,7 @@ def _solve_free(v: Resolved, cols: dict, n: int, target: float, column: str, seq
         options.append((trial, _totals(v.family, trial, seq_len)))
     if len(v.solve) == 2:
         options += _whole_depth_options(v, cols, t, n, target, column, seq_len)
-    return _best_option(v, cols, options, target, column, n)
+    return _best_option(v, options, target, column, n)
 
 
 def _whole_depth_options(v: Resolved, cols: dict, t, n: int, target: float, column: str,
@@ -406,8 +408,8 @@ def _ratio_off(v: Resolved, cols: dict) -> np.ndarray | None:
     return np.nan_to_num(off, nan=np.inf)
 
 
-def _best_option(v: Resolved, cols: dict, options: list[tuple[dict, dict]], target: float,
-                 column: str, n: int) -> tuple[dict, dict]:
+def _best_option(v: Resolved, options: list[tuple[dict, dict]], target: float, column: str,
+                 n: int) -> tuple[dict, dict]:
     """Per row, the option closest to the budget; but when a width/depth ratio is searched,
     the one closest to that ratio among the options within the budget tolerance (then
     those within budget but far from the ratio, then the rest by budget error)."""
