@@ -1,0 +1,41 @@
+"""Every candidate of every CPU-sized built-in space (the `-tiny` twins and the demo) builds
+with exactly its accounted parameters and takes real training steps on the built-in data.
+The sweeps themselves were run once (docs/tiny-sweeps.md); this keeps them runnable."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from search_spaces.solver import plan
+from search_spaces.space import list_builtin, load_space
+from trainers.loop import train
+from trainers.models import build_model
+
+CPU_SPACES = [name for name, _ in list_builtin() if name.endswith("-tiny") or name.startswith("demo-")]
+
+
+@pytest.fixture(autouse=True)
+def _one_thread(one_torch_thread):
+    """Every test here runs on one torch thread (see conftest)."""
+
+
+def test_every_full_space_has_its_cpu_twin_listed():
+    assert len(CPU_SPACES) == 15  # 13 tiny twins + 2 demo spaces
+
+
+@pytest.mark.parametrize("name", CPU_SPACES)
+def test_every_candidate_builds_exactly_and_trains(name):
+    space = load_space(name)
+    candidates = plan(space).candidates
+    assert candidates
+    recipe = space.train.model_copy(update={"tokens": None, "steps": 2, "eval_every": 2,
+                                            "eval_tokens": 256})
+    for candidate in candidates:
+        model = build_model(candidate.config)
+        trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+        assert trainable == candidate.accounting.params_total  # a fixed W_in is params_frozen
+        result = train(candidate.config, recipe)
+        assert result.steps == 2 and math.isfinite(result.val_loss), candidate.key
+        assert result.params_measured == trainable
