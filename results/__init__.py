@@ -14,14 +14,17 @@ from results.store import (
     list_sweeps,
     load_curves,
     load_trials,
+    local_folder,
+    read_sweep_file,
     sweep_dir,
     validate_sweep_name,
+    write_sweep_file,
     write_trial,
 )
 
 __all__ = [
     "SWEEP_STATUSES", "Catalog", "SweepRecord", "default_catalog_url",
     "CURVE_COLUMNS", "STATUSES", "TRIAL_COLUMNS", "normalize_curve_row", "normalize_trial_row",
-    "compact", "completed_keys", "list_sweeps", "load_curves", "load_trials", "sweep_dir",
-    "validate_sweep_name", "write_trial",
+    "compact", "completed_keys", "list_sweeps", "load_curves", "load_trials", "local_folder",
+    "read_sweep_file", "sweep_dir", "validate_sweep_name", "write_sweep_file", "write_trial",
 ]

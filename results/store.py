@@ -52,6 +52,12 @@ def _filesystem(root: str | os.PathLike) -> tuple[pafs.FileSystem, str]:
     return pafs.LocalFileSystem(), os.path.abspath(root)
 
 
+def local_folder(root: str | os.PathLike) -> str | None:
+    """The root as a folder of this machine (a path or file:// URI), or None (object stores)."""
+    fs, base = _filesystem(root)
+    return base if isinstance(fs, pafs.LocalFileSystem) else None
+
+
 def sweep_dir(root: str | os.PathLike, sweep: str) -> str:
     """The sweep's folder: a local path for a local root, else a URI under the root."""
     validate_sweep_name(sweep)
@@ -70,21 +76,49 @@ def _safe(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]", "_", text)[:80]
 
 
-def _write_atomic(fs: pafs.FileSystem, path: str, table: pa.Table) -> None:
-    """Write under a hidden temporary name, then rename (object stores: the PUT is atomic)."""
+def _write_atomic(fs: pafs.FileSystem, path: str, content: pa.Table | bytes) -> None:
+    """Write a Parquet table (or raw bytes) under a hidden temporary name, then rename
+    (object stores: one PUT, which is atomic)."""
+    def write(out) -> None:
+        if isinstance(content, bytes):
+            out.write(content)
+        else:
+            pq.write_table(content, out)
+
     if fs.type_name in ("s3", "gcs"):
-        pq.write_table(table, path, filesystem=fs)
+        with fs.open_output_stream(path) as out:
+            write(out)
         return
     folder, name = posixpath.split(path)
     temp = posixpath.join(folder, f".{name}.{uuid.uuid4().hex[:8]}.tmp")
     if isinstance(fs, pafs.LocalFileSystem):
         with open(temp, "wb") as handle:  # fsync so a power cut cannot rename an empty file
-            pq.write_table(table, handle)
+            write(handle)
             handle.flush()
             os.fsync(handle.fileno())
     else:
-        pq.write_table(table, temp, filesystem=fs)
+        with fs.open_output_stream(temp) as out:
+            write(out)
     fs.move(temp, path)
+
+
+def write_sweep_file(root, sweep: str, name: str, text: str) -> None:
+    """A small text file of the sweep (its space, how it was run), written atomically,
+    under any root the store takes: local, file:// or an object store."""
+    fs, base = _filesystem(root)
+    folder = posixpath.join(base, validate_sweep_name(sweep))
+    fs.create_dir(folder, recursive=True)
+    _write_atomic(fs, posixpath.join(folder, name), text.encode())
+
+
+def read_sweep_file(root, sweep: str, name: str) -> str | None:
+    """The text `write_sweep_file` wrote, or None when there is none."""
+    fs, base = _filesystem(root)
+    path = posixpath.join(base, validate_sweep_name(sweep), name)
+    if fs.get_file_info(path).type != pafs.FileType.File:
+        return None
+    with fs.open_input_stream(path) as stream:
+        return stream.read().decode()
 
 
 def write_trial(root, sweep: str, trial_row: dict, curve_rows: list[dict]) -> str:

@@ -240,10 +240,27 @@ def _locate(name_or_path: str | Path) -> Path:
     return builtin
 
 
+def _read_uri(uri: str) -> str:
+    """A space kept with its sweep under an object-store root (s3://…), via pyarrow."""
+    import pyarrow as pa
+    import pyarrow.fs as pafs
+
+    try:
+        fs, path = pafs.FileSystem.from_uri(uri)
+        with fs.open_input_stream(path) as stream:
+            return stream.read().decode()
+    except (OSError, pa.ArrowException) as error:
+        raise UserError(f"cannot read: {error}", file=uri) from None
+
+
 def load_space(name_or_path: str | Path) -> SearchSpace:
-    """Parse and check a space; every problem is a `UserError(problem, file=, key=)`."""
-    path = _locate(name_or_path)
-    text = path.read_text()
+    """Parse and check a space (a file, a built-in name or a pyarrow URI); every problem is
+    a `UserError(problem, file=, key=)`."""
+    if "://" in str(name_or_path):
+        path, text = str(name_or_path), _read_uri(str(name_or_path))
+    else:
+        path = _locate(name_or_path)
+        text = path.read_text()
     try:
         doc = yaml.safe_load(text)
     except yaml.YAMLError as error:

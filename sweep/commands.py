@@ -76,12 +76,14 @@ def parse_seeds(text: str | None) -> list[int] | None:
 def _report(outcome: Any, root: str) -> int:
     from rich.console import Console
 
+    from results.store import sweep_dir
+
     c = outcome.counts
     # soft_wrap: one line even in a log (rich wraps at 80 columns off a terminal)
     Console(soft_wrap=True).print(
         f"sweep [bold]{outcome.name}[/]: {outcome.status} - {c['completed']} completed, "
         f"{c['stopped_early']} stopped early, {c['failed']} failed "
-        f"({outcome.launched} trials this run); results in {Path(root) / outcome.name}")
+        f"({outcome.launched} trials this run); results in {sweep_dir(root, outcome.name)}")
     return 0
 
 

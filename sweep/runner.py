@@ -17,6 +17,7 @@ import re
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -113,21 +114,13 @@ def token_budget(space: Any) -> int:
     return int(train.steps * per_step)
 
 
-def _write_json_atomic(path: Path, payload: dict) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(payload, indent=2, sort_keys=True))
-    os.replace(tmp, path)
+def ray_storage(root: str, name: str) -> Path:
+    """Where Ray Tune keeps its own files (trial logs, error.txt): in the sweep's folder when
+    the root is on this machine, else in the local temp folder (results never need them)."""
+    from results.store import local_folder
 
-
-def sweep_folder(root: str, name: str) -> Path:
-    from results.store import sweep_dir
-
-    path = Path(sweep_dir(root, name))
-    if "://" in str(root) and not str(root).startswith("file://"):
-        raise UserError("run/resume keep their options in a local folder; use a local --root",
-                        key="--root")
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+    local = local_folder(root)
+    return Path(local or tempfile.gettempdir()) / (name if local else f"shapesweep-{name}") / "_ray"
 
 
 def _without_password(url: str | None) -> str | None:
@@ -147,10 +140,13 @@ def _without_password(url: str | None) -> str | None:
 
 def load_options(root: str, name: str) -> SweepOptions:
     """The options a sweep was started with (for `resume`)."""
-    path = sweep_folder(root, name) / OPTIONS_FILE
-    if not path.is_file():
-        raise UserError(f"no sweep named {name!r} under {root} (nothing to resume)", file=str(path))
-    return SweepOptions(**json.loads(path.read_text()))
+    from results.store import read_sweep_file, sweep_dir
+
+    text = read_sweep_file(root, name, OPTIONS_FILE)
+    if text is None:
+        raise UserError(f"no sweep named {name!r} under {root} (nothing to resume)",
+                        file=f"{sweep_dir(root, name)}/{OPTIONS_FILE}")
+    return SweepOptions(**json.loads(text))
 
 
 def _error_text(trial: Any) -> str:
@@ -343,13 +339,18 @@ def _scheduler(options: SweepOptions, budget: int):
 def run_sweep(options: SweepOptions, console: Any = None) -> SweepOutcome:
     """Run (or finish) a sweep; see the module docstring for what lands where."""
     from results.catalog import Catalog, default_catalog_url
-    from results.store import completed_keys, validate_sweep_name
+    from results.store import (
+        completed_keys,
+        read_sweep_file,
+        sweep_dir,
+        validate_sweep_name,
+        write_sweep_file,
+    )
     from search_spaces.space import load_space
 
     space = load_space(options.space)
     name = validate_sweep_name(options.name or space.name)
     options.name = name
-    folder = sweep_folder(options.root, name)
     storage_url = options.storage or default_catalog_url(options.root)
     catalog = Catalog(storage_url)
     seeds = options.seeds or list(space.seeds)
@@ -371,11 +372,11 @@ def run_sweep(options: SweepOptions, console: Any = None) -> SweepOutcome:
     catalog.register(name, space.name, space.source_text, space.space_hash, total)
     _say(*notices)
     data_hash = data_hash_for(space.families, _abs(options.data))
-    if not (folder / SPACE_FILE).exists():
-        (folder / SPACE_FILE).write_text(space.source_text)
-    saved = asdict(options) | {"space": str(folder / SPACE_FILE),
+    if read_sweep_file(options.root, name, SPACE_FILE) is None:
+        write_sweep_file(options.root, name, SPACE_FILE, space.source_text)
+    saved = asdict(options) | {"space": f"{sweep_dir(options.root, name)}/{SPACE_FILE}",
                                "storage": _without_password(options.storage)}
-    _write_json_atomic(folder / OPTIONS_FILE, saved)
+    write_sweep_file(options.root, name, OPTIONS_FILE, json.dumps(saved, indent=2, sort_keys=True))
 
     os.environ.update({k: v for k, v in QUIET_ENV.items() if k not in os.environ})
     from ray import tune
@@ -419,7 +420,7 @@ def run_sweep(options: SweepOptions, console: Any = None) -> SweepOutcome:
             trial_dirname_creator=lambda trial: trial.trial_id, **tune_kwargs),
         run_config=tune.RunConfig(
             name=f"{name}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}",
-            storage_path=str((folder / "_ray").resolve()), verbose=0,
+            storage_path=str(ray_storage(options.root, name).resolve()), verbose=0,
             callbacks=[writer, progress], failure_config=tune.FailureConfig(max_failures=0)),
     )
     # Failed trials are reported once, as one line each, by the progress display and in

@@ -25,8 +25,11 @@ from results import (
     list_sweeps,
     load_curves,
     load_trials,
+    local_folder,
     normalize_trial_row,
+    read_sweep_file,
     sweep_dir,
+    write_sweep_file,
     write_trial,
 )
 from search_spaces.accounting import account
@@ -333,3 +336,16 @@ def test_concurrent_writers_readers_and_compaction(tmp_path):
     assert len(load_curves(root)) == 45 * 7
     compact(root, "par", grace_s=0)
     assert len(load_trials(root)) == 45 and len(list((tmp_path / "par" / "trials").iterdir())) == 1
+
+
+@pytest.mark.parametrize("uri", [False, True])
+def test_sweep_files_round_trip_atomically_under_a_path_or_file_uri(tmp_path, uri):
+    root = f"file://{tmp_path}" if uri else str(tmp_path)
+    assert local_folder(root) == str(tmp_path)
+    assert read_sweep_file(root, "s1", "sweep.json") is None
+    write_sweep_file(root, "s1", "sweep.json", '{"a": 1}')
+    write_sweep_file(root, "s1", "sweep.json", '{"a": 2}')  # replaced whole
+    assert read_sweep_file(root, "s1", "sweep.json") == '{"a": 2}'
+    assert sorted(p.name for p in (tmp_path / "s1").iterdir()) == ["sweep.json"]  # no temp left
+    with pytest.raises(UserError):
+        write_sweep_file(root, "../escape", "sweep.json", "{}")
