@@ -114,7 +114,7 @@ def token_budget(space: Any) -> int:
     return int(train.steps * per_step)
 
 
-def ray_storage(root: str, name: str) -> Path:
+def _ray_storage(root: str, name: str) -> Path:
     """Where Ray Tune keeps its own files (trial logs, error.txt): in the sweep's folder when
     the root is on this machine, else in the local temp folder (results never need them)."""
     from results.store import local_folder
@@ -420,7 +420,7 @@ def run_sweep(options: SweepOptions, console: Any = None) -> SweepOutcome:
             trial_dirname_creator=lambda trial: trial.trial_id, **tune_kwargs),
         run_config=tune.RunConfig(
             name=f"{name}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}",
-            storage_path=str(ray_storage(options.root, name).resolve()), verbose=0,
+            storage_path=str(_ray_storage(options.root, name).resolve()), verbose=0,
             callbacks=[writer, progress], failure_config=tune.FailureConfig(max_failures=0)),
     )
     # Failed trials are reported once, as one line each, by the progress display and in
