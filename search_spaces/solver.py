@@ -15,6 +15,7 @@ typed configs, verified once more by `account()`. Every dropped point keeps its 
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
@@ -251,8 +252,7 @@ def _solve_variant(space: SearchSpace, v: Resolved, values: dict[str, list], tar
         out["reach"][1] = max(out["reach"][1], float(metric[ok].max()))
         error = (metric - target) / target
         off = np.flatnonzero(ok & (np.abs(error) > tol))
-        drop(off, [f"closest budget error {error[i]:+.1%} is outside the tolerance {tol:g}"
-                   for i in off[:MAX_DROPPED]])
+        drop(off, lambda i, e=error: f"closest budget error {e[i]:+.1%} is outside the tolerance {tol:g}")
         best = int(np.argmin(np.where(ok, np.abs(error), np.inf)))
         if out["closest"] is None or abs(error[best]) < abs(out["closest"][1]):
             out["closest"] = (_row_fields(v, cols, best), float(error[best]))
@@ -260,9 +260,9 @@ def _solve_variant(space: SearchSpace, v: Resolved, values: dict[str, list], tar
         ratio_off = _ratio_off(v, cols)
         if ratio_off is not None:
             far = np.flatnonzero(met & (ratio_off > RATIO_SLACK))
-            wide = _wide(v)
-            drop(far, [f"within budget only at {wide}/n_layers = {cols[wide][i] / cols['n_layers'][i]:.3g}, "
-                       "more than a factor √2 from the target" for i in far[:MAX_DROPPED]])
+            achieved = np.asarray(cols[_wide(v)], float) / cols["n_layers"]
+            drop(far, lambda i, r=achieved: f"within budget only at {_wide(v)}/n_layers = {r[i]:.3g}, "
+                                            "more than a factor √2 from the target")
             met &= ratio_off <= RATIO_SLACK
         for i in _dedupe(cols, np.flatnonzero(met)):
             config = configs[i] if configs is not None else None
@@ -280,12 +280,12 @@ class _Dropper:
     def __init__(self, v: Resolved, searched: dict, numeric_cols: dict, into: list[Dropped]):
         self.v, self.searched, self.numeric, self.into = v, searched, numeric_cols, into
 
-    def __call__(self, rows: np.ndarray, reasons: str | list[str]) -> None:
-        for j, i in enumerate(rows[:MAX_DROPPED - len(self.into)]):
+    def __call__(self, rows: np.ndarray, reason: str | Callable[[int], str]) -> None:
+        """`reason`: one text for all rows, or a function of the row index."""
+        for i in rows[:MAX_DROPPED - len(self.into)]:
             point = {d: x for d, x in self.searched.items() if d in self.v.search}
             point |= {d: self.numeric[d][i].item() for d in self.numeric}
-            reason = reasons if isinstance(reasons, str) else reasons[j]
-            self.into.append(Dropped(self.v.name, point, reason))
+            self.into.append(Dropped(self.v.name, point, reason if isinstance(reason, str) else reason(i)))
 
 
 def _as_number(dim: str, value: Any) -> Any:
