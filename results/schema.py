@@ -37,6 +37,9 @@ SHAPE_COLUMNS: list[tuple[str, pa.DataType]] = [
 TRIAL_COLUMNS = pa.schema(
     [
         ("sweep", _STR), ("trial_id", _STR), ("key", _STR), ("family", _STR), ("seed", _INT),
+        # `variant`: the space variant the candidate came from (`baseline` anchors the
+        # statistics); `tuned_json`: the `tune:` values this trial ran with, as a JSON object.
+        ("variant", _STR), ("tuned_json", _STR),
         ("status", _STR), ("error", _STR),
         ("val_loss", _FLOAT), ("best_val_loss", _FLOAT), ("val_ppl", _FLOAT),
         ("train_loss", _FLOAT), ("psnr", _FLOAT), ("ssim", _FLOAT),

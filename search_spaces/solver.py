@@ -57,7 +57,8 @@ class Candidate:
     def to_row(self) -> dict[str, Any]:
         """Flat result-store row: key, family, shape columns, accounting columns, budget_error."""
         dump = self.config.model_dump(mode="json")
-        row: dict[str, Any] = {"key": self.key, "family": self.config.family}
+        row: dict[str, Any] = {"key": self.key, "family": self.config.family,
+                               "variant": self.variant}
         row |= {name: dump[name] for name in SHAPE_COLUMNS if name in dump}
         row["ffn_ratio"] = float(self.config.ffn_ratio)
         row["width_depth_ratio"] = float(self.config.width_depth_ratio)
