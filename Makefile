@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 # On a GPU machine: make setup TORCH='torch --index-url https://download.pytorch.org/whl/cu124'
 TORCH ?= torch==2.13.0
 
-.PHONY: setup demo test lint browser postgres bench
+.PHONY: setup demo test test-fast lint browser postgres bench
 setup: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml
@@ -30,6 +30,10 @@ demo: setup
 
 test: setup browser postgres
 	$(PY) -m pytest -q -ra
+
+# The inner loop: everything but the Ray end-to-end tests (marked slow), in a few minutes.
+test-fast: setup browser
+	$(PY) -m pytest -q -ra -m "not slow"
 
 lint: setup
 	$(VENV)/bin/ruff check .

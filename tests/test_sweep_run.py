@@ -208,6 +208,18 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
+def _wait_for_head(ray_bin: Path, port: int, env: dict, timeout_s: float = 120.0) -> None:
+    """Poll `ray health-check` until the head accepts drivers (a few seconds after start)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        check = subprocess.run([str(ray_bin), "health-check", "--address", f"127.0.0.1:{port}"],
+                               env=env, capture_output=True, timeout=60)
+        if check.returncode == 0:
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"the Ray head on port {port} did not become healthy in {timeout_s} s")
+
+
 def test_run_against_a_real_ray_start_cluster(tmp_path):
     """`ray start --head` on loopback with token auth, then `run --address` joins it."""
     import secrets
@@ -228,7 +240,7 @@ def test_run_against_a_real_ray_start_cluster(tmp_path):
     try:
         space_path = write_space(tmp_path, name="on-cluster", search={"n_layers": [1, 2]})
         root = tmp_path / "sweeps"
-        time.sleep(10)  # the head needs a few seconds before it accepts drivers
+        _wait_for_head(ray_bin, port, env)
         driver = subprocess.run(
             [sys.executable, "-m", "sweep.cli", "run", str(space_path), "--root", str(root),
              "--address", f"127.0.0.1:{port}", "--scheduler", "fifo", "--no-progress"],
