@@ -119,7 +119,7 @@ class DefineSpace:
     A class rather than a closure because Tune pickles the searcher with its experiment state.
     """
 
-    def __init__(self, space: Any, make_spec: Callable[[Any], dict]):
+    def __init__(self, space: Any, make_spec: Callable[..., dict]):
         self.space, self.make_spec = space, make_spec
 
     def __call__(self, trial) -> dict[str, Any]:
@@ -197,7 +197,7 @@ class FeasibleOptunaSearch(OptunaSearch):
 
 
 def make_optuna_search(space: Any, study_name: str, storage: Any,
-                       make_spec: Callable[[Any], dict], multi_objective: str | None,
+                       make_spec: Callable[..., dict], multi_objective: str | None,
                        sampler_seed: int | None = None) -> tuple[FeasibleOptunaSearch, Any]:
     """The searcher over `space` and its (loaded or created) study.
 
