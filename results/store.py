@@ -250,19 +250,20 @@ def load_curves(root, sweeps: list[str] | None = None) -> pd.DataFrame:
     return _with_retries(lambda: _curves_table(fs, base, names)).to_pandas()
 
 
-def completed_keys(root, sweep: str) -> dict[tuple[str, int], str]:
-    """(key, seed) -> status of what a sweep already holds, for resume.
+def completed_keys(root, sweep: str) -> dict[tuple[str, str, int], str]:
+    """(key, tuned_json, seed) -> status of what a sweep already holds, for resume.
 
-    When several trials share a (key, seed), a completed/stopped_early one wins over a
-    failed one; among equals the newest wins.
+    `tuned_json` is "{}" for a trial that tuned nothing (also a row written before the
+    column existed). When several trials share a triple, a completed/stopped_early one wins
+    over a failed one; among equals the newest wins.
     """
     fs, base = _filesystem(root)
     validate_sweep_name(sweep)
-    table = _with_retries(
-        lambda: _newest_trials(fs, base, [sweep], columns=["key", "seed", "status"]))
-    rows = sorted(table.select(["key", "seed", "status", "finished_at"]).to_pylist(),
+    columns = ["key", "tuned_json", "seed", "status"]
+    table = _with_retries(lambda: _newest_trials(fs, base, [sweep], columns=columns))
+    rows = sorted(table.select([*columns, "finished_at"]).to_pylist(),
                   key=lambda r: (r["status"] != "failed", r["finished_at"]))
-    return {(r["key"], r["seed"]): r["status"] for r in rows}
+    return {(r["key"], r["tuned_json"] or "{}", r["seed"]): r["status"] for r in rows}
 
 
 def compact(root, sweep: str, grace_s: float = 1.0) -> str | None:

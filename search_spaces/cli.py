@@ -90,9 +90,19 @@ def plan(args: argparse.Namespace) -> int:
             writer.writerow({k: json.dumps(v) if isinstance(v, list) else v for k, v in row.items()})
     else:
         _print_table(space, result, rows)
+    trials = _trials_line(space, len(rows))
     if args.format != "table":  # stdout holds only the data; the summary goes to stderr
-        print(result.counts_line(), *result.dropped_lines(), sep="\n", file=sys.stderr)
+        print(result.counts_line(), *result.dropped_lines(), trials, sep="\n", file=sys.stderr)
+    else:
+        print(trials)
     return 0
+
+
+def _trials_line(space, n_candidates: int) -> str:
+    """How many trials a sweep of the space runs: candidates x tuned combinations x seeds."""
+    tuned, seeds = len(space.tuned_settings()), len(space.seeds)
+    return (f"{n_candidates} candidates x {tuned} tuned settings x {seeds} seeds = "
+            f"{n_candidates * tuned * seeds} trials")
 
 
 def _write_candidates(out: str, space, candidates) -> None:

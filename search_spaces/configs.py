@@ -249,6 +249,22 @@ class TrainConfig(_Strict):
     seed: int = 0
     compile: bool = False  # torch.compile (CUDA only)
     noise_std: Annotated[float, Field(gt=0)] = 0.25  # vision denoising
+    # How weights start (trainers.mup): normal | scaled | xavier | mup. Unset: mup under
+    # `parametrization: mup`, else normal; `init: mup` alone turns muP on.
+    init: Literal["normal", "scaled", "xavier", "mup"] | None = None
+
+    @model_validator(mode="after")
+    def _resolve_init(self):
+        """muP is one choice with two names: `init: mup` and `parametrization: mup` go together."""
+        if self.init is None:
+            object.__setattr__(self, "init", "mup" if self.parametrization == "mup" else "normal")
+        elif self.init == "mup" and "parametrization" not in self.model_fields_set:
+            object.__setattr__(self, "parametrization", "mup")
+        elif (self.init == "mup") != (self.parametrization == "mup"):
+            raise ValueError(f"init {self.init!r} contradicts parametrization "
+                             f"{self.parametrization!r} (muP is init: mup with parametrization: "
+                             "mup; give one of them)")
+        return self
 
 
 def config_key(config: BaseModel) -> str:

@@ -9,6 +9,7 @@ one `UserError` naming the file, the dotted key and the problem.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import math
 from pathlib import Path
@@ -157,6 +158,7 @@ class SearchSpace(_Strict):
     constraints: list[str] = Field(default_factory=list)
     variants: list[Variant] | None = None
     train: TrainConfig = Field(default_factory=TrainConfig)
+    tune: dict[str, list[Any]] = Field(default_factory=dict)  # train key -> values, each tried
     seeds: list[int] = Field(default_factory=lambda: [0])
 
     @model_validator(mode="after")
@@ -191,6 +193,16 @@ class SearchSpace(_Strict):
     @property
     def families(self) -> list[str]:
         return list(dict.fromkeys(v.family for v in self.resolved()))
+
+    def tuned_settings(self) -> list[dict[str, Any]]:
+        """Every combination of the `tune:` values (one empty one when nothing is tuned)."""
+        return [dict(zip(self.tune, combo, strict=True))
+                for combo in itertools.product(*self.tune.values())]
+
+    def train_for(self, tuned: dict[str, Any], seed: int) -> TrainConfig:
+        """The space's `train:` with one tuned combination and a seed applied (validated)."""
+        return TrainConfig.model_validate(
+            {**self.train.model_dump(exclude_unset=True), **tuned, "seed": seed})
 
     def resolved(self) -> list[Resolved]:
         """The space as a list of single-family variants (a family list expands to one each)."""
@@ -281,6 +293,7 @@ def parse_space(doc: Any, text: str = "", file: str = "<space>") -> SearchSpace:
         raise _user_error(error, file) from None
     space._source_text = text or yaml.safe_dump(doc, sort_keys=False)
     space._source_file = file
+    _check_tune(space, file)
     for variant in space.resolved():
         _check_variant(space, variant, file)
     return space
@@ -369,6 +382,56 @@ def _check_variant(space: SearchSpace, v: Resolved, file: str) -> None:
         reference_config(space, v, file)
     if v.raw_size > 50_000_000:
         raise UserError(f"{v.raw_size} raw points is too many (limit 5e7)", file=file, key="search")
+
+
+# train keys every trial of a sweep shares: the seeds list, and the budget ASHA and the
+# "completed" status measure trials by.
+UNTUNABLE = {"seed": "a space's seeds are its `seeds:`",
+             "tokens": "every trial of a sweep trains the same budget",
+             "steps": "every trial of a sweep trains the same budget"}
+
+
+def tuned_json(tuned: dict[str, Any]) -> str:
+    """A trial's tuned values as its row's `tuned_json` ("{}" when nothing is tuned)."""
+    return json.dumps(tuned, sort_keys=True)
+
+
+def tuned_tag(tuned: dict[str, Any]) -> str:
+    """6 hex naming a tuned combination in trial ids."""
+    return hashlib.sha256(tuned_json(tuned).encode()).hexdigest()[:6]
+
+
+def _check_tune(space: SearchSpace, file: str) -> None:
+    """Every `tune:` value must be a valid train setting; store them as TrainConfig reads them."""
+    normal: dict[str, list[Any]] = {}
+    for name, values in space.tune.items():
+        if name in UNTUNABLE:
+            raise UserError(f"{name!r} cannot be tuned ({UNTUNABLE[name]})", file=file,
+                            key=f"tune.{name}")
+        if name not in TrainConfig.model_fields:
+            allowed = ", ".join(n for n in TrainConfig.model_fields if n not in UNTUNABLE)
+            raise UserError(f"unknown train key {name!r} (allowed: {allowed})", file=file,
+                            key=f"tune.{name}")
+        if not values:
+            raise UserError("empty list of values", file=file, key=f"tune.{name}")
+        normal[name] = []
+        for i, value in enumerate(values):
+            try:
+                train = space.train_for({name: value}, 0)
+            except ValidationError as error:
+                problem = error.errors()[0]["msg"].removeprefix("Value error, ")
+                raise UserError(problem, file=file, key=f"tune.{name}[{i}]") from None
+            value = train.model_dump(mode="json")[name]
+            if value in normal[name]:
+                raise UserError(f"{value!r} is listed twice", file=file, key=f"tune.{name}[{i}]")
+            normal[name].append(value)
+    object.__setattr__(space, "tune", normal)
+    for tuned in space.tuned_settings():
+        try:
+            space.train_for(tuned, 0)
+        except ValidationError as error:
+            problem = error.errors()[0]["msg"].removeprefix("Value error, ")
+            raise UserError(f"{tuned_json(tuned)}: {problem}", file=file, key="tune") from None
 
 
 def _check_value(dim: str, value: Any, file: str, key: str) -> None:

@@ -3,8 +3,9 @@
 Rows are written by the driver (`ResultsWriter`, a Tune callback), once per trial, when
 it ends: `completed` (it reached its token budget), `stopped_early` (ASHA stopped it) or
 `failed` (it raised; the error text is kept and the sweep goes on). Trial ids are
-`KEY-sSEED`, so a rerun replaces a row instead of adding one, and a driver killed
-mid-sweep loses only the trials that had not ended: `resume` runs exactly those.
+`KEY-sSEED` (`KEY-tHASH-sSEED` with `tune:`), so a rerun replaces a row instead of adding
+one, and a driver killed mid-sweep loses only the trials that had not ended: `resume` runs
+exactly those (candidate, tuned values, seed).
 """
 
 from __future__ import annotations
@@ -193,7 +194,7 @@ class ResultsWriter(Callback):
     """Writes each trial's row and curve to the results store exactly once, when it ends."""
 
     def __init__(self, root: str, sweep: str, budget: int, data_hash: str, catalog: Any,
-                 statuses: dict[tuple[str, int], str], progress: Any = None):
+                 statuses: dict[tuple[str, str, int], str], progress: Any = None):
         self.progress = progress
         self.root, self.sweep, self.budget, self.data_hash = root, sweep, budget, data_hash
         self.catalog, self.statuses = catalog, statuses
@@ -230,6 +231,7 @@ class ResultsWriter(Callback):
     def _file(self, trial: Any, status: str, error: str | None) -> None:
         from results.schema import TRIAL_COLUMNS
         from results.store import write_trial
+        from sweep.search import trial_triple
 
         spec = trial.config["spec"]
         if spec["trial_id"] in self.written:
@@ -240,7 +242,7 @@ class ResultsWriter(Callback):
         train = spec["document"]["train"]
         row.update(
             sweep=self.sweep, trial_id=spec["trial_id"], key=spec["key"], seed=spec["seed"],
-            status=status, error=error, train_tokens_budget=self.budget,
+            tuned_json=spec["tuned_json"], status=status, error=error, train_tokens_budget=self.budget,
             seq_len=train.get("seq_len"), lr=train.get("lr"),
             config_json=json.dumps(spec["document"], sort_keys=True),
             code_version=self.code_version,
@@ -253,7 +255,7 @@ class ResultsWriter(Callback):
         self.written.add(spec["trial_id"])
         if self.progress is not None:
             self.progress.finished(trial.trial_id, status, spec["trial_id"], error, row)
-        self.statuses[(spec["key"], spec["seed"])] = status
+        self.statuses[trial_triple(spec)] = status
         counts = count_statuses(self.statuses)
         self.catalog.update_counts(self.sweep, counts["completed"], counts["stopped_early"],
                                    counts["failed"])
@@ -358,7 +360,7 @@ def run_sweep(options: SweepOptions, console: Any = None) -> SweepOutcome:
 
     statuses = completed_keys(options.root, name)
     rerun = {"failed"} if options.retry_failed else set()
-    skip = {pair for pair, status in statuses.items() if status not in rerun}
+    skip = {triple for triple, status in statuses.items() if status not in rerun}
     notices: list[str] = []
     if options.search == "grid":
         from search_spaces.solver import plan
@@ -384,7 +386,7 @@ def run_sweep(options: SweepOptions, console: Any = None) -> SweepOutcome:
     from sweep.progress import SweepProgress
     from sweep.trainable import run_trial
 
-    statuses = {pair: s for pair, s in statuses.items() if pair in skip}
+    statuses = {triple: s for triple, s in statuses.items() if triple in skip}
     tune_kwargs: dict[str, Any] = {}
     study = None
     if options.search == "grid":

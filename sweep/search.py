@@ -2,8 +2,9 @@
 
 A *trial spec* is everything one trial needs and everything its result row needs
 besides metrics: the candidate document the trainable trains, the candidate's row
-(shape + accounting columns) and its `trial_id` (`KEY-sSEED`, so a rerun of the same
-candidate and seed replaces its row instead of adding one).
+(shape + accounting columns) and its `trial_id` (`KEY-sSEED`, or `KEY-tHASH-sSEED` in a
+space with `tune:`, HASH naming the tuned values; so a rerun of the same candidate, tuned
+values and seed replaces its row instead of adding one).
 
 Optuna proposes points in the space's declarative `search` dimensions; the solver fills
 the free dimensions. A point that cannot meet the budget is told to Optuna as PRUNED
@@ -24,20 +25,25 @@ OBJECTIVES = ("params_non_embedding", "flops_per_token")  # second objectives Op
 MAX_SUGGEST_TRIES = 500  # fresh points asked of Optuna before calling the space exhausted
 
 
-def trial_id_for(key: str, seed: int) -> str:
-    return f"{key}-s{seed}"
+def trial_id_for(key: str, seed: int, tuned: dict[str, Any] | None = None) -> str:
+    from search_spaces.space import tuned_tag
+
+    return f"{key}-t{tuned_tag(tuned)}-s{seed}" if tuned else f"{key}-s{seed}"
 
 
 def trial_spec(candidate: Any, space: Any, seed: int, data: str | None,
-               device: str | None = None) -> dict[str, Any]:
+               device: str | None = None, tuned: dict[str, Any] | None = None) -> dict[str, Any]:
     """The config one Ray trial receives (JSON-safe: it travels through Ray and Optuna)."""
     from search_spaces.solver import candidate_document
+    from search_spaces.space import tuned_json
 
-    train = space.train.model_copy(update={"seed": seed})
+    tuned = tuned or {}
+    train = space.train_for(tuned, seed)
     row = candidate.to_row()
     return {
-        "trial_id": trial_id_for(candidate.key, seed),
+        "trial_id": trial_id_for(candidate.key, seed, tuned),
         "key": candidate.key,
+        "tuned_json": tuned_json(tuned),
         "seed": seed,
         "document": candidate_document(candidate, train),
         "row": row,
@@ -47,11 +53,17 @@ def trial_spec(candidate: Any, space: Any, seed: int, data: str | None,
     }
 
 
+def trial_triple(spec: dict[str, Any]) -> tuple[str, str, int]:
+    """(key, tuned_json, seed): what makes a trial, as `results.store.completed_keys` keys it."""
+    return spec["key"], spec["tuned_json"], spec["seed"]
+
+
 def grid_specs(space: Any, candidates: list, seeds: list[int], data: str | None,
-               skip: set[tuple[str, int]], device: str | None = None) -> tuple[list[dict], int]:
-    """Every planned candidate x seed not in `skip`; also the total number of pairs."""
-    specs = [trial_spec(c, space, seed, data, device) for c in candidates for seed in seeds]
-    return [s for s in specs if (s["key"], s["seed"]) not in skip], len(specs)
+               skip: set[tuple[str, str, int]], device: str | None = None) -> tuple[list[dict], int]:
+    """Every planned candidate x tuned combination x seed not in `skip`; also how many in all."""
+    specs = [trial_spec(c, space, seed, data, device, tuned)
+             for c in candidates for tuned in space.tuned_settings() for seed in seeds]
+    return [s for s in specs if trial_triple(s) not in skip], len(specs)
 
 
 def open_storage(url: str):
@@ -95,17 +107,19 @@ class SpecMaker:
     def __init__(self, space: Any, seed: int, data: str | None):
         self.space, self.seed, self.data = space, seed, data
 
-    def __call__(self, candidate: Any) -> dict:
-        return trial_spec(candidate, self.space, self.seed, self.data)
+    def __call__(self, candidate: Any, tuned: dict[str, Any] | None = None) -> dict:
+        return trial_spec(candidate, self.space, self.seed, self.data, tuned=tuned)
 
 
 class DefineSpace:
     """Optuna define-by-run function: suggest the declarative dims, let the solver do the rest.
 
+    Each `tune:` key is one more categorical parameter (`tune.KEY`).
+
     A class rather than a closure because Tune pickles the searcher with its experiment state.
     """
 
-    def __init__(self, space: Any, make_spec: Callable[[Any], dict]):
+    def __init__(self, space: Any, make_spec: Callable[..., dict]):
         self.space, self.make_spec = space, make_spec
 
     def __call__(self, trial) -> dict[str, Any]:
@@ -121,8 +135,10 @@ class DefineSpace:
                  for dim, values in variant.grid_values().items()}
         if len(variants) > 1:
             point["variant"] = variant.name
+        tuned = {name: trial.suggest_categorical(f"tune.{name}", values)
+                 for name, values in self.space.tune.items()}
         candidate = solve_point(self.space, point)
-        return {"spec": self.make_spec(candidate) if candidate is not None else None}
+        return {"spec": self.make_spec(candidate, tuned) if candidate is not None else None}
 
 
 class FeasibleOptunaSearch(OptunaSearch):
@@ -131,12 +147,13 @@ class FeasibleOptunaSearch(OptunaSearch):
     def __init__(self, *, study: Any, metric: str | list[str], **kwargs):
         mode = ["min"] * len(metric) if isinstance(metric, list) else "min"
         super().__init__(metric=metric, mode=mode, **kwargs)
-        self._known: dict[str, list[float]] = {}  # candidate key -> objective values
+        self._known: dict[str, list[float]] = {}  # candidate key + tuned -> objective values
         self._running_keys: set[str] = set()
+        self._idents: dict[str, str] = {}  # Tune trial id -> candidate key + tuned
         for trial in study.trials:
             key = trial.user_attrs.get("key")
             if key and trial.values is not None and "duplicate_of" not in trial.user_attrs:
-                self._known[key] = list(trial.values)
+                self._known[key + trial.user_attrs.get("tuned_json", "{}")] = list(trial.values)
 
     def suggest(self, trial_id: str) -> dict | str | None:
         from optuna.trial import TrialState
@@ -145,20 +162,22 @@ class FeasibleOptunaSearch(OptunaSearch):
             config = super().suggest(trial_id)
             ot_trial = self._ot_trials[trial_id]
             spec = config.get("spec")
+            ident = spec and spec["key"] + spec["tuned_json"]
             if spec is None:
                 ot_trial.set_user_attr("infeasible", True)
                 self._ot_study.tell(ot_trial, state=TrialState.PRUNED)
-            elif spec["key"] in self._known:
+            elif ident in self._known:
                 ot_trial.set_user_attr("duplicate_of", spec["key"])
-                values = self._known[spec["key"]]
+                values = self._known[ident]
                 self._ot_study.tell(ot_trial, values if len(values) > 1 else values[0])
-            elif spec["key"] in self._running_keys:
+            elif ident in self._running_keys:
                 ot_trial.set_user_attr("duplicate_of", spec["key"])
                 self._ot_study.tell(ot_trial, state=TrialState.PRUNED)
             else:
-                for name in ("key", "seed", "trial_id"):
+                for name in ("key", "tuned_json", "seed", "trial_id"):
                     ot_trial.set_user_attr(name, spec[name])
-                self._running_keys.add(spec["key"])
+                self._running_keys.add(ident)
+                self._idents[trial_id] = ident
                 return config
             del self._ot_trials[trial_id]
         return Searcher.FINISHED
@@ -169,17 +188,16 @@ class FeasibleOptunaSearch(OptunaSearch):
         super().on_trial_complete(trial_id, result=result, error=error)
         if ot_trial is None:
             return
-        key = ot_trial.user_attrs.get("key") if hasattr(ot_trial, "user_attrs") else None
-        key = key or (result or {}).get("trial_key")
-        self._running_keys.discard(key)
+        ident = self._idents.pop(trial_id, None)
+        self._running_keys.discard(ident)
         metrics = self.metric if isinstance(self.metric, list) else [self.metric]
         values = [(result or {}).get(m) for m in metrics]
-        if key and not error and None not in values:
-            self._known[key] = values
+        if ident and not error and None not in values:
+            self._known[ident] = values
 
 
 def make_optuna_search(space: Any, study_name: str, storage: Any,
-                       make_spec: Callable[[Any], dict], multi_objective: str | None,
+                       make_spec: Callable[..., dict], multi_objective: str | None,
                        sampler_seed: int | None = None) -> tuple[FeasibleOptunaSearch, Any]:
     """The searcher over `space` and its (loaded or created) study.
 

@@ -68,10 +68,10 @@ def test_mup_at_base_width_is_standard_and_deterministic():
     config = ConventionalConfig(d_model=BASE, n_layers=2, n_heads=4, d_h=128, vocab_size=256)
     states, outputs = [], []
     idx = torch.randint(0, 256, (2, 16))
-    for parametrization in ("standard", "mup", "mup"):
+    for init in ("scaled", "mup", "mup"):  # muP at its base width is the `scaled` init
         torch.manual_seed(7)
         model = build_model(config)
-        train = TrainConfig(parametrization=parametrization, mup_base_width=BASE)
+        train = TrainConfig(init=init, mup_base_width=BASE)
         groups = configure(model, config, train)
         assert {g["lr_scale"] for g in groups} == {1.0}
         states.append(model.state_dict())

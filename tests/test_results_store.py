@@ -179,9 +179,13 @@ def test_completed_keys_prefers_finished_over_failed(tmp_path):
     # a later failed retry under a new trial id does not hide the earlier completed one
     write_trial(tmp_path, "s", trial_row(CONFIGS[0], "d", seed=0, status="failed",
                                          finished_at=T0 + timedelta(hours=1)), [])
+    # the same candidate and seed with tuned values is another trial
+    write_trial(tmp_path, "s", trial_row(CONFIGS[0], "e", seed=0, status="failed",
+                                         tuned_json='{"lr": 0.01}'), [])
     assert completed_keys(tmp_path, "s") == {
-        ("key-conventional", 0): "completed", ("key-conventional", 1): "failed",
-        ("key-hourglass", 0): "stopped_early",
+        ("key-conventional", "{}", 0): "completed", ("key-conventional", "{}", 1): "failed",
+        ("key-hourglass", "{}", 0): "stopped_early",
+        ("key-conventional", '{"lr": 0.01}', 0): "failed",
     }
 
 
