@@ -10,6 +10,7 @@ numpy. Every number is a float64 array, so `9**9**9` is `inf`, not a hang.
 from __future__ import annotations
 
 import ast
+import functools
 import operator
 from dataclasses import dataclass
 from typing import Any
@@ -18,6 +19,7 @@ import numpy as np
 
 MAX_LENGTH = 1000  # characters of one expression
 MAX_NODES = 200  # syntax-tree nodes of one expression
+MAX_EXPONENT = 64  # a constant exponent beyond this is a mistake (or a `9**9**9` hang)
 # name -> (numpy function, number of arguments)
 SAFE_FUNCTIONS = {"abs": (np.abs, 1), "min": (np.minimum, 2), "max": (np.maximum, 2),
                   "log": (np.log, 1), "log2": (np.log2, 1), "sqrt": (np.sqrt, 1),
@@ -70,7 +72,20 @@ def compile_expression(text: str, names: set[str] | frozenset[str]) -> Expressio
     for node in nodes:
         if id(node) not in called:
             _check(node, names, id(node) in compared)
+    for node in nodes:
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Pow):
+            _check_exponent(node.right)
     return Expression(text, tree)
+
+
+def _check_exponent(node: ast.AST) -> None:
+    """Refuse a constant exponent above MAX_EXPONENT (evaluated in float64, so it is quick)."""
+    if any(isinstance(n, ast.Name) for n in ast.walk(node)):
+        return  # a column's exponent: float64 overflows to inf, it cannot hang
+    with np.errstate(all="ignore"):
+        value = float(_eval(node, {}))
+    if not abs(value) <= MAX_EXPONENT:
+        raise ExpressionError(f"exponent {value:g} is too large (limit {MAX_EXPONENT})")
 
 
 def _check(node: ast.AST, names, compared: bool) -> None:
@@ -113,7 +128,7 @@ def _eval(node: ast.AST, columns: dict[str, Any]) -> Any:
     if isinstance(node, ast.UnaryOp):
         return UNARY[type(node.op)](_eval(node.operand, columns))
     if isinstance(node, ast.BoolOp):
-        return BOOLEAN[type(node.op)].reduce([_eval(v, columns) for v in node.values])
+        return functools.reduce(BOOLEAN[type(node.op)], (_eval(v, columns) for v in node.values))
     if isinstance(node, ast.Compare):
         left, result = _eval(node.left, columns), np.bool_(True)
         for op, right_node in zip(node.ops, node.comparators, strict=True):

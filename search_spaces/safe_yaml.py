@@ -80,7 +80,8 @@ def parse_yaml(data: bytes | str, file: str) -> Any:
         mark = getattr(error, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark else ""
         problem = getattr(error, "problem", None) or str(error).splitlines()[0]
-        raise UserError(f"malformed YAML{where}: {problem}", file=file) from None
+        raise UserError(f"malformed YAML{where}: {problem} (not valid YAML or JSON)",
+                        file=file) from None
     except (RecursionError, MemoryError):
         raise UserError("YAML nested too deeply", file=file) from None
     except ValueError as error:  # e.g. an integer with more digits than Python will convert

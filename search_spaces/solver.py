@@ -32,6 +32,7 @@ from search_spaces.space import (
     POSITIVE,
     Resolved,
     SearchSpace,
+    constraint_key,
     constraint_names,
     reference_config,
 )
@@ -516,7 +517,7 @@ def _constraints(space: SearchSpace, v: Resolved, cols: dict, n: int) -> list[tu
             masks.append((text, compile_expression(text, allowed).evaluate(names, n)))
         except Exception as error:  # noqa: BLE001 - any evaluation failure is the user's expression
             raise UserError(f"cannot evaluate {text!r}: {error}", file=space.source_file,
-                            key=f"constraints[{i}]") from None
+                            key=constraint_key(space, v, i)) from None
     return masks
 
 

@@ -52,6 +52,7 @@ INTEGER = ("d_model", "n_layers", "n_heads", "head_dim", "n_kv_heads", "d_h", "k
            "d_x", "d_z", "d_out", "width_multiple")
 MAX_VALUES = 1_000_000  # values of one searched dimension
 MAX_RAW = 50_000_000  # raw grid points of one variant
+MAX_SEEDS = 1000  # seeds of one sweep (each is one more trial per candidate)
 
 
 class _Strict(BaseModel):
@@ -125,8 +126,8 @@ class Budget(_Strict):
         if self.metric is not None and self.match is None:
             raise ValueError("metric: only goes with match:")
         for m in given:
-            if getattr(self, m) <= 0:
-                raise ValueError(f"{m} must be positive")
+            if not 0 < getattr(self, m) < math.inf:
+                raise ValueError(f"{m} must be a positive number")
         return self
 
     @property
@@ -262,9 +263,11 @@ class SearchSpace(_Strict):
 
 
 def check_seeds(seeds: list[int]) -> None:
-    """At least one seed, each in [0, 2**32), none twice (each seed is one more trial)."""
+    """1 to MAX_SEEDS seeds, each in [0, 2**32), none twice (each seed is one more trial)."""
     if not seeds:
         raise ValueError("give at least one seed")
+    if len(seeds) > MAX_SEEDS:
+        raise ValueError(f"more than {MAX_SEEDS} seeds")
     bad = [s for s in seeds if not 0 <= s < MAX_SEED]
     if bad:
         raise ValueError(f"seeds must be whole numbers in [0, 2**32), got {bad[0]}")
@@ -430,12 +433,12 @@ def _check_variant(space: SearchSpace, v: Resolved, file: str) -> None:
         try:
             compile_expression(expr, names)
         except ExpressionError as error:
-            raise UserError(str(error), file=file, key=_constraint_key(space, v, i)) from None
+            raise UserError(str(error), file=file, key=constraint_key(space, v, i)) from None
     if v.budget.match is not None:
         reference_config(space, v, file)
 
 
-def _constraint_key(space: SearchSpace, v: Resolved, i: int) -> str:
+def constraint_key(space: SearchSpace, v: Resolved, i: int) -> str:
     """Where constraint i of a resolved variant was written: the space's, then the variant's."""
     if i < len(space.constraints):
         return f"constraints[{i}]"
