@@ -453,7 +453,9 @@ def _check_value(dim: str, value: Any, file: str, key: str) -> None:
             raise UserError(str(error), file=file, key=key) from None
         if isinstance(number, bool) or not isinstance(number, int | float):
             raise UserError(f"expected a number, got {value!r}", file=file, key=key)
-        if not math.isfinite(number) or number <= 0:
+        if not math.isfinite(number):
+            raise UserError(f"{dim} must be a finite number, got {value!r}", file=file, key=key)
+        if number <= 0:
             raise UserError(f"{dim} must be positive, got {value!r}", file=file, key=key)
         if dim in INTEGER and not float(number).is_integer():
             raise UserError(f"{dim} must be a whole number, got {value!r}", file=file, key=key)

@@ -192,7 +192,7 @@ BAD_FIELDS = {
     "d_model 2**21": ({"fixed": {**TINY_SPACE["fixed"], "d_model": 2**21}}, "fixed.d_model", "at most"),
     "searched n_layers 1e7": ({"search": {"n_layers": [1, 10_000_000]}}, "search.n_layers", "at most"),
     "nan ratio": ({"fixed": {**TINY_SPACE["fixed"], "ffn_ratio": float("nan")}, "solve": []},
-                  "fixed.ffn_ratio", "must be positive"),
+                  "fixed.ffn_ratio", "must be a finite number"),
     "infinite budget": ({"budget": {"non_embedding_params": float("inf")}}, "budget", "positive number"),
     "range of 1e9 points": ({"search": {"n_layers": {"min": 1, "max": 1e9, "num": 1e9}}}, "search.n_layers",
                             "the limit is"),
