@@ -270,7 +270,8 @@ def check_seeds(seeds: list[int]) -> None:
         raise ValueError(f"more than {MAX_SEEDS} seeds")
     bad = [s for s in seeds if not 0 <= s < MAX_SEED]
     if bad:
-        raise ValueError(f"seeds must be whole numbers in [0, 2**32), got {bad[0]}")
+        raise ValueError(f"seeds must be whole numbers in [0, 2**{MAX_SEED.bit_length() - 1}), "
+                         f"got {bad[0]}")
     twice = sorted({s for s in seeds if seeds.count(s) > 1})
     if twice:
         raise ValueError(f"seed {twice[0]} is given twice")
@@ -306,7 +307,7 @@ def _locate(name_or_path: str | Path) -> Path:
     return builtin
 
 
-def _read_uri(uri: str) -> str:
+def _read_uri(uri: str) -> bytes:
     """A space kept with its sweep under an object-store root (s3://…), via pyarrow."""
     import pyarrow as pa
     import pyarrow.fs as pafs

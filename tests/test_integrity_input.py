@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import yaml
 
+from search_spaces.errors import UserError
 from search_spaces.expressions import ExpressionError, compile_expression
 from search_spaces.space import load_space
 from sweep.cli import main
@@ -168,7 +169,7 @@ def test_yaml_reader_bounds_alias_expansion_before_building(tmp_path):
     path = tmp_path / "bomb.yaml"
     path.write_text(_bomb(10) + "name: x\n")
     start = time.perf_counter()
-    with pytest.raises(Exception, match="aliases"):
+    with pytest.raises(UserError, match="aliases"):
         load_space(path)
     assert time.perf_counter() - start < 1
 
@@ -282,19 +283,23 @@ def test_train_refuses_a_model_too_large_to_allocate(capsys, tmp_path):
     assert ": model: conventional candidate " in err and "GiB to train" in err and out == ""
 
 
-def test_memory_estimate_counts_states_and_lets_real_models_through():
+def test_memory_check_counts_states_and_points_at_micro_batches():
+    import torch
+
     from search_spaces.accounting import account
     from search_spaces.configs import TrainConfig, make_config
-    from trainers.memory import STATE_BYTES, check_fits, device_bytes, training_bytes
+    from trainers.memory import STATE_BYTES, check_fits, training_bytes
 
     config = make_config({"family": "conventional", **TINY_MODEL})
     train = TrainConfig(steps=1, seq_len=32, batch_tokens=64)
-    need = training_bytes(config, train)
-    assert need > STATE_BYTES * account(config, 32).params_total
+    assert training_bytes(config, train, torch.device("cpu")) > STATE_BYTES * account(config, 32).params_total
     check_fits(config, train, "cpu")  # a tiny model fits
-    import torch
-
-    assert device_bytes(torch.device("cpu")) > 2**30
+    # 33M parameters fit; logits of 2**20 tokens x 2**22 words at once cannot, one sequence can
+    wide_vocab = make_config({"family": "conventional", **TINY_MODEL, "vocab_size": 2**22})
+    whole = TrainConfig(steps=1, seq_len=32, batch_tokens=2**20)
+    with pytest.raises(UserError, match="micro_batch_size may fit"):
+        check_fits(wide_vocab, whole, "cpu")
+    check_fits(wide_vocab, whole.model_copy(update={"micro_batch_size": 1}), "cpu")
 
 
 CANDIDATE_CASES = {
