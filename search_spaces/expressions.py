@@ -4,7 +4,9 @@ A space's `constraints:` are user text, so they are never `eval`ed. `compile_exp
 parses one with `ast` and accepts only column names, numbers, arithmetic, comparisons,
 and/or/not, a few named functions, and text only as an operand of a comparison (with a
 categorical column: `task == 'denoise'`); `Expression.evaluate` then walks that tree with
-numpy. Every number is a float64 array, so `9**9**9` is `inf`, not a hang.
+numpy. Every number is float64, so a power of columns overflows to `inf` instead of
+hanging in Python's unbounded ints, and a constant exponent above MAX_EXPONENT (`9**9**9`)
+is refused outright.
 """
 
 from __future__ import annotations
@@ -61,7 +63,9 @@ def compile_expression(text: str, names: set[str] | frozenset[str]) -> Expressio
         tree = ast.parse(text.strip(), mode="eval")
     except SyntaxError as error:
         raise ExpressionError(f"not an expression: {error.msg}") from None
-    except (RecursionError, MemoryError, ValueError):
+    except ValueError as error:  # e.g. a null byte
+        raise ExpressionError(f"not an expression: {error}") from None
+    except (RecursionError, MemoryError):
         raise ExpressionError("not an expression: nested too deeply") from None
     nodes = list(ast.walk(tree))
     if len(nodes) > MAX_NODES:
