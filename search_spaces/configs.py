@@ -35,9 +35,16 @@ def parse_count(value: Any) -> Any:
     return int(number) if number.is_integer() else number
 
 
+MAX_DIM = 2**20  # any one dimension (width, depth, heads, ...): far beyond any real model
+MAX_VOCAB = 2**24
+MAX_TOKENS = 10**15  # a trial's token budget
+MAX_SEED = 2**32  # seeds are 0 <= seed < MAX_SEED (torch and numpy take them)
+
 Count = Annotated[float, BeforeValidator(parse_count)]
 IntCount = Annotated[int, BeforeValidator(parse_count)]
+PositiveCount = Annotated[int, BeforeValidator(parse_count), Field(gt=0, le=MAX_TOKENS)]
 PositiveInt = Annotated[int, Field(gt=0)]
+Dim = Annotated[int, Field(gt=0, le=MAX_DIM)]
 
 
 @dataclass(frozen=True)
@@ -71,15 +78,15 @@ class _Strict(BaseModel):
 class _LMBase(_Strict):
     """Fields every decoder-only LM family shares."""
 
-    d_model: PositiveInt
-    n_layers: PositiveInt
-    n_heads: PositiveInt
-    head_dim: PositiveInt | None = None  # default d_model // n_heads
-    n_kv_heads: PositiveInt | None = None  # default n_heads (MHA); fewer gives GQA
-    d_h: PositiveInt
+    d_model: Dim
+    n_layers: Dim
+    n_heads: Dim
+    head_dim: Dim | None = None  # default d_model // n_heads
+    n_kv_heads: Dim | None = None  # default n_heads (MHA); fewer gives GQA
+    d_h: Dim
     activation: Activation = "swiglu"
     bias: bool = False
-    vocab_size: PositiveInt = 256
+    vocab_size: Annotated[int, Field(gt=0, le=MAX_VOCAB)] = 256
     tie_embeddings: bool = True
     norm_order: Literal["pre", "post"] = "pre"
 
@@ -130,7 +137,7 @@ class HourglassConfig(_LMBase):
     """Seed 000: each FFN is k residual SwiGLU sub-blocks of bottleneck width d_h."""
 
     family: Literal["hourglass"] = "hourglass"
-    k: PositiveInt = 4
+    k: Dim = 4
     activation: Literal["swiglu", "geglu"] = "swiglu"
 
     def layer_shapes(self) -> list[LayerShape]:
@@ -150,8 +157,8 @@ class VariableWidthConfig(_LMBase):
     shape: Shape = "bottleneck"
     beta: Annotated[float, Field(ge=0.0, le=1.0)] = 0.5
     alpha: Annotated[float, Field(gt=0.0)] = 0.3  # with beta 0.5: seed 002 Table 2 avg widths within 1%
-    widths: list[PositiveInt] | None = None
-    width_multiple: PositiveInt | None = None  # default 2 * n_heads (even head_dim)
+    widths: list[Dim] | None = None
+    width_multiple: Dim | None = None  # default 2 * n_heads (even head_dim)
     resize: Literal["carry", "zero", "projection"] = "carry"
 
     @model_validator(mode="after")
@@ -188,11 +195,11 @@ class VisionMLPConfig(_Strict):
     """Seed 004: residual MLP on images, d_x -> d_z, L blocks d_z -> d_h -> d_z, head -> d_out."""
 
     family: Literal["vision_mlp"] = "vision_mlp"
-    d_x: PositiveInt = 64
-    d_z: PositiveInt
-    d_h: PositiveInt
-    n_layers: PositiveInt
-    d_out: PositiveInt = 64
+    d_x: Dim = 64
+    d_z: Dim
+    d_h: Dim
+    n_layers: Dim
+    d_out: Dim = 64
     input_projection: Literal["fixed", "trained"] = "trained"
     activation: Literal["relu", "gelu"] = "gelu"
     bias: bool = False
@@ -227,10 +234,10 @@ FAMILIES: dict[str, type[BaseModel]] = {
 class TrainConfig(_Strict):
     """The short-trial training recipe (the `train:` block of a space or candidate)."""
 
-    tokens: IntCount | None = None  # LM token budget; or give steps
-    steps: PositiveInt | None = None
-    seq_len: PositiveInt = 128
-    batch_tokens: IntCount = 4096  # tokens per optimizer step (LM)
+    tokens: PositiveCount | None = None  # LM token budget; or give steps
+    steps: Annotated[int, Field(gt=0, le=MAX_TOKENS)] | None = None
+    seq_len: Dim = 128
+    batch_tokens: PositiveCount = 4096  # tokens per optimizer step (LM)
     micro_batch_size: PositiveInt | None = None  # sequences per forward; default all
     batch_size: PositiveInt = 128  # images per step (vision)
     lr: Annotated[float, Field(gt=0)] = 3e-3
@@ -245,8 +252,8 @@ class TrainConfig(_Strict):
     parametrization: Literal["standard", "mup"] = "standard"
     mup_base_width: PositiveInt = 64
     eval_every: PositiveInt | None = None  # steps; default ~10 evaluations per trial
-    eval_tokens: IntCount = 32768  # LM validation tokens per evaluation
-    seed: int = 0
+    eval_tokens: PositiveCount = 32768  # LM validation tokens per evaluation
+    seed: Annotated[int, Field(ge=0, lt=MAX_SEED)] = 0
     compile: bool = False  # torch.compile (CUDA only)
     noise_std: Annotated[float, Field(gt=0)] = 0.25  # vision denoising
     # How weights start (trainers.mup): normal | scaled | xavier | mup. Unset: mup under
@@ -264,6 +271,15 @@ class TrainConfig(_Strict):
             raise ValueError(f"init {self.init!r} contradicts parametrization "
                              f"{self.parametrization!r} (muP is init: mup with parametrization: "
                              "mup; give one of them)")
+        return self
+
+    @model_validator(mode="after")
+    def _whole_sequences(self):
+        """A step trains on whole sequences: below seq_len, batch_tokens would silently
+        become one sequence (the loop takes max(1, batch_tokens // seq_len) of them)."""
+        if self.batch_tokens < self.seq_len:
+            raise ValueError(f"batch_tokens={self.batch_tokens} is less than one sequence "
+                             f"(seq_len={self.seq_len})")
         return self
 
 

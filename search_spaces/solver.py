@@ -26,7 +26,16 @@ from pydantic import ValidationError
 from search_spaces.accounting import Accounting, account, blocks_total, lm_totals, vision_totals
 from search_spaces.configs import FAMILIES, LayerShape, TrainConfig, config_key, make_config
 from search_spaces.errors import UserError
-from search_spaces.space import INTEGER, POSITIVE, Resolved, SearchSpace, reference_config
+from search_spaces.expressions import compile_expression
+from search_spaces.space import (
+    INTEGER,
+    POSITIVE,
+    Resolved,
+    SearchSpace,
+    constraint_key,
+    constraint_names,
+    reference_config,
+)
 
 METRIC_COLUMN = {"non_embedding_params": "params_non_embedding", "total_params": "params_total",
                  "flops_per_token": "flops_per_token"}
@@ -483,14 +492,9 @@ def _valid(family: str, cols: dict, n: int) -> np.ndarray:
     return ok
 
 
-SAFE_FUNCTIONS = {"abs": np.abs, "min": np.minimum, "max": np.maximum, "log": np.log,
-                  "log2": np.log2, "sqrt": np.sqrt, "round": np.round, "floor": np.floor,
-                  "ceil": np.ceil, "np": np}
-
-
 def _constraints(space: SearchSpace, v: Resolved, cols: dict, n: int) -> list[tuple[str, np.ndarray]]:
-    """Evaluate the space's boolean expressions over the candidate columns (numpy, no
-    builtins): one (expression, mask of rows meeting it) per constraint."""
+    """Evaluate the space's expressions (`search_spaces.expressions`, checked when the space
+    was loaded) over the candidate columns: one (expression, mask of rows meeting it) each."""
     masks: list[tuple[str, np.ndarray]] = []
     if not v.constraints:
         return masks
@@ -498,6 +502,8 @@ def _constraints(space: SearchSpace, v: Resolved, cols: dict, n: int) -> list[tu
     wide = _wide(v)
     names.setdefault("ffn_ratio", np.asarray(cols["d_h"]) / np.asarray(cols[wide]))
     names.setdefault("width_depth_ratio", np.asarray(cols[wide]) / np.asarray(cols["n_layers"]))
+    names.setdefault("avg_layer_width", cols[wide])  # one width in every layer
+    names.setdefault("params_frozen", 0)
     if v.family != "vision_mlp":
         for dim in ("head_dim", "n_kv_heads"):
             if names.get(dim) is None:
@@ -505,17 +511,13 @@ def _constraints(space: SearchSpace, v: Resolved, cols: dict, n: int) -> list[tu
                               else cols["n_heads"])
     for dim in FAMILIES[v.family].model_fields:
         names.setdefault(dim, _default(v.family, dim))
-    for i, expr in enumerate(v.constraints):
+    allowed = constraint_names(v.family)
+    for i, text in enumerate(v.constraints):
         try:
-            with np.errstate(all="ignore"):
-                result = eval(expr, {"__builtins__": {}, **SAFE_FUNCTIONS}, names)  # noqa: S307
-            masks.append((expr, np.broadcast_to(np.asarray(result, dtype=bool), (n,))))
-        except NameError as error:
-            raise UserError(f"{error} (available: {', '.join(sorted(names))})",
-                            file=space.source_file, key=f"constraints[{i}]") from None
+            masks.append((text, compile_expression(text, allowed).evaluate(names, n)))
         except Exception as error:  # noqa: BLE001 - any evaluation failure is the user's expression
-            raise UserError(f"cannot evaluate {expr!r}: {error}", file=space.source_file,
-                            key=f"constraints[{i}]") from None
+            raise UserError(f"cannot evaluate {text!r}: {error}", file=space.source_file,
+                            key=constraint_key(space, v, i)) from None
     return masks
 
 

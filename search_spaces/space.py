@@ -8,6 +8,7 @@ one `UserError` naming the file, the dotted key and the problem.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import itertools
 import json
@@ -17,10 +18,30 @@ from typing import Any, Literal
 
 import numpy as np
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    FiniteFloat,
+    PrivateAttr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
-from search_spaces.configs import FAMILIES, Count, TrainConfig, parse_count
+from search_spaces.accounting import Accounting
+from search_spaces.configs import (
+    FAMILIES,
+    MAX_DIM,
+    MAX_SEED,
+    MAX_VOCAB,
+    Count,
+    TrainConfig,
+    parse_count,
+)
 from search_spaces.errors import UserError
+from search_spaces.expressions import ExpressionError, compile_expression
+from search_spaces.safe_yaml import MAX_BYTES, parse_yaml, read_bytes, read_yaml
 
 BUILTIN_DIR = Path(__file__).parent / "builtin"
 METRICS = ("non_embedding_params", "total_params", "flops_per_token")
@@ -30,6 +51,9 @@ POSITIVE = ("d_model", "n_layers", "n_heads", "head_dim", "n_kv_heads", "d_h", "
             "d_x", "d_z", "d_out", "width_multiple", "ffn_ratio", "width_depth_ratio", "alpha")
 INTEGER = ("d_model", "n_layers", "n_heads", "head_dim", "n_kv_heads", "d_h", "k", "vocab_size",
            "d_x", "d_z", "d_out", "width_multiple")
+MAX_VALUES = 1_000_000  # values of one searched dimension
+MAX_RAW = 50_000_000  # raw grid points of one variant
+MAX_SEEDS = 1000  # seeds of one sweep (each is one more trial per candidate)
 
 
 class _Strict(BaseModel):
@@ -40,10 +64,10 @@ class Range(_Strict):
     """`{min, max, num|step, log}`: `num` points (evenly or log-spaced) or every `step`
     (a factor when `log`), both ends included."""
 
-    min: float
-    max: float
+    min: FiniteFloat
+    max: FiniteFloat
     num: int | None = Field(default=None, gt=0)
-    step: float | None = Field(default=None, gt=0)
+    step: FiniteFloat | None = Field(default=None, gt=0)
     log: bool = False
 
     @model_validator(mode="after")
@@ -56,18 +80,28 @@ class Range(_Strict):
             raise ValueError("a log range needs min > 0")
         if self.log and self.step is not None and self.step <= 1:
             raise ValueError("a log range's step is a factor and must be > 1")
+        if self.count() > MAX_VALUES:
+            raise ValueError(f"this range has {self.count():.4g} points; the limit is {MAX_VALUES:,}")
         return self
+
+    def count(self) -> float:
+        """How many points `values` builds (before integer rounding merges any), from the
+        parameters alone: an absurd range is refused before any array exists."""
+        if self.num is not None:
+            return self.num
+        with np.errstate(all="ignore"):
+            span = (np.log(self.max / self.min) / np.log(self.step) if self.log
+                    else (self.max - self.min) / self.step)
+        return float(np.floor(span + 1e-9)) + 1 if np.isfinite(span) else math.inf
 
     def values(self, integer: bool = False) -> list:
         if self.num is not None:
             space = np.geomspace if self.log else np.linspace
             points = space(self.min, self.max, self.num)
         elif self.log:
-            count = int(math.floor(math.log(self.max / self.min) / math.log(self.step) + 1e-9)) + 1
-            points = self.min * self.step ** np.arange(count)
+            points = self.min * self.step ** np.arange(int(self.count()))
         else:
-            count = int(math.floor((self.max - self.min) / self.step + 1e-9)) + 1
-            points = self.min + self.step * np.arange(count)
+            points = self.min + self.step * np.arange(int(self.count()))
         if integer:
             return sorted({int(round(p)) for p in points})
         return [float(p) for p in points]
@@ -93,8 +127,8 @@ class Budget(_Strict):
         if self.metric is not None and self.match is None:
             raise ValueError("metric: only goes with match:")
         for m in given:
-            if getattr(self, m) <= 0:
-                raise ValueError(f"{m} must be positive")
+            if not 0 < getattr(self, m) < math.inf:
+                raise ValueError(f"{m} must be a positive number")
         return self
 
     @property
@@ -145,6 +179,11 @@ class Resolved(BaseModel):
     def raw_size(self) -> int:
         return math.prod(len(v) for v in self.grid_values().values())
 
+    @property
+    def raw_bound(self) -> float:
+        """At least `raw_size`, from list lengths and range parameters, building nothing."""
+        return math.prod(v.count() if isinstance(v, Range) else len(v) for v in self.search.values())
+
 
 class SearchSpace(_Strict):
     name: str
@@ -160,6 +199,12 @@ class SearchSpace(_Strict):
     train: TrainConfig = Field(default_factory=TrainConfig)
     tune: dict[str, list[Any]] = Field(default_factory=dict)  # train key -> values, each tried
     seeds: list[int] = Field(default_factory=lambda: [0])
+
+    @field_validator("seeds")
+    @classmethod
+    def _seeds(cls, seeds: list[int]) -> list[int]:
+        check_seeds(seeds)
+        return seeds
 
     @model_validator(mode="after")
     def _fill_family(self):
@@ -229,11 +274,33 @@ class SearchSpace(_Strict):
         return out
 
 
+def check_seeds(seeds: list[int]) -> None:
+    """1 to MAX_SEEDS seeds, each in [0, 2**32), none twice (each seed is one more trial)."""
+    if not seeds:
+        raise ValueError("give at least one seed")
+    if len(seeds) > MAX_SEEDS:
+        raise ValueError(f"more than {MAX_SEEDS} seeds")
+    bad = [s for s in seeds if not 0 <= s < MAX_SEED]
+    if bad:
+        raise ValueError(f"seeds must be whole numbers in [0, 2**{MAX_SEED.bit_length() - 1}), "
+                         f"got {bad[0]}")
+    twice = sorted({s for s in seeds if seeds.count(s) > 1})
+    if twice:
+        raise ValueError(f"seed {twice[0]} is given twice")
+
+
+def constraint_names(family: str) -> frozenset[str]:
+    """The columns a constraint may name: the family's fields, the derived ratios and the
+    accounting columns (the solver provides each of them)."""
+    accounting = {f.name for f in dataclasses.fields(Accounting)} - {"widths"}
+    return frozenset(_family_fields(family) - {"widths"} | set(DERIVED) | accounting)
+
+
 def list_builtin() -> list[tuple[str, str]]:
     """(name, description) of every built-in space, sorted by name."""
     out = []
     for path in sorted(BUILTIN_DIR.glob("*.yaml")):
-        doc = yaml.safe_load(path.read_text()) or {}
+        doc = read_yaml(path) or {}
         out.append((path.stem, str(doc.get("description", "")).strip()))
     return out
 
@@ -252,7 +319,7 @@ def _locate(name_or_path: str | Path) -> Path:
     return builtin
 
 
-def _read_uri(uri: str) -> str:
+def _read_uri(uri: str) -> bytes:
     """A space kept with its sweep under an object-store root (s3://…), via pyarrow."""
     import pyarrow as pa
     import pyarrow.fs as pafs
@@ -260,27 +327,27 @@ def _read_uri(uri: str) -> str:
     try:
         fs, path = pafs.FileSystem.from_uri(uri)
         with fs.open_input_stream(path) as stream:
-            return stream.read().decode()
+            return stream.read(MAX_BYTES + 1)
     except (OSError, pa.ArrowException) as error:
         raise UserError(f"cannot read: {error}", file=uri) from None
 
 
 def load_space(name_or_path: str | Path) -> SearchSpace:
     """Parse and check a space (a file, a built-in name or a pyarrow URI); every problem is
-    a `UserError(problem, file=, key=)`."""
+    a `UserError(problem, file=, key=)`. A space read from a file must say how long a
+    trial trains, since `run` and `resume` read spaces only this way."""
     if "://" in str(name_or_path):
-        path, text = str(name_or_path), _read_uri(str(name_or_path))
+        path = str(name_or_path)
+        data = _read_uri(path)
     else:
-        path = _locate(name_or_path)
-        text = path.read_text()
-    try:
-        doc = yaml.safe_load(text)
-    except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark else ""
-        raise UserError(f"malformed YAML{where}: {getattr(error, 'problem', error)}",
-                        file=str(path)) from None
-    return parse_space(doc, text=text, file=str(path))
+        path = str(_locate(name_or_path))
+        data = read_bytes(path)
+    doc = parse_yaml(data, path)
+    space = parse_space(doc, text=data.decode(), file=path)
+    if space.train.tokens is None and space.train.steps is None:
+        raise UserError("say how long each trial trains: give train.tokens or train.steps",
+                        file=path, key="train")
+    return space
 
 
 def parse_space(doc: Any, text: str = "", file: str = "<space>") -> SearchSpace:
@@ -336,6 +403,9 @@ def _check_variant(space: SearchSpace, v: Resolved, file: str) -> None:
         raise UserError(f"unknown family {v.family!r} (allowed: {', '.join(FAMILIES)})",
                         file=file, key=f"{where}family" if space.variants else "family")
     allowed = _family_fields(v.family) | set(DERIVED)
+    if v.raw_bound > MAX_RAW:  # before any range is expanded into an array
+        raise UserError(f"{v.raw_bound:.4g} raw points is too many (limit {MAX_RAW:.0e})",
+                        file=file, key=f"{where}search")
     for section in ("fixed", "search"):
         values = getattr(v, section)
         for dim, value in values.items():
@@ -372,16 +442,21 @@ def _check_variant(space: SearchSpace, v: Resolved, file: str) -> None:
     for dim, multiple in v.round.items():
         if multiple <= 0:
             raise UserError("a rounding multiple must be positive", file=file, key=f"round.{dim}")
+    names = constraint_names(v.family)
     for i, expr in enumerate(v.constraints):
         try:
-            compile(expr, "<constraint>", "eval")
-        except SyntaxError as error:
-            raise UserError(f"not an expression: {error.msg}", file=file,
-                            key=f"constraints[{i}]") from None
+            compile_expression(expr, names)
+        except ExpressionError as error:
+            raise UserError(str(error), file=file, key=constraint_key(space, v, i)) from None
     if v.budget.match is not None:
         reference_config(space, v, file)
-    if v.raw_size > 50_000_000:
-        raise UserError(f"{v.raw_size} raw points is too many (limit 5e7)", file=file, key="search")
+
+
+def constraint_key(space: SearchSpace, v: Resolved, i: int) -> str:
+    """Where constraint i of a resolved variant was written: the space's, then the variant's."""
+    if i < len(space.constraints):
+        return f"constraints[{i}]"
+    return f"variants[{v.index}].constraints[{i - len(space.constraints)}]"
 
 
 # train keys every trial of a sweep shares: the seeds list, and the budget ASHA and the
@@ -442,10 +517,16 @@ def _check_value(dim: str, value: Any, file: str, key: str) -> None:
             raise UserError(str(error), file=file, key=key) from None
         if isinstance(number, bool) or not isinstance(number, int | float):
             raise UserError(f"expected a number, got {value!r}", file=file, key=key)
+        if not math.isfinite(number):
+            raise UserError(f"{dim} must be a finite number, got {value!r}", file=file, key=key)
         if number <= 0:
             raise UserError(f"{dim} must be positive, got {value!r}", file=file, key=key)
         if dim in INTEGER and not float(number).is_integer():
             raise UserError(f"{dim} must be a whole number, got {value!r}", file=file, key=key)
+        limit = MAX_VOCAB if dim == "vocab_size" else MAX_DIM
+        if dim in INTEGER and number > limit:
+            raise UserError(f"{dim} must be at most {limit:,} (2**{limit.bit_length() - 1}), "
+                            f"got {value!r}", file=file, key=key)
 
 
 def reference_config(space: SearchSpace, v: Resolved, file: str | None = None):

@@ -59,18 +59,23 @@ def add_arguments_run(parser: argparse.ArgumentParser) -> None:
 
 
 def parse_seeds(text: str | None) -> list[int] | None:
+    """`N` (seeds 0..N-1) or `a,b,c`: every part a seed, each valid and given once."""
+    from search_spaces.space import MAX_SEEDS, check_seeds
+
     if text is None:
         return None
     try:
-        if "," in text:
-            return [int(part) for part in text.split(",") if part.strip()]
-        count = int(text)
+        seeds = [int(part) for part in text.split(",")]
     except ValueError:
         raise UserError(f"cannot read {text!r} as a seed count or a comma list",
                         key="--seeds") from None
-    if count < 1:
-        raise UserError("needs at least one seed", key="--seeds")
-    return list(range(count))
+    if len(seeds) == 1 and "," not in text:  # a count
+        seeds = list(range(min(seeds[0], MAX_SEEDS + 1)))
+    try:
+        check_seeds(seeds)
+    except ValueError as error:
+        raise UserError(str(error), key="--seeds") from None
+    return seeds
 
 
 def _report(outcome: Any, root: str) -> int:
@@ -227,12 +232,12 @@ def add_arguments_export(parser: argparse.ArgumentParser) -> None:
 
 def _budget_groups(trials, record) -> Any:
     """Each trial's budget target: the budget column over (1 + budget_error), 3 digits."""
-    import yaml
-
+    from search_spaces.safe_yaml import parse_yaml
     from search_spaces.solver import METRIC_COLUMN
     from search_spaces.space import parse_space
 
-    space = parse_space(yaml.safe_load(record.space_yaml), text=record.space_yaml)
+    where = f"catalog sweep {record.name}"
+    space = parse_space(parse_yaml(record.space_yaml, where), text=record.space_yaml, file=where)
     column = METRIC_COLUMN[space.budget.target_metric]
     target = trials[column] / (1 + trials["budget_error"].fillna(0))
     return target.map(lambda t: float(f"{t:.3g}"))

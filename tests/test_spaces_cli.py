@@ -92,6 +92,7 @@ budget: {non_embedding_params: 113.2M}
 fixed: {d_model: 768, n_layers: 12, n_heads: 12, vocab_size: 50304}
 search: {k: [5, 6]}
 solve: d_h
+train: {tokens: 1M}
 """
 
 BAD = {

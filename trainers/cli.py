@@ -6,6 +6,9 @@ import argparse
 import json
 
 from search_spaces.configs import parse_count
+from search_spaces.errors import UserError
+
+SPACE_KEYS = ("budget", "search", "solve", "variants", "constraints", "seeds")  # only a space has them
 
 
 def _count(text: str) -> int:
@@ -60,14 +63,35 @@ def _print_summary(result, config, train) -> None:
     Console().print(table)
 
 
+def refuse_space(path: str) -> None:
+    """A search space given where a candidate belongs gets a pointer, not 'd_model: Field required'."""
+    from pathlib import Path
+
+    from search_spaces.safe_yaml import read_yaml
+
+    if not Path(path).is_file():
+        return  # load_candidate says so
+    doc = read_yaml(path)
+    if isinstance(doc, dict) and "model" not in doc and any(k in doc for k in SPACE_KEYS):
+        raise UserError("this is a search space, not a candidate config; use `shapesweep run` "
+                        "or `shapesweep plan --out DIR`", file=path)
+
+
 def train(args: argparse.Namespace) -> int:
     from trainers.loop import load_candidate
     from trainers.loop import train as run_training
 
+    refuse_space(args.config)
     config, recipe = load_candidate(args.config)
     if args.steps is not None or args.tokens is not None:
-        recipe = recipe.model_validate({**recipe.model_dump(), "steps": args.steps,
-                                        "tokens": args.tokens})
+        from pydantic import ValidationError
+
+        try:
+            recipe = recipe.model_validate({**recipe.model_dump(), "steps": args.steps,
+                                            "tokens": args.tokens})
+        except ValidationError as error:
+            flag = "--steps" if args.steps is not None else "--tokens"
+            raise UserError(error.errors()[0]["msg"], key=flag) from None
     result = run_training(config, recipe, data=args.data, checkpoint_dir=args.checkpoint_dir,
                           device=args.device, progress=not args.json, tokenizer=args.tokenizer)
     if args.json:

@@ -175,10 +175,12 @@ def train(model_config, train: TrainConfig, data: str | None = None,
           device: str | None = None, progress: bool = False,
           tokenizer: str | None = None) -> TrainResult:
     """Train `model_config` under the recipe `train`; resumes from `checkpoint_dir` if it holds one."""
+    from trainers.memory import check_fits
     from trainers.models import build_model
     from trainers.mup import configure
 
     dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    check_fits(model_config, train, dev)  # refuse a model too large before torch allocates it
     cuda = dev.type == "cuda"
     task, per_step, units_per_step, data_hash = make_task(model_config, train, data, tokenizer)
     steps = total_steps(train, units_per_step)
@@ -291,16 +293,14 @@ def load_candidate(path: str | Path):
     level, like one row of `plan --format json`) is accepted too: only the family's fields
     are read from it.
     """
-    import yaml
     from pydantic import ValidationError
+
+    from search_spaces.safe_yaml import read_yaml
 
     file = str(path)
     if not Path(path).is_file():
         raise UserError("candidate file not found", file=file)
-    try:
-        doc = yaml.safe_load(Path(path).read_text())
-    except yaml.YAMLError as error:
-        raise UserError(f"not valid YAML/JSON ({str(error).splitlines()[0]})", file=file) from error
+    doc = read_yaml(path)
     if not isinstance(doc, dict):
         raise UserError("expected a mapping with keys family, model and train", file=file)
     model = doc.get("model", None)

@@ -1,0 +1,340 @@
+"""Hostile and absurd input through the real `shapesweep` entry point: nothing runs code,
+nothing hangs, nothing is written; each is one line `file: key: problem` and exit 2."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from search_spaces.errors import UserError
+from search_spaces.expressions import ExpressionError, compile_expression
+from search_spaces.space import load_space
+from sweep.cli import main
+from tests.sweep_helpers import TINY_SPACE, write_space
+
+MARKER = "PWNED"  # the file a payload would create
+
+
+def shapesweep(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def files_under(folder: Path) -> set[Path]:
+    return set(folder.rglob("*"))
+
+
+def assert_refused(code: int, err: str, file: str | Path, key: str | None, problem: str) -> None:
+    lines = err.strip().splitlines()
+    assert code == 2, err
+    assert len(lines) == 1, err
+    assert str(file) in lines[0] and problem in lines[0], lines[0]
+    if key is not None:
+        assert f": {key}: " in lines[0], lines[0]
+
+
+def marker_payloads(folder: Path) -> dict[str, str]:
+    marker = folder / MARKER
+    return {
+        "numpy writes a file": f"np.savetxt('{marker}', [1]) is None",
+        "object graph escape": "().__class__.__base__.__subclasses__() != 0",
+        "shell through numpy": f"np.testing._private.utils.os.system('touch {marker}') == 0",
+        "import": f"__import__('os').system('touch {marker}') == 0",
+        "lambda": "(lambda: 1)() == 1",
+        "subscript": "d_model[0] > 1",
+        "comprehension": "[x for x in d_model] != 0",
+        "f-string": "f'{d_model}' == 'x'",
+        "unknown name": "width > 3",
+    }
+
+
+PROBLEMS = {"numpy writes a file": "only these functions", "object graph escape": "only these functions",
+            "shell through numpy": "only these functions", "import": "only these functions",
+            "lambda": "only these functions", "subscript": "Subscript is not allowed",
+            "comprehension": "ListComp is not allowed", "f-string": "JoinedStr is not allowed",
+            "unknown name": "unknown name 'width'"}
+
+
+@pytest.mark.parametrize("case", sorted(PROBLEMS))
+def test_plan_refuses_constraint_payloads_at_load(capsys, tmp_path, case):
+    expr = marker_payloads(tmp_path)[case]
+    path = write_space(tmp_path, constraints=[expr])
+    before = files_under(tmp_path)
+    code, out, err = shapesweep(capsys, "plan", str(path), "--out", str(tmp_path / "cands"))
+    assert_refused(code, err, path, "constraints[0]", PROBLEMS[case])
+    assert out == "" and files_under(tmp_path) == before
+    assert not (tmp_path / MARKER).exists()
+
+
+def test_a_variants_constraint_is_named_by_its_own_key(capsys, tmp_path):
+    variants = [{"name": "a"}, {"name": "b", "constraints": ["n_layers > 1", "n_layers.real > 1"]}]
+    path = write_space(tmp_path, variants=variants)
+    code, _, err = shapesweep(capsys, "plan", str(path))
+    assert_refused(code, err, path, "variants[1].constraints[1]", "Attribute is not allowed")
+
+
+def test_a_huge_constant_exponent_is_refused_fast_in_a_fresh_process(tmp_path):
+    """`9**9**9` hung the solver; a subprocess with a timeout fails a regression, not hangs it."""
+    path = write_space(tmp_path, constraints=["9**9**9 > 0"])
+    start = time.perf_counter()
+    result = subprocess.run([sys.executable, "-m", "sweep.cli", "plan", str(path)],
+                            capture_output=True, text=True, timeout=60,
+                            cwd=Path(__file__).resolve().parents[1])
+    assert time.perf_counter() - start < 30
+    assert_refused(result.returncode, result.stderr, path, "constraints[0]", "exponent")
+    assert result.stdout == ""
+
+
+def test_column_exponents_overflow_instead_of_hanging(capsys, tmp_path):
+    path = write_space(tmp_path, constraints=["d_model ** d_model ** n_layers > 0"])
+    start = time.perf_counter()
+    code, out, err = shapesweep(capsys, "plan", str(path), "--format", "json")
+    assert code == 0, err
+    assert time.perf_counter() - start < 10
+    assert len(json.loads(out)) == 4  # inf > 0 holds: the constraint keeps every depth
+
+
+def test_constraints_keep_their_language():
+    """What constraints may say: columns, numbers, arithmetic, chained comparisons, and/or/not,
+    the named functions, and text compared with a categorical column."""
+    names = {"d_model", "n_layers", "task", "bias"}
+    columns = {"d_model": np.array([64.0, 128, 256]), "n_layers": np.array([2, 3, 4]),
+               "task": "denoise", "bias": False}
+    cases = {
+        "n_layers % 2 == 0 and d_model > 100": [False, False, True],
+        "1 < n_layers < 4": [True, True, False],
+        "not (d_model // 64 == 2) or bias": [True, False, True],
+        "min(d_model, 100) == 100 and log2(d_model) >= 7": [False, True, True],
+        "task == 'denoise' and -n_layers < -2": [False, True, True],
+        "sqrt(d_model * d_model) == d_model and abs(-n_layers) == n_layers": [True, True, True],
+    }
+    for text, expected in cases.items():
+        assert compile_expression(text, names).evaluate(columns, 3).tolist() == expected, text
+    for text in ("d_model.real > 0", "min(d_model) > 0", "round(d_model, 2) > 0", "max > 0",
+                 "d_model if bias else 1", "'x' * 3 == task", "d_model @ d_model", "2 ** 65 > 0",
+                 "x" * 2000, "((((((d_model))))))" * 100, "d_model >"):
+        with pytest.raises(ExpressionError):
+            compile_expression(text, names)
+
+
+def _bomb(levels: int = 9) -> str:
+    lines = ['l0: &l0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    for i in range(1, levels):
+        lines.append(f"l{i}: &l{i} [" + ", ".join([f"*l{i - 1}"] * 9) + "]")
+    return "\n".join(lines) + "\n"
+
+
+def _space_text(**changes) -> str:
+    return yaml.safe_dump({**TINY_SPACE, **changes}, sort_keys=False)
+
+
+YAML_CASES = {
+    "not utf-8": (_space_text().encode() + b"description: caf\xe9\n", None, "not UTF-8"),
+    "duplicate top-level key": (_space_text() + "name: again\n", "name", "duplicate key"),
+    "duplicate nested key": (_space_text().replace("  d_model: 32", "  d_model: 32\n  d_model: 64")
+                             .encode(), "fixed.d_model", "duplicate key"),
+    "alias bomb in budget.match": (
+        (_bomb() + _space_text(budget={"match": {"family": "conventional"}})
+         .replace("family: conventional\n    ", "family: conventional\n    extra: *l8\n    ", 1)).encode(),
+        None, "aliases"),
+    "merge key": (_space_text() + "defaults: &d {a: 1}\nother:\n  <<: *d\n", None, "aliases"),
+    "over 1 MiB": (_space_text() + "description: '" + "x" * (1 << 20) + "'\n", None, "limit"),
+    "nested too deeply": (_space_text() + "description: " + "[" * 100_000 + "]" * 100_000 + "\n",
+                          None, "nested too deeply"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(YAML_CASES))
+def test_plan_refuses_bad_yaml_quickly(capsys, tmp_path, case):
+    text, key, problem = YAML_CASES[case]
+    path = tmp_path / "space.yaml"
+    path.write_bytes(text if isinstance(text, bytes) else text.encode())
+    start = time.perf_counter()
+    code, out, err = shapesweep(capsys, "plan", str(path))
+    assert time.perf_counter() - start < 5  # the alias bomb took 34 s and 1.3 GB
+    assert_refused(code, err, path, key, problem)
+    assert out == ""
+
+
+def test_yaml_reader_bounds_alias_expansion_before_building(tmp_path):
+    """The bomb is refused while composing, so even ten levels cost nothing."""
+    path = tmp_path / "bomb.yaml"
+    path.write_text(_bomb(10) + "name: x\n")
+    start = time.perf_counter()
+    with pytest.raises(UserError, match="aliases"):
+        load_space(path)
+    assert time.perf_counter() - start < 1
+
+
+BAD_FIELDS = {
+    "no seeds": ({"seeds": []}, "seeds", "at least one seed"),
+    "negative seed": ({"seeds": [0, -1]}, "seeds", "[0, 2**32)"),
+    "duplicate seeds": ({"seeds": [3, 1, 3]}, "seeds", "given twice"),
+    "negative tokens": ({"train": {**TINY_SPACE["train"], "tokens": -5}}, "train.tokens", "greater than 0"),
+    "zero steps": ({"train": {"steps": 0}}, "train.steps", "greater than 0"),
+    "zero batch_tokens": ({"train": {**TINY_SPACE["train"], "batch_tokens": 0}}, "train.batch_tokens",
+                          "greater than 0"),
+    "batch_tokens below a sequence": ({"train": {**TINY_SPACE["train"], "batch_tokens": 16}}, "train",
+                                      "less than one sequence"),
+    "negative eval_tokens": ({"train": {**TINY_SPACE["train"], "eval_tokens": -1}},
+                             "train.eval_tokens", "greater than 0"),
+    "absurd tokens": ({"train": {**TINY_SPACE["train"], "tokens": "1e18"}}, "train.tokens", "less than"),
+    "no training budget": ({"train": {"seq_len": 32, "batch_tokens": 512}}, "train", "train.tokens or train.steps"),
+    "no train block": ({"train": None}, "train", None),
+    "vocab_size 1e12": ({"fixed": {**TINY_SPACE["fixed"], "vocab_size": 1e12}}, "fixed.vocab_size", "at most"),
+    "d_model 2**21": ({"fixed": {**TINY_SPACE["fixed"], "d_model": 2**21}}, "fixed.d_model", "at most"),
+    "searched n_layers 1e7": ({"search": {"n_layers": [1, 10_000_000]}}, "search.n_layers", "at most"),
+    "nan ratio": ({"fixed": {**TINY_SPACE["fixed"], "ffn_ratio": float("nan")}, "solve": []},
+                  "fixed.ffn_ratio", "must be a finite number"),
+    "infinite budget": ({"budget": {"non_embedding_params": float("inf")}}, "budget", "positive number"),
+    "range of 1e9 points": ({"search": {"n_layers": {"min": 1, "max": 1e9, "num": 1e9}}}, "search.n_layers",
+                            "the limit is"),
+    "infinite range": ({"search": {"n_layers": {"min": 1, "max": float("inf"), "step": 1}}},
+                       "search.n_layers.max", "finite"),
+    "raw grid of 1e18": ({"search": {"n_layers": {"min": 1, "max": 1e6, "num": 1e6},
+                                     "n_heads": {"min": 1, "max": 1e6, "num": 1e6},
+                                     "vocab_size": {"min": 1, "max": 1e6, "num": 1e6}}},
+                         "search", "raw points is too many"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_FIELDS))
+def test_plan_refuses_absurd_counts_and_seeds(capsys, tmp_path, case):
+    changes, key, problem = BAD_FIELDS[case]
+    doc = {**TINY_SPACE, **changes}
+    doc = {k: v for k, v in doc.items() if v is not None}
+    path = tmp_path / "space.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    start = time.perf_counter()
+    code, out, err = shapesweep(capsys, "plan", str(path))
+    assert time.perf_counter() - start < 10  # a 1e9-point range allocated 7.5 GiB first
+    assert_refused(code, err, path, key, problem or "")
+    assert out == ""
+
+
+RUN_CASES = {
+    "payload in a constraint": lambda folder: (
+        write_space(folder, constraints=[f"np.savetxt('{folder / MARKER}', [1]) is None"]), []),
+    "no training budget": lambda folder: (
+        write_space(folder, train={"seq_len": 32, "batch_tokens": 512}), []),
+    "no seeds in the space": lambda folder: (write_space(folder, seeds=[]), []),
+    "--seeds 0,,1": lambda folder: (write_space(folder), ["--seeds", "0,,1"]),
+    "--seeds with a duplicate": lambda folder: (write_space(folder), ["--seeds", "2,2"]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(RUN_CASES))
+def test_run_refuses_before_any_sweep_state_exists(capsys, tmp_path, case):
+    """Refused before the catalog, the sweep folder or Ray exists."""
+    space, extra = RUN_CASES[case](tmp_path)
+    root = tmp_path / "root"
+    code, _, err = shapesweep(capsys, "run", str(space), "--root", str(root), "--no-progress", *extra)
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert ": --seeds: " in err if extra else str(space) in err
+    assert not root.exists()
+    assert not (tmp_path / MARKER).exists()
+
+
+def test_resume_refuses_an_edited_saved_space_before_running_it(capsys, tmp_path):
+    """A root written the way runner writes one (sweep.json + space.yaml), whose space.yaml
+    was then edited to carry a payload: resume refuses it and runs nothing."""
+    from results.store import sweep_dir, write_sweep_file
+    from sweep.runner import OPTIONS_FILE, SPACE_FILE, SweepOptions
+
+    root, name = tmp_path / "root", TINY_SPACE["name"]
+    saved = f"{sweep_dir(str(root), name)}/{SPACE_FILE}"
+    options = SweepOptions(space=saved, name=name, root=str(root))
+    write_sweep_file(str(root), name, OPTIONS_FILE, json.dumps(options.__dict__))
+    marker = tmp_path / MARKER
+    hostile = {**TINY_SPACE, "constraints": [f"np.testing._private.utils.os.system('touch {marker}') == 0"]}
+    write_sweep_file(str(root), name, SPACE_FILE, yaml.safe_dump(hostile, sort_keys=False))
+    before = files_under(root)
+    code, _, err = shapesweep(capsys, "resume", name, "--root", str(root), "--no-progress")
+    assert_refused(code, err, saved, "constraints[0]", "only these functions")
+    assert not marker.exists()
+    assert files_under(root) == before  # no catalog database, no Ray folder
+
+
+def _candidate(folder: Path, model: dict, train: dict | None = None, family: str = "conventional") -> Path:
+    path = folder / "candidate.yaml"
+    train = train or {"steps": 2, "seq_len": 32, "batch_tokens": 64, "eval_tokens": 64}
+    path.write_text(yaml.safe_dump({"family": family, "model": model, "train": train}))
+    return path
+
+
+TINY_MODEL = {"d_model": 32, "n_layers": 1, "n_heads": 2, "d_h": 64}
+
+
+def test_train_refuses_a_model_too_large_to_allocate(capsys, tmp_path):
+    """d_model 1e6 died inside torch's allocator; now the accounting refuses it first."""
+    path = _candidate(tmp_path, {**TINY_MODEL, "d_model": 1_000_000})
+    start = time.perf_counter()
+    code, out, err = shapesweep(capsys, "train", str(path), "--device", "cpu", "--json")
+    assert time.perf_counter() - start < 10
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert ": model: conventional candidate " in err and "GiB to train" in err and out == ""
+
+
+def test_memory_check_counts_states_and_points_at_micro_batches():
+    import torch
+
+    from search_spaces.accounting import account
+    from search_spaces.configs import TrainConfig, make_config
+    from trainers.memory import STATE_BYTES, check_fits, training_bytes
+
+    config = make_config({"family": "conventional", **TINY_MODEL})
+    train = TrainConfig(steps=1, seq_len=32, batch_tokens=64)
+    assert training_bytes(config, train, torch.device("cpu")) > STATE_BYTES * account(config, 32).params_total
+    check_fits(config, train, "cpu")  # a tiny model fits
+    # 33M parameters fit; logits of 2**20 tokens x 2**22 words at once cannot, one sequence can
+    wide_vocab = make_config({"family": "conventional", **TINY_MODEL, "vocab_size": 2**22})
+    whole = TrainConfig(steps=1, seq_len=32, batch_tokens=2**20)
+    with pytest.raises(UserError, match="micro_batch_size may fit"):
+        check_fits(wide_vocab, whole, "cpu")
+    check_fits(wide_vocab, whole.model_copy(update={"micro_batch_size": 1}), "cpu")
+
+
+CANDIDATE_CASES = {
+    "a search space": (lambda folder: write_space(folder), None, "this is a search space"),
+    "not utf-8": (lambda folder: _write(folder, b"family: conventional\nmodel: {d_model: 3\xff}\n"),
+                  None, "not UTF-8"),
+    "duplicate model key": (lambda folder: _write(
+        folder, b"family: conventional\nmodel: {d_model: 32, d_model: 64, n_layers: 1, n_heads: 2, d_h: 8}\n"),
+        "model.d_model", "duplicate key"),
+    "alias": (lambda folder: _write(folder, b"family: conventional\nm: &m {d_model: 32}\nmodel: *m\n"),
+              None, "aliases"),
+    "zero batch_tokens": (lambda folder: _candidate(folder, TINY_MODEL, {"steps": 2, "batch_tokens": 0}),
+                          "train.batch_tokens", "greater than 0"),
+    "vocab_size 1e12": (lambda folder: _candidate(folder, {**TINY_MODEL, "vocab_size": 10**12}),
+                        "model.vocab_size", "less than or equal"),
+}
+
+
+def _write(folder: Path, data: bytes) -> Path:
+    path = folder / "candidate.yaml"
+    path.write_bytes(data)
+    return path
+
+
+@pytest.mark.parametrize("case", sorted(CANDIDATE_CASES))
+def test_train_refuses_bad_candidate_files(capsys, tmp_path, case):
+    make, key, problem = CANDIDATE_CASES[case]
+    path = make(tmp_path)
+    before = files_under(tmp_path)
+    code, out, err = shapesweep(capsys, "train", str(path), "--device", "cpu")
+    assert_refused(code, err, path, key, problem)
+    assert out == "" and files_under(tmp_path) == before
+
+
+def test_train_refuses_an_absurd_token_flag(capsys, tmp_path):
+    path = _candidate(tmp_path, TINY_MODEL)
+    code, _, err = shapesweep(capsys, "train", str(path), "--tokens", "1e18")
+    assert_refused(code, err, "--tokens", "--tokens", "less than or equal")
