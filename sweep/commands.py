@@ -219,7 +219,12 @@ def add_arguments_export(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--per", choices=("family", "budget"), default=None,
                         help="take the top N of each family or of each budget")
     parser.add_argument("--metric", default="val_loss", help="rank by this trials column")
-    parser.add_argument("--format", choices=("yaml", "json"), default="yaml")
+    parser.add_argument("--format", choices=("yaml", "json", "hf"), default="yaml",
+                        help="hf: a Hugging Face LlamaForCausalLM folder per config "
+                             "(conventional family; needs shapesweep[hf])")
+    parser.add_argument("--weights", action="append", metavar="DIR",
+                        help="--format hf: a `train --save` folder; its weights go with the "
+                             "exported config of the same shape (repeatable)")
     parser.add_argument("--out", required=True, help="folder for the config files")
     parser.add_argument("--include-stopped", action="store_true",
                         help="rank stopped-early trials too (default: completed only)")
@@ -246,6 +251,8 @@ def export(args: argparse.Namespace) -> int:
 
     if args.top < 1:
         raise UserError("must be at least 1", key="--top")
+    if args.weights and args.format != "hf":
+        raise UserError("only with --format hf", key="--weights")
     if args.metric not in TRIAL_COLUMNS.names:
         raise UserError(f"unknown column {args.metric!r}", key="--metric")
     trials = load_trials(args.root, [args.name])
@@ -269,9 +276,7 @@ def export(args: argparse.Namespace) -> int:
         raise UserError(f"sweep {args.name!r} has no {'/'.join(sorted(keep))} trials with "
                         f"{args.metric}", key="--metric")
 
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    written = []
+    documents = []
     for rank, row in enumerate(chosen.to_dict("records"), start=1):
         document = json.loads(row["config_json"])
         document["metrics"] = {m: _clean(row.get(m)) for m in EXPORT_METRICS}
@@ -280,12 +285,92 @@ def export(args: argparse.Namespace) -> int:
             "key": row["key"], "code_version": row.get("code_version"),
             "data_hash": row.get("data_hash"), "rank": rank, "ranked_by": args.metric,
         }
-        path = out / f"{rank:02d}-{row['family']}-{row['key']}.{args.format}"
+        documents.append((f"{rank:02d}-{row['family']}-{row['key']}", document))
+    if args.format == "hf":
+        return _export_hf(documents, Path(args.out), args.weights or [])
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for stem, document in documents:
+        path = out / f"{stem}.{args.format}"
         text = (yaml.safe_dump(document, sort_keys=False) if args.format == "yaml"
                 else json.dumps(document, indent=2))
         tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
         tmp.write_text(text)
         os.replace(tmp, path)
+        written.append(path)
+    for path in written:
+        print(path)
+    return 0
+
+
+def _typed(document: dict[str, Any]):
+    """(model config, TrainConfig) of an exported document (written by the sweep: valid)."""
+    from search_spaces.configs import TrainConfig, make_config
+
+    model = document["model"]
+    config = make_config({**model, "family": document.get("family") or model.get("family")})
+    return config, TrainConfig.model_validate(document.get("train") or {})
+
+
+def _hf_weights(configs: dict[str, tuple], folders: list[str]) -> dict[str, dict]:
+    """Each `--weights` folder's state dict, by the key of the exported config it belongs to."""
+    from search_spaces.configs import config_key
+    from trainers import checkpoint, hf_export
+
+    found: dict[str, dict] = {}
+    for folder in folders:
+        config, train, state = checkpoint.load_model(folder)
+        key = config_key(config)
+        if key not in configs:
+            raise UserError(f"holds config {key}, which is not among the {len(configs)} exported "
+                            "(see --top / --per)", file=folder, key="--weights")
+        if key in found:
+            raise UserError(f"a second folder for config {key}", file=folder, key="--weights")
+        reason = hf_export.unsupported(config, train)
+        if reason:
+            raise UserError(f"{reason}; export it with --format yaml", file=folder, key="--weights")
+        found[key] = state
+    return found
+
+
+def _export_hf(documents: list[tuple[str, dict]], out: Path, weight_folders: list[str]) -> int:
+    """One Hugging Face folder per config; every check runs before anything is written."""
+    import shutil
+
+    import yaml
+
+    from search_spaces.configs import config_key
+    from trainers import hf_export
+
+    hf_export.require_transformers()
+    configs = {}
+    for stem, document in documents:
+        config, train = _typed(document)
+        reason = hf_export.unsupported(config, train)
+        if reason:
+            raise UserError(f"{stem}: {reason}; export it with --format yaml", key="--format hf")
+        configs[config_key(config)] = (stem, document, config, train)
+    weights = _hf_weights(configs, weight_folders)
+
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for key, (stem, document, config, train) in configs.items():
+        path, tmp = out / stem, out / f".{stem}.{os.getpid()}.tmp"
+        tmp.mkdir()
+        try:
+            (tmp / "shapesweep.yaml").write_text(yaml.safe_dump(document, sort_keys=False))
+            hf_export.write_folder(tmp, config, train, weights.get(key))
+            if path.exists():  # a previous export of the same config: swap it out whole
+                old = out / f".{stem}.{os.getpid()}.old"
+                os.replace(path, old)
+                os.replace(tmp, path)
+                shutil.rmtree(old)
+            else:
+                os.replace(tmp, path)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
         written.append(path)
     for path in written:
         print(path)
