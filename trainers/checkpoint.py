@@ -40,8 +40,14 @@ def save(directory: str | Path, state: dict[str, Any]) -> None:
 
 def check_save_dir(directory: str | Path | None) -> None:
     """Refuse a `--save` target that can never hold the model, before training starts."""
-    if directory is not None and Path(directory).exists() and not Path(directory).is_dir():
+    if directory is None:
+        return
+    if Path(directory).exists() and not Path(directory).is_dir():
         raise UserError("exists and is not a folder", file=str(directory), key="--save")
+    try:
+        import safetensors  # noqa: F401
+    except ImportError:
+        raise UserError("needs safetensors (pip install 'shapesweep[hf]')", key="--save") from None
 
 
 def save_model(directory: str | Path, model: torch.nn.Module, model_config, train) -> None:
