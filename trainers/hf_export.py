@@ -1,7 +1,8 @@
 """A conventional candidate as a Hugging Face `LlamaForCausalLM`: config.json and weights.
 
-Every convention below is read off the model code (`trainers/lm.py`, `trainers/ffn.py`),
-by building the shapesweep model on the meta device, not restated here:
+The conventions, as `trainers/lm.py` and `trainers/ffn.py` implement them; the numbers
+(head sizes, RoPE base, norm eps) are read at export time from the shapesweep model built
+on the meta device, so this table documents them and the code never restates them:
 
 | shapesweep (trainers.lm / ffn)                    | LlamaConfig / LlamaForCausalLM          |
 |---------------------------------------------------|-----------------------------------------|
