@@ -7,6 +7,7 @@ verbs that do not need them stay fast.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import math
 import os
@@ -16,6 +17,7 @@ from typing import Any
 from search_spaces.errors import UserError
 
 HIGHER_IS_BETTER = {"psnr", "ssim", "accuracy", "tokens_per_s"}
+FOLDER_FORMATS = {"hf": "trainers.hf_export", "torch": "trainers.torch_export"}
 EXPORT_METRICS = ("val_loss", "best_val_loss", "val_ppl", "train_loss", "psnr", "ssim", "tokens",
                   "steps", "wall_time_s", "tokens_per_s")
 
@@ -219,12 +221,13 @@ def add_arguments_export(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--per", choices=("family", "budget"), default=None,
                         help="take the top N of each family or of each budget")
     parser.add_argument("--metric", default="val_loss", help="rank by this trials column")
-    parser.add_argument("--format", choices=("yaml", "json", "hf"), default="yaml",
+    parser.add_argument("--format", choices=("yaml", "json", *FOLDER_FORMATS), default="yaml",
                         help="hf: a Hugging Face LlamaForCausalLM folder per config "
-                             "(conventional family; needs shapesweep[hf])")
+                             "(conventional family); torch: a standalone PyTorch model.py "
+                             "folder (any LM family); both need shapesweep[hf]")
     parser.add_argument("--weights", action="append", metavar="DIR",
-                        help="--format hf: a `train --save` folder; its weights go with the "
-                             "exported config of the same shape (repeatable)")
+                        help="--format hf/torch: a `train --save` folder; its weights go with "
+                             "the exported config of the same shape (repeatable)")
     parser.add_argument("--out", required=True, help="folder for the config files")
     parser.add_argument("--include-stopped", action="store_true",
                         help="rank stopped-early trials too (default: completed only)")
@@ -251,8 +254,8 @@ def export(args: argparse.Namespace) -> int:
 
     if args.top < 1:
         raise UserError("must be at least 1", key="--top")
-    if args.weights and args.format != "hf":
-        raise UserError("only with --format hf", key="--weights")
+    if args.weights and args.format not in FOLDER_FORMATS:
+        raise UserError("only with --format hf or torch", key="--weights")
     if args.metric not in TRIAL_COLUMNS.names:
         raise UserError(f"unknown column {args.metric!r}", key="--metric")
     trials = load_trials(args.root, [args.name])
@@ -286,8 +289,9 @@ def export(args: argparse.Namespace) -> int:
             "data_hash": row.get("data_hash"), "rank": rank, "ranked_by": args.metric,
         }
         documents.append((f"{rank:02d}-{row['family']}-{row['key']}", document))
-    if args.format == "hf":
-        return _export_hf(documents, Path(args.out), args.weights or [])
+    if args.format in FOLDER_FORMATS:
+        exporter = importlib.import_module(FOLDER_FORMATS[args.format])
+        return _export_folders(documents, Path(args.out), args.weights or [], exporter)
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -314,10 +318,10 @@ def _typed(document: dict[str, Any]):
     return config, TrainConfig.model_validate(document.get("train") or {})
 
 
-def _hf_weights(configs: dict[str, tuple], folders: list[str]) -> dict[str, dict]:
+def _weights(configs: dict[str, tuple], folders: list[str], exporter) -> dict[str, dict]:
     """Each `--weights` folder's state dict, by the key of the exported config it belongs to."""
     from search_spaces.configs import config_key
-    from trainers import checkpoint, hf_export
+    from trainers import checkpoint
 
     found: dict[str, dict] = {}
     for folder in folders:
@@ -328,31 +332,31 @@ def _hf_weights(configs: dict[str, tuple], folders: list[str]) -> dict[str, dict
                             "(see --top / --per)", file=folder, key="--weights")
         if key in found:
             raise UserError(f"a second folder for config {key}", file=folder, key="--weights")
-        reason = hf_export.unsupported(config, train)
+        reason = exporter.unsupported(config, train)
         if reason:
-            raise UserError(f"{reason}; export it with --format yaml", file=folder, key="--weights")
+            raise UserError(reason, file=folder, key="--weights")
         found[key] = state
     return found
 
 
-def _export_hf(documents: list[tuple[str, dict]], out: Path, weight_folders: list[str]) -> int:
-    """One Hugging Face folder per config; every check runs before anything is written."""
+def _export_folders(documents: list[tuple[str, dict]], out: Path, weight_folders: list[str],
+                    exporter) -> int:
+    """One folder per config (`exporter.write_folder`); every check runs before anything is written."""
     import shutil
 
     import yaml
 
     from search_spaces.configs import config_key
-    from trainers import hf_export
 
-    hf_export.require_transformers()
+    exporter.require()
     configs = {}
     for stem, document in documents:
         config, train = _typed(document)
-        reason = hf_export.unsupported(config, train)
+        reason = exporter.unsupported(config, train)
         if reason:
-            raise UserError(f"{stem}: {reason}; export it with --format yaml", key="--format hf")
+            raise UserError(f"{stem}: {reason}", key="--format")
         configs[config_key(config)] = (stem, document, config, train)
-    weights = _hf_weights(configs, weight_folders)
+    weights = _weights(configs, weight_folders, exporter)
 
     out.mkdir(parents=True, exist_ok=True)
     written = []
@@ -361,7 +365,7 @@ def _export_hf(documents: list[tuple[str, dict]], out: Path, weight_folders: lis
         tmp.mkdir()
         try:
             (tmp / "shapesweep.yaml").write_text(yaml.safe_dump(document, sort_keys=False))
-            hf_export.write_folder(tmp, config, train, weights.get(key))
+            exporter.write_folder(tmp, config, train, weights.get(key))
             if path.exists():  # a previous export of the same config: swap it out whole
                 old = out / f".{stem}.{os.getpid()}.old"
                 os.replace(path, old)

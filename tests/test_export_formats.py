@@ -1,4 +1,5 @@
-"""`export --format hf`: a conventional winner as a Hugging Face `LlamaForCausalLM`.
+"""`export --format hf|torch`: a winner as a Hugging Face `LlamaForCausalLM` (conventional
+family) or as a standalone PyTorch file (any language-model family).
 
 The sweep to export from is written through the real results store (no Ray); the
 weights come from a real `shapesweep train CONFIG --steps 3 --save DIR`.
@@ -6,6 +7,7 @@ weights come from a real `shapesweep train CONFIG --steps 3 --save DIR`.
 
 from __future__ import annotations
 
+import subprocess
 import sys
 
 import numpy as np
@@ -23,6 +25,7 @@ from trainers.checkpoint import save_model
 from trainers.data import builtin_corpus
 from trainers.loop import load_candidate
 from trainers.models import build_model
+from trainers.mup import configure
 
 TRAIN = dict(steps=3, seq_len=32, batch_tokens=256, eval_tokens=512, lr=1e-2)
 BASE = dict(family="conventional", d_model=32, n_layers=2, n_heads=2, d_h=96)
@@ -43,6 +46,23 @@ REFUSED = {  # what no standard architecture holds, and the words that say why
     "simple_gated": ({**BASE, "activation": "simple_gated"}, {}, "activation simple_gated"),
     "mup": ({**BASE, "d_h": 64}, {"parametrization": "mup"}, "muP"),
 }
+STANDALONE = {  # (fields, train overrides) that only the standalone PyTorch export holds
+    "hourglass-post-norm": (REFUSED["hourglass"][0] | {"norm_order": "post"}, {}),
+    "variable_width-projection": (REFUSED["variable_width"][0] | {"resize": "projection",
+                                                                 "shape": "grow"}, {}),
+    "conventional-mup": (BASE, {"parametrization": "mup", "mup_base_width": 16}),
+}
+# Runs model.py where shapesweep cannot be imported, and saves its logits for `tokens.npy`.
+RUN_STANDALONE = """
+import sys, numpy, torch
+sys.modules.update(search_spaces=None, trainers=None, sweep=None)
+sys.path.insert(0, sys.argv[1])
+import model
+net = model.load(sys.argv[1]).eval()
+with torch.no_grad():
+    logits = net(torch.from_numpy(numpy.load(sys.argv[2])))
+numpy.save(sys.argv[3], logits.numpy())
+"""
 
 
 @pytest.fixture(autouse=True)
@@ -70,9 +90,26 @@ def _sweep(root, models: list[tuple[dict, dict]], name: str = "winners") -> list
     return rows
 
 
-def _export(root, out, *extra) -> int:
-    return main(["export", "winners", "--root", str(root), "--top", "2", "--format", "hf",
+def _export(root, out, *extra, format="hf") -> int:
+    return main(["export", "winners", "--root", str(root), "--top", "2", "--format", format,
                  "--out", str(out), *extra])
+
+
+def _tokens() -> torch.Tensor:
+    """Two rows of real validation text."""
+    return torch.from_numpy(np.asarray(builtin_corpus().val[:2 * 48], dtype=np.int64)).view(2, 48)
+
+
+def _train_saved(tmp_path, fields: dict, train: dict | None = None):
+    """`shapesweep train CONFIG --steps 3 --save DIR`; returns DIR and the trained model."""
+    candidate, weights = tmp_path / "candidate.yaml", tmp_path / "trained"
+    candidate.write_text(yaml.safe_dump(_document(fields, train)))
+    assert main(["train", str(candidate), "--steps", "3", "--save", str(weights), "--json"]) == 0
+    config, recipe = load_candidate(candidate)
+    model = build_model(config)
+    configure(model, config, recipe)  # muP's multipliers live on the model, not in its weights
+    model.load_state_dict(load_file(weights / "model.safetensors"))
+    return weights, model
 
 
 def _one_line_error(capsys, *words) -> str:
@@ -98,9 +135,7 @@ def test_config_json_builds_a_llama_of_exactly_params_total(tmp_path, capsys, na
 
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_trained_weights_give_shapesweeps_logits(tmp_path, capsys, name):
-    candidate, weights = tmp_path / "candidate.yaml", tmp_path / "trained"
-    candidate.write_text(yaml.safe_dump(_document(MODELS[name])))
-    assert main(["train", str(candidate), "--steps", "3", "--save", str(weights), "--json"]) == 0
+    weights, ours = _train_saved(tmp_path, MODELS[name])
     capsys.readouterr()
     other = {**BASE, "d_h": 64}  # ranked second, exported without weights
     rows = _sweep(tmp_path / "root", [(MODELS[name], {}), (other, {})])
@@ -109,15 +144,33 @@ def test_trained_weights_give_shapesweeps_logits(tmp_path, capsys, name):
     assert capsys.readouterr().out.split() == [str(f) for f in folders]
     assert not (folders[1] / "model.safetensors").exists()
 
-    ours = build_model(make_config(MODELS[name]))
-    ours.load_state_dict(load_file(weights / "model.safetensors"))
     theirs, info = LlamaForCausalLM.from_pretrained(folders[0], output_loading_info=True)
     assert not any(info.values()), info  # every weight named, none left over
-    tokens = torch.from_numpy(np.asarray(builtin_corpus().val[:2 * 48], dtype=np.int64)).view(2, 48)
     with torch.no_grad():
-        expected, got = ours.eval()(tokens), theirs.eval()(tokens).logits
+        expected, got = ours.eval()(_tokens()), theirs.eval()(_tokens()).logits
     assert expected.std() > 0.1  # trained logits, not a constant both sides would agree on
     torch.testing.assert_close(got, expected, atol=1e-4, rtol=0)
+
+
+@pytest.mark.parametrize("name", sorted(STANDALONE))
+def test_standalone_torch_file_gives_shapesweeps_logits(tmp_path, capsys, name):
+    fields, train = STANDALONE[name]
+    weights, ours = _train_saved(tmp_path, fields, train)
+    capsys.readouterr()
+    rows = _sweep(tmp_path / "root", [(fields, train)])
+    assert _export(tmp_path / "root", tmp_path / "out", "--weights", str(weights),
+                   format="torch") == 0
+    folder = tmp_path / "out" / f"01-{rows[0]['family']}-{rows[0]['key']}"
+    assert sorted(p.name for p in folder.iterdir()) == [
+        "config.json", "model.py", "model.safetensors", "shapesweep.yaml"]
+    np.save(tmp_path / "tokens.npy", _tokens().numpy())
+    subprocess.run([sys.executable, "-c", RUN_STANDALONE, str(folder), str(tmp_path / "tokens.npy"),
+                    str(tmp_path / "logits.npy")], check=True, cwd=tmp_path)
+    with torch.no_grad():
+        expected = ours.eval()(_tokens())
+    assert expected.std() > 0.1
+    torch.testing.assert_close(torch.from_numpy(np.load(tmp_path / "logits.npy")), expected,
+                               atol=1e-5, rtol=0)
 
 
 @pytest.mark.parametrize("name", sorted(REFUSED))

@@ -57,7 +57,7 @@ LAYER_NAMES = {  # block submodule -> the Llama modules its rows split into, in 
 END_NAMES = {"wte": "model.embed_tokens", "final_norm": "model.norm", "lm_head": "lm_head"}
 
 
-def require_transformers() -> None:
+def require() -> None:
     """One line naming the extra when `transformers` or `safetensors` is missing."""
     try:
         import safetensors  # noqa: F401
@@ -68,6 +68,11 @@ def require_transformers() -> None:
 
 def unsupported(model_config, train) -> str | None:
     """Why this candidate has no exact Llama equivalent, or None when it has one."""
+    reason = _unsupported(model_config, train)
+    return reason and f"{reason}; use --format torch (standalone PyTorch) or --format yaml"
+
+
+def _unsupported(model_config, train) -> str | None:
     if model_config.family != "conventional":
         return f"the {model_config.family} family has no standard architecture"
     if model_config.norm_order != "pre":
