@@ -318,12 +318,12 @@ def _typed(document: dict[str, Any]):
     return config, TrainConfig.model_validate(document.get("train") or {})
 
 
-def _weights(configs: dict[str, tuple], folders: list[str], exporter) -> dict[str, dict]:
-    """Each `--weights` folder's state dict, by the key of the exported config it belongs to."""
+def _weights(configs: dict[str, tuple], folders: list[str], exporter) -> dict[str, tuple]:
+    """Each `--weights` folder's (train recipe, state dict), by the key of its exported config."""
     from search_spaces.configs import config_key
     from trainers import checkpoint
 
-    found: dict[str, dict] = {}
+    found: dict[str, tuple] = {}
     for folder in folders:
         config, train, state = checkpoint.load_model(folder)
         key = config_key(config)
@@ -335,7 +335,7 @@ def _weights(configs: dict[str, tuple], folders: list[str], exporter) -> dict[st
         reason = exporter.unsupported(config, train)
         if reason:
             raise UserError(reason, file=folder, key="--weights")
-        found[key] = state
+        found[key] = (train, state)
     return found
 
 
@@ -362,10 +362,11 @@ def _export_folders(documents: list[tuple[str, dict]], out: Path, weight_folders
     written = []
     for key, (stem, document, config, train) in configs.items():
         path, tmp = out / stem, out / f".{stem}.{os.getpid()}.tmp"
+        trained, state = weights.get(key, (train, None))  # weights: the recipe they ran under
         tmp.mkdir()
         try:
             (tmp / "shapesweep.yaml").write_text(yaml.safe_dump(document, sort_keys=False))
-            exporter.write_folder(tmp, config, train, weights.get(key))
+            exporter.write_folder(tmp, config, trained, state)
             if path.exists():  # a previous export of the same config: swap it out whole
                 old = out / f".{stem}.{os.getpid()}.old"
                 os.replace(path, old)

@@ -35,7 +35,8 @@ Weights (layer i; a fused matrix splits along its output rows in this order):
 Not expressible, so refused: hourglass (k residual sub-blocks with their own norms),
 variable_width (per-layer widths), vision_mlp, post-norm (OLMo-2 order without its QK
 norm), ungated relu/gelu FFNs, simple_gated (its residual alpha), and muP (a logit
-multiplier and 1/head_dim attention, which Llama cannot hold). z-loss only shapes training.
+multiplier and 1/head_dim attention, which Llama cannot hold); `--format torch`
+(`trainers.torch_export`) holds every language-model one. z-loss only shapes training.
 """
 
 from __future__ import annotations
