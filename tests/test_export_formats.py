@@ -118,6 +118,16 @@ def _one_line_error(capsys, *words) -> str:
     return err
 
 
+@pytest.mark.parametrize("format", ["yaml", "json"])
+def test_file_formats_are_candidates_train_reads(tmp_path, capsys, format):
+    rows = _sweep(tmp_path / "root", [(BASE, {}), (REFUSED["hourglass"][0], {})])
+    assert _export(tmp_path / "root", tmp_path / "out", format=format) == 0
+    paths = [tmp_path / "out" / f"0{r}-{row['family']}-{row['key']}.{format}"
+             for r, row in enumerate(rows, 1)]
+    assert capsys.readouterr().out.split() == [str(p) for p in paths]
+    assert [config_key(load_candidate(p)[0]) for p in paths] == [row["key"] for row in rows]
+
+
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_config_json_builds_a_llama_of_exactly_params_total(tmp_path, capsys, name):
     rows = _sweep(tmp_path / "root", [(MODELS[name], {})])
