@@ -7,6 +7,7 @@ verbs that do not need them stay fast.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import math
 import os
@@ -16,6 +17,7 @@ from typing import Any
 from search_spaces.errors import UserError
 
 HIGHER_IS_BETTER = {"psnr", "ssim", "accuracy", "tokens_per_s"}
+FOLDER_FORMATS = {"hf": "trainers.hf_export", "torch": "trainers.torch_export"}
 EXPORT_METRICS = ("val_loss", "best_val_loss", "val_ppl", "train_loss", "psnr", "ssim", "tokens",
                   "steps", "wall_time_s", "tokens_per_s")
 
@@ -224,7 +226,13 @@ def add_arguments_export(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--per", choices=("family", "budget"), default=None,
                         help="take the top N of each family or of each budget")
     parser.add_argument("--metric", default="val_loss", help="rank by this trials column")
-    parser.add_argument("--format", choices=("yaml", "json"), default="yaml")
+    parser.add_argument("--format", choices=("yaml", "json", *FOLDER_FORMATS), default="yaml",
+                        help="hf: a Hugging Face LlamaForCausalLM folder per config "
+                             "(conventional family); torch: a standalone PyTorch model.py "
+                             "folder (any LM family); both need shapesweep[hf]")
+    parser.add_argument("--weights", action="append", metavar="DIR",
+                        help="--format hf/torch: a `train --save` folder; its weights go with "
+                             "the exported config of the same shape (repeatable)")
     parser.add_argument("--out", required=True, help="folder for the config files")
     parser.add_argument("--include-stopped", action="store_true",
                         help="rank stopped-early trials too (default: completed only)")
@@ -251,6 +259,8 @@ def export(args: argparse.Namespace) -> int:
 
     if args.top < 1:
         raise UserError("must be at least 1", key="--top")
+    if args.weights and args.format not in FOLDER_FORMATS:
+        raise UserError("only with --format hf or torch", key="--weights")
     if args.metric not in TRIAL_COLUMNS.names:
         raise UserError(f"unknown column {args.metric!r}", key="--metric")
     trials = load_trials(args.root, [args.name])
@@ -274,9 +284,7 @@ def export(args: argparse.Namespace) -> int:
         raise UserError(f"sweep {args.name!r} has no {'/'.join(sorted(keep))} trials with "
                         f"{args.metric}", key="--metric")
 
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    written = []
+    documents = []
     for rank, row in enumerate(chosen.to_dict("records"), start=1):
         document = json.loads(row["config_json"])
         document["metrics"] = {m: _clean(row.get(m)) for m in EXPORT_METRICS}
@@ -285,12 +293,94 @@ def export(args: argparse.Namespace) -> int:
             "key": row["key"], "code_version": row.get("code_version"),
             "data_hash": row.get("data_hash"), "rank": rank, "ranked_by": args.metric,
         }
-        path = out / f"{rank:02d}-{row['family']}-{row['key']}.{args.format}"
+        documents.append((f"{rank:02d}-{row['family']}-{row['key']}", document))
+    if args.format in FOLDER_FORMATS:
+        exporter = importlib.import_module(FOLDER_FORMATS[args.format])
+        return _export_folders(documents, Path(args.out), args.weights or [], exporter)
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for stem, document in documents:
+        path = out / f"{stem}.{args.format}"
         text = (yaml.safe_dump(document, sort_keys=False) if args.format == "yaml"
                 else json.dumps(document, indent=2))
         tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
         tmp.write_text(text)
         os.replace(tmp, path)
+        written.append(path)
+    for path in written:
+        print(path)
+    return 0
+
+
+def _typed(document: dict[str, Any]):
+    """(model config, TrainConfig) of an exported document (written by the sweep: valid)."""
+    from search_spaces.configs import TrainConfig, make_config
+
+    model = document["model"]
+    config = make_config({**model, "family": document.get("family") or model.get("family")})
+    return config, TrainConfig.model_validate(document.get("train") or {})
+
+
+def _weights(configs: dict[str, tuple], folders: list[str], exporter) -> dict[str, tuple]:
+    """Each `--weights` folder's (train recipe, state dict), by the key of its exported config."""
+    from search_spaces.configs import config_key
+    from trainers import checkpoint
+
+    found: dict[str, tuple] = {}
+    for folder in folders:
+        config, train, state = checkpoint.load_model(folder)
+        key = config_key(config)
+        if key not in configs:
+            raise UserError(f"holds config {key}, which is not among the {len(configs)} exported "
+                            "(see --top / --per)", file=folder, key="--weights")
+        if key in found:
+            raise UserError(f"a second folder for config {key}", file=folder, key="--weights")
+        reason = exporter.unsupported(config, train)
+        if reason:
+            raise UserError(reason, file=folder, key="--weights")
+        found[key] = (train, state)
+    return found
+
+
+def _export_folders(documents: list[tuple[str, dict]], out: Path, weight_folders: list[str],
+                    exporter) -> int:
+    """One folder per config (`exporter.write_folder`); every check runs before anything is written."""
+    import shutil
+
+    import yaml
+
+    from search_spaces.configs import config_key
+
+    exporter.require()
+    configs = {}
+    for stem, document in documents:
+        config, train = _typed(document)
+        reason = exporter.unsupported(config, train)
+        if reason:
+            raise UserError(f"{stem}: {reason}", key="--format")
+        configs[config_key(config)] = (stem, document, config, train)
+    weights = _weights(configs, weight_folders, exporter)
+
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for key, (stem, document, config, train) in configs.items():
+        path, tmp = out / stem, out / f".{stem}.{os.getpid()}.tmp"
+        trained, state = weights.get(key, (train, None))  # weights: the recipe they ran under
+        tmp.mkdir()
+        try:
+            (tmp / "shapesweep.yaml").write_text(yaml.safe_dump(document, sort_keys=False))
+            exporter.write_folder(tmp, config, trained, state)
+            if path.exists():  # a previous export of the same config: swap it out whole
+                old = out / f".{stem}.{os.getpid()}.old"
+                os.replace(path, old)
+                os.replace(tmp, path)
+                shutil.rmtree(old)
+            else:
+                os.replace(tmp, path)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
         written.append(path)
     for path in written:
         print(path)

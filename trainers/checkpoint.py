@@ -5,6 +5,10 @@ where it stopped: model and optimizer state, the LR schedule position, the step 
 data position: batches are a pure function of seed and step), RNG states, the curve
 so far, and an identity (config key + train recipe + data hash) so a checkpoint is
 never resumed into a different trial.
+
+`train --save DIR` writes the trained model apart from that: `model.safetensors` (the
+model's own state dict, loadable without running pickle) and `config.yaml` (the candidate
+document `train` accepts), the pair `export --format hf --weights DIR` converts.
 """
 
 from __future__ import annotations
@@ -18,14 +22,80 @@ import torch
 from search_spaces.errors import UserError
 
 FILENAME = "checkpoint.pt"
+WEIGHTS, CONFIG = "model.safetensors", "config.yaml"
+
+
+def _atomic(path: Path, write) -> None:
+    """`write(tmp)` then rename onto `path`: readers see the old file or the whole new one."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    write(tmp)
+    os.replace(tmp, path)
 
 
 def save(directory: str | Path, state: dict[str, Any]) -> None:
     folder = Path(directory)
     folder.mkdir(parents=True, exist_ok=True)
-    tmp = folder / f".{FILENAME}.{os.getpid()}.tmp"
-    torch.save(state, tmp)
-    os.replace(tmp, folder / FILENAME)
+    _atomic(folder / FILENAME, lambda tmp: torch.save(state, tmp))
+
+
+def check_save_dir(directory: str | Path | None) -> None:
+    """Refuse a `--save` target that can never hold the model, before training starts."""
+    if directory is None:
+        return
+    if Path(directory).exists() and not Path(directory).is_dir():
+        raise UserError("exists and is not a folder", file=str(directory), key="--save")
+    try:
+        import safetensors  # noqa: F401
+    except ImportError:
+        raise UserError("needs safetensors (pip install 'shapesweep[hf]')", key="--save") from None
+
+
+def save_model(directory: str | Path, model: torch.nn.Module, model_config, train) -> None:
+    """Write `model.safetensors` then `config.yaml` (each atomically) into `directory`."""
+    import yaml
+    from safetensors.torch import save_file
+
+    from search_spaces.accounting import account
+    from search_spaces.solver import Candidate, candidate_document
+
+    folder = Path(directory)
+    folder.mkdir(parents=True, exist_ok=True)
+    state = {name: t.detach().cpu().contiguous() for name, t in model.state_dict().items()}
+    _atomic(folder / WEIGHTS, lambda tmp: save_file(state, str(tmp), metadata={"format": "pt"}))
+    document = candidate_document(Candidate(model_config, account(model_config, train.seq_len), 0.0),
+                                  train)
+    _atomic(folder / CONFIG, lambda tmp: tmp.write_text(yaml.safe_dump(document, sort_keys=False)))
+
+
+def load_model(directory: str | Path):
+    """(model_config, TrainConfig, state dict) from a `train --save` folder; UserError if unusable."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    from trainers.loop import load_candidate
+    from trainers.models import build_model
+
+    folder = Path(directory)
+    if not folder.is_dir():
+        raise UserError("no such folder (expected one written by `shapesweep train --save`)",
+                        file=str(folder), key="--weights")
+    for name in (CONFIG, WEIGHTS):
+        if not (folder / name).is_file():
+            raise UserError(f"no {name} (expected a folder written by `shapesweep train --save`)",
+                            file=str(folder), key="--weights")
+    model_config, train = load_candidate(folder / CONFIG)
+    try:
+        state = load_file(str(folder / WEIGHTS))
+    except (SafetensorError, OSError) as error:
+        raise UserError(f"cannot read weights ({error})", file=str(folder / WEIGHTS)) from error
+    with torch.device("meta"):  # the expected names and shapes, without allocating the model
+        expected = {n: tuple(t.shape) for n, t in build_model(model_config).state_dict().items()}
+    found = {n: tuple(t.shape) for n, t in state.items()}
+    if found != expected:
+        wrong = sorted(set(found) ^ set(expected)) or sorted(n for n in found if found[n] != expected[n])
+        raise UserError(f"does not match {CONFIG} (first difference: {wrong[0]})",
+                        file=str(folder / WEIGHTS))
+    return model_config, train, state
 
 
 def load(directory: str | Path | None, identity: dict[str, Any]) -> dict[str, Any] | None:

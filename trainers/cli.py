@@ -35,6 +35,8 @@ def add_arguments_train(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", help="cpu, cuda, cuda:1 (default: cuda if available)")
     parser.add_argument("--checkpoint-dir", metavar="DIR",
                         help="checkpoint every evaluation; resume from it if it holds one")
+    parser.add_argument("--save", metavar="DIR",
+                        help="write the trained model.safetensors and its config.yaml into DIR")
     parser.add_argument("--json", action="store_true", help="print one JSON object of final metrics")
 
 
@@ -93,7 +95,8 @@ def train(args: argparse.Namespace) -> int:
             flag = "--steps" if args.steps is not None else "--tokens"
             raise UserError(error.errors()[0]["msg"], key=flag) from None
     result = run_training(config, recipe, data=args.data, checkpoint_dir=args.checkpoint_dir,
-                          device=args.device, progress=not args.json, tokenizer=args.tokenizer)
+                          device=args.device, progress=not args.json, tokenizer=args.tokenizer,
+                          save_dir=args.save)
     if args.json:
         summary = result.to_dict()
         summary.pop("curve")

@@ -173,11 +173,16 @@ def _progress(enabled: bool):
 def train(model_config, train: TrainConfig, data: str | None = None,
           callback: Callable[[dict], None] | None = None, checkpoint_dir: str | None = None,
           device: str | None = None, progress: bool = False,
-          tokenizer: str | None = None) -> TrainResult:
-    """Train `model_config` under the recipe `train`; resumes from `checkpoint_dir` if it holds one."""
+          tokenizer: str | None = None, save_dir: str | None = None) -> TrainResult:
+    """Train `model_config` under the recipe `train`; resumes from `checkpoint_dir` if it holds one.
+
+    `save_dir`: where to write the trained model (`checkpoint.save_model`).
+    """
     from trainers.memory import check_fits
     from trainers.models import build_model
     from trainers.mup import configure
+
+    checkpoint.check_save_dir(save_dir)
 
     dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     check_fits(model_config, train, dev)  # refuse a model too large before torch allocates it
@@ -261,6 +266,8 @@ def train(model_config, train: TrainConfig, data: str | None = None,
                 except StopTrial:
                     stopped = True
                     break
+    if save_dir is not None:
+        checkpoint.save_model(save_dir, model, model_config, train)
     return _result(curve, prior_elapsed + time.perf_counter() - t0, train_time,
                    params_measured, data_hash, stopped)
 

@@ -1,0 +1,232 @@
+"""`export --format hf|torch`: a winner as a Hugging Face `LlamaForCausalLM` (conventional
+family) or as a standalone PyTorch file (any language-model family).
+
+The sweep to export from is written through the real results store (no Ray); the
+weights come from a real `shapesweep train CONFIG --steps 3 --save DIR`.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+import yaml
+from safetensors.torch import load_file
+from transformers import AutoConfig, LlamaForCausalLM
+
+from results.store import write_trial
+from search_spaces.accounting import account
+from search_spaces.configs import TrainConfig, config_key, make_config
+from sweep.cli import main
+from trainers.checkpoint import save_model
+from trainers.data import builtin_corpus
+from trainers.loop import load_candidate
+from trainers.models import build_model
+from trainers.mup import configure
+
+TRAIN = dict(steps=3, seq_len=32, batch_tokens=256, eval_tokens=512, lr=1e-2)
+BASE = dict(family="conventional", d_model=32, n_layers=2, n_heads=2, d_h=96)
+MODELS = {  # every Llama setting a conventional candidate can reach
+    "tied": BASE,
+    "untied-gqa": {**BASE, "n_heads": 4, "n_kv_heads": 2, "tie_embeddings": False},
+    "bias-geglu-head_dim": {**BASE, "head_dim": 8, "d_h": 64, "bias": True, "activation": "geglu"},
+}
+REFUSED = {  # what no standard architecture holds, and the words that say why
+    "hourglass": ({"family": "hourglass", "d_model": 32, "n_layers": 2, "n_heads": 2, "d_h": 16,
+                   "k": 2}, {}, "hourglass family"),
+    "variable_width": ({**BASE, "family": "variable_width", "n_layers": 3, "alpha": 0.5}, {},
+                       "variable_width family"),
+    "vision_mlp": ({"family": "vision_mlp", "d_z": 32, "d_h": 64, "n_layers": 2}, {},
+                   "vision_mlp family"),
+    "post-norm": ({**BASE, "norm_order": "post"}, {}, "post-norm"),
+    "relu": ({**BASE, "activation": "relu"}, {}, "activation relu"),
+    "simple_gated": ({**BASE, "activation": "simple_gated"}, {}, "activation simple_gated"),
+    "mup": ({**BASE, "d_h": 64}, {"parametrization": "mup"}, "muP"),
+}
+STANDALONE = {  # (fields, train overrides) that only the standalone PyTorch export holds
+    "hourglass-post-norm": (REFUSED["hourglass"][0] | {"norm_order": "post"}, {}),
+    "variable_width-projection": (REFUSED["variable_width"][0] | {"resize": "projection",
+                                                                 "shape": "grow"}, {}),
+    "conventional-mup": (BASE, {"parametrization": "mup", "mup_base_width": 16}),
+}
+# Runs model.py where shapesweep cannot be imported, and saves its logits for `tokens.npy`.
+RUN_STANDALONE = """
+import sys, numpy, torch
+sys.modules.update(search_spaces=None, trainers=None, sweep=None)
+sys.path.insert(0, sys.argv[1])
+import model
+net = model.load(sys.argv[1]).eval()
+with torch.no_grad():
+    logits = net(torch.from_numpy(numpy.load(sys.argv[2])))
+numpy.save(sys.argv[3], logits.numpy())
+"""
+
+
+@pytest.fixture(autouse=True)
+def _one_thread(one_torch_thread):
+    """Every test here runs on one torch thread (see conftest)."""
+
+
+def _document(fields: dict, train: dict | None = None) -> dict:
+    config = make_config(fields)
+    return {"family": config.family, "model": config.model_dump(mode="json", exclude={"family"}),
+            "train": {**TRAIN, **(train or {})}}
+
+
+def _sweep(root, models: list[tuple[dict, dict]], name: str = "winners") -> list[dict]:
+    """A completed trial per (fields, train overrides), ranked in the given order."""
+    rows = []
+    for rank, (fields, train) in enumerate(models):
+        config = make_config(fields)
+        row = {"trial_id": f"t{rank}", "key": config_key(config), "family": config.family,
+               "seed": 0, "status": "completed", "val_loss": 2.0 + rank,
+               "config_json": _document(fields, train),
+               **account(config, seq_len=TRAIN["seq_len"]).to_dict()}
+        write_trial(root, name, row, [])
+        rows.append(row)
+    return rows
+
+
+def _export(root, out, *extra, format="hf") -> int:
+    return main(["export", "winners", "--root", str(root), "--top", "2", "--format", format,
+                 "--out", str(out), *extra])
+
+
+def _tokens() -> torch.Tensor:
+    """Two rows of real validation text."""
+    return torch.from_numpy(np.asarray(builtin_corpus().val[:2 * 48], dtype=np.int64)).view(2, 48)
+
+
+def _train_saved(tmp_path, fields: dict, train: dict | None = None):
+    """`shapesweep train CONFIG --steps 3 --save DIR`; returns DIR and the trained model."""
+    candidate, weights = tmp_path / "candidate.yaml", tmp_path / "trained"
+    candidate.write_text(yaml.safe_dump(_document(fields, train)))
+    assert main(["train", str(candidate), "--steps", "3", "--save", str(weights), "--json"]) == 0
+    config, recipe = load_candidate(candidate)
+    model = build_model(config)
+    configure(model, config, recipe)  # muP's multipliers live on the model, not in its weights
+    model.load_state_dict(load_file(weights / "model.safetensors"))
+    return weights, model
+
+
+def _one_line_error(capsys, *words) -> str:
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and all(w in err for w in words), err
+    return err
+
+
+@pytest.mark.parametrize("format", ["yaml", "json"])
+def test_file_formats_are_candidates_train_reads(tmp_path, capsys, format):
+    rows = _sweep(tmp_path / "root", [(BASE, {}), (REFUSED["hourglass"][0], {})])
+    assert _export(tmp_path / "root", tmp_path / "out", format=format) == 0
+    paths = [tmp_path / "out" / f"0{r}-{row['family']}-{row['key']}.{format}"
+             for r, row in enumerate(rows, 1)]
+    assert capsys.readouterr().out.split() == [str(p) for p in paths]
+    assert [config_key(load_candidate(p)[0]) for p in paths] == [row["key"] for row in rows]
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_config_json_builds_a_llama_of_exactly_params_total(tmp_path, capsys, name):
+    rows = _sweep(tmp_path / "root", [(MODELS[name], {})])
+    assert _export(tmp_path / "root", tmp_path / "out") == 0
+    folder = tmp_path / "out" / f"01-conventional-{rows[0]['key']}"
+    assert capsys.readouterr().out.split() == [str(folder)]
+    assert sorted(p.name for p in folder.iterdir()) == ["config.json", "shapesweep.yaml"]
+    llama = LlamaForCausalLM(AutoConfig.from_pretrained(folder))
+    assert sum(p.numel() for p in llama.parameters()) == rows[0]["params_total"]
+    assert (llama.lm_head.weight is llama.model.embed_tokens.weight) == MODELS[name].get(
+        "tie_embeddings", True)
+    config, _ = load_candidate(folder / "shapesweep.yaml")  # beside it: what `train` reads
+    assert config_key(config) == rows[0]["key"]
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_trained_weights_give_shapesweeps_logits(tmp_path, capsys, name):
+    weights, ours = _train_saved(tmp_path, MODELS[name])
+    capsys.readouterr()
+    other = {**BASE, "d_h": 64}  # ranked second, exported without weights
+    rows = _sweep(tmp_path / "root", [(MODELS[name], {}), (other, {})])
+    assert _export(tmp_path / "root", tmp_path / "out", "--weights", str(weights)) == 0
+    folders = [tmp_path / "out" / f"0{r}-conventional-{row['key']}" for r, row in enumerate(rows, 1)]
+    assert capsys.readouterr().out.split() == [str(f) for f in folders]
+    assert not (folders[1] / "model.safetensors").exists()
+
+    theirs, info = LlamaForCausalLM.from_pretrained(folders[0], output_loading_info=True)
+    assert not any(info.values()), info  # every weight named, none left over
+    with torch.no_grad():
+        expected, got = ours.eval()(_tokens()), theirs.eval()(_tokens()).logits
+    assert expected.std() > 0.1  # trained logits, not a constant both sides would agree on
+    torch.testing.assert_close(got, expected, atol=1e-4, rtol=0)
+
+
+@pytest.mark.parametrize("name", sorted(STANDALONE))
+def test_standalone_torch_file_gives_shapesweeps_logits(tmp_path, capsys, name):
+    fields, train = STANDALONE[name]
+    weights, ours = _train_saved(tmp_path, fields, train)
+    capsys.readouterr()
+    rows = _sweep(tmp_path / "root", [(fields, train)])
+    assert _export(tmp_path / "root", tmp_path / "out", "--weights", str(weights),
+                   format="torch") == 0
+    folder = tmp_path / "out" / f"01-{rows[0]['family']}-{rows[0]['key']}"
+    assert sorted(p.name for p in folder.iterdir()) == [
+        "config.json", "model.py", "model.safetensors", "shapesweep.yaml"]
+    np.save(tmp_path / "tokens.npy", _tokens().numpy())
+    subprocess.run([sys.executable, "-c", RUN_STANDALONE, str(folder), str(tmp_path / "tokens.npy"),
+                    str(tmp_path / "logits.npy")], check=True, cwd=tmp_path)
+    with torch.no_grad():
+        expected = ours.eval()(_tokens())
+    assert expected.std() > 0.1
+    torch.testing.assert_close(torch.from_numpy(np.load(tmp_path / "logits.npy")), expected,
+                               atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("name", sorted(REFUSED))
+def test_unsupported_configs_exit_2_and_write_nothing(tmp_path, capsys, name):
+    fields, train, why = REFUSED[name]
+    _sweep(tmp_path / "root", [(BASE, {}), (fields, train)])
+    assert _export(tmp_path / "root", tmp_path / "out") == 2
+    _one_line_error(capsys, why, "--format yaml")
+    assert not (tmp_path / "out").exists()
+
+
+def test_weights_folder_problems_exit_2_and_write_nothing(tmp_path, capsys):
+    _sweep(tmp_path / "root", [(BASE, {})])
+    assert _export(tmp_path / "root", tmp_path / "out", "--weights", str(tmp_path / "missing")) == 2
+    _one_line_error(capsys, "missing", "--weights", "train --save")
+    (tmp_path / "half").mkdir()
+    (tmp_path / "half" / "config.yaml").write_text(yaml.safe_dump(_document(BASE)))
+    assert _export(tmp_path / "root", tmp_path / "out", "--weights", str(tmp_path / "half")) == 2
+    _one_line_error(capsys, "no model.safetensors")
+    assert main(["export", "winners", "--root", str(tmp_path / "root"), "--top", "1",
+                 "--out", str(tmp_path / "out"), "--weights", str(tmp_path / "half")]) == 2
+    _one_line_error(capsys, "--weights", "only with --format hf")
+    assert not (tmp_path / "out").exists()
+
+
+def test_weights_of_a_config_not_exported_exit_2(tmp_path, capsys):
+    """The weights folder's own shape decides where its weights go; a stranger is refused."""
+    stranger = make_config({**BASE, "d_h": 64})
+    save_model(tmp_path / "w", build_model(stranger), stranger, TrainConfig(**TRAIN))
+    _sweep(tmp_path / "root", [(BASE, {})])
+    assert _export(tmp_path / "root", tmp_path / "out", "--weights", str(tmp_path / "w")) == 2
+    _one_line_error(capsys, "not among the 1 exported")
+    assert not (tmp_path / "out").exists()
+
+
+def test_missing_transformers_names_the_extra(tmp_path, capsys, monkeypatch):
+    _sweep(tmp_path / "root", [(BASE, {})])
+    monkeypatch.setitem(sys.modules, "transformers", None)  # as if it were not installed
+    assert _export(tmp_path / "root", tmp_path / "out") == 2
+    _one_line_error(capsys, "transformers", "pip install 'shapesweep[hf]'")
+    assert not (tmp_path / "out").exists()
+
+
+def test_train_save_onto_a_file_exits_2_before_training(tmp_path, capsys):
+    candidate, target = tmp_path / "candidate.yaml", tmp_path / "a-file"
+    candidate.write_text(yaml.safe_dump(_document(BASE)))
+    target.write_text("not a folder")
+    assert main(["train", str(candidate), "--save", str(target)]) == 2
+    _one_line_error(capsys, "a-file", "--save", "not a folder")

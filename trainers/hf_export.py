@@ -1,0 +1,143 @@
+"""A conventional candidate as a Hugging Face `LlamaForCausalLM`: config.json and weights.
+
+The conventions, as `trainers/lm.py` and `trainers/ffn.py` implement them; the numbers
+(head sizes, RoPE base, norm eps) are read at export time from the shapesweep model built
+on the meta device, so this table documents them and the code never restates them:
+
+| shapesweep (trainers.lm / ffn)                    | LlamaConfig / LlamaForCausalLM          |
+|---------------------------------------------------|-----------------------------------------|
+| d_model, n_layers, d_h, vocab_size                | hidden_size, num_hidden_layers, intermediate_size, vocab_size |
+| n_heads; n_kv_heads (< n_heads: GQA)              | num_attention_heads; num_key_value_heads |
+| head_dim (default d_model // n_heads, may differ) | head_dim                                |
+| `Rotary`: rotate-half RoPE, base 10000            | rope_theta 10000, rope type default     |
+| `nn.RMSNorm` with eps unset: finfo(float32).eps   | rms_norm_eps 1.1920929e-07              |
+| attention scale 1/sqrt(head_dim), causal, no dropout | the same (Llama's eager and SDPA paths) |
+| swiglu: down(silu(gate) * up); geglu: exact gelu  | hidden_act silu; gelu                   |
+| bias on every block matrix (never the readout)    | attention_bias and mlp_bias             |
+| tie_embeddings (readout = wte.weight)             | tie_word_embeddings (lm_head absent)    |
+| train.seq_len                                     | max_position_embeddings                 |
+| no embedding scale, no dropout, pre-norm          | Llama's layout                          |
+
+Weights (layer i; a fused matrix splits along its output rows in this order):
+
+| shapesweep                 | Hugging Face                                        |
+|----------------------------|-----------------------------------------------------|
+| wte                        | model.embed_tokens                                  |
+| blocks.i.attn_norm         | model.layers.i.input_layernorm                      |
+| blocks.i.attn.qkv [q|k|v]  | model.layers.i.self_attn.{q,k,v}_proj               |
+| blocks.i.attn.o            | model.layers.i.self_attn.o_proj                     |
+| blocks.i.ffn_norm          | model.layers.i.post_attention_layernorm             |
+| blocks.i.ffn.gate_up [gate|up] | model.layers.i.mlp.{gate,up}_proj               |
+| blocks.i.ffn.down          | model.layers.i.mlp.down_proj                        |
+| final_norm                 | model.norm                                          |
+| lm_head (untied only)      | lm_head                                             |
+
+Not expressible, so refused: hourglass (k residual sub-blocks with their own norms),
+variable_width (per-layer widths), vision_mlp, post-norm (OLMo-2 order without its QK
+norm), ungated relu/gelu FFNs, simple_gated (its residual alpha), and muP (a logit
+multiplier and 1/head_dim attention, which Llama cannot hold); `--format torch`
+(`trainers.torch_export`) holds every language-model one. z-loss only shapes training.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from search_spaces.errors import UserError
+
+EXTRA = "pip install 'shapesweep[hf]'"
+HIDDEN_ACT = {"swiglu": "silu", "geglu": "gelu"}  # gate activation of the gated FFN (ffn._ACT)
+LAYER_NAMES = {  # block submodule -> the Llama modules its rows split into, in order
+    "attn_norm": ("input_layernorm",),
+    "attn.qkv": ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"),
+    "attn.o": ("self_attn.o_proj",),
+    "ffn_norm": ("post_attention_layernorm",),
+    "ffn.gate_up": ("mlp.gate_proj", "mlp.up_proj"),
+    "ffn.down": ("mlp.down_proj",),
+}
+END_NAMES = {"wte": "model.embed_tokens", "final_norm": "model.norm", "lm_head": "lm_head"}
+
+
+def require() -> None:
+    """One line naming the extra when `transformers` or `safetensors` is missing."""
+    try:
+        import safetensors  # noqa: F401
+        import transformers  # noqa: F401
+    except ImportError as error:
+        raise UserError(f"needs {error.name} ({EXTRA})", key="--format hf") from None
+
+
+def unsupported(model_config, train) -> str | None:
+    """Why this candidate has no exact Llama equivalent, or None when it has one."""
+    reason = _unsupported(model_config, train)
+    return reason and f"{reason}; use --format torch (standalone PyTorch) or --format yaml"
+
+
+def _unsupported(model_config, train) -> str | None:
+    if model_config.family != "conventional":
+        return f"the {model_config.family} family has no standard architecture"
+    if model_config.norm_order != "pre":
+        return "post-norm (norm after each sub-layer) is not Llama's pre-norm"
+    if model_config.activation not in HIDDEN_ACT:
+        return (f"activation {model_config.activation} is not a gated FFN Llama can hold "
+                f"(one of {', '.join(HIDDEN_ACT)})")
+    if train.parametrization == "mup":
+        return "muP's logit multiplier and 1/head_dim attention scale have no Llama setting"
+    return None
+
+
+def _reference(model_config):
+    """The shapesweep model on the meta device: its conventions, no memory."""
+    from trainers.models import build_model
+
+    with torch.device("meta"):
+        return build_model(model_config)
+
+
+def llama_config(model_config, train):
+    """The `LlamaConfig` whose model computes what shapesweep's does."""
+    from transformers import LlamaConfig
+
+    model = _reference(model_config)
+    attn = model.blocks[0].attn
+    norm_eps = model.final_norm.eps  # None: torch uses finfo(dtype).eps; training is float32
+    return LlamaConfig(
+        vocab_size=model_config.vocab_size, hidden_size=model_config.d_model,
+        intermediate_size=model_config.d_h, num_hidden_layers=model_config.n_layers,
+        num_attention_heads=attn.n_heads, num_key_value_heads=attn.n_kv_heads,
+        head_dim=attn.head_dim, hidden_act=HIDDEN_ACT[model_config.activation],
+        max_position_embeddings=train.seq_len,
+        rms_norm_eps=torch.finfo(torch.float32).eps if norm_eps is None else norm_eps,
+        rope_theta=float(attn.rotary.base), attention_bias=model_config.bias,
+        mlp_bias=model_config.bias, tie_word_embeddings=model_config.tie_embeddings,
+        bos_token_id=None, eos_token_id=None, pad_token_id=None,  # bytes or the user's tokenizer
+    )
+
+
+def llama_state_dict(state: dict[str, torch.Tensor], model_config) -> dict[str, torch.Tensor]:
+    """shapesweep's LM state dict under Llama's names, fused matrices split."""
+    attn = _reference(model_config).blocks[0].attn
+    sizes = {"attn.qkv": [attn.q_dim, attn.kv_dim, attn.kv_dim],
+             "ffn.gate_up": [model_config.d_h] * 2}
+    out = {}
+    for name, tensor in state.items():
+        module, param = name.rsplit(".", 1)
+        if module in END_NAMES:
+            out[f"{END_NAMES[module]}.{param}"] = tensor
+            continue
+        _, layer, local = module.split(".", 2)  # blocks.<i>.<local>
+        targets = LAYER_NAMES[local]
+        parts = tensor.split(sizes[local]) if local in sizes else [tensor]
+        for target, part in zip(targets, parts, strict=True):
+            out[f"model.layers.{layer}.{target}.{param}"] = part.contiguous()
+    return out
+
+
+def write_folder(folder, model_config, train, state: dict[str, torch.Tensor] | None) -> None:
+    """config.json (and model.safetensors when `state` is given) into an existing `folder`."""
+    from safetensors.torch import save_file
+
+    llama_config(model_config, train).save_pretrained(str(folder))
+    if state is not None:
+        save_file(llama_state_dict(state, model_config), str(folder / "model.safetensors"),
+                  metadata={"format": "pt"})
