@@ -156,6 +156,8 @@ def rank_fidelity(trials: pd.DataFrame, curves: pd.DataFrame,
     `budget_fraction` (of the longest curve), `n_candidates` and `kendall_tau` between the
     candidates' mean metric there and their final mean (completed trials, chosen tuned value)."""
     columns = ["sweep", "tokens", "budget_fraction", "n_candidates", "kendall_tau"]
+    if metric not in curves:  # e.g. val_ppl: final only, no curve to rank by
+        return pd.DataFrame(columns=columns)
     stats = tuned_stats(trials, metric)
     chosen = stats.loc[stats["chosen"], CANDIDATE + ["mean"]]
     done = _completed(trials, metric).merge(chosen, on=CANDIDATE)[["sweep", "trial_id", "key", "mean"]]
