@@ -63,7 +63,7 @@ def tuned_stats(trials: pd.DataFrame, metric: str = "val_loss") -> pd.DataFrame:
     over seeds and `chosen` (the key's best mean). Only completed trials count."""
     done = _completed(trials, metric)
     if done.empty:
-        return done.assign(mean=[], std=[], n=[], chosen=[])
+        return done.assign(mean=np.nan, std=np.nan, n=0, chosen=False)  # typed, though empty
     grouped = done.groupby(CANDIDATE, sort=False)
     out = grouped.first()
     out["mean"] = grouped[metric].mean()

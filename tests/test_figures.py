@@ -78,25 +78,32 @@ def test_figures_only_where_their_families_apply(frames):
     vision = trials[trials["family"] == "vision_mlp"]
     ids = [figure_id for figure_id, _ in applicable_figures(vision, curves)]
     assert ids == ["pareto-vision-params_total", "pareto-vision-training_flops",
-                   "pareto-vision-wall_time_s", "curves-vision"]
+                   "pareto-vision-wall_time_s", "rank-fidelity-vision", "curves-vision"]
 
 
-def test_pareto_points_are_seed_means_with_spread_and_full_shape_hover(frames):
+def test_pareto_points_are_seed_means_at_the_best_tuned_value_with_spread(frames):
+    """A point is a candidate at its best tuned value: mean ± std (ddof=1) over its seeds;
+    the tuned values it did not choose are one grey trace."""
     trials, _ = frames
     lm = trials[trials["sweep"] == "ucurve"]
     fig = pareto_figure(lm, "params_non_embedding", "val_loss")
-    points = [t for t in fig.data if t.meta.get("rows")]
     done = lm[lm["status"] == "completed"]
-    by_key = done.groupby("key")["val_loss"]
-    checked = 0
-    for trace in points:
+    by_tuned = done.groupby(["key", "tuned_json"])["val_loss"]
+    means, stds = by_tuned.mean(), by_tuned.std(ddof=1).fillna(0.0)
+    best = means.groupby(level="key").idxmin()
+    checked, greyed = 0, 0
+    for trace in (t for t in fig.data if t.meta.get("rows")):
         for y, err, (row_id, hover) in zip(trace.y, trace.error_y.array, trace.customdata, strict=True):
-            key = trials.loc[row_id, "key"]
-            assert y == pytest.approx(by_key.mean()[key])
-            assert err == pytest.approx(by_key.std(ddof=0)[key])
-            assert "d_model=" in hover and "n_layers=" in hover
-            checked += 1
+            row = trials.loc[row_id]
+            tuned = (row["key"], row["tuned_json"])
+            chosen = best[row["key"]] == tuned
+            assert chosen != bool(trace.meta.get("other_tuned"))
+            assert y == pytest.approx(means[tuned]) and err == pytest.approx(stds[tuned])
+            assert "d_model=" in hover and "n_layers=" in hover and "tuned lr=" in hover
+            checked += chosen
+            greyed += not chosen
     assert checked == done["key"].nunique()
+    assert greyed == len(means) - len(best) > 0
     for trace in fig.data:
         if not trace.meta.get("rows"):  # frontier: falling loss as parameters grow
             assert all(np.diff(np.asarray(trace.y, float)) < 0)
@@ -117,7 +124,7 @@ def test_variable_width_shapes_are_separate_series_with_their_own_colours(frames
         per_sweep.setdefault(t.meta["sweep"], []).append(t.line.color)
     assert max(len(colours) for colours in per_sweep.values()) >= 3
     assert all(len(set(colours)) == len(colours) for colours in per_sweep.values())
-    for trace in (t for t in fig.data if t.meta.get("rows")):
+    for trace in (t for t in fig.data if t.meta.get("rows") and not t.meta.get("other_tuned")):
         rows = trials.loc[[row_id for row_id, _ in trace.customdata]]
         assert rows["shape"].nunique() == 1
 
