@@ -172,12 +172,13 @@ def _check_status_args(args: argparse.Namespace) -> None:
 
 
 def _reduction_factor(root: str, name: str) -> float | None:
-    """ASHA's reduction factor from the sweep's options file (None when it ran without ASHA)."""
+    """ASHA's reduction factor from the options file `run` writes (sweep.runner.OPTIONS_FILE,
+    not imported: it imports Ray); None when the sweep ran without ASHA."""
     from results.store import read_sweep_file
 
     text = read_sweep_file(root, name, "sweep.json")
     options = json.loads(text) if text else {}
-    return float(options.get("reduction_factor", 3.0)) if options.get("scheduler") == "asha" else None
+    return float(options["reduction_factor"]) if options.get("scheduler") == "asha" else None
 
 
 def _candidate_records(compared, metric: str) -> list[dict]:
