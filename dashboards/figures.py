@@ -18,6 +18,7 @@ from dashboards.frames import (
     METRIC_LABELS,
     OTHER_TUNED_COLOR,
     VERDICT_COLORS,
+    chosen_and_others,
     color,
     esc,
     human,
@@ -25,7 +26,6 @@ from dashboards.frames import (
     present,
     seed_means,
     shape_text,
-    tuned_means,
 )
 from results.stats import FIDELITY_THRESHOLD, compare, rank_fidelity, stable_fraction
 from search_spaces.errors import UserError
@@ -95,13 +95,12 @@ def pareto_front(x: np.ndarray, y: np.ndarray, lower_is_better: bool = True) -> 
 def pareto_figure(trials: pd.DataFrame, x: str = "params_non_embedding",
                   metric: str = "val_loss") -> go.Figure | None:
     """Seed 004's frontier: metric vs a cost, one frontier per family, mean ± std over seeds."""
-    means = seed_means(trials, metric, extra=(x,) if x in ("training_flops", "wall_time_s") else ())
+    means, others = chosen_and_others(trials, metric, extra=(x,) if x in ("training_flops", "wall_time_s") else ())
     means = means[means[x].notna() & (means[x] > 0)] if x in means else means.iloc[0:0]
     if means.empty:
         return None
     fig, n_sweeps, lower = new_figure(), means["sweep"].nunique(), LOWER_IS_BETTER[metric]
-    extra = (x,) if x in ("training_flops", "wall_time_s") else ()
-    _other_tuned_trace(fig, trials, x, metric, extra, lambda o: o[o[x].notna() & (o[x] > 0)])
+    _other_tuned_trace(fig, others[others[x].notna() & (others[x] > 0)] if x in others else others, x)
     trace = _scatter(len(means))
     sweeps_per_design = means.groupby("design")["sweep"].nunique()
     for i, ((sweep, series), group) in enumerate(means.groupby(["sweep", "design"], sort=True)):
@@ -131,12 +130,9 @@ def _errors(frame: pd.DataFrame, c: str | None = None) -> dict:
                 thickness=1, **({"color": c} if c else {}))
 
 
-def _other_tuned_trace(fig: go.Figure, trials: pd.DataFrame, x: str, metric: str = "val_loss",
-                       extra: tuple[str, ...] = (), keep=None) -> None:
-    """The tuned values candidates did not choose, greyed behind the chosen points."""
-    means = tuned_means(trials, metric, extra)
-    others = means[~means["chosen"].astype(bool) & means[x].notna()] if x in means else means.iloc[0:0]
-    others = keep(others) if keep is not None and len(others) else others
+def _other_tuned_trace(fig: go.Figure, others: pd.DataFrame, x: str) -> None:
+    """The tuned values candidates did not choose (`chosen_and_others`), greyed behind the chosen points."""
+    others = others[others[x].notna()] if x in others else others.iloc[0:0]
     if others.empty:
         return
     fig.add_trace(go.Scatter(
@@ -185,14 +181,14 @@ def _best_per_bin(group: pd.DataFrame, x: str, bins: int = 10) -> tuple[pd.DataF
 def ucurve_figure(trials: pd.DataFrame, tolerance: float = 0.005) -> go.Figure | None:
     """Seed 000 Fig. 4: loss vs d_model/L (log), one series per (k, d_h/d_model), best region shaded."""
     lm = trials[trials["family"].isin(("hourglass", "variable_width"))]
-    means = seed_means(lm, "val_loss")
+    means, others = chosen_and_others(lm, "val_loss")
     if means.empty or means["width_depth_ratio"].nunique() < 3:
         lm = trials[trials["family"] == BASELINE]  # a conventional-only U-curve
-        means = seed_means(lm, "val_loss")
+        means, others = chosen_and_others(lm, "val_loss")
         if means.empty or means["width_depth_ratio"].nunique() < 3:
             return None
     fig, n_sweeps = new_figure(), means["sweep"].nunique()
-    _other_tuned_trace(fig, lm, "width_depth_ratio")
+    _other_tuned_trace(fig, others, "width_depth_ratio")
     means = means.assign(ratio_group=_ratio_groups(means)).sort_values("width_depth_ratio")
     keys = ["sweep", "family", "k", "ratio_group", "shape"]
     groups = [(gk, g) for gk, g in means.groupby(keys, dropna=False, sort=True)
@@ -239,11 +235,11 @@ def ucurve_figure(trials: pd.DataFrame, tolerance: float = 0.005) -> go.Figure |
 def ratio_figure(trials: pd.DataFrame) -> go.Figure | None:
     """Seed 000 Fig. 3: loss vs d_h/d_model, one series per k (the best shape at each ratio;
     the other shapes faint behind it), the baseline dashed."""
-    means = seed_means(trials[trials["family"] == "hourglass"], "val_loss")
+    means, others = chosen_and_others(trials[trials["family"] == "hourglass"], "val_loss")
     if means.empty or means["ffn_ratio"].round(3).nunique() < 2:
         return None
     fig, n_sweeps = new_figure(), means["sweep"].nunique()
-    _other_tuned_trace(fig, trials[trials["family"] == "hourglass"], "ffn_ratio")
+    _other_tuned_trace(fig, others, "ffn_ratio")
     means = means.assign(ratio=means["ffn_ratio"].round(3)).sort_values("ffn_ratio")
     for i, ((sweep, k), group) in enumerate(means.groupby(["sweep", "k"], sort=True)):
         name, c = _series_name([f"k={int(k)}"], n_sweeps, sweep), color("", i)

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from results.stats import HIGHER_IS_BETTER, canonical_tuned, tuned_stats
+from results.stats import HIGHER_IS_BETTER, canonical_tuned, canonical_tuned_column, tuned_stats
 
 METRIC_LABELS = {"val_loss": "validation loss", "best_val_loss": "best validation loss",
                  "val_ppl": "validation perplexity", "psnr": "PSNR (dB)", "ssim": "SSIM"}
@@ -150,13 +150,20 @@ def tuned_means(frame: pd.DataFrame, metric: str, extra: tuple[str, ...] = ()) -
     out["std"] = out["std"].fillna(0.0)
     if extra and len(out):
         done = best_first[(best_first["status"] == "completed") & best_first[metric].notna()]
-        means = done.assign(tuned=[canonical_tuned(t) for t in done["tuned_json"]]).groupby(
+        means = done.assign(tuned=canonical_tuned_column(done["tuned_json"])).groupby(
             ["sweep", "key", "tuned"])[list(extra)].mean()
         out[list(extra)] = means.reindex(pd.MultiIndex.from_frame(out[["sweep", "key", "tuned"]])).to_numpy()
     return out
 
 
+def chosen_and_others(frame: pd.DataFrame, metric: str,
+                      extra: tuple[str, ...] = ()) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """`tuned_means` split: each candidate at its best tuned value, and the tuned values not chosen."""
+    means = tuned_means(frame, metric, extra)
+    chosen = means["chosen"].astype(bool)
+    return means[chosen].reset_index(drop=True), means[~chosen].reset_index(drop=True)
+
+
 def seed_means(frame: pd.DataFrame, metric: str, extra: tuple[str, ...] = ()) -> pd.DataFrame:
     """Each candidate at its best tuned value: mean, std and count of `metric` over seeds."""
-    means = tuned_means(frame, metric, extra)
-    return means[means["chosen"]].reset_index(drop=True)
+    return chosen_and_others(frame, metric, extra)[0]

@@ -48,6 +48,11 @@ def canonical_tuned(text: Any) -> str:
     return json.dumps(json.loads(text), sort_keys=True)
 
 
+def canonical_tuned_column(texts: pd.Series) -> pd.Series:
+    """`canonical_tuned` of every row, parsing each distinct text once."""
+    return texts.map({text: canonical_tuned(text) for text in texts.unique()})
+
+
 def _sign(metric: str) -> int:
     """+1 when lower is better, -1 when higher is: `sign * value` is always a loss."""
     return -1 if metric in HIGHER_IS_BETTER else 1
@@ -55,7 +60,7 @@ def _sign(metric: str) -> int:
 
 def _completed(trials: pd.DataFrame, metric: str) -> pd.DataFrame:
     done = trials[(trials["status"] == "completed") & trials[metric].notna()]
-    return done.assign(tuned=[canonical_tuned(t) for t in done["tuned_json"]])
+    return done.assign(tuned=canonical_tuned_column(done["tuned_json"]))
 
 
 def tuned_stats(trials: pd.DataFrame, metric: str = "val_loss") -> pd.DataFrame:
@@ -196,7 +201,7 @@ def asha_confirmation(trials: pd.DataFrame, reduction_factor: float,
     top = stats.groupby("sweep")["key"].transform("size").map(lambda n: math.ceil(n / reduction_factor))
     outside = pd.Series((stats["rank"] > top).to_numpy(), index=pd.MultiIndex.from_frame(stats[CANDIDATE]))
     keys = pd.MultiIndex.from_arrays([stopped["sweep"], stopped["key"],
-                                      [canonical_tuned(t) for t in stopped["tuned_json"]]])
+                                      canonical_tuned_column(stopped["tuned_json"])])
     checked = outside.reindex(keys).dropna()
     out.update(checkable=len(checked), confirmed=int(checked.astype(bool).sum()))
     out["fraction"] = out["confirmed"] / out["checkable"] if out["checkable"] else None
