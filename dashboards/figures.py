@@ -355,7 +355,8 @@ def learning_curves_figure(trials: pd.DataFrame, curves: pd.DataFrame) -> go.Fig
 
 def _labels(frame: pd.DataFrame, n_sweeps: int) -> list[str]:
     """One distinct x label per candidate: variant and shape (sweep and key when needed)."""
-    labels = [_series_name([row["variant"] or row["design"], shape_text(row)], n_sweeps, row["sweep"])
+    labels = [_series_name([row["variant"] if isinstance(row["variant"], str) else row["design"],
+                            shape_text(row)], n_sweeps, row["sweep"])
               for row in frame.to_dict("records")]
     seen = pd.Series(labels).duplicated(keep=False).to_numpy()
     return [f"{label} #{key[:6]}" if twin else label
