@@ -183,7 +183,8 @@ def stable_fraction(fidelity: pd.DataFrame, threshold: float = FIDELITY_THRESHOL
     """The budget fraction from which Kendall's tau stays >= threshold to the last point (one
     sweep's `rank_fidelity`); None when the last point is below it."""
     ordered = fidelity.sort_values("tokens")
-    below = np.flatnonzero(~(ordered["kendall_tau"].to_numpy(float) >= threshold))  # NaN counts as below
+    tau = ordered["kendall_tau"].to_numpy(float)
+    below = np.flatnonzero(~(tau >= threshold - 1e-9))  # NaN counts as below; 4/5 is 0.7999...
     start = below[-1] + 1 if len(below) else 0
     return float(ordered["budget_fraction"].iloc[start]) if start < len(ordered) else None
 

@@ -158,6 +158,9 @@ def test_stable_fraction_is_where_tau_stays_above_the_threshold():
     assert stable_fraction(frame) == 0.6  # 0.9 at 20% does not count: it dips after
     assert stable_fraction(frame.assign(kendall_tau=[0.9, 0.9, 0.9, 0.9, 0.7])) is None
     assert stable_fraction(frame.assign(kendall_tau=[float("nan"), 0.9, 0.9, 0.9, 1.0])) == 0.4
+    # Kendall's tau of 5 candidates with 1 discordant pair of 10 is 0.8 up to rounding.
+    four_fifths = sps.kendalltau([1, 2, 3, 5, 4], [1, 2, 3, 4, 5]).statistic
+    assert stable_fraction(frame.assign(kendall_tau=[0.5, 0.5, four_fifths, 1.0, 1.0])) == 0.6
 
 
 def test_asha_confirmation_counts_decisions_a_full_run_confirms(trials):
