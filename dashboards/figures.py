@@ -1,6 +1,8 @@
 """Plotly figures, each a pure function of results DataFrames (None when it does not apply).
 
-Inputs are `frames.with_derived(load_trials(...))` and `load_curves(...)`. Every trace
+Inputs are `frames.with_derived(load_trials(...))` and `load_curves(...)`. Points are
+candidates at their best tuned value, the mean over seeds with the std as error bars
+(`results.stats`); the tuned values a candidate did not choose are drawn grey. Every trace
 carries `meta` the report's filters read: `{"sweep", "family"}` for trace-level toggling,
 and `{"rows": true}` when `customdata[i][0]` is the row id of point i (filtered per point).
 """
@@ -14,6 +16,9 @@ import plotly.graph_objects as go
 from dashboards.frames import (
     LOWER_IS_BETTER,
     METRIC_LABELS,
+    OTHER_TUNED_COLOR,
+    VERDICT_COLORS,
+    chosen_and_others,
     color,
     esc,
     human,
@@ -22,6 +27,8 @@ from dashboards.frames import (
     seed_means,
     shape_text,
 )
+from results.stats import FIDELITY_THRESHOLD, compare, rank_fidelity, stable_fraction
+from search_spaces.errors import UserError
 
 X_AXES = {
     "params_non_embedding": "non-embedding parameters",
@@ -88,11 +95,12 @@ def pareto_front(x: np.ndarray, y: np.ndarray, lower_is_better: bool = True) -> 
 def pareto_figure(trials: pd.DataFrame, x: str = "params_non_embedding",
                   metric: str = "val_loss") -> go.Figure | None:
     """Seed 004's frontier: metric vs a cost, one frontier per family, mean ± std over seeds."""
-    means = seed_means(trials, metric, extra=(x,) if x in ("training_flops", "wall_time_s") else ())
+    means, others = chosen_and_others(trials, metric, extra=(x,) if x in ("training_flops", "wall_time_s") else ())
     means = means[means[x].notna() & (means[x] > 0)] if x in means else means.iloc[0:0]
     if means.empty:
         return None
     fig, n_sweeps, lower = new_figure(), means["sweep"].nunique(), LOWER_IS_BETTER[metric]
+    _other_tuned_trace(fig, others[others[x].notna() & (others[x] > 0)] if x in others else others, x)
     trace = _scatter(len(means))
     sweeps_per_design = means.groupby("design")["sweep"].nunique()
     for i, ((sweep, series), group) in enumerate(means.groupby(["sweep", "design"], sort=True)):
@@ -102,8 +110,7 @@ def pareto_figure(trials: pd.DataFrame, x: str = "params_non_embedding",
         fig.add_trace(trace(
             x=group[x], y=group["mean"], mode="markers", name=name, legendgroup=name, showlegend=False,
             marker=dict(color=c, size=7, opacity=0.55),
-            error_y=dict(type="data", array=group["std"].tolist(), visible=bool(group["n"].max() > 1),
-                         thickness=1, color=c),
+            error_y=_errors(group, c),
             customdata=_points(group), hovertemplate="%{customdata[1]}<br>%{y:.4g} ± %{error_y.array:.2g}<extra></extra>",
             meta={"rows": True}))
         front = group.iloc[pareto_front(group[x].to_numpy(float), group["mean"].to_numpy(float), lower)]
@@ -115,6 +122,25 @@ def pareto_figure(trials: pd.DataFrame, x: str = "params_non_embedding",
             meta={"sweep": sweep, "family": group["family"].iloc[0]}))
     title = f"Pareto frontier: {METRIC_LABELS[metric]} vs {X_AXES[x]}"
     return layout(fig, title, X_AXES[x], METRIC_LABELS[metric], log_x=True)
+
+
+def _errors(frame: pd.DataFrame, c: str | None = None) -> dict:
+    """Error bars of seed-mean points: the std over seeds (none drawn when every n is 1)."""
+    return dict(type="data", array=frame["std"].tolist(), visible=bool(len(frame) and frame["n"].max() > 1),
+                thickness=1, **({"color": c} if c else {}))
+
+
+def _other_tuned_trace(fig: go.Figure, others: pd.DataFrame, x: str) -> None:
+    """The tuned values candidates did not choose (`chosen_and_others`), greyed behind the chosen points."""
+    others = others[others[x].notna()] if x in others else others.iloc[0:0]
+    if others.empty:
+        return
+    fig.add_trace(go.Scatter(
+        x=others[x], y=others["mean"], mode="markers", name="other tuned values (not chosen)",
+        marker=dict(color=OTHER_TUNED_COLOR, size=6, symbol="circle-open"),
+        error_y=_errors(others, OTHER_TUNED_COLOR), customdata=_points(others),
+        hovertemplate="not chosen: %{customdata[1]}<br>%{y:.4g} ± %{error_y.array:.2g}<extra></extra>",
+        meta={"rows": True, "other_tuned": True}))
 
 
 def _baseline_traces(fig: go.Figure, trials: pd.DataFrame, x: str, x_span: tuple[float, float],
@@ -130,6 +156,7 @@ def _baseline_traces(fig: go.Figure, trials: pd.DataFrame, x: str, x_span: tuple
             x=xs, y=ys, mode="lines+markers" if varies else "lines",
             line=dict(color=color(BASELINE), dash="dash", width=2),
             name=_series_name(["conventional baseline" + ("" if varies else " (best)")], n_sweeps, sweep),
+            error_y=_errors(group) if varies else None,
             customdata=_points(group) if varies else None,
             hovertemplate="%{customdata[1]}<br>%{y:.4g}<extra></extra>" if varies else "baseline %{y:.4g}<extra></extra>",
             meta={"sweep": sweep, "family": BASELINE}))
@@ -154,13 +181,14 @@ def _best_per_bin(group: pd.DataFrame, x: str, bins: int = 10) -> tuple[pd.DataF
 def ucurve_figure(trials: pd.DataFrame, tolerance: float = 0.005) -> go.Figure | None:
     """Seed 000 Fig. 4: loss vs d_model/L (log), one series per (k, d_h/d_model), best region shaded."""
     lm = trials[trials["family"].isin(("hourglass", "variable_width"))]
-    means = seed_means(lm, "val_loss")
+    means, others = chosen_and_others(lm, "val_loss")
     if means.empty or means["width_depth_ratio"].nunique() < 3:
         lm = trials[trials["family"] == BASELINE]  # a conventional-only U-curve
-        means = seed_means(lm, "val_loss")
+        means, others = chosen_and_others(lm, "val_loss")
         if means.empty or means["width_depth_ratio"].nunique() < 3:
             return None
     fig, n_sweeps = new_figure(), means["sweep"].nunique()
+    _other_tuned_trace(fig, others, "width_depth_ratio")
     means = means.assign(ratio_group=_ratio_groups(means)).sort_values("width_depth_ratio")
     keys = ["sweep", "family", "k", "ratio_group", "shape"]
     groups = [(gk, g) for gk, g in means.groupby(keys, dropna=False, sort=True)
@@ -179,11 +207,11 @@ def ucurve_figure(trials: pd.DataFrame, tolerance: float = 0.005) -> go.Figure |
             fig.add_trace(go.Scatter(
                 x=others["width_depth_ratio"], y=others["mean"], mode="markers", legendgroup=name,
                 showlegend=False, marker=dict(size=4, color=c, opacity=0.25), customdata=_points(others),
+                error_y=_errors(others, c),
                 hovertemplate="%{customdata[1]}<br>%{y:.4g}<extra></extra>", meta={"rows": True}))
         fig.add_trace(go.Scatter(
             x=line["width_depth_ratio"], y=line["mean"], mode="lines+markers", name=name, legendgroup=name,
-            marker=dict(size=7, color=c), line=dict(color=c, width=1.5),
-            error_y=dict(type="data", array=line["std"].tolist(), visible=bool(line["n"].max() > 1)),
+            marker=dict(size=7, color=c), line=dict(color=c, width=1.5), error_y=_errors(line),
             customdata=_points(line), hovertemplate="%{customdata[1]}<br>%{y:.4g}<extra></extra>",
             meta={"rows": True}))
     if lm["family"].iloc[0] != BASELINE:
@@ -207,10 +235,11 @@ def ucurve_figure(trials: pd.DataFrame, tolerance: float = 0.005) -> go.Figure |
 def ratio_figure(trials: pd.DataFrame) -> go.Figure | None:
     """Seed 000 Fig. 3: loss vs d_h/d_model, one series per k (the best shape at each ratio;
     the other shapes faint behind it), the baseline dashed."""
-    means = seed_means(trials[trials["family"] == "hourglass"], "val_loss")
+    means, others = chosen_and_others(trials[trials["family"] == "hourglass"], "val_loss")
     if means.empty or means["ffn_ratio"].round(3).nunique() < 2:
         return None
     fig, n_sweeps = new_figure(), means["sweep"].nunique()
+    _other_tuned_trace(fig, others, "ffn_ratio")
     means = means.assign(ratio=means["ffn_ratio"].round(3)).sort_values("ffn_ratio")
     for i, ((sweep, k), group) in enumerate(means.groupby(["sweep", "k"], sort=True)):
         name, c = _series_name([f"k={int(k)}"], n_sweeps, sweep), color("", i)
@@ -220,11 +249,11 @@ def ratio_figure(trials: pd.DataFrame) -> go.Figure | None:
             fig.add_trace(go.Scatter(
                 x=others["ffn_ratio"], y=others["mean"], mode="markers", legendgroup=name, showlegend=False,
                 marker=dict(size=5, color=c, opacity=0.3), customdata=_points(others),
+                error_y=_errors(others, c),
                 hovertemplate="%{customdata[1]}<br>%{y:.4g}<extra></extra>", meta={"rows": True}))
         fig.add_trace(go.Scatter(
             x=best["ffn_ratio"], y=best["mean"], mode="lines+markers", name=name, legendgroup=name,
-            marker=dict(size=8, color=c), line=dict(color=c),
-            error_y=dict(type="data", array=best["std"].tolist(), visible=bool(best["n"].max() > 1)),
+            marker=dict(size=8, color=c), line=dict(color=c), error_y=_errors(best),
             customdata=_points(best), hovertemplate="%{customdata[1]}<br>%{y:.4g}<extra></extra>",
             meta={"rows": True}))
     _baseline_traces(fig, trials, "ffn_ratio", (means["ffn_ratio"].min(), means["ffn_ratio"].max()),
@@ -324,6 +353,87 @@ def learning_curves_figure(trials: pd.DataFrame, curves: pd.DataFrame) -> go.Fig
                    "tokens (log)", label, log_x=True)
 
 
+def _labels(frame: pd.DataFrame, n_sweeps: int) -> list[str]:
+    """One distinct x label per candidate: variant and shape (sweep and key when needed)."""
+    labels = [_series_name([row["variant"] if isinstance(row["variant"], str) else row["design"],
+                            shape_text(row)], n_sweeps, row["sweep"])
+              for row in frame.to_dict("records")]
+    seen = pd.Series(labels).duplicated(keep=False).to_numpy()
+    return [f"{label} #{key[:6]}" if twin else label
+            for label, key, twin in zip(labels, frame["key"], seen, strict=True)]
+
+
+def baseline_figure(trials: pd.DataFrame, metric: str = "val_loss") -> go.Figure | None:
+    """Each candidate minus its sweep's `baseline` variant, paired over seeds, with the 95%
+    t-interval (`results.stats.compare`); colour = verdict, n<2 candidates have no bar."""
+    parts = []
+    for _, group in trials.groupby("sweep"):
+        try:
+            compared = compare(group, metric)
+        except UserError:  # several baselines per budget: `status --format table` says why
+            continue
+        parts.append(compared[compared["delta_vs_baseline"].notna()
+                              & (compared["key"] != compared["baseline_key"])])
+    data = pd.concat(parts) if parts else pd.DataFrame()
+    if data.empty:
+        return None
+    data = data.sort_values(["sweep", "delta_vs_baseline"], ascending=[True, LOWER_IS_BETTER[metric]])
+    data = data.assign(label=_labels(data, data["sweep"].nunique()))
+    delta = data["delta_vs_baseline"].astype(float)
+    data["plus"] = (data["ci_high"].astype(float) - delta).fillna(0.0)
+    data["minus"] = (delta - data["ci_low"].astype(float)).fillna(0.0)
+    data["text"] = [f"Δ {d:+.4f} [{lo:+.4f}, {hi:+.4f}] · {v} · {int(n)} paired seeds"
+                    if lo == lo else f"Δ {d:+.4f} · {v} (n<2: no interval)"
+                    for d, lo, hi, v, n in zip(delta, data["ci_low"].astype(float), data["ci_high"].astype(float),
+                                               data["verdict"], data["n_paired"], strict=True)]
+    fig = new_figure()
+    for verdict, c in VERDICT_COLORS.items():
+        group = data[data["verdict"] == verdict]
+        if group.empty:
+            continue
+        fig.add_trace(go.Scatter(
+            x=group["label"], y=group["delta_vs_baseline"].astype(float), mode="markers", name=verdict,
+            marker=dict(color=c, size=8), text=group["text"].tolist(),
+            error_y=dict(type="data", symmetric=False, array=group["plus"].tolist(),
+                         arrayminus=group["minus"].tolist(), color=c, thickness=1.5),
+            customdata=_points(group), hovertemplate="%{customdata[1]}<br>%{text}<extra></extra>",
+            meta={"rows": True, "verdict": verdict}))
+    fig.add_hline(y=0, line=dict(color="#2a3f5f", width=1.5))
+    fig = layout(fig, f"vs baseline: {METRIC_LABELS[metric]} difference, paired over seeds (95% CI)",
+                 "", f"Δ {METRIC_LABELS[metric]} vs the baseline variant")
+    fig.update_xaxes(tickangle=-40, tickfont=dict(size=9), categoryorder="array",
+                     categoryarray=data["label"].tolist())
+    fig.update_layout(height=560, legend=dict(orientation="h", yanchor="bottom", y=1.0, xanchor="right", x=1))
+    return fig
+
+
+def rank_fidelity_figure(trials: pd.DataFrame, curves: pd.DataFrame,
+                         metric: str = "val_loss") -> go.Figure | None:
+    """Kendall's tau between the ranking at each evaluation point and the final one
+    (`results.stats.rank_fidelity`), against the fraction of the token budget."""
+    fidelity = rank_fidelity(trials, curves, metric)
+    if fidelity.empty:
+        return None
+    fig = new_figure()
+    for i, (sweep, group) in enumerate(fidelity.groupby("sweep")):
+        stable = stable_fraction(group)
+        note = f"≥ {FIDELITY_THRESHOLD:g} from {stable:.0%} of the budget" if stable is not None \
+            else f"never stays ≥ {FIDELITY_THRESHOLD:g}"
+        fig.add_trace(go.Scatter(
+            x=group["budget_fraction"], y=group["kendall_tau"], mode="lines+markers",
+            name=f"{esc(sweep)} ({note})", line=dict(color=color("", i), width=2),
+            customdata=np.stack([group["tokens"], group["n_candidates"]], axis=1).tolist(),
+            hovertemplate="%{customdata[0]:.3s} tokens, %{customdata[1]} candidates<br>"
+                          "tau %{y:.3f}<extra></extra>",
+            meta={"sweep": sweep}))
+    fig.add_hline(y=FIDELITY_THRESHOLD, line=dict(color="#8a6d00", dash="dash", width=1.5))
+    fig = layout(fig, "Rank fidelity: does a short trial rank candidates as the full run does?",
+                 "fraction of the token budget", "Kendall's tau vs the final ranking")
+    fig.update_xaxes(tickformat=".0%")
+    fig.update_yaxes(range=[min(-0.05, float(fidelity["kendall_tau"].min()) - 0.05), 1.05])
+    return fig
+
+
 def applicable_figures(trials: pd.DataFrame, curves: pd.DataFrame) -> list[tuple[str, go.Figure]]:
     """(id, figure) for every figure whose columns and families the data has."""
     from dashboards.scaling import scaling_figure
@@ -335,6 +445,8 @@ def applicable_figures(trials: pd.DataFrame, curves: pd.DataFrame) -> list[tuple
     builders = pareto[:1] + [
         ("ucurve", lambda: ucurve_figure(lm)),
         ("ratio", lambda: ratio_figure(lm)),
+        ("vs-baseline-lm", lambda: baseline_figure(lm, "val_loss")),
+        ("rank-fidelity-lm", lambda: rank_fidelity_figure(lm, curves, "val_loss")),
         ("scaling", lambda: scaling_figure(lm)),
         *pareto[1:],
         ("widths", lambda: width_profile_figure(lm)),
@@ -343,7 +455,9 @@ def applicable_figures(trials: pd.DataFrame, curves: pd.DataFrame) -> list[tuple
     ]
     builders += [(f"pareto-vision-{x}", lambda x=x: pareto_figure(vision, x, vision_metric))
                  for x in ("params_total", "training_flops", "wall_time_s")]
-    builders.append(("curves-vision", lambda: learning_curves_figure(vision, curves)))
+    builders += [("vs-baseline-vision", lambda: baseline_figure(vision, vision_metric)),
+                 ("rank-fidelity-vision", lambda: rank_fidelity_figure(vision, curves, vision_metric)),
+                 ("curves-vision", lambda: learning_curves_figure(vision, curves))]
     figures = []
     for figure_id, build in builders:
         fig = build()

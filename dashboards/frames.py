@@ -7,15 +7,20 @@ HTML tags in text, so names are entity-escaped to show `<script>` as text, never
 from __future__ import annotations
 
 import html
+import json
 import math
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-LOWER_IS_BETTER = {"val_loss": True, "best_val_loss": True, "val_ppl": True, "psnr": False, "ssim": False}
+from results.stats import HIGHER_IS_BETTER, canonical_tuned, canonical_tuned_column, tuned_stats
+
 METRIC_LABELS = {"val_loss": "validation loss", "best_val_loss": "best validation loss",
                  "val_ppl": "validation perplexity", "psnr": "PSNR (dB)", "ssim": "SSIM"}
+LOWER_IS_BETTER = {metric: metric not in HIGHER_IS_BETTER for metric in METRIC_LABELS}
+VERDICT_COLORS = {"better": "#2a9d3a", "worse": "#d62728", "within noise": "#8c8c8c"}
+OTHER_TUNED_COLOR = "#b8bcc4"  # a candidate's tuned values that were not its best
 FAMILY_COLORS = {"conventional": "#7b3fa0", "hourglass": "#2a9d3a", "variable_width": "#1f77b4",
                  "vision_mlp (wide-narrow-wide)": "#d62728",
                  "vision_mlp (narrow-wide-narrow)": "#7f7f7f",
@@ -115,6 +120,9 @@ def hover_text(row: dict) -> str:
     widths = row.get("widths")
     if row["family"] == "variable_width" and widths is not None and len(widths):
         lines.append("widths=" + esc(" ".join(str(int(w)) for w in widths)))
+    tuned = json.loads(canonical_tuned(row.get("tuned_json")))
+    if tuned:
+        lines.append("tuned " + esc(" ".join(f"{k}={v}" for k, v in tuned.items())))
     lines.append(f"params {human(_val(row, 'params_total'))} total, "
                  f"{human(_val(row, 'params_non_embedding'))} non-emb; "
                  f"{human(_val(row, 'flops_per_token'))} FLOPs/token")
@@ -133,17 +141,29 @@ def with_derived(trials: pd.DataFrame) -> pd.DataFrame:
     return frame
 
 
+def tuned_means(frame: pd.DataFrame, metric: str, extra: tuple[str, ...] = ()) -> pd.DataFrame:
+    """Completed trials averaged over seeds per (sweep, key, tuned value): `mean`, `std`
+    (ddof=1; 0 for one seed, so error bars stay drawable), `n`, `chosen` (the key's best
+    tuned value, `results.stats.tuned_stats`), and the best seed's row (its row id)."""
+    best_first = frame.sort_values(metric, ascending=LOWER_IS_BETTER[metric])
+    out = tuned_stats(best_first, metric)
+    out["std"] = out["std"].fillna(0.0)
+    if extra and len(out):
+        done = best_first[(best_first["status"] == "completed") & best_first[metric].notna()]
+        means = done.assign(tuned=canonical_tuned_column(done["tuned_json"])).groupby(
+            ["sweep", "key", "tuned"])[list(extra)].mean()
+        out[list(extra)] = means.reindex(pd.MultiIndex.from_frame(out[["sweep", "key", "tuned"]])).to_numpy()
+    return out
+
+
+def chosen_and_others(frame: pd.DataFrame, metric: str,
+                      extra: tuple[str, ...] = ()) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """`tuned_means` split: each candidate at its best tuned value, and the tuned values not chosen."""
+    means = tuned_means(frame, metric, extra)
+    chosen = means["chosen"].astype(bool)
+    return means[chosen].reset_index(drop=True), means[~chosen].reset_index(drop=True)
+
+
 def seed_means(frame: pd.DataFrame, metric: str, extra: tuple[str, ...] = ()) -> pd.DataFrame:
-    """Completed trials averaged over seeds per (sweep, key): mean, std and count of `metric`."""
-    done = frame[(frame["status"] == "completed") & frame[metric].notna()]
-    if done.empty:
-        return done.assign(mean=[], std=[], n=[])
-    best_first = done.sort_values(metric, ascending=LOWER_IS_BETTER[metric])
-    grouped = best_first.groupby(["sweep", "key"], sort=False)
-    out = grouped.first()  # shape columns and the best seed's row id
-    out["mean"] = grouped[metric].mean()
-    out["std"] = grouped[metric].std(ddof=0).fillna(0.0)
-    out["n"] = grouped[metric].size()
-    for column in extra:
-        out[column] = grouped[column].mean()
-    return out.reset_index()
+    """Each candidate at its best tuned value: mean, std and count of `metric` over seeds."""
+    return chosen_and_others(frame, metric, extra)[0]

@@ -70,7 +70,7 @@ function filterTrace(trace) {
   for (const key of ["x", "y", "customdata", "text", "hovertext"]) if (key in trace) out[key] = pick(trace[key]);
   for (const key of ["error_y", "error_x", "marker"]) if (trace[key]) {
     out[key] = Object.assign({}, trace[key]);
-    for (const sub of ["array", "color", "size", "symbol"]) if (sub in trace[key]) out[key][sub] = pick(trace[key][sub]);
+    for (const sub of ["array", "arrayminus", "color", "size", "symbol"]) if (sub in trace[key]) out[key][sub] = pick(trace[key][sub]);
   }
   return out;
 }
@@ -78,7 +78,10 @@ function decodeTrace(trace) {
   const out = Object.assign({}, trace);
   for (const key of ["x", "y", "customdata"]) if (key in out) out[key] = decode(out[key]);
   if (out.meta && out.meta.ids) out.customdata = out.customdata.map((id) => [id, S.data.rows.hover[id]]);
-  for (const key of ["error_y", "marker"]) if (out[key] && out[key].array !== undefined) out[key] = Object.assign({}, out[key], {array: decode(out[key].array)});
+  for (const key of ["error_y", "marker"]) if (out[key] && out[key].array !== undefined) {
+    out[key] = Object.assign({}, out[key], {array: decode(out[key].array)});
+    if (out[key].arrayminus !== undefined) out[key].arrayminus = decode(out[key].arrayminus);
+  }
   return out;
 }
 function drawFigures() {
@@ -95,7 +98,7 @@ function drawFigures() {
     }
     div.style.height = (f.figure.layout.height || 450) + "px";
     S.originals[f.id] = {data: f.figure.data.map(decodeTrace), layout: f.figure.layout};
-    if (["widths", "param-split"].includes(f.id) || f.id.startsWith("curves")) div.parentNode.style.gridColumn = "1 / -1";
+    if (["widths", "param-split"].includes(f.id) || /^(curves|vs-baseline)/.test(f.id)) div.parentNode.style.gridColumn = "1 / -1";
     Plotly.react(div, S.originals[f.id].data.map(filterTrace), f.figure.layout, {responsive: true, displaylogo: false});
     if (!div.dataset.bound) {
       div.on("plotly_click", (ev) => { const cd = ev.points[0] && ev.points[0].customdata; if (cd) select(cd[0]); });

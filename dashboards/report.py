@@ -35,14 +35,16 @@ def load_frames(root: str, sweeps: list[str] | None) -> tuple[pd.DataFrame, pd.D
 def budget_labels(trials: pd.DataFrame, max_groups: int = 8) -> pd.Series:
     """Group trials into parameter budgets: clusters of non-embedding params, else log bins.
 
-    Iso-budget sweeps land within a few percent of their budget, so a gap of more than
-    15% between sorted parameter counts starts a new budget.
+    The clusters are `results.stats.budget_clusters`, the groups that pair candidates with
+    their own budget's baseline.
     """
+    from results.stats import budget_clusters
+
     params = trials["params_non_embedding"].astype(float).fillna(trials["params_total"].astype(float))
     if params.isna().all():
         return pd.Series("all", index=trials.index)
     order = params.sort_values().dropna()
-    cluster = (order / order.shift(1) > 1.15).cumsum()
+    cluster = budget_clusters(trials).reindex(order.index)
     if cluster.max() + 1 <= max_groups:
         labels = order.groupby(cluster).transform(lambda p: f"≈{_short(p.median())}")
     else:

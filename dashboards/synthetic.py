@@ -5,12 +5,16 @@ sweeps. Every row is a real typed config run through `account()`, so every shape
 accounting column is exactly what a real sweep would record; only the losses are
 modelled: a power law in training FLOPs (variable-width bottlenecks reach the same loss
 with `VW_FLOP_FRACTION` of the FLOPs, as in seed 002), a U-shaped penalty in
-log(d_model / n_layers) centred near 150 (seed 000), seed noise, ASHA-stopped and
-failed trials.
+log(d_model / n_layers) centred near 150 (seed 000), a learning-rate penalty around a
+width-dependent optimum (so candidates choose different `tune:` values), a noise term
+shared by every trial of one seed (same seed = same data order, so seeds pair) plus a
+trial's own noise, ASHA-stopped and failed trials. Grid sweeps name one conventional
+candidate per budget variant `baseline`, the anchor of `results.stats.compare`.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 from datetime import UTC, datetime, timedelta
@@ -24,6 +28,8 @@ from search_spaces.configs import TrainConfig, config_key, make_config
 LM_FAMILIES = ("conventional", "hourglass", "variable_width")
 VW_FLOP_FRACTION = 0.78  # FLOPs a variable-width bottleneck needs for the baseline's loss
 _A, _B = 21.2, 0.05  # loss = A * (efficiency * training FLOPs) ** -B
+TUNE = {"lr": (2e-3, 6e-3)}  # the `tune:` values every candidate is trained with
+BASELINE_RATIO = 64  # the grid's conventional shape nearest this d_model / n_layers is `baseline`
 
 
 def _round_to(x: float, multiple: int) -> int:
@@ -97,8 +103,16 @@ def _shape_row(config, seq_len: int) -> dict[str, Any]:
     return row
 
 
+def _variant_name(config) -> str:
+    if config.family == "hourglass":
+        return f"k{config.k}-r{config.ffn_ratio:g}"
+    return str(config.shape) if config.family == "variable_width" else config.family
+
+
 def _grid(families: tuple[str, ...], budgets: tuple[float, ...], ratios: int) -> list:
-    """Every variant x budget x a log grid of width/depth ratios (clean U-curves)."""
+    """(config, budget, variant) for every variant x budget x a log grid of width/depth
+    ratios (clean U-curves); per budget the conventional shape nearest BASELINE_RATIO is
+    the `baseline`."""
     configs, seen = [], set()
     for family in families:
         for variant in VARIANTS.get(family, [{}]):
@@ -110,17 +124,23 @@ def _grid(families: tuple[str, ...], budgets: tuple[float, ...], ratios: int) ->
                         continue
                     if config_key(config) not in seen:
                         seen.add(config_key(config))
-                        configs.append(config)
-    return configs
+                        configs.append([config, budget, _variant_name(config)])
+    for budget in budgets:
+        conventional = [c for c in configs if c[1] == budget and c[0].family == "conventional"]
+        if conventional:
+            min(conventional, key=lambda c: abs(math.log(c[0].width_depth_ratio / BASELINE_RATIO)))[2] = "baseline"
+    return [tuple(c) for c in configs]
 
 
 def _candidates(families: tuple[str, ...], budgets: tuple[float, ...], n: int,
                 rng: np.random.Generator) -> list:
+    """(config, budget, variant) of `n` random shapes near the budgets (no baseline)."""
     configs, seen, attempts = [], set(), 0
     while len(configs) < n and attempts < 50 * n:
         attempts += 1
         family = str(rng.choice(families))
-        budget = float(rng.choice(budgets)) * float(rng.uniform(0.9, 1.1))
+        budget_base = float(rng.choice(budgets))
+        budget = budget_base * float(rng.uniform(0.9, 1.1))
         try:
             if family == "vision_mlp":
                 config = _vision_config(budget / 100, rng)
@@ -132,59 +152,90 @@ def _candidates(families: tuple[str, ...], budgets: tuple[float, ...], n: int,
         key = config_key(config)
         if key not in seen:
             seen.add(key)
-            configs.append(config)
+            configs.append((config, budget_base, _variant_name(config)))
     return configs
+
+
+def _tuned_points(tune: dict[str, tuple] | None) -> list[dict[str, Any]]:
+    """Every combination of the `tune:` values ({} when nothing is tuned)."""
+    tune = tune or {}
+    return [dict(zip(tune, values, strict=True)) for values in itertools.product(*tune.values())]
 
 
 def synthetic_sweep(sweep: str, n_trials: int, *, families: tuple[str, ...] = LM_FAMILIES,
                     budgets: tuple[float, ...] = (30e6, 113e6), seeds: int = 3,
-                    curve_points: int = 8, seed: int = 0,
-                    grid_ratios: int = 0) -> list[tuple[dict, list[dict]]]:
+                    curve_points: int = 8, seed: int = 0, grid_ratios: int = 0,
+                    tune: dict[str, tuple] | None = TUNE) -> list[tuple[dict, list[dict]]]:
     """`n_trials` (trial_row, curve_rows) pairs for `results.store.write_trial`.
 
     Candidates are random shapes near the budgets, or with `grid_ratios` every LM variant
-    at that many width/depth ratios (`n_trials` then caps the grid times `seeds`).
+    at that many width/depth ratios (`n_trials` then caps the grid times the `tune`
+    combinations times `seeds`). Every candidate runs every `tune` combination and seed.
     """
     rng = np.random.default_rng(seed)
+    tuned = _tuned_points(tune)
+    per_candidate = len(tuned) * seeds
     if grid_ratios:
         configs = _grid(families, budgets, grid_ratios)
     else:
-        configs = _candidates(families, budgets, math.ceil(n_trials / seeds), rng)
+        configs = _candidates(families, budgets, math.ceil(n_trials / per_candidate), rng)
     started = datetime(2026, 1, 1, tzinfo=UTC)
     out = []
-    limit = n_trials if not grid_ratios else min(n_trials, len(configs) * seeds)
+    limit = n_trials if not grid_ratios else min(n_trials, len(configs) * per_candidate)
     for index in range(limit):  # a small random space is repeated with further seeds
-        rounds, within = divmod(index, len(configs) * seeds)
-        config, trial_seed = configs[within // seeds], within % seeds + rounds * seeds
+        rounds, within = divmod(index, len(configs) * per_candidate)
+        config, budget, variant = configs[within // per_candidate]
+        rest = within % per_candidate
+        trial_seed = rest % seeds + rounds * seeds
         out.append(_trial(sweep, f"t{index:05d}", config, trial_seed, curve_points, rng,
-                          started + timedelta(seconds=60 * index)))
+                          started + timedelta(seconds=60 * index), budget=budget, variant=variant,
+                          tuned=tuned[rest // seeds],
+                          seed_luck=float(np.random.default_rng([seed, trial_seed]).normal(0, 0.01))))
     return out
 
 
+def _lr_penalty(config, lr: float) -> float:
+    """Loss added by a learning rate off a width-dependent optimum (wider models want less)."""
+    width = config.d_z if config.family == "vision_mlp" else config.d_model
+    best = 4e-3 * (512 / width) ** 0.5
+    return 0.02 * math.log(lr / best) ** 2
+
+
 def _trial(sweep: str, trial_id: str, config, trial_seed: int, points: int,
-           rng: np.random.Generator, finished_at: datetime) -> tuple[dict, list[dict]]:
+           rng: np.random.Generator, finished_at: datetime, *, budget: float, variant: str,
+           tuned: dict[str, Any], seed_luck: float) -> tuple[dict, list[dict]]:
     vision = config.family == "vision_mlp"
     train = TrainConfig(seq_len=128 if vision else 512, tokens=None if vision else 1,
                         steps=2000 if vision else None, seed=trial_seed)
     row = _shape_row(config, train.seq_len)
-    budget_tokens = 20_000 * 64 if vision else 20 * row["params_non_embedding"]
-    train = train.model_copy(update={"tokens": None if vision else budget_tokens})
-    worse = float(rng.random())
-    status = "failed" if worse < 0.03 else "stopped_early" if worse < 0.28 else "completed"
+    # One token budget per parameter budget: candidates share evaluation points, as in a sweep.
+    budget_tokens = 20_000 * 64 if vision else int(20 * budget)
+    train = train.model_copy(update={"tokens": None if vision else budget_tokens, **tuned})
+    penalty = _lr_penalty(config, train.lr)
+    worse = float(rng.random())  # ASHA stops a badly tuned trial more often
+    stop = 0.03 + 0.1 + 0.3 * min(1.0, penalty / 0.02)
+    status = "failed" if worse < 0.03 else "stopped_early" if worse < stop else "completed"
+    status = "completed" if variant == "baseline" else status  # the anchor runs to the end
     done_frac = 1.0 if status == "completed" else float(rng.choice([0.25, 0.5]))
-    tokens = np.linspace(budget_tokens / points, budget_tokens * done_frac, points).astype(np.int64)
-    noise = float(rng.normal(0, 0.006))
+    tokens = np.linspace(budget_tokens / points, budget_tokens, points).astype(np.int64)
+    tokens = tokens[: max(1, round(points * done_frac))]  # stopped early: a prefix of the full run
+    # Luck lowers the loss: the seed's (shared by its trials), the trial's, each evaluation's.
+    # Luck lowers the loss: the seed's (shared by its trials), the trial's, each evaluation's,
+    # and a candidate's early start that fades by the end (short trials rank imperfectly).
+    early = np.random.default_rng(int(config_key(config)[:8], 16)).normal(0, 0.04)
+    luck = seed_luck + float(rng.normal(0, 0.004)) - penalty
+    luck = luck + rng.normal(0, 0.002, len(tokens)) + early * (1 - tokens / budget_tokens) ** 2
     if vision:  # PSNR grows with log params; wide-narrow-wide designs sit higher (seed 004)
         bonus = 1.2 if config.d_h < config.d_z else 0.0
-        psnr = 12 + 2.2 * np.log10(row["params_total"]) + bonus + 40 * noise
+        psnr = 12 + 2.2 * np.log10(row["params_total"]) + bonus + 40 * luck
         curve_psnr = psnr - 3.0 * (1 - tokens / budget_tokens) ** 2
         val = 10 ** (-curve_psnr / 10)
     else:
         ratio = config.width_depth_ratio
         u_penalty = 0.035 * np.log(ratio / 150) ** 2
         flops = _efficiency(config) * row["flops_per_token"] * tokens
-        val = _A * flops**-_B + u_penalty + noise
-        curve_psnr = np.full(points, np.nan)
+        val = _A * flops**-_B + u_penalty - luck
+        curve_psnr = np.full(len(tokens), np.nan)
     speed = 2e11 / row["flops_per_token"]
     curves = [
         {"sweep": sweep, "trial_id": trial_id, "step": int(i + 1) * 100, "tokens": int(t),
@@ -201,6 +252,7 @@ def _trial(sweep: str, trial_id: str, config, trial_seed: int, points: int,
            "train": train.model_dump(mode="json")}
     row.update(
         sweep=sweep, trial_id=trial_id, key=config_key(config), seed=trial_seed, status=status,
+        variant=variant, tuned_json=json.dumps(tuned, sort_keys=True),
         error=f"NonFiniteLoss: loss became nan at step {final['step']}" if failed else None,
         val_loss=None if failed else final["val_loss"],
         best_val_loss=None if failed else min(c["val_loss"] for c in curves),

@@ -132,10 +132,22 @@ def resume(args: argparse.Namespace) -> int:
     return _report(run_sweep(options), args.root)
 
 
+STATUS_FORMATS = ("table", "json", "csv")
+
+
 def add_arguments_status(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("name", nargs="?", default=None, help="one sweep (default: all)")
     _add_root(parser)
     parser.add_argument("--top", type=int, default=20, help="trials to list for one sweep")
+    # Checked in `status`, not by argparse: a bad value is then one line (argparse adds usage).
+    parser.add_argument("--format", default="table",
+                        help="table, json or csv: one sweep's candidates with mean, std and "
+                        "the difference to the baseline with its 95%% interval")
+    parser.add_argument("--baseline", default=None,
+                        help="the variant the others are compared with (default: baseline, "
+                        "when the sweep has it)")
+    parser.add_argument("--metric", default="val_loss",
+                        help="final metric to compare (val_loss; psnr or ssim for vision)")
 
 
 def _catalog(args: argparse.Namespace):
@@ -154,12 +166,160 @@ def _fmt(value: Any, digits: int = 4) -> str:
     return str(value)
 
 
+STATUS_METRICS = ("val_loss", "best_val_loss", "val_ppl", "train_loss", "psnr", "ssim")
+
+
+def _check_status_args(args: argparse.Namespace) -> None:
+    if args.format not in STATUS_FORMATS:
+        raise UserError(f"{args.format!r} is not one of {', '.join(STATUS_FORMATS)}", key="--format")
+    if args.metric not in STATUS_METRICS:
+        raise UserError(f"{args.metric!r} is not one of {', '.join(STATUS_METRICS)}", key="--metric")
+    if args.name is None and (args.format != "table" or args.baseline is not None):
+        raise UserError("needs one sweep NAME", key="--format" if args.format != "table" else "--baseline")
+
+
+def _reduction_factor(root: str, name: str) -> float | None:
+    """ASHA's reduction factor from the options file `run` writes (sweep.runner.OPTIONS_FILE,
+    not imported: it imports Ray); None when the sweep ran without ASHA."""
+    from results.store import read_sweep_file
+
+    text = read_sweep_file(root, name, "sweep.json")
+    options = json.loads(text) if text else {}
+    return float(options["reduction_factor"]) if options.get("scheduler") == "asha" else None
+
+
+def _candidate_records(compared, metric: str) -> list[dict]:
+    """`status` candidates: shape, chosen tuned values, seed statistics, the baseline comparison."""
+    import pyarrow as pa
+
+    from results.schema import SHAPE_COLUMNS, TRIAL_COLUMNS
+
+    fields = ["key", "family", "variant", *(name for name, _ in SHAPE_COLUMNS),
+              "params_non_embedding", "params_total", "flops_per_token"]
+    whole = {name for name in fields if pa.types.is_integer(TRIAL_COLUMNS.field(name).type)}
+    records = []
+    for row in compared.to_dict("records"):
+        record = {name: _clean(row.get(name)) for name in fields if name != "widths"}
+        record.update({name: int(record[name]) for name in whole if record[name] is not None})
+        widths = row.get("widths")
+        record["widths"] = None if widths is None else [int(w) for w in widths]
+        record.update({"tuned": json.loads(row["tuned"]), "n_seeds": int(row["n"]),
+                       f"{metric}_mean": _clean(row["mean"]), f"{metric}_std": _clean(row["std"])})
+        record.update({name: _clean(row[name]) for name in (
+            "delta_vs_baseline", "ci_low", "ci_high", "n_paired", "verdict", "baseline_key")})
+        records.append(record)
+    return records
+
+
+def _status_document(args: argparse.Namespace, trials, curves) -> dict:
+    """The one object `status NAME --format json` prints."""
+    from results.stats import asha_confirmation, compare, rank_fidelity, stable_fraction
+
+    variants = set(trials["variant"].dropna())
+    baseline = args.baseline or "baseline"
+    if args.baseline is not None and baseline not in variants:
+        known = ", ".join(sorted(variants)) or "none recorded"
+        raise UserError(f"sweep {args.name!r} has no variant {baseline!r} (its variants: {known})",
+                        key="--baseline")
+    compared = compare(trials, args.metric, baseline)
+    fidelity = rank_fidelity(trials, curves, args.metric)
+    factor = _reduction_factor(args.root, args.name)
+    return {
+        "sweep": args.name, "metric": args.metric,
+        "baseline": baseline if baseline in variants else None,
+        "candidates": _candidate_records(compared, args.metric),
+        "rank_fidelity": [{"tokens": int(r.tokens), "budget_fraction": float(r.budget_fraction),
+                           "n_candidates": int(r.n_candidates), "kendall_tau": _clean(r.kendall_tau)}
+                          for r in fidelity.itertuples()],
+        "rank_fidelity_stable_fraction": stable_fraction(fidelity) if len(fidelity) else None,
+        "asha": asha_confirmation(trials, factor, args.metric) if factor else None,
+    }
+
+
+def _flat(candidate: dict) -> dict:
+    """A candidate as one CSV row: tuned values as `tuned.NAME` columns, widths space-joined."""
+    row = {k: v for k, v in candidate.items() if k != "tuned"}
+    row.update({f"tuned.{k}": v for k, v in candidate["tuned"].items()})
+    if row["widths"] is not None:
+        row["widths"] = " ".join(str(w) for w in row["widths"])
+    return row
+
+
+def _print_csv(document: dict) -> None:
+    import csv
+    import sys
+
+    rows = [_flat(c) for c in document["candidates"]]
+    columns = list(dict.fromkeys(k for row in rows for k in row)) or ["key"]
+    writer = csv.DictWriter(sys.stdout, columns, lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+
+
+def _interval(candidate: dict) -> str:
+    delta = candidate["delta_vs_baseline"]
+    if delta is None:
+        return "-"
+    if candidate["ci_low"] is None:
+        return f"{delta:+.4f} (n<2)"
+    return f"{delta:+.4f} [{candidate['ci_low']:+.4f}, {candidate['ci_high']:+.4f}]"
+
+
+def _shape(candidate: dict) -> str:
+    names = ("d_model", "n_layers", "d_h", "k", "shape", "beta", "alpha", "d_z")
+    return " ".join(f"{n}={_fmt(candidate[n], 3)}" for n in names if candidate[n] is not None)
+
+
+def _candidates_table(document: dict):
+    """Candidates ordered by their mean over seeds, with the difference to the baseline."""
+    from rich.table import Table
+
+    metric, baseline = document["metric"], document["baseline"]
+    table = Table(title=f"candidates of {document['sweep']} by mean {metric} over seeds "
+                  "(each at its best tuned value)")
+    columns = ["key", "variant", "family", "shape", "tuned", f"{metric} mean ± std (n)"]
+    columns += [f"Δ vs {baseline} [95% CI]", "verdict"] if baseline else []
+    for column in columns:
+        table.add_column(column)
+    for c in document["candidates"]:
+        std = "-" if c[f"{metric}_std"] is None else f"{c[f'{metric}_std']:.4f}"
+        cells = [c["key"], c["variant"] or "-", c["family"], _shape(c),
+                 " ".join(f"{k}={v}" for k, v in c["tuned"].items()) or "-",
+                 f"{c[f'{metric}_mean']:.4f} ± {std} ({c['n_seeds']})"]
+        anchor = c["key"] == c["baseline_key"]
+        cells += (["-", "(the baseline)"] if anchor else [_interval(c), c["verdict"] or "-"]) if baseline else []
+        table.add_row(*cells)
+    return table
+
+
+def _fidelity_line(document: dict) -> str:
+    points = document["rank_fidelity"]
+    if not points:
+        return "rank fidelity: no evaluation point shared by 3 or more completed candidates"
+    taus = ", ".join(f"{p['budget_fraction']:.0%}: {_fmt(p['kendall_tau'], 2)}" for p in points)
+    stable = document["rank_fidelity_stable_fraction"]
+    line = f"rank fidelity (Kendall's tau vs the final ranking, by budget fraction): {taus}"
+    return line + (f"; stays >= 0.8 from {stable:.0%} of the budget" if stable is not None
+                   else "; never stays >= 0.8")
+
+
+def _asha_line(document: dict) -> str | None:
+    asha = document["asha"]
+    if not asha or not asha["stopped"]:
+        return None
+    share = "-" if asha["fraction"] is None else f"{asha['fraction']:.0%}"
+    return (f"ASHA stopped {asha['stopped']} trials; {asha['checkable']} have a completed run of "
+            f"the same candidate and tuned value, and {asha['confirmed']} of those ({share}) "
+            "finished outside the top 1/reduction_factor")
+
+
 def status(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from results.store import list_sweeps, load_trials
+    from results.store import list_sweeps, load_curves, load_trials
 
+    _check_status_args(args)
     console = Console()
     records = {r.name: r for r in _catalog(args).list()}
     if args.name is None:
@@ -186,11 +346,23 @@ def status(args: argparse.Namespace) -> int:
     trials = load_trials(args.root, [args.name])
     if record is None and trials.empty:
         raise UserError(f"no sweep named {args.name!r} under {args.root}", key="name")
+    document = _status_document(args, trials, load_curves(args.root, [args.name]))
+    if args.format == "json":
+        print(json.dumps(document, indent=2))
+        return 0
+    if args.format == "csv":
+        _print_csv(document)
+        return 0
     if record is not None:
         console.print(f"[bold]{record.name}[/]  space {record.space_name} ({record.space_hash})  "
                       f"status {record.status}  candidates {record.n_candidates}")
     counts = trials["status"].value_counts().to_dict() if not trials.empty else {}
     console.print("  ".join(f"{k}: {v}" for k, v in sorted(counts.items())) or "no trials yet")
+    if document["candidates"]:
+        console.print(_candidates_table(document))
+        console.print(_fidelity_line(document), soft_wrap=True)
+        if _asha_line(document):
+            console.print(_asha_line(document), soft_wrap=True)
     table = Table(title=f"best trials of {args.name} (by val_loss)")
     columns = ("trial_id", "family", "status", "seed", "d_model", "n_layers", "d_h", "k",
                "params_non_embedding", "tokens", "val_loss")

@@ -122,6 +122,12 @@ def test_report_in_the_browser(store, browser, downloads, tmp_path):
     ids = _check_every_figure_renders(browser)
     assert "fig-ucurve" in ids and "fig-scaling" in ids and "fig-widths" in ids
     assert _console_errors(browser) == []
+    # The statistics panels: paired intervals vs the baseline, rank fidelity, grey tuned values.
+    assert "fig-vs-baseline-lm" in ids and "fig-rank-fidelity-lm" in ids
+    assert _shown_points(browser, "fig-vs-baseline-lm") > 0 and _shown_points(browser, "fig-rank-fidelity-lm") > 0
+    assert browser.find_elements(By.CSS_SELECTOR, "#fig-vs-baseline-lm .errorbar")
+    assert browser.find_elements(By.CSS_SELECTOR, "#fig-ucurve .errorbar")
+    assert browser.find_elements(By.CSS_SELECTOR, "#fig-rank-fidelity-lm .shapelayer path")  # tau = 0.8
 
     # Hostile names render as text, never as markup.
     _no_alert(browser)
@@ -134,11 +140,16 @@ def test_report_in_the_browser(store, browser, downloads, tmp_path):
 
     # A filter changes what is shown: figures and the top-trials table.
     before = _shown_points(browser, "fig-pareto-lm-params_non_embedding")
+    before_vs = _shown_points(browser, "fig-vs-baseline-lm")
     top_text = browser.find_element(By.ID, "top-tables").text
     assert "hourglass" in top_text
     browser.find_element(By.CSS_SELECTOR, "#filter-family input[value='hourglass']").click()
     after = _shown_points(browser, "fig-pareto-lm-params_non_embedding")
     assert 0 < after < before
+    assert 0 < _shown_points(browser, "fig-vs-baseline-lm") < before_vs
+    assert browser.execute_script(  # both sides of each interval are filtered with its point
+        "return document.getElementById('fig-vs-baseline-lm').data.every(t => "
+        "t.error_y.array.length === t.x.length && t.error_y.arrayminus.length === t.x.length)")
     assert "hourglass" not in browser.find_element(By.ID, "top-tables").text
     browser.find_element(By.CSS_SELECTOR, "#filter-family input[value='hourglass']").click()
     assert _shown_points(browser, "fig-pareto-lm-params_non_embedding") == before

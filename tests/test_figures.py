@@ -13,15 +13,18 @@ import pytest
 
 from dashboards.figures import (
     applicable_figures,
+    baseline_figure,
     learning_curves_figure,
     pareto_figure,
     pareto_front,
+    rank_fidelity_figure,
     ucurve_figure,
     width_profile_figure,
 )
-from dashboards.frames import esc, hover_text, with_derived
+from dashboards.frames import VERDICT_COLORS, esc, hover_text, with_derived
 from dashboards.report import budget_labels, build_payload, script_safe, write_report
 from dashboards.scaling import fit_power_law, flops_to_match, match_sentences
+from results.stats import FIDELITY_THRESHOLD, compare, rank_fidelity
 from results.store import load_curves, load_trials
 from search_spaces.errors import UserError
 
@@ -78,25 +81,32 @@ def test_figures_only_where_their_families_apply(frames):
     vision = trials[trials["family"] == "vision_mlp"]
     ids = [figure_id for figure_id, _ in applicable_figures(vision, curves)]
     assert ids == ["pareto-vision-params_total", "pareto-vision-training_flops",
-                   "pareto-vision-wall_time_s", "curves-vision"]
+                   "pareto-vision-wall_time_s", "rank-fidelity-vision", "curves-vision"]
 
 
-def test_pareto_points_are_seed_means_with_spread_and_full_shape_hover(frames):
+def test_pareto_points_are_seed_means_at_the_best_tuned_value_with_spread(frames):
+    """A point is a candidate at its best tuned value: mean ± std (ddof=1) over its seeds;
+    the tuned values it did not choose are one grey trace."""
     trials, _ = frames
     lm = trials[trials["sweep"] == "ucurve"]
     fig = pareto_figure(lm, "params_non_embedding", "val_loss")
-    points = [t for t in fig.data if t.meta.get("rows")]
     done = lm[lm["status"] == "completed"]
-    by_key = done.groupby("key")["val_loss"]
-    checked = 0
-    for trace in points:
+    by_tuned = done.groupby(["key", "tuned_json"])["val_loss"]
+    means, stds = by_tuned.mean(), by_tuned.std(ddof=1).fillna(0.0)
+    best = means.groupby(level="key").idxmin()
+    checked, greyed = 0, 0
+    for trace in (t for t in fig.data if t.meta.get("rows")):
         for y, err, (row_id, hover) in zip(trace.y, trace.error_y.array, trace.customdata, strict=True):
-            key = trials.loc[row_id, "key"]
-            assert y == pytest.approx(by_key.mean()[key])
-            assert err == pytest.approx(by_key.std(ddof=0)[key])
-            assert "d_model=" in hover and "n_layers=" in hover
-            checked += 1
+            row = trials.loc[row_id]
+            tuned = (row["key"], row["tuned_json"])
+            chosen = best[row["key"]] == tuned
+            assert chosen != bool(trace.meta.get("other_tuned"))
+            assert y == pytest.approx(means[tuned]) and err == pytest.approx(stds[tuned])
+            assert "d_model=" in hover and "n_layers=" in hover and "tuned lr=" in hover
+            checked += chosen
+            greyed += not chosen
     assert checked == done["key"].nunique()
+    assert greyed == len(means) - len(best) > 0
     for trace in fig.data:
         if not trace.meta.get("rows"):  # frontier: falling loss as parameters grow
             assert all(np.diff(np.asarray(trace.y, float)) < 0)
@@ -117,7 +127,7 @@ def test_variable_width_shapes_are_separate_series_with_their_own_colours(frames
         per_sweep.setdefault(t.meta["sweep"], []).append(t.line.color)
     assert max(len(colours) for colours in per_sweep.values()) >= 3
     assert all(len(set(colours)) == len(colours) for colours in per_sweep.values())
-    for trace in (t for t in fig.data if t.meta.get("rows")):
+    for trace in (t for t in fig.data if t.meta.get("rows") and not t.meta.get("other_tuned")):
         rows = trials.loc[[row_id for row_id, _ in trace.customdata]]
         assert rows["shape"].nunique() == 1
 
@@ -132,6 +142,43 @@ def test_ucurve_marks_the_best_region_and_draws_the_baseline_dashed(frames):
     assert region.x0 <= best[1] <= region.x1
     baseline = [t for t in fig.data if t.meta.get("family") == "conventional"]
     assert baseline and baseline[0].line.dash == "dash"
+
+
+def test_vs_baseline_figure_draws_each_paired_interval_coloured_by_verdict(frames):
+    trials, _ = frames
+    ucurve = trials[trials["sweep"] == "ucurve"]
+    expected = compare(ucurve).set_index("key")
+    assert (expected["variant"] == "baseline").sum() == 1  # the synthetic grid names one
+    fig = baseline_figure(ucurve)
+    drawn = 0
+    for trace in fig.data:
+        verdict = trace.meta["verdict"]
+        assert trace.marker.color == VERDICT_COLORS[verdict]
+        for y, plus, minus, (row_id, _) in zip(trace.y, trace.error_y.array, trace.error_y.arrayminus,
+                                               trace.customdata, strict=True):
+            row = expected.loc[trials.loc[row_id, "key"]]
+            assert row["verdict"] == verdict and y == pytest.approx(row["delta_vs_baseline"])
+            has_ci = row["ci_low"] is not None
+            assert plus == pytest.approx(row["ci_high"] - y if has_ci else 0.0)
+            assert minus == pytest.approx(y - row["ci_low"] if has_ci else 0.0)
+            drawn += 1
+    assert drawn == len(expected) - 1  # every candidate but the baseline itself
+    assert {t.meta["verdict"] for t in fig.data} == {"better", "worse", "within noise"}
+    assert any(shape.y0 == 0 and shape.y1 == 0 for shape in fig.layout.shapes)  # the zero line
+    assert baseline_figure(trials[trials["sweep"] == "mlp"]) is None  # no baseline variant there
+
+
+def test_rank_fidelity_figure_plots_kendalls_tau_with_the_threshold(frames):
+    trials, curves = frames
+    lm = trials[trials["family"] != "vision_mlp"]
+    expected = rank_fidelity(lm, curves)
+    fig = rank_fidelity_figure(lm, curves)
+    assert {t.meta["sweep"] for t in fig.data} == set(expected["sweep"])
+    for trace in fig.data:
+        rows = expected[expected["sweep"] == trace.meta["sweep"]]
+        assert list(trace.x) == pytest.approx(rows["budget_fraction"].tolist())
+        assert list(trace.y) == pytest.approx(rows["kendall_tau"].tolist())
+    assert any(shape.y0 == FIDELITY_THRESHOLD for shape in fig.layout.shapes)
 
 
 def test_learning_curves_mark_asha_stopped_trials(frames):

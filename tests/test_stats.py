@@ -1,0 +1,275 @@
+"""Seed statistics, baseline comparisons and rank fidelity (results/stats.py) and
+`shapesweep status --format`, on hand-made trials written through the real results store.
+
+Every expected number is computed here with plain arithmetic and scipy.stats.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+
+import pytest
+from scipy import stats as sps
+
+from results.stats import (
+    asha_confirmation,
+    compare,
+    rank_fidelity,
+    stable_fraction,
+    tuned_stats,
+)
+from results.store import load_curves, load_trials, write_sweep_file, write_trial
+from search_spaces.errors import UserError
+from sweep.cli import main as shapesweep
+
+SEEDS = (0, 1, 2)
+TOKENS = (100, 200, 300)  # evaluation points; the last is the end of the run
+# key -> (variant, family, d_model, {lr: final val_loss per seed 0, 1, 2}, the lr it should choose)
+CANDIDATES = {
+    "base": ("baseline", "conventional", 64, {0.003: (3.00, 3.02, 2.98), 0.001: (3.10, 3.12, 3.08)}, 0.003),
+    "good": ("hourglass", "hourglass", 96, {0.003: (2.90, 2.93, 2.87), 0.001: (2.95, 2.96, 2.97)}, 0.003),
+    "bad": ("hourglass", "hourglass", 128, {0.001: (3.20, 3.21, 3.19), 0.003: (3.30, 3.30, 3.30)}, 0.001),
+    "noisy": ("hourglass", "hourglass", 80, {0.003: (2.95, 3.10, 2.97)}, 0.003),
+    "lonely": ("hourglass", "hourglass", 112, {0.003: (2.50, None, None)}, 0.003),
+}
+# How far above its final loss each candidate starts: early rankings differ from the final one.
+HEAD_START = {"base": 0.5, "good": 0.9, "bad": -0.2, "noisy": 0.1, "lonely": 0.3}
+
+
+def _row(key: str, lr: float, seed: int, status: str, val_loss: float | None, **extra) -> dict:
+    variant, family, d_model, _, _ = CANDIDATES.get(key, ("hourglass", "hourglass", 72, {}, None))
+    return {"trial_id": f"{key}-{lr}-s{seed}", "key": key, "family": family, "seed": seed,
+            "variant": variant, "tuned_json": json.dumps({"lr": lr}), "status": status,
+            "val_loss": val_loss, "psnr": None if val_loss is None else 40 - 10 * val_loss,
+            "d_model": d_model, "n_layers": 4, "d_h": d_model // 2,
+            "k": None if family == "conventional" else 4,
+            "params_non_embedding": 1_000_000, "params_total": 1_200_000, **extra}
+
+
+def _curve(key: str, final: float) -> list[dict]:
+    return [{"step": i + 1, "tokens": t, "val_loss": final + HEAD_START[key] * (1 - t / TOKENS[-1])}
+            for i, t in enumerate(TOKENS)]
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory) -> str:
+    root = str(tmp_path_factory.mktemp("stats"))
+    for key, (_, _, _, runs, _) in CANDIDATES.items():
+        for lr, finals in runs.items():
+            for seed, final in zip(SEEDS, finals, strict=True):
+                status = "completed" if final is not None else ("failed" if seed == 1 else "stopped_early")
+                write_trial(root, "s", _row(key, lr, seed, status, final),
+                            _curve(key, final) if final is not None else [])
+    # ASHA's other stop decisions: a bad tuned value (a full run confirms it), and a
+    # candidate that never completed (nothing to check it against).
+    write_trial(root, "s", _row("bad", 0.003, 3, "stopped_early", 3.4), [])
+    write_trial(root, "s", _row("ghost", 0.003, 0, "stopped_early", 3.5), [])
+    write_sweep_file(root, "s", "sweep.json", json.dumps({"scheduler": "asha", "reduction_factor": 3}))
+    return root
+
+
+@pytest.fixture(scope="module")
+def trials(root):
+    return load_trials(root, ["s"])
+
+
+def _paired(key: str) -> list[float]:
+    """candidate - baseline per seed both completed, each at its chosen lr."""
+    runs, lr = CANDIDATES[key][3], CANDIDATES[key][4]
+    base = CANDIDATES["base"][3][CANDIDATES["base"][4]]
+    return [c - b for c, b in zip(runs[lr], base, strict=True) if c is not None]
+
+
+def _t_interval(diffs: list[float]) -> tuple[float, float, float]:
+    n = len(diffs)
+    mean = sum(diffs) / n
+    sd = math.sqrt(sum((d - mean) ** 2 for d in diffs) / (n - 1))
+    half = sps.t.ppf(0.975, n - 1) * sd / math.sqrt(n)
+    return mean, mean - half, mean + half
+
+
+def test_best_tuned_value_is_the_lowest_mean_over_seeds(trials):
+    table = tuned_stats(trials)
+    for key, (_, _, _, runs, chosen_lr) in CANDIDATES.items():
+        for lr, finals in runs.items():
+            done = [f for f in finals if f is not None]
+            row = table[(table["key"] == key) & (table["tuned"] == json.dumps({"lr": lr}))].iloc[0]
+            assert row["n"] == len(done)
+            assert row["mean"] == pytest.approx(sum(done) / len(done))
+            if len(done) > 1:
+                mean = sum(done) / len(done)
+                assert row["std"] == pytest.approx(math.sqrt(sum((f - mean) ** 2 for f in done) / (len(done) - 1)))
+            else:
+                assert math.isnan(row["std"])
+            assert row["chosen"] == (lr == chosen_lr)
+    assert "ghost" not in set(table["key"])  # no completed trial: no statistics
+
+
+def test_paired_interval_and_verdicts_equal_a_hand_computation(trials):
+    compared = compare(trials).set_index("key")
+    expected = {"good": "better", "bad": "worse", "noisy": "within noise"}
+    for key, verdict in expected.items():
+        mean, low, high = _t_interval(_paired(key))
+        row = compared.loc[key]
+        assert row["delta_vs_baseline"] == pytest.approx(mean)
+        assert (row["ci_low"], row["ci_high"]) == (pytest.approx(low), pytest.approx(high))
+        assert row["n_paired"] == 3 and row["verdict"] == verdict and row["baseline_key"] == "base"
+    lonely = compared.loc["lonely"]  # one paired seed: a difference, no interval
+    assert lonely["delta_vs_baseline"] == pytest.approx(2.50 - 3.00)
+    assert lonely["ci_low"] is None and lonely["n_paired"] == 1 and lonely["verdict"] == "within noise"
+    assert list(compared.index) == ["lonely", "good", "base", "noisy", "bad"]  # best mean first
+
+
+def test_higher_is_better_metrics_flip_the_verdict(trials):
+    """PSNR = 40 - 10 * loss: the same comparisons, mirrored."""
+    compared = compare(trials, "psnr").set_index("key")
+    for key, verdict in {"good": "better", "bad": "worse", "noisy": "within noise"}.items():
+        mean, low, high = _t_interval([-10 * d for d in _paired(key)])
+        assert compared.loc[key, "delta_vs_baseline"] == pytest.approx(mean)
+        assert compared.loc[key, "ci_low"] == pytest.approx(low)
+        assert compared.loc[key, "verdict"] == verdict
+    assert list(compared.index)[0] == "lonely"  # highest PSNR first
+
+
+def test_rank_fidelity_is_kendalls_tau_against_the_final_ranking(root, trials):
+    fidelity = rank_fidelity(trials, load_curves(root, ["s"])).set_index("tokens")
+    chosen = {key: spec[3][spec[4]] for key, spec in CANDIDATES.items()}
+    finals = {key: sum(f for f in runs if f is not None) / sum(f is not None for f in runs)
+              for key, runs in chosen.items()}
+    keys = sorted(finals)
+    assert list(fidelity.index) == list(TOKENS)
+    for tokens in TOKENS:
+        at = [finals[k] + HEAD_START[k] * (1 - tokens / TOKENS[-1]) for k in keys]  # seed mean there
+        expected = sps.kendalltau(at, [finals[k] for k in keys]).statistic
+        assert fidelity.loc[tokens, "kendall_tau"] == pytest.approx(expected)
+        assert fidelity.loc[tokens, "n_candidates"] == len(keys)
+        assert fidelity.loc[tokens, "budget_fraction"] == pytest.approx(tokens / TOKENS[-1])
+    assert fidelity.loc[TOKENS[-1], "kendall_tau"] == pytest.approx(1.0)
+
+
+def test_stable_fraction_is_where_tau_stays_above_the_threshold():
+    import pandas as pd
+
+    frame = pd.DataFrame({"tokens": [1, 2, 3, 4, 5], "budget_fraction": [0.2, 0.4, 0.6, 0.8, 1.0],
+                          "kendall_tau": [0.9, 0.5, 0.85, 0.8, 1.0]})
+    assert stable_fraction(frame) == 0.6  # 0.9 at 20% does not count: it dips after
+    assert stable_fraction(frame.assign(kendall_tau=[0.9, 0.9, 0.9, 0.9, 0.7])) is None
+    assert stable_fraction(frame.assign(kendall_tau=[float("nan"), 0.9, 0.9, 0.9, 1.0])) == 0.4
+    # Kendall's tau of 5 candidates with 1 discordant pair of 10 is 0.8 up to rounding.
+    four_fifths = sps.kendalltau([1, 2, 3, 5, 4], [1, 2, 3, 4, 5]).statistic
+    assert stable_fraction(frame.assign(kendall_tau=[0.5, 0.5, four_fifths, 1.0, 1.0])) == 0.6
+
+
+def test_asha_confirmation_counts_decisions_a_full_run_confirms(trials):
+    # 8 completed (key, lr) groups, reduction factor 3: the top ceil(8 / 3) = 3 would be promoted.
+    # lonely@0.003 (stopped seed 2) is the best group: not confirmed; bad@0.003 is last: confirmed;
+    # ghost has no completed run: not checkable.
+    assert asha_confirmation(trials, 3) == {"stopped": 3, "checkable": 2, "confirmed": 1, "fraction": 0.5}
+    # With reduction factor 1 every group is "promoted": no stop is confirmed.
+    assert asha_confirmation(trials, 1)["confirmed"] == 0
+
+
+def test_each_budget_pairs_with_its_own_baseline_and_ambiguity_is_refused(tmp_path):
+    root = str(tmp_path)
+    for budget, scale in ((1_000_000, 1.0), (4_000_000, 0.9)):
+        for seed in SEEDS:
+            for key, variant, loss in ((f"base{budget}", "baseline", 3.0), (f"cand{budget}", "wide", 2.9)):
+                write_trial(root, "ladder", {**_row(key, 0.003, seed, "completed", scale * loss + 0.01 * seed),
+                                             "variant": variant, "params_non_embedding": budget}, [])
+    compared = compare(load_trials(root, ["ladder"])).set_index("key")
+    assert compared.loc["cand1000000", "baseline_key"] == "base1000000"
+    assert compared.loc["cand4000000", "baseline_key"] == "base4000000"
+    assert compared.loc["cand4000000", "delta_vs_baseline"] == pytest.approx(0.9 * 2.9 - 0.9 * 3.0)
+
+    write_trial(root, "ladder", {**_row("twin", 0.003, 0, "completed", 3.1), "variant": "baseline",
+                                 "params_non_embedding": 1_010_000}, [])
+    with pytest.raises(UserError, match="do not fall one per parameter budget"):
+        compare(load_trials(root, ["ladder"]))
+
+
+def _status(root: str, *args: str, capsys) -> tuple[int, str, str]:
+    capsys.readouterr()
+    code = shapesweep(["status", "s", "--root", root, *args])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_status_json_is_one_object_with_typed_candidates(root, capsys):
+    code, out, _ = _status(root, "--format", "json", capsys=capsys)
+    assert code == 0
+    document = json.loads(out)
+    assert {"sweep", "candidates", "rank_fidelity"} <= set(document) and document["sweep"] == "s"
+    candidates = {c["key"]: c for c in document["candidates"]}
+    assert set(candidates) == set(CANDIDATES)
+    for key, c in candidates.items():
+        assert c["family"] == CANDIDATES[key][1] and c["variant"] == CANDIDATES[key][0]
+        assert c["d_model"] == CANDIDATES[key][2] and isinstance(c["n_layers"], int)
+        assert c["tuned"] == {"lr": CANDIDATES[key][4]}
+        assert isinstance(c["n_seeds"], int) and isinstance(c["val_loss_mean"], float)
+        assert c["val_loss_std"] is None or isinstance(c["val_loss_std"], float)
+        assert c["verdict"] in ("better", "worse", "within noise")
+        for name in ("delta_vs_baseline", "ci_low", "ci_high"):
+            assert name in c
+    mean, low, high = _t_interval(_paired("good"))
+    good = candidates["good"]
+    assert (good["delta_vs_baseline"], good["ci_low"], good["ci_high"]) == (
+        pytest.approx(mean), pytest.approx(low), pytest.approx(high))
+    assert good["verdict"] == "better" and candidates["lonely"]["ci_low"] is None
+    assert [p["tokens"] for p in document["rank_fidelity"]] == list(TOKENS)
+    assert all(isinstance(p["kendall_tau"], float) for p in document["rank_fidelity"])
+    assert document["asha"] == {"stopped": 3, "checkable": 2, "confirmed": 1, "fraction": 0.5}
+
+
+def test_status_csv_has_one_flat_row_per_candidate(root, capsys):
+    code, out, _ = _status(root, "--format", "csv", capsys=capsys)
+    assert code == 0
+    rows = list(csv.DictReader(io.StringIO(out)))
+    assert sorted(r["key"] for r in rows) == sorted(CANDIDATES)
+    by_key = {r["key"]: r for r in rows}
+    assert float(by_key["bad"]["tuned.lr"]) == 0.001 and by_key["bad"]["verdict"] == "worse"
+    assert float(by_key["good"]["val_loss_mean"]) == pytest.approx(2.90)
+    assert by_key["lonely"]["ci_low"] == ""
+
+
+def test_status_table_shows_mean_std_and_the_interval(root, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "300")
+    code, out, _ = _status(root, capsys=capsys)
+    assert code == 0
+    line = next(li for li in out.splitlines() if "│ good" in li)
+    mean, low, high = _t_interval(_paired("good"))
+    assert "2.9000 ± 0.0300 (3)" in line and f"{mean:+.4f} [{low:+.4f}, {high:+.4f}]" in line
+    assert "better" in line
+    assert "(n<2)" in next(li for li in out.splitlines() if "│ lonely" in li)
+    assert "rank fidelity" in out and "ASHA stopped 3 trials" in out
+
+
+def test_status_bad_format_and_unknown_baseline_exit_2_with_one_line(root, capsys):
+    for args, words in ((("--format", "xml"), "--format: 'xml' is not one of table, json, csv"),
+                        (("--baseline", "nope"), "--baseline: sweep 's' has no variant 'nope'"),
+                        (("--metric", "loss"), "--metric: 'loss' is not one of")):
+        code, out, err = _status(root, *args, capsys=capsys)
+        assert code == 2 and out == ""
+        assert err.strip().splitlines() == [err.strip()] and words in err
+
+
+def test_status_refuses_several_baselines_in_one_budget(root, capsys):
+    code, out, err = _status(root, "--baseline", "hourglass", capsys=capsys)
+    assert code == 2 and out == ""
+    assert err.strip().splitlines() == [err.strip()] and "do not fall one per parameter budget" in err
+
+
+def test_status_without_a_baseline_variant_has_no_deltas(tmp_path, capsys):
+    root = str(tmp_path)
+    for seed in SEEDS:
+        write_trial(root, "plain", {**_row("good", 0.003, seed, "completed", 2.9 + seed / 100),
+                                    "variant": None}, [])
+    capsys.readouterr()
+    assert shapesweep(["status", "plain", "--root", root, "--format", "json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    (candidate,) = document["candidates"]
+    assert document["baseline"] is None and document["rank_fidelity"] == []
+    assert candidate["delta_vs_baseline"] is None and candidate["verdict"] is None
+    assert candidate["val_loss_std"] == pytest.approx(0.01)
