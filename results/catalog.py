@@ -55,6 +55,7 @@ def default_catalog_url(root: str | os.PathLike) -> str:
             "database: pass a SQLAlchemy URL with --storage (e.g. postgresql://...)",
             key="--storage",
         )
+    os.makedirs(root, exist_ok=True)
     return f"sqlite:///{os.path.join(os.path.abspath(root), 'shapesweep.db')}"
 
 

@@ -450,7 +450,6 @@ def _check(options: SweepOptions) -> _Checked:
 
     space = _load_space(options.space)
     options.name = validate_sweep_name(options.name or space.name)
-    storage_url = options.storage or default_catalog_url(options.root)
     seeds = _check_seeds(options.seeds or list(space.seeds))
     budget = token_budget(space)
     scheduler = _scheduler(options, budget)
@@ -470,6 +469,7 @@ def _check(options: SweepOptions) -> _Checked:
     else:
         raise UserError(f"unknown search {options.search!r} (grid or optuna)", key="--search")
     data_hash, data_notices = data_hash_for(space, candidates, _abs(options.data))
+    storage_url = options.storage or default_catalog_url(options.root)  # makes a local root
     return _Checked(space, storage_url, seeds, budget, scheduler, candidates,
                     [*notices, *data_notices], data_hash)
 
