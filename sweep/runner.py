@@ -367,16 +367,24 @@ def _remove_session(session_dir: str | None) -> None:
         latest.unlink(missing_ok=True)
 
 
+def _as_interrupt(signum: int, frame: Any) -> None:
+    """Handle a signal as Ctrl-C: through the SIGINT handler in force (`sigint_deferred`'s
+    while a trial is being filed), else KeyboardInterrupt (even where SIGINT is ignored)."""
+    handler = signal.getsignal(signal.SIGINT)
+    if callable(handler):
+        handler(signal.SIGINT, frame)
+    else:
+        raise KeyboardInterrupt
+
+
 @contextmanager
 def terminate_as_interrupt() -> Iterator[None]:
     """SIGTERM and SIGHUP (`kill`, a closed terminal) stop the sweep as Ctrl-C does: it is
-    marked `interrupted` and resumable. They are passed on as SIGINT, so a trial being
-    filed (`sigint_deferred`) is finished first. Only the main thread may set handlers."""
+    marked `interrupted` and resumable. Only the main thread may set handlers."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = {sig: signal.signal(sig, lambda *_: signal.raise_signal(signal.SIGINT))
-                for sig in (signal.SIGTERM, signal.SIGHUP)}
+    previous = {sig: signal.signal(sig, _as_interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}
     try:
         yield
     finally:
@@ -546,7 +554,7 @@ def _drive(options: SweepOptions, checked: _Checked, catalog: Any, console: Any)
         param_space = {"spec": tune.grid_search(specs)}
         num_samples = 1
     else:
-        param_space, num_samples, searcher, _study = _optuna_setup(
+        param_space, num_samples, searcher, _ = _optuna_setup(
             options, space, checked.seeds[0], name, checked.storage_url)
         if num_samples <= 0:
             catalog.set_status(name, "finished")
