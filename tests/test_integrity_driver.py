@@ -320,10 +320,10 @@ def test_sigterm_interrupts_sigkill_leaves_a_dead_lease_resume_takes_it_over(tmp
     root = tmp_path / "sweeps"
     catalog = Catalog(default_catalog_url(root))
     expected = pairs(space_path)
-    args = ("--root", str(root), "--scheduler", "fifo", "--max-concurrent", "1")
+    args = ("--root", str(root), "--max-concurrent", "1")
 
     # SIGTERM (`kill`): like Ctrl-C, the sweep is interrupted and the lease released.
-    first = driver("run", str(space_path), *args)
+    first = driver("run", str(space_path), *args, "--scheduler", "fifo")
     _wait_for_rows(root, "killed", first)
     first.send_signal(signal.SIGTERM)
     code, _, err = first.wait(timeout=60), *first.communicate()
@@ -331,7 +331,7 @@ def test_sigterm_interrupts_sigkill_leaves_a_dead_lease_resume_takes_it_over(tmp
     assert catalog.get("killed").status == "interrupted" and catalog.lease("killed") is None
 
     # SIGKILL: the lease stays behind, held by a dead pid; the sweep reads `interrupted`.
-    second = driver("resume", "killed", *args[2:])
+    second = driver("resume", "killed", *args)
     deadline = time.monotonic() + 120
     while catalog.get("killed").status != "running":
         assert second.poll() is None and time.monotonic() < deadline, second.communicate()
@@ -343,7 +343,7 @@ def test_sigterm_interrupts_sigkill_leaves_a_dead_lease_resume_takes_it_over(tmp
 
     # A resume takes the dead lease over at once (the heartbeat timeout is an hour here).
     sessions = ray_sessions()
-    third = driver("resume", "killed", *args[2:], env={"SHAPESWEEP_LEASE_TIMEOUT_S": "3600"})
+    third = driver("resume", "killed", *args, env={"SHAPESWEEP_LEASE_TIMEOUT_S": "3600"})
     code, _, err = third.wait(timeout=300), *third.communicate()
     assert code == 0, err[-2000:]
     trials = load_trials(str(root), ["killed"])
