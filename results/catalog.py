@@ -1,24 +1,47 @@
 """The sweep catalog: which sweeps exist, from which space, in what state.
 
 It lives in the same SQLAlchemy database as the Optuna storage (a SQLite file in the
-store root by default, PostgreSQL on a cluster), so its one table is prefixed
-`shapesweep_` to keep clear of Optuna's tables.
+store root by default, PostgreSQL on a cluster), so its tables are prefixed
+`shapesweep_` to keep clear of Optuna's tables: the sweeps, and the lease each running
+driver holds on its sweep (`sweep.lease`). A sweep marked `running` whose driver no
+longer holds a live lease (it was killed) is reported as `interrupted`.
+
+Every database problem (a file that is not a database, a lock held past the busy
+timeout, a server that refuses) leaves the catalog as one `UserError` naming the database.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import socket
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
-from sqlalchemy import DateTime, Integer, String, Text, create_engine, inspect, select
-from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError
+from sqlalchemy import (
+    DateTime,
+    Integer,
+    String,
+    Text,
+    create_engine,
+    delete,
+    inspect,
+    select,
+    update,
+)
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError, SQLAlchemyError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
 from results.store import validate_sweep_name
 from search_spaces.errors import UserError
 
 SWEEP_STATUSES = ("created", "running", "finished", "interrupted", "failed")
+SQLITE_BUSY_TIMEOUT_S = 5  # wait this long for another process's write lock, then say so
+LEASE_TIMEOUT_ENV = "SHAPESWEEP_LEASE_TIMEOUT_S"
+DEFAULT_LEASE_TIMEOUT_S = 60.0  # a lease whose heartbeat is older than this is dead
 
 
 def default_catalog_url(root: str | os.PathLike) -> str:
@@ -38,6 +61,33 @@ def default_catalog_url(root: str | os.PathLike) -> str:
 
 def _now() -> datetime:
     return datetime.now(UTC)
+
+
+def _utc(stamp: datetime) -> datetime:
+    """SQLite drops the zone; we store UTC."""
+    return stamp.replace(tzinfo=UTC) if stamp.tzinfo is None else stamp
+
+
+def lease_timeout_s() -> float:
+    """How old a lease's heartbeat may get before its driver counts as gone."""
+    text = os.environ.get(LEASE_TIMEOUT_ENV)
+    try:
+        timeout = float(text) if text else DEFAULT_LEASE_TIMEOUT_S
+    except ValueError:
+        raise UserError(f"{text!r} is not a number of seconds", key=LEASE_TIMEOUT_ENV) from None
+    if not timeout > 0:
+        raise UserError("must be more than 0 seconds", key=LEASE_TIMEOUT_ENV)
+    return timeout
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process: alive
+        return True
+    return True
 
 
 class _Base(DeclarativeBase):
@@ -60,6 +110,46 @@ class _SweepRow(_Base):
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=_now)
 
 
+class _LeaseRow(_Base):
+    """The driver running a sweep: at most one row per sweep (the primary key)."""
+
+    __tablename__ = "shapesweep_leases"
+
+    name: Mapped[str] = mapped_column(String(200), primary_key=True)
+    host: Mapped[str] = mapped_column(String(255))
+    pid: Mapped[int] = mapped_column(Integer)
+    token: Mapped[str] = mapped_column(String(64))
+    since: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    heartbeat_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+@dataclass(frozen=True)
+class LeaseRecord:
+    """Who holds a sweep's lease, detached from the database session."""
+
+    name: str
+    host: str
+    pid: int
+    token: str
+    since: datetime
+    heartbeat_at: datetime
+
+    @classmethod
+    def _from_row(cls, row: _LeaseRow) -> LeaseRecord:
+        return cls(row.name, row.host, row.pid, row.token, _utc(row.since), _utc(row.heartbeat_at))
+
+    def alive(self) -> bool:
+        """A recent heartbeat, and (on this host, where we can look) a living process."""
+        if _now() - self.heartbeat_at > timedelta(seconds=lease_timeout_s()):
+            return False
+        return self.host != socket.gethostname() or _pid_alive(self.pid)
+
+    def describe(self) -> str:
+        ago = (_now() - self.heartbeat_at).total_seconds()
+        return (f"host {self.host}, pid {self.pid}, since {self.since:%Y-%m-%d %H:%M:%S} UTC, "
+                f"last heartbeat {ago:.0f} s ago")
+
+
 @dataclass(frozen=True)
 class SweepRecord:
     """A catalog row, detached from the database session."""
@@ -79,10 +169,17 @@ class SweepRecord:
     @classmethod
     def _from_row(cls, row: _SweepRow) -> SweepRecord:
         values = {name: getattr(row, name) for name in cls.__dataclass_fields__}
-        for stamp in ("created_at", "updated_at"):  # SQLite drops the zone; we store UTC
-            if values[stamp].tzinfo is None:
-                values[stamp] = values[stamp].replace(tzinfo=UTC)
+        for stamp in ("created_at", "updated_at"):
+            values[stamp] = _utc(values[stamp])
         return cls(**values)
+
+
+def _shown(url: str) -> str:
+    """The database as a user would name it: a SQLite file's path, else the URL sans password."""
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "sqlite" and parsed.database:
+        return parsed.database
+    return parsed.render_as_string(hide_password=True)
 
 
 class Catalog:
@@ -90,26 +187,50 @@ class Catalog:
 
     def __init__(self, url: str):
         self.url = url
-        # SQLite: wait for writers instead of failing with "database is locked".
-        connect_args = {"timeout": 30} if url.startswith("sqlite") else {}
-        self.engine = create_engine(url, connect_args=connect_args)
+        sqlite = url.startswith("sqlite")
+        # SQLite: wait a little for another writer, then fail with "database is locked".
+        connect_args = {"timeout": SQLITE_BUSY_TIMEOUT_S} if sqlite else {}
+        with self._errors():
+            self.engine = create_engine(url, connect_args=connect_args)
+            database = make_url(url).database
+            if sqlite and database and database != ":memory:":
+                os.makedirs(os.path.dirname(os.path.abspath(database)), exist_ok=True)
+            try:
+                _Base.metadata.create_all(self.engine)
+            except (OperationalError, ProgrammingError) as error:  # another process created
+                if "locked" in str(error) or not self._has_tables():  # them meanwhile?
+                    raise
+
+    def _has_tables(self) -> bool:
+        tables = set(inspect(self.engine).get_table_names())
+        return {_SweepRow.__tablename__, _LeaseRow.__tablename__} <= tables
+
+    @contextmanager
+    def _errors(self) -> Iterator[None]:
+        """Any database failure -> one line naming the database and the problem."""
         try:
-            _Base.metadata.create_all(self.engine)
-        except (OperationalError, ProgrammingError):  # another process created it meanwhile
-            if not inspect(self.engine).has_table(_SweepRow.__tablename__):
-                raise
+            yield
+        except SQLAlchemyError as error:
+            problem = str(getattr(error, "orig", None) or error).strip().splitlines()[0]
+            if "locked" in problem:
+                problem += (f" (another process held it for over {SQLITE_BUSY_TIMEOUT_S} s; "
+                            "try again when it is done)")
+            raise UserError(f"cannot use the catalog database: {problem}",
+                            file=_shown(self.url)) from None
 
     def register(self, name: str, space_name: str, space_yaml: str, space_hash: str,
                  n_candidates: int) -> SweepRecord:
         """Add a sweep, or return it if it exists with the same space; a different space is refused."""
         existing = self.get(validate_sweep_name(name))
         if existing is None:
-            try:
-                with Session(self.engine) as session, session.begin():
-                    session.add(_SweepRow(name=name, space_name=space_name, space_yaml=space_yaml,
-                                          space_hash=space_hash, n_candidates=n_candidates))
-            except IntegrityError:  # another process registered it first
-                pass
+            with self._errors():
+                try:
+                    with Session(self.engine) as session, session.begin():
+                        session.add(_SweepRow(name=name, space_name=space_name,
+                                              space_yaml=space_yaml, space_hash=space_hash,
+                                              n_candidates=n_candidates))
+                except IntegrityError:  # another process registered it first
+                    pass
             existing = self.get(name)
         if existing.space_hash != space_hash:
             raise UserError(
@@ -121,18 +242,28 @@ class Catalog:
         return existing
 
     def get(self, name: str) -> SweepRecord | None:
-        with Session(self.engine) as session:
+        with self._errors(), Session(self.engine) as session:
             row = session.get(_SweepRow, name)
-            return SweepRecord._from_row(row) if row else None
+            return self._reported(session, SweepRecord._from_row(row)) if row else None
 
     def list(self) -> list[SweepRecord]:
         """Every sweep, oldest first."""
-        with Session(self.engine) as session:
+        with self._errors(), Session(self.engine) as session:
             rows = session.scalars(select(_SweepRow).order_by(_SweepRow.created_at, _SweepRow.name))
-            return [SweepRecord._from_row(row) for row in rows]
+            return [self._reported(session, SweepRecord._from_row(row)) for row in rows]
+
+    @staticmethod
+    def _reported(session: Session, record: SweepRecord) -> SweepRecord:
+        """`running` only while its driver holds a live lease; else it was `interrupted`."""
+        if record.status != "running":
+            return record
+        lease = session.get(_LeaseRow, record.name)
+        if lease is not None and LeaseRecord._from_row(lease).alive():
+            return record
+        return dataclasses.replace(record, status="interrupted")
 
     def _update(self, name: str, **values) -> SweepRecord:
-        with Session(self.engine) as session, session.begin():
+        with self._errors(), Session(self.engine) as session, session.begin():
             row = session.get(_SweepRow, name)
             if row is None:
                 raise UserError(f"no sweep named {name!r} in the catalog {self.url}", key="name")
@@ -150,3 +281,50 @@ class Catalog:
     def update_counts(self, name: str, completed: int, stopped_early: int, failed: int) -> SweepRecord:
         return self._update(name, completed=int(completed), stopped_early=int(stopped_early),
                             failed=int(failed))
+
+    # The driver's lease (see sweep.lease): taken atomically, so two drivers never both hold it.
+
+    def take_lease(self, name: str, token: str) -> LeaseRecord | None:
+        """Take the sweep's lease for this process; returns None when taken, else the live
+        holder. A dead holder's lease is taken over by an UPDATE naming its token, so of two
+        drivers racing for it exactly one succeeds."""
+        mine = {"host": socket.gethostname(), "pid": os.getpid(), "token": token}
+        for _ in range(5):  # each round loses only to a driver that won meanwhile
+            now = _now()
+            with self._errors():
+                try:
+                    with Session(self.engine) as session, session.begin():
+                        session.add(_LeaseRow(name=name, since=now, heartbeat_at=now, **mine))
+                    return None
+                except IntegrityError:
+                    pass
+                holder = self.lease(name)
+                if holder is None:
+                    continue  # released meanwhile: insert again
+                if holder.alive():
+                    return holder
+                with Session(self.engine) as session, session.begin():
+                    taken = session.execute(
+                        update(_LeaseRow)
+                        .where(_LeaseRow.name == name, _LeaseRow.token == holder.token)
+                        .values(since=now, heartbeat_at=now, **mine)).rowcount
+                if taken == 1:
+                    return None
+        return self.lease(name)
+
+    def lease(self, name: str) -> LeaseRecord | None:
+        with self._errors(), Session(self.engine) as session:
+            row = session.get(_LeaseRow, name)
+            return LeaseRecord._from_row(row) if row else None
+
+    def renew_lease(self, name: str, token: str) -> bool:
+        """Heartbeat; False when the lease is no longer ours (it was taken over)."""
+        with self._errors(), Session(self.engine) as session, session.begin():
+            return session.execute(
+                update(_LeaseRow).where(_LeaseRow.name == name, _LeaseRow.token == token)
+                .values(heartbeat_at=_now())).rowcount == 1
+
+    def release_lease(self, name: str, token: str) -> None:
+        with self._errors(), Session(self.engine) as session, session.begin():
+            session.execute(delete(_LeaseRow).where(_LeaseRow.name == name,
+                                                    _LeaseRow.token == token))

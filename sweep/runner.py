@@ -6,6 +6,10 @@ it ends: `completed` (it reached its token budget), `stopped_early` (ASHA stoppe
 `KEY-sSEED` (`KEY-tHASH-sSEED` with `tune:`), so a rerun replaces a row instead of adding
 one, and a driver killed mid-sweep loses only the trials that had not ended: `resume` runs
 exactly those (candidate, tuned values, seed).
+
+Everything that can refuse a sweep (space, plan, options, seeds, data) is checked before
+the catalog is opened or a folder made, so a refused run leaves nothing behind. Then the
+driver takes the sweep's lease (`sweep.lease`): a second driver of the same sweep is refused.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import logging
 import math
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -25,9 +30,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
+from pydantic import TypeAdapter
 from ray.tune import Callback
 
 from search_spaces.errors import UserError
@@ -95,15 +101,40 @@ def code_version() -> str:
         return "unknown"
 
 
-def data_hash_for(families: list[str], data: str | None) -> str:
-    """Load (and so validate) the data once in the driver; its hash goes on every row."""
-    if families and all(f == "vision_mlp" for f in families):
+def data_hash_for(space: Any, candidates: list | None, data: str | None) -> tuple[str, list[str]]:
+    """Load (and so validate) the data once in the driver, before any trial, and check the
+    models can read it; returns its hash (it goes on every row) and notices to print.
+
+    Data no candidate can read (token ids past every vocab_size, splits shorter than
+    seq_len + 1) refuses the sweep; data only some candidates cannot read is a notice, and
+    their trials fail with the reason (the sweep goes on, `--retry-failed` reruns them).
+    """
+    if space.families and all(f == "vision_mlp" for f in space.families):
         from trainers.vision_data import load_images
 
-        return load_images(data).data_hash
-    from trainers.data import load_lm_data
+        return load_images(data).data_hash, []
+    from trainers.data import check_fits, load_lm_data
 
-    return load_lm_data(data).data_hash
+    tokens = load_lm_data(data)
+    vocab = _vocab_sizes(space, candidates)
+    check_fits(tokens, max(vocab), space.train.seq_len)
+    short = sorted(v for v in vocab if v < tokens.vocab_size)
+    notices = [f"{tokens.source}: vocab_size: the data uses {tokens.vocab_size} token ids; "
+               f"candidates with vocab_size {', '.join(map(str, short))} cannot read it "
+               "and will fail"] if short else []
+    return tokens.data_hash, notices
+
+
+def _vocab_sizes(space: Any, candidates: list | None) -> set[int]:
+    """Every vocab_size the sweep may train: the grid's candidates', else each variant's."""
+    if candidates is not None:
+        return {c.config.vocab_size for c in candidates if hasattr(c.config, "vocab_size")}
+    from search_spaces.configs import ConventionalConfig
+
+    default = ConventionalConfig.model_fields["vocab_size"].default
+    return {v for variant in space.resolved()
+            for v in variant.grid_values().get("vocab_size")
+            or [variant.fixed.get("vocab_size", default)]}
 
 
 def token_budget(space: Any) -> int:
@@ -140,14 +171,29 @@ def _without_password(url: str | None) -> str | None:
 
 
 def load_options(root: str, name: str) -> SweepOptions:
-    """The options a sweep was started with (for `resume`)."""
+    """The options a sweep was started with (for `resume`), its space resolved under `root`:
+    a copied or moved root resumes with its own copy of the space."""
+    from pydantic import ValidationError
+
     from results.store import read_sweep_file, sweep_dir
 
-    text = read_sweep_file(root, name, OPTIONS_FILE)
-    if text is None:
-        raise UserError(f"no sweep named {name!r} under {root} (nothing to resume)",
-                        file=f"{sweep_dir(root, name)}/{OPTIONS_FILE}")
-    return SweepOptions(**json.loads(text))
+    path = f"{sweep_dir(root, name)}/{OPTIONS_FILE}"
+    try:
+        text = read_sweep_file(root, name, OPTIONS_FILE)
+        if text is None:
+            raise UserError(f"no sweep named {name!r} under {root} (nothing to resume)", file=path)
+        options = TypeAdapter(SweepOptions).validate_json(text)
+    except ValidationError as error:
+        first = error.errors()[0]
+        where = ".".join(map(str, first["loc"]))
+        raise UserError(f"not a sweep options file ({first['msg']})", file=path,
+                        key=where or None) from None
+    except (OSError, ValueError) as error:  # unreadable, not UTF-8
+        raise UserError(f"cannot read: {error}", file=path) from None
+    # The space is the copy kept in the sweep folder, named relative to it (sweeps from
+    # before this stored an absolute path: only its file name counts).
+    options.space = f"{sweep_dir(root, name)}/{PurePosixPath(options.space).name}"
+    return options
 
 
 def _error_text(trial: Any) -> str:
@@ -291,21 +337,62 @@ def count_statuses(statuses: dict) -> dict[str, int]:
     return counts
 
 
-def _init_ray(options: SweepOptions) -> bool:
-    """Start local Ray (never silently join another cluster) or join `--address`."""
+def _init_ray(options: SweepOptions) -> tuple[bool, str | None]:
+    """Start local Ray (never silently join another cluster) or join `--address`.
+
+    Returns whether we started it (so we shut it down) and, for a local Ray, its session
+    folder (so we remove it after: each start leaves one in Ray's temp directory).
+    """
     import ray
 
     if ray.is_initialized():
-        return False
+        return False, None
     address = options.address or "local"
     kwargs: dict[str, Any] = {"include_dashboard": False} if address == "local" else {}
     if address == "local":
         kwargs["num_cpus"] = os.cpu_count()
     else:
         _use_cluster_token()
-    ray.init(address=address, log_to_driver=False, logging_level=logging.ERROR,
-             configure_logging=True, **kwargs)
-    return True
+    context = ray.init(address=address, log_to_driver=False, logging_level=logging.ERROR,
+                       configure_logging=True, **kwargs)
+    local = address == "local" and context.address_info.get("session_dir")
+    return True, local or None
+
+
+def _remove_session(session_dir: str | None) -> None:
+    """Delete a shut-down local Ray's session folder and the `session_latest` link to it."""
+    if not session_dir:
+        return
+    shutil.rmtree(session_dir, ignore_errors=True)
+    latest = Path(session_dir).parent / "session_latest"
+    if latest.is_symlink() and Path(os.readlink(latest)).name == Path(session_dir).name:
+        latest.unlink(missing_ok=True)
+
+
+def _as_interrupt(signum: int, frame: Any) -> None:
+    """Handle a signal as Ctrl-C: through the SIGINT handler in force (`sigint_deferred`'s
+    while a trial is being filed), else KeyboardInterrupt (even where SIGINT is ignored)."""
+    handler = signal.getsignal(signal.SIGINT)
+    if callable(handler):
+        handler(signal.SIGINT, frame)
+    else:
+        raise KeyboardInterrupt
+
+
+@contextmanager
+def terminate_as_interrupt() -> Iterator[None]:
+    """SIGTERM and SIGHUP (`kill`, a closed terminal) stop the sweep as Ctrl-C does: it is
+    marked `interrupted` and resumable. Only the main thread may set handlers."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {sig: signal.signal(sig, _as_interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            if handler is not None:
+                signal.signal(sig, handler)
 
 
 def _use_cluster_token() -> None:
@@ -334,49 +421,124 @@ def _scheduler(options: SweepOptions, budget: int):
     if grace >= budget:
         raise UserError(f"grace period {grace} tokens is not below the trial budget {budget}",
                         key="--grace-tokens")
+    if not options.reduction_factor > 1:
+        raise UserError("must be more than 1", key="--reduction-factor")
     return ASHAScheduler(time_attr="tokens", metric="val_loss", mode="min", max_t=budget,
                          grace_period=grace, reduction_factor=options.reduction_factor)
 
 
+@dataclass
+class _Checked:
+    """What the up-front checks established; nothing is on disk yet."""
+
+    space: Any
+    storage_url: str
+    seeds: list[int]
+    budget: int
+    scheduler: Any
+    candidates: list | None  # the grid's; None for an Optuna search
+    notices: list[str]
+    data_hash: str
+
+
 def run_sweep(options: SweepOptions, console: Any = None) -> SweepOutcome:
     """Run (or finish) a sweep; see the module docstring for what lands where."""
-    from results.catalog import Catalog, default_catalog_url
-    from results.store import (
-        completed_keys,
-        read_sweep_file,
-        sweep_dir,
-        validate_sweep_name,
-        write_sweep_file,
-    )
+    from results.catalog import Catalog
+    from sweep.lease import sweep_lease
+
+    checked = _check(options)
+    catalog = Catalog(checked.storage_url)
+    with sweep_lease(catalog, options.name):
+        _compact(options.root, options.name)
+        return _drive(options, checked, catalog, console)
+
+
+def _check(options: SweepOptions) -> _Checked:
+    """Everything that can refuse the sweep, before anything is written anywhere."""
+    from results.catalog import default_catalog_url
+    from results.store import validate_sweep_name
+
+    space = _load_space(options.space)
+    options.name = validate_sweep_name(options.name or space.name)
+    seeds = _check_seeds(options.seeds or list(space.seeds))
+    budget = token_budget(space)
+    scheduler = _scheduler(options, budget)
+    candidates, notices = None, []
+    if options.search == "grid":
+        from search_spaces.solver import plan
+
+        if options.multi_objective:
+            raise UserError("a second objective needs --search optuna", key="--multi-objective")
+        solved = plan(space)
+        candidates = solved.candidates
+        notices = [f"{space.name}: {solved.counts_line()}", *solved.dropped_lines()]
+    elif options.search == "optuna":
+        if options.multi_objective not in (None, "params_non_embedding", "flops_per_token"):
+            raise UserError(f"unknown objective {options.multi_objective!r} "
+                            "(params_non_embedding or flops_per_token)", key="--multi-objective")
+    else:
+        raise UserError(f"unknown search {options.search!r} (grid or optuna)", key="--search")
+    data_hash, data_notices = data_hash_for(space, candidates, _abs(options.data))
+    storage_url = options.storage or default_catalog_url(options.root)  # makes a local root
+    return _Checked(space, storage_url, seeds, budget, scheduler, candidates,
+                    [*notices, *data_notices], data_hash)
+
+
+def _load_space(path: str):
+    """The space, with a file that cannot be read (permissions, not text) as one line."""
     from search_spaces.space import load_space
 
-    space = load_space(options.space)
-    name = validate_sweep_name(options.name or space.name)
-    options.name = name
-    storage_url = options.storage or default_catalog_url(options.root)
-    catalog = Catalog(storage_url)
-    seeds = options.seeds or list(space.seeds)
-    budget = token_budget(space)
+    try:
+        return load_space(path)
+    except (OSError, UnicodeDecodeError) as error:
+        raise UserError(f"cannot read: {error}", file=str(path)) from None
 
+
+def _check_seeds(seeds: list[int]) -> list[int]:
+    """Seeds name trials (`KEY-sSEED`): the space's rule, applied to `--seeds` too."""
+    from search_spaces.space import check_seeds
+
+    try:
+        check_seeds(seeds)
+    except ValueError as error:
+        raise UserError(str(error), key="--seeds") from None
+    return seeds
+
+
+def _compact(root: str, name: str) -> None:
+    """Merge the sweep's result fragments; a failure is a warning, never a failed sweep.
+    The lease makes this driver the sweep's only writer, and so its only compactor."""
+    from results.store import compact
+
+    try:
+        compact(root, name)
+    except Exception as error:  # noqa: BLE001 - the results are intact either way
+        print(f"warning: could not compact the results of sweep {name!r}: {error}",
+              file=sys.stderr, flush=True)
+
+
+def _drive(options: SweepOptions, checked: _Checked, catalog: Any, console: Any) -> SweepOutcome:
+    """With the lease held: register the sweep, save how it runs, run what is missing."""
+    from results.store import completed_keys, read_sweep_file, write_sweep_file
+
+    name, space = options.name, checked.space
     statuses = completed_keys(options.root, name)
     rerun = {"failed"} if options.retry_failed else set()
     skip = {triple for triple, status in statuses.items() if status not in rerun}
-    notices: list[str] = []
-    if options.search == "grid":
-        from search_spaces.solver import plan
+    if checked.candidates is not None:
         from sweep.search import grid_specs
 
-        solved = plan(space)
-        notices = [f"{space.name}: {solved.counts_line()}", *solved.dropped_lines()]
-        specs, total = grid_specs(space, solved.candidates, seeds, _abs(options.data), skip)
+        specs, total = grid_specs(space, checked.candidates, checked.seeds, _abs(options.data),
+                                  skip)
     else:
         specs, total = [], options.num_samples
     catalog.register(name, space.name, space.source_text, space.space_hash, total)
-    _say(*notices)
-    data_hash = data_hash_for(space.families, _abs(options.data))
+    _say(*checked.notices)
     if read_sweep_file(options.root, name, SPACE_FILE) is None:
         write_sweep_file(options.root, name, SPACE_FILE, space.source_text)
-    saved = asdict(options) | {"space": f"{sweep_dir(options.root, name)}/{SPACE_FILE}",
+    # Paths in the sweep folder are relative to it (`resume` resolves them under the root it
+    # is given); the data path is absolute, so a resume from another folder finds it.
+    saved = asdict(options) | {"space": SPACE_FILE, "data": _abs(options.data),
                                "storage": _without_password(options.storage)}
     write_sweep_file(options.root, name, OPTIONS_FILE, json.dumps(saved, indent=2, sort_keys=True))
 
@@ -388,33 +550,31 @@ def run_sweep(options: SweepOptions, console: Any = None) -> SweepOutcome:
 
     statuses = {triple: s for triple, s in statuses.items() if triple in skip}
     tune_kwargs: dict[str, Any] = {}
-    study = None
-    if options.search == "grid":
+    if checked.candidates is not None:
         if not specs:
             catalog.set_status(name, "finished")
             return SweepOutcome(name, "finished", count_statuses(statuses), 0)
         param_space = {"spec": tune.grid_search(specs)}
         num_samples = 1
-    elif options.search == "optuna":
-        param_space, num_samples, searcher, study = _optuna_setup(
-            options, space, seeds[0], name, storage_url)
+    else:
+        param_space, num_samples, searcher, _ = _optuna_setup(
+            options, space, checked.seeds[0], name, checked.storage_url)
         if num_samples <= 0:
             catalog.set_status(name, "finished")
             return SweepOutcome(name, "finished", count_statuses(statuses), 0)
         tune_kwargs["search_alg"] = searcher
-    else:
-        raise UserError(f"unknown search {options.search!r} (grid or optuna)", key="--search")
 
-    started_ray = _init_ray(options)
+    started_ray, session_dir = _init_ray(options)
     progress = SweepProgress(total=len(specs) if specs else num_samples, console=console,
                              enabled=options.progress)
-    writer = ResultsWriter(options.root, name, budget, data_hash, catalog, statuses, progress)
+    writer = ResultsWriter(options.root, name, checked.budget, checked.data_hash, catalog,
+                           statuses, progress)
     resources = {"cpu": options.cpus_per_trial, "gpu": options.gpus_per_trial}
     tuner = tune.Tuner(
         tune.with_resources(run_trial, resources),
         param_space=param_space,
         tune_config=tune.TuneConfig(
-            scheduler=_scheduler(options, budget), num_samples=num_samples,
+            scheduler=checked.scheduler, num_samples=num_samples,
             max_concurrent_trials=options.max_concurrent,
             # Reusing actors saves a process start per trial, but Ray 2.60 cannot reset an
             # actor whose trial the scheduler stopped (and then stalls), so only under FIFO.
@@ -431,7 +591,7 @@ def run_sweep(options: SweepOptions, console: Any = None) -> SweepOutcome:
     catalog.set_status(name, "running")
     status = "failed"
     try:
-        with progress:
+        with progress, terminate_as_interrupt():
             tuner.fit()
         status = "finished"
     except KeyboardInterrupt:
@@ -443,6 +603,8 @@ def run_sweep(options: SweepOptions, console: Any = None) -> SweepOutcome:
             import ray
 
             ray.shutdown()
+            _remove_session(session_dir)
+    _compact(options.root, name)
     return SweepOutcome(name, status, count_statuses(statuses), len(writer.written))
 
 
@@ -467,10 +629,6 @@ def _optuna_setup(options: SweepOptions, space: Any, seed: int, name: str, stora
         reconcile_study,
     )
 
-    if options.multi_objective and options.multi_objective not in ("params_non_embedding",
-                                                                   "flops_per_token"):
-        raise UserError(f"unknown objective {options.multi_objective!r} "
-                        "(params_non_embedding or flops_per_token)", key="--multi-objective")
     storage = open_storage(storage_url)
     data = _abs(options.data)
     searcher, study = make_optuna_search(

@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import stat
 import sys
 import sysconfig
 from dataclasses import dataclass
@@ -28,6 +29,9 @@ from search_spaces.errors import UserError
 VAL_FRACTION = 0.05  # of files (folders, the built-in corpus) or of tokens (single streams)
 SKIP_DIRS = {"test", "tests", "idle_test", "site-packages", "dist-packages", "__pycache__"}
 BYTE_VOCAB = 256
+# Text sources are read (and tokenized) whole in memory, a few copies at once: refuse more
+# than this share of the machine's memory before reading a byte (token files are memory-mapped).
+TEXT_MEMORY_SHARE = 1 / 8
 
 
 @dataclass
@@ -190,9 +194,32 @@ def _token_facts(path: Path) -> tuple[str, int]:
     return facts["hash"], facts["max"]
 
 
+def _regular_files(files: list[Path]) -> int:
+    """Their total size; a device, FIFO or socket (`/dev/zero`) is refused before any read."""
+    total = 0
+    for path in files:
+        info = path.stat()
+        if not stat.S_ISREG(info.st_mode):
+            raise UserError("not a regular file (a device, FIFO or socket cannot be read as "
+                            "training data)", file=str(path))
+        total += info.st_size
+    return total
+
+
+def _check_text_size(files: list[Path], source: Path) -> None:
+    """Refuse a text source too big to read into memory, before reading it."""
+    total = _regular_files(files)
+    limit = int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") * TEXT_MEMORY_SHARE)
+    if total > limit:
+        raise UserError(f"{total / 2**30:.1f} GiB of text is more than this machine can tokenize "
+                        f"in memory ({limit / 2**30:.1f} GiB); pre-tokenize it into a .bin or "
+                        ".npy token file", file=str(source))
+
+
 def _pretokenized(path: Path) -> TokenData:
     """`X/train.bin` + `X/val.bin` (nanoGPT layout), or one stream split at the end."""
     val_path = path.with_name("val" + path.suffix) if path.stem == "train" else None
+    _regular_files([path, *([val_path] if val_path is not None and val_path.exists() else [])])
     train = _token_file(path)
     digest, top = _token_facts(path)
     if val_path is not None and val_path.exists():
@@ -252,6 +279,7 @@ def load_lm_data(path: str | None = None, tokenizer: str | None = None) -> Token
         def split():
             return _split_files(files, read)
 
+    _check_text_size(files, source)
     finger = hashlib.sha256(tok_hash.encode())
     for p in files:
         finger.update(f"{p.resolve()}:{p.stat().st_size}:{p.stat().st_mtime_ns}".encode())
@@ -269,7 +297,8 @@ def load_lm_data(path: str | None = None, tokenizer: str | None = None) -> Token
 
 
 def check_fits(data: TokenData, vocab_size: int, seq_len: int) -> None:
-    """Reject data the model cannot read, before any training starts."""
+    """Reject data the model cannot read, before any training starts: every token id below
+    `vocab_size`, and both splits long enough for one window of `seq_len` (train and eval)."""
     if data.vocab_size > vocab_size:
         raise UserError(f"the data uses {data.vocab_size} token ids but the model has "
                         f"vocab_size={vocab_size}", file=data.source, key="vocab_size")
