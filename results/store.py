@@ -29,6 +29,7 @@ from typing import NamedTuple
 
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
@@ -368,11 +369,14 @@ def _with_retries(read):
 
 def _newest(table: pa.Table) -> pa.Table:
     """Keep the newest row per (sweep, trial_id): latest `finished_at`, then latest file name."""
-    order = table.sort_by([("sweep", "ascending"), ("trial_id", "ascending"),
-                           ("finished_at", "descending"), ("_file", "descending")])
-    order = order.append_column("_row", pa.array(range(order.num_rows), pa.int64()))
-    first = order.group_by(["sweep", "trial_id"], use_threads=False).aggregate([("_row", "first")])
-    return order.take(first["_row_first"]).sort_by("_row").drop_columns(["_row"])
+    keys = table.select(["sweep", "trial_id", "finished_at", "_file"]).append_column(
+        "_row", pa.array(range(table.num_rows), pa.int64()))  # sort the keys; take the rows once
+    order = keys.sort_by([("sweep", "ascending"), ("trial_id", "ascending"),
+                          ("finished_at", "descending"), ("_file", "descending")])
+    order = order.append_column("_at", pa.array(range(order.num_rows), pa.int64()))
+    first = order.group_by(["sweep", "trial_id"], use_threads=False).aggregate([("_at", "first")])
+    positions = first["_at_first"].take(pc.sort_indices(first["_at_first"]))
+    return table.take(order["_row"].take(positions))
 
 
 def _newest_trials(fs, base: str, sweeps: list[str], columns=None,
