@@ -221,7 +221,9 @@ def _conform(found: pa.Table, schema: pa.Schema, names: list[str]) -> list[pa.Ch
 
 
 def _describe(error: Exception) -> str:
-    text = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    """pyarrow's error as a short problem: its first line, named plainly when we can."""
+    lines = str(error).strip().splitlines()
+    text = lines[0] if lines else type(error).__name__
     if "size is 0 bytes" in text:
         return "empty file (0 bytes)"
     if "magic bytes not found" in text:
