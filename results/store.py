@@ -328,12 +328,19 @@ class FragmentCache:
             stamps = {path: (size, mtime) for path, size, mtime in listing}
             fresh = [p for p in stamps if self._files.get(p, (None,))[0] != stamps[p]]
             names = table.schema.names
-            for path, result in zip(fresh, _read_fragments(fs, fresh, table, names), strict=True):
+            results = _read_fragments(fs, fresh, table, names)
+            gone = [p for p in self._files if posixpath.dirname(p) == folder and p not in stamps]
+            appended = cached is not None and not gone and not any(p in self._files for p in fresh)
+            for path, result in zip(fresh, results, strict=True):
                 self._files[path] = (stamps[path], result)
-            for path in [p for p in self._files if posixpath.dirname(p) == folder and p not in stamps]:
+            for path in gone:
                 del self._files[path]
-            rows, damaged = _combine(list(stamps), [self._files[p][1] for p in stamps], table, names)
-            self._folders[folder] = (listing, rows.combine_chunks(), damaged)
+            if appended:  # only new fragments (trials landing): add their rows to those combined
+                rows, damaged = _combine(fresh, results, table, names)
+                rows, damaged = pa.concat_tables([cached[1], rows]), {**cached[2], **damaged}
+            else:
+                rows, damaged = _combine(list(stamps), [self._files[p][1] for p in stamps], table, names)
+            self._folders[folder] = (listing, rows.combine_chunks(), damaged)  # one chunk: fast sorts
             return self._folders[folder][1:]
 
 
