@@ -19,8 +19,9 @@ import pandas as pd
 from search_spaces.errors import UserError
 
 
-def load_frames(root: str, sweeps: list[str] | None) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Trials and curves of `sweeps` (None = all); an unknown sweep is a UserError."""
+def load_frames(root: str, sweeps: list[str] | None, cache=None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Trials and curves of `sweeps` (None = all); an unknown sweep is a UserError.
+    `cache`: a results.store.FragmentCache (the live server's), to read only new fragments."""
     from results.store import list_sweeps, load_curves, load_trials, validate_sweep_name
 
     known = list_sweeps(root)
@@ -29,7 +30,7 @@ def load_frames(root: str, sweeps: list[str] | None) -> tuple[pd.DataFrame, pd.D
         if name not in known:
             hint = f"known sweeps: {', '.join(known)}" if known else "the store holds no sweeps yet"
             raise UserError(f"no sweep named {name!r} in {root} ({hint})", key="NAME")
-    return load_trials(root, sweeps), load_curves(root, sweeps)
+    return load_trials(root, sweeps, cache=cache), load_curves(root, sweeps, cache=cache)
 
 
 def budget_labels(trials: pd.DataFrame, max_groups: int = 8) -> pd.Series:
@@ -83,12 +84,12 @@ def _clean(value):
 
 
 def build_payload(root: str, sweeps: list[str] | None = None, title: str | None = None,
-                  version: str = "") -> str:
+                  version: str = "", cache=None) -> str:
     """The JSON the page renders: sweeps, filter values, per-trial rows, figures."""
     from dashboards.figures import applicable_figures, metric_for
     from dashboards.frames import LOWER_IS_BETTER, METRIC_LABELS, with_derived
 
-    trials, curves = load_frames(root, sweeps)
+    trials, curves = load_frames(root, sweeps, cache)
     trials = with_derived(trials)
     trials["budget"] = budget_labels(trials) if len(trials) else []
     vision = (trials["family"] == "vision_mlp").to_numpy() if len(trials) else np.array([], bool)

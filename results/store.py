@@ -15,16 +15,21 @@ A retried trial writes a new pair; readers keep the newest row per (sweep, trial
 
 from __future__ import annotations
 
+import contextlib
 import os
 import posixpath
 import re
+import sys
+import threading
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
+from typing import NamedTuple
 
 import pandas as pd
 import pyarrow as pa
-import pyarrow.dataset as ds
+import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
@@ -163,24 +168,197 @@ def list_sweeps(root) -> list[str]:
     return sorted(names)
 
 
-def _fragments(fs: pafs.FileSystem, folder: str) -> list[str]:
-    """Visible Parquet files of one table folder (temporary names start with '.')."""
+class DamagedStore(UserError):
+    """Every fragment asked for is unreadable: a one-line error (exit 2; HTTP 500 when served)."""
+
+
+class _Table(NamedTuple):
+    """A table folder's schema, the columns a fragment must have to be one of ours, and
+    those that may not be null (a foreign file would otherwise show as an all-null row)."""
+
+    folder: str
+    schema: pa.Schema
+    required: tuple[str, ...]
+    not_null: tuple[str, ...]
+
+
+_TRIALS = _Table("trials", TRIAL_COLUMNS, ("sweep", "trial_id", "key", "seed", "status"),
+                 ("sweep", "trial_id", "status"))
+_CURVES = _Table("curves", CURVE_COLUMNS, ("sweep", "trial_id", "step"), ("sweep", "trial_id"))
+_KINDS = (pa.types.is_integer, pa.types.is_floating, pa.types.is_boolean, pa.types.is_timestamp,
+          pa.types.is_list, lambda t: pa.types.is_string(t) or pa.types.is_large_string(t))
+
+
+class _Damaged(Exception):
+    """A fragment that cannot be read as a row of its table; the message says why."""
+
+
+def _schema_problem(found: pa.Schema, table: _Table) -> str | None:
+    """Why a fragment's schema is not its table's, or None. Types must be of the same kind
+    (a whole number where a whole number belongs): a foreign file's numbers never become names."""
+    if found.equals(table.schema):  # what write_trial and compact write
+        return None
+    missing = [name for name in table.required if name not in found.names]
+    if missing:
+        return f"not a {table.folder} fragment (no column {', '.join(missing)})"
+    for field in found:
+        want = table.schema.field(field.name).type if field.name in table.schema.names else None
+        if want is not None and field.type != want and not any(
+                kind(field.type) and kind(want) for kind in _KINDS):
+            return f"column {field.name!r} is {field.type}, not {want}"
+    return None
+
+
+def _conform(found: pa.Table, schema: pa.Schema, names: list[str]) -> list[pa.ChunkedArray]:
+    """The `names` columns in `schema`'s types; a column the fragment predates is null."""
+    present = set(found.column_names)
+    if present.issuperset(names):
+        selected = found.select(names)
+        if selected.schema.equals(pa.schema([schema.field(n) for n in names])):
+            return selected.columns
+    return [found[n].cast(schema.field(n).type) if n in present
+            else pa.nulls(found.num_rows, schema.field(n).type) for n in names]
+
+
+def _describe(error: Exception) -> str:
+    """pyarrow's error as a short problem: its first line, named plainly when we can."""
+    lines = str(error).strip().splitlines()
+    text = lines[0] if lines else type(error).__name__
+    if "size is 0 bytes" in text:
+        return "empty file (0 bytes)"
+    if "magic bytes not found" in text:
+        return "not a Parquet file (truncated?)"
+    return f"damaged Parquet file ({text})"
+
+
+def _read_fragment(fs: pafs.FileSystem, path: str, table: _Table, names: list[str]) -> pa.Table:
+    """One fragment's `names` columns in its table's types (columns it predates are null),
+    plus `_file`; raises _Damaged. One open: the footer gives the schema, then the columns."""
+    try:
+        with fs.open_input_file(path) as handle:
+            # pre-buffering coalesces an object store's requests; it only slows a local read
+            parquet = pq.ParquetFile(handle, pre_buffer=not isinstance(fs, pafs.LocalFileSystem))
+            schema = parquet.schema_arrow  # built anew at each access
+            problem = _schema_problem(schema, table)
+            if problem:
+                raise _Damaged(problem)
+            wanted = dict.fromkeys([*table.required, *names])
+            found = parquet.read([n for n in wanted if n in schema.names], use_threads=False)
+        nulls = [name for name in table.not_null if found[name].null_count]
+        if nulls:
+            raise _Damaged(f"not a {table.folder} fragment (null {', '.join(nulls)})")
+        columns = _conform(found, table.schema, names)
+    except FileNotFoundError:
+        raise  # a concurrent compaction removed it: `_with_retries` lists again
+    except (pa.ArrowException, OSError) as error:
+        raise _Damaged(_describe(error)) from None
+    files = pa.array([posixpath.basename(path)] * found.num_rows, pa.string())
+    return pa.Table.from_arrays([*columns, files], [*names, "_file"])
+
+
+def _read_or_problem(fs, path: str, table: _Table, names: list[str]) -> pa.Table | str:
+    try:
+        return _read_fragment(fs, path, table, names)
+    except _Damaged as damage:
+        return str(damage)
+
+
+def _read_fragments(fs, paths: list[str], table: _Table, names: list[str]) -> list[pa.Table | str]:
+    """Each file's rows, or the problem that made it unreadable; threads hide object-store latency."""
+    if len(paths) < 2:
+        return [_read_or_problem(fs, p, table, names) for p in paths]
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        return list(pool.map(lambda p: _read_or_problem(fs, p, table, names), paths))
+
+
+_warned: set[tuple[str, str]] = set()
+
+
+def _warn(path: str, problem: str) -> None:
+    """One line on stderr per damaged file and process, however many readers meet it."""
+    if (path, problem) not in _warned:
+        _warned.add((path, problem))
+        print(f"warning: skipping {path}: {problem}", file=sys.stderr, flush=True)
+
+
+def _fragments(fs: pafs.FileSystem, folder: str) -> list[pafs.FileInfo]:
+    """Visible Parquet files of one table folder (temporary names start with '.'), by path."""
     return sorted(
-        info.path for info in fs.get_file_info(pafs.FileSelector(folder, allow_not_found=True))
-        if info.type == pafs.FileType.File and info.base_name.endswith(".parquet")
-        and not info.base_name.startswith((".", "_"))
+        (info for info in fs.get_file_info(pafs.FileSelector(folder, allow_not_found=True))
+         if info.type == pafs.FileType.File and info.base_name.endswith(".parquet")
+         and not info.base_name.startswith((".", "_"))),
+        key=lambda info: info.path,
     )
 
 
-def _read(fs: pafs.FileSystem, paths: list[str], schema: pa.Schema, columns=None) -> pa.Table:
-    """Rows of the given files plus `_file` (the file's base name) to pair trials with curves."""
-    names = list(columns or schema.names)
-    if not paths:
-        return schema.empty_table().select(names).append_column("_file", pa.array([], pa.string()))
-    dataset = ds.dataset(paths, schema=schema, format="parquet", filesystem=fs)
-    table = dataset.to_table(columns=[*names, "__filename"])  # one threaded scan of every file
-    files = pa.array([posixpath.basename(p) for p in table["__filename"].to_pylist()], pa.string())
-    return table.drop_columns(["__filename"]).append_column("_file", files)
+class _Scan(NamedTuple):
+    rows: pa.Table  # the readable fragments' rows, plus `_file` (the fragment's base name)
+    listed: list[str]  # every visible fragment's path, readable or not
+    damaged: dict[str, str]  # path -> why it cannot be read
+
+
+def _empty(table: _Table, names: list[str]) -> pa.Table:
+    return table.schema.empty_table().select(names).append_column("_file", pa.array([], pa.string()))
+
+
+def _combine(paths: list[str], results: list, table: _Table, names: list[str]):
+    """Rows of the readable results (one table) and the problems of the others, by path."""
+    tables = [r for r in results if not isinstance(r, str)]
+    damaged = {p: r for p, r in zip(paths, results, strict=True) if isinstance(r, str)}
+    return pa.concat_tables([_empty(table, names), *tables]), damaged
+
+
+class FragmentCache:
+    """Fragments already read, for a long-lived reader (the live dashboard): a fragment is
+    read again only when its path, size or mtime is new, and forgotten once it vanishes.
+    Fragment names are unique and written once, so path, size and mtime pin the content."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()  # one reader fills the cache; the others wait, then share
+        self._files: dict[str, tuple[tuple, pa.Table | str]] = {}  # path -> (stamp, rows or problem)
+        self._folders: dict[str, tuple[tuple, pa.Table, dict]] = {}  # folder -> (listing, rows, damaged)
+
+    def folder(self, fs, folder: str, infos: list[pafs.FileInfo], table: _Table):
+        """Every column of a folder's readable fragments, and the damaged ones."""
+        listing = tuple((i.path, i.size, i.mtime_ns) for i in infos)
+        with self._lock:
+            cached = self._folders.get(folder)
+            if cached is not None and cached[0] == listing:
+                return cached[1], cached[2]
+            stamps = {path: (size, mtime) for path, size, mtime in listing}
+            fresh = [p for p in stamps if self._files.get(p, (None,))[0] != stamps[p]]
+            names = table.schema.names
+            results = _read_fragments(fs, fresh, table, names)
+            gone = [p for p in self._files if posixpath.dirname(p) == folder and p not in stamps]
+            appended = cached is not None and not gone and not any(p in self._files for p in fresh)
+            for path, result in zip(fresh, results, strict=True):
+                self._files[path] = (stamps[path], result)
+            for path in gone:
+                del self._files[path]
+            if appended:  # only new fragments (trials landing): add their rows to those combined
+                rows, damaged = _combine(fresh, results, table, names)
+                rows, damaged = pa.concat_tables([cached[1], rows]), {**cached[2], **damaged}
+            else:
+                rows, damaged = _combine(list(stamps), [self._files[p][1] for p in stamps], table, names)
+            self._folders[folder] = (listing, rows.combine_chunks(), damaged)  # one chunk: fast sorts
+            return self._folders[folder][1:]
+
+
+def _scan(fs, folder: str, table: _Table, columns=None, cache: FragmentCache | None = None,
+          warn: bool = True) -> _Scan:
+    """Read a table folder: each fragment once, a damaged or foreign one skipped (and named)."""
+    infos = _fragments(fs, folder)
+    names = list(columns or table.schema.names)
+    if cache is None:
+        paths = [info.path for info in infos]
+        rows, damaged = _combine(paths, _read_fragments(fs, paths, table, names), table, names)
+    else:
+        rows, damaged = cache.folder(fs, folder, infos, table)
+        rows = rows.select([*names, "_file"])
+    if warn:
+        for path, problem in damaged.items():
+            _warn(path, problem)
+    return _Scan(rows, [info.path for info in infos], damaged)
 
 
 def _sweeps(root, sweeps: list[str] | None) -> list[str]:
@@ -200,54 +378,78 @@ def _with_retries(read):
 
 def _newest(table: pa.Table) -> pa.Table:
     """Keep the newest row per (sweep, trial_id): latest `finished_at`, then latest file name."""
-    order = table.sort_by([("sweep", "ascending"), ("trial_id", "ascending"),
-                           ("finished_at", "descending"), ("_file", "descending")])
-    order = order.append_column("_row", pa.array(range(order.num_rows), pa.int64()))
-    first = order.group_by(["sweep", "trial_id"], use_threads=False).aggregate([("_row", "first")])
-    return order.take(first["_row_first"]).sort_by("_row").drop_columns(["_row"])
+    keys = table.select(["sweep", "trial_id", "finished_at", "_file"]).append_column(
+        "_row", pa.array(range(table.num_rows), pa.int64()))  # sort the keys; take the rows once
+    order = keys.sort_by([("sweep", "ascending"), ("trial_id", "ascending"),
+                          ("finished_at", "descending"), ("_file", "descending")])
+    order = order.append_column("_at", pa.array(range(order.num_rows), pa.int64()))
+    first = order.group_by(["sweep", "trial_id"], use_threads=False).aggregate([("_at", "first")])
+    positions = first["_at_first"].take(pc.sort_indices(first["_at_first"]))
+    return table.take(order["_row"].take(positions))
 
 
-def _newest_trials(fs, base: str, sweeps: list[str], columns=None) -> pa.Table:
-    """The newest row per (sweep, trial_id), with `_file` naming the fragment it came from."""
-    paths = [p for s in sweeps for p in _fragments(fs, posixpath.join(base, s, "trials"))]
+def _newest_trials(fs, base: str, sweeps: list[str], columns=None,
+                   cache: FragmentCache | None = None) -> pa.Table:
+    """The newest row per (sweep, trial_id), with `_file` naming the fragment it came from.
+    Damaged fragments are skipped with a warning; when nothing is readable, that is an error."""
     if columns is not None:
         columns = list(dict.fromkeys(["sweep", "trial_id", "finished_at", *columns]))
-    return _newest(_read(fs, paths, TRIAL_COLUMNS, columns))
+    scans = [_scan(fs, posixpath.join(base, s, "trials"), _TRIALS, columns, cache) for s in sweeps]
+    damaged = sum(len(scan.damaged) for scan in scans)
+    if damaged and damaged == sum(len(scan.listed) for scan in scans):
+        raise DamagedStore(
+            f"none of its {damaged} trials fragment(s) can be read (each is named above); "
+            "move them out of trials/ to run those trials again",
+            file=posixpath.join(base, sweeps[0]) if len(sweeps) == 1 else base)
+    empty = _empty(_TRIALS, columns or TRIAL_COLUMNS.names)
+    return _newest(pa.concat_tables([empty, *(scan.rows for scan in scans)]))
 
 
-def _attempt_curves(fs, curve_paths: list[str], winners: pa.Table) -> pa.Table:
+def _attempt_curves(curves: pa.Table, listed: list[str], winners: pa.Table,
+                    missing_ok: bool = False) -> pa.Table:
     """The curve rows written together with each winning trial row (same file name)."""
-    missing = set(winners["_file"].to_pylist()) - {posixpath.basename(p) for p in curve_paths}
-    if missing:
+    names = {posixpath.basename(p) for p in listed}
+    missing = [(s, f) for s, f in zip(winners["sweep"].to_pylist(), winners["_file"].to_pylist(),
+                                      strict=True) if f not in names]
+    if missing and not missing_ok:
         # Every trials file is renamed in after its curves sibling: a missing sibling means a
         # compaction deleted it after we listed the trials. Let `_with_retries` look again.
-        raise FileNotFoundError(f"curves fragment(s) missing beside trials: {sorted(missing)[:3]}")
-    curves = _read(fs, curve_paths, CURVE_COLUMNS)
+        raise FileNotFoundError(f"curves fragment(s) missing beside trials: {missing[:3]}")
+    for sweep, name in missing:  # deleted by hand: the trial stays, without its curve
+        _warn(f"{sweep}/curves/{name}", "missing beside its trials fragment (no curve shown)")
     kept = curves.join(winners.select(["sweep", "trial_id", "_file"]),
                        ["sweep", "trial_id", "_file"], join_type="inner")
     return kept.select(CURVE_COLUMNS.names).sort_by(
         [("sweep", "ascending"), ("trial_id", "ascending"), ("step", "ascending")])
 
 
-def _curves_table(fs, base, sweeps) -> pa.Table:
-    winners = _newest_trials(fs, base, sweeps, columns=[])
-    paths = [p for s in sweeps for p in _fragments(fs, posixpath.join(base, s, "curves"))]
-    return _attempt_curves(fs, paths, winners)
+def _curves_table(fs, base, sweeps, cache=None, missing_ok: bool = False) -> pa.Table:
+    winners = _newest_trials(fs, base, sweeps, columns=[], cache=cache)
+    scans = [_scan(fs, posixpath.join(base, s, "curves"), _CURVES, cache=cache) for s in sweeps]
+    rows = pa.concat_tables([_empty(_CURVES, CURVE_COLUMNS.names), *(s.rows for s in scans)])
+    return _attempt_curves(rows, [p for scan in scans for p in scan.listed], winners, missing_ok)
 
 
-def load_trials(root, sweeps: list[str] | None = None) -> pd.DataFrame:
-    """One row per trial (newest attempt) of the given sweeps (None: all), TRIAL_COLUMNS order."""
+def load_trials(root, sweeps: list[str] | None = None, *,
+                cache: FragmentCache | None = None) -> pd.DataFrame:
+    """One row per trial (newest attempt) of the given sweeps (None: all), TRIAL_COLUMNS order.
+    A damaged fragment is skipped with one warning line; none readable is a DamagedStore."""
     fs, base = _filesystem(root)
     names = _sweeps(root, sweeps)
-    table = _with_retries(lambda: _newest_trials(fs, base, names))
+    table = _with_retries(lambda: _newest_trials(fs, base, names, cache=cache))
     return table.select(TRIAL_COLUMNS.names).to_pandas()
 
 
-def load_curves(root, sweeps: list[str] | None = None) -> pd.DataFrame:
+def load_curves(root, sweeps: list[str] | None = None, *,
+                cache: FragmentCache | None = None) -> pd.DataFrame:
     """Curve rows of each trial's newest attempt, sorted by sweep, trial_id, step."""
     fs, base = _filesystem(root)
     names = _sweeps(root, sweeps)
-    return _with_retries(lambda: _curves_table(fs, base, names)).to_pandas()
+    try:
+        table = _with_retries(lambda: _curves_table(fs, base, names, cache))
+    except FileNotFoundError:  # a curves fragment gone for good: its trial stays, without a curve
+        table = _curves_table(fs, base, names, cache, missing_ok=True)
+    return table.to_pandas()
 
 
 def completed_keys(root, sweep: str) -> dict[tuple[str, str, int], str]:
@@ -266,49 +468,74 @@ def completed_keys(root, sweep: str) -> dict[tuple[str, str, int], str]:
     return {(r["key"], r["tuned_json"] or "{}", r["seed"]): r["status"] for r in rows}
 
 
-def compact(root, sweep: str, grace_s: float = 1.0) -> str | None:
+def compact(root, sweep: str, grace_s: float = 1.0, stale_s: float = 3600.0) -> str | None:
     """Merge a sweep's fragments into one trials and one curves file; returns the trials file.
 
     Readers may run meanwhile: the merged pair appears (atomically) before the merged inputs
     are deleted, `grace_s` later so a directory listing in progress sees one or the other;
     duplicates in between resolve like any retry. Fragments written during compaction are
     left for the next one. Run one compaction per sweep at a time.
+
+    Damaged or foreign fragments move to `SWEEP/damaged/{trials,curves}/` (a damaged trial
+    takes its curves along), one warning line each: the folders stay globbable and nothing
+    is lost. Leftovers older than `stale_s` are deleted: temporary files of killed writers
+    and curves whose trial never landed. `stale_s=0` is for a caller that knows no writer
+    of this sweep runs (the driver holding it).
     """
     fs, base = _filesystem(root)
-    validate_sweep_name(sweep)
-    trials_dir, curves_dir = (posixpath.join(base, sweep, t) for t in ("trials", "curves"))
-    trial_inputs = _fragments(fs, trials_dir)
-    if len(trial_inputs) <= 1:
-        return trial_inputs[0] if trial_inputs else None
-    curve_inputs = _fragments(fs, curves_dir)
-    # Only the listed files: a fragment written meanwhile is neither merged nor deleted.
-    winners = _newest(_read(fs, trial_inputs, TRIAL_COLUMNS))
-    curves = _attempt_curves(fs, curve_inputs, winners)
-    name = f"compact-{_stamp()}.parquet"
-    _write_atomic(fs, posixpath.join(curves_dir, name), curves)
-    merged = posixpath.join(trials_dir, name)
-    _write_atomic(fs, merged, winners.select(TRIAL_COLUMNS.names))
-    time.sleep(grace_s)
-    merged_names = {posixpath.basename(p) for p in trial_inputs}
-    # Trials first (an orphan curves file is ignored), then their curves siblings only: a curves
-    # file listed without its trials file is a write in flight, or a crashed one once stale.
-    for path in trial_inputs:
-        fs.delete_file(path)
-    for path in curve_inputs:
-        if posixpath.basename(path) in merged_names:
+    folder = posixpath.join(base, validate_sweep_name(sweep))
+    trials_dir, curves_dir = (posixpath.join(folder, t) for t in ("trials", "curves"))
+    trials = _scan(fs, trials_dir, _TRIALS, warn=False)
+    curves = _scan(fs, curves_dir, _CURVES, warn=False)
+    moved = _set_aside(fs, folder, trials, curves)
+    inputs = [p for p in trials.listed if p not in moved]
+    merged = inputs[0] if len(inputs) == 1 else None
+    if len(inputs) > 1:
+        # Only the listed files: a fragment written meanwhile is neither merged nor deleted.
+        winners = _newest(trials.rows)
+        kept = _attempt_curves(curves.rows, curves.listed, winners, missing_ok=True)
+        name = f"compact-{_stamp()}.parquet"
+        _write_atomic(fs, posixpath.join(curves_dir, name), kept)
+        merged = posixpath.join(trials_dir, name)
+        _write_atomic(fs, merged, winners.select(TRIAL_COLUMNS.names))
+        time.sleep(grace_s)
+        merged_names = {posixpath.basename(p) for p in inputs}
+        # Trials first (an orphan curves file is ignored), then their curves siblings only: a
+        # curves file listed without its trials file is a write in flight, or a crashed one.
+        for path in inputs:
             fs.delete_file(path)
-    trial_names = {posixpath.basename(p) for p in _fragments(fs, trials_dir)}
-    _remove_crash_leftovers(fs, (trials_dir, curves_dir), trial_names)
+        for path in curves.listed:
+            if path not in moved and posixpath.basename(path) in merged_names:
+                fs.delete_file(path)
+    _remove_leftovers(fs, folder, stale_s)
     return merged
 
 
-def _remove_crash_leftovers(fs, folders, trial_names: set[str], age_s: float = 3600.0) -> None:
-    """Delete temporary files and orphan curves older than `age_s`: no live writer owns them."""
-    cutoff = time.time() - age_s
-    for folder in folders:
-        for info in fs.get_file_info(pafs.FileSelector(folder)):
-            old = info.mtime is not None and info.mtime.timestamp() < cutoff
+def _set_aside(fs, folder: str, trials: _Scan, curves: _Scan) -> set[str]:
+    """Move damaged fragments into `folder/damaged/`; returns the paths moved."""
+    lost = {posixpath.basename(p) for p in trials.damaged}
+    moving = {**trials.damaged, **curves.damaged}
+    for path in curves.listed:
+        if posixpath.basename(path) in lost:
+            moving.setdefault(path, "its trials fragment is damaged")
+    for path, problem in moving.items():
+        target = posixpath.join(folder, "damaged", posixpath.basename(posixpath.dirname(path)))
+        fs.create_dir(target, recursive=True)
+        fs.move(path, posixpath.join(target, posixpath.basename(path)))
+        print(f"warning: moved {path} to {target}/: {problem}", file=sys.stderr, flush=True)
+    return set(moving)
+
+
+def _remove_leftovers(fs, folder: str, stale_s: float) -> None:
+    """Delete temporary files and orphan curves older than `stale_s`: no live writer owns them."""
+    trials_dir, curves_dir = (posixpath.join(folder, t) for t in ("trials", "curves"))
+    trial_names = {info.base_name for info in _fragments(fs, trials_dir)}
+    cutoff = time.time() - stale_s
+    for where in (folder, trials_dir, curves_dir):
+        for info in fs.get_file_info(pafs.FileSelector(where, allow_not_found=True)):
+            old = info.mtime is not None and info.mtime.timestamp() <= cutoff
             orphan = info.base_name.endswith(".tmp") or (
-                folder.endswith("curves") and info.base_name not in trial_names)
+                where == curves_dir and info.base_name not in trial_names)
             if info.type == pafs.FileType.File and old and orphan:
-                fs.delete_file(info.path)
+                with contextlib.suppress(FileNotFoundError):  # renamed or removed meanwhile
+                    fs.delete_file(info.path)

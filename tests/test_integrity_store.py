@@ -1,0 +1,406 @@
+"""Damaged results stores: every reader names a bad fragment and goes on; compaction leaves
+clean folders; the live server holds a burst and refuses foreign hosts.
+
+Real Parquet files damaged the ways a fault campaign found (truncated, garbled, empty,
+foreign schema), read through the store, the CLI verbs in-process and a real HTTP server.
+"""
+
+from __future__ import annotations
+
+import http.client
+import os
+import shutil
+import struct
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
+import pytest
+import yaml
+
+from dashboards.server import make_server
+from dashboards.synthetic import synthetic_sweep
+from results.store import (
+    DamagedStore,
+    FragmentCache,
+    compact,
+    completed_keys,
+    load_curves,
+    load_trials,
+    write_trial,
+)
+from sweep.cli import main as shapesweep
+
+N_TRIALS = 4
+
+
+def rows(sweep: str = "s", n: int = N_TRIALS) -> list[tuple[dict, list[dict]]]:
+    """Completed synthetic trials (real configs, exact accounting) with distinct losses."""
+    out = []
+    for i, (row, curve) in enumerate(synthetic_sweep(sweep, n, families=("conventional",),
+                                                     budgets=(30e6,), seeds=1, curve_points=3)):
+        row.update(status="completed", error=None, val_loss=2.5 + i / 100)
+        out.append((row, curve))
+    return out
+
+
+@pytest.fixture
+def store(tmp_path) -> Path:
+    """A sweep `s` of four trials, one fragment pair each."""
+    for row, curve in rows():
+        write_trial(tmp_path / "root", "s", row, curve)
+    return tmp_path / "root"
+
+
+def fragment(root: Path, table: str, trial_id: str, sweep: str = "s") -> Path:
+    (path,) = (root / sweep / table).glob(f"part-{trial_id}-*.parquet")
+    return path
+
+
+def truncate(path: Path) -> str:
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    return "not a Parquet file (truncated?)"
+
+
+def garble(path: Path) -> str:
+    """Overwrite the footer's metadata, keeping its length and the magic bytes."""
+    data = path.read_bytes()
+    size = struct.unpack("<I", data[-8:-4])[0]
+    path.write_bytes(data[: -8 - size] + bytes(range(256)) * (size // 256) + bytes(size % 256) + data[-8:])
+    return "damaged Parquet file (Couldn't deserialize thrift"
+
+
+def empty(path: Path) -> str:
+    path.write_bytes(b"")
+    return "empty file (0 bytes)"
+
+
+def foreign(path: Path) -> str:
+    pq.write_table(pa.table({"name": ["x"], "value": [1.0]}), path)
+    return "not a trials fragment (no column sweep, trial_id, key, seed, status)"
+
+
+def wrong_types(path: Path) -> str:
+    table = pq.read_table(path)
+    pq.write_table(table.set_column(1, "trial_id", pa.array([7], pa.int64())), path)
+    return "column 'trial_id' is int64, not string"
+
+
+DAMAGES = [truncate, garble, empty, foreign, wrong_types]
+
+
+def warnings(err: str) -> list[str]:
+    return [line for line in err.splitlines() if line.startswith("warning:")]
+
+
+def skipped(err: str) -> list[str]:
+    """The files the warning lines name as skipped."""
+    return [line.removeprefix("warning: skipping ").split(": ")[0] for line in warnings(err)]
+
+
+@pytest.mark.parametrize("damage", DAMAGES)
+def test_a_damaged_trials_fragment_is_named_once_and_skipped(store, damage, capsys):
+    path = fragment(store, "trials", "t00001")
+    problem = damage(path)
+    trials, curves = load_trials(store, ["s"]), load_curves(store, ["s"])
+    assert sorted(trials["trial_id"]) == ["t00000", "t00002", "t00003"]
+    assert sorted(set(curves["trial_id"])) == ["t00000", "t00002", "t00003"]
+    (line,) = warnings(capsys.readouterr().err)  # one line, however many readers met it
+    assert line.startswith(f"warning: skipping {path}: {problem}")
+    # resume runs what completed_keys lacks: the damaged trial, and only it
+    assert len(completed_keys(store, "s")) == N_TRIALS - 1
+
+
+def test_each_warning_names_file_and_problem(store, capsys):
+    damaged = {}
+    for i, damage in enumerate(DAMAGES[:4]):
+        row, curve = rows(n=8)[4 + i]
+        write_trial(store, "s", row, curve)
+        path = fragment(store, "trials", row["trial_id"])
+        damaged[str(path)] = damage(path)
+    assert len(load_trials(store, ["s"])) == N_TRIALS
+    lines = warnings(capsys.readouterr().err)
+    assert sorted(skipped("\n".join(lines))) == sorted(damaged)
+    for line, path in zip(lines, skipped("\n".join(lines)), strict=True):
+        assert line.startswith(f"warning: skipping {path}: {damaged[path]}")
+    load_curves(store, ["s"])  # reads the trials again: no second warning for the same file
+    assert warnings(capsys.readouterr().err) == []
+
+
+def test_a_damaged_curves_fragment_loses_only_that_curve(store, capsys):
+    path = fragment(store, "curves", "t00002")
+    truncate(path)
+    assert len(load_trials(store, ["s"])) == N_TRIALS
+    assert capsys.readouterr().err == ""  # trials alone never open curves
+    curves = load_curves(store, ["s"])
+    assert sorted(set(curves["trial_id"])) == ["t00000", "t00001", "t00003"]
+    assert warnings(capsys.readouterr().err) == [
+        f"warning: skipping {path}: not a Parquet file (truncated?)"]
+
+
+def test_a_curves_fragment_deleted_by_hand_leaves_its_trial_without_a_curve(store, capsys):
+    fragment(store, "curves", "t00003").unlink()
+    curves = load_curves(store, ["s"])
+    assert sorted(set(curves["trial_id"])) == ["t00000", "t00001", "t00002"]
+    (line,) = warnings(capsys.readouterr().err)
+    assert "s/curves/part-t00003-" in line and "missing" in line
+
+
+def _copy(store: Path, tmp_path: Path, name: str) -> Path:
+    """A fresh copy of the store: each verb meets the damage as a new process would."""
+    return Path(shutil.copytree(store, tmp_path / name))
+
+
+@pytest.mark.parametrize("damage", [truncate, foreign, garble])
+def test_cli_verbs_warn_and_show_the_rest(store, tmp_path, damage, capsys):
+    damage(fragment(store, "trials", "t00001"))
+    truncate(fragment(store, "curves", "t00002"))
+
+    root = _copy(store, tmp_path, "status")
+    assert shapesweep(["status", "s", "--root", str(root)]) == 0
+    out, err = capsys.readouterr()
+    assert "completed: 3" in out
+    assert skipped(err) == [str(fragment(root, "trials", "t00001"))]
+    assert shapesweep(["status", "--root", str(root)]) == 0  # the table of sweeps too
+    capsys.readouterr()
+
+    root = _copy(store, tmp_path, "export")
+    assert shapesweep(["export", "s", "--root", str(root), "--top", "9", "--out",
+                       str(tmp_path / "best")]) == 0
+    out, err = capsys.readouterr()
+    exported = [yaml.safe_load(Path(p).read_text()) for p in out.split()]
+    assert sorted(d["provenance"]["trial_id"] for d in exported) == ["t00000", "t00002", "t00003"]
+    assert len(warnings(err)) == 1
+
+    root = _copy(store, tmp_path, "dashboard")
+    assert shapesweep(["dashboard", "s", "--root", str(root), "--out", str(tmp_path / "r.html")]) == 0
+    err = capsys.readouterr().err
+    assert sorted(skipped(err)) == [str(fragment(root, "curves", "t00002")),
+                                    str(fragment(root, "trials", "t00001"))]
+    html = (tmp_path / "r.html").read_text()
+    assert '"t00000"' in html and '"t00001"' not in html
+
+
+def test_a_wholly_unreadable_sweep_is_one_line_and_exit_2(store, tmp_path, capsys):
+    for path in (store / "s" / "trials").iterdir():
+        truncate(path)
+    with pytest.raises(DamagedStore, match=f"none of its {N_TRIALS} trials fragment"):
+        load_trials(store, ["s"])
+    capsys.readouterr()
+    for verb in (["status", "s"], ["status"], ["export", "s", "--top", "1", "--out", str(tmp_path / "o")],
+                 ["dashboard", "s", "--out", str(tmp_path / "r.html")]):
+        assert shapesweep([*verb, "--root", str(store)]) == 2
+        errors = [line for line in capsys.readouterr().err.splitlines() if not line.startswith("warning:")]
+        assert len(errors) == 1 and errors[0].startswith(f"shapesweep {verb[0]}: error: {store / 's'}: none of its")
+    assert not (tmp_path / "o").exists() and not (tmp_path / "r.html").exists()
+
+
+# ---------------------------------------------------------------- compaction
+
+
+def raw_ids(folder: Path) -> list[str]:
+    """What DuckDB's or pyarrow's raw glob over a table folder returns: no dedupe."""
+    return ds.dataset(folder, format="parquet").to_table(columns=["trial_id"])["trial_id"].to_pylist()
+
+
+def test_compaction_leaves_one_file_each_and_a_raw_glob_sees_each_trial_once(store):
+    retry, curve = rows()[0]
+    retry.update(val_loss=1.0, finished_at=retry["finished_at"] + timedelta(hours=1))
+    write_trial(store, "s", retry, curve[:2])
+    before_t, before_c = load_trials(store, ["s"]), load_curves(store, ["s"])
+    assert sorted(raw_ids(store / "s" / "trials")).count("t00000") == 2
+
+    merged = compact(store, "s", grace_s=0, stale_s=0)
+    assert [p.name for p in (store / "s" / "trials").iterdir()] == [Path(merged).name]
+    assert [p.name for p in (store / "s" / "curves").iterdir()] == [Path(merged).name]
+    ids = raw_ids(store / "s" / "trials")
+    assert sorted(ids) == [f"t0000{i}" for i in range(N_TRIALS)]
+    raw = ds.dataset(store / "s" / "trials", format="parquet").to_table().to_pandas()
+    assert raw.set_index("trial_id").loc["t00000", "val_loss"] == 1.0  # the retry, one row
+    assert load_trials(store, ["s"]).equals(before_t) and load_curves(store, ["s"]).equals(before_c)
+    assert len(before_c[before_c["trial_id"] == "t00000"]) == 2
+
+
+def _age(path: Path, seconds: float) -> None:
+    stamp = time.time() - seconds
+    os.utime(path, (stamp, stamp))
+
+
+def test_compaction_removes_stale_leftovers_only(store):
+    leftovers = [store / "s" / "trials" / ".part-x-1.parquet.0a1b2c3d.tmp",
+                 store / "s" / "curves" / ".part-x-1.parquet.0a1b2c3d.tmp",
+                 store / "s" / ".sweep.json.0a1b2c3d.tmp"]
+    for path in leftovers:
+        path.write_bytes(b"")  # a writer killed right after opening its temporary file
+    orphan = store / "s" / "curves" / "part-t00009-99999999999999999999-000000000000.parquet"
+    shutil.copy(fragment(store, "curves", "t00000"), orphan)  # killed between the two renames
+
+    curve_rows = len(load_curves(store, ["s"]))
+    compact(store, "s", grace_s=0)  # all fresh: may be writes in flight
+    assert all(p.exists() for p in [*leftovers, orphan])
+    assert len(load_curves(store, ["s"])) == curve_rows  # the orphan is never read
+    for path in (*leftovers[:2], orphan):
+        _age(path, 2 * 3600)
+    compact(store, "s", grace_s=0)
+    assert not any(p.exists() for p in (*leftovers[:2], orphan)) and leftovers[2].exists()
+    compact(store, "s", grace_s=0, stale_s=0)  # the driver, holding the sweep: nothing is in flight
+    assert not leftovers[2].exists()
+    assert len(list((store / "s" / "trials").iterdir())) == 1
+    assert len(list((store / "s" / "curves").iterdir())) == 1
+
+
+def test_compaction_sets_damaged_inputs_aside(store, capsys):
+    bad_trial, bad_curves = fragment(store, "trials", "t00001"), fragment(store, "curves", "t00002")
+    truncate(bad_trial)
+    garble(bad_curves)
+    stray = store / "s" / "trials" / "notes.parquet"
+    foreign(stray)
+    sibling = fragment(store, "curves", "t00001")
+
+    compact(store, "s", grace_s=0, stale_s=0)
+    moved = [line for line in capsys.readouterr().err.splitlines() if line.startswith("warning: moved")]
+    assert len(moved) == 4
+    damaged = store / "s" / "damaged"
+    assert sorted(p.name for p in (damaged / "trials").iterdir()) == sorted([bad_trial.name, stray.name])
+    assert sorted(p.name for p in (damaged / "curves").iterdir()) == sorted([bad_curves.name, sibling.name])
+    assert sorted(raw_ids(store / "s" / "trials")) == ["t00000", "t00002", "t00003"]
+    assert len(list((store / "s" / "curves").iterdir())) == 1
+    assert sorted(set(load_curves(store, ["s"])["trial_id"])) == ["t00000", "t00003"]
+    assert capsys.readouterr().err == ""  # clean folders: nothing left to warn about
+
+
+def test_a_reader_during_compaction_sees_every_trial(store):
+    """The merged pair lands before the inputs go; a reader in the window sees duplicates
+    that resolve like retries, never nothing."""
+    for row, curve in rows(n=40)[N_TRIALS:]:
+        write_trial(store, "s", row, curve)
+    done = threading.Event()
+    seen = []
+
+    def read_until_done():
+        while not done.is_set():
+            trials = load_trials(store, ["s"])
+            seen.append((len(trials), trials["trial_id"].is_unique, len(load_curves(store, ["s"]))))
+
+    curve_rows = len(load_curves(store, ["s"]))
+    reader = threading.Thread(target=read_until_done)
+    reader.start()
+    for _ in range(3):
+        compact(store, "s", grace_s=0.05)
+        write_trial(store, "s", *rows(n=41)[40])
+    done.set()
+    reader.join()
+    assert seen and all(n >= 40 and unique and c >= curve_rows for n, unique, c in seen)
+
+
+# ---------------------------------------------------------------- live server
+
+
+@pytest.fixture
+def live(store):
+    server = make_server(str(store), "127.0.0.1", 0)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server.server_address[1]
+    server.shutdown()
+    server.server_close()
+
+
+def get(port: int, path: str, host: str | None = None) -> tuple[int, str]:
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    connection.putrequest("GET", path, skip_host=True)
+    connection.putheader("Host", f"127.0.0.1:{port}" if host is None else host)
+    connection.endheaders()
+    response = connection.getresponse()
+    body = response.read().decode()
+    connection.close()
+    return response.status, body
+
+
+def config(port: int, trial_id: str) -> dict:
+    status, body = get(port, f"/api/config?sweep=s&trial_id={trial_id}")
+    assert status == 200, body
+    return yaml.safe_load(body)
+
+
+def test_server_refuses_other_hosts(live):
+    for host in (f"127.0.0.1:{live}", f"localhost:{live}", f"LOCALHOST:{live}", f"[::1]:{live}"):
+        assert get(live, "/api/version", host)[0] == 200
+    for host in ("evil.example", f"evil.example:{live}", "127.0.0.1:1", f"localhost.evil.example:{live}", ""):
+        status, body = get(live, "/api/version", host)
+        assert status == 421 and f"127.0.0.1:{live}" in body
+
+
+def test_server_refreshes_incrementally(store, live):
+    assert config(live, "t00001")["provenance"]["trial_id"] == "t00001"
+    # A fragment already read is not read again: same path, size and mtime pin its content.
+    path = fragment(store, "trials", "t00001")
+    stat = path.stat()
+    path.write_bytes(bytes(stat.st_size))
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert config(live, "t00001")["provenance"]["seed"] == 0
+    # New fragments are read; vanished ones (merged by compaction) forgotten.
+    row, curve = rows(n=N_TRIALS + 1)[N_TRIALS]
+    write_trial(store, "s", row, curve)
+    assert config(live, row["trial_id"])["provenance"]["trial_id"] == row["trial_id"]
+    os.utime(path)  # now it looks changed: re-read, found damaged, skipped
+    status, body = get(live, "/api/config?sweep=s&trial_id=t00001")
+    assert status == 404 and "no trial 't00001'" in body
+    compact(store, "s", grace_s=0)
+    assert sorted(p.name.split("-")[0] for p in (store / "s" / "trials").iterdir()) == ["compact"]
+    for trial_id in ("t00000", "t00002", "t00003", row["trial_id"]):
+        assert config(live, trial_id)["provenance"]["trial_id"] == trial_id
+    assert get(live, "/api/dashboard")[0] == 200
+
+
+def test_a_damaged_store_answers_500_with_the_line(store, live):
+    for path in (store / "s" / "trials").iterdir():
+        truncate(path)
+    for query in ("/api/dashboard", "/api/config?sweep=s&trial_id=t00000"):
+        status, body = get(live, query)
+        assert status == 500 and body.count("\n") == 1
+        assert body.startswith(f"{store / 's'}: none of its {N_TRIALS} trials fragment")
+
+
+def test_server_answers_a_burst(live):
+    trial_ids = [f"t0000{i % N_TRIALS}" for i in range(48)]
+    with ThreadPoolExecutor(8) as pool:
+        docs = list(pool.map(lambda t: config(live, t), trial_ids))
+    assert [d["provenance"]["trial_id"] for d in docs] == trial_ids
+
+
+def test_fragment_cache_reads_like_the_store(store):
+    cache = FragmentCache()
+    write_trial(store, "other", *rows("other", 1)[0])
+    for _ in range(2):
+        assert load_trials(store, cache=cache).equals(load_trials(store))
+        assert load_curves(store, ["s"], cache=cache).equals(load_curves(store, ["s"]))
+
+
+@pytest.mark.slow
+def test_resume_reruns_the_trials_of_a_damaged_fragment(local_ray, tmp_path, capsys):
+    from sweep_helpers import run, write_space
+
+    space_path = write_space(tmp_path, name="damaged")
+    root = tmp_path / "sweeps"
+    assert run("run", str(space_path), "--root", str(root), "--scheduler", "fifo",
+               "--max-concurrent", "2") == 0
+    before = load_trials(root, ["damaged"])
+    assert len(before) == 4 and (before["status"] == "completed").all()
+    # whichever file holds a trial (one per trial, or one after a compaction): damage one
+    files = {p: pq.read_table(p, columns=["trial_id"])["trial_id"].to_pylist()
+             for p in (root / "damaged" / "trials").glob("*.parquet")}
+    path, lost = min(files.items())
+    truncate(path)
+    capsys.readouterr()
+    assert run("resume", "damaged", "--root", str(root), "--max-concurrent", "2") == 0
+    out, err = capsys.readouterr()
+    assert f"({len(lost)} trials this run)" in out and str(path) in err
+    after = load_trials(root, ["damaged"])
+    assert sorted(after["trial_id"]) == sorted(before["trial_id"])
+    assert (after["status"] == "completed").all()
