@@ -511,7 +511,7 @@ def _compact(root: str, name: str) -> None:
     from results.store import compact
 
     try:
-        compact(root, name)
+        compact(root, name, stale_s=0)  # no other writer while the lease is held
     except Exception as error:  # noqa: BLE001 - the results are intact either way
         print(f"warning: could not compact the results of sweep {name!r}: {error}",
               file=sys.stderr, flush=True)
