@@ -69,7 +69,7 @@ def _refusals(tmp_path: Path) -> list[tuple[list[str], str]]:
         ([str(tmp_path / "absent.yaml")], "no such file"),
         ([tiny, "--grace-tokens", "8192"], "--grace-tokens: grace period 8192"),
         ([tiny, "--reduction-factor", "1"], "--reduction-factor: must be more than 1"),
-        ([tiny, "--seeds", "1,1"], "--seeds: seed 1 is listed twice"),
+        ([tiny, "--seeds", "1,1"], "--seeds: seed 1 is given twice"),
         ([tiny, "--multi-objective"], "--multi-objective: a second objective needs --search optuna"),
         ([tiny, "--name", "../escape"], "is not allowed"),
     ]
@@ -153,7 +153,7 @@ def test_garbled_sweep_json_and_unreadable_space_are_one_line(tmp_path, capsys):
     options.write_text(json.dumps({"space": "space.yaml", "name": "broken"}))
     (folder / "space.yaml").write_bytes(b"\x80\x81 not text")
     assert run("resume", "broken", "--root", str(tmp_path)) == 2
-    assert f"{folder / 'space.yaml'}: cannot read" in one_line_error(capsys)
+    assert f"{folder / 'space.yaml'}: not UTF-8 text" in one_line_error(capsys)
 
 
 # --- the lease ------------------------------------------------------------------------------

@@ -212,8 +212,10 @@ def _wait_for_head(ray_bin: Path, port: int, env: dict, timeout_s: float = 120.0
     """Poll `ray health-check` until the head accepts drivers (a few seconds after start)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
+        # the CLI sends the head's token only when told to (the driver finds it by itself)
         check = subprocess.run([str(ray_bin), "health-check", "--address", f"127.0.0.1:{port}"],
-                               env=env, capture_output=True, timeout=60)
+                               env={**env, "RAY_AUTH_MODE": "token"}, capture_output=True,
+                               timeout=60)
         if check.returncode == 0:
             return
         time.sleep(0.5)
