@@ -33,7 +33,7 @@ from scipy import stats as sps
 
 from search_spaces.errors import UserError
 
-HIGHER_IS_BETTER = frozenset({"psnr", "ssim"})  # every other metric is a loss
+HIGHER_IS_BETTER = frozenset({"psnr", "ssim", "accuracy", "tokens_per_s"})  # the rest: losses
 CONFIDENCE = 0.95
 FIDELITY_THRESHOLD = 0.8
 MIN_RANKED = 3  # fewer candidates give no meaningful rank correlation

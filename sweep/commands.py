@@ -16,7 +16,6 @@ from typing import Any
 
 from search_spaces.errors import UserError
 
-HIGHER_IS_BETTER = {"psnr", "ssim", "accuracy", "tokens_per_s"}
 FOLDER_FORMATS = {"hf": "trainers.hf_export", "torch": "trainers.torch_export"}
 EXPORT_METRICS = ("val_loss", "best_val_loss", "val_ppl", "train_loss", "psnr", "ssim", "tokens",
                   "steps", "wall_time_s", "tokens_per_s")
@@ -440,8 +439,7 @@ def export(args: argparse.Namespace) -> int:
         raise UserError(f"sweep {args.name!r} under {args.root} has no trials", key="name")
     keep = {"completed", "stopped_early"} if args.include_stopped else {"completed"}
     trials = trials[trials["status"].isin(keep) & trials[args.metric].notna()]
-    ascending = args.metric not in HIGHER_IS_BETTER
-    trials = trials.sort_values(args.metric, ascending=ascending).drop_duplicates("key")
+    trials = _seed_means(trials, args.metric)
     if args.per == "family":
         chosen = trials.groupby("family", sort=True).head(args.top)
     elif args.per == "budget":
@@ -459,9 +457,11 @@ def export(args: argparse.Namespace) -> int:
     documents = []
     for rank, row in enumerate(chosen.to_dict("records"), start=1):
         document = json.loads(row["config_json"])
-        document["metrics"] = {m: _clean(row.get(m)) for m in EXPORT_METRICS}
+        document["metrics"] = {m: _clean(row.get(m)) for m in EXPORT_METRICS} | {
+            f"{args.metric}_std": _clean(row["std"]), "n_seeds": int(row["n"])}
         document["provenance"] = {
             "sweep": args.name, "trial_id": row["trial_id"], "seed": _clean(row["seed"]),
+            "trial_ids": row["trial_ids"], "tuned": json.loads(row["tuned"]),
             "key": row["key"], "code_version": row.get("code_version"),
             "data_hash": row.get("data_hash"), "rank": rank, "ranked_by": args.metric,
         }
@@ -484,6 +484,22 @@ def export(args: argparse.Namespace) -> int:
     for path in written:
         print(path)
     return 0
+
+
+def _seed_means(trials, metric: str):
+    """One row per candidate at its best tuned value (`results.stats.tuned_stats`), best
+    first: the export metrics are means over its seeds, `std` and `n` those of `metric`."""
+    from results.stats import HIGHER_IS_BETTER, canonical_tuned_column, tuned_stats
+
+    finished = trials.assign(status="completed")  # --include-stopped ranks stopped ones too
+    chosen = tuned_stats(finished, metric)
+    chosen = chosen[chosen["chosen"]]
+    finished = finished.assign(tuned=canonical_tuned_column(finished["tuned_json"]))
+    groups = finished.sort_values("seed").groupby(["key", "tuned"])
+    numeric = [m for m in EXPORT_METRICS if m in finished.columns]
+    chosen = chosen.drop(columns=numeric).join(groups[numeric].mean(), on=["key", "tuned"])
+    chosen = chosen.join(groups["trial_id"].agg(list).rename("trial_ids"), on=["key", "tuned"])
+    return chosen.sort_values("mean", ascending=metric not in HIGHER_IS_BETTER)
 
 
 def _typed(document: dict[str, Any]):
