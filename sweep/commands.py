@@ -264,9 +264,21 @@ def _interval(candidate: dict) -> str:
     return f"{delta:+.4f} [{candidate['ci_low']:+.4f}, {candidate['ci_high']:+.4f}]"
 
 
-def _shape(candidate: dict) -> str:
-    names = ("d_model", "n_layers", "d_h", "k", "shape", "beta", "alpha", "d_z")
-    return " ".join(f"{n}={_fmt(candidate[n], 3)}" for n in names if candidate[n] is not None)
+SHAPE_DETAILS = ("d_h", "k", "shape", "beta", "alpha", "resize", "activation", "input_projection")
+
+
+def _shape(candidate: dict, details: tuple[str, ...] = SHAPE_DETAILS) -> str:
+    """`64x4 d_h=256 k=2`: width x depth, then the `details` that set the shape (compact)."""
+    width, depth = candidate.get("d_model") or candidate.get("d_z"), candidate.get("n_layers")
+    head = f"{_fmt(width)}x{_fmt(depth)}" if width is not None and depth is not None else ""
+    rest = [f"{n}={_fmt(candidate[n], 3)}" for n in details if candidate.get(n) is not None]
+    return " ".join([head, *rest]).strip()
+
+
+def _varying(candidates: list[dict]) -> tuple[str, ...]:
+    """The shape details worth a table's room: d_h always, the others where candidates differ."""
+    return tuple(n for n in SHAPE_DETAILS
+                 if n == "d_h" or len({json.dumps(c.get(n)) for c in candidates}) > 1)
 
 
 def _candidates_table(document: dict):
@@ -276,14 +288,17 @@ def _candidates_table(document: dict):
     metric, baseline = document["metric"], document["baseline"]
     table = Table(title=f"candidates of {document['sweep']} by mean {metric} over seeds "
                   "(each at its best tuned value)")
-    columns = ["key", "variant", "family", "shape", "tuned", f"{metric} mean ± std (n)"]
+    tuned = any(c["tuned"] for c in document["candidates"])
+    details = _varying(document["candidates"])
+    columns = ["key", "variant", "shape", *(["tuned"] if tuned else []),
+               f"{metric} mean ± std (n)"]
     columns += [f"Δ vs {baseline} [95% CI]", "verdict"] if baseline else []
-    for column in columns:
-        table.add_column(column)
+    for column in columns:  # narrow terminals wrap cells at spaces instead of cutting them
+        table.add_column(column, no_wrap=column == "key", overflow="fold")
     for c in document["candidates"]:
         std = "-" if c[f"{metric}_std"] is None else f"{c[f'{metric}_std']:.4f}"
-        cells = [c["key"], c["variant"] or "-", c["family"], _shape(c),
-                 " ".join(f"{k}={v}" for k, v in c["tuned"].items()) or "-",
+        cells = [c["key"], c["variant"] or "-", _shape(c, details),
+                 *([" ".join(f"{k}={v}" for k, v in c["tuned"].items()) or "-"] if tuned else []),
                  f"{c[f'{metric}_mean']:.4f} ± {std} ({c['n_seeds']})"]
         anchor = c["key"] == c["baseline_key"]
         cells += (["-", "(the baseline)"] if anchor else [_interval(c), c["verdict"] or "-"]) if baseline else []
@@ -362,16 +377,17 @@ def status(args: argparse.Namespace) -> int:
         console.print(_fidelity_line(document), soft_wrap=True)
         if _asha_line(document):
             console.print(_asha_line(document), soft_wrap=True)
-    table = Table(title=f"best trials of {args.name} (by val_loss)")
-    columns = ("trial_id", "family", "status", "seed", "d_model", "n_layers", "d_h", "k",
-               "params_non_embedding", "tokens", "val_loss")
-    for column in (*columns, "error"):
-        table.add_column(column)
+    table = Table(title=f"trials of {args.name}, best first (by val_loss)")
+    failed = trials["error"].notna().any() if not trials.empty else False
+    columns = ("trial_id", "status", "seed", "val_loss", "tokens")
+    for column in (*columns, *(["error"] if failed else [])):
+        table.add_column(column, no_wrap=column == "trial_id", overflow="fold")
     ordered = trials.sort_values(["val_loss"], na_position="last").head(args.top)
     for row in ordered.to_dict("records"):
         error = row.get("error")
-        table.add_row(*(_fmt(_clean(row.get(c))) for c in columns),
-                      (error or "")[:60] if isinstance(error, str) else "")
+        cells = [_fmt(_clean(row.get(c))) for c in columns]
+        table.add_row(*cells, *([(error or "")[:60] if isinstance(error, str) else ""]
+                                if failed else []))
     console.print(table)
     return 0
 

@@ -1,6 +1,6 @@
-"""Every candidate of every CPU-sized built-in space (the `-tiny` twins and the demo) builds
+"""Every candidate of every CPU-sized built-in space (the `-small` twins and the demo) builds
 with exactly its accounted parameters and takes real training steps on the built-in data.
-The sweeps themselves were run once (docs/tiny-sweeps.md); this keeps them runnable."""
+Their runs are in docs/small-sweeps.md; this keeps them runnable."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from search_spaces.space import list_builtin, load_space
 from trainers.loop import train
 from trainers.models import build_model
 
-CPU_SPACES = [name for name, _ in list_builtin() if name.endswith("-tiny") or name.startswith("demo-")]
+CPU_SPACES = [name for name, _ in list_builtin() if name.endswith("-small") or name.startswith("demo-")]
 
 
 @pytest.fixture(autouse=True)
@@ -22,7 +22,7 @@ def _one_thread(one_torch_thread):
 
 
 def test_every_full_space_has_its_cpu_twin_listed():
-    assert len(CPU_SPACES) == 15  # 13 tiny twins + 2 demo spaces
+    assert len(CPU_SPACES) == 14  # 13 small twins + the demo space
 
 
 @pytest.mark.parametrize("name", CPU_SPACES)

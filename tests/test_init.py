@@ -47,11 +47,11 @@ def _attention(model) -> dict[str, torch.Tensor]:
 
 @pytest.mark.parametrize("init", MODES)
 def test_fixed_attention_space_starts_with_equal_attention_in_every_family(init):
-    """hourglass-fixed-attention-tiny: baseline (conventional) vs every hourglass k.
+    """hourglass-fixed-attention-small: baseline (conventional) vs every hourglass k.
 
     Before this rule the hourglass o projection started sqrt((1+k)/2) = 1.7-2.3x smaller.
     """
-    candidates = plan(load_space("hourglass-fixed-attention-tiny")).candidates
+    candidates = plan(load_space("hourglass-fixed-attention-small")).candidates
     families = {c.config.family for c in candidates}
     assert families == {"conventional", "hourglass"}
     stats = {c.key: _attention(_built(c.config, init=init, mup_base_width=32)) for c in candidates}

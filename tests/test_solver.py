@@ -201,7 +201,7 @@ def test_solve_point_matches_plan_and_returns_none_when_infeasible():
 
 
 def test_candidate_document_round_trips():
-    s = load_space("vformer-vs-constant-tiny")
+    s = load_space("vformer-vs-constant-small")
     for c in plan(s).candidates:
         doc = candidate_document(c, s.train)
         assert set(doc) == {"family", "model", "train"}
@@ -212,7 +212,7 @@ def test_candidate_document_round_trips():
 
 
 def test_to_row_has_the_design_candidate_columns():
-    (row, *_) = [c.to_row() for c in plan(load_space("hourglass-fixed-attention-tiny")).candidates]
+    (row, *_) = [c.to_row() for c in plan(load_space("hourglass-fixed-attention-small")).candidates]
     for column in ("key", "family", "d_model", "n_layers", "n_heads", "head_dim", "d_h", "ffn_ratio",
                    "width_depth_ratio", "widths", "params_total", "params_non_embedding",
                    "params_attention", "params_ffn", "flops_per_token", "kv_cache_per_token",

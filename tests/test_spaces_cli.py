@@ -33,11 +33,11 @@ def run(capsys, *argv) -> tuple[int, str, str]:
 
 
 def test_every_full_space_has_a_tiny_twin():
-    full = {n for n in BUILTINS if not n.endswith("-tiny") and not n.startswith("demo-")}
+    full = {n for n in BUILTINS if not n.endswith("-small") and not n.startswith("demo-")}
     assert len(full) >= 13
     for name in full:
-        stem = re.sub(r"-\d+m$", "", name)  # hourglass-ucurve-113m -> hourglass-ucurve-tiny
-        assert f"{stem}-tiny" in BUILTINS, name
+        stem = re.sub(r"-\d+m$", "", name)  # hourglass-ucurve-113m -> hourglass-ucurve-small
+        assert f"{stem}-small" in BUILTINS, name
 
 
 def test_spaces_lists_every_builtin(capsys):
@@ -60,13 +60,28 @@ def test_plan_every_builtin_space(capsys, name):
     errors = [abs(row["budget_error"]) for row in rows]
     assert errors == sorted(errors)
     assert len({row["key"] for row in rows}) == len(rows)
-    if name.endswith("-tiny"):  # trains on 2 CPU cores in minutes
+    if name.endswith("-small"):  # trains on 2 CPU cores in minutes
         assert len(rows) <= 12
         assert all(row["params_total"] < 1_000_000 for row in rows)
 
 
-def test_plan_lists_the_dropped_grid_points_with_their_reasons(capsys):
-    code, out, _ = run(capsys, "plan", "hourglass-ucurve-tiny")
+RATIO_GRID = """
+name: ratio-grid
+budget: {match: {family: conventional, d_model: 64, n_layers: 4, d_h: 256}, tolerance: 0.05}
+fixed: {n_heads: 2, vocab_size: 256, activation: swiglu}
+variants:
+  - {name: baseline, family: conventional, fixed: {d_model: 64, n_layers: 4, d_h: 256}}
+  - name: hourglass
+    family: hourglass
+    search: {k: [2, 4], ffn_ratio: [0.5], width_depth_ratio: [6, 12, 24, 48, 96, 192]}
+    solve: [d_model, n_layers]
+train: {tokens: 200K}
+"""
+
+
+def test_plan_lists_the_dropped_grid_points_with_their_reasons(capsys, tmp_path):
+    (tmp_path / "ratio-grid.yaml").write_text(RATIO_GRID)
+    code, out, _ = run(capsys, "plan", str(tmp_path / "ratio-grid.yaml"))
     assert code == 0
     lines = out.splitlines()
     at = lines.index("dropped 1 of 13 grid points:")
@@ -75,11 +90,11 @@ def test_plan_lists_the_dropped_grid_points_with_their_reasons(capsys):
 
 
 def test_plan_csv_and_seq_len(capsys):
-    code, out, _ = run(capsys, "plan", "hourglass-fixed-attention-tiny", "--format", "csv")
+    code, out, _ = run(capsys, "plan", "hourglass-fixed-attention-small", "--format", "csv")
     header, *lines = out.strip().splitlines()
-    assert code == 0 and header.startswith("key,family,") and len(lines) == 5
-    short = json.loads(run(capsys, "plan", "hourglass-fixed-attention-tiny", "--format", "json")[1])
-    long = json.loads(run(capsys, "plan", "hourglass-fixed-attention-tiny", "--format", "json",
+    assert code == 0 and header.startswith("key,family,") and len(lines) == 4
+    short = json.loads(run(capsys, "plan", "hourglass-fixed-attention-small", "--format", "json")[1])
+    long = json.loads(run(capsys, "plan", "hourglass-fixed-attention-small", "--format", "json",
                           "--seq-len", "1024")[1])
     assert [r["key"] for r in short] == [r["key"] for r in long]
     assert all(b["flops_per_token"] > a["flops_per_token"] for a, b in zip(short, long, strict=True))
@@ -142,7 +157,7 @@ def test_missing_file_and_unknown_builtin(capsys, tmp_path):
 def test_console_script_end_to_end(tmp_path):
     """The installed entry point prints the plan (subprocess, as a user runs it)."""
     script = Path(sys.executable).with_name("shapesweep")
-    result = subprocess.run([str(script), "plan", "ffn-variants-tiny", "--format", "json"],
+    result = subprocess.run([str(script), "plan", "ffn-variants-small", "--format", "json"],
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert {row["activation"] for row in json.loads(result.stdout)} == {"swiglu", "simple_gated", "gelu"}
@@ -152,7 +167,7 @@ def test_plan_out_writes_candidate_documents_train_accepts(capsys, tmp_path):
     """`plan --out DIR` writes one candidate YAML per candidate, keyed like the JSON rows."""
     from trainers.loop import load_candidate
 
-    code, out, _ = run(capsys, "plan", "hourglass-fixed-attention-tiny", "--format", "json",
+    code, out, _ = run(capsys, "plan", "hourglass-fixed-attention-small", "--format", "json",
                        "--out", str(tmp_path / "cands"))
     assert code == 0
     rows = json.loads(out)
