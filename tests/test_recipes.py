@@ -12,7 +12,6 @@ import yaml
 from sweep_helpers import TINY_SPACE, TINY_TRAIN, run, write_space
 
 from search_spaces.configs import ConventionalConfig, TrainConfig
-from search_spaces.errors import UserError
 from search_spaces.solver import plan
 from search_spaces.space import list_builtin, load_space
 from sweep.search import grid_specs
