@@ -226,3 +226,23 @@ def test_every_full_size_candidate_fits_one_80gb_gpu(name):
             sequences = train.batch_tokens // train.seq_len
             assert train.micro_batch_size and sequences % train.micro_batch_size == 0
             assert math.log2(train.micro_batch_size).is_integer()
+
+
+@pytest.mark.slow
+def test_a_fifo_sweep_trains_each_candidate_to_its_own_budget(tmp_path):
+    """Real Ray: each trial trains its variant's tokens, is `completed` at its own budget,
+    and its row records that budget and the resolved recipe."""
+    from results.store import load_trials
+
+    path = write_space(tmp_path, TWO_RECIPES)
+    root = tmp_path / "sweeps"
+    assert run("run", str(path), "--root", str(root), "--scheduler", "fifo",
+               "--max-concurrent", "2") == 0
+    trials = load_trials(str(root), ["two-recipes"])
+    assert sorted(trials["variant"]) == ["deep", "shallow"]
+    for row in trials.itertuples():
+        budget = {"shallow": 8192, "deep": 16384}[row.variant]
+        assert row.status == "completed", row.error
+        assert row.tokens == row.train_tokens_budget == budget
+        train = json.loads(row.config_json)["train"]
+        assert train["tokens"] == budget and row.seq_len == train["seq_len"]
