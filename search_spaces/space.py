@@ -416,7 +416,7 @@ def _user_error(error: ValidationError, file: str, prefix: str = "") -> UserErro
     first = (meant or errors)[0]
     loc = [str(p) for p in first["loc"]
            if not str(p).startswith(("list[", "function-", "Range", "dict["))]
-    key = ".".join([prefix] * bool(prefix) + loc)
+    key = ".".join([prefix, *loc] if prefix else loc)
     if first["type"] == "extra_forbidden":
         model = TrainConfig if prefix else _model_at(loc[:-1])
         allowed = ", ".join(model.model_fields) if model else "see DESIGN.md"
@@ -501,12 +501,11 @@ def constraint_key(space: SearchSpace, v: Resolved, i: int) -> str:
     return f"variants[{v.index}].constraints[{i - len(space.constraints)}]"
 
 
-# train keys every trial of a sweep shares: the seeds list, and the budget ASHA and the
-# "completed" status measure trials by.
+# train keys no tuned value may change: the seeds list, and the budget ASHA and the
+# "completed" status measure trials by (set per space or per variant).
+_BUDGET = "a candidate's budget is its space's or variant's train:, the same for every trial"
 UNTUNABLE = {"seed": "a space's seeds are its `seeds:`",
-             "tokens": "every trial of a sweep trains the same budget",
-             "tokens_per_param": "every trial of a sweep trains the same budget",
-             "steps": "every trial of a sweep trains the same budget"}
+             "tokens": _BUDGET, "tokens_per_param": _BUDGET, "steps": _BUDGET}
 
 
 def tuned_json(tuned: dict[str, Any]) -> str:
