@@ -77,6 +77,10 @@ def plan(args: argparse.Namespace) -> int:
     space = load_space(args.space)
     result = solve(space, seq_len=args.seq_len)
     rows = [c.to_row() for c in result.candidates]
+    if args.format == "json":  # each candidate's resolved recipe (its variant's, per size)
+        for row, candidate in zip(rows, result.candidates, strict=True):
+            row["train"] = space.train_for(candidate=candidate).model_dump(mode="json",
+                                                                           exclude_none=True)
     if args.out:
         _write_candidates(args.out, space, result.candidates)
     if args.format == "json":
@@ -120,7 +124,7 @@ def _write_candidates(out: str, space, candidates) -> None:
     staging = Path(tempfile.mkdtemp(prefix=".plan-", dir=target))
     try:
         for candidate in candidates:
-            doc = candidate_document(candidate, space.train)
+            doc = candidate_document(candidate, space.train_for(candidate=candidate))
             doc["provenance"] = {"space": space.name, "variant": candidate.variant}
             (staging / f"{candidate.key}.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
         for file in staging.iterdir():

@@ -241,8 +241,8 @@ class TrainConfig(_Strict):
     micro_batch_size: PositiveInt | None = None  # sequences per forward; default all
     batch_size: PositiveInt = 128  # images per step (vision)
     lr: Annotated[float, Field(gt=0)] = 3e-3
-    warmup_frac: Annotated[float, Field(ge=0, lt=1)] = 0.05
-    decay: Literal["cosine", "linear", "constant"] = "cosine"
+    warmup_frac: Annotated[float, Field(ge=0, lt=1)] | None = 0.05  # None with warmup_tokens
+    decay: Literal["cosine", "linear", "constant", "power"] = "cosine"
     min_lr_frac: Annotated[float, Field(ge=0, le=1)] = 0.1
     weight_decay: Annotated[float, Field(ge=0)] = 0.1
     beta1: float = 0.9
@@ -259,6 +259,34 @@ class TrainConfig(_Strict):
     # How weights start (trainers.mup): normal | scaled | xavier | mup. Unset: mup under
     # `parametrization: mup`, else normal; `init: mup` alone turns muP on.
     init: Literal["normal", "scaled", "xavier", "mup"] | None = None
+    # Paper recipes. tokens_per_param (seed 002: 50): the budget is this x the candidate's
+    # params_total, embeddings included (SearchSpace.train_for resolves it into `tokens`).
+    tokens_per_param: Annotated[float, Field(gt=0, le=MAX_TOKENS)] | None = None
+    warmup_tokens: Annotated[int, BeforeValidator(parse_count), Field(ge=0, le=MAX_TOKENS)] | None = None
+    # ^ seed 000: warmup in tokens (images for vision), an alternative to warmup_frac
+    decay_power: Annotated[float, Field(gt=0)] = 0.5  # `decay: power`'s exponent p
+
+    @model_validator(mode="after")
+    def _one_of_each(self):
+        """A budget and a warmup are each given one way: tokens or tokens_per_param, and
+        warmup_frac or warmup_tokens (which sets warmup_frac to None)."""
+        if self.tokens is not None and self.tokens_per_param is not None:
+            raise ValueError("give tokens or tokens_per_param, not both")
+        if self.warmup_tokens is not None:
+            if self.warmup_frac is not None and "warmup_frac" in self.model_fields_set:
+                raise ValueError("give warmup_frac or warmup_tokens, not both")
+            object.__setattr__(self, "warmup_frac", None)
+        elif self.warmup_frac is None:
+            raise ValueError("give warmup_frac or warmup_tokens")
+        return self
+
+    def for_params(self, params: int) -> TrainConfig:
+        """This recipe with `tokens_per_param` turned into `tokens` for a model of `params`."""
+        if self.tokens_per_param is None:
+            return self
+        fields = self.model_dump(exclude_unset=True) | {"tokens": round(self.tokens_per_param * params)}
+        fields.pop("tokens_per_param")
+        return TrainConfig.model_validate(fields)
 
     @model_validator(mode="after")
     def _resolve_init(self):

@@ -127,15 +127,16 @@ def candidate_document(candidate: Candidate, train: TrainConfig) -> dict[str, An
 
 
 def plan(space: SearchSpace, seq_len: int | None = None) -> Plan:
-    """Solve every point of every variant; raise UserError when nothing meets the budget."""
-    seq_len = seq_len or space.train.seq_len
+    """Solve every point of every variant; raise UserError when nothing meets the budget.
+    FLOPs count attention over `seq_len`, by default each variant's own train.seq_len."""
     counts = dict.fromkeys(("raw", "feasible", "within_tolerance", "unique"), 0)
     found: dict[str, Candidate] = {}
     targets, closest, reach, dropped = {}, None, [np.inf, -np.inf], []
     for variant in space.resolved():
-        target = _target(space, variant, seq_len)
+        length = seq_len or variant.train.seq_len
+        target = _target(space, variant, length)
         targets[variant.name] = target
-        outcome = _solve_variant(space, variant, variant.grid_values(), target, seq_len)
+        outcome = _solve_variant(space, variant, variant.grid_values(), target, length)
         for name in ("raw", "feasible"):
             counts[name] += outcome["counts"][name]
         for candidate in outcome["candidates"]:
@@ -168,7 +169,7 @@ def solve_point(space: SearchSpace, point: dict[str, Any], seq_len: int | None =
     if missing:
         raise ValueError(f"point lacks searched dimension(s) {missing}")
     values = {dim: [point[dim]] for dim in variant.search}
-    seq_len = seq_len or space.train.seq_len
+    seq_len = seq_len or variant.train.seq_len
     outcome = _solve_variant(space, variant, values, _target(space, variant, seq_len), seq_len)
     return outcome["candidates"][0] if outcome["candidates"] else None
 

@@ -152,6 +152,7 @@ class Variant(_Strict):
     solve: str | list[str] | None = None
     round: dict[str, int] | None = None
     constraints: list[str] | None = None
+    train: dict[str, Any] | None = None  # merged key by key over the space's train:
 
 
 class Resolved(BaseModel):
@@ -167,6 +168,7 @@ class Resolved(BaseModel):
     solve: list[str]
     round: dict[str, int]
     constraints: list[str]
+    train: TrainConfig  # the space's train: with the variant's own keys over it
 
     def grid_values(self) -> dict[str, list]:
         """Each searched dimension's values (ranges expanded)."""
@@ -244,10 +246,17 @@ class SearchSpace(_Strict):
         return [dict(zip(self.tune, combo, strict=True))
                 for combo in itertools.product(*self.tune.values())]
 
-    def train_for(self, tuned: dict[str, Any], seed: int) -> TrainConfig:
-        """The space's `train:` with one tuned combination and a seed applied (validated)."""
-        return TrainConfig.model_validate(
-            {**self.train.model_dump(exclude_unset=True), **tuned, "seed": seed})
+    def train_for(self, tuned: dict[str, Any] | None = None, seed: int | None = None,
+                  candidate: Any = None) -> TrainConfig:
+        """The recipe a trial runs: the candidate's variant's `train:` (else the space's), one
+        tuned combination and a seed applied, and tokens_per_param resolved against the
+        candidate's params_total (validated)."""
+        base = self.train
+        if candidate is not None:
+            base = {v.name: v.train for v in self.resolved()}[candidate.variant]
+        fields = overlay(base, tuned) | ({} if seed is None else {"seed": seed})
+        train = TrainConfig.model_validate(fields)
+        return train if candidate is None else train.for_params(candidate.accounting.params_total)
 
     def resolved(self) -> list[Resolved]:
         """The space as a list of single-family variants (a family list expands to one each)."""
@@ -270,8 +279,28 @@ class SearchSpace(_Strict):
                     solve=[solve] if isinstance(solve, str) else list(solve),
                     round={**self.round, **(variant.round or {})},
                     constraints=[*self.constraints, *(variant.constraints or [])],
+                    train=merge_train(self.train, variant.train),
                 ))
         return out
+
+
+# Keys that say one thing several ways: a variant giving one replaces the space's others.
+ALTERNATIVES = (("tokens", "tokens_per_param", "steps"), ("warmup_frac", "warmup_tokens"))
+
+
+def overlay(base: TrainConfig, own: dict[str, Any] | None) -> dict[str, Any]:
+    """`base`'s settings with `own`'s keys over them, key by key; a key of `ALTERNATIVES`
+    in `own` replaces its alternatives in `base` (warmup_tokens over a warmup_frac)."""
+    fields = base.model_dump(exclude_unset=True)
+    for group in ALTERNATIVES:
+        if set(group) & set(own or {}):
+            fields = {k: x for k, x in fields.items() if k not in group}
+    return fields | (own or {})
+
+
+def merge_train(base: TrainConfig, own: dict[str, Any] | None) -> TrainConfig:
+    """A variant's `train:` merged over the space's (ValidationError when bad)."""
+    return TrainConfig.model_validate(overlay(base, own))
 
 
 def check_seeds(seeds: list[int]) -> None:
@@ -344,9 +373,12 @@ def load_space(name_or_path: str | Path) -> SearchSpace:
         data = read_bytes(path)
     doc = parse_yaml(data, path)
     space = parse_space(doc, text=data.decode(), file=path)
-    if space.train.tokens is None and space.train.steps is None:
-        raise UserError("say how long each trial trains: give train.tokens or train.steps",
-                        file=path, key="train")
+    for i, variant in enumerate(space.variants or [Variant()]):
+        train = merge_train(space.train, variant.train)
+        if train.tokens is None and train.steps is None and train.tokens_per_param is None:
+            raise UserError("say how long each trial trains: give train.tokens or train.steps "
+                            "(or train.tokens_per_param)", file=path,
+                            key=f"variants[{i}].train" if variant.train else "train")
     return space
 
 
@@ -360,13 +392,23 @@ def parse_space(doc: Any, text: str = "", file: str = "<space>") -> SearchSpace:
         raise _user_error(error, file) from None
     space._source_text = text or yaml.safe_dump(doc, sort_keys=False)
     space._source_file = file
+    _check_variant_trains(space, file)
     _check_tune(space, file)
     for variant in space.resolved():
         _check_variant(space, variant, file)
     return space
 
 
-def _user_error(error: ValidationError, file: str) -> UserError:
+def _check_variant_trains(space: SearchSpace, file: str) -> None:
+    """Each variant's `train:` merged over the space's must be a valid recipe."""
+    for i, variant in enumerate(space.variants or []):
+        try:
+            merge_train(space.train, variant.train)
+        except ValidationError as error:
+            raise _user_error(error, file, f"variants[{i}].train") from None
+
+
+def _user_error(error: ValidationError, file: str, prefix: str = "") -> UserError:
     errors = error.errors()
     # A union (list | Range) reports one error per branch; the type mismatch of the branch the
     # user did not mean is noise.
@@ -374,9 +416,9 @@ def _user_error(error: ValidationError, file: str) -> UserError:
     first = (meant or errors)[0]
     loc = [str(p) for p in first["loc"]
            if not str(p).startswith(("list[", "function-", "Range", "dict["))]
-    key = ".".join(loc)
+    key = ".".join([prefix, *loc] if prefix else loc)
     if first["type"] == "extra_forbidden":
-        model = _model_at(loc[:-1])
+        model = TrainConfig if prefix else _model_at(loc[:-1])
         allowed = ", ".join(model.model_fields) if model else "see DESIGN.md"
         return UserError(f"unknown key {loc[-1]!r} (allowed: {allowed})", file=file, key=key)
     return UserError(first["msg"].removeprefix("Value error, "), file=file, key=key)
@@ -459,11 +501,11 @@ def constraint_key(space: SearchSpace, v: Resolved, i: int) -> str:
     return f"variants[{v.index}].constraints[{i - len(space.constraints)}]"
 
 
-# train keys every trial of a sweep shares: the seeds list, and the budget ASHA and the
-# "completed" status measure trials by.
+# train keys no tuned value may change: the seeds list, and the budget ASHA and the
+# "completed" status measure trials by (set per space or per variant).
+_BUDGET = "a candidate's budget is its space's or variant's train:, the same for every trial"
 UNTUNABLE = {"seed": "a space's seeds are its `seeds:`",
-             "tokens": "every trial of a sweep trains the same budget",
-             "steps": "every trial of a sweep trains the same budget"}
+             "tokens": _BUDGET, "tokens_per_param": _BUDGET, "steps": _BUDGET}
 
 
 def tuned_json(tuned: dict[str, Any]) -> str:
@@ -501,9 +543,9 @@ def _check_tune(space: SearchSpace, file: str) -> None:
                 raise UserError(f"{value!r} is listed twice", file=file, key=f"tune.{name}[{i}]")
             normal[name].append(value)
     object.__setattr__(space, "tune", normal)
-    for tuned in space.tuned_settings():
+    for tuned, v in itertools.product(space.tuned_settings(), space.resolved()):
         try:
-            space.train_for(tuned, 0)
+            TrainConfig.model_validate(overlay(v.train, tuned))
         except ValidationError as error:
             problem = error.errors()[0]["msg"].removeprefix("Value error, ")
             raise UserError(f"{tuned_json(tuned)}: {problem}", file=file, key="tune") from None

@@ -117,7 +117,7 @@ def data_hash_for(space: Any, candidates: list | None, data: str | None) -> tupl
 
     tokens = load_lm_data(data)
     vocab = _vocab_sizes(space, candidates)
-    check_fits(tokens, max(vocab), space.train.seq_len)
+    check_fits(tokens, max(vocab), min(v.train.seq_len for v in space.resolved()))
     short = sorted(v for v in vocab if v < tokens.vocab_size)
     notices = [f"{tokens.source}: vocab_size: the data uses {tokens.vocab_size} token ids; "
                f"candidates with vocab_size {', '.join(map(str, short))} cannot read it "
@@ -137,13 +137,27 @@ def _vocab_sizes(space: Any, candidates: list | None) -> set[int]:
             or [variant.fixed.get("vocab_size", default)]}
 
 
-def token_budget(space: Any) -> int:
-    """What a trial that runs to the end has trained on (images for vision)."""
-    train = space.train
-    if train.tokens:
-        return int(train.tokens)
-    per_step = train.batch_size if "vision_mlp" in space.families else train.batch_tokens
-    return int(train.steps * per_step)
+def token_budget(train: Any, family: str) -> int:
+    """What a trial that runs to the end has trained on (images for vision), under its
+    resolved recipe `train` (a TrainConfig or its JSON)."""
+    from search_spaces.configs import TrainConfig
+
+    train = TrainConfig.model_validate(train)
+    if train.steps:
+        per_step = train.batch_size if family == "vision_mlp" else train.batch_tokens
+        return int(train.steps * per_step)
+    return int(train.tokens)
+
+
+def sweep_budgets(space: Any, candidates: list | None) -> set[int] | None:
+    """The token budgets the sweep's trials train: one per grid candidate's recipe; for an
+    Optuna search each variant's, or None when tokens_per_param makes it per candidate."""
+    if candidates is not None:
+        return {token_budget(space.train_for(candidate=c), c.config.family) for c in candidates}
+    variants = space.resolved()
+    if any(v.train.tokens_per_param is not None and v.train.steps is None for v in variants):
+        return None
+    return {token_budget(v.train, v.family) for v in variants}
 
 
 def _ray_storage(root: str, name: str) -> Path:
@@ -239,10 +253,10 @@ def sigint_deferred() -> Iterator[None]:
 class ResultsWriter(Callback):
     """Writes each trial's row and curve to the results store exactly once, when it ends."""
 
-    def __init__(self, root: str, sweep: str, budget: int, data_hash: str, catalog: Any,
+    def __init__(self, root: str, sweep: str, data_hash: str, catalog: Any,
                  statuses: dict[tuple[str, str, int], str], progress: Any = None):
         self.progress = progress
-        self.root, self.sweep, self.budget, self.data_hash = root, sweep, budget, data_hash
+        self.root, self.sweep, self.data_hash = root, sweep, data_hash
         self.catalog, self.statuses = catalog, statuses
         self.code_version = code_version()
         self.curves: dict[str, list[dict]] = {}
@@ -264,7 +278,9 @@ class ResultsWriter(Callback):
         from sweep.trainable import FINAL_FLAG
 
         last = trial.last_result or {}
-        reached = last.get(FINAL_FLAG) or (last.get("tokens") or 0) >= 0.98 * self.budget
+        spec = trial.config["spec"]
+        budget = token_budget(spec["document"]["train"], spec["row"]["family"])
+        reached = last.get(FINAL_FLAG) or (last.get("tokens") or 0) >= 0.98 * budget
         self._write(trial, "completed" if reached else "stopped_early", None)
 
     def on_trial_error(self, iteration, trials, trial, **info):
@@ -288,7 +304,8 @@ class ResultsWriter(Callback):
         train = spec["document"]["train"]
         row.update(
             sweep=self.sweep, trial_id=spec["trial_id"], key=spec["key"], seed=spec["seed"],
-            tuned_json=spec["tuned_json"], status=status, error=error, train_tokens_budget=self.budget,
+            tuned_json=spec["tuned_json"], status=status, error=error,
+            train_tokens_budget=token_budget(train, spec["row"]["family"]),
             seq_len=train.get("seq_len"), lr=train.get("lr"),
             config_json=json.dumps(spec["document"], sort_keys=True),
             code_version=self.code_version,
@@ -412,11 +429,17 @@ def _use_cluster_token() -> None:
     maybe_enable_token_auth_if_token_available(warn_if_disabled=False)
 
 
-def _scheduler(options: SweepOptions, budget: int):
+def _scheduler(options: SweepOptions, budgets: set[int] | None):
     from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
 
     if options.scheduler == "fifo":
         return FIFOScheduler()
+    if budgets is None or len(budgets) != 1:
+        many = "per-candidate" if budgets is None else f"{len(budgets)} different"
+        raise UserError(f"ASHA compares trials at one token budget; this space's trials train "
+                        f"{many} budgets (per-variant recipes or tokens_per_param): use "
+                        "--scheduler fifo", key="--scheduler")
+    (budget,) = budgets
     grace = options.grace_tokens or max(1, budget // 9)
     if grace >= budget:
         raise UserError(f"grace period {grace} tokens is not below the trial budget {budget}",
@@ -434,7 +457,6 @@ class _Checked:
     space: Any
     storage_url: str
     seeds: list[int]
-    budget: int
     scheduler: Any
     candidates: list | None  # the grid's; None for an Optuna search
     notices: list[str]
@@ -461,8 +483,6 @@ def _check(options: SweepOptions) -> _Checked:
     space = _load_space(options.space)
     options.name = validate_sweep_name(options.name or space.name)
     seeds = _check_seeds(options.seeds or list(space.seeds))
-    budget = token_budget(space)
-    scheduler = _scheduler(options, budget)
     candidates, notices = None, []
     if options.search == "grid":
         from search_spaces.solver import plan
@@ -478,9 +498,10 @@ def _check(options: SweepOptions) -> _Checked:
                             "(params_non_embedding or flops_per_token)", key="--multi-objective")
     else:
         raise UserError(f"unknown search {options.search!r} (grid or optuna)", key="--search")
+    scheduler = _scheduler(options, sweep_budgets(space, candidates))
     data_hash, data_notices = data_hash_for(space, candidates, _abs(options.data))
     storage_url = options.storage or default_catalog_url(options.root)  # makes a local root
-    return _Checked(space, storage_url, seeds, budget, scheduler, candidates,
+    return _Checked(space, storage_url, seeds, scheduler, candidates,
                     [*notices, *data_notices], data_hash)
 
 
@@ -567,7 +588,7 @@ def _drive(options: SweepOptions, checked: _Checked, catalog: Any, console: Any)
     started_ray, session_dir = _init_ray(options)
     progress = SweepProgress(total=len(specs) if specs else num_samples, console=console,
                              enabled=options.progress)
-    writer = ResultsWriter(options.root, name, checked.budget, checked.data_hash, catalog,
+    writer = ResultsWriter(options.root, name, checked.data_hash, catalog,
                            statuses, progress)
     resources = {"cpu": options.cpus_per_trial, "gpu": options.gpus_per_trial}
     tuner = tune.Tuner(

@@ -38,7 +38,7 @@ def trial_spec(candidate: Any, space: Any, seed: int, data: str | None,
     from search_spaces.space import tuned_json
 
     tuned = tuned or {}
-    train = space.train_for(tuned, seed)
+    train = space.train_for(tuned, seed, candidate)
     row = candidate.to_row()
     return {
         "trial_id": trial_id_for(candidate.key, seed, tuned),

@@ -69,7 +69,7 @@ def test_plan_counts_trials(tmp_path, capsys):
     ({"lr": []}, "tune.lr", "empty list of values"),
     ({"lr": [1e-3, 3e-3, -1.0]}, "tune.lr[2]", "greater than 0"),
     ({"lr": [1e-3, 1.0e-3]}, "tune.lr[1]", "listed twice"),
-    ({"decay": ["cosine", "step"]}, "tune.decay[1]", "'cosine', 'linear' or 'constant'"),
+    ({"decay": ["cosine", "step"]}, "tune.decay[1]", "'cosine', 'linear', 'constant' or 'power'"),
     ({"seed": [1, 2]}, "tune.seed", "cannot be tuned"),
     ({"tokens": [4096, 8192]}, "tune.tokens", "cannot be tuned"),
     ({"init": ["normal"], "parametrization": ["mup"]}, "tune", "contradicts"),

@@ -1,7 +1,7 @@
 """The short-trial training loop: one candidate config, real data, a handful of metrics.
 
 AdamW with per-group lr (schedule x train.lr x the group's lr_scale from
-`trainers.mup.configure`), linear warmup then cosine/linear/constant decay, gradient
+`trainers.mup.configure`), linear warmup then cosine/linear/constant/power decay, gradient
 clipping, gradient accumulation so every optimizer step sees `batch_tokens` tokens
 (`batch_size` images), cross-entropy + optional z-loss (seed 000), periodic evaluation.
 The loop knows nothing of Ray: it reports through `callback(metrics)` after each
@@ -58,9 +58,25 @@ class TrainResult:
         return asdict(self)
 
 
-def lr_multiplier(step: int, total: int, train: TrainConfig) -> float:
-    """Schedule factor for optimizer step `step` (0-based): warmup, then decay to min_lr_frac."""
-    warmup = round(train.warmup_frac * total)
+def warmup_steps(train: TrainConfig, total: int, units_per_step: int | None = None) -> int:
+    """round(warmup_frac x total), or round(warmup_tokens / units_per_step): tokens (images
+    for vision) per optimizer step, by default the LM's whole sequences of batch_tokens."""
+    if train.warmup_tokens is None:
+        return round(train.warmup_frac * total)
+    units_per_step = units_per_step or train.batch_tokens // train.seq_len * train.seq_len
+    return round(train.warmup_tokens / units_per_step)
+
+
+def lr_multiplier(step: int, total: int, train: TrainConfig,
+                  units_per_step: int | None = None) -> float:
+    """Schedule factor for optimizer step `step` (0-based): linear warmup over W steps
+    (`warmup_steps`), then decay to min_lr_frac. `power` (seed 002): with t = step + 1,
+    t/W while t < W, then max(min_lr_frac, (W/t)^decay_power), an inverse-power decay
+    (p = 0.5 is the inverse square root)."""
+    warmup = warmup_steps(train, total, units_per_step)
+    if train.decay == "power":
+        t, w = step + 1, max(warmup, 1)
+        return t / w if t < w else max(train.min_lr_frac, (w / t) ** train.decay_power)
     if step < warmup:
         return (step + 1) / warmup
     progress = min(1.0, (step - warmup) / max(1, total - warmup))
@@ -201,7 +217,8 @@ def train(model_config, train: TrainConfig, data: str | None = None,
     optimizer = torch.optim.AdamW(
         [{**g, "lr": train.lr * g.get("lr_scale", 1.0)} for g in groups],
         lr=train.lr, betas=(train.beta1, train.beta2), fused=cuda or None)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: lr_multiplier(s, steps, train))
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda s: lr_multiplier(s, steps, train, units_per_step))
     params = [p for g in groups for p in g["params"]]
     forward = torch.compile(model) if (cuda and train.compile) else model
 
@@ -235,7 +252,7 @@ def train(model_config, train: TrainConfig, data: str | None = None,
                                     f"of {steps} (lr={train.lr:g}); lower the learning rate")
             if train.grad_clip > 0:
                 torch.nn.utils.clip_grad_norm_(params, train.grad_clip)
-            lr_now = train.lr * lr_multiplier(step, steps, train)
+            lr_now = train.lr * lr_multiplier(step, steps, train, units_per_step)
             optimizer.step()
             scheduler.step()
             optimizer.zero_grad(set_to_none=True)
@@ -330,4 +347,6 @@ def load_candidate(path: str | Path):
         recipe = TrainConfig.model_validate(train_fields)
     except ValidationError as error:
         raise _validation_error(error, file, "train") from error
-    return config, recipe
+    from search_spaces.accounting import account
+
+    return config, recipe.for_params(account(config, recipe.seq_len).params_total)

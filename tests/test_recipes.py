@@ -1,0 +1,248 @@
+"""Per-variant training recipes, tokens_per_param, power decay and warmup in tokens, and the
+full-size built-in spaces set to the papers' recipes (read from `plan --format json`)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+import yaml
+from sweep_helpers import TINY_SPACE, TINY_TRAIN, run, write_space
+
+from search_spaces.configs import ConventionalConfig, TrainConfig
+from search_spaces.solver import plan
+from search_spaces.space import list_builtin, load_space
+from sweep.search import grid_specs
+from trainers.loop import load_candidate, lr_multiplier, warmup_steps
+from trainers.memory import training_bytes
+
+FULL_SPACES = [n for n, _ in list_builtin() if not n.endswith("-tiny") and not n.startswith("demo-")]
+GPU_BYTES = 80 * 2**30  # one 80 GB GPU
+
+# Two conventional depths, each its own variant with its own recipe.
+TWO_RECIPES = {**TINY_SPACE, "name": "two-recipes", "search": {}, "variants": [
+    {"name": "shallow", "fixed": {"n_layers": 1}},
+    {"name": "deep", "fixed": {"n_layers": 2},
+     "train": {"tokens": 16384, "seq_len": 64, "warmup_tokens": 1024, "decay": "power"}},
+]}
+
+
+def _plan_json(capsys, name: str) -> list[dict]:
+    assert run("plan", str(name), "--format", "json") == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def _refused(capsys, path, key: str, problem: str) -> None:
+    """`plan` refuses the space in one line naming file and key, exit 2."""
+    assert run("plan", str(path)) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and f"{path}: {key}: " in err and problem in err, err
+
+
+# ------------------------------------------------------------------ per-variant train
+
+
+def test_variant_train_merges_key_by_key_over_the_space(tmp_path):
+    space = load_space(write_space(tmp_path, TWO_RECIPES))
+    shallow, deep = (v.train for v in space.resolved())
+    assert shallow == TrainConfig(**TINY_TRAIN)
+    assert (deep.tokens, deep.seq_len, deep.decay, deep.warmup_tokens) == (16384, 64, "power", 1024)
+    assert (deep.batch_tokens, deep.lr, deep.eval_tokens) == (512, 3.0e-3, 2048)  # the space's
+    assert deep.warmup_frac is None  # warmup_tokens replaced the space's warmup
+
+
+def test_each_trial_and_plan_row_carries_its_variants_recipe(tmp_path, capsys):
+    path = write_space(tmp_path, TWO_RECIPES)
+    space = load_space(path)
+    candidates = plan(space).candidates
+    specs, _ = grid_specs(space, candidates, [0, 3], None, set())
+    expected = {"shallow": 8192, "deep": 16384}
+    for spec in specs:  # the trial's document is config_json and what the trainable trains
+        variant = next(c.variant for c in candidates if c.key == spec["key"])
+        assert spec["document"]["train"]["tokens"] == expected[variant]
+        assert spec["document"]["train"]["seed"] == spec["seed"]
+    rows = _plan_json(capsys, path)
+    assert {r["variant"]: r["train"]["tokens"] for r in rows} == expected
+    assert run("plan", str(path), "--out", str(tmp_path / "out")) == 0
+    for row in rows:  # the candidate files train as planned
+        _, recipe = load_candidate(tmp_path / "out" / f"{row['key']}.yaml")
+        assert recipe.tokens == expected[row["variant"]]
+
+
+@pytest.mark.parametrize("train,key,problem", [
+    ({"bogus": 1}, "variants[1].train.bogus", "unknown key 'bogus'"),
+    ({"lr": -1}, "variants[1].train.lr", "greater than 0"),
+    ({"seq_len": 1024}, "variants[1].train", "less than one sequence"),  # with the space's batch
+    ({"tokens": 1000, "tokens_per_param": 5}, "variants[1].train", "not both"),
+    ({"warmup_frac": 0.1, "warmup_tokens": 100}, "variants[1].train", "not both"),
+])
+def test_bad_variant_train_is_one_line_naming_its_key(tmp_path, capsys, train, key, problem):
+    doc = {**TWO_RECIPES, "variants": [TWO_RECIPES["variants"][0],
+                                       {**TWO_RECIPES["variants"][1], "train": train}]}
+    _refused(capsys, write_space(tmp_path, doc), key, problem)
+
+
+# ------------------------------------------------------------------ tokens_per_param
+
+
+def test_tokens_per_param_is_that_many_times_the_candidates_total_parameters(tmp_path):
+    doc = {**TINY_SPACE, "name": "per-param", "budget": {"total_params": 147776, "tolerance": 0.01},
+           "fixed": {"d_model": 64, "n_layers": 2, "n_heads": 4, "vocab_size": 256}, "search": {},
+           "train": {**TINY_TRAIN, "tokens": None, "tokens_per_param": 20}}
+    space = load_space(write_space(tmp_path, {k: v for k, v in doc.items()}))
+    (candidate,) = plan(space).candidates
+    # by hand: 2 layers x (attention 4*64*64 + SwiGLU 3*64*256 + two norms 2*64) + final norm
+    # 64 + the tied embedding 256*64 = 147,776 parameters, embeddings included
+    assert candidate.config == ConventionalConfig(d_model=64, n_layers=2, n_heads=4, d_h=256)
+    assert 2 * (4 * 64 * 64 + 3 * 64 * 256 + 2 * 64) + 64 + 256 * 64 == 147776
+    train = space.train_for(candidate=candidate)
+    assert (train.tokens, train.tokens_per_param) == (20 * 147776, None)
+
+
+def test_tokens_with_tokens_per_param_is_refused(tmp_path, capsys):
+    path = write_space(tmp_path, train={**TINY_TRAIN, "tokens_per_param": 50})
+    _refused(capsys, path, "train", "give tokens or tokens_per_param, not both")
+    path = write_space(tmp_path, tune={"tokens_per_param": [10, 20]})
+    _refused(capsys, path, "tune.tokens_per_param", "cannot be tuned")
+
+
+def test_a_candidate_file_with_tokens_per_param_trains_its_own_count(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump({"family": "conventional", "model": {
+        "d_model": 64, "n_layers": 2, "n_heads": 4, "d_h": 256}, "train": {"tokens_per_param": 2}}))
+    _, recipe = load_candidate(path)
+    assert recipe.tokens == 2 * 147776
+
+
+def test_asha_needs_one_budget_fifo_does_not(tmp_path, capsys):
+    path = write_space(tmp_path, TWO_RECIPES)
+    root = tmp_path / "root"
+    assert run("run", str(path), "--root", str(root), "--scheduler", "asha") == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "--scheduler: ASHA" in err and "--scheduler fifo" in err, err
+    assert not root.exists()  # refused before anything was written
+
+
+# ------------------------------------------------------------------ schedules
+
+
+def test_power_decay_follows_its_documented_formula():
+    train = TrainConfig(steps=1000, warmup_frac=0.08, decay="power", decay_power=0.5,
+                        min_lr_frac=0.1)
+    w = 80  # round(0.08 * 1000)
+    for step in (0, 39, 78):  # linear warmup: t / W, t = step + 1
+        assert lr_multiplier(step, 1000, train) == pytest.approx((step + 1) / w)
+    for step in (79, 80, 319, 999):  # then (W / t)^p
+        assert lr_multiplier(step, 1000, train) == pytest.approx((w / (step + 1)) ** 0.5)
+    assert lr_multiplier(319, 1000, train) == pytest.approx(0.5)
+    steep = train.model_copy(update={"decay_power": 2.0})
+    assert lr_multiplier(799, 1000, steep) == pytest.approx(0.1)  # (80/800)^2 = 0.01, floored
+
+
+def test_warmup_tokens_converts_to_whole_optimizer_steps():
+    train = TrainConfig(tokens="2.5B", seq_len=2048, batch_tokens=524288, warmup_tokens="50M")
+    assert warmup_steps(train, 4769) == 95  # 50M / 524,288 tokens per step = 95.4
+    assert lr_multiplier(0, 4769, train) == pytest.approx(1 / 95)
+    assert lr_multiplier(94, 4769, train) == pytest.approx(1.0)
+    assert warmup_steps(train, 4769, units_per_step=1_000_000) == 50  # the loop's actual step
+    ragged = TrainConfig(steps=10, seq_len=100, batch_tokens=250, warmup_tokens=1000)
+    assert warmup_steps(ragged, 10) == 5  # a step trains 2 whole sequences = 200 tokens
+    assert TrainConfig.model_validate(train.model_dump()) == train  # round trip (warmup_frac None)
+    with pytest.raises(ValueError, match="not both"):
+        TrainConfig(warmup_frac=0.1, warmup_tokens=100)
+
+
+# ------------------------------------------------------------------ the papers' recipes
+
+
+def test_hourglass_scale_ladder_trains_seed000_recipe_per_size(capsys):
+    rows = _plan_json(capsys, "hourglass-scale-ladder")
+    assert len(rows) == 8
+    expected = {  # seed 000 Tables 3 and 7: tokens, batch tokens, warmup tokens, seq len
+        "113m": (2.5e9, 0.5 * 2**20, 50e6, 2048), "403m": (7e9, 0.5 * 2**20, 50e6, 2048),
+        "906m": (16e9, 2 * 2**20, 50e6, 2048), "1074m": (21e9, 4 * 2**20, 200e6, 4096)}
+    for row in rows:
+        train = row["train"]
+        size = row["variant"].split("-")[0]
+        got = (train["tokens"], train["batch_tokens"], train["warmup_tokens"], train["seq_len"])
+        assert got == expected[size], row["variant"]
+        assert train["decay"] == "cosine" and train["z_loss"] > 0 and train["init"] == "normal"
+        assert "warmup_frac" not in train and row["vocab_size"] > 100_000
+    (hourglass,) = [r for r in rows if r["variant"] == "1074m-hourglass"]
+    assert (hourglass["k"], hourglass["d_model"], hourglass["n_layers"]) == (1, 2848, 20)
+
+
+def test_seed000_113m_spaces_train_the_113m_recipe():
+    for name in FULL_SPACES:
+        if name.startswith("hourglass") and name != "hourglass-scale-ladder":
+            for v in load_space(name).resolved():
+                t = v.train
+                assert (t.tokens, t.batch_tokens, t.seq_len, t.warmup_tokens) == (
+                    2.5e9, 524288, 2048, 50e6), name
+                assert t.decay == "cosine" and t.z_loss > 0, name
+
+
+@pytest.mark.parametrize("name", [n for n in FULL_SPACES if n.startswith("vformer")])
+def test_vformer_spaces_train_50_tokens_per_parameter_with_power_decay(capsys, name):
+    batches = {"200m": 512, "500m": 1024, "1b": 2048, "2b": 4096}  # seed 002 Table 1, sequences
+    for row in _plan_json(capsys, name):
+        train = row["train"]
+        assert train["tokens"] == round(50 * row["params_total"])
+        assert (train["decay"], train["warmup_frac"], train["seq_len"]) == ("power", 0.08, 4096)
+        assert train["init"] == "mup" and row["bias"] is False and row["vocab_size"] == 100277
+        size = row["variant"] if row["variant"] in batches else "500m"
+        assert train["batch_tokens"] == batches[size] * 4096
+
+
+def test_ffn_variants_trains_seed003_recipe(capsys):
+    for row in _plan_json(capsys, "ffn-variants-124m"):
+        train = row["train"]
+        assert (train["steps"], train["batch_tokens"], train["seq_len"]) == (50000, 512 * 2048, 2048)
+        assert (train["lr"], train["decay"], train["init"]) == (3.0e-4, "cosine", "xavier")
+    assert load_space("ffn-variants-124m").seeds == [42]
+
+
+def test_vision_pareto_trains_seed004_recipe():
+    space = load_space("vision-pareto-digits")
+    assert space.tune == {"lr": [1.0e-4, 5.0e-4, 1.0e-3, 5.0e-3]} and len(space.seeds) == 5
+    for v in space.resolved():
+        t = v.train
+        epochs = {"denoise": 30, "superres": 50}[v.fixed["task"]]  # of MNIST's 50K split
+        assert (t.tokens, t.batch_size, t.decay, t.warmup_frac) == (epochs * 50_000, 128, "linear", 0)
+
+
+@pytest.mark.parametrize("name", FULL_SPACES)
+def test_every_full_size_candidate_fits_one_80gb_gpu(name):
+    """The accounting-based memory check at the space's micro batch, with room to spare
+    (the estimate is a floor, so each space keeps it under half the GPU)."""
+    space = load_space(name)
+    for candidate in plan(space).candidates:
+        train = space.train_for(candidate=candidate)
+        need = training_bytes(candidate.config, train, torch.device("cuda"))
+        assert need <= GPU_BYTES / 2, (candidate.variant, need / 2**30)
+        if name != "vision-pareto-digits":  # whole micro batches in each optimizer step
+            sequences = train.batch_tokens // train.seq_len
+            assert train.micro_batch_size and sequences % train.micro_batch_size == 0
+            assert math.log2(train.micro_batch_size).is_integer()
+
+
+@pytest.mark.slow
+def test_a_fifo_sweep_trains_each_candidate_to_its_own_budget(tmp_path):
+    """Real Ray: each trial trains its variant's tokens, is `completed` at its own budget,
+    and its row records that budget and the resolved recipe."""
+    from results.store import load_trials
+
+    path = write_space(tmp_path, TWO_RECIPES)
+    root = tmp_path / "sweeps"
+    assert run("run", str(path), "--root", str(root), "--scheduler", "fifo",
+               "--max-concurrent", "2") == 0
+    trials = load_trials(str(root), ["two-recipes"])
+    assert sorted(trials["variant"]) == ["deep", "shallow"]
+    for row in trials.itertuples():
+        budget = {"shallow": 8192, "deep": 16384}[row.variant]
+        assert row.status == "completed", row.error
+        assert row.tokens == row.train_tokens_budget == budget
+        train = json.loads(row.config_json)["train"]
+        assert train["tokens"] == budget and row.seq_len == train["seq_len"]
