@@ -318,6 +318,15 @@ def check_seeds(seeds: list[int]) -> None:
         raise ValueError(f"seed {twice[0]} is given twice")
 
 
+def check_seeds_option(seeds: list[int], key: str = "--seeds") -> list[int]:
+    """`check_seeds` for seeds given on the command line (or saved with a sweep): one line."""
+    try:
+        check_seeds(seeds)
+    except ValueError as error:
+        raise UserError(str(error), key=key) from None
+    return seeds
+
+
 def constraint_names(family: str) -> frozenset[str]:
     """The columns a constraint may name: the family's fields, the derived ratios and the
     accounting columns (the solver provides each of them)."""

@@ -61,7 +61,7 @@ def add_arguments_run(parser: argparse.ArgumentParser) -> None:
 
 def parse_seeds(text: str | None) -> list[int] | None:
     """`N` (seeds 0..N-1) or `a,b,c`: every part a seed, each valid and given once."""
-    from search_spaces.space import MAX_SEEDS, check_seeds
+    from search_spaces.space import MAX_SEEDS, check_seeds_option
 
     if text is None:
         return None
@@ -72,11 +72,7 @@ def parse_seeds(text: str | None) -> list[int] | None:
                         key="--seeds") from None
     if len(seeds) == 1 and "," not in text:  # a count
         seeds = list(range(min(seeds[0], MAX_SEEDS + 1)))
-    try:
-        check_seeds(seeds)
-    except ValueError as error:
-        raise UserError(str(error), key="--seeds") from None
-    return seeds
+    return check_seeds_option(seeds)
 
 
 def _report(outcome: Any, root: str) -> int:

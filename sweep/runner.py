@@ -479,10 +479,11 @@ def _check(options: SweepOptions) -> _Checked:
     """Everything that can refuse the sweep, before anything is written anywhere."""
     from results.catalog import default_catalog_url
     from results.store import validate_sweep_name
+    from search_spaces.space import check_seeds_option
 
     space = _load_space(options.space)
     options.name = validate_sweep_name(options.name or space.name)
-    seeds = _check_seeds(options.seeds or list(space.seeds))
+    seeds = check_seeds_option(options.seeds or list(space.seeds))
     candidates, notices = None, []
     if options.search == "grid":
         from search_spaces.solver import plan
@@ -513,17 +514,6 @@ def _load_space(path: str):
         return load_space(path)
     except (OSError, UnicodeDecodeError) as error:
         raise UserError(f"cannot read: {error}", file=str(path)) from None
-
-
-def _check_seeds(seeds: list[int]) -> list[int]:
-    """Seeds name trials (`KEY-sSEED`): the space's rule, applied to `--seeds` too."""
-    from search_spaces.space import check_seeds
-
-    try:
-        check_seeds(seeds)
-    except ValueError as error:
-        raise UserError(str(error), key="--seeds") from None
-    return seeds
 
 
 def _compact(root: str, name: str) -> None:
