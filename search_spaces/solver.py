@@ -38,14 +38,15 @@ from search_spaces.space import (
 )
 
 METRIC_COLUMN = {"non_embedding_params": "params_non_embedding", "total_params": "params_total",
-                 "flops_per_token": "flops_per_token"}
+                 "flops_per_token": "flops_per_token", "active_params": "params_active"}
 UPPER = {"d_h": 2.0**20, "d_model": 2.0**17, "n_layers": 2.0**12, "d_z": 2.0**17}
 SHAPE_COLUMNS = ("d_model", "n_layers", "n_heads", "head_dim", "n_kv_heads", "d_h", "k", "shape",
                  "beta", "alpha", "activation", "vocab_size", "tie_embeddings", "norm_order",
-                 "resize", "bias", "d_x", "d_z", "d_out", "input_projection", "task")
+                 "resize", "bias", "d_x", "d_z", "d_out", "input_projection", "task",
+                 "n_experts", "n_active_experts")
 RATIO_SLACK = float(np.log(np.sqrt(2)))  # a solved d_model/L may miss its target by up to √2x
 MAX_DROPPED = 20  # dropped grid points kept (with reasons) for the user to see
-ACCOUNTING_COLUMNS = ("params_total", "params_non_embedding", "params_attention", "params_ffn",
+ACCOUNTING_COLUMNS = ("params_total", "params_active", "params_non_embedding", "params_attention", "params_ffn",
                       "params_norms", "params_embedding", "params_other", "params_frozen",
                       "flops_per_token", "kv_cache_per_token", "avg_layer_width")
 
@@ -369,7 +370,8 @@ def _totals(family: str, cols: dict, seq_len: int) -> dict:
     shape = LayerShape(width=d_model, attn_in=d_model, ffn_out=d_model, n_heads=n_heads,
                        n_kv_heads=n_kv, head_dim=head_dim, d_h=g("d_h"),
                        k=g("k") if family == "hourglass" else 0, activation=g("activation"),
-                       bias=g("bias"), norm_order=g("norm_order"))
+                       bias=g("bias"), norm_order=g("norm_order"),
+                       **{d: 1 if g(d) is None else g(d) for d in ("n_experts", "n_active_experts")})
     blocks = blocks_total([shape], n_layers=g("n_layers"))
     return lm_totals(blocks, d_model, g("vocab_size"), g("tie_embeddings"), seq_len)
 

@@ -54,6 +54,7 @@ def layer_shapes_for(cfg: VariableWidthConfig, widths, integer: bool) -> list[La
                 n_kv_heads=cfg.n_kv_heads, head_dim=w / cfg.n_heads,
                 d_h=max(1, _round_half_up(d_h)) if integer else d_h, k=0,
                 activation=cfg.activation, bias=cfg.bias, norm_order=cfg.norm_order,
+                **cfg._experts(),
             )
         )
     if integer:
