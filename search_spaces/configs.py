@@ -26,7 +26,7 @@ from pydantic import (
 Activation = Literal["relu", "gelu", "swiglu", "geglu", "simple_gated"]
 GATED = ("swiglu", "geglu", "simple_gated")
 MOE_ACTIVATIONS = ("swiglu", "geglu")  # experts are plain gated FFNs (no seed 003 residual scale)
-MOE_FIELDS = ("n_experts", "n_active_experts", "router_aux_loss")
+MOE_FIELDS = ("n_experts", "n_active_experts", "router_aux_loss", "width_match")
 MOE_FAMILIES = ("conventional", "variable_width")
 Shape = Literal["constant", "grow", "shrink", "diamond", "bottleneck"]
 
@@ -163,8 +163,9 @@ class _MoELMBase(_LMBase):
 
     `n_experts` > 1 makes every FFN `n_experts` gated experts of width `d_h` with top
     `n_active_experts` token-choice routing; `router_aux_loss` weighs the load-balancing
-    loss added to the training objective. Unset (or n_experts 1): the dense FFN, and the
-    config dumps and hashes exactly as a dense config always has.
+    loss added to the training objective; variable_width's `width_match` says whether its
+    solved widths match total (default, seed 002) or active parameters. Unset (or
+    n_experts 1): the dense FFN, and the config dumps and hashes as a dense config always has.
     """
 
     n_experts: Dim | None = None
@@ -181,6 +182,8 @@ class _MoELMBase(_LMBase):
             object.__setattr__(self, "n_active_experts", None)
         if self.n_experts is None and "router_aux_loss" in self.model_fields_set:
             raise ValueError("router_aux_loss needs a mixture of experts (n_experts > 1)")
+        if self.n_experts is None and "width_match" in self.model_fields_set:
+            object.__setattr__(self, "width_match", "total_params")  # dense: active is total
         return self
 
     def _experts(self) -> dict[str, int]:
@@ -234,6 +237,8 @@ class VariableWidthConfig(_MoELMBase):
     widths: list[Dim] | None = None
     width_multiple: Dim | None = None  # default 2 * n_heads (even head_dim)
     resize: Literal["carry", "zero", "projection"] = "carry"
+    # What the solved widths match with a mixture of experts: all parameters or the active ones.
+    width_match: Literal["total_params", "active_params"] = "total_params"
 
     @model_validator(mode="after")
     def _resolve_widths(self):

@@ -565,6 +565,8 @@ def _build(v: Resolved, fields: dict, target: float, column: str, seq_len: int,
 def _scalar_rows(v: Resolved, cols: dict, n: int, seq_len: int):
     """variable_width: widths are solved inside each config, so build configs point by point."""
     rows = {d: x for d, x in cols.items()}
+    if v.budget.target_metric == "active_params":  # a MoE's widths then match active params
+        rows.setdefault("width_match", "active_params")
     derived = _with_free(v, rows, None, ())
     configs, records = [], []
     for i in range(n):

@@ -416,7 +416,7 @@ def _check_variant(space: SearchSpace, v: Resolved, file: str) -> None:
         values = getattr(v, section)
         for dim, value in values.items():
             key = f"{section}.{dim}"
-            if dim in MOE_FIELDS and dim not in allowed:
+            if dim in MOE_FIELDS and v.family not in MOE_FAMILIES:
                 raise UserError(f"a mixture of experts is for the {' and '.join(MOE_FAMILIES)} "
                                 f"families, not {v.family}", file=file, key=key)
             if dim not in allowed:

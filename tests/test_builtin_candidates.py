@@ -22,7 +22,7 @@ def _one_thread(one_torch_thread):
 
 
 def test_every_full_space_has_its_cpu_twin_listed():
-    assert len(CPU_SPACES) == 15  # 13 tiny twins + 2 demo spaces
+    assert len(CPU_SPACES) == 16  # 14 tiny twins + 2 demo spaces
 
 
 @pytest.mark.parametrize("name", CPU_SPACES)

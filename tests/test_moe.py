@@ -233,3 +233,25 @@ def test_active_params_budget():
     assert abs(candidate.accounting.params_active / 2e6 - 1) < 0.01
     assert candidate.accounting.params_total > 3e6
     assert make_config({"family": "conventional", **candidate.config.model_dump()}) == candidate.config
+
+
+def test_vformer_widths_match_active_params_when_the_budget_asks():
+    """Seed 002 matches the ><former MoE on total parameters (it then has fewer active ones);
+    an active_params budget solves its widths for the active count instead."""
+    import yaml
+
+    from search_spaces.space import BUILTIN_DIR, parse_space
+
+    doc = yaml.safe_load((BUILTIN_DIR / "vformer-moe.yaml").read_text())
+    by_metric = {}
+    for metric in ("total_params", "active_params"):
+        doc["budget"] = {"match": {"shape": "constant"}, "metric": metric, "tolerance": 0.005}
+        found = {c.config.shape: c.accounting for c in plan(parse_space(doc)).candidates}
+        by_metric[metric] = found
+        column = {"total_params": "params_total", "active_params": "params_active"}[metric]
+        ratio = getattr(found["bottleneck"], column) / getattr(found["constant"], column)
+        assert abs(ratio - 1) < 0.005, (metric, ratio)
+    assert (by_metric["active_params"]["bottleneck"].params_total
+            > by_metric["total_params"]["bottleneck"].params_total)
+    dense = VariableWidthConfig(d_model=64, n_layers=4, n_heads=4, d_h=128, width_match="active_params")
+    assert config_key(dense) == config_key(VariableWidthConfig(d_model=64, n_layers=4, n_heads=4, d_h=128))
