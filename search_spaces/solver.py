@@ -252,7 +252,8 @@ def _solve_variant(space: SearchSpace, v: Resolved, values: dict[str, list], tar
         metric = _column(totals, column, n)
         drop = _Dropper(v, dict(zip(categorical, combo, strict=True)), numeric_cols, out["dropped"])
         drop(np.flatnonzero(~ok), "invalid shape (a non-positive or fractional size, heads "
-                                  "not dividing d_model, or an odd head_dim)")
+                                  "not dividing d_model, an odd head_dim, or more active "
+                                  "experts than experts)")
         for expr, meets in _constraints(space, v, {**cols, **totals}, n):
             drop(np.flatnonzero(ok & ~meets), f"breaks the constraint {expr!r}")
             ok &= meets
@@ -471,7 +472,8 @@ def _is_array(x) -> bool:
 
 
 def _valid(family: str, cols: dict, n: int) -> np.ndarray:
-    """Built-in validity: positive whole dims, divisible heads, even head_dim (RoPE)."""
+    """Built-in validity: positive whole dims, divisible heads, even head_dim (RoPE), no more
+    active experts than experts."""
     ok = np.ones(n, dtype=bool)
     for dim in POSITIVE:
         x = cols.get(dim)
@@ -491,6 +493,8 @@ def _valid(family: str, cols: dict, n: int) -> np.ndarray:
     ok &= np.mod(head_dim, 2) == 0
     if cols.get("n_kv_heads") is not None:
         ok &= np.mod(n_heads, cols["n_kv_heads"]) == 0
+    if cols.get("n_experts") is not None and cols.get("n_active_experts") is not None:
+        ok &= np.asarray(cols["n_active_experts"]) <= np.asarray(cols["n_experts"])
     return ok
 
 

@@ -255,3 +255,16 @@ def test_vformer_widths_match_active_params_when_the_budget_asks():
             > by_metric["total_params"]["bottleneck"].params_total)
     dense = VariableWidthConfig(d_model=64, n_layers=4, n_heads=4, d_h=128, width_match="active_params")
     assert config_key(dense) == config_key(VariableWidthConfig(d_model=64, n_layers=4, n_heads=4, d_h=128))
+
+
+def test_searched_expert_counts_drop_impossible_points():
+    from search_spaces.space import parse_space
+
+    result = plan(parse_space({
+        "name": "experts", "family": "conventional", "budget": {"active_params": "2M"},
+        "fixed": {"d_model": 128, "n_layers": 4, "n_heads": 4}, "solve": "d_h",
+        "search": {"n_experts": [2, 4], "n_active_experts": [1, 4]}, "train": {"steps": 2}}))
+    assert result.counts["raw"] == 4 and result.counts["unique"] == 3
+    assert "more active experts than experts" in result.dropped[0].reason
+    assert {(c.config.n_experts, c.config.n_active_experts) for c in result.candidates} == {
+        (2, 1), (4, 1), (4, 4)}
