@@ -467,8 +467,9 @@ def _check_experts(v: Resolved, file: str) -> None:
     names = ("n_experts", "n_active_experts", "activation")
     if v.family not in MOE_FAMILIES or any(name in v.search for name in names):
         return
-    values = [v.fixed.get(name, FAMILIES[v.family].model_fields[name].default) for name in names]
-    problem = moe_problem(*values)
+    n_experts, n_active, activation = (v.fixed.get(name, FAMILIES[v.family].model_fields[name].default)
+                                       for name in names)
+    problem = moe_problem(parse_count(n_experts), parse_count(n_active), activation)
     if problem:
         raise UserError(problem[1], file=file, key=f"fixed.{problem[0]}")
 
