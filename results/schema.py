@@ -19,7 +19,7 @@ _INT, _FLOAT, _STR, _BOOL = pa.int64(), pa.float64(), pa.string(), pa.bool_()
 TIMESTAMP = pa.timestamp("us", tz="UTC")
 
 ACCOUNTING_COLUMNS: list[tuple[str, pa.DataType]] = [
-    ("params_total", _INT), ("params_non_embedding", _INT), ("params_attention", _INT),
+    ("params_total", _INT), ("params_active", _INT), ("params_non_embedding", _INT), ("params_attention", _INT),
     ("params_ffn", _INT), ("params_norms", _INT), ("params_embedding", _INT),
     ("params_other", _INT), ("params_frozen", _INT), ("flops_per_token", _INT),
     ("kv_cache_per_token", _INT), ("avg_layer_width", _FLOAT), ("budget_error", _FLOAT),
@@ -32,6 +32,7 @@ SHAPE_COLUMNS: list[tuple[str, pa.DataType]] = [
     ("widths", pa.list_(_INT)), ("activation", _STR), ("vocab_size", _INT),
     ("tie_embeddings", _BOOL), ("norm_order", _STR), ("resize", _STR), ("bias", _BOOL),
     ("d_x", _INT), ("d_z", _INT), ("d_out", _INT), ("input_projection", _STR), ("task", _STR),
+    ("n_experts", _INT), ("n_active_experts", _INT),
 ]
 
 TRIAL_COLUMNS = pa.schema(

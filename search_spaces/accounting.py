@@ -11,6 +11,10 @@ the embedding columns and readout coordinates that can never affect the output.
 Training FLOPs per token follow PaLM's MFU convention:
 6 * (matmul weights, unembedding included) + 12 * sum_layers(n_heads * head_dim) * seq_len.
 
+Mixture of experts (seed 002's MoE): the FFN counts all `n_experts` experts plus the
+router (width x n_experts, no bias); `params_active` counts only `n_active_experts`
+experts per layer (+ the router), and the matmul weights behind the FLOPs are the active ones.
+
 Every function here is plain arithmetic, so `LayerShape` fields may be numpy arrays
 (the vectorised solver evaluates a million candidates in one call).
 """
@@ -33,12 +37,19 @@ def block_counts(s: LayerShape) -> dict[str, Any]:
     attention = attn_matmul + ((q + 2 * kv + s.width) if s.bias else 0)
     pre = s.norm_order == "pre"
     attn_norm = s.attn_in if pre else s.width
+    inactive = 0  # parameters of the experts a token is not routed to
     if s.k == 0:
         n_in = 2 if s.activation in GATED else 1
         ffn_matmul = n_in * s.width * s.d_h + s.d_h * s.ffn_out
         ffn = ffn_matmul + ((n_in * s.d_h + s.ffn_out) if s.bias else 0)
         ffn = ffn + (1 if s.activation == "simple_gated" else 0)
         norms = attn_norm + (s.width if pre else s.ffn_out)
+        # Mixture of experts: n_experts such FFNs + a bias-free router (width -> n_experts);
+        # a token runs the router and n_active_experts of them.
+        router = s.width * s.n_experts * (s.n_experts > 1)
+        inactive = (s.n_experts - s.n_active_experts) * ffn
+        ffn_matmul = s.n_active_experts * ffn_matmul + router
+        ffn = s.n_experts * ffn + router
     else:  # hourglass: k residual gated sub-blocks, each with its own norm
         ffn_matmul = s.k * 3 * s.width * s.d_h
         ffn = ffn_matmul + s.k * (s.width + ((2 * s.d_h + s.width) if s.bias else 0))
@@ -46,6 +57,7 @@ def block_counts(s: LayerShape) -> dict[str, Any]:
     return {
         "attention": attention,
         "ffn": ffn,
+        "ffn_inactive": inactive,
         "norms": norms,
         "matmul": attn_matmul + ffn_matmul,
         "attn_width": q,
@@ -73,6 +85,7 @@ class Accounting:
     """What a candidate costs. Field names are result-store columns."""
 
     params_total: int
+    params_active: int  # params_total less the experts a token is not routed to (MoE)
     params_non_embedding: int
     params_attention: int
     params_ffn: int
@@ -101,6 +114,7 @@ def lm_totals(blocks: dict[str, Any], d_model, vocab_size, tie_embeddings, seq_l
     matmul = blocks["matmul"] + vocab_size * readout + extra  # unembedding is a matmul
     return {
         "params_total": non_embedding + embedding,
+        "params_active": non_embedding + embedding - blocks["ffn_inactive"],
         "params_non_embedding": non_embedding,
         "params_attention": blocks["attention"],
         "params_ffn": blocks["ffn"],
@@ -125,6 +139,7 @@ def vision_totals(c: VisionMLPConfig) -> dict[str, Any]:
     flops += 4 * c.d_x * c.d_z if trained_in else 2 * c.d_x * c.d_z - 2 * c.d_z * c.d_h
     return {
         "params_total": trainable,
+        "params_active": trainable,
         "params_non_embedding": trainable,
         "params_attention": 0,
         "params_ffn": blocks,

@@ -14,10 +14,20 @@ import re
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    model_serializer,
+    model_validator,
+)
 
 Activation = Literal["relu", "gelu", "swiglu", "geglu", "simple_gated"]
 GATED = ("swiglu", "geglu", "simple_gated")
+MOE_ACTIVATIONS = ("swiglu", "geglu")  # experts are plain gated FFNs (no seed 003 residual scale)
+MOE_FIELDS = ("n_experts", "n_active_experts", "router_aux_loss", "width_match")
+MOE_FAMILIES = ("conventional", "variable_width")
 Shape = Literal["constant", "grow", "shrink", "diamond", "bottleneck"]
 
 _SUFFIX = {"": 1, "K": 10**3, "M": 10**6, "B": 10**9, "G": 10**9, "T": 10**12}
@@ -69,6 +79,8 @@ class LayerShape:
     activation: str
     bias: bool
     norm_order: str
+    n_experts: Any = 1  # > 1: a mixture of `n_experts` FFNs of width d_h (trainers.moe)
+    n_active_experts: Any = 1  # experts each token is routed to
 
 
 class _Strict(BaseModel):
@@ -120,11 +132,76 @@ class _LMBase(_Strict):
             width=self.d_model, attn_in=self.d_model, ffn_out=self.d_model,
             n_heads=self.n_heads, n_kv_heads=self.n_kv_heads, head_dim=self.head_dim,
             d_h=self.d_h, k=k, activation=self.activation, bias=self.bias,
-            norm_order=self.norm_order,
+            norm_order=self.norm_order, **self._experts(),
         )
 
+    def _experts(self) -> dict[str, int]:
+        """LayerShape's expert fields; none (LayerShape's dense default) unless MoE is set."""
+        return {}
 
-class ConventionalConfig(_LMBase):
+
+def moe_problem(n_experts, n_active_experts, activation: str) -> tuple[str, str] | None:
+    """(field, why) when these mixture-of-experts settings are invalid, else None: the one
+    rule both a config and a space's fixed values are checked by."""
+    if n_experts is None or n_experts == 1:
+        if n_active_experts not in (None, 1):
+            return "n_active_experts", f"n_active_experts={n_active_experts} needs n_experts > 1"
+        return None
+    if n_active_experts is None:
+        return "n_active_experts", f"n_experts={n_experts} needs n_active_experts (experts per token)"
+    if not 1 <= n_active_experts <= n_experts:
+        return ("n_active_experts",
+                f"n_active_experts={n_active_experts} must be between 1 and n_experts={n_experts}")
+    if activation not in MOE_ACTIVATIONS:
+        return "activation", (f"a mixture of experts needs a gated activation "
+                              f"({', '.join(MOE_ACTIVATIONS)}), got {activation}")
+    return None
+
+
+class _MoELMBase(_LMBase):
+    """An LM family whose FFN may be a mixture of experts (seed 002's 3B/1B MoE).
+
+    `n_experts` > 1 makes every FFN `n_experts` gated experts of width `d_h` with top
+    `n_active_experts` token-choice routing; `router_aux_loss` weighs the load-balancing
+    loss added to the training objective; variable_width's `width_match` says whether its
+    solved widths match total (default, seed 002) or active parameters. Unset (or
+    n_experts 1): the dense FFN, and the config dumps and hashes as a dense config always has.
+    """
+
+    n_experts: Dim | None = None
+    n_active_experts: Dim | None = None
+    router_aux_loss: Annotated[float, Field(ge=0)] = 0.01
+
+    @model_validator(mode="after")
+    def _resolve_experts(self):
+        problem = moe_problem(self.n_experts, self.n_active_experts, self.activation)
+        if problem:
+            raise ValueError(problem[1])
+        if self.n_experts == 1:  # one expert is the dense FFN: the same config, the same key
+            object.__setattr__(self, "n_experts", None)
+            object.__setattr__(self, "n_active_experts", None)
+        if self.n_experts is None and "router_aux_loss" in self.model_fields_set:
+            raise ValueError("router_aux_loss needs a mixture of experts (n_experts > 1)")
+        if self.n_experts is None and "width_match" in self.model_fields_set:
+            object.__setattr__(self, "width_match", "total_params")  # dense: active is total
+        return self
+
+    def _experts(self) -> dict[str, int]:
+        if self.n_experts is None:
+            return {}
+        return {"n_experts": self.n_experts, "n_active_experts": self.n_active_experts}
+
+    @model_serializer(mode="wrap")
+    def _dense_dump(self, handler):
+        """A dense config leaves the MoE fields out, so its dump and config_key are unchanged."""
+        data = handler(self)
+        if self.n_experts is None:
+            for name in MOE_FIELDS:
+                data.pop(name, None)
+        return data
+
+
+class ConventionalConfig(_MoELMBase):
     """Narrow-wide-narrow FFN (seed 001; seed 003's simple gated FFN as an activation)."""
 
     family: Literal["conventional"] = "conventional"
@@ -144,7 +221,7 @@ class HourglassConfig(_LMBase):
         return [self._uniform_shape(self.k)] * self.n_layers
 
 
-class VariableWidthConfig(_LMBase):
+class VariableWidthConfig(_MoELMBase):
     """Seed 002: per-layer widths on a fixed global residual stream.
 
     `d_model` is the baseline width D (embeddings keep it), `d_h` the baseline FFN
@@ -160,6 +237,8 @@ class VariableWidthConfig(_LMBase):
     widths: list[Dim] | None = None
     width_multiple: Dim | None = None  # default 2 * n_heads (even head_dim)
     resize: Literal["carry", "zero", "projection"] = "carry"
+    # What the solved widths match with a mixture of experts: all parameters or the active ones.
+    width_match: Literal["total_params", "active_params"] = "total_params"
 
     @model_validator(mode="after")
     def _resolve_widths(self):

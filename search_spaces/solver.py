@@ -38,14 +38,15 @@ from search_spaces.space import (
 )
 
 METRIC_COLUMN = {"non_embedding_params": "params_non_embedding", "total_params": "params_total",
-                 "flops_per_token": "flops_per_token"}
+                 "flops_per_token": "flops_per_token", "active_params": "params_active"}
 UPPER = {"d_h": 2.0**20, "d_model": 2.0**17, "n_layers": 2.0**12, "d_z": 2.0**17}
 SHAPE_COLUMNS = ("d_model", "n_layers", "n_heads", "head_dim", "n_kv_heads", "d_h", "k", "shape",
                  "beta", "alpha", "activation", "vocab_size", "tie_embeddings", "norm_order",
-                 "resize", "bias", "d_x", "d_z", "d_out", "input_projection", "task")
+                 "resize", "bias", "d_x", "d_z", "d_out", "input_projection", "task",
+                 "n_experts", "n_active_experts")
 RATIO_SLACK = float(np.log(np.sqrt(2)))  # a solved d_model/L may miss its target by up to √2x
 MAX_DROPPED = 20  # dropped grid points kept (with reasons) for the user to see
-ACCOUNTING_COLUMNS = ("params_total", "params_non_embedding", "params_attention", "params_ffn",
+ACCOUNTING_COLUMNS = ("params_total", "params_active", "params_non_embedding", "params_attention", "params_ffn",
                       "params_norms", "params_embedding", "params_other", "params_frozen",
                       "flops_per_token", "kv_cache_per_token", "avg_layer_width")
 
@@ -252,7 +253,8 @@ def _solve_variant(space: SearchSpace, v: Resolved, values: dict[str, list], tar
         metric = _column(totals, column, n)
         drop = _Dropper(v, dict(zip(categorical, combo, strict=True)), numeric_cols, out["dropped"])
         drop(np.flatnonzero(~ok), "invalid shape (a non-positive or fractional size, heads "
-                                  "not dividing d_model, or an odd head_dim)")
+                                  "not dividing d_model, an odd head_dim, or more active "
+                                  "experts than experts)")
         for expr, meets in _constraints(space, v, {**cols, **totals}, n):
             drop(np.flatnonzero(ok & ~meets), f"breaks the constraint {expr!r}")
             ok &= meets
@@ -370,7 +372,8 @@ def _totals(family: str, cols: dict, seq_len: int) -> dict:
     shape = LayerShape(width=d_model, attn_in=d_model, ffn_out=d_model, n_heads=n_heads,
                        n_kv_heads=n_kv, head_dim=head_dim, d_h=g("d_h"),
                        k=g("k") if family == "hourglass" else 0, activation=g("activation"),
-                       bias=g("bias"), norm_order=g("norm_order"))
+                       bias=g("bias"), norm_order=g("norm_order"),
+                       **{d: 1 if g(d) is None else g(d) for d in ("n_experts", "n_active_experts")})
     blocks = blocks_total([shape], n_layers=g("n_layers"))
     return lm_totals(blocks, d_model, g("vocab_size"), g("tie_embeddings"), seq_len)
 
@@ -470,7 +473,8 @@ def _is_array(x) -> bool:
 
 
 def _valid(family: str, cols: dict, n: int) -> np.ndarray:
-    """Built-in validity: positive whole dims, divisible heads, even head_dim (RoPE)."""
+    """Built-in validity: positive whole dims, divisible heads, even head_dim (RoPE), no more
+    active experts than experts."""
     ok = np.ones(n, dtype=bool)
     for dim in POSITIVE:
         x = cols.get(dim)
@@ -490,6 +494,8 @@ def _valid(family: str, cols: dict, n: int) -> np.ndarray:
     ok &= np.mod(head_dim, 2) == 0
     if cols.get("n_kv_heads") is not None:
         ok &= np.mod(n_heads, cols["n_kv_heads"]) == 0
+    if cols.get("n_experts") is not None and cols.get("n_active_experts") is not None:
+        ok &= np.asarray(cols["n_active_experts"]) <= np.asarray(cols["n_experts"])
     return ok
 
 
@@ -564,6 +570,8 @@ def _build(v: Resolved, fields: dict, target: float, column: str, seq_len: int,
 def _scalar_rows(v: Resolved, cols: dict, n: int, seq_len: int):
     """variable_width: widths are solved inside each config, so build configs point by point."""
     rows = {d: x for d, x in cols.items()}
+    if v.budget.target_metric == "active_params":  # a MoE's widths then match active params
+        rows.setdefault("width_match", "active_params")
     derived = _with_free(v, rows, None, ())
     configs, records = [], []
     for i in range(n):

@@ -35,8 +35,11 @@ from search_spaces.configs import (
     MAX_DIM,
     MAX_SEED,
     MAX_VOCAB,
+    MOE_FAMILIES,
+    MOE_FIELDS,
     Count,
     TrainConfig,
+    moe_problem,
     parse_count,
 )
 from search_spaces.errors import UserError
@@ -44,13 +47,14 @@ from search_spaces.expressions import ExpressionError, compile_expression
 from search_spaces.safe_yaml import MAX_BYTES, parse_yaml, read_bytes, read_yaml
 
 BUILTIN_DIR = Path(__file__).parent / "builtin"
-METRICS = ("non_embedding_params", "total_params", "flops_per_token")
+METRICS = ("non_embedding_params", "total_params", "flops_per_token", "active_params")
 DERIVED = ("ffn_ratio", "width_depth_ratio")  # d_h = ffn_ratio*d_model, d_model = ratio*n_layers
 SOLVABLE = ("d_h", "d_model", "n_layers", "d_z")
 POSITIVE = ("d_model", "n_layers", "n_heads", "head_dim", "n_kv_heads", "d_h", "k", "vocab_size",
-            "d_x", "d_z", "d_out", "width_multiple", "ffn_ratio", "width_depth_ratio", "alpha")
+            "d_x", "d_z", "d_out", "width_multiple", "ffn_ratio", "width_depth_ratio", "alpha",
+            "n_experts", "n_active_experts")
 INTEGER = ("d_model", "n_layers", "n_heads", "head_dim", "n_kv_heads", "d_h", "k", "vocab_size",
-           "d_x", "d_z", "d_out", "width_multiple")
+           "d_x", "d_z", "d_out", "width_multiple", "n_experts", "n_active_experts")
 MAX_VALUES = 1_000_000  # values of one searched dimension
 MAX_RAW = 50_000_000  # raw grid points of one variant
 MAX_SEEDS = 1000  # seeds of one sweep (each is one more trial per candidate)
@@ -113,8 +117,10 @@ class Budget(_Strict):
     non_embedding_params: Count | None = None
     total_params: Count | None = None
     flops_per_token: Count | None = None
+    active_params: Count | None = None  # a mixture of experts' per-token parameters
     match: dict[str, Any] | None = None
-    metric: Literal["non_embedding_params", "total_params", "flops_per_token"] | None = None
+    metric: Literal["non_embedding_params", "total_params", "flops_per_token",
+                    "active_params"] | None = None
     tolerance: float = Field(default=0.01, gt=0)
 
     @model_validator(mode="after")
@@ -461,6 +467,9 @@ def _check_variant(space: SearchSpace, v: Resolved, file: str) -> None:
         values = getattr(v, section)
         for dim, value in values.items():
             key = f"{section}.{dim}"
+            if dim in MOE_FIELDS and v.family not in MOE_FAMILIES:
+                raise UserError(f"a mixture of experts is for the {' and '.join(MOE_FAMILIES)} "
+                                f"families, not {v.family}", file=file, key=key)
             if dim not in allowed:
                 raise UserError(f"unknown dimension {dim!r} for family {v.family} "
                                 f"(allowed: {', '.join(sorted(allowed))})", file=file, key=key)
@@ -470,6 +479,7 @@ def _check_variant(space: SearchSpace, v: Resolved, file: str) -> None:
                 raise UserError("empty list of values", file=file, key=key)
             for option in options:
                 _check_value(dim, option, file, key)
+    _check_experts(v, file)
     both = set(v.fixed) & set(v.search)
     if both and not space.variants:
         dim = sorted(both)[0]
@@ -501,6 +511,18 @@ def _check_variant(space: SearchSpace, v: Resolved, file: str) -> None:
             raise UserError(str(error), file=file, key=constraint_key(space, v, i)) from None
     if v.budget.match is not None:
         reference_config(space, v, file)
+
+
+def _check_experts(v: Resolved, file: str) -> None:
+    """Fixed MoE settings that no candidate could have are refused here, not dropped one by one."""
+    names = ("n_experts", "n_active_experts", "activation")
+    if v.family not in MOE_FAMILIES or any(name in v.search for name in names):
+        return
+    n_experts, n_active, activation = (v.fixed.get(name, FAMILIES[v.family].model_fields[name].default)
+                                       for name in names)
+    problem = moe_problem(parse_count(n_experts), parse_count(n_active), activation)
+    if problem:
+        raise UserError(problem[1], file=file, key=f"fixed.{problem[0]}")
 
 
 def constraint_key(space: SearchSpace, v: Resolved, i: int) -> str:

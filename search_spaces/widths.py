@@ -54,6 +54,7 @@ def layer_shapes_for(cfg: VariableWidthConfig, widths, integer: bool) -> list[La
                 n_kv_heads=cfg.n_kv_heads, head_dim=w / cfg.n_heads,
                 d_h=max(1, _round_half_up(d_h)) if integer else d_h, k=0,
                 activation=cfg.activation, bias=cfg.bias, norm_order=cfg.norm_order,
+                **cfg._experts(),
             )
         )
     if integer:
@@ -117,13 +118,16 @@ def _valid_params(cfg: VariableWidthConfig, widths) -> float:
     from search_spaces.accounting import blocks_total
 
     shapes = layer_shapes_for(cfg, widths, integer=False)
-    return blocks_total(shapes)["non_embedding_blocks"] + resize_params(cfg, widths)
+    blocks = blocks_total(shapes)
+    inactive = blocks["ffn_inactive"] if cfg.width_match == "active_params" else 0
+    return blocks["non_embedding_blocks"] - inactive + resize_params(cfg, widths)
 
 
 def solve_widths(cfg: VariableWidthConfig) -> list[int]:
     """Widths that match the constant-width baseline's parameters (seed 002, Appendix A).
 
-    The endpoint width is found by bisection on the exact (continuous) valid-parameter
+    A mixture of experts matches total parameters (as seed 002 does) unless `width_match`
+    is active_params. The endpoint width is found by bisection on the exact (continuous) valid-parameter
     count, which already contains the paper's endpoint corrections; widths are then
     rounded to `width_multiple`.
     """

@@ -45,12 +45,14 @@ REFUSED = {  # what no standard architecture holds, and the words that say why
     "relu": ({**BASE, "activation": "relu"}, {}, "activation relu"),
     "simple_gated": ({**BASE, "activation": "simple_gated"}, {}, "activation simple_gated"),
     "mup": ({**BASE, "d_h": 64}, {"parametrization": "mup"}, "muP"),
+    "moe": ({**BASE, "n_experts": 4, "n_active_experts": 2}, {}, "mixture of experts"),
 }
 STANDALONE = {  # (fields, train overrides) that only the standalone PyTorch export holds
     "hourglass-post-norm": (REFUSED["hourglass"][0] | {"norm_order": "post"}, {}),
     "variable_width-projection": (REFUSED["variable_width"][0] | {"resize": "projection",
                                                                  "shape": "grow"}, {}),
     "conventional-mup": (BASE, {"parametrization": "mup", "mup_base_width": 16}),
+    "variable_width-moe": (REFUSED["variable_width"][0] | {"n_experts": 3, "n_active_experts": 2}, {}),
 }
 # Runs model.py where shapesweep cannot be imported, and saves its logits for `tokens.npy`.
 RUN_STANDALONE = """

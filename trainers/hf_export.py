@@ -76,6 +76,8 @@ def unsupported(model_config, train) -> str | None:
 def _unsupported(model_config, train) -> str | None:
     if model_config.family != "conventional":
         return f"the {model_config.family} family has no standard architecture"
+    if getattr(model_config, "n_experts", None):
+        return "a mixture of experts is not Llama's dense FFN"
     if model_config.norm_order != "pre":
         return "post-norm (norm after each sub-layer) is not Llama's pre-norm"
     if model_config.activation not in HIDDEN_ACT:

@@ -14,6 +14,7 @@ from torch import nn
 from search_spaces.configs import LayerShape
 from search_spaces.widths import end_widths
 from trainers.ffn import make_ffn
+from trainers.moe import MoEFFN, make_moe
 
 
 def _widen(h: torch.Tensor, width: int) -> torch.Tensor:
@@ -80,7 +81,7 @@ class Block(nn.Module):
         self.pre = s.norm_order == "pre"
         self.attn = Attention(s, rotary)
         self.attn_norm = nn.RMSNorm(self.attn_in if self.pre else self.width)
-        self.ffn = make_ffn(s)
+        self.ffn = make_moe(s) if s.n_experts > 1 else make_ffn(s)
         # The hourglass FFN carries its own per-sub-block norms and residuals.
         self.ffn_norm = None if s.k else nn.RMSNorm(self.width if self.pre else self.ffn_out)
 
@@ -124,6 +125,14 @@ class LM(nn.Module):
         self.lm_head = (None if config.tie_embeddings
                         else nn.Linear(self.readout, config.vocab_size, bias=False))
         self.output_mult = 1.0  # muP's logit multiplier (set by trainers.mup.configure)
+
+    def aux_loss(self) -> torch.Tensor | float:
+        """The routers' load-balancing loss of the last forward (mean over layers) times the
+        config's `router_aux_loss`; 0 for a dense model. The loop adds it to the objective."""
+        losses = [b.ffn.aux_loss for b in self.blocks if isinstance(b.ffn, MoEFFN)]
+        if not losses:
+            return 0.0
+        return self.config.router_aux_loss * torch.stack(losses).mean()
 
     def _grow(self, stream: torch.Tensor, layer: int, a: int, b: int) -> torch.Tensor:
         """Resize at the boundary into `layer` when the width grows a -> b (zero / projection)."""

@@ -140,6 +140,8 @@ def _backward(forward, x, y, micro: int, dev, autocast, z_loss: float) -> tuple[
         with autocast():
             out = forward(xs)
         objective, reported = _loss(out, ys, z_loss)
+        if hasattr(forward, "aux_loss"):  # a mixture of experts' load-balancing loss
+            objective = objective + forward.aux_loss()
         weight = len(xs) / len(x)
         (objective * weight).backward()
         objective_sum += objective.detach() * weight

@@ -1,6 +1,6 @@
 """Any language-model family as one standalone PyTorch file: what `--format hf` cannot hold.
 
-`model.py` is shapesweep's own model code (`trainers/ffn.py`, `trainers/lm.py` and
+`model.py` is shapesweep's own model code (`trainers/ffn.py`, `trainers/moe.py`, `trainers/lm.py` and
 `LayerShape`), copied verbatim at export time so it cannot drift from what was trained,
 with the shapesweep imports replaced by `config.json`: the solved per-layer shapes, the
 embedding/readout widths and muP's two multipliers. It needs only torch (and
@@ -19,7 +19,7 @@ import torch
 
 from search_spaces import configs
 from search_spaces.errors import UserError
-from trainers import ffn, lm
+from trainers import ffn, lm, moe
 
 OWN_IMPORTS = re.compile(r"^(from (search_spaces|trainers)[. ].*|from __future__ import annotations)\n",
                          re.MULTILINE)
@@ -28,7 +28,7 @@ HEADER = '''"""Standalone shapesweep language model, written by `shapesweep expo
     import model; net = model.load("FOLDER")   # config.json (+ model.safetensors if present)
     logits = net(token_ids)                      # [B, T] -> [B, T, vocab_size]
 
-The code below is shapesweep's trainers/ffn.py and trainers/lm.py, unchanged.
+The code below is shapesweep's trainers/ffn.py, trainers/moe.py and trainers/lm.py, unchanged.
 """
 
 from __future__ import annotations
@@ -94,7 +94,7 @@ def unsupported(model_config, train) -> str | None:
 def source() -> str:
     """model.py: the model modules' source without their shapesweep imports."""
     parts = [inspect.getsource(configs.LayerShape)]
-    parts += [OWN_IMPORTS.sub("", inspect.getsource(module)) for module in (ffn, lm)]
+    parts += [OWN_IMPORTS.sub("", inspect.getsource(module)) for module in (ffn, moe, lm)]
     return HEADER + "\n\n".join(parts) + TAIL
 
 
