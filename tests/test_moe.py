@@ -161,9 +161,10 @@ def _balance(model, x) -> tuple[float, float]:
 def test_tiny_moe_trains_and_its_routers_balance(one_torch_thread):
     """Real steps on the built-in data: the loss falls and the load-balancing loss evens out
     the experts' load (no aux loss: measured CV ~1.0 after 300 steps; with it ~0.4)."""
-    space = load_space("vformer-moe-small")
-    config = next(c.config for c in plan(space).candidates if c.config.shape == "constant")
-    recipe = space.train.model_copy(update={"tokens": None, "steps": 200, "eval_every": 100})
+    config = VariableWidthConfig(d_model=64, n_layers=4, d_h=64, n_experts=8, n_active_experts=2,
+                                 n_heads=4, vocab_size=256, activation="swiglu", shape="constant")
+    recipe = TrainConfig(steps=200, seq_len=64, batch_tokens=4096, lr=3e-3, eval_tokens=8192,
+                         eval_every=100)
     task, *_ = make_task(config, recipe, None, None)
     x = task.val_x[:64]
     torch.manual_seed(recipe.seed)
