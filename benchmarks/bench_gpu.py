@@ -141,8 +141,8 @@ def time_sweep(quick: bool, device: str) -> list[str]:
         wall = time.perf_counter() - start
         if code != 0:
             raise SystemExit(f"shapesweep run failed (exit {code})")
-        trials = load_trials(root).to_pandas().sort_values("finished_at")
-        curves = load_curves(root).to_pandas()
+        trials = load_trials(root).sort_values("finished_at")
+        curves = load_curves(root)
     lines = [f"sweep: {len(trials)} trials in {wall:.1f} s wall, start-up "
              f"{(wall - trials.wall_time_s.sum()) / len(trials):.1f} s/trial (Ray, actors, data)"]
     for trial in trials.itertuples():
