@@ -149,7 +149,7 @@ def time_sweep(quick: bool, device: str) -> list[str]:
         curve = curves[curves.trial_id == trial.trial_id].sort_values("step")
         first, last = curve.iloc[0], curve.iloc[-1]
         steady = (last.tokens - first.tokens) / max(last.elapsed_s - first.elapsed_s, 1e-9)
-        compile_s = first.elapsed_s - first.tokens / steady
+        compile_s = max(0.0, first.elapsed_s - first.tokens / steady)
         lines.append(f"  trial n_layers={trial.n_layers} seed={trial.seed}: first interval "
                      f"{first.elapsed_s:.1f} s (compile ~{compile_s:.1f} s), steady "
                      f"{steady:,.0f} tok/s, trial {trial.wall_time_s:.1f} s")
