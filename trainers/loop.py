@@ -9,9 +9,9 @@ evaluation, and a callback stops the trial by raising `StopTrial`.
 
 On a GPU the step never waits for the device: losses stay on it and are read once per
 evaluation interval (where a NaN is caught and named by its step), batches are pinned and
-the next one is copied ahead, and bf16 autocast, fused AdamW, TF32 matmuls and (with
-`train.compile`) torch.compile with a compile cache shared by every trial run. On CPU the
-arithmetic is exactly that of a plain loop.
+the next one is copied ahead; bf16 autocast, fused AdamW and TF32 matmuls, and with
+`train.compile` torch.compile, its kernels cached for every trial (`compile_cache`). On CPU
+the arithmetic is exactly that of a plain loop.
 """
 
 from __future__ import annotations
@@ -256,9 +256,10 @@ def train(model_config, train: TrainConfig, data: str | None = None,
         lr=train.lr, betas=(train.beta1, train.beta2), fused=cuda or None)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: lr_multiplier(s, steps, train))
     params = [p for g in groups for p in g["params"]]
+    forward = model
     if cuda and train.compile:
         compile_cache()
-    forward = torch.compile(model) if (cuda and train.compile) else model
+        forward = torch.compile(model)
 
     def autocast():
         return torch.autocast("cuda", dtype=torch.bfloat16) if cuda else contextlib.nullcontext()
