@@ -6,7 +6,8 @@
 2. Hourglass k=4 vs conventional at matched non-embedding parameters (seed 000): the
    hourglass step time relative to the conventional one.
 3. On CUDA only: MFU of seed 000's 113M conventional and hourglass shapes in bf16 with
-   torch.compile (PaLM accounting from `account`; H100/H200 dense bf16 peak 989 TFLOP/s).
+   torch.compile (PaLM accounting from `account`; dense bf16 peak from PEAK_TFLOPS).
+   `bench_gpu.py` measures more on a GPU (the 500M shapes, memory, the plain-loop ratio).
 
 Throughput is timed after warm-up (and compilation): for the loop, between two of its
 evaluation callbacks. On CPU the clock is process CPU time with one torch thread, which a
@@ -18,6 +19,7 @@ busy shared machine disturbs far less than wall time; on CUDA it is wall time.
 from __future__ import annotations
 
 import argparse
+import math
 import statistics
 import time
 from collections.abc import Callable
@@ -31,7 +33,19 @@ from trainers.loop import make_task, train
 from trainers.models import build_model
 from trainers.mup import configure
 
-PEAK_BF16_FLOPS = 989e12  # H100 / H200 SXM dense bf16
+# Dense bf16 peak TFLOP/s by (a substring of) the CUDA device name, most specific first.
+PEAK_TFLOPS = {"H100 PCIe": 756, "H100": 989, "H200": 989, "A100": 312}
+
+
+def peak_flops(device_name: str) -> float | None:
+    """The device's dense bf16 peak in FLOP/s, or None for a device not in PEAK_TFLOPS."""
+    return next((t * 1e12 for name, t in PEAK_TFLOPS.items() if name in device_name), None)
+
+
+def synchronize(device: str) -> None:
+    """Wait for queued CUDA work so a clock reading covers it (nothing to wait for on CPU)."""
+    if device == "cuda":
+        torch.cuda.synchronize()
 
 
 def ours_tokens_per_s(config, recipe: TrainConfig, warmup: int, measured: int,
@@ -47,22 +61,32 @@ def ours_tokens_per_s(config, recipe: TrainConfig, warmup: int, measured: int,
 
 
 def plain_tokens_per_s(config, recipe: TrainConfig, warmup: int, measured: int,
-                       clock=time.process_time) -> float:
-    """The minimal nanoGPT-style loop on the same batches and init, timed after `warmup` steps."""
+                       device: str = "cpu", clock=time.process_time) -> float:
+    """The minimal nanoGPT-style loop on the same batches and init, timed after `warmup` steps.
+    On CUDA it gets what the loop gets: bf16 autocast, fused AdamW, pinned non-blocking
+    copies and, with `recipe.compile`, torch.compile."""
+    cuda = device == "cuda"
     task, n_seq, tokens_per_step, _ = make_task(config, recipe, None, None)
     torch.manual_seed(recipe.seed)
     model = build_model(config)
     configure(model, config, recipe)
+    model.to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=recipe.lr, weight_decay=recipe.weight_decay,
-                                  betas=(recipe.beta1, recipe.beta2))
+                                  betas=(recipe.beta1, recipe.beta2), fused=cuda or None)
+    forward = torch.compile(model) if cuda and recipe.compile else model
     for step in range(warmup + measured):
         if step == warmup:
+            synchronize(device)
             start = clock()
-        x, y = task.train_batch(step, n_seq)
-        loss = F.cross_entropy(model(x).flatten(0, 1), y.flatten())
+        x, y = (t.pin_memory().to(device, non_blocking=True) if cuda else t
+                for t in task.train_batch(step, n_seq))
+        with torch.autocast(device, dtype=torch.bfloat16, enabled=cuda):
+            logits = forward(x)
+        loss = F.cross_entropy(logits.float().flatten(0, 1), y.flatten())
         loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
+    synchronize(device)
     return measured * tokens_per_step / (clock() - start)
 
 
@@ -146,7 +170,8 @@ def cuda_mfu(quick: bool) -> list[tuple[str, str, str]]:
     for name, fields in shapes.items():
         config = make_config({**fields, "vocab_size": 50304})
         tps = ours_tokens_per_s(config, recipe, warmup, measured, "cuda", time.perf_counter)
-        mfu = account(config, seq_len).flops_per_token * tps / PEAK_BF16_FLOPS
+        peak = peak_flops(torch.cuda.get_device_name()) or math.nan
+        mfu = account(config, seq_len).flops_per_token * tps / peak
         rows.append((f"{name}, bf16+compile, {torch.cuda.get_device_name()}",
                      f"{tps:,.0f} tok/s", f"MFU {mfu:.1%}"))
     return rows

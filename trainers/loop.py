@@ -6,14 +6,21 @@ clipping, gradient accumulation so every optimizer step sees `batch_tokens` toke
 (`batch_size` images), cross-entropy + optional z-loss (seed 000), periodic evaluation.
 The loop knows nothing of Ray: it reports through `callback(metrics)` after each
 evaluation, and a callback stops the trial by raising `StopTrial`.
+
+On a GPU the step never waits for the device: losses stay on it and are read once per
+evaluation interval (where a NaN is caught and named by its step), batches are pinned and
+the next one is copied ahead; bf16 autocast, fused AdamW and TF32 matmuls, and with
+`train.compile` torch.compile, its kernels cached for every trial (`compile_cache`). On CPU
+the arithmetic is exactly that of a plain loop.
 """
 
 from __future__ import annotations
 
 import contextlib
 import math
+import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -131,8 +138,9 @@ def _loss(out: torch.Tensor, y: torch.Tensor, z_loss: float) -> tuple[torch.Tens
     return ce, ce
 
 
-def _backward(forward, x, y, micro: int, dev, autocast, z_loss: float) -> tuple[float, float]:
-    """Accumulate gradients of one optimizer step's batch over micro-batches; return its losses."""
+def _backward(forward, x, y, micro: int, dev, autocast, z_loss: float) -> torch.Tensor:
+    """Accumulate gradients of one optimizer step's batch over micro-batches; return its
+    (objective, reported) losses as one tensor left on the device (reading it would sync)."""
     objective_sum = torch.zeros((), device=dev)
     reported_sum = torch.zeros((), device=dev)
     for xs, ys in zip(x.split(micro), y.split(micro), strict=True):
@@ -146,26 +154,69 @@ def _backward(forward, x, y, micro: int, dev, autocast, z_loss: float) -> tuple[
         (objective * weight).backward()
         objective_sum += objective.detach() * weight
         reported_sum += reported.detach() * weight
-    return objective_sum.item(), reported_sum.item()
+    return torch.stack([objective_sum, reported_sum])
+
+
+def _interval_loss(losses: list[torch.Tensor], last_step: int, steps: int, lr: float) -> float:
+    """Mean reported loss of the steps since the previous evaluation, read from the device in
+    one transfer (the interval's only wait for it). Raises NonFiniteLoss naming the first step
+    whose loss was NaN or inf."""
+    values = torch.stack(losses).tolist()
+    for step, (objective, reported) in enumerate(values, last_step - len(values) + 1):
+        if not (math.isfinite(objective) and math.isfinite(reported)):
+            raise NonFiniteLoss(f"training loss became {objective} at step {step} of {steps} "
+                                f"(lr={lr:g}); lower the learning rate")
+    return sum(reported for _, reported in values) / len(values)
+
+
+def prefetched(train_batch: Callable, steps: range, per_step: int, dev) -> Iterator[tuple]:
+    """(step, x, y) for each step, the next step's batch built and its copy queued before this
+    one is trained on. On CUDA batches go through pinned memory with non-blocking copies
+    (PyTorch's pinned-memory cache keeps a buffer until its copy is done); on CPU they are the
+    task's tensors untouched. Batches stay a pure function of (seed, step)."""
+    def load(step):
+        x, y = train_batch(step, per_step)
+        if dev.type == "cuda":
+            x, y = (t.pin_memory().to(dev, non_blocking=True) for t in (x, y))
+        return x, y
+
+    ahead = load(steps[0]) if steps else None
+    for i, step in enumerate(steps):
+        batch, ahead = ahead, (load(steps[i + 1]) if i + 1 < len(steps) else None)
+        yield step, *batch
+
+
+def compile_cache() -> str:
+    """Point Inductor's cache (Triton's follows it) at one folder under `cache_dir()` shared by
+    every trial of every sweep on this machine, so a repeated shape reuses compiled kernels
+    instead of compiling again. An explicit TORCHINDUCTOR_CACHE_DIR wins."""
+    from trainers.data import cache_dir
+
+    return os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache_dir() / "inductor"))
+
+
+def _cuda_speedups() -> None:
+    """TF32 for the float32 matmuls autocast leaves (bf16 does the rest)."""
+    torch.set_float32_matmul_precision("high")
 
 
 @torch.no_grad()
 def evaluate(model, task, batch: int, device, autocast) -> dict[str, float]:
     """Validation loss (and ppl, or image metrics) on the task's fixed held-out set."""
     model.eval()
-    total, count, preds = 0.0, 0, []
+    total, count, preds = torch.zeros((), dtype=torch.float64, device=device), 0, []
     for x, y in zip(task.val_x.split(batch), task.val_y.split(batch), strict=True):
         with autocast():
             out = model(x.to(device))
         _, loss = _loss(out, y.to(device), 0.0)
-        total += loss.item() * len(x)
+        total += loss.double() * len(x)  # float64 on the device, read once below
         count += len(x)
         if y.is_floating_point():
-            preds.append(out.float().cpu())
+            preds.append(out.float())
     model.train()
-    metrics = {"val_loss": total / count}
+    metrics = {"val_loss": total.item() / count}
     if preds:
-        metrics.update(task.metrics(torch.cat(preds)))
+        metrics.update(task.metrics(torch.cat(preds).cpu()))
     else:
         metrics["val_ppl"] = math.exp(min(metrics["val_loss"], 700.0))
     return metrics
@@ -205,6 +256,8 @@ def train(model_config, train: TrainConfig, data: str | None = None,
     dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     check_fits(model_config, train, dev)  # refuse a model too large before torch allocates it
     cuda = dev.type == "cuda"
+    if cuda:
+        _cuda_speedups()
     task, per_step, units_per_step, data_hash = make_task(model_config, train, data, tokenizer)
     steps = total_steps(train, units_per_step)
     eval_every = train.eval_every or max(1, steps // 10)
@@ -222,7 +275,10 @@ def train(model_config, train: TrainConfig, data: str | None = None,
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda s: lr_multiplier(s, steps, train, units_per_step))
     params = [p for g in groups for p in g["params"]]
-    forward = torch.compile(model) if (cuda and train.compile) else model
+    forward = model
+    if cuda and train.compile:
+        compile_cache()
+        forward = torch.compile(model)
 
     def autocast():
         return torch.autocast("cuda", dtype=torch.bfloat16) if cuda else contextlib.nullcontext()
@@ -240,36 +296,31 @@ def train(model_config, train: TrainConfig, data: str | None = None,
         prior_elapsed, train_time = state["elapsed_s"], state["train_time_s"]
 
     t0 = time.perf_counter()
-    loss_sum, loss_steps, stopped = 0.0, 0, False
+    losses, stopped = [], False  # this interval's per-step losses, on the device
     model.train()
     with _progress(progress) as bar:
         bar_task = bar.add_task("", total=steps, completed=start) if bar else None
-        for step in range(start, steps):
-            t_step = time.perf_counter()
-            x, y = task.train_batch(step, per_step)
-            objective_value, reported_value = _backward(forward, x, y, micro, dev, autocast,
-                                                        train.z_loss)
-            if not (math.isfinite(objective_value) and math.isfinite(reported_value)):
-                raise NonFiniteLoss(f"training loss became {objective_value} at step {step + 1} "
-                                    f"of {steps} (lr={train.lr:g}); lower the learning rate")
-            if train.grad_clip > 0:
+        t_interval = time.perf_counter()
+        for step, x, y in prefetched(task.train_batch, range(start, steps), per_step, dev):
+            losses.append(_backward(forward, x, y, micro, dev, autocast, train.z_loss))
+            if train.grad_clip > 0:  # no sync: a non-finite norm is caught with the loss
                 torch.nn.utils.clip_grad_norm_(params, train.grad_clip)
             lr_now = train.lr * lr_multiplier(step, steps, train, units_per_step)
             optimizer.step()
             scheduler.step()
             optimizer.zero_grad(set_to_none=True)
-            train_time += time.perf_counter() - t_step
-            loss_sum, loss_steps = loss_sum + reported_value, loss_steps + 1
             done = step + 1
             if bar:
-                bar.update(bar_task, completed=done, description=f"loss {reported_value:.4f}")
+                bar.update(bar_task, completed=done)
             if done % eval_every and done != steps:
                 continue
-            metrics = {"step": done, "tokens": done * units_per_step, "train_loss": loss_sum / loss_steps,
+            train_loss = _interval_loss(losses, done, steps, train.lr)  # waits for the device
+            train_time += time.perf_counter() - t_interval
+            losses = []
+            metrics = {"step": done, "tokens": done * units_per_step, "train_loss": train_loss,
                        **evaluate(forward, task, eval_batch, dev, autocast), "lr": lr_now,
                        "elapsed_s": prior_elapsed + time.perf_counter() - t0}
             curve.append(metrics)
-            loss_sum, loss_steps = 0.0, 0
             if checkpoint_dir is not None:
                 checkpoint.save(checkpoint_dir, {
                     "identity": identity, "model": model.state_dict(),
@@ -285,6 +336,7 @@ def train(model_config, train: TrainConfig, data: str | None = None,
                 except StopTrial:
                     stopped = True
                     break
+            t_interval = time.perf_counter()
     if save_dir is not None:
         checkpoint.save_model(save_dir, model, model_config, train)
     return _result(curve, prior_elapsed + time.perf_counter() - t0, train_time,

@@ -1,0 +1,132 @@
+"""The GPU hot path, checked on CPU: no per-step host reads, CPU arithmetic unchanged,
+NaN still named by its step, batches still a pure function of (seed, step), bench_gpu runs."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from search_spaces.configs import TrainConfig, make_config
+from trainers import loop
+from trainers.loop import NonFiniteLoss, compile_cache, lr_multiplier, make_task, prefetched, train
+from trainers.models import build_model
+from trainers.mup import configure
+
+TINY = dict(family="conventional", d_model=16, n_layers=1, n_heads=2, d_h=64)
+RECIPE = dict(steps=12, seq_len=32, batch_tokens=256, eval_tokens=1024, lr=1e-2, eval_every=4)
+ROOT = Path(__file__).resolve().parents[1]
+# Every way a tensor's value reaches Python (each one waits for the GPU when it is there).
+READS = ("item", "tolist", "cpu", "numpy", "__float__", "__int__", "__bool__")
+
+
+@pytest.fixture(autouse=True)
+def _one_thread(one_torch_thread):
+    """Every test here runs on one torch thread (see conftest)."""
+
+
+def _count_reads(monkeypatch) -> list[str]:
+    """Record every tensor read whose caller is trainers/loop.py (torch's own CPU-side
+    reads, e.g. AdamW's step counter, are not the loop's)."""
+    calls = []
+    for name in READS:
+        original = getattr(torch.Tensor, name)
+
+        def counted(self, *args, _original=original, _name=name, **kwargs):
+            if sys._getframe(1).f_code.co_filename == loop.__file__:
+                calls.append(_name)
+            return _original(self, *args, **kwargs)
+
+        monkeypatch.setattr(torch.Tensor, name, counted)
+    return calls
+
+
+@pytest.mark.parametrize("eval_every", [4, 6])
+def test_the_step_reads_nothing_from_the_device(monkeypatch, eval_every):
+    """One read of the interval's losses and one of the val loss per evaluation, none per step."""
+    calls = _count_reads(monkeypatch)
+    result = train(make_config(TINY), TrainConfig(**{**RECIPE, "eval_every": eval_every,
+                                                     "micro_batch_size": 3, "z_loss": 1e-3}))
+    assert len(result.curve) == 12 // eval_every
+    assert sorted(calls) == sorted(["tolist", "item"] * len(result.curve))
+
+
+def test_cpu_losses_equal_a_plain_reference_loop():
+    """Per-step train losses (eval every step) match a straightforward loop written here:
+    same init, batches, AdamW groups, schedule and clipping; bit for bit on CPU."""
+    config, recipe = make_config(TINY), TrainConfig(**{**RECIPE, "eval_every": 1})
+    ours = [m["train_loss"] for m in train(config, recipe).curve]
+
+    task, n_seq, _, _ = make_task(config, recipe, None, None)
+    torch.manual_seed(recipe.seed)
+    model = build_model(config)
+    groups = configure(model, config, recipe)
+    optimizer = torch.optim.AdamW([{**g, "lr": recipe.lr * g.get("lr_scale", 1.0)} for g in groups],
+                                  lr=recipe.lr, betas=(recipe.beta1, recipe.beta2))
+    schedule = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda s: lr_multiplier(s, recipe.steps, recipe))
+    reference = []
+    for step in range(recipe.steps):
+        x, y = task.train_batch(step, n_seq)
+        loss = F.cross_entropy(model(x).float().flatten(0, 1), y.flatten())
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), recipe.grad_clip)
+        optimizer.step()
+        schedule.step()
+        optimizer.zero_grad(set_to_none=True)
+        reference.append(loss.item())
+    assert recipe.grad_clip > 0 and ours == pytest.approx(reference, abs=1e-6, rel=0)
+    assert ours == reference  # in fact bit-identical: the loop adds no arithmetic on CPU
+
+
+def test_nan_named_at_its_step_not_at_the_evaluation():
+    """Reading losses once per interval still names the first non-finite step: the same step
+    as a run that reads every step (eval_every=1)."""
+    diverge = {**RECIPE, "lr": 1e30, "grad_clip": 0.0}
+    named = []
+    for eval_every in (1, 4):
+        with pytest.raises(NonFiniteLoss, match=r"at step \d+ of 12") as error:
+            train(make_config(TINY), TrainConfig(**{**diverge, "eval_every": eval_every}))
+        named.append(int(str(error.value).split("at step ")[1].split()[0]))
+    assert named[0] == named[1] and named[1] % 4 != 0  # inside the interval, not at its end
+
+
+def test_prefetched_batches_are_the_tasks_batches():
+    config, recipe = make_config(TINY), TrainConfig(**RECIPE)
+    task, n_seq, _, _ = make_task(config, recipe, None, None)
+    got = list(prefetched(task.train_batch, range(5, 9), n_seq, torch.device("cpu")))
+    assert [step for step, _, _ in got] == [5, 6, 7, 8]
+    for step, x, y in got:
+        want_x, want_y = task.train_batch(step, n_seq)
+        assert torch.equal(x, want_x) and torch.equal(y, want_y)
+    assert list(prefetched(task.train_batch, range(3, 3), n_seq, torch.device("cpu"))) == []
+
+
+def test_compile_cache_is_shared_and_overridable(monkeypatch, tmp_path):
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
+    monkeypatch.setenv("SHAPESWEEP_CACHE", str(tmp_path / "cache"))
+    assert compile_cache() == str(tmp_path / "cache" / "inductor")
+    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "cache" / "inductor")
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "mine"))
+    assert compile_cache() == str(tmp_path / "mine")
+
+
+def test_bench_gpu_quick_on_cpu():
+    """The GPU benchmark's CPU mode prints every field for the four shapes (no timing checks)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    out = subprocess.run([sys.executable, "benchmarks/bench_gpu.py", "--quick", "--device", "cpu",
+                          "--repeats", "1", "--peak-tflops", "1"], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=300, check=True).stdout
+    lines = [line for line in out.splitlines() if ": tokens/s " in line]
+    assert [line.split(":")[0] for line in lines] == [
+        "conventional tiny", "hourglass tiny k=2", "><former tiny constant",
+        "><former tiny bottleneck"]
+    for line in lines:
+        for field in ("plain tokens/s", "ratio", "MFU", "peak memory n/a (CPU)", "micro-batch"):
+            assert field in line
+        assert "MFU n/a" not in line  # --peak-tflops gives a number
