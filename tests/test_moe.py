@@ -126,7 +126,8 @@ def test_aux_loss_reaches_the_objective():
     torch.manual_seed(0)
     model = build_model(config)
     x = torch.randint(0, 256, (4, 16))
-    objective, reported = _backward(model, x, x, 4, torch.device("cpu"), contextlib.nullcontext, 0.0)
+    objective, reported = _backward(model, x, x, 4, torch.device("cpu"), contextlib.nullcontext,
+                                    0.0).tolist()
     aux = torch.stack([m.aux_loss for m in _moe(model)]).mean().item()
     assert aux >= 1.0 - 1e-6  # n_experts * sum f_e P_e is 1 at uniform routing, more otherwise
     assert objective == pytest.approx(reported + 0.5 * aux, rel=1e-5)
