@@ -462,6 +462,8 @@ def _curves_table(fs, base, sweeps, cache=None, missing_ok: bool = False) -> pa.
 
 
 def _layers_table(fs, base, sweeps, cache=None) -> pa.Table:
+    if not any(_fragments(fs, posixpath.join(base, s, "layers")) for s in sweeps):
+        return LAYER_COLUMNS.empty_table()  # no trial analysed: spare reading the trials
     winners = _newest_trials(fs, base, sweeps, columns=[], cache=cache)
     scans = [_scan(fs, posixpath.join(base, s, "layers"), _LAYERS, cache=cache) for s in sweeps]
     # Only analysed trials have a layers file, so a missing one cannot reveal a concurrent
