@@ -324,7 +324,7 @@ def layers_figure(trials: pd.DataFrame, layers: pd.DataFrame | None, top: int = 
     titles = ["matrix entropy of the residual stream",
               *(f"MLP activation density, |a| > {t:g}" for t in thresholds)]
     n_rows = (len(titles) + 1) // 2
-    fig = make_subplots(rows=n_rows, cols=2, subplot_titles=titles, vertical_spacing=0.12)
+    fig = make_subplots(rows=n_rows, cols=2, subplot_titles=titles, vertical_spacing=0.14)
     fig.update_layout(template=new_figure().layout.template)
     rows = trials.set_index("row_id")
     n_sweeps = means["sweep"].nunique()
@@ -345,9 +345,10 @@ def layers_figure(trials: pd.DataFrame, layers: pd.DataFrame | None, top: int = 
                 meta={"rows": True, "sweep": row["sweep"], "family": row["family"]}),
                 row=panel // 2 + 1, col=panel % 2 + 1)
     fig = layout(fig, "Representations by depth (seed 002 Fig. 7): mean over seeds; constant width dashed",
-                 "depth (layer / n_layers)", "")
+                 "", "")
+    fig.update_xaxes(title_text="depth (layer / n_layers)", row=n_rows)  # clear of the titles below
     fig.update_yaxes(rangemode="tozero")
-    fig.update_layout(height=fig.layout.height + 330 * (n_rows - 1))
+    fig.update_layout(height=fig.layout.height + 330 * (n_rows - 1), margin=dict(t=80))
     return fig
 
 
