@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
+from plotly.subplots import make_subplots
 
 from dashboards.frames import (
     LOWER_IS_BETTER,
@@ -20,6 +21,7 @@ from dashboards.frames import (
     VERDICT_COLORS,
     chosen_and_others,
     color,
+    design,
     esc,
     human,
     new_figure,
@@ -27,7 +29,13 @@ from dashboards.frames import (
     seed_means,
     shape_text,
 )
-from results.stats import FIDELITY_THRESHOLD, compare, rank_fidelity, stable_fraction
+from results.stats import (
+    FIDELITY_THRESHOLD,
+    canonical_tuned_column,
+    compare,
+    rank_fidelity,
+    stable_fraction,
+)
 from search_spaces.errors import UserError
 
 X_AXES = {
@@ -291,6 +299,59 @@ def width_profile_figure(trials: pd.DataFrame, top: int = 10) -> go.Figure | Non
     return fig
 
 
+def _constant_width(row) -> bool:
+    return row["family"] != "variable_width" or row["shape"] == "constant"
+
+
+def layers_figure(trials: pd.DataFrame, layers: pd.DataFrame | None, top: int = 12) -> go.Figure | None:
+    """Seed 002 Fig. 7: the residual stream's matrix entropy and the MLP activation density at
+    each threshold against depth (layer / n_layers), one line per candidate (its completed
+    seeds at its best tuned value, averaged; the `top` best by loss), constant width dashed."""
+    if layers is None or layers.empty:
+        return None
+    means = seed_means(trials[trials["family"].isin(LM)], "val_loss").nsmallest(top, "mean")
+    done = trials[trials["status"] == "completed"]
+    runs = done.assign(tuned=canonical_tuned_column(done["tuned_json"])).merge(
+        means[["sweep", "key", "tuned", "row_id"]].rename(columns={"row_id": "point"}),
+        on=["sweep", "key", "tuned"])
+    data = layers.merge(runs[["sweep", "trial_id", "point", "n_layers"]], on=["sweep", "trial_id"])
+    if data.empty:
+        return None
+    data = data.groupby(["point", "n_layers", "layer", "threshold"], as_index=False)[
+        ["matrix_entropy", "activation_density"]].mean()
+    data["depth"] = data["layer"] / data["n_layers"]
+    thresholds = sorted(data["threshold"].unique())
+    titles = ["matrix entropy of the residual stream",
+              *(f"MLP activation density, |a| > {t:g}" for t in thresholds)]
+    n_rows = (len(titles) + 1) // 2
+    fig = make_subplots(rows=n_rows, cols=2, subplot_titles=titles, vertical_spacing=0.14)
+    fig.update_layout(template=new_figure().layout.template)
+    rows = trials.set_index("row_id")
+    n_sweeps = means["sweep"].nunique()
+    for i, (point, group) in enumerate(data.groupby("point", sort=False)):
+        row = rows.loc[point]
+        name = _series_name([design(row), shape_text(row)], n_sweeps, row["sweep"])
+        c, dash = color("", i), "dash" if _constant_width(row) else "solid"
+        panels = [("matrix_entropy", group.drop_duplicates("layer"))]
+        panels += [("activation_density", group[group["threshold"] == t]) for t in thresholds]
+        for panel, (column, points) in enumerate(panels):
+            points = points.sort_values("depth")
+            fig.add_trace(go.Scatter(
+                x=points["depth"], y=points[column], mode="lines+markers", name=name,
+                legendgroup=name, showlegend=panel == 0, line=dict(color=c, dash=dash, width=2),
+                marker=dict(color=c, size=6),
+                customdata=[[int(point), row["hover"]]] * len(points),
+                hovertemplate="layer %{x:.2f} of depth: %{y:.3f}<br>%{customdata[1]}<extra></extra>",
+                meta={"rows": True, "sweep": row["sweep"], "family": row["family"]}),
+                row=panel // 2 + 1, col=panel % 2 + 1)
+    fig = layout(fig, "Representations by depth (seed 002 Fig. 7): mean over seeds; constant width dashed",
+                 "", "")
+    fig.update_xaxes(title_text="depth (layer / n_layers)", row=n_rows)  # clear of the titles below
+    fig.update_yaxes(rangemode="tozero")
+    fig.update_layout(height=fig.layout.height + 330 * (n_rows - 1), margin=dict(t=80))
+    return fig
+
+
 def param_split_figure(trials: pd.DataFrame, top: int = 30) -> go.Figure | None:
     """Seed 000's reallocation story: attention vs FFN parameters of the best candidates."""
     lm = trials[trials["family"].isin(LM)]
@@ -434,8 +495,10 @@ def rank_fidelity_figure(trials: pd.DataFrame, curves: pd.DataFrame,
     return fig
 
 
-def applicable_figures(trials: pd.DataFrame, curves: pd.DataFrame) -> list[tuple[str, go.Figure]]:
-    """(id, figure) for every figure whose columns and families the data has."""
+def applicable_figures(trials: pd.DataFrame, curves: pd.DataFrame,
+                       layers: pd.DataFrame | None = None) -> list[tuple[str, go.Figure]]:
+    """(id, figure) for every figure whose columns and families the data has (`layers`:
+    `results.store.load_layers`, for seed 002's representation figure)."""
     from dashboards.scaling import scaling_figure
 
     lm = trials[trials["family"].isin(LM)]
@@ -450,6 +513,7 @@ def applicable_figures(trials: pd.DataFrame, curves: pd.DataFrame) -> list[tuple
         ("scaling", lambda: scaling_figure(lm)),
         *pareto[1:],
         ("widths", lambda: width_profile_figure(lm)),
+        ("layers", lambda: layers_figure(lm, layers)),
         ("param-split", lambda: param_split_figure(lm)),
         ("curves-lm", lambda: learning_curves_figure(lm, curves)),
     ]

@@ -88,6 +88,7 @@ def build_payload(root: str, sweeps: list[str] | None = None, title: str | None 
     """The JSON the page renders: sweeps, filter values, per-trial rows, figures."""
     from dashboards.figures import applicable_figures, metric_for
     from dashboards.frames import LOWER_IS_BETTER, METRIC_LABELS, with_derived
+    from results.store import load_layers
 
     trials, curves = load_frames(root, sweeps, cache)
     trials = with_derived(trials)
@@ -124,7 +125,7 @@ def build_payload(root: str, sweeps: list[str] | None = None, title: str | None 
         "rows": rows, "docs": docs, "trains": trains,
     }
     rows["hover"] = trials["hover"].tolist()
-    figures = applicable_figures(trials, curves) if len(trials) else []
+    figures = applicable_figures(trials, curves, load_layers(root, sweeps, cache=cache)) if len(trials) else []
     parts = [f'{{"id": {json.dumps(fid)}, "figure": {_compact(fig).to_json()}}}' for fid, fig in figures]
     return json.dumps(head, default=str)[:-1] + ', "figures": [' + ", ".join(parts) + "]}"
 

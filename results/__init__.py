@@ -3,9 +3,11 @@
 from results.catalog import SWEEP_STATUSES, Catalog, SweepRecord, default_catalog_url
 from results.schema import (
     CURVE_COLUMNS,
+    LAYER_COLUMNS,
     STATUSES,
     TRIAL_COLUMNS,
     normalize_curve_row,
+    normalize_layer_row,
     normalize_trial_row,
 )
 from results.store import (
@@ -13,6 +15,7 @@ from results.store import (
     completed_keys,
     list_sweeps,
     load_curves,
+    load_layers,
     load_trials,
     local_folder,
     read_sweep_file,
@@ -24,7 +27,8 @@ from results.store import (
 
 __all__ = [
     "SWEEP_STATUSES", "Catalog", "SweepRecord", "default_catalog_url",
-    "CURVE_COLUMNS", "STATUSES", "TRIAL_COLUMNS", "normalize_curve_row", "normalize_trial_row",
-    "compact", "completed_keys", "list_sweeps", "load_curves", "load_trials", "local_folder",
+    "CURVE_COLUMNS", "LAYER_COLUMNS", "STATUSES", "TRIAL_COLUMNS", "normalize_curve_row",
+    "normalize_layer_row", "normalize_trial_row",
+    "compact", "completed_keys", "list_sweeps", "load_curves", "load_layers", "load_trials", "local_folder",
     "read_sweep_file", "sweep_dir", "validate_sweep_name", "write_sweep_file", "write_trial",
 ]

@@ -61,6 +61,15 @@ CURVE_COLUMNS = pa.schema(
     ]
 )
 
+# Seed 002 §4's representation analysis (`trainers.analysis`): one row per (layer, threshold);
+# `matrix_entropy` (the residual stream's) repeats across a layer's threshold rows.
+LAYER_COLUMNS = pa.schema(
+    [
+        ("sweep", _STR), ("trial_id", _STR), ("layer", _INT), ("width", _INT),
+        ("matrix_entropy", _FLOAT), ("activation_density", _FLOAT), ("threshold", _FLOAT),
+    ]
+)
+
 
 def _to_int(value: Any) -> int | None:
     if isinstance(value, float):
@@ -150,3 +159,8 @@ def normalize_trial_row(row: dict[str, Any]) -> dict[str, Any]:
 def normalize_curve_row(row: dict[str, Any]) -> dict[str, Any]:
     """Every CURVE_COLUMNS name, coerced to its type; missing ones null, unknown ones refused."""
     return _normalize(row, CURVE_COLUMNS, "curve")
+
+
+def normalize_layer_row(row: dict[str, Any]) -> dict[str, Any]:
+    """Every LAYER_COLUMNS name, coerced to its type; missing ones null, unknown ones refused."""
+    return _normalize(row, LAYER_COLUMNS, "layer")

@@ -4,13 +4,15 @@ Layout (plain Parquet; DuckDB `read_parquet('ROOT/*/trials/*.parquet')` and Pola
 
     ROOT/SWEEP/trials/part-<trial_id>-<stamp>.parquet     one trial row
     ROOT/SWEEP/curves/part-<trial_id>-<stamp>.parquet     that attempt's curve rows
+    ROOT/SWEEP/layers/part-<trial_id>-<stamp>.parquet     its per-layer analysis rows (seed 002
+                                                          §4), only for a trial that has them
 
 A fragment is written under a hidden temporary name and renamed into place, so a reader
 (or a crash) never sees half a file. The trials fragment is the commit record: it is
-renamed last, and curve files without a trials sibling of the same name are ignored.
-A retried trial writes a new pair; readers keep the newest row per (sweep, trial_id) by
-`finished_at` and the curves of that same attempt. `compact` merges the fragments into one
-`compact-<stamp>.parquet` pair with the same semantics.
+renamed last, and curves or layers files without a trials sibling of the same name are
+ignored. A retried trial writes a new set; readers keep the newest row per (sweep, trial_id)
+by `finished_at` and the curves and layers of that same attempt. `compact` merges the
+fragments into one `compact-<stamp>.parquet` set with the same semantics.
 """
 
 from __future__ import annotations
@@ -33,7 +35,14 @@ import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from results.schema import CURVE_COLUMNS, TRIAL_COLUMNS, normalize_curve_row, normalize_trial_row
+from results.schema import (
+    CURVE_COLUMNS,
+    LAYER_COLUMNS,
+    TRIAL_COLUMNS,
+    normalize_curve_row,
+    normalize_layer_row,
+    normalize_trial_row,
+)
 from search_spaces.errors import UserError
 
 _SWEEP_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
@@ -126,8 +135,20 @@ def read_sweep_file(root, sweep: str, name: str) -> str | None:
         return stream.read().decode()
 
 
-def write_trial(root, sweep: str, trial_row: dict, curve_rows: list[dict]) -> str:
-    """Write one trial (and its curve) as one new fragment pair; returns the trials fragment path."""
+def _own_rows(rows: list[dict], trial: dict, normalize, what: str) -> list[dict]:
+    """A trial's curve or layer rows, normalised, each checked to belong to that trial."""
+    out = []
+    for item in rows:
+        if item.get("trial_id") not in (None, trial["trial_id"]):
+            raise ValueError(f"{what} row for trial {item['trial_id']!r} in trial {trial['trial_id']!r}")
+        out.append(normalize({**item, "sweep": trial["sweep"], "trial_id": trial["trial_id"]}))
+    return out
+
+
+def write_trial(root, sweep: str, trial_row: dict, curve_rows: list[dict],
+                layer_rows: list[dict] = ()) -> str:
+    """Write one trial (its curve, and its layer rows if it has any) as one new set of
+    fragments, the trials fragment last; returns the trials fragment path."""
     validate_sweep_name(sweep)
     if trial_row.get("sweep") not in (None, sweep):
         raise ValueError(f"trial row says sweep {trial_row['sweep']!r}, written to {sweep!r}")
@@ -138,18 +159,18 @@ def write_trial(root, sweep: str, trial_row: dict, curve_rows: list[dict]) -> st
         raise ValueError("trial row has no status")
     if row["finished_at"] is None:
         row["finished_at"] = datetime.now(UTC)
-    curves = []
-    for curve in curve_rows:
-        if curve.get("trial_id") not in (None, row["trial_id"]):
-            raise ValueError(f"curve row for trial {curve['trial_id']!r} in trial {row['trial_id']!r}")
-        curves.append(normalize_curve_row({**curve, "sweep": sweep, "trial_id": row["trial_id"]}))
+    siblings = [("curves", CURVE_COLUMNS, _own_rows(curve_rows, row, normalize_curve_row, "curve"))]
+    layers = _own_rows(layer_rows, row, normalize_layer_row, "layer")
+    if layers:
+        siblings.append(("layers", LAYER_COLUMNS, layers))
 
     fs, base = _filesystem(root)
     name = f"part-{_safe(row['trial_id'])}-{_stamp()}.parquet"
-    for table_name in ("trials", "curves"):
+    for table_name in ("trials", *(folder for folder, _, _ in siblings)):
         fs.create_dir(posixpath.join(base, sweep, table_name), recursive=True)
-    _write_atomic(fs, posixpath.join(base, sweep, "curves", name),
-                  pa.Table.from_pylist(curves, schema=CURVE_COLUMNS))
+    for folder, schema, rows in siblings:
+        _write_atomic(fs, posixpath.join(base, sweep, folder, name),
+                      pa.Table.from_pylist(rows, schema=schema))
     trial_path = posixpath.join(base, sweep, "trials", name)
     _write_atomic(fs, trial_path, pa.Table.from_pylist([row], schema=TRIAL_COLUMNS))
     return trial_path
@@ -173,18 +194,23 @@ class DamagedStore(UserError):
 
 
 class _Table(NamedTuple):
-    """A table folder's schema, the columns a fragment must have to be one of ours, and
-    those that may not be null (a foreign file would otherwise show as an all-null row)."""
+    """A table folder's schema, the columns a fragment must have to be one of ours, those
+    that may not be null (a foreign file would otherwise show as an all-null row), and the
+    columns that order a trial's rows."""
 
     folder: str
     schema: pa.Schema
     required: tuple[str, ...]
     not_null: tuple[str, ...]
+    order: tuple[str, ...] = ()
 
 
 _TRIALS = _Table("trials", TRIAL_COLUMNS, ("sweep", "trial_id", "key", "seed", "status"),
                  ("sweep", "trial_id", "status"))
-_CURVES = _Table("curves", CURVE_COLUMNS, ("sweep", "trial_id", "step"), ("sweep", "trial_id"))
+_CURVES = _Table("curves", CURVE_COLUMNS, ("sweep", "trial_id", "step"), ("sweep", "trial_id"),
+                 ("step",))
+_LAYERS = _Table("layers", LAYER_COLUMNS, ("sweep", "trial_id", "layer"), ("sweep", "trial_id"),
+                 ("layer", "threshold"))
 _KINDS = (pa.types.is_integer, pa.types.is_floating, pa.types.is_boolean, pa.types.is_timestamp,
           pa.types.is_list, lambda t: pa.types.is_string(t) or pa.types.is_large_string(t))
 
@@ -417,10 +443,15 @@ def _attempt_curves(curves: pa.Table, listed: list[str], winners: pa.Table,
         raise FileNotFoundError(f"curves fragment(s) missing beside trials: {missing[:3]}")
     for sweep, name in missing:  # deleted by hand: the trial stays, without its curve
         _warn(f"{sweep}/curves/{name}", "missing beside its trials fragment (no curve shown)")
-    kept = curves.join(winners.select(["sweep", "trial_id", "_file"]),
-                       ["sweep", "trial_id", "_file"], join_type="inner")
-    return kept.select(CURVE_COLUMNS.names).sort_by(
-        [("sweep", "ascending"), ("trial_id", "ascending"), ("step", "ascending")])
+    return _attempt_rows(curves, winners, _CURVES)
+
+
+def _attempt_rows(rows: pa.Table, winners: pa.Table, table: _Table) -> pa.Table:
+    """The rows of a curves or layers folder written with each winning trial row (same file name)."""
+    kept = rows.join(winners.select(["sweep", "trial_id", "_file"]),
+                     ["sweep", "trial_id", "_file"], join_type="inner")
+    order = ["sweep", "trial_id", *table.order]
+    return kept.select(table.schema.names).sort_by([(name, "ascending") for name in order])
 
 
 def _curves_table(fs, base, sweeps, cache=None, missing_ok: bool = False) -> pa.Table:
@@ -428,6 +459,23 @@ def _curves_table(fs, base, sweeps, cache=None, missing_ok: bool = False) -> pa.
     scans = [_scan(fs, posixpath.join(base, s, "curves"), _CURVES, cache=cache) for s in sweeps]
     rows = pa.concat_tables([_empty(_CURVES, CURVE_COLUMNS.names), *(s.rows for s in scans)])
     return _attempt_curves(rows, [p for scan in scans for p in scan.listed], winners, missing_ok)
+
+
+def _layers_table(fs, base, sweeps, cache=None) -> pa.Table:
+    if not any(_fragments(fs, posixpath.join(base, s, "layers")) for s in sweeps):
+        return LAYER_COLUMNS.empty_table()  # no trial analysed: spare reading the trials
+    winners = _newest_trials(fs, base, sweeps, columns=[], cache=cache)
+    scans = [_scan(fs, posixpath.join(base, s, "layers"), _LAYERS, cache=cache) for s in sweeps]
+    # Only analysed trials have a layers file, so a missing one cannot reveal a concurrent
+    # compaction as a missing curves file does; a winner's trials file gone by now can.
+    present = {(s, info.base_name) for s in sweeps
+               for info in _fragments(fs, posixpath.join(base, s, "trials"))}
+    gone = [(s, f) for s, f in zip(winners["sweep"].to_pylist(), winners["_file"].to_pylist(),
+                                   strict=True) if (s, f) not in present]
+    if gone:
+        raise FileNotFoundError(f"trials fragment(s) compacted while reading layers: {gone[:3]}")
+    rows = pa.concat_tables([_empty(_LAYERS, LAYER_COLUMNS.names), *(s.rows for s in scans)])
+    return _attempt_rows(rows, winners, _LAYERS)
 
 
 def load_trials(root, sweeps: list[str] | None = None, *,
@@ -452,6 +500,15 @@ def load_curves(root, sweeps: list[str] | None = None, *,
     return table.to_pandas()
 
 
+def load_layers(root, sweeps: list[str] | None = None, *,
+                cache: FragmentCache | None = None) -> pd.DataFrame:
+    """Layer rows (`trainers.analysis`) of each trial's newest attempt, sorted by sweep,
+    trial_id, layer, threshold; a trial that was not analysed has none."""
+    fs, base = _filesystem(root)
+    names = _sweeps(root, sweeps)
+    return _with_retries(lambda: _layers_table(fs, base, names, cache)).to_pandas()
+
+
 def completed_keys(root, sweep: str) -> dict[tuple[str, str, int], str]:
     """(key, tuned_json, seed) -> status of what a sweep already holds, for resume.
 
@@ -469,55 +526,64 @@ def completed_keys(root, sweep: str) -> dict[tuple[str, str, int], str]:
 
 
 def compact(root, sweep: str, grace_s: float = 1.0, stale_s: float = 3600.0) -> str | None:
-    """Merge a sweep's fragments into one trials and one curves file; returns the trials file.
+    """Merge a sweep's fragments into one trials, one curves and (when any trial has layer
+    rows) one layers file; returns the trials file.
 
     Readers may run meanwhile: the merged pair appears (atomically) before the merged inputs
     are deleted, `grace_s` later so a directory listing in progress sees one or the other;
     duplicates in between resolve like any retry. Fragments written during compaction are
     left for the next one. Run one compaction per sweep at a time.
 
-    Damaged or foreign fragments move to `SWEEP/damaged/{trials,curves}/` (a damaged trial
-    takes its curves along), one warning line each: the folders stay globbable and nothing
-    is lost. Leftovers older than `stale_s` are deleted: temporary files of killed writers
-    and curves whose trial never landed. `stale_s=0` is for a caller that knows no writer
+    Damaged or foreign fragments move to `SWEEP/damaged/{trials,curves,layers}/` (a damaged
+    trial takes its curves and layers along), one warning line each: the folders stay
+    globbable and nothing is lost. Leftovers older than `stale_s` are deleted: temporary
+    files of killed writers and curves or layers whose trial never landed. `stale_s=0` is for a caller that knows no writer
     of this sweep runs (the driver holding it).
     """
     fs, base = _filesystem(root)
     folder = posixpath.join(base, validate_sweep_name(sweep))
-    trials_dir, curves_dir = (posixpath.join(folder, t) for t in ("trials", "curves"))
+    trials_dir, curves_dir, layers_dir = (posixpath.join(folder, t) for t in ("trials", "curves", "layers"))
     trials = _scan(fs, trials_dir, _TRIALS, warn=False)
     curves = _scan(fs, curves_dir, _CURVES, warn=False)
-    moved = _set_aside(fs, folder, trials, curves)
+    layers = _scan(fs, layers_dir, _LAYERS, warn=False)
+    moved = _set_aside(fs, folder, trials, curves, layers)
     inputs = [p for p in trials.listed if p not in moved]
     merged = inputs[0] if len(inputs) == 1 else None
     if len(inputs) > 1:
         # Only the listed files: a fragment written meanwhile is neither merged nor deleted.
         winners = _newest(trials.rows)
         kept = _attempt_curves(curves.rows, curves.listed, winners, missing_ok=True)
+        analysed = _attempt_rows(layers.rows, winners, _LAYERS)
         name = f"compact-{_stamp()}.parquet"
         _write_atomic(fs, posixpath.join(curves_dir, name), kept)
+        if analysed.num_rows:
+            fs.create_dir(layers_dir, recursive=True)
+            _write_atomic(fs, posixpath.join(layers_dir, name), analysed)
         merged = posixpath.join(trials_dir, name)
         _write_atomic(fs, merged, winners.select(TRIAL_COLUMNS.names))
         time.sleep(grace_s)
         merged_names = {posixpath.basename(p) for p in inputs}
-        # Trials first (an orphan curves file is ignored), then their curves siblings only: a
-        # curves file listed without its trials file is a write in flight, or a crashed one.
+        # Trials first (an orphan curves or layers file is ignored), then their siblings only:
+        # a sibling listed without its trials file is a write in flight, or a crashed one.
         for path in inputs:
             fs.delete_file(path)
-        for path in curves.listed:
+        for path in [*curves.listed, *layers.listed]:
             if path not in moved and posixpath.basename(path) in merged_names:
                 fs.delete_file(path)
     _remove_leftovers(fs, folder, stale_s)
     return merged
 
 
-def _set_aside(fs, folder: str, trials: _Scan, curves: _Scan) -> set[str]:
-    """Move damaged fragments into `folder/damaged/`; returns the paths moved."""
+def _set_aside(fs, folder: str, trials: _Scan, *siblings: _Scan) -> set[str]:
+    """Move damaged fragments (and the curves and layers of a damaged trial) into
+    `folder/damaged/`; returns the paths moved."""
     lost = {posixpath.basename(p) for p in trials.damaged}
-    moving = {**trials.damaged, **curves.damaged}
-    for path in curves.listed:
-        if posixpath.basename(path) in lost:
-            moving.setdefault(path, "its trials fragment is damaged")
+    moving = dict(trials.damaged)
+    for scan in siblings:
+        moving.update(scan.damaged)
+        for path in scan.listed:
+            if posixpath.basename(path) in lost:
+                moving.setdefault(path, "its trials fragment is damaged")
     for path, problem in moving.items():
         target = posixpath.join(folder, "damaged", posixpath.basename(posixpath.dirname(path)))
         fs.create_dir(target, recursive=True)
@@ -527,15 +593,16 @@ def _set_aside(fs, folder: str, trials: _Scan, curves: _Scan) -> set[str]:
 
 
 def _remove_leftovers(fs, folder: str, stale_s: float) -> None:
-    """Delete temporary files and orphan curves older than `stale_s`: no live writer owns them."""
-    trials_dir, curves_dir = (posixpath.join(folder, t) for t in ("trials", "curves"))
+    """Delete temporary files and orphan curves or layers older than `stale_s`: no live
+    writer owns them."""
+    trials_dir, *sibling_dirs = (posixpath.join(folder, t) for t in ("trials", "curves", "layers"))
     trial_names = {info.base_name for info in _fragments(fs, trials_dir)}
     cutoff = time.time() - stale_s
-    for where in (folder, trials_dir, curves_dir):
+    for where in (folder, trials_dir, *sibling_dirs):
         for info in fs.get_file_info(pafs.FileSelector(where, allow_not_found=True)):
             old = info.mtime is not None and info.mtime.timestamp() <= cutoff
             orphan = info.base_name.endswith(".tmp") or (
-                where == curves_dir and info.base_name not in trial_names)
+                where in sibling_dirs and info.base_name not in trial_names)
             if info.type == pafs.FileType.File and old and orphan:
                 with contextlib.suppress(FileNotFoundError):  # renamed or removed meanwhile
                     fs.delete_file(info.path)

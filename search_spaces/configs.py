@@ -389,6 +389,10 @@ class TrainConfig(_Strict):
                              f"(seq_len={self.seq_len})")
         return self
 
+    # Seed 002 §4's representation analysis at the end of an LM trial (trainers.analysis):
+    # true | false; unset: on for variable_width models (constant width included), else off.
+    analysis: bool | None = None
+
 
 def config_key(config: BaseModel) -> str:
     """A stable 12-hex hash of a model config's shape (what makes two candidates the same)."""

@@ -294,6 +294,7 @@ class ResultsWriter(Callback):
         from results.schema import TRIAL_COLUMNS
         from results.store import write_trial
         from sweep.search import trial_triple
+        from sweep.trainable import LAYERS_FIELD
 
         spec = trial.config["spec"]
         if spec["trial_id"] in self.written:
@@ -314,7 +315,8 @@ class ResultsWriter(Callback):
         )
         curve_rows = [{"sweep": self.sweep, "trial_id": spec["trial_id"], **point}
                       for point in curve if point.get("step") is not None]
-        write_trial(self.root, self.sweep, row, curve_rows)
+        layer_rows = json.loads((trial.last_result or {}).get(LAYERS_FIELD) or "[]")
+        write_trial(self.root, self.sweep, row, curve_rows, layer_rows)
         self.written.add(spec["trial_id"])
         if self.progress is not None:
             self.progress.finished(trial.trial_id, status, spec["trial_id"], error, row)

@@ -11,17 +11,22 @@ light module keeps the per-trial overhead small.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 FINAL_FLAG = "final"  # set on the one report made after the loop returns
+LAYERS_FIELD = "layers_json"  # the final report's analysis rows, as JSON text (loggers skip text)
 
 
 def trial_result_fields(result: Any) -> dict[str, Any]:
-    """The scalar fields of a `TrainResult` worth reporting (the curve travels separately)."""
+    """The scalar fields of a `TrainResult` worth reporting (the curve travels separately),
+    and its analysis rows as one JSON text when it has any."""
     fields = result.to_dict()
     fields.pop("curve", None)
-    return {name: value for name, value in fields.items()
-            if value is None or isinstance(value, bool | int | float | str)}
+    layers = fields.pop("layers", None)
+    scalars = {name: value for name, value in fields.items()
+               if value is None or isinstance(value, bool | int | float | str)}
+    return {**scalars, LAYERS_FIELD: json.dumps(layers)} if layers else scalars
 
 
 def run_trial(config: dict[str, Any]) -> None:

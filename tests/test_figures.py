@@ -14,6 +14,7 @@ import pytest
 from dashboards.figures import (
     applicable_figures,
     baseline_figure,
+    layers_figure,
     learning_curves_figure,
     pareto_figure,
     pareto_front,
@@ -25,7 +26,7 @@ from dashboards.frames import VERDICT_COLORS, esc, hover_text, with_derived
 from dashboards.report import budget_labels, build_payload, script_safe, write_report
 from dashboards.scaling import fit_power_law, flops_to_match, match_sentences
 from results.stats import FIDELITY_THRESHOLD, compare, rank_fidelity
-from results.store import load_curves, load_trials
+from results.store import load_curves, load_layers, load_trials, write_trial
 from search_spaces.errors import UserError
 
 HOSTILE = "<script>alert(1)</script>"
@@ -199,6 +200,47 @@ def test_width_profiles_show_avg_width_and_flops(frames):
         row = trials.loc[trace.customdata[0][0]]
         assert list(trace.y) == [int(w) for w in row["widths"]]
         assert f"avg width {row['avg_layer_width']:.0f}" in trace.name and "FLOPs/tok" in trace.name
+
+
+def _analysed_store(root) -> str:
+    """A sweep of constant-width and ><former trials, each with seed 002 §4 layer rows."""
+    from dashboards.synthetic import synthetic_sweep
+
+    for row, curve in synthetic_sweep("fig7", 24, families=("conventional", "variable_width"),
+                                      budgets=(30e6,), seeds=2):
+        layers = [{"layer": layer, "width": row["d_model"], "threshold": t,
+                   "matrix_entropy": 0.3 + 0.1 * layer / row["n_layers"] + 0.01 * row["seed"],
+                   "activation_density": (1 - 0.1 * row["seed"]) / (1 + t)}
+                  for layer in range(1, row["n_layers"] + 1) for t in (0.01, 0.1, 1.0)]
+        write_trial(root, "fig7", row, curve, layers if row["status"] != "failed" else [])
+    return str(root)
+
+
+def test_layers_figure_draws_seed_means_by_depth(tmp_path, frames):
+    root = _analysed_store(tmp_path)
+    trials, layers = with_derived(load_trials(root)), load_layers(root)
+    fig = layers_figure(trials, layers)
+    titles = [a.text for a in fig.layout.annotations]
+    assert titles == ["matrix entropy of the residual stream", "MLP activation density, |a| > 0.01",
+                      "MLP activation density, |a| > 0.1", "MLP activation density, |a| > 1"]
+    done = trials[trials["status"] == "completed"]
+    for trace in fig.data:
+        row = trials.loc[trace.customdata[0][0]]
+        # the seeds of the candidate's chosen tuned value (its point's row is one of them)
+        seeds = done[(done["key"] == row["key"]) & (done["tuned_json"] == row["tuned_json"])]["seed"]
+        assert trace.x[-1] == 1.0 and len(trace.x) == row["n_layers"]  # depth = layer / n_layers
+        if trace.xaxis == "x":  # the entropy panel: the mean over those seeds
+            assert trace.y[0] == pytest.approx(0.3 + 0.1 / row["n_layers"] + 0.01 * seeds.mean())
+        assert trace.line.dash == ("solid" if row["family"] == "variable_width" else "dash")
+    legend = [t for t in fig.data if t.showlegend is not False]
+    assert len(fig.data) == 4 * len(legend) and {t.line.dash for t in legend} == {"solid", "dash"}
+    ids = [figure_id for figure_id, _ in applicable_figures(trials, load_curves(root), layers)]
+    assert "layers" in ids
+    assert '"id": "layers"' in build_payload(root)
+    # a sweep without layer rows has no such figure
+    plain, curves = frames
+    assert "layers" not in [figure_id for figure_id, _ in applicable_figures(plain, curves)]
+    assert layers_figure(plain, layers.iloc[0:0]) is None
 
 
 def test_budget_labels_cluster_iso_budget_sweeps():

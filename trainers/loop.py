@@ -60,6 +60,7 @@ class TrainResult:
     psnr: float | None = None
     ssim: float | None = None
     accuracy: float | None = None  # vision genclass only
+    layers: list[dict[str, Any]] = field(default_factory=list)  # trainers.analysis rows, if run
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -247,11 +248,13 @@ def train(model_config, train: TrainConfig, data: str | None = None,
 
     `save_dir`: where to write the trained model (`checkpoint.save_model`).
     """
+    from trainers import analysis
     from trainers.memory import check_fits
     from trainers.models import build_model
     from trainers.mup import configure
 
     checkpoint.check_save_dir(save_dir)
+    analysed = analysis.wanted(model_config, train)
 
     dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     check_fits(model_config, train, dev)  # refuse a model too large before torch allocates it
@@ -266,6 +269,8 @@ def train(model_config, train: TrainConfig, data: str | None = None,
 
     torch.manual_seed(train.seed)
     model = build_model(model_config)
+    if analysed:
+        analysis.check(model)
     groups = configure(model, model_config, train)
     model.to(dev)
     params_measured = sum(p.numel() for p in model.parameters() if p.requires_grad)
@@ -339,8 +344,12 @@ def train(model_config, train: TrainConfig, data: str | None = None,
             t_interval = time.perf_counter()
     if save_dir is not None:
         checkpoint.save_model(save_dir, model, model_config, train)
-    return _result(curve, prior_elapsed + time.perf_counter() - t0, train_time,
-                   params_measured, data_hash, stopped)
+    layers = (analysis.analyse(model, analysis.analysis_tokens(task.val_x).to(dev), autocast)
+              if analysed and not stopped else [])
+    result = _result(curve, prior_elapsed + time.perf_counter() - t0, train_time,
+                     params_measured, data_hash, stopped)
+    result.layers = layers
+    return result
 
 
 def _result(curve, wall, train_time, params_measured, data_hash, stopped) -> TrainResult:
