@@ -166,6 +166,7 @@ class OptunaSearcher(Searcher):
         self.study, self.define, self.metrics, self.budget = study, define, metrics, budget
         self._live: dict[str, Any] = {}  # Tune trial id -> Optuna trial
         self._idents: dict[str, str] = {}  # Tune trial id -> candidate key + tuned
+        self._steps: dict[str, set[int]] = {}  # Tune trial id -> token counts reported
         self._known: dict[str, Any] = {}  # candidate key + tuned -> its finished FrozenTrial
         for trial in study.trials:
             key = trial.user_attrs.get("key")
@@ -192,6 +193,7 @@ class OptunaSearcher(Searcher):
             else:
                 self._describe(trial, spec)
                 self._live[trial_id], self._idents[trial_id] = trial, ident
+                self._steps[trial_id] = set()
                 return config
         return Searcher.FINISHED
 
@@ -222,26 +224,29 @@ class OptunaSearcher(Searcher):
         trial = self._live.get(trial_id)
         value, tokens = result.get(self.metrics[0]), result.get("tokens")
         if (trial is None or len(self.metrics) > 1 or result.get(FINAL_FLAG)
-                or value is None or tokens is None):
+                or value is None or tokens is None or tokens in self._steps[trial_id]):
             return
         trial.report(float(value), int(tokens))
+        self._steps[trial_id].add(tokens)
 
     def on_trial_complete(self, trial_id: str, result: dict | None = None,
                           error: bool = False) -> None:
         from optuna.trial import TrialState
 
+        result = result or {}
+        self.on_trial_result(trial_id, result)  # Tune withholds the result ASHA stopped on
         trial = self._live.pop(trial_id, None)
         ident = self._idents.pop(trial_id, None)
+        self._steps.pop(trial_id, None)
         if trial is None:
             return
-        result = result or {}
         values = [result.get(m) for m in self.metrics]
         if error or None in values:
             self.study.tell(trial, state=TrialState.FAIL)
             return
         if reached_budget(result, self.budget):
             frozen = self.study.tell(trial, values if len(values) > 1 else values[0])
-        else:  # ASHA stopped it: its evaluations are already reported
+        else:  # ASHA stopped it: every evaluation is reported above
             frozen = self.study.tell(trial, state=TrialState.PRUNED)
         if frozen.values is not None:
             self._known[ident] = frozen
