@@ -94,7 +94,10 @@ def _wandb(sweep: str, folder: str):
             if not sys.is_finalizing():
                 super().__del__()
 
-    settings = {} if os.environ.get("WANDB_DIR") else {"dir": folder}
+    # Given to wandb.init in its logging actor, which may not share the driver's environment.
+    settings = {"dir": os.environ.get("WANDB_DIR", folder)}
+    if os.environ.get("WANDB_MODE"):
+        settings["mode"] = os.environ["WANDB_MODE"]
     return WandbTrials(project=os.environ.get("WANDB_PROJECT", "shapesweep"), group=sweep,
                        **settings)
 
