@@ -48,7 +48,8 @@ def test_each_trial_is_one_tracker_run_with_its_curve(local_ray, tmp_path, monke
     monkeypatch.setenv("WANDB_DIR", str(wandb_dir))
     root = tmp_path / "sweeps"
     assert run("run", str(write_space(tmp_path, SPACE)), "--root", str(root), "--scheduler",
-               "fifo", "--log-to", "mlflow", "--log-to", "tensorboard", "--log-to", "wandb") == 0
+               "fifo", "--max-concurrent", "1", "--log-to", "mlflow", "--log-to", "tensorboard",
+               "--log-to", "wandb") == 0
     rows = load_trials(str(root), ["tracked"]).set_index("trial_id")
     evaluations = load_curves(str(root), ["tracked"]).groupby("trial_id").size()
     assert len(rows) == 2 and (evaluations >= 4).all()
