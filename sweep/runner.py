@@ -550,6 +550,7 @@ def _drive(options: SweepOptions, checked: _Checked, catalog: Any, console: Any)
     from ray import tune
 
     from sweep.progress import SweepProgress
+    from sweep.trackers import tracker_callbacks
     from sweep.trainable import run_trial
 
     statuses = {triple: s for triple, s in statuses.items() if triple in skip}
@@ -567,8 +568,6 @@ def _drive(options: SweepOptions, checked: _Checked, catalog: Any, console: Any)
             catalog.set_status(name, "finished")
             return SweepOutcome(name, "finished", count_statuses(statuses), 0)
         tune_kwargs["search_alg"] = searcher
-
-    from sweep.trackers import tracker_callbacks
 
     started_ray, session_dir = _init_ray(options)
     progress = SweepProgress(total=len(specs) if specs else num_samples, console=console,
