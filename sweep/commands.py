@@ -57,6 +57,8 @@ def add_arguments_run(parser: argparse.ArgumentParser) -> None:
                         choices=("params_non_embedding", "flops_per_token"), default=None,
                         help="optuna: NSGA-II over val_loss and this (default params_non_embedding)")
     parser.add_argument("--sampler-seed", type=int, default=0, help="optuna sampler seed")
+    parser.add_argument("--log-to", action="append", default=[], metavar="TRACKER",
+                        help="also log each trial to mlflow, wandb or tensorboard (repeatable)")
 
 
 def parse_seeds(text: str | None) -> list[int] | None:
@@ -103,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
         seeds=parse_seeds(args.seeds), scheduler=args.scheduler, grace_tokens=args.grace_tokens,
         reduction_factor=args.reduction_factor, storage=args.storage, data=args.data,
         multi_objective=args.multi_objective, retry_failed=args.retry_failed,
-        sampler_seed=args.sampler_seed, progress=not args.no_progress,
+        sampler_seed=args.sampler_seed, log_to=args.log_to, progress=not args.no_progress,
     )
     return _report(run_sweep(options), args.root)
 

@@ -42,7 +42,9 @@ OPTIONS_FILE = "sweep.json"  # how the sweep was run, so `resume NAME` can run i
 SPACE_FILE = "space.yaml"
 CURVE_FIELDS = ("step", "tokens", "train_loss", "val_loss", "lr", "elapsed_s", "psnr", "ssim")
 QUIET_ENV = {
-    "TUNE_DISABLE_AUTO_CALLBACK_LOGGERS": "1",  # no per-trial json/csv/tensorboard files
+    # Tune's loggers are chosen by `_ray_loggers` (json + csv, so ResultGrid and
+    # ExperimentAnalysis read the sweep; TensorBoard files only with --log-to tensorboard).
+    "TUNE_DISABLE_AUTO_CALLBACK_LOGGERS": "1",
     "TUNE_DISABLE_SIGINT_HANDLER": "1",  # Ctrl-C reaches us: we mark the sweep interrupted
     "RAY_DEDUP_LOGS": "0",
     "RAY_AIR_NEW_OUTPUT": "0",
@@ -72,6 +74,7 @@ class SweepOptions:
     multi_objective: str | None = None
     retry_failed: bool = False
     sampler_seed: int | None = 0
+    log_to: list[str] = field(default_factory=list)  # experiment trackers (sweep.trackers)
     progress: bool = True
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -275,12 +278,11 @@ class ResultsWriter(Callback):
                 {name: result.get(name) for name in CURVE_FIELDS})
 
     def on_trial_complete(self, iteration, trials, trial, **info):
-        from sweep.trainable import FINAL_FLAG
+        from sweep.search import reached_budget
 
-        last = trial.last_result or {}
         spec = trial.config["spec"]
         budget = token_budget(spec["document"]["train"], spec["row"]["family"])
-        reached = last.get(FINAL_FLAG) or (last.get("tokens") or 0) >= 0.98 * budget
+        reached = reached_budget(trial.last_result or {}, budget)
         self._write(trial, "completed" if reached else "stopped_early", None)
 
     def on_trial_error(self, iteration, trials, trial, **info):
@@ -463,6 +465,7 @@ class _Checked:
     candidates: list | None  # the grid's; None for an Optuna search
     notices: list[str]
     data_hash: str
+    budget: int | None  # the trials' one token budget; None when recipes differ (no ASHA)
 
 
 def run_sweep(options: SweepOptions, console: Any = None) -> SweepOutcome:
@@ -482,7 +485,9 @@ def _check(options: SweepOptions) -> _Checked:
     from results.catalog import default_catalog_url
     from results.store import validate_sweep_name
     from search_spaces.space import check_seeds_option
+    from sweep.trackers import check_trackers
 
+    check_trackers(options.log_to)
     space = _load_space(options.space)
     options.name = validate_sweep_name(options.name or space.name)
     seeds = check_seeds_option(options.seeds or list(space.seeds))
@@ -501,11 +506,13 @@ def _check(options: SweepOptions) -> _Checked:
                             "(params_non_embedding or flops_per_token)", key="--multi-objective")
     else:
         raise UserError(f"unknown search {options.search!r} (grid or optuna)", key="--search")
-    scheduler = _scheduler(options, sweep_budgets(space, candidates))
+    budgets = sweep_budgets(space, candidates)
+    scheduler = _scheduler(options, budgets)
     data_hash, data_notices = data_hash_for(space, candidates, _abs(options.data))
     storage_url = options.storage or default_catalog_url(options.root)  # makes a local root
+    budget = next(iter(budgets)) if budgets and len(budgets) == 1 else None
     return _Checked(space, storage_url, seeds, scheduler, candidates,
-                    [*notices, *data_notices], data_hash)
+                    [*notices, *data_notices], data_hash, budget)
 
 
 def _load_space(path: str):
@@ -559,6 +566,7 @@ def _drive(options: SweepOptions, checked: _Checked, catalog: Any, console: Any)
     from ray import tune
 
     from sweep.progress import SweepProgress
+    from sweep.trackers import tracker_callbacks
     from sweep.trainable import run_trial
 
     statuses = {triple: s for triple, s in statuses.items() if triple in skip}
@@ -571,7 +579,7 @@ def _drive(options: SweepOptions, checked: _Checked, catalog: Any, console: Any)
         num_samples = 1
     else:
         param_space, num_samples, searcher, _ = _optuna_setup(
-            options, space, checked.seeds[0], name, checked.storage_url)
+            options, space, checked.seeds[0], name, checked.storage_url, checked.budget)
         if num_samples <= 0:
             catalog.set_status(name, "finished")
             return SweepOutcome(name, "finished", count_statuses(statuses), 0)
@@ -583,6 +591,7 @@ def _drive(options: SweepOptions, checked: _Checked, catalog: Any, console: Any)
     writer = ResultsWriter(options.root, name, checked.data_hash, catalog,
                            statuses, progress)
     resources = {"cpu": options.cpus_per_trial, "gpu": options.gpus_per_trial}
+    ray_folder = _ray_storage(options.root, name).resolve()
     tuner = tune.Tuner(
         tune.with_resources(run_trial, resources),
         param_space=param_space,
@@ -592,11 +601,14 @@ def _drive(options: SweepOptions, checked: _Checked, catalog: Any, console: Any)
             # Reusing actors saves a process start per trial, but Ray 2.60 cannot reset an
             # actor whose trial the scheduler stopped (and then stalls), so only under FIFO.
             reuse_actors=options.scheduler == "fifo",
-            trial_dirname_creator=lambda trial: trial.trial_id, **tune_kwargs),
+            # Trials are named by our trial id (KEY-sSEED) in Ray's folders and in trackers.
+            trial_name_creator=_trial_name, trial_dirname_creator=_trial_name, **tune_kwargs),
         run_config=tune.RunConfig(
             name=f"{name}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}",
-            storage_path=str(_ray_storage(options.root, name).resolve()), verbose=0,
-            callbacks=[writer, progress], failure_config=tune.FailureConfig(max_failures=0)),
+            storage_path=str(ray_folder), verbose=0,
+            callbacks=[writer, progress, *_ray_loggers(),
+                       *tracker_callbacks(options.log_to, name, str(ray_folder))],
+            failure_config=tune.FailureConfig(max_failures=0)),
     )
     # Failed trials are reported once, as one line each, by the progress display and in
     # their row's `error`; Ray's own tracebacks stay in ROOT/NAME/_ray/*/error.txt.
@@ -621,6 +633,18 @@ def _drive(options: SweepOptions, checked: _Checked, catalog: Any, console: Any)
     return SweepOutcome(name, status, count_statuses(statuses), len(writer.written))
 
 
+def _trial_name(trial: Any) -> str:
+    return trial.config["spec"]["trial_id"]
+
+
+def _ray_loggers() -> list[Callback]:
+    """Tune's result files (result.json, progress.csv per trial): what `ResultGrid` and
+    `tune.ExperimentAnalysis(ROOT/NAME/_ray/RUN)` read."""
+    from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback
+
+    return [JsonLoggerCallback(), CSVLoggerCallback()]
+
+
 def _say(*lines: str) -> None:
     """Notices before the sweep starts (the plan, dropped grid points), on stderr."""
     for line in lines:
@@ -631,7 +655,8 @@ def _abs(path: str | None) -> str | None:
     return str(Path(path).resolve()) if path else None
 
 
-def _optuna_setup(options: SweepOptions, space: Any, seed: int, name: str, storage_url: str):
+def _optuna_setup(options: SweepOptions, space: Any, seed: int, name: str, storage_url: str,
+                  budget: int | None):
     """The Optuna searcher, reconciled with what a killed driver left behind."""
     from results.store import load_trials
     from sweep.search import (
@@ -646,7 +671,7 @@ def _optuna_setup(options: SweepOptions, space: Any, seed: int, name: str, stora
     data = _abs(options.data)
     searcher, study = make_optuna_search(
         space, name, storage, SpecMaker(space, seed, data),
-        options.multi_objective, sampler_seed=options.sampler_seed)
+        options.multi_objective, budget, sampler_seed=options.sampler_seed)
     trials = load_trials(options.root, [name])
     second = options.multi_objective
     finished = {

@@ -11,15 +11,20 @@ the free dimensions. A point that cannot meet the budget is told to Optuna as PR
 (user attr `infeasible`) inside `suggest`, and Optuna is asked again, so it never reaches
 Ray and is never reported as a loss. A point whose candidate was already evaluated in
 this study is told the known value (user attr `duplicate_of`) instead of training again.
+
+What Optuna's own tools read is kept right: every evaluation is reported as an
+intermediate value at its token count, a trial ASHA stopped is PRUNED (not COMPLETE with
+a short-budget loss), a failed one FAIL, each trial carries the candidate's shape and
+accounting columns as user attrs, and the study names its objectives.
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from typing import Any
 
 from ray.tune.search import Searcher
-from ray.tune.search.optuna import OptunaSearch
 
 OBJECTIVES = ("params_non_embedding", "flops_per_token")  # second objectives Optuna may trade
 MAX_SUGGEST_TRIES = 500  # fresh points asked of Optuna before calling the space exhausted
@@ -67,7 +72,7 @@ def grid_specs(space: Any, candidates: list, seeds: list[int], data: str | None,
 
 
 def open_storage(url: str):
-    """An `optuna.storages.RDBStorage` (OptunaSearch wants the object, not a URL string)."""
+    """An `optuna.storages.RDBStorage`, waiting on a busy SQLite file rather than failing."""
     import optuna
 
     return optuna.storages.RDBStorage(url, engine_kwargs=(
@@ -76,6 +81,16 @@ def open_storage(url: str):
 
 def study_directions(multi_objective: bool) -> list[str]:
     return ["minimize", "minimize"] if multi_objective else ["minimize"]
+
+
+def reached_budget(result: dict, budget: int | None) -> bool:
+    """Whether a trial's last result is a full-budget one (else ASHA stopped it early); with
+    no single budget (per-candidate recipes) only the loop's final report says so."""
+    from sweep.trainable import FINAL_FLAG
+
+    if result.get(FINAL_FLAG):
+        return True
+    return budget is not None and (result.get("tokens") or 0) >= 0.98 * budget
 
 
 def reconcile_study(study: Any, finished: dict[str, dict]) -> None:
@@ -87,17 +102,21 @@ def reconcile_study(study: Any, finished: dict[str, dict]) -> None:
 
     for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
         stored = finished.get(trial.user_attrs.get("trial_id", ""))
-        if stored and stored["status"] != "failed" and None not in stored["values"]:
-            study.tell(trial.number, stored["values"])
-        else:
+        if not stored or stored["status"] == "failed" or None in stored["values"]:
             study.tell(trial.number, state=TrialState.FAIL)
+        elif stored["status"] == "stopped_early":  # its evaluations were reported live
+            study.tell(trial.number, state=TrialState.PRUNED)
+        else:
+            study.tell(trial.number, stored["values"])
 
 
 def launched_count(study: Any) -> int:
-    """Trials of the study that ran in Ray and completed (what --num-samples counts)."""
+    """Trials of the study that ran in Ray to their end or to an ASHA stop (what
+    --num-samples counts)."""
     from optuna.trial import TrialState
 
-    return sum(1 for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    return sum(1 for t in study.get_trials(deepcopy=False,
+                                           states=(TrialState.COMPLETE, TrialState.PRUNED))
                if "trial_id" in t.user_attrs and "duplicate_of" not in t.user_attrs)
 
 
@@ -141,64 +160,104 @@ class DefineSpace:
         return {"spec": self.make_spec(candidate, tuned) if candidate is not None else None}
 
 
-class FeasibleOptunaSearch(OptunaSearch):
-    """OptunaSearch that launches only feasible, not-yet-evaluated candidates."""
+class OptunaSearcher(Searcher):
+    """Tune searcher over an Optuna study through its public ask/tell: launches only
+    feasible, not-yet-evaluated candidates, and files each trial as Optuna's tools expect."""
 
-    def __init__(self, *, study: Any, metric: str | list[str], **kwargs):
-        mode = ["min"] * len(metric) if isinstance(metric, list) else "min"
-        super().__init__(metric=metric, mode=mode, **kwargs)
-        self._known: dict[str, list[float]] = {}  # candidate key + tuned -> objective values
-        self._running_keys: set[str] = set()
+    def __init__(self, study: Any, define: DefineSpace, metrics: list[str], budget: int | None):
+        super().__init__(metric=metrics[0], mode="min")
+        self.study, self.define, self.metrics, self.budget = study, define, metrics, budget
+        self._live: dict[str, Any] = {}  # Tune trial id -> Optuna trial
         self._idents: dict[str, str] = {}  # Tune trial id -> candidate key + tuned
+        self._steps: dict[str, set[int]] = {}  # Tune trial id -> token counts reported
+        self._known: dict[str, Any] = {}  # candidate key + tuned -> its finished FrozenTrial
         for trial in study.trials:
             key = trial.user_attrs.get("key")
             if key and trial.values is not None and "duplicate_of" not in trial.user_attrs:
-                self._known[key + trial.user_attrs.get("tuned_json", "{}")] = list(trial.values)
+                self._known[key + trial.user_attrs.get("tuned_json", "{}")] = trial
 
     def suggest(self, trial_id: str) -> dict | str | None:
         from optuna.trial import TrialState
 
         for _ in range(MAX_SUGGEST_TRIES):
-            config = super().suggest(trial_id)
-            ot_trial = self._ot_trials[trial_id]
-            spec = config.get("spec")
+            trial = self.study.ask()
+            config = self.define(trial)
+            spec = config["spec"]
             ident = spec and spec["key"] + spec["tuned_json"]
             if spec is None:
-                ot_trial.set_user_attr("infeasible", True)
-                self._ot_study.tell(ot_trial, state=TrialState.PRUNED)
+                trial.set_user_attr("infeasible", True)
+                self.study.tell(trial, state=TrialState.PRUNED)
             elif ident in self._known:
-                ot_trial.set_user_attr("duplicate_of", spec["key"])
-                values = self._known[ident]
-                self._ot_study.tell(ot_trial, values if len(values) > 1 else values[0])
-            elif ident in self._running_keys:
-                ot_trial.set_user_attr("duplicate_of", spec["key"])
-                self._ot_study.tell(ot_trial, state=TrialState.PRUNED)
+                trial.set_user_attr("duplicate_of", spec["key"])
+                self._tell_like(trial, self._known[ident])
+            elif ident in self._idents.values():
+                trial.set_user_attr("duplicate_of", spec["key"])
+                self.study.tell(trial, state=TrialState.PRUNED)
             else:
-                for name in ("key", "tuned_json", "seed", "trial_id"):
-                    ot_trial.set_user_attr(name, spec[name])
-                self._running_keys.add(ident)
-                self._idents[trial_id] = ident
+                self._describe(trial, spec)
+                self._live[trial_id], self._idents[trial_id] = trial, ident
+                self._steps[trial_id] = set()
                 return config
-            del self._ot_trials[trial_id]
         return Searcher.FINISHED
+
+    @staticmethod
+    def _describe(trial: Any, spec: dict) -> None:
+        """The candidate's shape and accounting columns and ids, for Optuna's plots."""
+        for name, value in spec["row"].items():
+            trial.set_user_attr(name, value)
+        for name in ("key", "tuned_json", "seed", "trial_id"):
+            trial.set_user_attr(name, spec[name])
+
+    def _tell_like(self, trial: Any, known: Any) -> None:
+        """File a duplicate as its original ended: the same values, PRUNED where it was."""
+        from optuna.trial import TrialState
+
+        if known.state != TrialState.PRUNED:
+            self.study.tell(trial, known.values if len(known.values) > 1 else known.values[0])
+            return
+        if known.last_step is not None:
+            trial.report(known.intermediate_values[known.last_step], known.last_step)
+        self.study.tell(trial, state=TrialState.PRUNED)
+
+    def on_trial_result(self, trial_id: str, result: dict) -> None:
+        """Each evaluation is an intermediate value at its token count (pruning-aware
+        samplers read them); Optuna takes none for a multi-objective study."""
+        from sweep.trainable import FINAL_FLAG
+
+        trial = self._live.get(trial_id)
+        value, tokens = result.get(self.metrics[0]), result.get("tokens")
+        if (trial is None or len(self.metrics) > 1 or result.get(FINAL_FLAG)
+                or value is None or tokens is None or tokens in self._steps[trial_id]):
+            return
+        trial.report(float(value), int(tokens))
+        self._steps[trial_id].add(tokens)
 
     def on_trial_complete(self, trial_id: str, result: dict | None = None,
                           error: bool = False) -> None:
-        ot_trial = self._ot_trials.get(trial_id)
-        super().on_trial_complete(trial_id, result=result, error=error)
-        if ot_trial is None:
-            return
+        from optuna.trial import TrialState
+
+        result = result or {}
+        self.on_trial_result(trial_id, result)  # Tune withholds the result ASHA stopped on
+        trial = self._live.pop(trial_id, None)
         ident = self._idents.pop(trial_id, None)
-        self._running_keys.discard(ident)
-        metrics = self.metric if isinstance(self.metric, list) else [self.metric]
-        values = [(result or {}).get(m) for m in metrics]
-        if ident and not error and None not in values:
-            self._known[ident] = values
+        self._steps.pop(trial_id, None)
+        if trial is None:
+            return
+        values = [result.get(m) for m in self.metrics]
+        if error or None in values:
+            self.study.tell(trial, state=TrialState.FAIL)
+            return
+        if reached_budget(result, self.budget):
+            frozen = self.study.tell(trial, values if len(values) > 1 else values[0])
+        else:  # ASHA stopped it: every evaluation is reported above
+            frozen = self.study.tell(trial, state=TrialState.PRUNED)
+        if frozen.values is not None:
+            self._known[ident] = frozen
 
 
 def make_optuna_search(space: Any, study_name: str, storage: Any,
                        make_spec: Callable[..., dict], multi_objective: str | None,
-                       sampler_seed: int | None = None) -> tuple[FeasibleOptunaSearch, Any]:
+                       budget: int | None, sampler_seed: int | None = None) -> tuple[OptunaSearcher, Any]:
     """The searcher over `space` and its (loaded or created) study.
 
     `multi_objective` is None, or the second objective (`params_non_embedding` or
@@ -206,16 +265,19 @@ def make_optuna_search(space: Any, study_name: str, storage: Any,
     """
     import optuna
 
+    optuna.logging.set_verbosity(optuna.logging.WARNING)  # the sweep's progress says enough
     if multi_objective:
         sampler = optuna.samplers.NSGAIISampler(seed=sampler_seed)
-        metric: str | list[str] = ["val_loss", multi_objective]
+        metrics = ["val_loss", multi_objective]
     else:
         sampler = optuna.samplers.TPESampler(seed=sampler_seed)
-        metric = "val_loss"
+        metrics = ["val_loss"]
     study = optuna.create_study(storage=storage, study_name=study_name, sampler=sampler,
                                 directions=study_directions(bool(multi_objective)),
                                 load_if_exists=True)
-    searcher = FeasibleOptunaSearch(space=DefineSpace(space, make_spec), study=study,
-                                    metric=metric, sampler=sampler, study_name=study_name,
-                                    storage=storage)
+    if study.metric_names != metrics:  # names the objectives in optuna-dashboard and plots
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            study.set_metric_names(metrics)
+    searcher = OptunaSearcher(study, DefineSpace(space, make_spec), metrics, budget)
     return searcher, study

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import math
 import sys
 
 import numpy as np
@@ -214,9 +215,19 @@ def test_bad_vision_files(tmp_path):
 
 
 def test_psnr_and_ssim_values():
+    """Known values, so the metrics are the standard ones (torchmetrics' definitions)."""
     target = torch.rand(4, 1, 8, 8)
     assert vision_data.ssim(target, target).min().item() == pytest.approx(1.0, abs=1e-6)
     noisy = (target + 0.1).clamp(0, 1)
     expected = 10 * torch.log10(1 / (noisy - target).pow(2).flatten(1).mean(1))
     assert torch.allclose(vision_data.psnr(noisy, target), expected)
     assert vision_data.ssim(torch.rand(4, 1, 8, 8), target).mean() < 0.5
+    for offset in (0.01, 0.1, 0.25):  # a constant offset d: PSNR = 20 log10(1 / d)
+        image = torch.rand(3, 3, 16, 16, dtype=torch.float64) * 0.5
+        assert vision_data.psnr(image + offset, image).tolist() == pytest.approx(
+            [20 * math.log10(1 / offset)] * 3)
+    # On a flat image only SSIM's luminance term is left: (2 c (c + d) + C1) / (c² + (c + d)² + C1)
+    for level, offset in ((0.3, 0.1), (0.5, 0.2)):
+        flat = torch.full((1, 1, 16, 16), level, dtype=torch.float64)
+        known = (2 * level * (level + offset) + 0.01**2) / (level**2 + (level + offset) ** 2 + 0.01**2)
+        assert vision_data.ssim(flat + offset, flat).item() == pytest.approx(known, rel=1e-9)

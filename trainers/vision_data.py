@@ -160,31 +160,20 @@ def downsample(images: torch.Tensor) -> torch.Tensor:
 
 
 def psnr(pred: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-    """Per-image PSNR (dB) for data in [0, 1]; predictions are clamped to that range."""
-    mse = (pred.clamp(0, 1) - target).pow(2).flatten(1).mean(1)
-    return 10 * torch.log10(1 / mse.clamp_min(1e-10))
+    """Per-image PSNR (dB) for data in [0, 1], torchmetrics' definition so numbers compare
+    with other papers'; predictions are clamped to that range."""
+    from torchmetrics.functional.image import peak_signal_noise_ratio
+
+    return peak_signal_noise_ratio(pred.clamp(0, 1), target, data_range=1.0, reduction="none",
+                                   dim=tuple(range(1, target.ndim)))
 
 
-def ssim(pred: torch.Tensor, target: torch.Tensor, window: int = 7, sigma: float = 1.5):
-    """Per-image SSIM with a gaussian window (Wang et al. 2004), 'valid' positions only."""
-    pred = pred.clamp(0, 1)
-    c, h, w = target.shape[1:]
-    size = min(window, h, w)
-    coords = torch.arange(size, dtype=torch.float32) - (size - 1) / 2
-    g = torch.exp(-coords**2 / (2 * sigma**2))
-    g = g / g.sum()
-    kernel = (g[:, None] * g[None, :]).expand(c, 1, size, size).to(target)
+def ssim(pred: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """Per-image SSIM: torchmetrics' (Wang et al. 2004: 11x11 gaussian window, sigma 1.5)."""
+    from torchmetrics.functional.image import structural_similarity_index_measure
 
-    def blur(x):
-        return F.conv2d(x, kernel, groups=c)
-
-    mu_p, mu_t = blur(pred), blur(target)
-    var_p = blur(pred * pred) - mu_p**2
-    var_t = blur(target * target) - mu_t**2
-    cov = blur(pred * target) - mu_p * mu_t
-    c1, c2 = 0.01**2, 0.03**2
-    s = ((2 * mu_p * mu_t + c1) * (2 * cov + c2)) / ((mu_p**2 + mu_t**2 + c1) * (var_p + var_t + c2))
-    return s.flatten(1).mean(1)
+    return structural_similarity_index_measure(pred.clamp(0, 1), target, data_range=1.0,
+                                               reduction="none")
 
 
 class VisionTask:

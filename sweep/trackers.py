@@ -1,0 +1,135 @@
+"""Experiment trackers a sweep logs to (`shapesweep run --log-to mlflow|wandb|tensorboard`).
+
+Each is Ray Tune's own logger callback, adapted in one way: one tracker run per trial,
+named by our trial id (`KEY-sSEED`, via Tune's trial name), tagged with the sweep, the
+family and every shape field, whose metric history is the learning curve (one point per
+evaluation, at its token count). The final summary report adds only what the curve lacks
+(tokens_per_s, best_val_loss, ...), so no curve point is logged twice.
+
+Where each one writes is the tracker's own setting: MLFLOW_TRACKING_URI, WANDB_PROJECT /
+WANDB_DIR / WANDB_MODE; TensorBoard event files go to the trial folders under ROOT/NAME/_ray.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from search_spaces.errors import UserError
+
+
+@dataclass(frozen=True)
+class Tracker:
+    module: str  # what must be importable
+    extra: str  # the pip extra that installs it
+    make: Callable[[str, str], Any]  # (sweep name, sweep folder) -> Tune callback
+
+
+def trial_tags(sweep: str, trial: Any) -> dict[str, str]:
+    """Sweep, family, ids and every shape field of the trial's candidate, as strings."""
+    from search_spaces.solver import SHAPE_COLUMNS
+
+    spec = trial.config["spec"]
+    row = spec["row"]
+    shape = {name: row[name] for name in SHAPE_COLUMNS if row.get(name) is not None}
+    return {name: str(value) for name, value in {
+        "sweep": sweep, "family": row["family"], "variant": row.get("variant"),
+        "trial_id": spec["trial_id"], "key": spec["key"], "seed": spec["seed"],
+        "tuned": spec["tuned_json"], **shape}.items() if value is not None}
+
+
+def curve_step(result: dict) -> dict:
+    """The result a tracker logs: stepped by tokens, without the trial's config (the tracker
+    keeps that as params); a final summary without curve fields."""
+    from ray.tune.result import TIMESTEPS_TOTAL, TRAINING_ITERATION
+
+    from sweep.runner import CURVE_FIELDS
+    from sweep.trainable import FINAL_FLAG
+
+    step = result.get("tokens") or result[TRAINING_ITERATION]
+    drop = {"config", *CURVE_FIELDS} if result.get(FINAL_FLAG) else {"config"}
+    return {**{k: v for k, v in result.items() if k not in drop}, TIMESTEPS_TOTAL: step}
+
+
+def _mlflow(sweep: str, folder: str):
+    from ray.air.integrations.mlflow import MLflowLoggerCallback
+
+    class MLflowTrials(MLflowLoggerCallback):
+        def log_trial_start(self, trial):
+            common = self.tags
+            self.tags = {**common, **trial_tags(sweep, trial)}  # start_run takes self.tags
+            try:
+                super().log_trial_start(trial)
+            finally:
+                self.tags = common
+
+        def log_trial_result(self, iteration, trial, result):
+            super().log_trial_result(iteration, trial, curve_step(result))
+
+    return MLflowTrials(experiment_name=sweep, tags={"sweep": sweep})
+
+
+def _wandb(sweep: str, folder: str):
+    from ray.air.integrations.wandb import WandbLoggerCallback
+
+    class WandbTrials(WandbLoggerCallback):
+        def log_trial_start(self, trial):
+            common = dict(self.kwargs)
+            tags = trial_tags(sweep, trial)
+            self.kwargs["tags"] = [f"{k}={v}"[:64] for k, v in tags.items()]  # wandb.init
+            self.kwargs["config"] = tags
+            try:
+                super().log_trial_start(trial)
+            finally:
+                self.kwargs = common
+
+        def log_trial_result(self, iteration, trial, result):
+            super().log_trial_result(iteration, trial, curve_step(result))
+
+        def __del__(self):  # Ray's own fails when run at exit, after `ray` is torn down
+            if not sys.is_finalizing():
+                super().__del__()
+
+    # Given to wandb.init in its logging actor, which may not share the driver's environment.
+    settings = {"dir": os.environ.get("WANDB_DIR", folder)}
+    if os.environ.get("WANDB_MODE"):
+        settings["mode"] = os.environ["WANDB_MODE"]
+    return WandbTrials(project=os.environ.get("WANDB_PROJECT", "shapesweep"), group=sweep,
+                       **settings)
+
+
+def _tensorboard(sweep: str, folder: str):
+    from ray.tune.logger import TBXLoggerCallback
+
+    class TensorBoardTrials(TBXLoggerCallback):
+        def log_trial_result(self, iteration, trial, result):
+            super().log_trial_result(iteration, trial, curve_step(result))
+
+    return TensorBoardTrials()
+
+
+TRACKERS = {
+    "mlflow": Tracker("mlflow", "mlflow", _mlflow),
+    "wandb": Tracker("wandb", "wandb", _wandb),
+    "tensorboard": Tracker("tensorboardX", "tensorboard", _tensorboard),
+}
+
+
+def check_trackers(names: list[str]) -> None:
+    """Refuse an unknown target or one whose package is missing, before any work."""
+    for name in names:
+        tracker = TRACKERS.get(name)
+        if tracker is None:
+            raise UserError(f"unknown tracker {name!r} ({', '.join(TRACKERS)})", key="--log-to")
+        if importlib.util.find_spec(tracker.module) is None:
+            raise UserError(f"{name} needs the {tracker.extra} extra: "
+                            f"pip install 'shapesweep[{tracker.extra}]'", key="--log-to")
+
+
+def tracker_callbacks(names: list[str], sweep: str, folder: str) -> list[Any]:
+    """One Tune logger callback per `--log-to` target (each named once)."""
+    return [TRACKERS[name].make(sweep, folder) for name in dict.fromkeys(names)]

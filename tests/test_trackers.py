@@ -1,0 +1,88 @@
+"""`shapesweep run --log-to mlflow|wandb|tensorboard` (issue 15): one tracker run per trial,
+named by its trial id and tagged with the sweep, family and shape, with the learning curve
+as metric history; bad targets and missing extras refused in one line before any work.
+
+Offline and real: an MLflow file store read back with `mlflow.search_runs`, TensorBoard
+event files read back with TensorBoard's EventAccumulator, W&B in offline mode.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+from sweep_helpers import TINY_SPACE, TINY_TRAIN, run, write_space
+
+from results.store import load_curves, load_trials, sweep_dir
+from search_spaces.solver import SHAPE_COLUMNS
+
+SPACE = {**TINY_SPACE, "name": "tracked", "search": {"n_layers": [1, 2]},
+         "train": {**TINY_TRAIN, "tokens": 4096}}
+
+
+@pytest.mark.parametrize(("argv", "problem"), [
+    (["--log-to", "neptune"], "--log-to: unknown tracker 'neptune' (mlflow, wandb, tensorboard)"),
+    (["--log-to", "tensorboard", "--log-to", "mlflow"],
+     "--log-to: mlflow needs the mlflow extra: pip install 'shapesweep[mlflow]'"),
+])
+def test_bad_targets_are_one_line_before_any_work(tmp_path, capsys, monkeypatch, argv, problem):
+    monkeypatch.setitem(sys.modules, "mlflow", None)  # Python's own "not installed" marker
+    root = tmp_path / "sweeps"
+    assert run("run", str(write_space(tmp_path, SPACE)), "--root", str(root), *argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"shapesweep run: error: {problem}"
+    assert not root.exists()
+
+
+@pytest.mark.slow
+def test_each_trial_is_one_tracker_run_with_its_curve(local_ray, tmp_path, monkeypatch):
+    import mlflow
+    from mlflow.tracking import MlflowClient
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    mlruns, wandb_dir = tmp_path / "mlruns", tmp_path / "wandb"
+    wandb_dir.mkdir()
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"file:{mlruns}")
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # MLflow 3 prefers a database
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_DIR", str(wandb_dir))
+    root = tmp_path / "sweeps"
+    assert run("run", str(write_space(tmp_path, SPACE)), "--root", str(root), "--scheduler",
+               "fifo", "--max-concurrent", "1", "--log-to", "mlflow", "--log-to", "tensorboard",
+               "--log-to", "wandb") == 0
+    rows = load_trials(str(root), ["tracked"]).set_index("trial_id")
+    evaluations = load_curves(str(root), ["tracked"]).groupby("trial_id").size()
+    assert len(rows) == 2 and (evaluations >= 4).all()
+
+    # MLflow: an experiment per sweep, a run per trial named by its trial id.
+    runs = mlflow.search_runs(experiment_names=["tracked"]).set_index("tags.mlflow.runName")
+    assert sorted(runs.index) == sorted(rows.index)
+    client = MlflowClient()
+    for trial_id, row in rows.iterrows():
+        tags = client.get_run(runs.loc[trial_id, "run_id"]).data.tags
+        assert tags["sweep"] == "tracked" and tags["family"] == row.family
+        for name in SHAPE_COLUMNS:
+            if name in tags:
+                assert tags[name] == str(row[name]), name
+        assert {"d_model", "n_layers", "d_h"} <= set(tags)
+        history = client.get_metric_history(runs.loc[trial_id, "run_id"], "val_loss")
+        assert len(history) == evaluations[trial_id]
+        assert history[-1].step == row.tokens and history[-1].value == pytest.approx(row.val_loss)
+
+    # TensorBoard: event files in each trial's folder (named by trial id) under the sweep.
+    ray_runs = list((root / "tracked" / "_ray").iterdir())
+    assert len(ray_runs) == 1 and str(root) in sweep_dir(str(root), "tracked")
+    for trial_id in rows.index:
+        events = EventAccumulator(str(ray_runs[0] / trial_id)).Reload()
+        scalars = events.Scalars("ray/tune/val_loss")
+        assert len(scalars) == evaluations[trial_id]
+        assert scalars[-1].step == rows.loc[trial_id, "tokens"]
+
+    # W&B offline: a run per trial in WANDB_DIR, holding its name, tags and history.
+    offline = sorted((wandb_dir / "wandb").glob("offline-run-*/*.wandb"))
+    assert len(offline) == len(rows)
+    logs = [path.read_bytes() for path in offline]
+    for trial_id, row in rows.iterrows():
+        (log,) = [data for data in logs if trial_id.encode() in data]
+        assert b"sweep=tracked" in log and f"d_model={row.d_model}".encode() in log
+        assert log.count(b"val_loss") >= evaluations[trial_id]
