@@ -58,7 +58,7 @@ def shapes(quick: bool) -> list[tuple[str, object, int]]:
                                                        n_layers=2, d_h=128, **lm)), 64),
                 ("hourglass tiny k=2", make_config(dict(family="hourglass", d_model=32, n_layers=2,
                                                         d_h=16, k=2, **lm)), 64)]
-        vformer, seq = vformer_pair("vformer-shapes-tiny")
+        vformer, seq = vformer_pair("vformer-shapes-small")
     else:
         lm = dict(vocab_size=50304, n_heads=12, n_layers=12)
         pair = [("conventional 113M 768x12 d_h 3072",
