@@ -17,7 +17,7 @@ import time
 
 import torch
 
-from benchmarks.bench_train_step import ours_tokens_per_s, paired_ratio
+from benchmarks.bench_train_step import ours_tokens_per_s, paired_ratio, print_rows
 from search_spaces.accounting import account
 from search_spaces.configs import TrainConfig, make_config
 from search_spaces.solver import plan
@@ -63,16 +63,7 @@ def main() -> None:
                                n_experts=16, n_active_experts=2, vocab_size=50304))
         gpu = TrainConfig(seq_len=1024, batch_tokens=16 * 1024, lr=1e-3, eval_tokens=1024, steps=1)
         rows.append(compare(big, gpu, 3 * warmup, 3 * measured, repeats, "cuda", time.perf_counter))
-
-    from rich.console import Console
-    from rich.table import Table
-
-    table = Table(title="bench_moe")
-    for column in ("benchmark", "measured", "ratio"):
-        table.add_column(column)
-    for row in rows:
-        table.add_row(*row)
-    Console().print(table)
+    print_rows("bench_moe", rows)
 
 
 if __name__ == "__main__":

@@ -190,10 +190,15 @@ def main() -> None:
     else:
         rows.append(("MFU of the 113M shapes", "skipped", "no CUDA device"))
 
+    print_rows("bench_train_step", rows)
+
+
+def print_rows(title: str, rows: list[tuple[str, str, str]]) -> None:
+    """A benchmark's (benchmark, measured, ratio) rows as one table."""
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title="bench_train_step")
+    table = Table(title=title)
     for column in ("benchmark", "measured", "ratio"):
         table.add_column(column)
     for row in rows:
