@@ -484,11 +484,11 @@ def _check(options: SweepOptions) -> _Checked:
     """Everything that can refuse the sweep, before anything is written anywhere."""
     from results.catalog import default_catalog_url
     from results.store import validate_sweep_name
-    from search_spaces.space import check_seeds_option
+    from search_spaces.space import check_seeds_option, load_space
     from sweep.trackers import check_trackers
 
     check_trackers(options.log_to)
-    space = _load_space(options.space)
+    space = load_space(options.space)  # an unreadable file is one line (safe_yaml)
     options.name = validate_sweep_name(options.name or space.name)
     seeds = check_seeds_option(options.seeds or list(space.seeds))
     candidates, notices = None, []
@@ -513,16 +513,6 @@ def _check(options: SweepOptions) -> _Checked:
     budget = next(iter(budgets)) if budgets and len(budgets) == 1 else None
     return _Checked(space, storage_url, seeds, scheduler, candidates,
                     [*notices, *data_notices], data_hash, budget)
-
-
-def _load_space(path: str):
-    """The space, with a file that cannot be read (permissions, not text) as one line."""
-    from search_spaces.space import load_space
-
-    try:
-        return load_space(path)
-    except (OSError, UnicodeDecodeError) as error:
-        raise UserError(f"cannot read: {error}", file=str(path)) from None
 
 
 def _compact(root: str, name: str) -> None:
