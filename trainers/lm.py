@@ -115,6 +115,8 @@ class LM(nn.Module):
         self.wte = nn.Embedding(config.vocab_size, table)
         rotaries = {hd: Rotary(hd) for hd in sorted({int(s.head_dim) for s in shapes})}
         self.blocks = nn.ModuleList(Block(s, rotaries[int(s.head_dim)]) for s in shapes)
+        # found once, not per micro-step: a dense model's aux_loss is then a plain 0.0
+        self._routed = tuple(b.ffn for b in self.blocks if isinstance(b.ffn, MoEFFN))
         # Seed 002's projection ablation: grown coordinates predicted from the previous layer.
         self.resizers = nn.ModuleDict()
         if self.resize == "projection":
@@ -129,10 +131,9 @@ class LM(nn.Module):
     def aux_loss(self) -> torch.Tensor | float:
         """The routers' load-balancing loss of the last forward (mean over layers) times the
         config's `router_aux_loss`; 0 for a dense model. The loop adds it to the objective."""
-        losses = [b.ffn.aux_loss for b in self.blocks if isinstance(b.ffn, MoEFFN)]
-        if not losses:
+        if not self._routed:
             return 0.0
-        return self.config.router_aux_loss * torch.stack(losses).mean()
+        return self.config.router_aux_loss * torch.stack([f.aux_loss for f in self._routed]).mean()
 
     def _grow(self, stream: torch.Tensor, layer: int, a: int, b: int) -> torch.Tensor:
         """Resize at the boundary into `layer` when the width grows a -> b (zero / projection)."""
