@@ -1,18 +1,24 @@
 # One command sets up a fresh machine and runs the demo; another runs the tests.
 VENV ?= .venv
 PY := $(VENV)/bin/python
-# The CPU build of torch goes in first, so nothing later pulls a multi-GB CUDA build.
-# On a GPU machine: make setup TORCH='torch --index-url https://download.pytorch.org/whl/cu124'
+# The CPU build of torch goes in first, from PyTorch's CPU index, so nothing later pulls a
+# multi-GB CUDA build; where that index is unreachable, the registry's torch is used instead.
+# On a GPU machine: make setup TORCH_INDEX=https://download.pytorch.org/whl/cu124
 TORCH ?= torch==2.13.0
+TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 
 .PHONY: setup demo test test-fast lint browser postgres bench
 setup: $(VENV)/.installed
 
+# -qq on the editable install: setuptools warns on every editable install that maps folders
+# with package-dir (here the top-level folders become shapesweep.*), which is what we want.
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q $(TORCH)
-	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) -m pip install -q --timeout 20 --retries 1 --index-url $(TORCH_INDEX) '$(TORCH)' || \
+	  { echo "$(TORCH_INDEX) unreachable: installing $(TORCH) from the default index"; \
+	    $(PY) -m pip install -q '$(TORCH)'; }
+	$(PY) -m pip install -qq -e '.[dev]'
 	touch $@
 
 # Headless Chromium for the dashboard's browser tests (Debian packages; needs root or sudo).

@@ -38,8 +38,8 @@ def main() -> None:
     parser.add_argument("--reduction-factor", type=float, default=3)
     args = parser.parse_args()
 
-    from results.store import load_trials
-    from sweep.cli import main as shapesweep
+    from shapesweep.results.store import load_trials
+    from shapesweep.sweep.cli import main as shapesweep
 
     with tempfile.TemporaryDirectory() as tmp:
         space_path = Path(tmp) / "space.yaml"

@@ -3,7 +3,7 @@
 For seed 000's 113M pair (conventional 768x12 d_h 3072, hourglass k=4 1032x12 d_h 418;
 vocab 50304, seq 2048) and the 500M ><former pair of `vformer-shapes-500m` (constant
 width and its first bottleneck candidate, at the space's seq_len): tokens/s, MFU, peak
-memory, and the ratio of `trainers.loop.train` to the plain PyTorch loop of
+memory, and the ratio of `shapesweep.trainers.loop.train` to the plain PyTorch loop of
 `bench_train_step` on the same model, set up and compiled the same way. The two alternate
 (ABBA), several repeats, medians. MFU follows PaLM: `account(config).flops_per_token` x
 tokens/s / the device's dense bf16 peak (`PEAK_TFLOPS` by device name, or --peak-tflops).
@@ -11,7 +11,7 @@ tokens/s / the device's dense bf16 peak (`PEAK_TFLOPS` by device name, or --peak
 `--sweep` also runs one real `shapesweep run` of a few short trials (two shapes, two seeds
 each, one at a time) and prints per trial: start-up (Ray, actor, data), the first
 interval's compile time, and steady throughput; a repeated shape should compile faster
-(the shared Inductor cache, `trainers.loop.compile_cache`).
+(the shared Inductor cache, `shapesweep.trainers.loop.compile_cache`).
 
 `--quick --device cpu` runs tiny shapes (no compile, no MFU unless --peak-tflops) so the
 script itself is tested without a GPU.
@@ -30,9 +30,8 @@ from pathlib import Path
 import torch
 from bench_sweep_overhead import tiny_space
 from bench_train_step import ours_tokens_per_s, paired_ratio, peak_flops, plain_tokens_per_s
-
-from search_spaces.accounting import account
-from search_spaces.configs import TrainConfig, make_config
+from shapesweep.search_spaces.accounting import account
+from shapesweep.search_spaces.configs import TrainConfig, make_config
 
 SEQ_113M = 2048
 TOKENS_PER_MICRO_BATCH = 16384  # 8 x 2048 or 4 x 4096: fits an 80 GB GPU at 500M, vocab 100k
@@ -40,8 +39,8 @@ TOKENS_PER_MICRO_BATCH = 16384  # 8 x 2048 or 4 x 4096: fits an 80 GB GPU at 500
 
 def vformer_pair(space_name: str):
     """(constant, first bottleneck) candidates of a built-in ><former space, and its seq_len."""
-    from search_spaces.solver import plan
-    from search_spaces.space import load_space
+    from shapesweep.search_spaces.solver import plan
+    from shapesweep.search_spaces.space import load_space
 
     space = load_space(space_name)
     candidates = plan(space).candidates
@@ -126,9 +125,8 @@ def sweep_space(quick: bool, steps: int) -> dict:
 def time_sweep(quick: bool, device: str) -> list[str]:
     """Run one real sweep (FIFO, one trial at a time) and read the timings back from its store."""
     import yaml
-
-    from results.store import load_curves, load_trials
-    from sweep.cli import main as shapesweep
+    from shapesweep.results.store import load_curves, load_trials
+    from shapesweep.sweep.cli import main as shapesweep
 
     with tempfile.TemporaryDirectory() as tmp:
         space_path = Path(tmp) / "space.yaml"

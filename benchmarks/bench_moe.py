@@ -4,7 +4,7 @@ The dense twin has the MoE's d_model, depth and heads, with d_h solved (through 
 solver's `active_params` budget) so its parameters equal the MoE's active ones: the same
 matmul FLOPs per token, so the ratio is what routing costs (the router, the gather /
 scatter of tokens, n_experts small matmuls instead of one, one host sync per layer).
-Both run through `trainers.loop.train`, timed between two evaluation callbacks after
+Both run through `shapesweep.trainers.loop.train`, timed between two evaluation callbacks after
 warm-up (CPU: process time on one torch thread; CUDA: wall time, bf16, no compile).
 
     PYTHONPATH=. .venv/bin/python benchmarks/bench_moe.py [--quick] [--threads N]
@@ -16,12 +16,12 @@ import argparse
 import time
 
 import torch
+from shapesweep.search_spaces.accounting import account
+from shapesweep.search_spaces.configs import TrainConfig, make_config
+from shapesweep.search_spaces.solver import plan
+from shapesweep.search_spaces.space import parse_space
 
 from benchmarks.bench_train_step import ours_tokens_per_s, paired_ratio, print_rows
-from search_spaces.accounting import account
-from search_spaces.configs import TrainConfig, make_config
-from search_spaces.solver import plan
-from search_spaces.space import parse_space
 
 
 def dense_twin(moe):

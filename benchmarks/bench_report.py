@@ -2,9 +2,9 @@
 
 Run: .venv/bin/python benchmarks/bench_report.py [--trials 10000] [--root DIR]
 
-The store holds schema-valid synthetic trials (`dashboards.synthetic`: real configs and
+The store holds schema-valid synthetic trials (`shapesweep.dashboards.synthetic`: real configs and
 exact accounting, modelled losses) in three sweeps (two LM budgets, one image MLP),
-written through `results.store.write_trial` and compacted, as a finished sweep is. The
+written through `shapesweep.results.store.write_trial` and compacted, as a finished sweep is. The
 report build is timed in stages in this one run: reading the store, building the
 figures and payload, writing the HTML. A store under --root is reused when it already
 holds the trials, so repeated runs time only the report.
@@ -21,8 +21,8 @@ import time
 
 
 def make_store(root: str, trials: int) -> dict[str, int]:
-    from dashboards.synthetic import write_synthetic
-    from results.store import compact, list_sweeps, load_trials
+    from shapesweep.dashboards.synthetic import write_synthetic
+    from shapesweep.results.store import compact, list_sweeps, load_trials
 
     sweeps = {"bench-lm-30m": (0.4, ("conventional", "hourglass", "variable_width"), (30e6,)),
               "bench-lm-113m": (0.4, ("conventional", "hourglass", "variable_width"), (113e6,)),
@@ -47,8 +47,7 @@ def main() -> None:
     args = parser.parse_args()
 
     import plotly.offline
-
-    from dashboards.report import build_payload, load_frames, write_report
+    from shapesweep.dashboards.report import build_payload, load_frames, write_report
 
     print(f"store: {args.root}")
     sweeps = list(make_store(args.root, args.trials))
@@ -56,7 +55,7 @@ def main() -> None:
 
     # What a user waits for: the CLI in a fresh process (imports included).
     start = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "sweep.cli", "dashboard", *sweeps, "--root", args.root,
+    subprocess.run([sys.executable, "-m", "shapesweep.sweep.cli", "dashboard", *sweeps, "--root", args.root,
                     "--out", out], check=True, stdout=subprocess.DEVNULL)
     cli_s = time.perf_counter() - start
 

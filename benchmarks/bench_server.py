@@ -3,7 +3,7 @@
 Run: .venv/bin/python benchmarks/bench_server.py [--trials 3000] [--requests 200] [--threads 8]
      [--code DIR] [--landing N] [--budget-s 120] [--root DIR]
 
-The store holds `--trials` schema-valid synthetic trials (`dashboards.synthetic`), one
+The store holds `--trials` schema-valid synthetic trials (`shapesweep.dashboards.synthetic`), one
 fragment pair each, as a sweep in flight has them (not compacted); it is written once under
 --root and reused. `shapesweep serve` runs in its own process from the source tree `--code`
 (default: this checkout), so one store and one client time two versions of the server, e.g.
@@ -32,8 +32,8 @@ import numpy as np
 SWEEP = "bench-live"
 LANDER = """
 import sys, time
-from dashboards.synthetic import synthetic_sweep
-from results.store import write_trial
+from shapesweep.dashboards.synthetic import synthetic_sweep
+from shapesweep.results.store import write_trial
 root, rate, sweep, i = sys.argv[1], float(sys.argv[2]), sys.argv[3], 0
 while True:
     for row, curve in synthetic_sweep(sweep, 20, seed=1000 + i):
@@ -46,8 +46,8 @@ while True:
 
 def make_store(root: str, trials: int) -> list[str]:
     """The sweep's trial ids, after writing it when the store lacks it."""
-    from dashboards.synthetic import write_synthetic
-    from results.store import list_sweeps, load_trials
+    from shapesweep.dashboards.synthetic import write_synthetic
+    from shapesweep.results.store import list_sweeps, load_trials
 
     for landed in Path(root, SWEEP).glob("*/part-landed-*"):  # a previous --landing run's
         landed.unlink()
@@ -62,7 +62,7 @@ def make_store(root: str, trials: int) -> list[str]:
 
 def start_server(code: str, root: str) -> tuple[subprocess.Popen, int]:
     env = {**os.environ, "PYTHONPATH": code, "PYTHONUNBUFFERED": "1"}
-    server = subprocess.Popen([sys.executable, "-m", "sweep.cli", "serve", "--root", root, "--port", "0"],
+    server = subprocess.Popen([sys.executable, "-m", "shapesweep.sweep.cli", "serve", "--root", root, "--port", "0"],
                               cwd=code, env=env, stdout=subprocess.PIPE, text=True)
     line = server.stdout.readline()
     match = re.search(r"http://[^:/]+:(\d+)/", line)

@@ -14,8 +14,8 @@ import argparse
 import random
 import time
 
-from search_spaces.solver import plan, solve_point
-from search_spaces.space import parse_space
+from shapesweep.search_spaces.solver import plan, solve_point
+from shapesweep.search_spaces.space import parse_space
 
 
 def million_point_space(points: int):

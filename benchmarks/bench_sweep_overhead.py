@@ -38,12 +38,12 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=8192)
     args = parser.parse_args()
 
-    from search_spaces.configs import TrainConfig, make_config
-    from search_spaces.solver import plan
-    from search_spaces.space import load_space
-    from sweep.cli import main as shapesweep
-    from sweep.search import trial_spec
-    from trainers.loop import train
+    from shapesweep.search_spaces.configs import TrainConfig, make_config
+    from shapesweep.search_spaces.solver import plan
+    from shapesweep.search_spaces.space import load_space
+    from shapesweep.sweep.cli import main as shapesweep
+    from shapesweep.sweep.search import trial_spec
+    from shapesweep.trainers.loop import train
 
     with tempfile.TemporaryDirectory() as tmp:
         space_path = Path(tmp) / "space.yaml"

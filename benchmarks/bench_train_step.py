@@ -1,6 +1,6 @@
 """Training-step benchmarks, each a ratio measured side by side in one run.
 
-1. Loop overhead: `trainers.loop.train` vs a minimal plain-PyTorch loop (same model, same
+1. Loop overhead: `shapesweep.trainers.loop.train` vs a minimal plain-PyTorch loop (same model, same
    init, same batches, AdamW, no schedule/clipping/accumulation/NaN check) on CPU.
    Target: tokens/s ratio >= 0.95.
 2. Hourglass k=4 vs conventional at matched non-embedding parameters (seed 000): the
@@ -26,12 +26,11 @@ from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
-
-from search_spaces.accounting import account
-from search_spaces.configs import TrainConfig, make_config
-from trainers.loop import make_task, train
-from trainers.models import build_model
-from trainers.mup import configure
+from shapesweep.search_spaces.accounting import account
+from shapesweep.search_spaces.configs import TrainConfig, make_config
+from shapesweep.trainers.loop import make_task, train
+from shapesweep.trainers.models import build_model
+from shapesweep.trainers.mup import configure
 
 # Dense bf16 peak TFLOP/s by (a substring of) the CUDA device name, most specific first.
 PEAK_TFLOPS = {"H100 PCIe": 756, "H100": 989, "H200": 989, "A100": 312}
@@ -95,8 +94,8 @@ def matched_hourglass(conventional, k: int = 4):
     target = account(conventional).params_non_embedding
     shape = conventional.model_dump(exclude={"family", "d_h"})
     try:
-        from search_spaces.solver import solve_point
-        from search_spaces.space import parse_space
+        from shapesweep.search_spaces.solver import solve_point
+        from shapesweep.search_spaces.space import parse_space
 
         space = parse_space({
             "name": "bench-matched", "family": "hourglass",

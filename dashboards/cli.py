@@ -12,7 +12,7 @@ def add_arguments_dashboard(parser: argparse.ArgumentParser) -> None:
 
 
 def dashboard(args: argparse.Namespace) -> int:
-    from dashboards.report import write_report
+    from shapesweep.dashboards.report import write_report
 
     out = write_report(args.root, list(dict.fromkeys(args.names)), args.out)
     print(f"wrote {out} ({out.stat().st_size / 1e6:.1f} MB, opens offline)")
@@ -27,7 +27,7 @@ def add_arguments_serve(parser: argparse.ArgumentParser) -> None:
 
 
 def serve(args: argparse.Namespace) -> int:
-    from dashboards.server import make_server
+    from shapesweep.dashboards.server import make_server
 
     server = make_server(args.root, args.host, args.port, poll_s=args.poll)
     host, port = server.server_address[:2]

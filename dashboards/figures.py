@@ -2,7 +2,7 @@
 
 Inputs are `frames.with_derived(load_trials(...))` and `load_curves(...)`. Points are
 candidates at their best tuned value, the mean over seeds with the std as error bars
-(`results.stats`); the tuned values a candidate did not choose are drawn grey. Every trace
+(`shapesweep.results.stats`); the tuned values a candidate did not choose are drawn grey. Every trace
 carries `meta` the report's filters read: `{"sweep", "family"}` for trace-level toggling,
 and `{"rows": true}` when `customdata[i][0]` is the row id of point i (filtered per point).
 """
@@ -13,8 +13,7 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
-
-from dashboards.frames import (
+from shapesweep.dashboards.frames import (
     LOWER_IS_BETTER,
     METRIC_LABELS,
     OTHER_TUNED_COLOR,
@@ -29,14 +28,15 @@ from dashboards.frames import (
     seed_means,
     shape_text,
 )
-from results.stats import (
+from shapesweep.results.stats import (
     FIDELITY_THRESHOLD,
     canonical_tuned_column,
     compare,
     rank_fidelity,
     stable_fraction,
 )
-from search_spaces.errors import UserError
+
+from shapesweep.common import UserError
 
 X_AXES = {
     "params_non_embedding": "non-embedding parameters",
@@ -426,7 +426,7 @@ def _labels(frame: pd.DataFrame, n_sweeps: int) -> list[str]:
 
 def baseline_figure(trials: pd.DataFrame, metric: str = "val_loss") -> go.Figure | None:
     """Each candidate minus its sweep's `baseline` variant, paired over seeds, with the 95%
-    t-interval (`results.stats.compare`); colour = verdict, n<2 candidates have no bar."""
+    t-interval (`shapesweep.results.stats.compare`); colour = verdict, n<2 candidates have no bar."""
     parts = []
     for _, group in trials.groupby("sweep"):
         try:
@@ -471,7 +471,7 @@ def baseline_figure(trials: pd.DataFrame, metric: str = "val_loss") -> go.Figure
 def rank_fidelity_figure(trials: pd.DataFrame, curves: pd.DataFrame,
                          metric: str = "val_loss") -> go.Figure | None:
     """Kendall's tau between the ranking at each evaluation point and the final one
-    (`results.stats.rank_fidelity`), against the fraction of the token budget."""
+    (`shapesweep.results.stats.rank_fidelity`), against the fraction of the token budget."""
     fidelity = rank_fidelity(trials, curves, metric)
     if fidelity.empty:
         return None
@@ -498,8 +498,8 @@ def rank_fidelity_figure(trials: pd.DataFrame, curves: pd.DataFrame,
 def applicable_figures(trials: pd.DataFrame, curves: pd.DataFrame,
                        layers: pd.DataFrame | None = None) -> list[tuple[str, go.Figure]]:
     """(id, figure) for every figure whose columns and families the data has (`layers`:
-    `results.store.load_layers`, for seed 002's representation figure)."""
-    from dashboards.scaling import scaling_figure
+    `shapesweep.results.store.load_layers`, for seed 002's representation figure)."""
+    from shapesweep.dashboards.scaling import scaling_figure
 
     lm = trials[trials["family"].isin(LM)]
     vision = trials[trials["family"] == "vision_mlp"]

@@ -13,8 +13,12 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-
-from results.stats import HIGHER_IS_BETTER, canonical_tuned, canonical_tuned_column, tuned_stats
+from shapesweep.results.stats import (
+    HIGHER_IS_BETTER,
+    canonical_tuned,
+    canonical_tuned_column,
+    tuned_stats,
+)
 
 METRIC_LABELS = {"val_loss": "validation loss", "best_val_loss": "best validation loss",
                  "val_ppl": "validation perplexity", "psnr": "PSNR (dB)", "ssim": "SSIM"}
@@ -144,7 +148,7 @@ def with_derived(trials: pd.DataFrame) -> pd.DataFrame:
 def tuned_means(frame: pd.DataFrame, metric: str, extra: tuple[str, ...] = ()) -> pd.DataFrame:
     """Completed trials averaged over seeds per (sweep, key, tuned value): `mean`, `std`
     (ddof=1; 0 for one seed, so error bars stay drawable), `n`, `chosen` (the key's best
-    tuned value, `results.stats.tuned_stats`), and the best seed's row (its row id)."""
+    tuned value, `shapesweep.results.stats.tuned_stats`), and the best seed's row (its row id)."""
     best_first = frame.sort_values(metric, ascending=LOWER_IS_BETTER[metric])
     out = tuned_stats(best_first, metric)
     out["std"] = out["std"].fillna(0.0)

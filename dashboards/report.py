@@ -16,13 +16,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from search_spaces.errors import UserError
+from shapesweep.common import UserError
 
 
 def load_frames(root: str, sweeps: list[str] | None, cache=None) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Trials and curves of `sweeps` (None = all); an unknown sweep is a UserError.
-    `cache`: a results.store.FragmentCache (the live server's), to read only new fragments."""
-    from results.store import list_sweeps, load_curves, load_trials, validate_sweep_name
+    `cache`: a shapesweep.results.store.FragmentCache (the live server's), to read only new fragments."""
+    from shapesweep.results.store import list_sweeps, load_curves, load_trials, validate_sweep_name
 
     known = list_sweeps(root)
     for name in sweeps or []:
@@ -36,10 +36,10 @@ def load_frames(root: str, sweeps: list[str] | None, cache=None) -> tuple[pd.Dat
 def budget_labels(trials: pd.DataFrame, max_groups: int = 8) -> pd.Series:
     """Group trials into parameter budgets: clusters of non-embedding params, else log bins.
 
-    The clusters are `results.stats.budget_clusters`, the groups that pair candidates with
+    The clusters are `shapesweep.results.stats.budget_clusters`, the groups that pair candidates with
     their own budget's baseline.
     """
-    from results.stats import budget_clusters
+    from shapesweep.results.stats import budget_clusters
 
     params = trials["params_non_embedding"].astype(float).fillna(trials["params_total"].astype(float))
     if params.isna().all():
@@ -56,7 +56,7 @@ def budget_labels(trials: pd.DataFrame, max_groups: int = 8) -> pd.Series:
 
 
 def _short(n: float) -> str:
-    from dashboards.frames import human
+    from shapesweep.dashboards.frames import human
 
     return human(n)
 
@@ -65,7 +65,7 @@ def _catalog(root: str) -> dict[str, dict]:
     """Space name and status per sweep from the catalog, when the root has one."""
     if "://" in str(root) or not os.path.exists(os.path.join(root, "shapesweep.db")):
         return {}
-    from results.catalog import Catalog, default_catalog_url
+    from shapesweep.results.catalog import Catalog, default_catalog_url
 
     try:
         return {r.name: {"space": r.space_name, "status": r.status} for r in Catalog(default_catalog_url(root)).list()}
@@ -86,9 +86,9 @@ def _clean(value):
 def build_payload(root: str, sweeps: list[str] | None = None, title: str | None = None,
                   version: str = "", cache=None) -> str:
     """The JSON the page renders: sweeps, filter values, per-trial rows, figures."""
-    from dashboards.figures import applicable_figures, metric_for
-    from dashboards.frames import LOWER_IS_BETTER, METRIC_LABELS, with_derived
-    from results.store import load_layers
+    from shapesweep.dashboards.figures import applicable_figures, metric_for
+    from shapesweep.dashboards.frames import LOWER_IS_BETTER, METRIC_LABELS, with_derived
+    from shapesweep.results.store import load_layers
 
     trials, curves = load_frames(root, sweeps, cache)
     trials = with_derived(trials)
@@ -164,7 +164,7 @@ def _compact(fig):
 
 
 def _budget_order(label: str) -> float:
-    from search_spaces.configs import parse_count
+    from shapesweep.search_spaces.configs import parse_count
 
     text = label.lstrip("≈").split("–")[0]
     try:
@@ -181,8 +181,7 @@ def script_safe(payload: str) -> str:
 def write_report(root: str, sweeps: list[str], out: str | Path) -> Path:
     """One self-contained HTML file (plotly.js embedded, opens offline), written atomically."""
     import plotly.offline
-
-    from dashboards.page import render_page
+    from shapesweep.dashboards.page import render_page
 
     page = render_page(script_safe(build_payload(root, sweeps)), plotly_js=plotly.offline.get_plotlyjs())
     out = Path(out)

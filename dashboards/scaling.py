@@ -10,9 +10,8 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 from scipy import stats
-
-from dashboards.figures import _points, layout
-from dashboards.frames import color, esc, human, new_figure, seed_means
+from shapesweep.dashboards.figures import _points, layout
+from shapesweep.dashboards.frames import color, esc, human, new_figure, seed_means
 
 BASELINE = "conventional"
 

@@ -20,9 +20,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlparse
 
 import pyarrow.fs as pafs
+from shapesweep.results.store import DamagedStore, FragmentCache
 
-from results.store import DamagedStore, FragmentCache
-from search_spaces.errors import UserError
+from shapesweep.common import UserError
 
 
 class DashboardState:
@@ -50,7 +50,7 @@ class DashboardState:
         return digest.hexdigest()[:16]
 
     def payload(self) -> str:
-        from dashboards.report import build_payload
+        from shapesweep.dashboards.report import build_payload
 
         with self._lock:  # one rebuild per version, however many browsers poll
             version = self.version()
@@ -69,8 +69,7 @@ class DashboardState:
     def config_yaml(self, sweep: str, trial_id: str) -> str:
         """The trial's candidate document (what `shapesweep train` reads) plus provenance."""
         import yaml
-
-        from results.store import load_trials
+        from shapesweep.results.store import load_trials
 
         trials = load_trials(self.root, [sweep], cache=self.cache)  # UserError for an invalid name
         match = trials[trials["trial_id"] == trial_id]
@@ -124,7 +123,7 @@ class Handler(BaseHTTPRequestHandler):
         self._send(f"{line}\n", "text/plain; charset=utf-8", HTTPStatus.INTERNAL_SERVER_ERROR)
 
     def _answer(self) -> None:
-        from dashboards.page import render_page
+        from shapesweep.dashboards.page import render_page
 
         url = urlparse(self.path)
         query = {k: v[0] for k, v in parse_qs(url.query).items()}

@@ -9,7 +9,7 @@ log(d_model / n_layers) centred near 150 (seed 000), a learning-rate penalty aro
 width-dependent optimum (so candidates choose different `tune:` values), a noise term
 shared by every trial of one seed (same seed = same data order, so seeds pair) plus a
 trial's own noise, ASHA-stopped and failed trials. Grid sweeps name one conventional
-candidate per budget variant `baseline`, the anchor of `results.stats.compare`.
+candidate per budget variant `baseline`, the anchor of `shapesweep.results.stats.compare`.
 """
 
 from __future__ import annotations
@@ -21,9 +21,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import numpy as np
-
-from search_spaces.accounting import account
-from search_spaces.configs import TrainConfig, config_key, make_config
+from shapesweep.search_spaces.accounting import account
+from shapesweep.search_spaces.configs import TrainConfig, config_key, make_config
 
 LM_FAMILIES = ("conventional", "hourglass", "variable_width")
 VW_FLOP_FRACTION = 0.78  # FLOPs a variable-width bottleneck needs for the baseline's loss
@@ -166,7 +165,7 @@ def synthetic_sweep(sweep: str, n_trials: int, *, families: tuple[str, ...] = LM
                     budgets: tuple[float, ...] = (30e6, 113e6), seeds: int = 3,
                     curve_points: int = 8, seed: int = 0, grid_ratios: int = 0,
                     tune: dict[str, tuple] | None = TUNE) -> list[tuple[dict, list[dict]]]:
-    """`n_trials` (trial_row, curve_rows) pairs for `results.store.write_trial`.
+    """`n_trials` (trial_row, curve_rows) pairs for `shapesweep.results.store.write_trial`.
 
     Candidates are random shapes near the budgets, or with `grid_ratios` every LM variant
     at that many width/depth ratios (`n_trials` then caps the grid times the `tune`
@@ -270,7 +269,7 @@ def _trial(sweep: str, trial_id: str, config, trial_seed: int, points: int,
 
 def write_synthetic(root: str, sweep: str, n_trials: int, **kwargs) -> int:
     """Generate a sweep and write it through the results store; returns trials written."""
-    from results.store import write_trial
+    from shapesweep.results.store import write_trial
 
     trials = synthetic_sweep(sweep, n_trials, **kwargs)
     for trial_row, curve_rows in trials:

@@ -1,7 +1,7 @@
 """results: the Parquet results store (one atomic fragment per trial) and the SQLAlchemy sweep catalog."""
 
-from results.catalog import SWEEP_STATUSES, Catalog, SweepRecord, default_catalog_url
-from results.schema import (
+from shapesweep.results.catalog import SWEEP_STATUSES, Catalog, SweepRecord, default_catalog_url
+from shapesweep.results.schema import (
     CURVE_COLUMNS,
     LAYER_COLUMNS,
     STATUSES,
@@ -10,7 +10,7 @@ from results.schema import (
     normalize_layer_row,
     normalize_trial_row,
 )
-from results.store import (
+from shapesweep.results.store import (
     compact,
     completed_keys,
     list_sweeps,

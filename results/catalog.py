@@ -3,7 +3,7 @@
 It lives in the same SQLAlchemy database as the Optuna storage (a SQLite file in the
 store root by default, PostgreSQL on a cluster), so its tables are prefixed
 `shapesweep_` to keep clear of Optuna's tables: the sweeps, and the lease each running
-driver holds on its sweep (`sweep.lease`). A sweep marked `running` whose driver no
+driver holds on its sweep (`shapesweep.sweep.lease`). A sweep marked `running` whose driver no
 longer holds a live lease (it was killed) is reported as `interrupted`.
 
 Every database problem (a file that is not a database, a lock held past the busy
@@ -20,6 +20,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
+from shapesweep.results.store import validate_sweep_name
 from sqlalchemy import (
     DateTime,
     Integer,
@@ -35,8 +36,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError, SQLAlchemyError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
-from results.store import validate_sweep_name
-from search_spaces.errors import UserError
+from shapesweep.common import UserError
 
 SWEEP_STATUSES = ("created", "running", "finished", "interrupted", "failed")
 SQLITE_BUSY_TIMEOUT_S = 5  # wait this long for another process's write lock, then say so
@@ -282,7 +282,7 @@ class Catalog:
         return self._update(name, completed=int(completed), stopped_early=int(stopped_early),
                             failed=int(failed))
 
-    # The driver's lease (see sweep.lease): taken atomically, so two drivers never both hold it.
+    # The driver's lease (see shapesweep.sweep.lease): taken atomically, so two drivers never both hold it.
 
     def take_lease(self, name: str, token: str) -> LeaseRecord | None:
         """Take the sweep's lease for this process; returns None when taken, else the live

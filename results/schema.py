@@ -61,7 +61,7 @@ CURVE_COLUMNS = pa.schema(
     ]
 )
 
-# Seed 002 §4's representation analysis (`trainers.analysis`): one row per (layer, threshold);
+# Seed 002 §4's representation analysis (`shapesweep.trainers.analysis`): one row per (layer, threshold);
 # `matrix_entropy` (the residual stream's) repeats across a layer's threshold rows.
 LAYER_COLUMNS = pa.schema(
     [

@@ -31,7 +31,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
-from search_spaces.errors import UserError
+from shapesweep.common import UserError
 
 HIGHER_IS_BETTER = frozenset({"psnr", "ssim", "accuracy", "tokens_per_s"})  # the rest: losses
 CONFIDENCE = 0.95

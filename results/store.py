@@ -34,8 +34,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
-
-from results.schema import (
+from shapesweep.results.schema import (
     CURVE_COLUMNS,
     LAYER_COLUMNS,
     TRIAL_COLUMNS,
@@ -43,7 +42,8 @@ from results.schema import (
     normalize_layer_row,
     normalize_trial_row,
 )
-from search_spaces.errors import UserError
+
+from shapesweep.common import UserError
 
 _SWEEP_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
 _READ_RETRIES = 20  # a concurrent `compact` may delete a fragment between listing and reading
@@ -502,7 +502,7 @@ def load_curves(root, sweeps: list[str] | None = None, *,
 
 def load_layers(root, sweeps: list[str] | None = None, *,
                 cache: FragmentCache | None = None) -> pd.DataFrame:
-    """Layer rows (`trainers.analysis`) of each trial's newest attempt, sorted by sweep,
+    """Layer rows (`shapesweep.trainers.analysis`) of each trial's newest attempt, sorted by sweep,
     trial_id, layer, threshold; a trial that was not analysed has none."""
     fs, base = _filesystem(root)
     names = _sweeps(root, sweeps)

@@ -25,8 +25,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
-
-from search_spaces.configs import GATED, LayerShape, VisionMLPConfig
+from shapesweep.search_spaces.configs import GATED, LayerShape, VisionMLPConfig
 
 
 def block_counts(s: LayerShape) -> dict[str, Any]:
@@ -161,7 +160,7 @@ def account(config, seq_len: int = 128) -> Accounting:
     widths = [int(s.width) for s in shapes]
     extra, ends = 0, None
     if config.family == "variable_width":
-        from search_spaces.widths import end_widths, resize_params
+        from shapesweep.search_spaces.widths import end_widths, resize_params
 
         extra, ends = resize_params(config, widths), end_widths(config, widths)
     uniform = all(s is shapes[0] for s in shapes)  # conventional/hourglass: one shape, L times

@@ -7,7 +7,7 @@ import csv
 import json
 import sys
 
-from search_spaces.errors import UserError
+from shapesweep.common import UserError
 
 TABLE_COLUMNS = ("key", "family", "d_model", "n_layers", "n_heads", "d_h", "k", "ffn_ratio",
                  "width_depth_ratio", "params_non_embedding", "params_total", "flops_per_token",
@@ -33,9 +33,8 @@ def add_arguments_plan(parser: argparse.ArgumentParser) -> None:
 def spaces(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
-
-    from search_spaces.solver import plan
-    from search_spaces.space import list_builtin, load_space
+    from shapesweep.search_spaces.solver import plan
+    from shapesweep.search_spaces.space import list_builtin, load_space
 
     table = Table(title="built-in search spaces (shapesweep plan NAME)")
     for name in ("name", "family", "budget", "candidates", "description"):
@@ -71,8 +70,8 @@ def _short(value: float) -> str:
 
 
 def plan(args: argparse.Namespace) -> int:
-    from search_spaces.solver import plan as solve
-    from search_spaces.space import load_space
+    from shapesweep.search_spaces.solver import plan as solve
+    from shapesweep.search_spaces.space import load_space
 
     space = load_space(args.space)
     result = solve(space, seq_len=args.seq_len)
@@ -116,8 +115,7 @@ def _write_candidates(out: str, space, candidates) -> None:
     from pathlib import Path
 
     import yaml
-
-    from search_spaces.solver import candidate_document
+    from shapesweep.search_spaces.solver import candidate_document
 
     target = Path(out)
     target.mkdir(parents=True, exist_ok=True)

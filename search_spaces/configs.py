@@ -1,7 +1,7 @@
 """Typed configs: one per model family, plus the training recipe.
 
 These are the currency between every part of shapesweep. The accounting
-(`search_spaces.accounting`) and the torch models (`trainers.models`) are both
+(`shapesweep.search_spaces.accounting`) and the torch models (`shapesweep.trainers.models`) are both
 built from `config.layer_shapes()`, so the parameter count the solver matches
 and the `sum(numel)` of the built model cannot drift apart.
 """
@@ -79,7 +79,7 @@ class LayerShape:
     activation: str
     bias: bool
     norm_order: str
-    n_experts: Any = 1  # > 1: a mixture of `n_experts` FFNs of width d_h (trainers.moe)
+    n_experts: Any = 1  # > 1: a mixture of `n_experts` FFNs of width d_h (shapesweep.trainers.moe)
     n_active_experts: Any = 1  # experts each token is routed to
 
 
@@ -251,7 +251,7 @@ class VariableWidthConfig(_MoELMBase):
         if self.shape == "diamond" and self.alpha <= 1:
             raise ValueError(f"shape 'diamond' needs alpha > 1 (got {self.alpha})")
         if self.widths is None:
-            from search_spaces.widths import solve_widths
+            from shapesweep.search_spaces.widths import solve_widths
 
             object.__setattr__(self, "widths", solve_widths(self))
         if len(self.widths) != self.n_layers:
@@ -265,7 +265,7 @@ class VariableWidthConfig(_MoELMBase):
         return self.d_h * width / self.d_model
 
     def layer_shapes(self) -> list[LayerShape]:
-        from search_spaces.widths import layer_shapes_for
+        from shapesweep.search_spaces.widths import layer_shapes_for
 
         return layer_shapes_for(self, self.widths, integer=True)
 
@@ -335,7 +335,7 @@ class TrainConfig(_Strict):
     seed: Annotated[int, Field(ge=0, lt=MAX_SEED)] = 0
     compile: bool = False  # torch.compile (CUDA only)
     noise_std: Annotated[float, Field(gt=0)] = 0.25  # vision denoising
-    # How weights start (trainers.mup): normal | scaled | xavier | mup. Unset: mup under
+    # How weights start (shapesweep.trainers.mup): normal | scaled | xavier | mup. Unset: mup under
     # `parametrization: mup`, else normal; `init: mup` alone turns muP on.
     init: Literal["normal", "scaled", "xavier", "mup"] | None = None
     # Paper recipes. tokens_per_param (seed 002: 50): the budget is this x the candidate's
@@ -389,7 +389,7 @@ class TrainConfig(_Strict):
                              f"(seq_len={self.seq_len})")
         return self
 
-    # Seed 002 §4's representation analysis at the end of an LM trial (trainers.analysis):
+    # Seed 002 §4's representation analysis at the end of an LM trial (shapesweep.trainers.analysis):
     # true | false; unset: on for variable_width models (constant width included), else off.
     analysis: bool | None = None
 

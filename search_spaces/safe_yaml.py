@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from search_spaces.errors import UserError
+from shapesweep.common import UserError
 
 MAX_BYTES = 1 << 20  # 1 MiB: the largest built-in space is a few KiB
 

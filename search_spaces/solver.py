@@ -22,12 +22,22 @@ from typing import Any
 
 import numpy as np
 from pydantic import ValidationError
-
-from search_spaces.accounting import Accounting, account, blocks_total, lm_totals, vision_totals
-from search_spaces.configs import FAMILIES, LayerShape, TrainConfig, config_key, make_config
-from search_spaces.errors import UserError
-from search_spaces.expressions import compile_expression
-from search_spaces.space import (
+from shapesweep.search_spaces.accounting import (
+    Accounting,
+    account,
+    blocks_total,
+    lm_totals,
+    vision_totals,
+)
+from shapesweep.search_spaces.configs import (
+    FAMILIES,
+    LayerShape,
+    TrainConfig,
+    config_key,
+    make_config,
+)
+from shapesweep.search_spaces.expressions import compile_expression
+from shapesweep.search_spaces.space import (
     INTEGER,
     POSITIVE,
     Resolved,
@@ -36,6 +46,8 @@ from search_spaces.space import (
     constraint_names,
     reference_config,
 )
+
+from shapesweep.common import UserError
 
 METRIC_COLUMN = {"non_embedding_params": "params_non_embedding", "total_params": "params_total",
                  "flops_per_token": "flops_per_token", "active_params": "params_active"}
@@ -303,7 +315,7 @@ class _Dropper:
 
 def _as_number(dim: str, value: Any) -> Any:
     if isinstance(value, str) and dim in INTEGER:
-        from search_spaces.configs import parse_count
+        from shapesweep.search_spaces.configs import parse_count
 
         return parse_count(value)
     return value
@@ -500,7 +512,7 @@ def _valid(family: str, cols: dict, n: int) -> np.ndarray:
 
 
 def _constraints(space: SearchSpace, v: Resolved, cols: dict, n: int) -> list[tuple[str, np.ndarray]]:
-    """Evaluate the space's expressions (`search_spaces.expressions`, checked when the space
+    """Evaluate the space's expressions (`shapesweep.search_spaces.expressions`, checked when the space
     was loaded) over the candidate columns: one (expression, mask of rows meeting it) each."""
     masks: list[tuple[str, np.ndarray]] = []
     if not v.constraints:

@@ -28,9 +28,8 @@ from pydantic import (
     field_validator,
     model_validator,
 )
-
-from search_spaces.accounting import Accounting
-from search_spaces.configs import (
+from shapesweep.search_spaces.accounting import Accounting
+from shapesweep.search_spaces.configs import (
     FAMILIES,
     MAX_DIM,
     MAX_SEED,
@@ -42,9 +41,10 @@ from search_spaces.configs import (
     moe_problem,
     parse_count,
 )
-from search_spaces.errors import UserError
-from search_spaces.expressions import ExpressionError, compile_expression
-from search_spaces.safe_yaml import MAX_BYTES, parse_yaml, read_bytes, read_yaml
+from shapesweep.search_spaces.expressions import ExpressionError, compile_expression
+from shapesweep.search_spaces.safe_yaml import MAX_BYTES, parse_yaml, read_bytes, read_yaml
+
+from shapesweep.common import UserError
 
 BUILTIN_DIR = Path(__file__).parent / "builtin"
 METRICS = ("non_embedding_params", "total_params", "flops_per_token", "active_params")
@@ -604,7 +604,7 @@ def _check_value(dim: str, value: Any, file: str, key: str) -> None:
 
 def reference_config(space: SearchSpace, v: Resolved, file: str | None = None):
     """The config a `match:` budget refers to: the variant's fixed dims overridden by match."""
-    from search_spaces.configs import make_config
+    from shapesweep.search_spaces.configs import make_config
 
     fields = {**v.fixed, "family": v.family, **(v.budget.match or {})}
     family = fields["family"]

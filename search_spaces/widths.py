@@ -24,10 +24,10 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from search_spaces.configs import LayerShape
+from shapesweep.search_spaces.configs import LayerShape
 
 if TYPE_CHECKING:
-    from search_spaces.configs import VariableWidthConfig
+    from shapesweep.search_spaces.configs import VariableWidthConfig
 
 
 def _round_half_up(x: float) -> int:
@@ -115,7 +115,7 @@ def geometric_widths(cfg: VariableWidthConfig, endpoint: float) -> list[float]:
 
 
 def _valid_params(cfg: VariableWidthConfig, widths) -> float:
-    from search_spaces.accounting import blocks_total
+    from shapesweep.search_spaces.accounting import blocks_total
 
     shapes = layer_shapes_for(cfg, widths, integer=False)
     blocks = blocks_total(shapes)

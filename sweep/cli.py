@@ -10,20 +10,20 @@ import argparse
 import importlib
 import sys
 
-from search_spaces.errors import UserError
+from shapesweep.common import UserError
 
 # verb -> (module, one-line help). Each module defines add_arguments_<verb>(parser) and <verb>(args) -> int.
 VERBS: dict[str, tuple[str, str]] = {
-    "spaces": ("search_spaces.cli", "list the built-in search spaces"),
-    "plan": ("search_spaces.cli", "solve a space into iso-budget candidates and print them"),
-    "train": ("trainers.cli", "train one candidate config on real data"),
-    "run": ("sweep.commands", "run a sweep of a space with Ray Tune"),
-    "resume": ("sweep.commands", "finish a sweep: run only the candidates missing from its results"),
-    "status": ("sweep.commands", "list sweeps, or one sweep's trials and best results"),
-    "export": ("sweep.commands", "write the best configurations as files `train` accepts"),
-    "dashboard": ("dashboards.cli", "write a self-contained HTML report for sweeps"),
-    "serve": ("dashboards.cli", "serve a live dashboard over every sweep in the store"),
-    "demo": ("sweep.demo", "run the small built-in demo sweep and build its dashboard"),
+    "spaces": ("shapesweep.search_spaces.cli", "list the built-in search spaces"),
+    "plan": ("shapesweep.search_spaces.cli", "solve a space into iso-budget candidates and print them"),
+    "train": ("shapesweep.trainers.cli", "train one candidate config on real data"),
+    "run": ("shapesweep.sweep.commands", "run a sweep of a space with Ray Tune"),
+    "resume": ("shapesweep.sweep.commands", "finish a sweep: run only the candidates missing from its results"),
+    "status": ("shapesweep.sweep.commands", "list sweeps, or one sweep's trials and best results"),
+    "export": ("shapesweep.sweep.commands", "write the best configurations as files `train` accepts"),
+    "dashboard": ("shapesweep.dashboards.cli", "write a self-contained HTML report for sweeps"),
+    "serve": ("shapesweep.dashboards.cli", "serve a live dashboard over every sweep in the store"),
+    "demo": ("shapesweep.sweep.demo", "run the small built-in demo sweep and build its dashboard"),
 }
 
 

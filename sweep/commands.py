@@ -14,9 +14,9 @@ import os
 from pathlib import Path
 from typing import Any
 
-from search_spaces.errors import UserError
+from shapesweep.common import UserError
 
-FOLDER_FORMATS = {"hf": "trainers.hf_export", "torch": "trainers.torch_export"}
+FOLDER_FORMATS = {"hf": "shapesweep.trainers.hf_export", "torch": "shapesweep.trainers.torch_export"}
 EXPORT_METRICS = ("val_loss", "best_val_loss", "val_ppl", "train_loss", "psnr", "ssim", "tokens",
                   "steps", "wall_time_s", "tokens_per_s")
 
@@ -63,7 +63,7 @@ def add_arguments_run(parser: argparse.ArgumentParser) -> None:
 
 def parse_seeds(text: str | None) -> list[int] | None:
     """`N` (seeds 0..N-1) or `a,b,c`: every part a seed, each valid and given once."""
-    from search_spaces.space import MAX_SEEDS, check_seeds_option
+    from shapesweep.search_spaces.space import MAX_SEEDS, check_seeds_option
 
     if text is None:
         return None
@@ -79,8 +79,7 @@ def parse_seeds(text: str | None) -> list[int] | None:
 
 def _report(outcome: Any, root: str) -> int:
     from rich.console import Console
-
-    from results.store import sweep_dir
+    from shapesweep.results.store import sweep_dir
 
     c = outcome.counts
     # soft_wrap: one line even in a log (rich wraps at 80 columns off a terminal)
@@ -92,7 +91,7 @@ def _report(outcome: Any, root: str) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from sweep.runner import SweepOptions, run_sweep
+    from shapesweep.sweep.runner import SweepOptions, run_sweep
 
     for flag, value in (("--max-concurrent", args.max_concurrent),
                         ("--num-samples", args.num_samples)):
@@ -117,7 +116,7 @@ def add_arguments_resume(parser: argparse.ArgumentParser) -> None:
 
 
 def resume(args: argparse.Namespace) -> int:
-    from sweep.runner import load_options, run_sweep
+    from shapesweep.sweep.runner import load_options, run_sweep
 
     options = load_options(args.root, args.name)
     options.root = args.root
@@ -148,7 +147,7 @@ def add_arguments_status(parser: argparse.ArgumentParser) -> None:
 
 
 def _catalog(args: argparse.Namespace):
-    from results.catalog import Catalog, default_catalog_url
+    from shapesweep.results.catalog import Catalog, default_catalog_url
 
     return Catalog(args.storage or default_catalog_url(args.root))
 
@@ -176,9 +175,9 @@ def _check_status_args(args: argparse.Namespace) -> None:
 
 
 def _reduction_factor(root: str, name: str) -> float | None:
-    """ASHA's reduction factor from the options file `run` writes (sweep.runner.OPTIONS_FILE,
+    """ASHA's reduction factor from the options file `run` writes (shapesweep.sweep.runner.OPTIONS_FILE,
     not imported: it imports Ray); None when the sweep ran without ASHA."""
-    from results.store import read_sweep_file
+    from shapesweep.results.store import read_sweep_file
 
     text = read_sweep_file(root, name, "sweep.json")
     options = json.loads(text) if text else {}
@@ -188,8 +187,7 @@ def _reduction_factor(root: str, name: str) -> float | None:
 def _candidate_records(compared, metric: str) -> list[dict]:
     """`status` candidates: shape, chosen tuned values, seed statistics, the baseline comparison."""
     import pyarrow as pa
-
-    from results.schema import SHAPE_COLUMNS, TRIAL_COLUMNS
+    from shapesweep.results.schema import SHAPE_COLUMNS, TRIAL_COLUMNS
 
     fields = ["key", "family", "variant", *(name for name, _ in SHAPE_COLUMNS),
               "params_non_embedding", "params_total", "flops_per_token"]
@@ -210,7 +208,7 @@ def _candidate_records(compared, metric: str) -> list[dict]:
 
 def _status_document(args: argparse.Namespace, trials, curves) -> dict:
     """The one object `status NAME --format json` prints."""
-    from results.stats import asha_confirmation, compare, rank_fidelity, stable_fraction
+    from shapesweep.results.stats import asha_confirmation, compare, rank_fidelity, stable_fraction
 
     variants = set(trials["variant"].dropna())
     baseline = args.baseline or "baseline"
@@ -328,8 +326,7 @@ def _asha_line(document: dict) -> str | None:
 def status(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
-
-    from results.store import list_sweeps, load_curves, load_trials
+    from shapesweep.results.store import list_sweeps, load_curves, load_trials
 
     _check_status_args(args)
     console = Console()
@@ -425,9 +422,9 @@ def add_arguments_export(parser: argparse.ArgumentParser) -> None:
 
 def _budget_groups(trials, record) -> Any:
     """Each trial's budget target: the budget column over (1 + budget_error), 3 digits."""
-    from search_spaces.safe_yaml import parse_yaml
-    from search_spaces.solver import METRIC_COLUMN
-    from search_spaces.space import parse_space
+    from shapesweep.search_spaces.safe_yaml import parse_yaml
+    from shapesweep.search_spaces.solver import METRIC_COLUMN
+    from shapesweep.search_spaces.space import parse_space
 
     where = f"catalog sweep {record.name}"
     space = parse_space(parse_yaml(record.space_yaml, where), text=record.space_yaml, file=where)
@@ -438,9 +435,8 @@ def _budget_groups(trials, record) -> Any:
 
 def export(args: argparse.Namespace) -> int:
     import yaml
-
-    from results.schema import TRIAL_COLUMNS
-    from results.store import load_trials
+    from shapesweep.results.schema import TRIAL_COLUMNS
+    from shapesweep.results.store import load_trials
 
     if args.top < 1:
         raise UserError("must be at least 1", key="--top")
@@ -501,9 +497,9 @@ def export(args: argparse.Namespace) -> int:
 
 
 def _seed_means(trials, metric: str):
-    """One row per candidate at its best tuned value (`results.stats.tuned_stats`), best
+    """One row per candidate at its best tuned value (`shapesweep.results.stats.tuned_stats`), best
     first: the export metrics are means over its seeds, `std` and `n` those of `metric`."""
-    from results.stats import HIGHER_IS_BETTER, canonical_tuned_column, tuned_stats
+    from shapesweep.results.stats import HIGHER_IS_BETTER, canonical_tuned_column, tuned_stats
 
     finished = trials.assign(status="completed")  # --include-stopped ranks stopped ones too
     chosen = tuned_stats(finished, metric)
@@ -518,7 +514,7 @@ def _seed_means(trials, metric: str):
 
 def _typed(document: dict[str, Any]):
     """(model config, TrainConfig) of an exported document (written by the sweep: valid)."""
-    from search_spaces.configs import TrainConfig, make_config
+    from shapesweep.search_spaces.configs import TrainConfig, make_config
 
     model = document["model"]
     config = make_config({**model, "family": document.get("family") or model.get("family")})
@@ -527,8 +523,8 @@ def _typed(document: dict[str, Any]):
 
 def _weights(configs: dict[str, tuple], folders: list[str], exporter) -> dict[str, tuple]:
     """Each `--weights` folder's (train recipe, state dict), by the key of its exported config."""
-    from search_spaces.configs import config_key
-    from trainers import checkpoint
+    from shapesweep.search_spaces.configs import config_key
+    from shapesweep.trainers import checkpoint
 
     found: dict[str, tuple] = {}
     for folder in folders:
@@ -552,8 +548,7 @@ def _export_folders(documents: list[tuple[str, dict]], out: Path, weight_folders
     import shutil
 
     import yaml
-
-    from search_spaces.configs import config_key
+    from shapesweep.search_spaces.configs import config_key
 
     exporter.require()
     configs = {}

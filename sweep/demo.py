@@ -35,8 +35,7 @@ def _command() -> str:
 
 def demo(args: argparse.Namespace) -> int:
     from rich.console import Console
-
-    from sweep.cli import main as shapesweep
+    from shapesweep.sweep.cli import main as shapesweep
 
     console = Console()
     root = Path(args.root)

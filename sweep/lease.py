@@ -22,8 +22,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from results.catalog import lease_timeout_s
-from search_spaces.errors import UserError
+from shapesweep.results.catalog import lease_timeout_s
+
+from shapesweep.common import UserError
 
 
 def heartbeat_interval_s() -> float:

@@ -9,7 +9,7 @@ exactly those (candidate, tuned values, seed).
 
 Everything that can refuse a sweep (space, plan, options, seeds, data) is checked before
 the catalog is opened or a folder made, so a refused run leaves nothing behind. Then the
-driver takes the sweep's lease (`sweep.lease`): a second driver of the same sweep is refused.
+driver takes the sweep's lease (`shapesweep.sweep.lease`): a second driver of the same sweep is refused.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from typing import Any
 from pydantic import TypeAdapter
 from ray.tune import Callback
 
-from search_spaces.errors import UserError
+from shapesweep.common import UserError
 
 OPTIONS_FILE = "sweep.json"  # how the sweep was run, so `resume NAME` can run it again
 SPACE_FILE = "space.yaml"
@@ -74,7 +74,7 @@ class SweepOptions:
     multi_objective: str | None = None
     retry_failed: bool = False
     sampler_seed: int | None = 0
-    log_to: list[str] = field(default_factory=list)  # experiment trackers (sweep.trackers)
+    log_to: list[str] = field(default_factory=list)  # experiment trackers (shapesweep.sweep.trackers)
     progress: bool = True
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -113,10 +113,10 @@ def data_hash_for(space: Any, candidates: list | None, data: str | None) -> tupl
     their trials fail with the reason (the sweep goes on, `--retry-failed` reruns them).
     """
     if space.families and all(f == "vision_mlp" for f in space.families):
-        from trainers.vision_data import load_images
+        from shapesweep.trainers.vision_data import load_images
 
         return load_images(data).data_hash, []
-    from trainers.data import check_fits, load_lm_data
+    from shapesweep.trainers.data import check_fits, load_lm_data
 
     tokens = load_lm_data(data)
     vocab = _vocab_sizes(space, candidates)
@@ -132,7 +132,7 @@ def _vocab_sizes(space: Any, candidates: list | None) -> set[int]:
     """Every vocab_size the sweep may train: the grid's candidates', else each variant's."""
     if candidates is not None:
         return {c.config.vocab_size for c in candidates if hasattr(c.config, "vocab_size")}
-    from search_spaces.configs import ConventionalConfig
+    from shapesweep.search_spaces.configs import ConventionalConfig
 
     default = ConventionalConfig.model_fields["vocab_size"].default
     return {v for variant in space.resolved()
@@ -143,7 +143,7 @@ def _vocab_sizes(space: Any, candidates: list | None) -> set[int]:
 def token_budget(train: Any, family: str) -> int:
     """What a trial that runs to the end has trained on (images for vision), under its
     resolved recipe `train` (a TrainConfig or its JSON)."""
-    from search_spaces.configs import TrainConfig
+    from shapesweep.search_spaces.configs import TrainConfig
 
     train = TrainConfig.model_validate(train)
     if train.steps:
@@ -166,7 +166,7 @@ def sweep_budgets(space: Any, candidates: list | None) -> set[int] | None:
 def _ray_storage(root: str, name: str) -> Path:
     """Where Ray Tune keeps its own files (trial logs, error.txt): in the sweep's folder when
     the root is on this machine, else in the local temp folder (results never need them)."""
-    from results.store import local_folder
+    from shapesweep.results.store import local_folder
 
     local = local_folder(root)
     return Path(local or tempfile.gettempdir()) / (name if local else f"shapesweep-{name}") / "_ray"
@@ -191,8 +191,7 @@ def load_options(root: str, name: str) -> SweepOptions:
     """The options a sweep was started with (for `resume`), its space resolved under `root`:
     a copied or moved root resumes with its own copy of the space."""
     from pydantic import ValidationError
-
-    from results.store import read_sweep_file, sweep_dir
+    from shapesweep.results.store import read_sweep_file, sweep_dir
 
     path = f"{sweep_dir(root, name)}/{OPTIONS_FILE}"
     try:
@@ -228,7 +227,7 @@ def _error_text(trial: Any) -> str:
     lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
     if not lines:
         return "unknown error (see Ray's logs)"
-    # "search_spaces.errors.UserError: ..." -> "UserError: ..." (the type says enough)
+    # "shapesweep.common.UserError: ..." -> "UserError: ..." (the type says enough)
     return re.sub(r"^(?:[A-Za-z_]\w*\.)+(?=[A-Za-z_]\w*: )", "", lines[-1])
 
 
@@ -271,14 +270,14 @@ class ResultsWriter(Callback):
         return {k: v for k, v in self.__dict__.items() if k not in ("catalog", "progress")}
 
     def on_trial_result(self, iteration, trials, trial, result, **info):
-        from sweep.trainable import FINAL_FLAG
+        from shapesweep.sweep.trainable import FINAL_FLAG
 
         if not result.get(FINAL_FLAG):
             self.curves.setdefault(trial.trial_id, []).append(
                 {name: result.get(name) for name in CURVE_FIELDS})
 
     def on_trial_complete(self, iteration, trials, trial, **info):
-        from sweep.search import reached_budget
+        from shapesweep.sweep.search import reached_budget
 
         spec = trial.config["spec"]
         budget = token_budget(spec["document"]["train"], spec["row"]["family"])
@@ -293,10 +292,10 @@ class ResultsWriter(Callback):
             self._file(trial, status, error)
 
     def _file(self, trial: Any, status: str, error: str | None) -> None:
-        from results.schema import TRIAL_COLUMNS
-        from results.store import write_trial
-        from sweep.search import trial_triple
-        from sweep.trainable import LAYERS_FIELD
+        from shapesweep.results.schema import TRIAL_COLUMNS
+        from shapesweep.results.store import write_trial
+        from shapesweep.sweep.search import trial_triple
+        from shapesweep.sweep.trainable import LAYERS_FIELD
 
         spec = trial.config["spec"]
         if spec["trial_id"] in self.written:
@@ -470,8 +469,8 @@ class _Checked:
 
 def run_sweep(options: SweepOptions, console: Any = None) -> SweepOutcome:
     """Run (or finish) a sweep; see the module docstring for what lands where."""
-    from results.catalog import Catalog
-    from sweep.lease import sweep_lease
+    from shapesweep.results.catalog import Catalog
+    from shapesweep.sweep.lease import sweep_lease
 
     checked = _check(options)
     catalog = Catalog(checked.storage_url)
@@ -482,10 +481,10 @@ def run_sweep(options: SweepOptions, console: Any = None) -> SweepOutcome:
 
 def _check(options: SweepOptions) -> _Checked:
     """Everything that can refuse the sweep, before anything is written anywhere."""
-    from results.catalog import default_catalog_url
-    from results.store import validate_sweep_name
-    from search_spaces.space import check_seeds_option, load_space
-    from sweep.trackers import check_trackers
+    from shapesweep.results.catalog import default_catalog_url
+    from shapesweep.results.store import validate_sweep_name
+    from shapesweep.search_spaces.space import check_seeds_option, load_space
+    from shapesweep.sweep.trackers import check_trackers
 
     check_trackers(options.log_to)
     space = load_space(options.space)  # an unreadable file is one line (safe_yaml)
@@ -493,7 +492,7 @@ def _check(options: SweepOptions) -> _Checked:
     seeds = check_seeds_option(options.seeds or list(space.seeds))
     candidates, notices = None, []
     if options.search == "grid":
-        from search_spaces.solver import plan
+        from shapesweep.search_spaces.solver import plan
 
         if options.multi_objective:
             raise UserError("a second objective needs --search optuna", key="--multi-objective")
@@ -518,7 +517,7 @@ def _check(options: SweepOptions) -> _Checked:
 def _compact(root: str, name: str) -> None:
     """Merge the sweep's result fragments; a failure is a warning, never a failed sweep.
     The lease makes this driver the sweep's only writer, and so its only compactor."""
-    from results.store import compact
+    from shapesweep.results.store import compact
 
     try:
         compact(root, name, stale_s=0)  # no other writer while the lease is held
@@ -529,14 +528,14 @@ def _compact(root: str, name: str) -> None:
 
 def _drive(options: SweepOptions, checked: _Checked, catalog: Any, console: Any) -> SweepOutcome:
     """With the lease held: register the sweep, save how it runs, run what is missing."""
-    from results.store import completed_keys, read_sweep_file, write_sweep_file
+    from shapesweep.results.store import completed_keys, read_sweep_file, write_sweep_file
 
     name, space = options.name, checked.space
     statuses = completed_keys(options.root, name)
     rerun = {"failed"} if options.retry_failed else set()
     skip = {triple for triple, status in statuses.items() if status not in rerun}
     if checked.candidates is not None:
-        from sweep.search import grid_specs
+        from shapesweep.sweep.search import grid_specs
 
         specs, total = grid_specs(space, checked.candidates, checked.seeds, _abs(options.data),
                                   skip)
@@ -554,10 +553,9 @@ def _drive(options: SweepOptions, checked: _Checked, catalog: Any, console: Any)
 
     os.environ.update({k: v for k, v in QUIET_ENV.items() if k not in os.environ})
     from ray import tune
-
-    from sweep.progress import SweepProgress
-    from sweep.trackers import tracker_callbacks
-    from sweep.trainable import run_trial
+    from shapesweep.sweep.progress import SweepProgress
+    from shapesweep.sweep.trackers import tracker_callbacks
+    from shapesweep.sweep.trainable import run_trial
 
     statuses = {triple: s for triple, s in statuses.items() if triple in skip}
     tune_kwargs: dict[str, Any] = {}
@@ -648,8 +646,8 @@ def _abs(path: str | None) -> str | None:
 def _optuna_setup(options: SweepOptions, space: Any, seed: int, name: str, storage_url: str,
                   budget: int | None):
     """The Optuna searcher, reconciled with what a killed driver left behind."""
-    from results.store import load_trials
-    from sweep.search import (
+    from shapesweep.results.store import load_trials
+    from shapesweep.sweep.search import (
         SpecMaker,
         launched_count,
         make_optuna_search,

@@ -31,7 +31,7 @@ MAX_SUGGEST_TRIES = 500  # fresh points asked of Optuna before calling the space
 
 
 def trial_id_for(key: str, seed: int, tuned: dict[str, Any] | None = None) -> str:
-    from search_spaces.space import tuned_tag
+    from shapesweep.search_spaces.space import tuned_tag
 
     return f"{key}-t{tuned_tag(tuned)}-s{seed}" if tuned else f"{key}-s{seed}"
 
@@ -39,8 +39,8 @@ def trial_id_for(key: str, seed: int, tuned: dict[str, Any] | None = None) -> st
 def trial_spec(candidate: Any, space: Any, seed: int, data: str | None,
                device: str | None = None, tuned: dict[str, Any] | None = None) -> dict[str, Any]:
     """The config one Ray trial receives (JSON-safe: it travels through Ray and Optuna)."""
-    from search_spaces.solver import candidate_document
-    from search_spaces.space import tuned_json
+    from shapesweep.search_spaces.solver import candidate_document
+    from shapesweep.search_spaces.space import tuned_json
 
     tuned = tuned or {}
     train = space.train_for(tuned, seed, candidate)
@@ -59,7 +59,7 @@ def trial_spec(candidate: Any, space: Any, seed: int, data: str | None,
 
 
 def trial_triple(spec: dict[str, Any]) -> tuple[str, str, int]:
-    """(key, tuned_json, seed): what makes a trial, as `results.store.completed_keys` keys it."""
+    """(key, tuned_json, seed): what makes a trial, as `shapesweep.results.store.completed_keys` keys it."""
     return spec["key"], spec["tuned_json"], spec["seed"]
 
 
@@ -86,7 +86,7 @@ def study_directions(multi_objective: bool) -> list[str]:
 def reached_budget(result: dict, budget: int | None) -> bool:
     """Whether a trial's last result is a full-budget one (else ASHA stopped it early); with
     no single budget (per-candidate recipes) only the loop's final report says so."""
-    from sweep.trainable import FINAL_FLAG
+    from shapesweep.sweep.trainable import FINAL_FLAG
 
     if result.get(FINAL_FLAG):
         return True
@@ -142,7 +142,7 @@ class DefineSpace:
         self.space, self.make_spec = space, make_spec
 
     def __call__(self, trial) -> dict[str, Any]:
-        from search_spaces.solver import solve_point
+        from shapesweep.search_spaces.solver import solve_point
 
         variants = self.space.resolved()
         variant = variants[0]
@@ -222,7 +222,7 @@ class OptunaSearcher(Searcher):
     def on_trial_result(self, trial_id: str, result: dict) -> None:
         """Each evaluation is an intermediate value at its token count (pruning-aware
         samplers read them); Optuna takes none for a multi-objective study."""
-        from sweep.trainable import FINAL_FLAG
+        from shapesweep.sweep.trainable import FINAL_FLAG
 
         trial = self._live.get(trial_id)
         value, tokens = result.get(self.metrics[0]), result.get("tokens")

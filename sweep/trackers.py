@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from search_spaces.errors import UserError
+from shapesweep.common import UserError
 
 
 @dataclass(frozen=True)
@@ -31,7 +31,7 @@ class Tracker:
 
 def trial_tags(sweep: str, trial: Any) -> dict[str, str]:
     """Sweep, family, ids and every shape field of the trial's candidate, as strings."""
-    from search_spaces.solver import SHAPE_COLUMNS
+    from shapesweep.search_spaces.solver import SHAPE_COLUMNS
 
     spec = trial.config["spec"]
     row = spec["row"]
@@ -46,9 +46,8 @@ def curve_step(result: dict) -> dict:
     """The result a tracker logs: stepped by tokens, without the trial's config (the tracker
     keeps that as params); a final summary without curve fields."""
     from ray.tune.result import TIMESTEPS_TOTAL, TRAINING_ITERATION
-
-    from sweep.runner import CURVE_FIELDS
-    from sweep.trainable import FINAL_FLAG
+    from shapesweep.sweep.runner import CURVE_FIELDS
+    from shapesweep.sweep.trainable import FINAL_FLAG
 
     step = result.get("tokens") or result[TRAINING_ITERATION]
     drop = {"config", *CURVE_FIELDS} if result.get(FINAL_FLAG) else {"config"}

@@ -32,9 +32,8 @@ def trial_result_fields(result: Any) -> dict[str, Any]:
 def run_trial(config: dict[str, Any]) -> None:
     """Train `config['spec']['document']` (a candidate document) and report every evaluation."""
     from ray import tune
-
-    from search_spaces.configs import TrainConfig, make_config
-    from trainers.loop import StopTrial, train
+    from shapesweep.search_spaces.configs import TrainConfig, make_config
+    from shapesweep.trainers.loop import StopTrial, train
 
     spec = config["spec"]
     document = spec["document"]

@@ -8,9 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 from pydantic import ValidationError
-
-from search_spaces.accounting import account
-from search_spaces.configs import (
+from shapesweep.search_spaces.accounting import account
+from shapesweep.search_spaces.configs import (
     ConventionalConfig,
     HourglassConfig,
     VariableWidthConfig,

@@ -14,15 +14,22 @@ from pathlib import Path
 import pyarrow.dataset as ds
 import pytest
 import torch
+from shapesweep.dashboards.synthetic import synthetic_sweep
+from shapesweep.results.store import (
+    FragmentCache,
+    compact,
+    load_curves,
+    load_layers,
+    load_trials,
+    write_trial,
+)
+from shapesweep.search_spaces.configs import TrainConfig, make_config
+from shapesweep.trainers import analysis
+from shapesweep.trainers.loop import StopTrial, train
+from shapesweep.trainers.models import build_model
 from torch import nn
 
-from dashboards.synthetic import synthetic_sweep
-from results.store import FragmentCache, compact, load_curves, load_layers, load_trials, write_trial
-from search_spaces.configs import TrainConfig, make_config
-from search_spaces.errors import UserError
-from trainers import analysis
-from trainers.loop import StopTrial, train
-from trainers.models import build_model
+from shapesweep.common import UserError
 
 TINY = {"vocab_size": 256, "n_heads": 2, "d_model": 32, "n_layers": 3}
 CONFIGS = {

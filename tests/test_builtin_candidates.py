@@ -7,11 +7,10 @@ from __future__ import annotations
 import math
 
 import pytest
-
-from search_spaces.solver import plan
-from search_spaces.space import list_builtin, load_space
-from trainers.loop import train
-from trainers.models import build_model
+from shapesweep.search_spaces.solver import plan
+from shapesweep.search_spaces.space import list_builtin, load_space
+from shapesweep.trainers.loop import train
+from shapesweep.trainers.models import build_model
 
 CPU_SPACES = [name for name, _ in list_builtin() if name.endswith("-small") or name.startswith("demo-")]
 

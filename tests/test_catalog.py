@@ -7,9 +7,9 @@ import multiprocessing
 import optuna
 import pytest
 import sqlalchemy
+from shapesweep.results import SWEEP_STATUSES, Catalog, default_catalog_url
 
-from results import SWEEP_STATUSES, Catalog, default_catalog_url
-from search_spaces.errors import UserError
+from shapesweep.common import UserError
 
 SPACE = "name: tiny\nfamily: hourglass\n"
 

@@ -17,12 +17,11 @@ from selenium.common.exceptions import NoAlertPresentException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.action_chains import ActionChains
 from selenium.webdriver.common.by import By
-
-from dashboards.report import write_report
-from dashboards.server import make_server
-from dashboards.synthetic import synthetic_sweep
-from results.store import write_trial
-from search_spaces.configs import TrainConfig, make_config
+from shapesweep.dashboards.report import write_report
+from shapesweep.dashboards.server import make_server
+from shapesweep.dashboards.synthetic import synthetic_sweep
+from shapesweep.results.store import write_trial
+from shapesweep.search_spaces.configs import TrainConfig, make_config
 
 HOSTILE = "<script>alert(1)</script>"
 ARTIFACTS = Path(__file__).parent / "artifacts"

@@ -15,17 +15,16 @@ import pytest
 import torch
 import yaml
 from safetensors.torch import load_file
+from shapesweep.results.store import write_trial
+from shapesweep.search_spaces.accounting import account
+from shapesweep.search_spaces.configs import TrainConfig, config_key, make_config
+from shapesweep.sweep.cli import main
+from shapesweep.trainers.checkpoint import save_model
+from shapesweep.trainers.data import builtin_corpus
+from shapesweep.trainers.loop import load_candidate
+from shapesweep.trainers.models import build_model
+from shapesweep.trainers.mup import configure
 from transformers import AutoConfig, LlamaForCausalLM
-
-from results.store import write_trial
-from search_spaces.accounting import account
-from search_spaces.configs import TrainConfig, config_key, make_config
-from sweep.cli import main
-from trainers.checkpoint import save_model
-from trainers.data import builtin_corpus
-from trainers.loop import load_candidate
-from trainers.models import build_model
-from trainers.mup import configure
 
 TRAIN = dict(steps=3, seq_len=32, batch_tokens=256, eval_tokens=512, lr=1e-2)
 BASE = dict(family="conventional", d_model=32, n_layers=2, n_heads=2, d_h=96)

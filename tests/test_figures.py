@@ -10,8 +10,7 @@ import sys
 import numpy as np
 import pandas as pd
 import pytest
-
-from dashboards.figures import (
+from shapesweep.dashboards.figures import (
     applicable_figures,
     baseline_figure,
     layers_figure,
@@ -22,12 +21,13 @@ from dashboards.figures import (
     ucurve_figure,
     width_profile_figure,
 )
-from dashboards.frames import VERDICT_COLORS, esc, hover_text, with_derived
-from dashboards.report import budget_labels, build_payload, script_safe, write_report
-from dashboards.scaling import fit_power_law, flops_to_match, match_sentences
-from results.stats import FIDELITY_THRESHOLD, compare, rank_fidelity
-from results.store import load_curves, load_layers, load_trials, write_trial
-from search_spaces.errors import UserError
+from shapesweep.dashboards.frames import VERDICT_COLORS, esc, hover_text, with_derived
+from shapesweep.dashboards.report import budget_labels, build_payload, script_safe, write_report
+from shapesweep.dashboards.scaling import fit_power_law, flops_to_match, match_sentences
+from shapesweep.results.stats import FIDELITY_THRESHOLD, compare, rank_fidelity
+from shapesweep.results.store import load_curves, load_layers, load_trials, write_trial
+
+from shapesweep.common import UserError
 
 HOSTILE = "<script>alert(1)</script>"
 
@@ -204,7 +204,7 @@ def test_width_profiles_show_avg_width_and_flops(frames):
 
 def _analysed_store(root) -> str:
     """A sweep of constant-width and ><former trials, each with seed 002 §4 layer rows."""
-    from dashboards.synthetic import synthetic_sweep
+    from shapesweep.dashboards.synthetic import synthetic_sweep
 
     for row, curve in synthetic_sweep("fig7", 24, families=("conventional", "variable_width"),
                                       budgets=(30e6,), seeds=2):
@@ -279,11 +279,11 @@ def test_report_is_one_offline_file_written_atomically(store, tmp_path):
 
 def test_cli_writes_the_report_and_refuses_unknown_sweeps(store, tmp_path):
     out = tmp_path / "cli.html"
-    ok = subprocess.run([sys.executable, "-m", "sweep.cli", "dashboard", "ucurve", "--root", store,
+    ok = subprocess.run([sys.executable, "-m", "shapesweep.sweep.cli", "dashboard", "ucurve", "--root", store,
                          "--out", str(out)], capture_output=True, text=True, timeout=300)
     assert ok.returncode == 0, ok.stderr
     assert out.exists()
-    bad = subprocess.run([sys.executable, "-m", "sweep.cli", "dashboard", "nope", "--root", store,
+    bad = subprocess.run([sys.executable, "-m", "shapesweep.sweep.cli", "dashboard", "nope", "--root", store,
                           "--out", str(tmp_path / "bad.html")], capture_output=True, text=True, timeout=300)
     assert bad.returncode == 2
     assert bad.stderr.strip().splitlines() == [bad.stderr.strip()] and "nope" in bad.stderr

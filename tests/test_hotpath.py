@@ -11,12 +11,18 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
-
-from search_spaces.configs import TrainConfig, make_config
-from trainers import loop
-from trainers.loop import NonFiniteLoss, compile_cache, lr_multiplier, make_task, prefetched, train
-from trainers.models import build_model
-from trainers.mup import configure
+from shapesweep.search_spaces.configs import TrainConfig, make_config
+from shapesweep.trainers import loop
+from shapesweep.trainers.loop import (
+    NonFiniteLoss,
+    compile_cache,
+    lr_multiplier,
+    make_task,
+    prefetched,
+    train,
+)
+from shapesweep.trainers.models import build_model
+from shapesweep.trainers.mup import configure
 
 TINY = dict(family="conventional", d_model=16, n_layers=1, n_heads=2, d_h=64)
 RECIPE = dict(steps=12, seq_len=32, batch_tokens=256, eval_tokens=1024, lr=1e-2, eval_every=4)

@@ -10,19 +10,19 @@ import math
 
 import pytest
 import torch
-
-from search_spaces.configs import (
+from shapesweep.search_spaces.configs import (
     ConventionalConfig,
     HourglassConfig,
     TrainConfig,
     VariableWidthConfig,
     VisionMLPConfig,
 )
-from search_spaces.errors import UserError
-from search_spaces.solver import plan
-from search_spaces.space import load_space, parse_space
-from trainers.models import build_model
-from trainers.mup import configure
+from shapesweep.search_spaces.solver import plan
+from shapesweep.search_spaces.space import load_space, parse_space
+from shapesweep.trainers.models import build_model
+from shapesweep.trainers.mup import configure
+
+from shapesweep.common import UserError
 
 MODES = ("normal", "scaled", "xavier", "mup")
 

@@ -21,15 +21,15 @@ from pathlib import Path
 
 import pytest
 import yaml
+from shapesweep.results.catalog import Catalog, default_catalog_url
+from shapesweep.results.store import load_trials, sweep_dir
+from shapesweep.search_spaces.solver import candidate_document, plan
+from shapesweep.search_spaces.space import load_space
+from shapesweep.sweep.cli import main as shapesweep
+from shapesweep.sweep.lease import sweep_lease
 from sweep_helpers import CHILD_ENV, TINY_SPACE, TINY_TRAIN, pairs, run, write_space
 
-from results.catalog import Catalog, default_catalog_url
-from results.store import load_trials, sweep_dir
-from search_spaces.errors import UserError
-from search_spaces.solver import candidate_document, plan
-from search_spaces.space import load_space
-from sweep.cli import main as shapesweep
-from sweep.lease import sweep_lease
+from shapesweep.common import UserError
 
 SPACE_TEXT = "name: s\n"
 
@@ -249,7 +249,7 @@ def test_two_drivers_racing_for_a_dead_lease_one_wins(tmp_path, monkeypatch):
 # --- drivers end to end (real Ray) ------------------------------------------------------------
 
 def driver(*argv: str, env: dict | None = None) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "sweep.cli", *argv, "--no-progress"],
+    return subprocess.Popen([sys.executable, "-m", "shapesweep.sweep.cli", *argv, "--no-progress"],
                             env={**CHILD_ENV, **(env or {})}, start_new_session=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 

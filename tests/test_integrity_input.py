@@ -12,11 +12,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
+from shapesweep.search_spaces.expressions import ExpressionError, compile_expression
+from shapesweep.search_spaces.space import load_space
+from shapesweep.sweep.cli import main
 
-from search_spaces.errors import UserError
-from search_spaces.expressions import ExpressionError, compile_expression
-from search_spaces.space import load_space
-from sweep.cli import main
+from shapesweep.common import UserError
 from tests.sweep_helpers import TINY_SPACE, write_space
 
 MARKER = "PWNED"  # the file a payload would create
@@ -85,7 +85,7 @@ def test_a_huge_constant_exponent_is_refused_fast_in_a_fresh_process(tmp_path):
     """`9**9**9` hung the solver; a subprocess with a timeout fails a regression, not hangs it."""
     path = write_space(tmp_path, constraints=["9**9**9 > 0"])
     start = time.perf_counter()
-    result = subprocess.run([sys.executable, "-m", "sweep.cli", "plan", str(path)],
+    result = subprocess.run([sys.executable, "-m", "shapesweep.sweep.cli", "plan", str(path)],
                             capture_output=True, text=True, timeout=60,
                             cwd=Path(__file__).resolve().parents[1])
     assert time.perf_counter() - start < 30
@@ -246,8 +246,8 @@ def test_run_refuses_before_any_sweep_state_exists(capsys, tmp_path, case):
 def test_resume_refuses_an_edited_saved_space_before_running_it(capsys, tmp_path):
     """A root written the way runner writes one (sweep.json + space.yaml), whose space.yaml
     was then edited to carry a payload: resume refuses it and runs nothing."""
-    from results.store import sweep_dir, write_sweep_file
-    from sweep.runner import OPTIONS_FILE, SPACE_FILE, SweepOptions
+    from shapesweep.results.store import sweep_dir, write_sweep_file
+    from shapesweep.sweep.runner import OPTIONS_FILE, SPACE_FILE, SweepOptions
 
     root, name = tmp_path / "root", TINY_SPACE["name"]
     saved = f"{sweep_dir(str(root), name)}/{SPACE_FILE}"
@@ -285,10 +285,9 @@ def test_train_refuses_a_model_too_large_to_allocate(capsys, tmp_path):
 
 def test_memory_check_counts_states_and_points_at_micro_batches():
     import torch
-
-    from search_spaces.accounting import account
-    from search_spaces.configs import TrainConfig, make_config
-    from trainers.memory import STATE_BYTES, check_fits, training_bytes
+    from shapesweep.search_spaces.accounting import account
+    from shapesweep.search_spaces.configs import TrainConfig, make_config
+    from shapesweep.trainers.memory import STATE_BYTES, check_fits, training_bytes
 
     config = make_config({"family": "conventional", **TINY_MODEL})
     train = TrainConfig(steps=1, seq_len=32, batch_tokens=64)

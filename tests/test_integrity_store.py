@@ -22,10 +22,9 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
 import yaml
-
-from dashboards.server import make_server
-from dashboards.synthetic import synthetic_sweep
-from results.store import (
+from shapesweep.dashboards.server import make_server
+from shapesweep.dashboards.synthetic import synthetic_sweep
+from shapesweep.results.store import (
     DamagedStore,
     FragmentCache,
     compact,
@@ -34,7 +33,7 @@ from results.store import (
     load_trials,
     write_trial,
 )
-from sweep.cli import main as shapesweep
+from shapesweep.sweep.cli import main as shapesweep
 
 N_TRIALS = 4
 

@@ -7,10 +7,8 @@ import math
 
 import pytest
 import torch
-
-from search_spaces.configs import TrainConfig, make_config
-from search_spaces.errors import UserError
-from trainers.loop import (
+from shapesweep.search_spaces.configs import TrainConfig, make_config
+from shapesweep.trainers.loop import (
     NonFiniteLoss,
     StopTrial,
     _loss,
@@ -18,6 +16,8 @@ from trainers.loop import (
     lr_multiplier,
     train,
 )
+
+from shapesweep.common import UserError
 
 TINY = dict(family="conventional", d_model=16, n_layers=1, n_heads=2, d_h=64)
 RECIPE = dict(steps=12, seq_len=32, batch_tokens=256, eval_tokens=1024, lr=1e-2, eval_every=4)

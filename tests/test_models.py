@@ -7,19 +7,18 @@ import random
 import pytest
 import torch
 from pydantic import ValidationError
-from torch.nn.attention import SDPBackend, sdpa_kernel
-from torch.utils.flop_counter import FlopCounterMode
-
-from search_spaces.accounting import account
-from search_spaces.configs import (
+from shapesweep.search_spaces.accounting import account
+from shapesweep.search_spaces.configs import (
     ConventionalConfig,
     HourglassConfig,
     TrainConfig,
     VariableWidthConfig,
     VisionMLPConfig,
 )
-from trainers.models import build_model, count_params
-from trainers.mup import configure
+from shapesweep.trainers.models import build_model, count_params
+from shapesweep.trainers.mup import configure
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.utils.flop_counter import FlopCounterMode
 
 ACTIVATIONS = ["relu", "gelu", "swiglu", "geglu", "simple_gated"]
 
@@ -244,7 +243,7 @@ def test_flops_match_accounting(config):
 
 
 def test_rotary_is_relative_and_grows():
-    from trainers.lm import Rotary
+    from shapesweep.trainers.lm import Rotary
 
     rope, small = Rotary(8), Rotary(8, max_len=4)
     q, k = torch.randn(8), torch.randn(8)

@@ -10,25 +10,25 @@ import tempfile
 import pytest
 import torch
 from pydantic import ValidationError
-
-from search_spaces.accounting import account
-from search_spaces.configs import (
+from shapesweep.search_spaces.accounting import account
+from shapesweep.search_spaces.configs import (
     ConventionalConfig,
     TrainConfig,
     VariableWidthConfig,
     config_key,
     make_config,
 )
-from search_spaces.solver import plan
-from search_spaces.space import load_space
-from sweep.cli import main
+from shapesweep.search_spaces.solver import plan
+from shapesweep.search_spaces.space import load_space
+from shapesweep.sweep.cli import main
+from shapesweep.trainers.checkpoint import load_model
+from shapesweep.trainers.loop import _backward, make_task, train
+from shapesweep.trainers.models import build_model, count_params
+from shapesweep.trainers.moe import MoEFFN
+from shapesweep.trainers.mup import configure
+
 from tests.test_integrity_input import assert_refused
 from tests.test_models import _measured_flops
-from trainers.checkpoint import load_model
-from trainers.loop import _backward, make_task, train
-from trainers.models import build_model, count_params
-from trainers.moe import MoEFFN
-from trainers.mup import configure
 
 
 def _moe(model) -> list[MoEFFN]:
@@ -229,7 +229,7 @@ def test_active_params_budget():
     space_doc = {"name": "active", "family": "conventional", "budget": {"active_params": "2M"},
                  "fixed": {"d_model": 128, "n_layers": 4, "n_heads": 4, "n_experts": 8,
                            "n_active_experts": 2}, "solve": "d_h", "train": {"steps": 2}}
-    from search_spaces.space import parse_space
+    from shapesweep.search_spaces.space import parse_space
 
     (candidate,) = plan(parse_space(space_doc)).candidates
     assert abs(candidate.accounting.params_active / 2e6 - 1) < 0.01
@@ -241,8 +241,7 @@ def test_vformer_widths_match_active_params_when_the_budget_asks():
     """Seed 002 matches the ><former MoE on total parameters (it then has fewer active ones);
     an active_params budget solves its widths for the active count instead."""
     import yaml
-
-    from search_spaces.space import BUILTIN_DIR, parse_space
+    from shapesweep.search_spaces.space import BUILTIN_DIR, parse_space
 
     doc = yaml.safe_load((BUILTIN_DIR / "vformer-moe.yaml").read_text())
     by_metric = {}
@@ -260,7 +259,7 @@ def test_vformer_widths_match_active_params_when_the_budget_asks():
 
 
 def test_searched_expert_counts_drop_impossible_points():
-    from search_spaces.space import parse_space
+    from shapesweep.search_spaces.space import parse_space
 
     result = plan(parse_space({
         "name": "experts", "family": "conventional", "budget": {"active_params": "2M"},

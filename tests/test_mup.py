@@ -7,15 +7,14 @@ import json
 import pytest
 import torch
 import torch.nn.functional as F
-
-from search_spaces.configs import (
+from shapesweep.search_spaces.configs import (
     ConventionalConfig,
     TrainConfig,
     VariableWidthConfig,
     VisionMLPConfig,
 )
-from trainers.models import build_model
-from trainers.mup import configure
+from shapesweep.trainers.models import build_model
+from shapesweep.trainers.mup import configure
 
 BASE = 32
 

@@ -14,12 +14,11 @@ from pathlib import Path
 import optuna
 import pytest
 from optuna.trial import TrialState
+from shapesweep.results.store import load_curves, load_trials, sweep_dir
+from shapesweep.search_spaces.space import load_space
+from shapesweep.sweep.search import SpecMaker, make_optuna_search, open_storage
+from shapesweep.sweep.trainable import FINAL_FLAG
 from sweep_helpers import TINY_SPACE, TINY_TRAIN, run, write_space
-
-from results.store import load_curves, load_trials, sweep_dir
-from search_spaces.space import load_space
-from sweep.search import SpecMaker, make_optuna_search, open_storage
-from sweep.trainable import FINAL_FLAG
 
 BUDGET = TINY_TRAIN["tokens"]
 

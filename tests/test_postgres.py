@@ -13,12 +13,11 @@ from pathlib import Path
 
 import pytest
 from pg_server import find_bin_dir, start_server
+from shapesweep.results.catalog import Catalog
+from shapesweep.results.store import load_trials, sweep_dir
+from shapesweep.sweep.cli import main as shapesweep
 from sweep_helpers import TINY_SPACE
 from sweep_helpers import write_space as write_tiny_space
-
-from results.catalog import Catalog
-from results.store import load_trials, sweep_dir
-from sweep.cli import main as shapesweep
 
 pytestmark = pytest.mark.slow
 

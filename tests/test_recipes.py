@@ -9,14 +9,13 @@ import math
 import pytest
 import torch
 import yaml
+from shapesweep.search_spaces.configs import ConventionalConfig, TrainConfig
+from shapesweep.search_spaces.solver import plan
+from shapesweep.search_spaces.space import list_builtin, load_space
+from shapesweep.sweep.search import grid_specs
+from shapesweep.trainers.loop import load_candidate, lr_multiplier, warmup_steps
+from shapesweep.trainers.memory import training_bytes
 from sweep_helpers import TINY_SPACE, TINY_TRAIN, run, write_space
-
-from search_spaces.configs import ConventionalConfig, TrainConfig
-from search_spaces.solver import plan
-from search_spaces.space import list_builtin, load_space
-from sweep.search import grid_specs
-from trainers.loop import load_candidate, lr_multiplier, warmup_steps
-from trainers.memory import training_bytes
 
 FULL_SPACES = [n for n, _ in list_builtin() if not n.endswith("-small") and not n.startswith("demo-")]
 GPU_BYTES = 80 * 2**30  # one 80 GB GPU
@@ -238,7 +237,7 @@ def test_every_full_size_candidate_fits_one_80gb_gpu(name):
 def test_a_fifo_sweep_trains_each_candidate_to_its_own_budget(tmp_path):
     """Real Ray: each trial trains its variant's tokens, is `completed` at its own budget,
     and its row records that budget and the resolved recipe."""
-    from results.store import load_trials
+    from shapesweep.results.store import load_trials
 
     path = write_space(tmp_path, TWO_RECIPES)
     root = tmp_path / "sweeps"

@@ -16,8 +16,7 @@ import pandas as pd
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
-
-from results import (
+from shapesweep.results import (
     CURVE_COLUMNS,
     TRIAL_COLUMNS,
     compact,
@@ -32,9 +31,10 @@ from results import (
     write_sweep_file,
     write_trial,
 )
-from search_spaces.accounting import account
-from search_spaces.configs import make_config
-from search_spaces.errors import UserError
+from shapesweep.search_spaces.accounting import account
+from shapesweep.search_spaces.configs import make_config
+
+from shapesweep.common import UserError
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 CONFIGS = [
@@ -259,7 +259,7 @@ def test_orphan_curves_without_trial_are_ignored(tmp_path):
 
 KILL_WRITER = """
 import sys
-from results import write_trial
+from shapesweep.results import write_trial
 root, i = sys.argv[1], 0
 curve = [{"step": s, "tokens": s, "train_loss": 1.0, "val_loss": 1.0} for s in range(50000)]
 while True:

@@ -9,9 +9,8 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from search_spaces.space import list_builtin
-from sweep import cli
+from shapesweep.search_spaces.space import list_builtin
+from shapesweep.sweep import cli
 
 BUILTINS = [name for name, _ in list_builtin()]
 DESIGN_CANDIDATE_KEYS = {"key", "family", "params_total", "params_non_embedding", "params_attention",
@@ -165,7 +164,7 @@ def test_console_script_end_to_end(tmp_path):
 
 def test_plan_out_writes_candidate_documents_train_accepts(capsys, tmp_path):
     """`plan --out DIR` writes one candidate YAML per candidate, keyed like the JSON rows."""
-    from trainers.loop import load_candidate
+    from shapesweep.trainers.loop import load_candidate
 
     code, out, _ = run(capsys, "plan", "hourglass-fixed-attention-small", "--format", "json",
                        "--out", str(tmp_path / "cands"))

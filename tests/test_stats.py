@@ -13,17 +13,17 @@ import math
 
 import pytest
 from scipy import stats as sps
-
-from results.stats import (
+from shapesweep.results.stats import (
     asha_confirmation,
     compare,
     rank_fidelity,
     stable_fraction,
     tuned_stats,
 )
-from results.store import load_curves, load_trials, write_sweep_file, write_trial
-from search_spaces.errors import UserError
-from sweep.cli import main as shapesweep
+from shapesweep.results.store import load_curves, load_trials, write_sweep_file, write_trial
+from shapesweep.sweep.cli import main as shapesweep
+
+from shapesweep.common import UserError
 
 SEEDS = (0, 1, 2)
 TOKENS = (100, 200, 300)  # evaluation points; the last is the end of the run

@@ -21,13 +21,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from shapesweep.results.catalog import Catalog, default_catalog_url
+from shapesweep.results.store import load_trials, sweep_dir
+from shapesweep.search_spaces.space import load_space
+from shapesweep.sweep.cli import main as shapesweep
 from sweep_helpers import CHILD_ENV, TINY_SPACE, TINY_TRAIN, pairs, raw_trial_rows, run
 from sweep_helpers import write_space as write_tiny_space
-
-from results.catalog import Catalog, default_catalog_url
-from results.store import load_trials, sweep_dir
-from search_spaces.space import load_space
-from sweep.cli import main as shapesweep
 
 pytestmark = pytest.mark.slow
 
@@ -55,7 +54,7 @@ def trial_lines(stdout: str) -> list[re.Match]:
 
 
 def cli(*argv: str, **popen) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "sweep.cli", *argv], env=CHILD_ENV,
+    return subprocess.Popen([sys.executable, "-m", "shapesweep.sweep.cli", *argv], env=CHILD_ENV,
                             start_new_session=True, stdout=subprocess.PIPE, text=True, **popen)
 
 
@@ -130,7 +129,7 @@ def test_ctrl_c_stops_cleanly_and_resume_finishes_each_trial_once(tmp_path):
 
 def write_tokens(path: Path, top: int) -> None:
     """A real token stream (the built-in corpus's bytes) folded into ids below `top`."""
-    from trainers.data import load_lm_data
+    from shapesweep.trainers.data import load_lm_data
 
     tokens = (np.asarray(load_lm_data().train[:60_000]) % top).astype(np.uint16)
     tmp = path.with_name(f".{path.name}.tmp.npy")
@@ -144,7 +143,7 @@ def finished(trials, rows) -> dict[str, object]:
 
 
 def test_retry_failed_reruns_only_failed_trials(local_ray, tmp_path):
-    from trainers.data import load_lm_data
+    from shapesweep.trainers.data import load_lm_data
 
     data = tmp_path / "tokens.npy"
     write_tokens(data, top=150)  # fits vocab_size 256, not the poison variant's 100
@@ -286,8 +285,7 @@ def test_progress_is_a_live_table_on_a_terminal_and_plain_lines_elsewhere(on_ter
     import io
 
     from rich.console import Console
-
-    from sweep.progress import SweepProgress
+    from shapesweep.sweep.progress import SweepProgress
 
     master, replica = os.openpty()
     stream = os.fdopen(replica, "w") if on_terminal else io.StringIO()
@@ -325,7 +323,7 @@ def test_progress_is_a_live_table_on_a_terminal_and_plain_lines_elsewhere(on_ter
 
 def test_ctrl_c_while_a_row_is_filed_lands_after_it():
     """The results writer files a row, its curve and the counts under `sigint_deferred`."""
-    from sweep.runner import sigint_deferred
+    from shapesweep.sweep.runner import sigint_deferred
 
     steps = []
     with pytest.raises(KeyboardInterrupt):

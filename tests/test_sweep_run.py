@@ -21,6 +21,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
+from shapesweep.results.catalog import Catalog, default_catalog_url
+from shapesweep.results.store import load_curves, load_trials, sweep_dir
+from shapesweep.search_spaces.solver import candidate_document, plan
+from shapesweep.search_spaces.space import load_space
+from shapesweep.sweep.cli import main as shapesweep
 from sweep_helpers import (
     CHILD_ENV,
     TINY_TRAIN,
@@ -29,12 +34,6 @@ from sweep_helpers import (
     run,
     write_space,
 )
-
-from results.catalog import Catalog, default_catalog_url
-from results.store import load_curves, load_trials, sweep_dir
-from search_spaces.solver import candidate_document, plan
-from search_spaces.space import load_space
-from sweep.cli import main as shapesweep
 
 pytestmark = pytest.mark.slow
 
@@ -88,7 +87,7 @@ def test_grid_rows_match_plan_then_rerun_is_noop_and_export_round_trips(local_ra
     assert exported["provenance"]["trial_id"] == best["trial_id"]
     assert exported["provenance"]["sweep"] == "tiny-depths"
     assert exported["metrics"]["val_loss"] == pytest.approx(best["val_loss"])
-    trained = subprocess.run([sys.executable, "-m", "sweep.cli", "train", str(files[0]), "--json"],
+    trained = subprocess.run([sys.executable, "-m", "shapesweep.sweep.cli", "train", str(files[0]), "--json"],
                              capture_output=True, text=True, timeout=300, env=CHILD_ENV)
     assert trained.returncode == 0, trained.stderr
     metrics = json.loads(trained.stdout.strip().splitlines()[-1])
@@ -182,7 +181,7 @@ def test_driver_killed_mid_sweep_then_resume_runs_each_candidate_once(local_ray,
                              search={"n_layers": [1, 2, 3, 4, 5]})
     root = tmp_path / "sweeps"
     driver = subprocess.Popen(
-        [sys.executable, "-m", "sweep.cli", "run", str(space_path), "--root", str(root),
+        [sys.executable, "-m", "shapesweep.sweep.cli", "run", str(space_path), "--root", str(root),
          "--scheduler", "fifo", "--max-concurrent", "1", "--no-progress"],
         env=CHILD_ENV, start_new_session=True, stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL)
@@ -244,7 +243,7 @@ def test_run_against_a_real_ray_start_cluster(tmp_path):
         root = tmp_path / "sweeps"
         _wait_for_head(ray_bin, port, env)
         driver = subprocess.run(
-            [sys.executable, "-m", "sweep.cli", "run", str(space_path), "--root", str(root),
+            [sys.executable, "-m", "shapesweep.sweep.cli", "run", str(space_path), "--root", str(root),
              "--address", f"127.0.0.1:{port}", "--scheduler", "fifo", "--no-progress"],
             env=env, capture_output=True, text=True, timeout=300)
         assert driver.returncode == 0, driver.stderr[-2000:]

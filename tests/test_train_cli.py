@@ -9,12 +9,11 @@ import sys
 
 import pytest
 import yaml
-
-from search_spaces.configs import TrainConfig, make_config
-from sweep.cli import main
-from trainers.data import builtin_corpus, unigram_entropy
-from trainers.models import build_model
-from trainers.vision_data import VisionTask, load_images
+from shapesweep.search_spaces.configs import TrainConfig, make_config
+from shapesweep.sweep.cli import main
+from shapesweep.trainers.data import builtin_corpus, unigram_entropy
+from shapesweep.trainers.models import build_model
+from shapesweep.trainers.vision_data import VisionTask, load_images
 
 LM_TRAIN = dict(steps=60, seq_len=64, batch_tokens=2048, eval_tokens=4096, lr=1e-2, warmup_frac=0.1)
 LM_MODELS = {
@@ -87,13 +86,13 @@ def test_bad_input_exits_2_with_one_line(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("family: conventional\nmodel: {d_model: 32, n_layers: 2, n_heads: 2, d_h: 0}\n")
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    run = subprocess.run([sys.executable, "-m", "sweep.cli", "train", str(bad), "--steps", "2"],
+    run = subprocess.run([sys.executable, "-m", "shapesweep.sweep.cli", "train", str(bad), "--steps", "2"],
                          capture_output=True, text=True, timeout=120, env=env)
     assert run.returncode == 2
     lines = run.stderr.strip().splitlines()
     assert len(lines) == 1 and str(bad) in lines[0] and "model.d_h" in lines[0], run.stderr
     wrong_data = _candidate(tmp_path, "conventional", LM_MODELS["conventional"], LM_TRAIN)
-    run = subprocess.run([sys.executable, "-m", "sweep.cli", "train", wrong_data, "--data",
+    run = subprocess.run([sys.executable, "-m", "shapesweep.sweep.cli", "train", wrong_data, "--data",
                           str(tmp_path / "nowhere.txt")], capture_output=True, text=True,
                          timeout=120, env=env)
     assert run.returncode == 2 and "nowhere.txt: data path not found" in run.stderr

@@ -27,7 +27,7 @@ import math
 import torch
 from torch import nn
 
-from search_spaces.errors import UserError
+from shapesweep.common import UserError
 
 THRESHOLDS = (0.01, 0.1, 1.0)
 ANALYSIS_TOKENS = 4096

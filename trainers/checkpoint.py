@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from search_spaces.errors import UserError
+from shapesweep.common import UserError
 
 FILENAME = "checkpoint.pt"
 WEIGHTS, CONFIG = "model.safetensors", "config.yaml"
@@ -54,9 +54,8 @@ def save_model(directory: str | Path, model: torch.nn.Module, model_config, trai
     """Write `model.safetensors` then `config.yaml` (each atomically) into `directory`."""
     import yaml
     from safetensors.torch import save_file
-
-    from search_spaces.accounting import account
-    from search_spaces.solver import Candidate, candidate_document
+    from shapesweep.search_spaces.accounting import account
+    from shapesweep.search_spaces.solver import Candidate, candidate_document
 
     folder = Path(directory)
     folder.mkdir(parents=True, exist_ok=True)
@@ -71,9 +70,8 @@ def load_model(directory: str | Path):
     """(model_config, TrainConfig, state dict) from a `train --save` folder; UserError if unusable."""
     from safetensors import SafetensorError
     from safetensors.torch import load_file
-
-    from trainers.loop import load_candidate
-    from trainers.models import build_model
+    from shapesweep.trainers.loop import load_candidate
+    from shapesweep.trainers.models import build_model
 
     folder = Path(directory)
     if not folder.is_dir():

@@ -5,8 +5,9 @@ from __future__ import annotations
 import argparse
 import json
 
-from search_spaces.configs import parse_count
-from search_spaces.errors import UserError
+from shapesweep.search_spaces.configs import parse_count
+
+from shapesweep.common import UserError
 
 SPACE_KEYS = ("budget", "search", "solve", "variants", "constraints", "seeds")  # only a space has them
 
@@ -69,7 +70,7 @@ def refuse_space(path: str) -> None:
     """A search space given where a candidate belongs gets a pointer, not 'd_model: Field required'."""
     from pathlib import Path
 
-    from search_spaces.safe_yaml import read_yaml
+    from shapesweep.search_spaces.safe_yaml import read_yaml
 
     if not Path(path).is_file():
         return  # load_candidate says so
@@ -80,8 +81,8 @@ def refuse_space(path: str) -> None:
 
 
 def train(args: argparse.Namespace) -> int:
-    from trainers.loop import load_candidate
-    from trainers.loop import train as run_training
+    from shapesweep.trainers.loop import load_candidate
+    from shapesweep.trainers.loop import train as run_training
 
     refuse_space(args.config)
     config, recipe = load_candidate(args.config)

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from search_spaces.errors import UserError
+from shapesweep.common import UserError
 
 VAL_FRACTION = 0.05  # of files (folders, the built-in corpus) or of tokens (single streams)
 SKIP_DIRS = {"test", "tests", "idle_test", "site-packages", "dist-packages", "__pycache__"}

@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+from shapesweep.search_spaces.configs import LayerShape
 from torch import nn
-
-from search_spaces.configs import LayerShape
 
 _ACT = {"relu": F.relu, "gelu": F.gelu, "swiglu": F.silu, "geglu": F.gelu, "simple_gated": F.gelu}
 

@@ -4,7 +4,7 @@ The conventions, as `trainers/lm.py` and `trainers/ffn.py` implement them; the n
 (head sizes, RoPE base, norm eps) are read at export time from the shapesweep model built
 on the meta device, so this table documents them and the code never restates them:
 
-| shapesweep (trainers.lm / ffn)                    | LlamaConfig / LlamaForCausalLM          |
+| shapesweep (shapesweep.trainers.lm / ffn)                    | LlamaConfig / LlamaForCausalLM          |
 |---------------------------------------------------|-----------------------------------------|
 | d_model, n_layers, d_h, vocab_size                | hidden_size, num_hidden_layers, intermediate_size, vocab_size |
 | n_heads; n_kv_heads (< n_heads: GQA)              | num_attention_heads; num_key_value_heads |
@@ -36,14 +36,14 @@ Not expressible, so refused: hourglass (k residual sub-blocks with their own nor
 variable_width (per-layer widths), vision_mlp, post-norm (OLMo-2 order without its QK
 norm), ungated relu/gelu FFNs, simple_gated (its residual alpha), and muP (a logit
 multiplier and 1/head_dim attention, which Llama cannot hold); `--format torch`
-(`trainers.torch_export`) holds every language-model one. z-loss only shapes training.
+(`shapesweep.trainers.torch_export`) holds every language-model one. z-loss only shapes training.
 """
 
 from __future__ import annotations
 
 import torch
 
-from search_spaces.errors import UserError
+from shapesweep.common import UserError
 
 EXTRA = "pip install 'shapesweep[hf]'"
 HIDDEN_ACT = {"swiglu": "silu", "geglu": "gelu"}  # gate activation of the gated FFN (ffn._ACT)
@@ -90,7 +90,7 @@ def _unsupported(model_config, train) -> str | None:
 
 def _reference(model_config):
     """The shapesweep model on the meta device: its conventions, no memory."""
-    from trainers.models import build_model
+    from shapesweep.trainers.models import build_model
 
     with torch.device("meta"):
         return build_model(model_config)

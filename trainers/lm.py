@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+from shapesweep.search_spaces.configs import LayerShape
+from shapesweep.search_spaces.widths import end_widths
+from shapesweep.trainers.ffn import make_ffn
+from shapesweep.trainers.moe import MoEFFN, make_moe
 from torch import nn
-
-from search_spaces.configs import LayerShape
-from search_spaces.widths import end_widths
-from trainers.ffn import make_ffn
-from trainers.moe import MoEFFN, make_moe
 
 
 def _widen(h: torch.Tensor, width: int) -> torch.Tensor:
@@ -126,7 +125,7 @@ class LM(nn.Module):
         self.final_norm = nn.RMSNorm(self.readout)
         self.lm_head = (None if config.tie_embeddings
                         else nn.Linear(self.readout, config.vocab_size, bias=False))
-        self.output_mult = 1.0  # muP's logit multiplier (set by trainers.mup.configure)
+        self.output_mult = 1.0  # muP's logit multiplier (set by shapesweep.trainers.mup.configure)
 
     def aux_loss(self) -> torch.Tensor | float:
         """The routers' load-balancing loss of the last forward (mean over layers) times the

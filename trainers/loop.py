@@ -1,7 +1,7 @@
 """The short-trial training loop: one candidate config, real data, a handful of metrics.
 
 AdamW with per-group lr (schedule x train.lr x the group's lr_scale from
-`trainers.mup.configure`), linear warmup then cosine/linear/constant/power decay, gradient
+`shapesweep.trainers.mup.configure`), linear warmup then cosine/linear/constant/power decay, gradient
 clipping, gradient accumulation so every optimizer step sees `batch_tokens` tokens
 (`batch_size` images), cross-entropy + optional z-loss (seed 000), periodic evaluation.
 The loop knows nothing of Ray: it reports through `callback(metrics)` after each
@@ -27,10 +27,16 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from shapesweep.search_spaces.configs import (
+    FAMILIES,
+    TrainConfig,
+    VisionMLPConfig,
+    config_key,
+    make_config,
+)
+from shapesweep.trainers import checkpoint
 
-from search_spaces.configs import FAMILIES, TrainConfig, VisionMLPConfig, config_key, make_config
-from search_spaces.errors import UserError
-from trainers import checkpoint
+from shapesweep.common import UserError
 
 EVAL_IMAGES_PER_BATCH = 1024
 
@@ -60,7 +66,7 @@ class TrainResult:
     psnr: float | None = None
     ssim: float | None = None
     accuracy: float | None = None  # vision genclass only
-    layers: list[dict[str, Any]] = field(default_factory=list)  # trainers.analysis rows, if run
+    layers: list[dict[str, Any]] = field(default_factory=list)  # shapesweep.trainers.analysis rows, if run
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -99,7 +105,7 @@ def lr_multiplier(step: int, total: int, train: TrainConfig,
 def make_task(config, train: TrainConfig, data: str | None, tokenizer: str | None):
     """The data task: (task, items per optimizer step, tokens or images per step, data hash)."""
     if isinstance(config, VisionMLPConfig):
-        from trainers.vision_data import VisionTask, load_images
+        from shapesweep.trainers.vision_data import VisionTask, load_images
 
         images = load_images(data)
         task = VisionTask(images, config.task, train.noise_std, train.seed, train.eval_tokens)
@@ -109,7 +115,7 @@ def make_task(config, train: TrainConfig, data: str | None, tokenizer: str | Non
                                 f"config has {key}={got}", file=images.source, key=key)
         n_images = min(train.batch_size, len(images.train))
         return task, n_images, n_images, images.data_hash
-    from trainers.data import LMTask, check_fits, load_lm_data
+    from shapesweep.trainers.data import LMTask, check_fits, load_lm_data
 
     tokens = load_lm_data(data, tokenizer)
     check_fits(tokens, config.vocab_size, train.seq_len)
@@ -191,7 +197,7 @@ def compile_cache() -> str:
     """Point Inductor's cache (Triton's follows it) at one folder under `cache_dir()` shared by
     every trial of every sweep on this machine, so a repeated shape reuses compiled kernels
     instead of compiling again. An explicit TORCHINDUCTOR_CACHE_DIR wins."""
-    from trainers.data import cache_dir
+    from shapesweep.trainers.data import cache_dir
 
     return os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache_dir() / "inductor"))
 
@@ -248,10 +254,10 @@ def train(model_config, train: TrainConfig, data: str | None = None,
 
     `save_dir`: where to write the trained model (`checkpoint.save_model`).
     """
-    from trainers import analysis
-    from trainers.memory import check_fits
-    from trainers.models import build_model
-    from trainers.mup import configure
+    from shapesweep.trainers import analysis
+    from shapesweep.trainers.memory import check_fits
+    from shapesweep.trainers.models import build_model
+    from shapesweep.trainers.mup import configure
 
     checkpoint.check_save_dir(save_dir)
     analysed = analysis.wanted(model_config, train)
@@ -381,8 +387,7 @@ def load_candidate(path: str | Path):
     are read from it.
     """
     from pydantic import ValidationError
-
-    from search_spaces.safe_yaml import read_yaml
+    from shapesweep.search_spaces.safe_yaml import read_yaml
 
     file = str(path)
     if not Path(path).is_file():
@@ -410,6 +415,6 @@ def load_candidate(path: str | Path):
         recipe = TrainConfig.model_validate(train_fields)
     except ValidationError as error:
         raise _validation_error(error, file, "train") from error
-    from search_spaces.accounting import account
+    from shapesweep.search_spaces.accounting import account
 
     return config, recipe.for_params(account(config, recipe.seq_len).params_total)

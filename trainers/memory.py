@@ -13,10 +13,10 @@ from __future__ import annotations
 import os
 
 import torch
+from shapesweep.search_spaces.accounting import account
+from shapesweep.search_spaces.configs import TrainConfig, VisionMLPConfig, config_key
 
-from search_spaces.accounting import account
-from search_spaces.configs import TrainConfig, VisionMLPConfig, config_key
-from search_spaces.errors import UserError
+from shapesweep.common import UserError
 
 STATE_BYTES = 16  # per parameter: fp32 weight, gradient, AdamW exp_avg and exp_avg_sq
 LAYER_WIDTHS = 8  # activations kept per token per layer, in layer widths (a floor, not a fit)

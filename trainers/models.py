@@ -1,18 +1,17 @@
-"""`build_model(config)`: the torch model for any family config in `search_spaces.configs`.
+"""`build_model(config)`: the torch model for any family config in `shapesweep.search_spaces.configs`.
 
 The model is built from `config.layer_shapes()` (LM) or the vision config's fields,
-the same source `search_spaces.accounting.account` counts, so its trainable
+the same source `shapesweep.search_spaces.accounting.account` counts, so its trainable
 `sum(p.numel())` equals `account(config).params_total`. Weights come out with torch's
-default init; `trainers.mup.configure` sets the real init and optimizer groups.
+default init; `shapesweep.trainers.mup.configure` sets the real init and optimizer groups.
 """
 
 from __future__ import annotations
 
+from shapesweep.search_spaces.configs import VisionMLPConfig
+from shapesweep.trainers.lm import LM
+from shapesweep.trainers.vision import VisionMLP
 from torch import nn
-
-from search_spaces.configs import VisionMLPConfig
-from trainers.lm import LM
-from trainers.vision import VisionMLP
 
 __all__ = ["LM", "VisionMLP", "build_model", "count_params"]
 

@@ -22,9 +22,8 @@ matmuls instead of one grouped one, which torch has no stable public kernel for.
 from __future__ import annotations
 
 import torch
+from shapesweep.trainers.ffn import GatedFFN
 from torch import nn
-
-from trainers.ffn import GatedFFN
 
 
 class MoEFFN(nn.Module):

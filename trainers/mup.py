@@ -37,11 +37,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import torch
+from shapesweep.trainers.ffn import GatedFFN
+from shapesweep.trainers.lm import LM, Attention
+from shapesweep.trainers.vision import VisionMLP
 from torch import nn
-
-from trainers.ffn import GatedFFN
-from trainers.lm import LM, Attention
-from trainers.vision import VisionMLP
 
 LM_STD = 0.02  # GPT-2 / OLMo init std at the base width
 

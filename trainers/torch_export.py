@@ -16,10 +16,10 @@ import re
 from dataclasses import asdict
 
 import torch
+from shapesweep.search_spaces import configs
+from shapesweep.trainers import ffn, lm, moe
 
-from search_spaces import configs
-from search_spaces.errors import UserError
-from trainers import ffn, lm, moe
+from shapesweep.common import UserError
 
 OWN_IMPORTS = re.compile(r"^(from (search_spaces|trainers)[. ].*|from __future__ import annotations)\n",
                          re.MULTILINE)
@@ -100,8 +100,8 @@ def source() -> str:
 
 def resolved(model_config, train) -> dict:
     """config.json: what `LM` reads from a config, and what muP sets after building it."""
-    from trainers.models import build_model
-    from trainers.mup import configure
+    from shapesweep.trainers.models import build_model
+    from shapesweep.trainers.mup import configure
 
     with torch.device("meta"):  # the real shapes and multipliers, no memory
         model = build_model(model_config)

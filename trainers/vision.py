@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+from shapesweep.search_spaces.configs import VisionMLPConfig
 from torch import nn
-
-from search_spaces.configs import VisionMLPConfig
 
 
 class ResidualMLPBlock(nn.Module):
@@ -41,7 +40,7 @@ class VisionMLP(nn.Module):
             ResidualMLPBlock(c.d_z, c.d_h, c.activation, c.bias) for _ in range(c.n_layers)
         )
         self.w_out = nn.Linear(c.d_z, c.d_out, bias=c.bias)
-        self.output_mult = 1.0  # muP's head multiplier (set by trainers.mup.configure)
+        self.output_mult = 1.0  # muP's head multiplier (set by shapesweep.trainers.mup.configure)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         z = self.w_in(x)

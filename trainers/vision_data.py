@@ -22,7 +22,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from search_spaces.errors import UserError
+from shapesweep.common import UserError
 
 VAL_FRACTION = 0.15  # when the source has no validation split of its own
 
