@@ -190,7 +190,7 @@ def _candidate_records(compared, metric: str) -> list[dict]:
     from shapesweep.results.schema import SHAPE_COLUMNS, TRIAL_COLUMNS
 
     fields = ["key", "family", "variant", *(name for name, _ in SHAPE_COLUMNS),
-              "params_non_embedding", "params_total", "flops_per_token"]
+              "params_non_embedding", "params_total", "params_active", "flops_per_token"]
     whole = {name for name in fields if pa.types.is_integer(TRIAL_COLUMNS.field(name).type)}
     records = []
     for row in compared.to_dict("records"):

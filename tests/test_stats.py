@@ -46,7 +46,8 @@ def _row(key: str, lr: float, seed: int, status: str, val_loss: float | None, **
             "val_loss": val_loss, "psnr": None if val_loss is None else 40 - 10 * val_loss,
             "d_model": d_model, "n_layers": 4, "d_h": d_model // 2,
             "k": None if family == "conventional" else 4,
-            "params_non_embedding": 1_000_000, "params_total": 1_200_000, **extra}
+            "params_non_embedding": 1_000_000, "params_total": 1_200_000, "params_active": 900_000,
+            **extra}
 
 
 def _curve(key: str, final: float) -> list[dict]:
@@ -207,6 +208,7 @@ def test_status_json_is_one_object_with_typed_candidates(root, capsys):
     for key, c in candidates.items():
         assert c["family"] == CANDIDATES[key][1] and c["variant"] == CANDIDATES[key][0]
         assert c["d_model"] == CANDIDATES[key][2] and isinstance(c["n_layers"], int)
+        assert (c["params_total"], c["params_active"]) == (1_200_000, 900_000)  # MoE pairs differ here
         assert c["tuned"] == {"lr": CANDIDATES[key][4]}
         assert isinstance(c["n_seeds"], int) and isinstance(c["val_loss_mean"], float)
         assert c["val_loss_std"] is None or isinstance(c["val_loss_std"], float)
