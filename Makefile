@@ -32,7 +32,7 @@ postgres:
 	  { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q postgresql; }
 
 demo: setup
-	$(VENV)/bin/shapesweep demo
+	$(VENV)/bin/shapesweep demo $(DEMO_ARGS)
 
 test: setup browser postgres
 	$(PY) -m pytest -q -ra
