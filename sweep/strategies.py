@@ -93,10 +93,10 @@ class GridStrategy(SearchStrategy):
         from shapesweep.search_spaces.solver import plan
 
         super().__init__(options, space)
-        for flag, value in (("--multi-objective", options.multi_objective),
-                            ("--sampler", options.sampler)):
+        for flag, what, value in (("--multi-objective", "a second objective", options.multi_objective),
+                                  ("--sampler", "a sampler", options.sampler)):
             if value:
-                raise UserError("needs --search optuna", key=flag)
+                raise UserError(f"{what} needs --search optuna", key=flag)
         solved = plan(space)
         self.candidates = solved.candidates
         self.notices = [f"{space.name}: {solved.counts_line()}", *solved.dropped_lines()]

@@ -54,7 +54,7 @@ def test_defaults_and_the_registries():
 @pytest.mark.parametrize("args, line", [
     (["--search", "optuna", "--sampler", "annealing"],
      "--sampler: unknown sampler 'annealing' (tpe, nsga2, cmaes, gp, random)"),
-    (["--sampler", "random"], "--sampler: needs --search optuna"),
+    (["--sampler", "random"], "--sampler: a sampler needs --search optuna"),
     (["--search", "optuna", "--sampler", "cmaes", "--multi-objective"],
      "--sampler: cmaes optimises one objective; with --multi-objective use tpe, nsga2, gp, random"),
     (["--search", "bayes"], "--search: unknown search 'bayes' (grid or optuna)"),
