@@ -2,7 +2,7 @@
 
 Run: .venv/bin/python benchmarks/bench_report.py [--trials 10000] [--root DIR]
 
-The store holds schema-valid synthetic trials (`shapesweep.dashboards.synthetic`: real configs and
+The store holds schema-valid synthetic trials (`tests/synthetic.py`: real configs and
 exact accounting, modelled losses) in three sweeps (two LM budgets, one image MLP),
 written through `shapesweep.results.store.write_trial` and compacted, as a finished sweep is. The
 report build is timed in stages in this one run: reading the store, building the
@@ -18,11 +18,15 @@ import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the synthetic sweeps: tests/synthetic.py
 
 
 def make_store(root: str, trials: int) -> dict[str, int]:
-    from shapesweep.dashboards.synthetic import write_synthetic
     from shapesweep.results.store import compact, list_sweeps, load_trials
+
+    from tests.synthetic import write_synthetic
 
     sweeps = {"bench-lm-30m": (0.4, ("conventional", "hourglass", "variable_width"), (30e6,)),
               "bench-lm-113m": (0.4, ("conventional", "hourglass", "variable_width"), (113e6,)),

@@ -3,7 +3,7 @@
 Run: .venv/bin/python benchmarks/bench_server.py [--trials 3000] [--requests 200] [--threads 8]
      [--code DIR] [--landing N] [--budget-s 120] [--root DIR]
 
-The store holds `--trials` schema-valid synthetic trials (`shapesweep.dashboards.synthetic`), one
+The store holds `--trials` schema-valid synthetic trials (`tests/synthetic.py`), one
 fragment pair each, as a sweep in flight has them (not compacted); it is written once under
 --root and reused. `shapesweep serve` runs in its own process from the source tree `--code`
 (default: this checkout), so one store and one client time two versions of the server, e.g.
@@ -29,10 +29,12 @@ from pathlib import Path
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the synthetic sweeps: tests/synthetic.py
+
 SWEEP = "bench-live"
 LANDER = """
 import sys, time
-from shapesweep.dashboards.synthetic import synthetic_sweep
+from tests.synthetic import synthetic_sweep
 from shapesweep.results.store import write_trial
 root, rate, sweep, i = sys.argv[1], float(sys.argv[2]), sys.argv[3], 0
 while True:
@@ -46,8 +48,9 @@ while True:
 
 def make_store(root: str, trials: int) -> list[str]:
     """The sweep's trial ids, after writing it when the store lacks it."""
-    from shapesweep.dashboards.synthetic import write_synthetic
     from shapesweep.results.store import list_sweeps, load_trials
+
+    from tests.synthetic import write_synthetic
 
     for landed in Path(root, SWEEP).glob("*/part-landed-*"):  # a previous --landing run's
         landed.unlink()

@@ -103,6 +103,8 @@ class _SweepRow(_Base):
     space_hash: Mapped[str] = mapped_column(String(128))
     n_candidates: Mapped[int] = mapped_column(Integer)
     status: Mapped[str] = mapped_column(String(20), default="created")
+    # Trial counts are the results store's (`status` counts them there). These columns stay
+    # only so catalogs made when the driver wrote them (NOT NULL) still take new sweeps.
     completed: Mapped[int] = mapped_column(Integer, default=0)
     stopped_early: Mapped[int] = mapped_column(Integer, default=0)
     failed: Mapped[int] = mapped_column(Integer, default=0)
@@ -160,9 +162,6 @@ class SweepRecord:
     space_hash: str
     n_candidates: int
     status: str
-    completed: int
-    stopped_early: int
-    failed: int
     created_at: datetime
     updated_at: datetime
 
@@ -277,10 +276,6 @@ class Catalog:
         if status not in SWEEP_STATUSES:
             raise ValueError(f"sweep status {status!r} is not one of {', '.join(SWEEP_STATUSES)}")
         return self._update(name, status=status)
-
-    def update_counts(self, name: str, completed: int, stopped_early: int, failed: int) -> SweepRecord:
-        return self._update(name, completed=int(completed), stopped_early=int(stopped_early),
-                            failed=int(failed))
 
     # The driver's lease (see shapesweep.sweep.lease): taken atomically, so two drivers never both hold it.
 

@@ -11,8 +11,11 @@ import importlib
 import json
 import math
 import os
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
+
+from shapesweep.sweep.strategies import SAMPLERS, STRATEGIES
 
 from shapesweep.common import UserError
 
@@ -43,7 +46,7 @@ def add_arguments_run(parser: argparse.ArgumentParser) -> None:
     _add_execution(parser)
     parser.add_argument("--gpus-per-trial", type=float, default=0.0)
     parser.add_argument("--cpus-per-trial", type=float, default=1.0)
-    parser.add_argument("--search", choices=("grid", "optuna"), default="grid")
+    parser.add_argument("--search", default="grid", help=f"{' or '.join(STRATEGIES)} (default grid)")
     parser.add_argument("--num-samples", type=int, default=8,
                         help="optuna: trials to complete in total (default 8)")
     parser.add_argument("--seeds", default=None,
@@ -55,7 +58,10 @@ def add_arguments_run(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data", default=None, help="training data (default: built-in corpus)")
     parser.add_argument("--multi-objective", nargs="?", const="params_non_embedding",
                         choices=("params_non_embedding", "flops_per_token"), default=None,
-                        help="optuna: NSGA-II over val_loss and this (default params_non_embedding)")
+                        help="optuna: trade val_loss against this (default params_non_embedding)")
+    parser.add_argument("--sampler", default=None,
+                        help=f"optuna: {', '.join(SAMPLERS)} (default tpe; nsga2 with "
+                        "--multi-objective)")
     parser.add_argument("--sampler-seed", type=int, default=0, help="optuna sampler seed")
     parser.add_argument("--log-to", action="append", default=[], metavar="TRACKER",
                         help="also log each trial to mlflow, wandb or tensorboard (repeatable)")
@@ -104,7 +110,7 @@ def run(args: argparse.Namespace) -> int:
         seeds=parse_seeds(args.seeds), scheduler=args.scheduler, grace_tokens=args.grace_tokens,
         reduction_factor=args.reduction_factor, storage=args.storage, data=args.data,
         multi_objective=args.multi_objective, retry_failed=args.retry_failed,
-        sampler_seed=args.sampler_seed, log_to=args.log_to, progress=not args.no_progress,
+        sampler=args.sampler, sampler_seed=args.sampler_seed, log_to=args.log_to, progress=not args.no_progress,
     )
     return _report(run_sweep(options), args.root)
 
@@ -118,13 +124,10 @@ def add_arguments_resume(parser: argparse.ArgumentParser) -> None:
 def resume(args: argparse.Namespace) -> int:
     from shapesweep.sweep.runner import load_options, run_sweep
 
-    options = load_options(args.root, args.name)
-    options.root = args.root
-    options.retry_failed = args.retry_failed
-    options.progress = not args.no_progress
-    for name in ("storage", "address", "max_concurrent"):
-        if getattr(args, name) is not None:
-            setattr(options, name, getattr(args, name))
+    given = {name: getattr(args, name) for name in ("storage", "address", "max_concurrent")
+             if getattr(args, name) is not None}
+    options = replace(load_options(args.root, args.name), root=args.root,
+                      retry_failed=args.retry_failed, progress=not args.no_progress, **given)
     return _report(run_sweep(options), args.root)
 
 

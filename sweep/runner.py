@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import os
 import re
 import shutil
@@ -28,19 +27,19 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 from pydantic import TypeAdapter
 from ray.tune import Callback
+from shapesweep.results.rows import CURVE_FIELDS, TrialRecord, final_metrics
 
 from shapesweep.common import UserError
 
 OPTIONS_FILE = "sweep.json"  # how the sweep was run, so `resume NAME` can run it again
 SPACE_FILE = "space.yaml"
-CURVE_FIELDS = ("step", "tokens", "train_loss", "val_loss", "lr", "elapsed_s", "psnr", "ssim")
 QUIET_ENV = {
     # Tune's loggers are chosen by `_ray_loggers` (json + csv, so ResultGrid and
     # ExperimentAnalysis read the sweep; TensorBoard files only with --log-to tensorboard).
@@ -73,6 +72,7 @@ class SweepOptions:
     data: str | None = None
     multi_objective: str | None = None
     retry_failed: bool = False
+    sampler: str | None = None  # optuna: a name in shapesweep.sweep.strategies.SAMPLERS
     sampler_seed: int | None = 0
     log_to: list[str] = field(default_factory=list)  # experiment trackers (shapesweep.sweep.trackers)
     progress: bool = True
@@ -255,19 +255,17 @@ def sigint_deferred() -> Iterator[None]:
 class ResultsWriter(Callback):
     """Writes each trial's row and curve to the results store exactly once, when it ends."""
 
-    def __init__(self, root: str, sweep: str, data_hash: str, catalog: Any,
-                 statuses: dict[tuple[str, str, int], str], progress: Any = None):
+    def __init__(self, root: str, sweep: str, data_hash: str, progress: Any = None):
         self.progress = progress
         self.root, self.sweep, self.data_hash = root, sweep, data_hash
-        self.catalog, self.statuses = catalog, statuses
         self.code_version = code_version()
         self.curves: dict[str, list[dict]] = {}
         self.written: set[str] = set()
 
     def __getstate__(self) -> dict:
         # Tune pickles its callbacks for experiment restore, which we never use (resume
-        # reads the results store); the database handle and live display stay behind.
-        return {k: v for k, v in self.__dict__.items() if k not in ("catalog", "progress")}
+        # reads the results store); the live display stays behind.
+        return {k: v for k, v in self.__dict__.items() if k != "progress"}
 
     def on_trial_result(self, iteration, trials, trial, result, **info):
         from shapesweep.sweep.trainable import FINAL_FLAG
@@ -292,62 +290,26 @@ class ResultsWriter(Callback):
             self._file(trial, status, error)
 
     def _file(self, trial: Any, status: str, error: str | None) -> None:
-        from shapesweep.results.schema import TRIAL_COLUMNS
-        from shapesweep.results.store import write_trial
-        from shapesweep.sweep.search import trial_triple
         from shapesweep.sweep.trainable import LAYERS_FIELD
 
         spec = trial.config["spec"]
         if spec["trial_id"] in self.written:
             return
+        last = trial.last_result or {}
         curve = self.curves.pop(trial.trial_id, [])
-        row = {k: v for k, v in spec["row"].items() if k in TRIAL_COLUMNS.names}
-        row.update(self._metrics(trial.last_result or {}, curve, status))
-        train = spec["document"]["train"]
-        row.update(
+        record = TrialRecord(
             sweep=self.sweep, trial_id=spec["trial_id"], key=spec["key"], seed=spec["seed"],
-            tuned_json=spec["tuned_json"], status=status, error=error,
-            train_tokens_budget=token_budget(train, spec["row"]["family"]),
-            seq_len=train.get("seq_len"), lr=train.get("lr"),
-            config_json=json.dumps(spec["document"], sort_keys=True),
-            code_version=self.code_version,
-            data_hash=(trial.last_result or {}).get("data_hash") or self.data_hash,
-            finished_at=datetime.now(UTC),
-        )
-        curve_rows = [{"sweep": self.sweep, "trial_id": spec["trial_id"], **point}
-                      for point in curve if point.get("step") is not None]
-        layer_rows = json.loads((trial.last_result or {}).get(LAYERS_FIELD) or "[]")
-        write_trial(self.root, self.sweep, row, curve_rows, layer_rows)
+            status=status, candidate=spec["row"], document=spec["document"],
+            budget_tokens=token_budget(spec["document"]["train"], spec["row"]["family"]),
+            metrics=final_metrics(last, curve, status), curve=curve,
+            layers=json.loads(last.get(LAYERS_FIELD) or "[]"), tuned_json=spec["tuned_json"],
+            error=error, code_version=self.code_version,
+            data_hash=last.get("data_hash") or self.data_hash, finished_at=datetime.now(UTC))
+        record.write(self.root)
         self.written.add(spec["trial_id"])
         if self.progress is not None:
-            self.progress.finished(trial.trial_id, status, spec["trial_id"], error, row)
-        self.statuses[trial_triple(spec)] = status
-        counts = count_statuses(self.statuses)
-        self.catalog.update_counts(self.sweep, counts["completed"], counts["stopped_early"],
-                                   counts["failed"])
-
-    @staticmethod
-    def _metrics(last: dict, curve: list[dict], status: str) -> dict[str, Any]:
-        """Final metrics: the loop's own summary when it got to report one, else the curve's."""
-        if not curve and status == "failed":
-            return {}
-        val_losses = [p["val_loss"] for p in curve if p.get("val_loss") is not None]
-        val_loss = last.get("val_loss", val_losses[-1] if val_losses else None)
-        elapsed = last.get("wall_time_s") or last.get("elapsed_s")
-        tokens = last.get("tokens")
-        finite = [v for v in val_losses if math.isfinite(v)]
-        return {
-            "val_loss": val_loss,
-            "best_val_loss": last.get("best_val_loss", min(finite) if finite else None),
-            "val_ppl": last.get("val_ppl", math.exp(min(val_loss, 700)) if val_loss else None),
-            "train_loss": last.get("train_loss"),
-            "psnr": last.get("psnr"),
-            "ssim": last.get("ssim"),
-            "tokens": tokens,
-            "steps": last.get("steps", last.get("step")),
-            "wall_time_s": elapsed,
-            "tokens_per_s": last.get("tokens_per_s", tokens / elapsed if tokens and elapsed else None),
-        }
+            self.progress.finished(trial.trial_id, status, spec["trial_id"], error,
+                                   record.trial_row())
 
 
 def count_statuses(statuses: dict) -> dict[str, int]:
@@ -458,10 +420,10 @@ class _Checked:
     """What the up-front checks established; nothing is on disk yet."""
 
     space: Any
+    strategy: Any  # a shapesweep.sweep.strategies.SearchStrategy
     storage_url: str
     seeds: list[int]
     scheduler: Any
-    candidates: list | None  # the grid's; None for an Optuna search
     notices: list[str]
     data_hash: str
     budget: int | None  # the trials' one token budget; None when recipes differ (no ASHA)
@@ -470,48 +432,46 @@ class _Checked:
 def run_sweep(options: SweepOptions, console: Any = None) -> SweepOutcome:
     """Run (or finish) a sweep; see the module docstring for what lands where."""
     from shapesweep.results.catalog import Catalog
+    from shapesweep.results.store import completed_keys
     from shapesweep.sweep.lease import sweep_lease
 
-    checked = _check(options)
+    options, checked = _check(options)
     catalog = Catalog(checked.storage_url)
-    with sweep_lease(catalog, options.name):
+    with sweep_lease(catalog, options.name), _quiet():
+        _compact(options.root, options.name)  # what a killed driver left in fragments
+        plan = _plan(options, checked, catalog)
+        if plan.launches:
+            status, launched = _fit(options, checked, plan, catalog, console)
+        else:
+            status, launched = "finished", 0
+            catalog.set_status(options.name, status)
         _compact(options.root, options.name)
-        return _drive(options, checked, catalog, console)
+    counts = count_statuses(completed_keys(options.root, options.name))
+    return SweepOutcome(options.name, status, counts, launched)
 
 
-def _check(options: SweepOptions) -> _Checked:
-    """Everything that can refuse the sweep, before anything is written anywhere."""
+def _check(options: SweepOptions) -> tuple[SweepOptions, _Checked]:
+    """Everything that can refuse the sweep, before anything is written anywhere; returns
+    the options as the sweep runs them (its name, the strategy's settings)."""
     from shapesweep.results.catalog import default_catalog_url
     from shapesweep.results.store import validate_sweep_name
     from shapesweep.search_spaces.space import check_seeds_option, load_space
+    from shapesweep.sweep.strategies import strategy_for
     from shapesweep.sweep.trackers import check_trackers
 
     check_trackers(options.log_to)
     space = load_space(options.space)  # an unreadable file is one line (safe_yaml)
-    options.name = validate_sweep_name(options.name or space.name)
+    name = validate_sweep_name(options.name or space.name)
     seeds = check_seeds_option(options.seeds or list(space.seeds))
-    candidates, notices = None, []
-    if options.search == "grid":
-        from shapesweep.search_spaces.solver import plan
-
-        if options.multi_objective:
-            raise UserError("a second objective needs --search optuna", key="--multi-objective")
-        solved = plan(space)
-        candidates = solved.candidates
-        notices = [f"{space.name}: {solved.counts_line()}", *solved.dropped_lines()]
-    elif options.search == "optuna":
-        if options.multi_objective not in (None, "params_non_embedding", "flops_per_token"):
-            raise UserError(f"unknown objective {options.multi_objective!r} "
-                            "(params_non_embedding or flops_per_token)", key="--multi-objective")
-    else:
-        raise UserError(f"unknown search {options.search!r} (grid or optuna)", key="--search")
-    budgets = sweep_budgets(space, candidates)
+    strategy = strategy_for(options, space)
+    budgets = sweep_budgets(space, strategy.candidates)
     scheduler = _scheduler(options, budgets)
-    data_hash, data_notices = data_hash_for(space, candidates, _abs(options.data))
+    data_hash, data_notices = data_hash_for(space, strategy.candidates, _abs(options.data))
     storage_url = options.storage or default_catalog_url(options.root)  # makes a local root
     budget = next(iter(budgets)) if budgets and len(budgets) == 1 else None
-    return _Checked(space, storage_url, seeds, scheduler, candidates,
-                    [*notices, *data_notices], data_hash, budget)
+    options = replace(options, name=name, **strategy.settings())
+    return options, _Checked(space, strategy, storage_url, seeds, scheduler,
+                             [*strategy.notices, *data_notices], data_hash, budget)
 
 
 def _compact(root: str, name: str) -> None:
@@ -526,22 +486,20 @@ def _compact(root: str, name: str) -> None:
               file=sys.stderr, flush=True)
 
 
-def _drive(options: SweepOptions, checked: _Checked, catalog: Any, console: Any) -> SweepOutcome:
-    """With the lease held: register the sweep, save how it runs, run what is missing."""
+def _plan(options: SweepOptions, checked: _Checked, catalog: Any) -> Any:
+    """With the lease held: what the strategy runs now (the trials the store lacks), the
+    sweep registered, and how it runs saved beside its results for `resume`."""
     from shapesweep.results.store import completed_keys, read_sweep_file, write_sweep_file
+    from shapesweep.sweep.strategies import PlanContext
 
     name, space = options.name, checked.space
-    statuses = completed_keys(options.root, name)
     rerun = {"failed"} if options.retry_failed else set()
-    skip = {triple for triple, status in statuses.items() if status not in rerun}
-    if checked.candidates is not None:
-        from shapesweep.sweep.search import grid_specs
-
-        specs, total = grid_specs(space, checked.candidates, checked.seeds, _abs(options.data),
-                                  skip)
-    else:
-        specs, total = [], options.num_samples
-    catalog.register(name, space.name, space.source_text, space.space_hash, total)
+    skip = {triple for triple, status in completed_keys(options.root, name).items()
+            if status not in rerun}
+    plan = checked.strategy.plan(PlanContext(
+        options.root, name, checked.seeds, _abs(options.data), checked.storage_url,
+        checked.budget, skip))
+    catalog.register(name, space.name, space.source_text, space.space_hash, plan.total)
     _say(*checked.notices)
     if read_sweep_file(options.root, name, SPACE_FILE) is None:
         write_sweep_file(options.root, name, SPACE_FILE, space.source_text)
@@ -550,57 +508,20 @@ def _drive(options: SweepOptions, checked: _Checked, catalog: Any, console: Any)
     saved = asdict(options) | {"space": SPACE_FILE, "data": _abs(options.data),
                                "storage": _without_password(options.storage)}
     write_sweep_file(options.root, name, OPTIONS_FILE, json.dumps(saved, indent=2, sort_keys=True))
+    return plan
 
-    os.environ.update({k: v for k, v in QUIET_ENV.items() if k not in os.environ})
-    from ray import tune
+
+def _fit(options: SweepOptions, checked: _Checked, plan: Any, catalog: Any,
+         console: Any) -> tuple[str, int]:
+    """Run the plan's trials in one `Tuner.fit`, each filed as it ends; returns how the
+    sweep ended (also its catalog status) and how many trials were filed."""
     from shapesweep.sweep.progress import SweepProgress
-    from shapesweep.sweep.trackers import tracker_callbacks
-    from shapesweep.sweep.trainable import run_trial
 
-    statuses = {triple: s for triple, s in statuses.items() if triple in skip}
-    tune_kwargs: dict[str, Any] = {}
-    if checked.candidates is not None:
-        if not specs:
-            catalog.set_status(name, "finished")
-            return SweepOutcome(name, "finished", count_statuses(statuses), 0)
-        param_space = {"spec": tune.grid_search(specs)}
-        num_samples = 1
-    else:
-        param_space, num_samples, searcher, _ = _optuna_setup(
-            options, space, checked.seeds[0], name, checked.storage_url, checked.budget)
-        if num_samples <= 0:
-            catalog.set_status(name, "finished")
-            return SweepOutcome(name, "finished", count_statuses(statuses), 0)
-        tune_kwargs["search_alg"] = searcher
-
+    name = options.name
     started_ray, session_dir = _init_ray(options)
-    progress = SweepProgress(total=len(specs) if specs else num_samples, console=console,
-                             enabled=options.progress)
-    writer = ResultsWriter(options.root, name, checked.data_hash, catalog,
-                           statuses, progress)
-    resources = {"cpu": options.cpus_per_trial, "gpu": options.gpus_per_trial}
-    ray_folder = _ray_storage(options.root, name).resolve()
-    tuner = tune.Tuner(
-        tune.with_resources(run_trial, resources),
-        param_space=param_space,
-        tune_config=tune.TuneConfig(
-            scheduler=checked.scheduler, num_samples=num_samples,
-            max_concurrent_trials=options.max_concurrent,
-            # Reusing actors saves a process start per trial, but Ray 2.60 cannot reset an
-            # actor whose trial the scheduler stopped (and then stalls), so only under FIFO.
-            reuse_actors=options.scheduler == "fifo",
-            # Trials are named by our trial id (KEY-sSEED) in Ray's folders and in trackers.
-            trial_name_creator=_trial_name, trial_dirname_creator=_trial_name, **tune_kwargs),
-        run_config=tune.RunConfig(
-            name=f"{name}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}",
-            storage_path=str(ray_folder), verbose=0,
-            callbacks=[writer, progress, *_ray_loggers(),
-                       *tracker_callbacks(options.log_to, name, str(ray_folder))],
-            failure_config=tune.FailureConfig(max_failures=0)),
-    )
-    # Failed trials are reported once, as one line each, by the progress display and in
-    # their row's `error`; Ray's own tracebacks stay in ROOT/NAME/_ray/*/error.txt.
-    logging.getLogger("ray.tune").setLevel(logging.CRITICAL)
+    progress = SweepProgress(total=plan.launches, console=console, enabled=options.progress)
+    writer = ResultsWriter(options.root, name, checked.data_hash, progress)
+    tuner = _tuner(options, checked, plan, _run_config(options, [writer, progress]))
     catalog.set_status(name, "running")
     status = "failed"
     try:
@@ -617,8 +538,66 @@ def _drive(options: SweepOptions, checked: _Checked, catalog: Any, console: Any)
 
             ray.shutdown()
             _remove_session(session_dir)
-    _compact(options.root, name)
-    return SweepOutcome(name, status, count_statuses(statuses), len(writer.written))
+    return status, len(writer.written)
+
+
+def _tuner(options: SweepOptions, checked: _Checked, plan: Any, run_config: Any):
+    from ray import tune
+    from shapesweep.sweep.trainable import run_trial
+
+    resources = {"cpu": options.cpus_per_trial, "gpu": options.gpus_per_trial}
+    return tune.Tuner(
+        tune.with_resources(run_trial, resources),
+        param_space=plan.param_space,
+        tune_config=tune.TuneConfig(
+            scheduler=checked.scheduler, num_samples=plan.num_samples,
+            search_alg=plan.search_alg, max_concurrent_trials=options.max_concurrent,
+            # Reusing actors saves a process start per trial, but Ray 2.60 cannot reset an
+            # actor whose trial the scheduler stopped (and then stalls), so only under FIFO.
+            reuse_actors=options.scheduler == "fifo",
+            # Trials are named by our trial id (KEY-sSEED) in Ray's folders and in trackers.
+            trial_name_creator=_trial_name, trial_dirname_creator=_trial_name),
+        run_config=run_config,
+    )
+
+
+def _run_config(options: SweepOptions, callbacks: list[Callback]):
+    """Where Tune keeps its files, what it calls back, and how it treats a failed trial."""
+    from ray import tune
+    from shapesweep.sweep.trackers import tracker_callbacks
+
+    ray_folder = str(_ray_storage(options.root, options.name).resolve())
+    return tune.RunConfig(
+        name=f"{options.name}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}",
+        storage_path=ray_folder, verbose=0,
+        callbacks=[*callbacks, *_ray_loggers(),
+                   *tracker_callbacks(options.log_to, options.name, ray_folder)],
+        failure_config=tune.FailureConfig(max_failures=0))
+
+
+@contextmanager
+def _quiet() -> Iterator[None]:
+    """Ray's and Optuna's settings for a sweep (QUIET_ENV, where the user set none), undone
+    when it ends. Failed trials are reported once, one line each, by the progress display
+    and in their row's `error`; Ray's own tracebacks stay in ROOT/NAME/_ray/*/error.txt."""
+    import optuna
+
+    saved_env = {k: os.environ.get(k) for k in QUIET_ENV}
+    os.environ.update({k: v for k, v in QUIET_ENV.items() if k not in os.environ})
+    tune_logger = logging.getLogger("ray.tune")
+    tune_level, optuna_level = tune_logger.level, optuna.logging.get_verbosity()
+    tune_logger.setLevel(logging.CRITICAL)
+    optuna.logging.set_verbosity(optuna.logging.WARNING)  # the sweep's progress says enough
+    try:
+        yield
+    finally:
+        tune_logger.setLevel(tune_level)
+        optuna.logging.set_verbosity(optuna_level)
+        for key, value in saved_env.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 def _trial_name(trial: Any) -> str:
@@ -641,31 +620,3 @@ def _say(*lines: str) -> None:
 
 def _abs(path: str | None) -> str | None:
     return str(Path(path).resolve()) if path else None
-
-
-def _optuna_setup(options: SweepOptions, space: Any, seed: int, name: str, storage_url: str,
-                  budget: int | None):
-    """The Optuna searcher, reconciled with what a killed driver left behind."""
-    from shapesweep.results.store import load_trials
-    from shapesweep.sweep.search import (
-        SpecMaker,
-        launched_count,
-        make_optuna_search,
-        open_storage,
-        reconcile_study,
-    )
-
-    storage = open_storage(storage_url)
-    data = _abs(options.data)
-    searcher, study = make_optuna_search(
-        space, name, storage, SpecMaker(space, seed, data),
-        options.multi_objective, budget, sampler_seed=options.sampler_seed)
-    trials = load_trials(options.root, [name])
-    second = options.multi_objective
-    finished = {
-        row.trial_id: {"status": row.status,
-                       "values": [row.val_loss] + ([getattr(row, second)] if second else [])}
-        for row in trials.itertuples()
-    }
-    reconcile_study(study, finished)
-    return {}, options.num_samples - launched_count(study), searcher, study

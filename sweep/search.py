@@ -257,21 +257,15 @@ class OptunaSearcher(Searcher):
 
 def make_optuna_search(space: Any, study_name: str, storage: Any,
                        make_spec: Callable[..., dict], multi_objective: str | None,
-                       budget: int | None, sampler_seed: int | None = None) -> tuple[OptunaSearcher, Any]:
+                       budget: int | None, sampler: Any) -> tuple[OptunaSearcher, Any]:
     """The searcher over `space` and its (loaded or created) study.
 
     `multi_objective` is None, or the second objective (`params_non_embedding` or
-    `flops_per_token`) that NSGA-II trades against val_loss.
+    `flops_per_token`) the Optuna `sampler` trades against val_loss.
     """
     import optuna
 
-    optuna.logging.set_verbosity(optuna.logging.WARNING)  # the sweep's progress says enough
-    if multi_objective:
-        sampler = optuna.samplers.NSGAIISampler(seed=sampler_seed)
-        metrics = ["val_loss", multi_objective]
-    else:
-        sampler = optuna.samplers.TPESampler(seed=sampler_seed)
-        metrics = ["val_loss"]
+    metrics = ["val_loss", multi_objective] if multi_objective else ["val_loss"]
     study = optuna.create_study(storage=storage, study_name=study_name, sampler=sampler,
                                 directions=study_directions(bool(multi_objective)),
                                 load_if_exists=True)

@@ -46,7 +46,7 @@ def curve_step(result: dict) -> dict:
     """The result a tracker logs: stepped by tokens, without the trial's config (the tracker
     keeps that as params); a final summary without curve fields."""
     from ray.tune.result import TIMESTEPS_TOTAL, TRAINING_ITERATION
-    from shapesweep.sweep.runner import CURVE_FIELDS
+    from shapesweep.results.rows import CURVE_FIELDS
     from shapesweep.sweep.trainable import FINAL_FLAG
 
     step = result.get("tokens") or result[TRAINING_ITERATION]

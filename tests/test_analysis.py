@@ -14,7 +14,6 @@ from pathlib import Path
 import pyarrow.dataset as ds
 import pytest
 import torch
-from shapesweep.dashboards.synthetic import synthetic_sweep
 from shapesweep.results.store import (
     FragmentCache,
     compact,
@@ -27,6 +26,7 @@ from shapesweep.search_spaces.configs import TrainConfig, make_config
 from shapesweep.trainers import analysis
 from shapesweep.trainers.loop import StopTrial, train
 from shapesweep.trainers.models import build_model
+from synthetic import synthetic_sweep
 from torch import nn
 
 from shapesweep.common import UserError

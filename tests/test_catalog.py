@@ -21,7 +21,7 @@ def test_register_get_list_and_reopen(tmp_path):
     first = catalog.register("alpha", "tiny", SPACE, "hash-a", 12)
     assert (first.name, first.space_name, first.space_yaml, first.n_candidates) == (
         "alpha", "tiny", SPACE, 12)
-    assert first.status == "created" and (first.completed, first.stopped_early, first.failed) == (0, 0, 0)
+    assert first.status == "created"
     assert first.created_at.tzinfo is not None
     catalog.register("beta", "other", "name: other\n", "hash-b", 3)
     again = catalog.register("alpha", "tiny", SPACE, "hash-a", 12)  # same space: the same sweep
@@ -44,21 +44,18 @@ def test_different_space_under_same_name_is_refused(tmp_path):
         catalog.register("../escape", "tiny", SPACE, "hash-a", 1)
 
 
-def test_status_and_counts(tmp_path):
+def test_status(tmp_path):
     catalog = Catalog(default_catalog_url(tmp_path))
     created = catalog.register("alpha", "tiny", SPACE, "hash-a", 12)
     for status in SWEEP_STATUSES:
         assert catalog.set_status("alpha", status).status == status
     assert catalog.get("alpha").status == "failed"
-    record = catalog.update_counts("alpha", completed=7, stopped_early=3, failed=2)
-    assert (record.completed, record.stopped_early, record.failed) == (7, 3, 2)
+    record = catalog.get("alpha")
     assert Catalog(catalog.url).get("alpha") == record and record.updated_at >= created.updated_at
     with pytest.raises(ValueError, match="not one of"):
         catalog.set_status("alpha", "paused")
     with pytest.raises(UserError, match="no sweep named 'nope'"):
         catalog.set_status("nope", "running")
-    with pytest.raises(UserError, match="no sweep named 'nope'"):
-        catalog.update_counts("nope", 1, 0, 0)
 
 
 def test_shares_the_optuna_database_without_clashing(tmp_path):

@@ -19,9 +19,9 @@ from selenium.webdriver.common.action_chains import ActionChains
 from selenium.webdriver.common.by import By
 from shapesweep.dashboards.report import write_report
 from shapesweep.dashboards.server import make_server
-from shapesweep.dashboards.synthetic import synthetic_sweep
 from shapesweep.results.store import write_trial
 from shapesweep.search_spaces.configs import TrainConfig, make_config
+from synthetic import synthetic_sweep
 
 HOSTILE = "<script>alert(1)</script>"
 ARTIFACTS = Path(__file__).parent / "artifacts"

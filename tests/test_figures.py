@@ -204,7 +204,7 @@ def test_width_profiles_show_avg_width_and_flops(frames):
 
 def _analysed_store(root) -> str:
     """A sweep of constant-width and ><former trials, each with seed 002 §4 layer rows."""
-    from shapesweep.dashboards.synthetic import synthetic_sweep
+    from synthetic import synthetic_sweep
 
     for row, curve in synthetic_sweep("fig7", 24, families=("conventional", "variable_width"),
                                       budgets=(30e6,), seeds=2):

@@ -286,7 +286,7 @@ def test_concurrent_drivers_one_refused_then_a_moved_root_resumes(tmp_path, caps
     assert (trials["status"] == "completed").all()
     assert trained_trials(root, "race") == len(expected)  # each trial trained once, in all
     record = Catalog(default_catalog_url(root)).get("race")
-    assert (record.status, record.completed) == ("finished", len(expected))
+    assert record.status == "finished"
     assert Catalog(default_catalog_url(root)).lease("race") is None
     assert ray_sessions() <= sessions  # the driver removed its local Ray's session folder
 

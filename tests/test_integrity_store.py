@@ -23,7 +23,6 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 from shapesweep.dashboards.server import make_server
-from shapesweep.dashboards.synthetic import synthetic_sweep
 from shapesweep.results.store import (
     DamagedStore,
     FragmentCache,
@@ -34,6 +33,7 @@ from shapesweep.results.store import (
     write_trial,
 )
 from shapesweep.sweep.cli import main as shapesweep
+from synthetic import synthetic_sweep
 
 N_TRIALS = 4
 

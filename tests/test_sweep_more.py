@@ -173,7 +173,7 @@ def test_retry_failed_reruns_only_failed_trials(local_ray, tmp_path):
     retried = again[again["trial_id"] == failed["trial_id"].iloc[0]].iloc[0]
     assert retried["status"] == "failed"
     assert retried["finished_at"] > failed["finished_at"].iloc[0]
-    assert Catalog(default_catalog_url(root)).get("retry").failed == 1
+    assert (again["status"] == "failed").sum() == 1
 
     # Fix the data (ids below 100 now) and retry: the trial trains and completes.
     write_tokens(data, top=100)
@@ -186,7 +186,7 @@ def test_retry_failed_reruns_only_failed_trials(local_ray, tmp_path):
     assert math.isfinite(fixed["val_loss"]) and fixed["tokens"] == TRAIN["tokens"]
     assert fixed["data_hash"] == load_lm_data(str(data)).data_hash != first["data_hash"].iloc[0]
     record = Catalog(default_catalog_url(root)).get("retry")
-    assert (record.status, record.completed, record.failed) == ("finished", 3, 0)
+    assert record.status == "finished" and len(final) == 3  # every row completed (above)
     # Everything done: another retry has nothing to run.
     assert run("resume", "retry", "--root", str(root), "--retry-failed") == 0
     assert finished(load_trials(str(root), ["retry"]), slice(None)) == finished(final, slice(None))

@@ -1,7 +1,8 @@
 """Schema-valid synthetic sweeps: real configs and exact accounting, modelled losses.
 
 Dashboards are developed, tested and benchmarked on these before (and besides) real
-sweeps. Every row is a real typed config run through `account()`, so every shape and
+sweeps (test and benchmark data: it is not shipped; benchmarks import it as
+`tests.synthetic`). Rows are built by the results' row contract (`TrialRecord`). Every row is a real typed config run through `account()`, so every shape and
 accounting column is exactly what a real sweep would record; only the losses are
 modelled: a power law in training FLOPs (variable-width bottlenecks reach the same loss
 with `VW_FLOP_FRACTION` of the FLOPs, as in seed 002), a U-shaped penalty in
@@ -21,6 +22,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import numpy as np
+from shapesweep.results.rows import TrialRecord
 from shapesweep.search_spaces.accounting import account
 from shapesweep.search_spaces.configs import TrainConfig, config_key, make_config
 
@@ -218,7 +220,6 @@ def _trial(sweep: str, trial_id: str, config, trial_seed: int, points: int,
     done_frac = 1.0 if status == "completed" else float(rng.choice([0.25, 0.5]))
     tokens = np.linspace(budget_tokens / points, budget_tokens, points).astype(np.int64)
     tokens = tokens[: max(1, round(points * done_frac))]  # stopped early: a prefix of the full run
-    # Luck lowers the loss: the seed's (shared by its trials), the trial's, each evaluation's.
     # Luck lowers the loss: the seed's (shared by its trials), the trial's, each evaluation's,
     # and a candidate's early start that fades by the end (short trials rank imperfectly).
     early = np.random.default_rng(int(config_key(config)[:8], 16)).normal(0, 0.04)
@@ -236,35 +237,36 @@ def _trial(sweep: str, trial_id: str, config, trial_seed: int, points: int,
         val = _A * flops**-_B + u_penalty - luck
         curve_psnr = np.full(len(tokens), np.nan)
     speed = 2e11 / row["flops_per_token"]
-    curves = [
-        {"sweep": sweep, "trial_id": trial_id, "step": int(i + 1) * 100, "tokens": int(t),
-         "train_loss": float(v) - 0.02, "val_loss": float(v), "lr": 3e-3 * (0.55 + 0.45 * math.cos(math.pi * i / points)),
+    curve = [
+        {"step": int(i + 1) * 100, "tokens": int(t), "train_loss": float(v) - 0.02,
+         "val_loss": float(v), "lr": 3e-3 * (0.55 + 0.45 * math.cos(math.pi * i / points)),
          "elapsed_s": float(t / speed), "psnr": None if np.isnan(p) else float(p), "ssim": None}
         for i, (t, v, p) in enumerate(zip(tokens, val, curve_psnr, strict=True))
     ]
     failed = status == "failed"
     if failed:
-        curves = curves[: points // 3]
-    final = curves[-1]
-    doc = {"family": config.family,
-           "model": config.model_dump(mode="json", exclude={"family"}),
-           "train": train.model_dump(mode="json")}
-    row.update(
+        curve = curve[: points // 3]
+    final = curve[-1]
+    row.update(variant=variant, budget_error=float(rng.normal(0, 0.004)))
+    record = TrialRecord(
         sweep=sweep, trial_id=trial_id, key=config_key(config), seed=trial_seed, status=status,
-        variant=variant, tuned_json=json.dumps(tuned, sort_keys=True),
+        candidate=row, budget_tokens=budget_tokens, curve=curve,
+        document={"family": config.family,
+                  "model": config.model_dump(mode="json", exclude={"family"}),
+                  "train": train.model_dump(mode="json")},
+        metrics=dict(
+            val_loss=None if failed else final["val_loss"],
+            best_val_loss=None if failed else min(c["val_loss"] for c in curve),
+            val_ppl=None if failed or vision else math.exp(final["val_loss"]),
+            train_loss=None if failed else final["train_loss"],
+            psnr=None if failed else final["psnr"], ssim=None,
+            tokens=final["tokens"], steps=final["step"], wall_time_s=final["elapsed_s"],
+            tokens_per_s=speed),
+        tuned_json=json.dumps(tuned, sort_keys=True),
         error=f"NonFiniteLoss: loss became nan at step {final['step']}" if failed else None,
-        val_loss=None if failed else final["val_loss"],
-        best_val_loss=None if failed else min(c["val_loss"] for c in curves),
-        val_ppl=None if failed or vision else math.exp(final["val_loss"]),
-        train_loss=None if failed else final["train_loss"],
-        psnr=None if failed else final["psnr"], ssim=None,
-        tokens=final["tokens"], steps=final["step"], wall_time_s=final["elapsed_s"],
-        tokens_per_s=speed, budget_error=float(rng.normal(0, 0.004)),
-        train_tokens_budget=budget_tokens, seq_len=train.seq_len, lr=train.lr,
-        config_json=json.dumps(doc, sort_keys=True), code_version="synthetic",
-        data_hash="synthetic", finished_at=finished_at,
+        code_version="synthetic", data_hash="synthetic", finished_at=finished_at,
     )
-    return row, curves
+    return record.trial_row(), record.curve_rows()
 
 
 def write_synthetic(root: str, sweep: str, n_trials: int, **kwargs) -> int:

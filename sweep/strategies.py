@@ -1,0 +1,182 @@
+"""How a sweep chooses its trials: one `SearchStrategy` per `--search`, behind a registry.
+
+A strategy answers the driver's few questions, as Optuna's `BaseSampler` and Ray's
+`Searcher` do for theirs; the driver never asks which kind it holds:
+
+- made from the options and the loaded space, before anything is written: it refuses
+  options it cannot honour (`UserError`), and says which candidates it already knows
+  (the grid's; None when they are proposed as the search goes) and what to tell the user;
+- `settings()`: the options it resolved (the sampler a bare `--search optuna` means), saved
+  in sweep.json so `resume` runs the same search;
+- `plan(...)`, with the sweep's lease held: what Tune runs (`param_space`, `search_alg`,
+  `num_samples`), reconciled with the trials a previous driver filed.
+
+Adding a strategy is one class here and one line in `STRATEGIES`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from shapesweep.common import UserError
+
+# --sampler NAME -> (its class in optuna.samplers, whether it trades two objectives)
+SAMPLERS = {
+    "tpe": ("TPESampler", True),
+    "nsga2": ("NSGAIISampler", True),
+    "cmaes": ("CmaEsSampler", False),
+    "gp": ("GPSampler", True),
+    "random": ("RandomSampler", True),
+}
+
+
+def default_sampler(multi_objective: str | None) -> str:
+    """TPE for one objective, NSGA-II for two: what a bare `--search optuna` means."""
+    return "nsga2" if multi_objective else "tpe"
+
+
+def make_sampler(name: str, seed: int | None = None):
+    """The Optuna sampler `--sampler NAME` names, seeded."""
+    import optuna
+
+    return getattr(optuna.samplers, SAMPLERS[name][0])(seed=seed)
+
+
+@dataclass
+class TrialPlan:
+    """What one `Tuner.fit` runs."""
+
+    param_space: dict[str, Any]
+    num_samples: int  # Tune's
+    search_alg: Any  # a Tune Searcher, or None (the grid is in param_space)
+    total: int  # trials of the whole sweep (the catalog's n_candidates)
+    launches: int  # trials this run starts; 0: the sweep is already done
+
+
+@dataclass
+class PlanContext:
+    """What the driver knows when the lease is held."""
+
+    root: str
+    name: str
+    seeds: list[int]
+    data: str | None  # absolute path of the training data, or None (built-in)
+    storage_url: str  # the catalog's database (Optuna's storage too)
+    budget: int | None  # the trials' one token budget; None when recipes differ
+    skip: set[tuple[str, str, int]]  # (key, tuned_json, seed) of trials not to run again
+
+
+class SearchStrategy:
+    """One way of choosing trials; see the module docstring for the contract."""
+
+    name: ClassVar[str]
+    candidates: list | None = None  # planned up front (grid), else None
+    notices: list[str]
+
+    def __init__(self, options: Any, space: Any):
+        self.options, self.space, self.notices = options, space, []
+
+    def settings(self) -> dict[str, Any]:
+        return {}
+
+    def plan(self, context: PlanContext) -> TrialPlan:
+        raise NotImplementedError
+
+
+class GridStrategy(SearchStrategy):
+    """Every planned candidate x `tune:` combination x seed, each once."""
+
+    name = "grid"
+
+    def __init__(self, options: Any, space: Any):
+        from shapesweep.search_spaces.solver import plan
+
+        super().__init__(options, space)
+        for flag, what, value in (("--multi-objective", "a second objective", options.multi_objective),
+                                  ("--sampler", "a sampler", options.sampler)):
+            if value:
+                raise UserError(f"{what} needs --search optuna", key=flag)
+        solved = plan(space)
+        self.candidates = solved.candidates
+        self.notices = [f"{space.name}: {solved.counts_line()}", *solved.dropped_lines()]
+
+    def plan(self, context: PlanContext) -> TrialPlan:
+        from ray import tune
+        from shapesweep.sweep.search import grid_specs
+
+        specs, total = grid_specs(self.space, self.candidates, context.seeds, context.data,
+                                  context.skip)
+        return TrialPlan({"spec": tune.grid_search(specs)}, 1, None, total, len(specs))
+
+
+class OptunaStrategy(SearchStrategy):
+    """An Optuna study (any sampler in `SAMPLERS`) proposing `--num-samples` trials; the
+    searcher (`shapesweep.sweep.search.OptunaSearcher`) keeps infeasible and already
+    evaluated points from Ray."""
+
+    name = "optuna"
+
+    def __init__(self, options: Any, space: Any):
+        from shapesweep.sweep.search import OBJECTIVES
+
+        super().__init__(options, space)
+        second = options.multi_objective
+        if second not in (None, *OBJECTIVES):
+            raise UserError(f"unknown objective {second!r} ({' or '.join(OBJECTIVES)})",
+                            key="--multi-objective")
+        self.sampler = options.sampler or default_sampler(second)
+        if self.sampler not in SAMPLERS:
+            raise UserError(f"unknown sampler {self.sampler!r} ({', '.join(SAMPLERS)})",
+                            key="--sampler")
+        if second and not SAMPLERS[self.sampler][1]:
+            raise UserError(f"{self.sampler} optimises one objective; with --multi-objective use "
+                            f"{', '.join(n for n, (_, multi) in SAMPLERS.items() if multi)}",
+                            key="--sampler")
+        if self.sampler == "cmaes":
+            self.notices = ["--sampler cmaes: Optuna's CMA-ES samples numeric dimensions; a "
+                            "space's dimensions are categorical, so it samples them at random"]
+
+    def settings(self) -> dict[str, Any]:
+        return {"sampler": self.sampler}
+
+    def plan(self, context: PlanContext) -> TrialPlan:
+        from shapesweep.sweep.search import (
+            SpecMaker,
+            launched_count,
+            make_optuna_search,
+            open_storage,
+        )
+
+        options = self.options
+        searcher, study = make_optuna_search(
+            self.space, context.name, open_storage(context.storage_url),
+            SpecMaker(self.space, context.seeds[0], context.data), options.multi_objective,
+            context.budget, sampler=make_sampler(self.sampler, options.sampler_seed))
+        self._reconcile(study, context)
+        left = options.num_samples - launched_count(study)
+        return TrialPlan({}, left, searcher, options.num_samples, max(left, 0))
+
+    def _reconcile(self, study: Any, context: PlanContext) -> None:
+        """Close the trials a killed driver left RUNNING with what the results store holds."""
+        from shapesweep.results.store import load_trials
+        from shapesweep.sweep.search import reconcile_study
+
+        second = self.options.multi_objective
+        finished = {
+            row.trial_id: {"status": row.status,
+                           "values": [row.val_loss] + ([getattr(row, second)] if second else [])}
+            for row in load_trials(context.root, [context.name]).itertuples()
+        }
+        reconcile_study(study, finished)
+
+
+STRATEGIES: dict[str, type[SearchStrategy]] = {s.name: s for s in (GridStrategy, OptunaStrategy)}
+
+
+def strategy_for(options: Any, space: Any) -> SearchStrategy:
+    """The strategy `options.search` names, checked against the options and the space."""
+    if options.search not in STRATEGIES:
+        raise UserError(f"unknown search {options.search!r} ({' or '.join(STRATEGIES)})",
+                        key="--search")
+    return STRATEGIES[options.search](options, space)
