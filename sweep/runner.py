@@ -35,6 +35,7 @@ from typing import Any
 
 from pydantic import TypeAdapter
 from ray.tune import Callback
+from shapesweep.results import live
 
 from shapesweep.common import UserError
 
@@ -147,9 +148,16 @@ def token_budget(train: Any, family: str) -> int:
 
     train = TrainConfig.model_validate(train)
     if train.steps:
-        per_step = train.batch_size if family == "vision_mlp" else train.batch_tokens
-        return int(train.steps * per_step)
+        return int(train.steps * step_tokens(train, family))
     return int(train.tokens)
+
+
+def step_tokens(train: Any, family: str) -> int:
+    """Tokens (images for vision) one optimizer step trains on."""
+    from shapesweep.search_spaces.configs import TrainConfig
+
+    train = TrainConfig.model_validate(train)
+    return train.batch_size if family == "vision_mlp" else train.batch_tokens
 
 
 def sweep_budgets(space: Any, candidates: list | None) -> set[int] | None:
@@ -273,8 +281,11 @@ class ResultsWriter(Callback):
         from shapesweep.sweep.trainable import FINAL_FLAG
 
         if not result.get(FINAL_FLAG):
-            self.curves.setdefault(trial.trial_id, []).append(
-                {name: result.get(name) for name in CURVE_FIELDS})
+            point = {name: result.get(name) for name in CURVE_FIELDS}
+            self.curves.setdefault(trial.trial_id, []).append(point)
+            spec = trial.config["spec"]  # the live curve `status` and `serve` show meanwhile
+            live.append_point(self.root, self.sweep, spec, point,
+                              token_budget(spec["document"]["train"], spec["row"]["family"]))
 
     def on_trial_complete(self, iteration, trials, trial, **info):
         from shapesweep.sweep.search import reached_budget
@@ -318,6 +329,7 @@ class ResultsWriter(Callback):
                       for point in curve if point.get("step") is not None]
         layer_rows = json.loads((trial.last_result or {}).get(LAYERS_FIELD) or "[]")
         write_trial(self.root, self.sweep, row, curve_rows, layer_rows)
+        live.remove(self.root, self.sweep, spec["trial_id"])
         self.written.add(spec["trial_id"])
         if self.progress is not None:
             self.progress.finished(trial.trial_id, status, spec["trial_id"], error, row)
@@ -432,25 +444,40 @@ def _use_cluster_token() -> None:
     maybe_enable_token_auth_if_token_available(warn_if_disabled=False)
 
 
-def _scheduler(options: SweepOptions, budgets: set[int] | None):
+ASHA_MIN_STEPS, ASHA_MIN_FRACTION = 100, 1 / 8  # a loss after a few steps ranks nothing
+
+
+def asha_grace(budget: int, step_tokens: int) -> int:
+    """ASHA's default grace period: at least ASHA_MIN_STEPS optimizer steps and
+    ASHA_MIN_FRACTION of the budget, and at most half of it (so there is a rung to stop at)."""
+    return max(1, min(max(int(budget * ASHA_MIN_FRACTION), ASHA_MIN_STEPS * step_tokens), budget // 2))
+
+
+def _scheduler(options: SweepOptions, budgets: set[int] | None, step_tokens: int = 1):
+    """Tune's scheduler and the line that announces when ASHA may first stop a trial."""
     from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
 
     if options.scheduler == "fifo":
-        return FIFOScheduler()
+        return FIFOScheduler(), None
     if budgets is None or len(budgets) != 1:
         many = "per-candidate" if budgets is None else f"{len(budgets)} different"
         raise UserError(f"ASHA compares trials at one token budget; this space's trials train "
                         f"{many} budgets (per-variant recipes or tokens_per_param): use "
                         "--scheduler fifo", key="--scheduler")
     (budget,) = budgets
-    grace = options.grace_tokens or max(1, budget // 9)
+    grace = options.grace_tokens or asha_grace(budget, step_tokens)
     if grace >= budget:
         raise UserError(f"grace period {grace} tokens is not below the trial budget {budget}",
                         key="--grace-tokens")
     if not options.reduction_factor > 1:
         raise UserError("must be more than 1", key="--reduction-factor")
+    from shapesweep.dashboards.frames import human
+
+    line = (f"ASHA will stop trials from {human(grace)} tokens ({grace / step_tokens:.0f} steps, "
+            f"{grace / budget:.0%} of the {human(budget)}-token budget; --grace-tokens sets it); "
+            "the rank-fidelity view (status, dashboard) shows whether that is early enough")
     return ASHAScheduler(time_attr="tokens", metric="val_loss", mode="min", max_t=budget,
-                         grace_period=grace, reduction_factor=options.reduction_factor)
+                         grace_period=grace, reduction_factor=options.reduction_factor), line
 
 
 @dataclass
@@ -506,7 +533,9 @@ def _check(options: SweepOptions) -> _Checked:
     else:
         raise UserError(f"unknown search {options.search!r} (grid or optuna)", key="--search")
     budgets = sweep_budgets(space, candidates)
-    scheduler = _scheduler(options, budgets)
+    step = min((step_tokens(v.train, v.family) for v in space.resolved()), default=1)
+    scheduler, asha_line = _scheduler(options, budgets, step)
+    notices += [asha_line] if asha_line else []
     data_hash, data_notices = data_hash_for(space, candidates, _abs(options.data))
     storage_url = options.storage or default_catalog_url(options.root)  # makes a local root
     budget = next(iter(budgets)) if budgets and len(budgets) == 1 else None
@@ -575,7 +604,7 @@ def _drive(options: SweepOptions, checked: _Checked, catalog: Any, console: Any)
 
     started_ray, session_dir = _init_ray(options)
     progress = SweepProgress(total=len(specs) if specs else num_samples, console=console,
-                             enabled=options.progress)
+                             enabled=options.progress, budget=checked.budget)
     writer = ResultsWriter(options.root, name, checked.data_hash, catalog,
                            statuses, progress)
     resources = {"cpu": options.cpus_per_trial, "gpu": options.gpus_per_trial}
