@@ -1,7 +1,7 @@
 """The live dashboard: the report page served over every sweep, refreshed as trials land.
 
 Plain `http.server` is enough: the page polls `api/version` (a fingerprint of the store's
-Parquet files) and re-fetches `api/dashboard` when it changes; the payload is rebuilt
+Parquet files and of the running trials' live curves, `shapesweep.results.live`) and re-fetches `api/dashboard` when it changes; the payload is rebuilt
 at most once per store version. `api/config` returns a trial's candidate YAML.
 A `FragmentCache` keeps the fragments already read, so a request reads only the
 fragments that landed since the last one. Requests must name this server in `Host`
@@ -37,7 +37,7 @@ class DashboardState:
         self._plotly_js: bytes | None = None
 
     def version(self) -> str:
-        """A hash of every Parquet file's path, size and mtime under the root."""
+        """A hash of every Parquet and live-curve file's path, size and mtime under the root."""
         if "://" in self.root:
             fs, base = pafs.FileSystem.from_uri(self.root)
         else:
@@ -45,7 +45,7 @@ class DashboardState:
         infos = fs.get_file_info(pafs.FileSelector(base, recursive=True, allow_not_found=True))
         digest = hashlib.sha256()
         for info in sorted(infos, key=lambda i: i.path):
-            if info.path.endswith(".parquet"):
+            if info.path.endswith((".parquet", ".jsonl")):
                 digest.update(f"{info.path}|{info.size}|{info.mtime_ns}\n".encode())
         return digest.hexdigest()[:16]
 

@@ -24,7 +24,9 @@ from datetime import UTC, datetime
 import pandas as pd
 import pyarrow as pa
 from shapesweep.results.schema import CURVE_COLUMNS, TRIAL_COLUMNS, normalize_trial_row
-from shapesweep.results.store import list_sweeps, local_folder, validate_sweep_name
+from shapesweep.results.store import local_folder, validate_sweep_name
+
+from shapesweep.common import UserError
 
 LIVE_FOLDER = "live"
 RUNNING = "running"  # the status a live trial shows with (never stored in a trials row)
@@ -116,11 +118,28 @@ def _row(header: dict, points: list[dict], last: float) -> dict:
     return {**row, "status": RUNNING}
 
 
+def live_sweeps(root) -> list[str]:
+    """Sweeps with a running trial: a new sweep has live curves before any trials row."""
+    base = local_folder(root)
+    if base is None or not os.path.isdir(base):
+        return []
+    return sorted(name for name in os.listdir(base)
+                  if os.path.isdir(os.path.join(base, name, LIVE_FOLDER)) and _valid(name))
+
+
+def _valid(name: str) -> bool:
+    try:
+        validate_sweep_name(name)
+    except UserError:
+        return False
+    return True
+
+
 def load_live(root, sweeps: list[str] | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(rows, curves) of the trials running now: rows in TRIAL_COLUMNS with status `running`
     (val_loss and tokens their latest), curves in CURVE_COLUMNS. Reading creates nothing."""
     rows, curves = [], []
-    for sweep in list_sweeps(root) if sweeps is None else sweeps:
+    for sweep in live_sweeps(root) if sweeps is None else sweeps:
         folder = _folder(root, sweep)
         names = sorted(os.listdir(folder)) if folder and os.path.isdir(folder) else []
         for name in (n for n in names if n.endswith(".jsonl") and not n.startswith(".")):

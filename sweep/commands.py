@@ -404,7 +404,7 @@ def _running_table(name: str, running):
 
 def status(args: argparse.Namespace) -> int:
     from rich.console import Console
-    from shapesweep.results.live import load_live
+    from shapesweep.results.live import live_sweeps, load_live
     from shapesweep.results.store import list_sweeps, load_curves, load_trials
 
     _check_status_args(args)
@@ -412,9 +412,9 @@ def status(args: argparse.Namespace) -> int:
     catalog = _read_catalog(args)
     records = {r.name: r for r in catalog.list()} if catalog else {}
     if args.name is None:
-        names = list(dict.fromkeys([*records, *list_sweeps(args.root)]))
+        names = list(dict.fromkeys([*records, *list_sweeps(args.root), *live_sweeps(args.root)]))
         trials = load_trials(args.root, names) if names else None
-        running = load_live(args.root, [n for n in names if n in list_sweeps(args.root)])[0]
+        running = load_live(args.root)[0]
         console.print(_sweeps_table(args, records, names, trials, running))
         return 0
 
