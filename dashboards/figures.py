@@ -64,7 +64,8 @@ def layout(fig: go.Figure, title: str, x: str, y: str, log_x: bool = False) -> g
                       modebar=dict(orientation="v"),  # at the right edge, clear of the title
                       showlegend=shown > 0,
                       legend=dict(orientation="v", x=0, xanchor="left", y=0, yanchor="bottom",
-                                  yref="container", font=dict(size=11), maxheight=legend_px + 20))
+                                  yref="container", font=dict(size=11), tracegroupgap=2,
+                                  maxheight=legend_px + 20))
     # SI prefixes (G, not plotly's default B), as `human` writes them in labels and tables
     fig.update_xaxes(title_text=x, exponentformat="SI", **({"type": "log"} if log_x else {}))
     fig.update_yaxes(title_text=y, exponentformat="SI")
@@ -73,7 +74,7 @@ def layout(fig: go.Figure, title: str, x: str, y: str, log_x: bool = False) -> g
     return fig
 
 
-LEGEND_LINE_PX = 19
+LEGEND_LINE_PX = 22  # an 11 px legend entry and the gap between groups
 
 
 def _log_ticks(fig: go.Figure) -> None:
@@ -86,11 +87,11 @@ def _log_ticks(fig: go.Figure) -> None:
     if not len(xs):
         return
     lo, hi = xs.min(), xs.max()
-    for steps in ((1,), (1, 2, 5), (1, 2, 3, 4, 5, 6, 7, 8, 9)):  # enough ticks to read the axis
+    for steps in ((1,), (1, 2, 5), (1, 2, 3, 5, 7)):  # the fewest that still read as an axis
         decades = range(int(np.floor(np.log10(lo))) - 1, int(np.ceil(np.log10(hi))) + 1)
         ticks = [m * 10.0 ** d for d in decades for m in steps]
-        inside = [t for t in ticks if lo / 1.25 <= t <= hi * 1.25]
-        if len(inside) >= 4:
+        inside = [t for t in ticks if lo / 1.1 <= t <= hi * 1.1]
+        if len(inside) >= 3:
             break
     fig.update_xaxes(tickmode="array", tickvals=inside, ticktext=[human(t) for t in inside])
 

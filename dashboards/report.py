@@ -201,8 +201,16 @@ def write_report(root: str, sweeps: list[str], out: str | Path) -> Path:
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(page)
+        os.chmod(temp, 0o666 & ~_umask())  # as any new file (mkstemp's is private, 0600)
         os.replace(temp, out)
     except BaseException:
         os.unlink(temp)
         raise
     return out
+
+
+def _umask() -> int:
+    """The process umask (reading it means setting it: set it straight back)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
