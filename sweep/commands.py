@@ -168,8 +168,8 @@ def _read_catalog(args: argparse.Namespace):
 def _fmt(value: Any, digits: int = 4) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "-"
-    if isinstance(value, float) and value.is_integer() and digits < 4:  # k=2, not k=2.000
-        value = int(value)
+    if isinstance(value, float) and digits < 4:  # shape details: k=2 and beta=0.25, not 2.000
+        return f"{value:.{digits}g}"
     if isinstance(value, float):
         return f"{value:.{digits}f}"
     if isinstance(value, int) and abs(value) >= 10_000:
