@@ -216,3 +216,20 @@ def test_one_trial_draws_no_pareto_panels_and_hover_never_says_plus_minus_dash()
     for trace in fig.data:
         assert "error_y" not in (trace.hovertemplate or "")
         assert all("-" not in t for t in (trace.text or []))
+
+
+def test_train_prints_a_plain_line_per_evaluation_and_json_alone_on_stdout(tmp_path, capsys,
+                                                                           one_torch_thread):
+    import yaml
+
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump({"family": "conventional",
+                                    "model": {"d_model": 32, "n_layers": 1, "n_heads": 2, "d_h": 64},
+                                    "train": {"steps": 20, "seq_len": 32, "batch_tokens": 512,
+                                              "eval_tokens": 1024, "eval_every": 10}}))
+    assert shapesweep(["train", str(path), "--json"]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out)["steps"] == 20
+    lines = [line for line in err.splitlines() if line.startswith("train: step ")]
+    assert [line.split()[2] for line in lines] == ["10", "20"]
+    assert all(re.search(r"val_loss \d+\.\d{4} .* tokens/s elapsed \d+s$", line) for line in lines)
