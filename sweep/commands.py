@@ -304,16 +304,21 @@ def _candidates_table(document: dict, narrow: bool = False):
     details = _varying(document["candidates"])
     columns = [*([] if narrow else ["key"]), "variant", "shape", *(["tuned"] if tuned else []),
                f"{metric} mean ± std (n)"]
-    columns += [f"Δ vs {baseline} [95% CI]", "verdict"] if baseline else []
+    # narrow: the verdict under the interval, and lines broken between numbers, never inside one
+    columns += ([f"Δ vs {baseline} [95% CI], verdict"] if narrow
+                else [f"Δ vs {baseline} [95% CI]", "verdict"]) if baseline else []
     for column in columns:  # narrow terminals wrap cells at spaces instead of cutting them
         table.add_column(column, no_wrap=column == "key", overflow="fold")
+    gap = "\n" if narrow else " "
     for c in document["candidates"]:
         std = "-" if c[f"{metric}_std"] is None else f"{c[f'{metric}_std']:.4f}"
         cells = [*([] if narrow else [c["key"]]), c["variant"] or "-", _shape(c, details),
                  *([" ".join(f"{k}={v}" for k, v in c["tuned"].items()) or "-"] if tuned else []),
-                 f"{c[f'{metric}_mean']:.4f} ± {std} ({c['n_seeds']})"]
+                 f"{c[f'{metric}_mean']:.4f}{gap}± {std} ({c['n_seeds']})"]
         anchor = c["key"] == c["baseline_key"]
-        cells += (["-", "(the baseline)"] if anchor else [_interval(c), c["verdict"] or "-"]) if baseline else []
+        verdict = ["-", "(the baseline)"] if anchor else [_interval(c).replace(" [", gap + "["),
+                                                          c["verdict"] or "-"]
+        cells += ([gap.join(verdict)] if narrow else verdict) if baseline else []
         table.add_row(*cells)
     return table
 
@@ -356,7 +361,7 @@ def _sweeps_table(args: argparse.Namespace, records: dict, names: list[str], tri
                  if counts.get(s, 0)]
         live = int((running["sweep"] == name).sum())
         parts += [f"{live} running"] if live else []
-        of = f" of {record.n_candidates} candidates" if record else ""
+        of = f" (of {record.n_candidates})" if record else ""  # the catalog counts trials
         table.add_row(name, record.space_name if record else "-", record.status if record else "-",
                       (", ".join(parts) or "none") + of, _fmt(None if best is None else float(best)))
     return table

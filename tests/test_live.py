@@ -233,3 +233,38 @@ def test_train_prints_a_plain_line_per_evaluation_and_json_alone_on_stdout(tmp_p
     lines = [line for line in err.splitlines() if line.startswith("train: step ")]
     assert [line.split()[2] for line in lines] == ["10", "20"]
     assert all(re.search(r"val_loss \d+\.\d{4} .* tokens/s elapsed \d+s$", line) for line in lines)
+
+
+@pytest.mark.slow
+def test_a_real_sweep_streams_live_curves_and_leaves_none_behind(tmp_path, capsys):
+    """Real Ray + ASHA: the grace period is announced before the sweep starts; while trials
+    run their live files exist (a reader sees them); when the sweep ends none is left."""
+    import threading
+    import time
+
+    from sweep_helpers import run, write_space
+
+    space = write_space(tmp_path)
+    root = tmp_path / "sweeps"
+    seen: list[str] = []
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.is_set():
+            rows = live.load_live(str(root))[0] if root.exists() else pd.DataFrame()
+            seen.extend(rows["trial_id"].tolist() if len(rows) else [])
+            time.sleep(0.05)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        assert run("run", str(space), "--root", str(root), "--max-concurrent", "2") == 0
+    finally:
+        done.set()
+        watcher.join()
+    err = capsys.readouterr().err
+    assert re.search(r"ASHA will stop trials from 4\.1K tokens \(8 steps, 50% of the 8\.19K-token "
+                     r"budget; --grace-tokens sets it\); the rank-fidelity view", err)
+    landed = load_trials(str(root), ["tiny-depths"])
+    assert seen and set(seen) <= set(landed["trial_id"])
+    assert live.load_live(str(root))[0].empty and not list((root / "tiny-depths" / "live").iterdir())
