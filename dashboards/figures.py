@@ -137,6 +137,7 @@ def pareto_figure(trials: pd.DataFrame, x: str = "params_non_embedding",
         return None  # one point is no frontier; at one budget the x-range is rounding noise
     fig, n_sweeps, lower = new_figure(), means["sweep"].nunique(), LOWER_IS_BETTER[metric]
     _other_tuned_trace(fig, others[others[x].notna() & (others[x] > 0)] if x in others else others, x)
+    _stopped_trace(fig, trials, x, metric)
     trace = _scatter(len(means))
     sweeps_per_design = means.groupby("design")["sweep"].nunique()
     for i, ((sweep, series), group) in enumerate(means.groupby(["sweep", "design"], sort=True)):
@@ -228,6 +229,24 @@ def _other_tuned_trace(fig: go.Figure, others: pd.DataFrame, x: str) -> None:
         meta={"rows": True, "other_tuned": True}))
 
 
+def _stopped_trace(fig: go.Figure, trials: pd.DataFrame, x: str, metric: str = "val_loss") -> None:
+    """Trials ASHA stopped, at their loss when stopped (✕, grey): a shape the scheduler cut
+    short stays visible, never silently missing from the curve."""
+    stopped = trials[(trials["status"] == "stopped_early") & trials[metric].notna()] if x in trials else trials.iloc[0:0]
+    stopped = stopped[stopped[x].notna() & (stopped[x] > 0)]
+    if stopped.empty:
+        return
+    fig.add_trace(go.Scatter(
+        x=stopped[x], y=stopped[metric], mode="markers", name="stopped by ASHA (loss when stopped)",
+        marker=dict(symbol="x", size=7, color=STOPPED_COLOR), customdata=_points(stopped),
+        text=[esc(trial_reason(r)) for r in stopped.to_dict("records")],
+        hovertemplate="%{text}<br>%{customdata[1]}<br>%{y:.4g}<extra></extra>",
+        meta={"rows": True, "stopped": True}))
+
+
+STOPPED_COLOR = "#9a9aa6"
+
+
 def _baseline_traces(fig: go.Figure, trials: pd.DataFrame, x: str, x_span: tuple[float, float],
                      n_sweeps: int, sweeps, own_x: bool = False) -> None:
     """The conventional baseline of `sweeps` dashed: along x when it varies; else a horizontal
@@ -278,6 +297,7 @@ def ucurve_figure(trials: pd.DataFrame, tolerance: float = 0.005) -> go.Figure |
             return None
     fig, n_sweeps = new_figure(), means["sweep"].nunique()
     _other_tuned_trace(fig, others, "width_depth_ratio")
+    _stopped_trace(fig, lm, "width_depth_ratio")
     means = means.assign(ratio_group=_ratio_groups(means)).sort_values("width_depth_ratio")
     keys = ["sweep", "family", "k", "ratio_group", "shape"]
     groups = [(gk, g) for gk, g in means.groupby(keys, dropna=False, sort=True)
