@@ -268,3 +268,19 @@ def test_a_real_sweep_streams_live_curves_and_leaves_none_behind(tmp_path, capsy
     landed = load_trials(str(root), ["tiny-depths"])
     assert seen and set(seen) <= set(landed["trial_id"])
     assert live.load_live(str(root))[0].empty and not list((root / "tiny-depths" / "live").iterdir())
+
+
+@pytest.mark.parametrize("width", [80, 120])
+def test_plan_and_spaces_fit_the_terminal(capsys, monkeypatch, width):
+    """No cell cut to `…`: plan leaves out whole columns (and says which), spaces folds text."""
+    monkeypatch.setenv("COLUMNS", str(width))
+    assert shapesweep(["plan", "demo-ucurve"]) == 0
+    out = capsys.readouterr().out
+    table = [line for line in out.splitlines() if line[:1] in "┏┃┡│└"]
+    assert table and max(len(line) for line in table) <= width and "…" not in out
+    assert re.search(r"│ [0-9a-f]{12} │", out)  # the key, whole
+    if width == 80:
+        assert "left out at 80 columns:" in out and "--format csv has them all" in out
+    assert shapesweep(["spaces", "--fast"]) == 0
+    out = capsys.readouterr().out
+    assert max(len(line) for line in out.splitlines()) <= width and "…" not in out
