@@ -535,7 +535,7 @@ def learning_curves_figure(trials: pd.DataFrame, curves: pd.DataFrame) -> go.Fig
     """Val loss (or PSNR) vs tokens for every trial: one colour per candidate (seeds share it;
     per design above MAX_CANDIDATE_CURVES candidates); stopped trials dashed and failed ones
     dotted, each ending in a mark whose hover says why; running trials end in a dot."""
-    metric = "psnr" if metric_for(trials) == "psnr" and present(curves, metric_for(trials)) else "val_loss"
+    metric = "psnr" if metric_for(trials) == "psnr" and present(curves, "psnr") else "val_loss"
     if curves.empty or not present(curves, metric):
         return None
     columns = ["row_id", "hover", "design", "status", "family", "key", "shape_text"]

@@ -65,7 +65,6 @@ class SweepProgress(Callback):
         self.started = self.last_line = time.monotonic()
         self.live: Live | None = None
         self.tokens: dict[str, int] = {}  # the latest tokens of every trial of this run
-        self.losses: dict[str, float] = {}  # the latest val_loss of each running trial
 
     @property
     def enabled(self) -> bool:
