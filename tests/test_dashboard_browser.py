@@ -317,6 +317,8 @@ def test_serve_draws_a_running_trials_curve_as_it_grows(browser, tmp_path):
     add(2)
     server = make_server(root, "127.0.0.1", 0, poll_s=0.3)
     threading.Thread(target=server.serve_forever, daemon=True).start()
+    browser.get("about:blank")  # an earlier test's page polled a server now gone
+    browser.get_log("browser")
     try:
         _open(browser, f"http://127.0.0.1:{server.server_address[1]}/")
         assert _running_points(browser) == 2
