@@ -520,7 +520,8 @@ def export(args: argparse.Namespace) -> int:
     if args.per == "family":
         chosen = trials.groupby("family", sort=True).head(args.top)
     elif args.per == "budget":
-        record = _catalog(args).get(args.name)
+        catalog = _read_catalog(args)
+        record = catalog.get(args.name) if catalog else None
         if record is None:
             raise UserError(f"sweep {args.name!r} is not in the catalog", key="--per")
         chosen = trials.assign(_budget=_budget_groups(trials, record)).groupby(
