@@ -447,13 +447,13 @@ def _use_cluster_token() -> None:
 ASHA_MIN_STEPS, ASHA_MIN_FRACTION = 100, 1 / 8  # a loss after a few steps ranks nothing
 
 
-def asha_grace(budget: int, step_tokens: int) -> int:
-    """ASHA's default grace period: at least ASHA_MIN_STEPS optimizer steps and
-    ASHA_MIN_FRACTION of the budget, and at most half of it (so there is a rung to stop at)."""
-    return max(1, min(max(int(budget * ASHA_MIN_FRACTION), ASHA_MIN_STEPS * step_tokens), budget // 2))
+def asha_grace(budget: int, per_step: int) -> int:
+    """ASHA's default grace period: at least ASHA_MIN_STEPS optimizer steps (of `per_step`
+    tokens) and ASHA_MIN_FRACTION of the budget, at most half of it (a rung to stop at)."""
+    return max(1, min(max(int(budget * ASHA_MIN_FRACTION), ASHA_MIN_STEPS * per_step), budget // 2))
 
 
-def _scheduler(options: SweepOptions, budgets: set[int] | None, step_tokens: int = 1):
+def _scheduler(options: SweepOptions, budgets: set[int] | None, per_step: int = 1):
     """Tune's scheduler and the line that announces when ASHA may first stop a trial."""
     from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
 
@@ -465,7 +465,7 @@ def _scheduler(options: SweepOptions, budgets: set[int] | None, step_tokens: int
                         f"{many} budgets (per-variant recipes or tokens_per_param): use "
                         "--scheduler fifo", key="--scheduler")
     (budget,) = budgets
-    grace = options.grace_tokens or asha_grace(budget, step_tokens)
+    grace = options.grace_tokens or asha_grace(budget, per_step)
     if grace >= budget:
         raise UserError(f"grace period {grace} tokens is not below the trial budget {budget}",
                         key="--grace-tokens")
@@ -473,7 +473,7 @@ def _scheduler(options: SweepOptions, budgets: set[int] | None, step_tokens: int
         raise UserError("must be more than 1", key="--reduction-factor")
     from shapesweep.dashboards.frames import human
 
-    line = (f"ASHA will stop trials from {human(grace)} tokens ({grace / step_tokens:.0f} steps, "
+    line = (f"ASHA will stop trials from {human(grace)} tokens ({grace / per_step:.0f} steps, "
             f"{grace / budget:.0%} of the {human(budget)}-token budget; --grace-tokens sets it); "
             "the rank-fidelity view (status, dashboard) shows whether that is early enough")
     return ASHAScheduler(time_attr="tokens", metric="val_loss", mode="min", max_t=budget,
