@@ -386,7 +386,8 @@ def _trials_table(name: str, trials, top: int):
                                                     and tokens is not None else "")
         cells = [row["trial_id"], state, _fmt(None if seed is None else int(seed)),
                  _fmt(loss), "-" if tokens is None else human(tokens)]
-        table.add_row(*cells, *([(row.get("error") or "")[:60]] if failed else []))
+        error = row.get("error") if isinstance(row.get("error"), str) else ""
+        table.add_row(*cells, *([error[:60]] if failed else []))
     return table
 
 

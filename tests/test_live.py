@@ -112,6 +112,12 @@ def test_status_shows_running_trials_and_fits_80_columns(sweep, capsys, monkeypa
     assert re.search(r"│ +\d+ │", trials) and ".0000 │" not in trials.split("val_loss")[0]
     code, out, _ = _status(capsys, "--root", root)
     assert code == 0 and "1 running" in out and max(len(x) for x in out.splitlines()) <= 80
+    # a failed trial brings the error column, its text beside that trial only
+    write_trial(root, "s", {**row, "trial_id": "bad", "status": "failed", "val_loss": None,
+                            "error": "ValueError: boom"}, [])
+    code, out, _ = _status(capsys, "s", "--root", root)
+    trials = out[out.index("trials of s"):]
+    assert code == 0 and "error" in trials and "ValueError: boom" in trials
 
 
 def test_status_of_a_missing_sweep_creates_nothing(tmp_path, capsys):
