@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import posixpath
 import sys
 import threading
 from http import HTTPStatus
@@ -20,6 +21,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlparse
 
 import pyarrow.fs as pafs
+from shapesweep.results.live import LIVE_FOLDER
 from shapesweep.results.store import DamagedStore, FragmentCache
 
 from shapesweep.common import UserError
@@ -45,7 +47,8 @@ class DashboardState:
         infos = fs.get_file_info(pafs.FileSelector(base, recursive=True, allow_not_found=True))
         digest = hashlib.sha256()
         for info in sorted(infos, key=lambda i: i.path):
-            if info.path.endswith((".parquet", ".jsonl")):
+            if info.path.endswith(".parquet") or (info.path.endswith(".jsonl")
+                                                   and posixpath.basename(posixpath.dirname(info.path)) == LIVE_FOLDER):
                 digest.update(f"{info.path}|{info.size}|{info.mtime_ns}\n".encode())
         return digest.hexdigest()[:16]
 
