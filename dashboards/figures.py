@@ -55,17 +55,45 @@ def _scatter(n_points: int):
 
 
 def layout(fig: go.Figure, title: str, x: str, y: str, log_x: bool = False) -> go.Figure:
-    # Legends go below the plot: the cards are narrow and the plot keeps its width.
-    shown = sum(1 for t in fig.data if t.showlegend is not False)
-    legend_px = 30 * shown if shown > 8 else 24 * ((shown + 1) // 2)  # one column when long
+    # The legend is a list below the plot, one entry per line, and the figure grows to hold
+    # it: at any width every series stays visible (a legend that scrolls hides some).
+    shown = sum(1 for t in fig.data if t.showlegend is not False and t.name)
+    legend_px = LEGEND_LINE_PX * shown + 10 if shown else 0
     fig.update_layout(title=dict(text=title, x=0.01, font=dict(size=14)), hovermode="closest",
-                      height=430 + legend_px, margin=dict(l=60, r=40, t=45, b=40),
+                      height=430 + legend_px, margin=dict(l=60, r=40, t=45, b=60 + legend_px),
                       modebar=dict(orientation="v"),  # at the right edge, clear of the title
-                      legend=dict(orientation="h", yanchor="top", y=-0.2, font=dict(size=11),
-                                  maxheight=legend_px + 40))
-    fig.update_xaxes(title_text=x, **({"type": "log"} if log_x else {}))
-    fig.update_yaxes(title_text=y)
+                      showlegend=shown > 0,
+                      legend=dict(orientation="v", x=0, xanchor="left", y=0, yanchor="bottom",
+                                  yref="container", font=dict(size=11), tracegroupgap=2,
+                                  maxheight=legend_px + 20))
+    # SI prefixes (G, not plotly's default B), as `human` writes them in labels and tables
+    fig.update_xaxes(title_text=x, exponentformat="SI", **({"type": "log"} if log_x else {}))
+    fig.update_yaxes(title_text=y, exponentformat="SI")
+    if log_x:
+        _log_ticks(fig)
     return fig
+
+
+LEGEND_LINE_PX = 22  # an 11 px legend entry and the gap between groups
+
+
+def _log_ticks(fig: go.Figure) -> None:
+    """Log-axis ticks at 1, 2 and 5 per decade labelled in full (`human`: 20, 2K, 5M);
+    plotly's own minor labels write 20 as a bare "2"."""
+    xs = np.concatenate([np.asarray(t.x, dtype=float) for t in fig.data
+                         if getattr(t, "x", None) is not None and len(t.x)
+                         and np.asarray(t.x).dtype.kind in "fiu"] or [np.array([])])
+    xs = xs[np.isfinite(xs) & (xs > 0)]
+    if not len(xs):
+        return
+    lo, hi = xs.min(), xs.max()
+    for steps in ((1,), (1, 2, 5), (1, 2, 3, 5, 7)):  # the fewest that still read as an axis
+        decades = range(int(np.floor(np.log10(lo))) - 1, int(np.ceil(np.log10(hi))) + 1)
+        ticks = [m * 10.0 ** d for d in decades for m in steps]
+        inside = [t for t in ticks if lo / 1.1 <= t <= hi * 1.1]
+        if len(inside) >= 3:
+            break
+    fig.update_xaxes(tickmode="array", tickvals=inside, ticktext=[human(t) for t in inside])
 
 
 def _series_name(parts: list, sweeps: int, sweep: str) -> str:
@@ -105,10 +133,11 @@ def pareto_figure(trials: pd.DataFrame, x: str = "params_non_embedding",
     """Seed 004's frontier: metric vs a cost, one frontier per family, mean ± std over seeds."""
     means, others = chosen_and_others(trials, metric, extra=(x,) if x in ("training_flops", "wall_time_s") else ())
     means = means[means[x].notna() & (means[x] > 0)] if x in means else means.iloc[0:0]
-    if means.empty:
-        return None
+    if len(means) < 2 or (x in PARAM_AXES and iso_budget(means)):
+        return None  # one point is no frontier; at one budget the x-range is rounding noise
     fig, n_sweeps, lower = new_figure(), means["sweep"].nunique(), LOWER_IS_BETTER[metric]
     _other_tuned_trace(fig, others[others[x].notna() & (others[x] > 0)] if x in others else others, x)
+    _stopped_trace(fig, trials, x, metric)
     trace = _scatter(len(means))
     sweeps_per_design = means.groupby("design")["sweep"].nunique()
     for i, ((sweep, series), group) in enumerate(means.groupby(["sweep", "design"], sort=True)):
@@ -118,8 +147,8 @@ def pareto_figure(trials: pd.DataFrame, x: str = "params_non_embedding",
         fig.add_trace(trace(
             x=group[x], y=group["mean"], mode="markers", name=name, legendgroup=name, showlegend=False,
             marker=dict(color=c, size=7, opacity=0.55),
-            error_y=_errors(group, c),
-            customdata=_points(group), hovertemplate="%{customdata[1]}<br>%{y:.4g} ± %{error_y.array:.2g}<extra></extra>",
+            error_y=_errors(group, c), text=_spread_text(group),
+            customdata=_points(group), hovertemplate="%{customdata[1]}<br>%{y:.4g}%{text}<extra></extra>",
             meta={"rows": True}))
         front = group.iloc[pareto_front(group[x].to_numpy(float), group["mean"].to_numpy(float), lower)]
         fig.add_trace(go.Scatter(
@@ -130,6 +159,55 @@ def pareto_figure(trials: pd.DataFrame, x: str = "params_non_embedding",
             meta={"sweep": sweep, "family": group["family"].iloc[0]}))
     title = f"Pareto frontier: {METRIC_LABELS[metric]} vs {X_AXES[x]}"
     return layout(fig, title, X_AXES[x], METRIC_LABELS[metric], log_x=True)
+
+
+PARAM_AXES = ("params_non_embedding", "params_total")
+SEARCHED = ("width_depth_ratio", "n_layers", "d_model", "ffn_ratio", "k", "d_h", "n_heads", "head_dim",
+            "beta", "alpha", "n_experts", "shape", "activation")
+
+
+def iso_budget(means: pd.DataFrame) -> bool:
+    """Whether the candidates' parameters differ by no more than the budget tolerance (twice
+    the largest budget error, at least 1%): then parameters are no axis to plot against."""
+    params = means["params_non_embedding"].astype(float).dropna()
+    if params.empty:
+        return False
+    error = means["budget_error"].astype(float).abs().max() if "budget_error" in means else np.nan
+    spread = (params.max() - params.min()) / params.median()
+    return bool(spread <= max(0.01, 2 * (error if error == error else 0.0)))
+
+
+def _spread_text(frame: pd.DataFrame) -> list[str]:
+    """Hover text after the mean: ± the std over seeds, or that there was one seed."""
+    return [f" ± {std:.2g} (n={int(n)})" if n > 1 else " (1 seed)"
+            for std, n in zip(frame["std"], frame["n"], strict=True)]
+
+
+def searched_figure(trials: pd.DataFrame, metric: str = "val_loss") -> go.Figure | None:
+    """An iso-budget sweep's result: the metric against the dimension it searched (the shape
+    field with the most distinct values), one series per design, mean ± std over seeds."""
+    means, _ = chosen_and_others(trials, metric)
+    if len(means) < 2 or not iso_budget(means):
+        return None
+    varying = [(means[c].nunique(), c) for c in SEARCHED if c in means and means[c].nunique() > 1]
+    if not varying:
+        return None
+    dim = max(varying)[1]
+    numeric = pd.api.types.is_numeric_dtype(means[dim])
+    fig, n_sweeps = new_figure(), means["sweep"].nunique()
+    for i, ((sweep, series), group) in enumerate(means.sort_values(dim).groupby(["sweep", "design"], sort=True)):
+        c = color(series, i)
+        fig.add_trace(go.Scatter(
+            x=group[dim], y=group["mean"], mode="lines+markers" if numeric else "markers",
+            name=_series_name([series], n_sweeps, sweep), marker=dict(color=c, size=8), line=dict(color=c),
+            error_y=_errors(group, c), text=_spread_text(group), customdata=_points(group),
+            hovertemplate="%{customdata[1]}<br>%{y:.4g}%{text}<extra></extra>",
+            meta={"rows": True, "sweep": sweep, "family": group["family"].iloc[0]}))
+    params = means["params_non_embedding"].astype(float)
+    log = numeric and means[dim].min() > 0 and means[dim].max() / means[dim].min() >= 8
+    return layout(fig, f"Iso-budget sweep: {METRIC_LABELS[metric]} vs {dim} "
+                  f"(non-embedding params {human(params.min())}–{human(params.max())})",
+                  dim + (" (log)" if log else ""), METRIC_LABELS[metric], log_x=log)
 
 
 def _errors(frame: pd.DataFrame, c: str | None = None) -> dict:
@@ -146,27 +224,49 @@ def _other_tuned_trace(fig: go.Figure, others: pd.DataFrame, x: str) -> None:
     fig.add_trace(go.Scatter(
         x=others[x], y=others["mean"], mode="markers", name="other tuned values (not chosen)",
         marker=dict(color=OTHER_TUNED_COLOR, size=6, symbol="circle-open"),
-        error_y=_errors(others, OTHER_TUNED_COLOR), customdata=_points(others),
-        hovertemplate="not chosen: %{customdata[1]}<br>%{y:.4g} ± %{error_y.array:.2g}<extra></extra>",
+        error_y=_errors(others, OTHER_TUNED_COLOR), customdata=_points(others), text=_spread_text(others),
+        hovertemplate="not chosen: %{customdata[1]}<br>%{y:.4g}%{text}<extra></extra>",
         meta={"rows": True, "other_tuned": True}))
 
 
+def _stopped_trace(fig: go.Figure, trials: pd.DataFrame, x: str, metric: str = "val_loss") -> None:
+    """Trials ASHA stopped, at their loss when stopped (✕, grey): a shape the scheduler cut
+    short stays visible, never silently missing from the curve."""
+    stopped = trials[(trials["status"] == "stopped_early") & trials[metric].notna()] if x in trials else trials.iloc[0:0]
+    stopped = stopped[stopped[x].notna() & (stopped[x] > 0)]
+    if stopped.empty:
+        return
+    fig.add_trace(go.Scatter(
+        x=stopped[x], y=stopped[metric], mode="markers", name="stopped by ASHA (loss when stopped)",
+        marker=dict(symbol="x", size=7, color=STOPPED_COLOR), customdata=_points(stopped),
+        text=[esc(trial_reason(r)) for r in stopped.to_dict("records")],
+        hovertemplate="%{text}<br>%{customdata[1]}<br>%{y:.4g}<extra></extra>",
+        meta={"rows": True, "stopped": True}))
+
+
+STOPPED_COLOR = "#9a9aa6"
+
+
 def _baseline_traces(fig: go.Figure, trials: pd.DataFrame, x: str, x_span: tuple[float, float],
-                     n_sweeps: int, sweeps) -> None:
-    """The conventional baseline of `sweeps` dashed: along x when it varies, else horizontal."""
+                     n_sweeps: int, sweeps, own_x: bool = False) -> None:
+    """The conventional baseline of `sweeps` dashed: along x when it varies; else a horizontal
+    line over `x_span`, or (`own_x`) its points at their own x."""
     base = seed_means(trials[(trials["family"] == BASELINE) & trials["sweep"].isin(sweeps)], "val_loss")
     for sweep, group in base.groupby("sweep"):
         group = _best_per_bin(group, x)[0]
         varies = group[x].nunique() >= 3
-        xs = group[x] if varies else list(x_span)
-        ys = group["mean"] if varies else [group["mean"].min()] * 2
+        points = varies or own_x
+        xs = group[x] if points else list(x_span)
+        ys = group["mean"] if points else [group["mean"].min()] * 2
+        label = "conventional baseline" + ("" if varies else " (at its own ratio)" if own_x else " (best)")
         fig.add_trace(go.Scatter(
-            x=xs, y=ys, mode="lines+markers" if varies else "lines",
+            x=xs, y=ys, mode="lines+markers" if points else "lines",
             line=dict(color=color(BASELINE), dash="dash", width=2),
-            name=_series_name(["conventional baseline" + ("" if varies else " (best)")], n_sweeps, sweep),
-            error_y=_errors(group) if varies else None,
-            customdata=_points(group) if varies else None,
-            hovertemplate="%{customdata[1]}<br>%{y:.4g}<extra></extra>" if varies else "baseline %{y:.4g}<extra></extra>",
+            marker=dict(symbol="diamond", size=10, color=color(BASELINE)),
+            name=_series_name([label], n_sweeps, sweep),
+            error_y=_errors(group) if points else None,
+            customdata=_points(group) if points else None,
+            hovertemplate="%{customdata[1]}<br>%{y:.4g}<extra></extra>" if points else "baseline %{y:.4g}<extra></extra>",
             meta={"sweep": sweep, "family": BASELINE}))
 
 
@@ -197,6 +297,7 @@ def ucurve_figure(trials: pd.DataFrame, tolerance: float = 0.005) -> go.Figure |
             return None
     fig, n_sweeps = new_figure(), means["sweep"].nunique()
     _other_tuned_trace(fig, others, "width_depth_ratio")
+    _stopped_trace(fig, lm, "width_depth_ratio")
     means = means.assign(ratio_group=_ratio_groups(means)).sort_values("width_depth_ratio")
     keys = ["sweep", "family", "k", "ratio_group", "shape"]
     groups = [(gk, g) for gk, g in means.groupby(keys, dropna=False, sort=True)
@@ -222,22 +323,43 @@ def ucurve_figure(trials: pd.DataFrame, tolerance: float = 0.005) -> go.Figure |
             marker=dict(size=7, color=c), line=dict(color=c, width=1.5), error_y=_errors(line),
             customdata=_points(line), hovertemplate="%{customdata[1]}<br>%{y:.4g}<extra></extra>",
             meta={"rows": True}))
-    if lm["family"].iloc[0] != BASELINE:
+    shaped = lm["family"].iloc[0] != BASELINE
+    if shaped:
         span = (means["width_depth_ratio"].min(), means["width_depth_ratio"].max())
-        _baseline_traces(fig, trials, "width_depth_ratio", span, n_sweeps, means["sweep"].unique())
+        _baseline_traces(fig, trials, "width_depth_ratio", span, n_sweeps, means["sweep"].unique(), own_x=True)
     drawn = means[means["sweep"].isin({group_key[0] for group_key, _ in groups})]
     for i, (sweep, group) in enumerate(drawn.groupby("sweep")):  # no band for a sweep with no curve
-        best = group["mean"].min()
-        near = group[group["mean"] <= best * (1 + tolerance)]
-        lo, hi = near["width_depth_ratio"].min() / 1.08, near["width_depth_ratio"].max() * 1.08
-        fig.add_vrect(x0=lo, x1=hi, fillcolor="#ffd54f", opacity=0.3, line_width=0, layer="below")
-        label = "best region" + (f" · {esc(sweep)}" if n_sweeps > 1 else "")
-        # Annotations on a log axis take log10 coordinates (shapes take data values).
-        fig.add_annotation(x=np.log10((lo * hi) ** 0.5), y=0.995 - 0.06 * i, yref="paper", yanchor="top",
-                           text=label,
-                           showarrow=False, font=dict(size=11, color="#8a6d00"))
+        _best_region(fig, trials, group, sweep, tolerance, i, n_sweeps, shaped)
     return layout(fig, "U-curve: validation loss vs width/depth ratio d_model / n_layers",
                    "d_model / n_layers (log)", METRIC_LABELS["val_loss"], log_x=True)
+
+
+def _best_region(fig: go.Figure, trials: pd.DataFrame, group: pd.DataFrame, sweep: str,
+                 tolerance: float, i: int, n_sweeps: int, shaped: bool) -> None:
+    """Shade the ratios within `tolerance` of the curves' best, saying what it covers; a best
+    at the edge of the sampled ratios gets a note instead (the optimum may lie beyond)."""
+    ratios = group["width_depth_ratio"]
+    best = group["mean"].min()
+    near = group[group["mean"] <= best * (1 + tolerance)]["width_depth_ratio"]
+    where = f" · {esc(sweep)}" if n_sweeps > 1 else ""
+    if near.min() <= ratios.min() or near.max() >= ratios.max():
+        edge = ratios.min() if near.min() <= ratios.min() else ratios.max()
+        text = (f"best at the edge of the sampled ratios (d_model/L {edge:.3g}): "
+                f"the optimum may lie beyond{where}")
+        fig.add_annotation(x=np.log10(edge), y=0.995 - 0.06 * i, yref="paper", yanchor="top", text=text,
+                           showarrow=False, font=dict(size=11, color="#8a6d00"),
+                           xanchor="left" if edge == ratios.min() else "right")
+        return
+    lo, hi = near.min() / 1.08, near.max() * 1.08
+    fig.add_vrect(x0=lo, x1=hi, fillcolor="#ffd54f", opacity=0.3, line_width=0, layer="below")
+    base = seed_means(trials[(trials["family"] == BASELINE) & (trials["sweep"] == sweep)], "val_loss")
+    better = shaped and len(base) and base["mean"].min() < best
+    label = (f"best region of the curves (within {tolerance:.1%} of their best"
+             + ("; the baseline is better" if better else "; the baseline is not in it" if shaped else "")
+             + ")" + where)
+    # Annotations on a log axis take log10 coordinates (shapes take data values).
+    fig.add_annotation(x=np.log10((lo * hi) ** 0.5), y=0.995 - 0.06 * i, yref="paper", yanchor="top",
+                       text=label, showarrow=False, font=dict(size=11, color="#8a6d00"))
 
 
 def ratio_figure(trials: pd.DataFrame) -> go.Figure | None:
@@ -271,14 +393,17 @@ def ratio_figure(trials: pd.DataFrame) -> go.Figure | None:
 
 
 def width_profile_figure(trials: pd.DataFrame, top: int = 10) -> go.Figure | None:
-    """Seed 002 Fig. 2's shapes: per-layer widths of the best variable-width candidates."""
+    """Seed 002 Fig. 2's shapes: per-layer widths of the best variable-width candidates, and
+    dashed each sweep's own constant-width model (its `constant` shape, else its conventional one)."""
     means = seed_means(trials[trials["family"] == "variable_width"], "val_loss")
     if means.empty:
         return None
     fig = new_figure()
-    for i, (_, row) in enumerate(means.nsmallest(top, "mean").iterrows()):
+    shaped = means[means["shape"] != "constant"]
+    for i, (_, row) in enumerate((shaped if len(shaped) else means).nsmallest(top, "mean").iterrows()):
         widths = [int(w) for w in row["widths"]]
-        name = (f"{esc(row['shape'])} β={row['beta']:g} α={row['alpha']:g} · avg width "
+        shape = esc(row["shape"]) + (f" β={row['beta']:g} α={row['alpha']:g}" if row["shape"] != "constant" else "")
+        name = (f"{shape} · avg width "
                 f"{row['avg_layer_width']:.0f} · {human(row['flops_per_token'])} FLOPs/tok · loss {row['mean']:.3f}")
         fig.add_trace(go.Scatter(
             x=list(range(1, len(widths) + 1)), y=widths, mode="lines+markers", name=name,
@@ -286,17 +411,23 @@ def width_profile_figure(trials: pd.DataFrame, top: int = 10) -> go.Figure | Non
             customdata=[[int(row["row_id"]), row["hover"]]] * len(widths),
             hovertemplate="layer %{x}: width %{y}<br>%{customdata[1]}<extra></extra>",
             meta={"rows": True}))
-    base = seed_means(trials[trials["family"] == BASELINE], "val_loss")
-    if not base.empty:
+    n_sweeps = means["sweep"].nunique()
+    for sweep in sorted(means["sweep"].unique()):
+        own = trials[trials["sweep"] == sweep]
+        base = seed_means(own[(own["family"] == "variable_width") & (own["shape"] == "constant")], "val_loss")
+        base = base if len(base) else seed_means(own[own["family"] == BASELINE], "val_loss")
+        if base.empty:
+            continue
         row = base.nsmallest(1, "mean").iloc[0]
+        name = _series_name([f"constant width {int(row['d_model'])} (this sweep's) · "
+                             f"{human(row['flops_per_token'])} FLOPs/tok · loss {row['mean']:.3f}"], n_sweeps, sweep)
         fig.add_trace(go.Scatter(
             x=[1, int(row["n_layers"])], y=[row["d_model"]] * 2, mode="lines",
-            line=dict(color=color(BASELINE), dash="dash"),
-            name=f"constant-width baseline · {human(row['flops_per_token'])} FLOPs/tok · loss {row['mean']:.3f}",
-            meta={"sweep": row["sweep"], "family": BASELINE}))
-    fig = layout(fig, "Width profiles of the best variable-width candidates", "layer", "layer width")
-    fig.update_layout(legend=dict(orientation="h", y=-0.18, font=dict(size=10)), height=560)
-    return fig
+            line=dict(color=color(BASELINE), dash="dash"), name=name,
+            customdata=[[int(row["row_id"]), row["hover"]]] * 2,
+            hovertemplate="constant width %{y}<br>%{customdata[1]}<extra></extra>",
+            meta={"rows": True, "sweep": sweep, "family": row["family"]}))
+    return layout(fig, "Width profiles of the best variable-width candidates", "layer", "layer width")
 
 
 def _constant_width(row) -> bool:
@@ -375,43 +506,80 @@ def param_split_figure(trials: pd.DataFrame, top: int = 30) -> go.Figure | None:
     return fig
 
 
+STATUS_STYLES = {"completed": ("solid", 1.0), "stopped_early": ("dash", 0.9), "failed": ("dot", 0.9),
+                 "running": ("solid", 1.0)}
+END_MARKS = {"stopped_early": "x", "failed": "circle-x", "running": "circle"}
+MAX_CANDIDATE_CURVES = 40  # above this many candidates, one colour per design keeps it readable
+CANDIDATE_COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
+                    "#7f7f7f", "#bcbd22", "#17becf", "#393b79", "#637939", "#8c6d31", "#843c39",
+                    "#7b4173", "#3182bd", "#e6550d", "#31a354", "#756bb1", "#636363"]
+
+
+def trial_reason(row: dict) -> str | None:
+    """Why a trial did not (yet) complete, in one line: the error's last line, where ASHA
+    stopped it, how far a running one is; None for a completed trial."""
+    tokens, budget = (row.get(c) for c in ("tokens", "train_tokens_budget"))
+    tokens = None if tokens is None or tokens != tokens else tokens
+    budget = None if budget is None or budget != budget else budget
+    if row["status"] == "failed":
+        error = row.get("error") if isinstance(row.get("error"), str) and row["error"].strip() else "failed"
+        return error.strip().splitlines()[-1][:200]
+    if row["status"] == "stopped_early":
+        return f"stopped by ASHA at {human(tokens)} tokens" if tokens else "stopped by ASHA"
+    if row["status"] == "running":
+        return f"running: {human(tokens)}" + (f" of {human(budget)} tokens" if budget else " tokens")
+    return None
+
+
 def learning_curves_figure(trials: pd.DataFrame, curves: pd.DataFrame) -> go.Figure | None:
-    """Val loss (or PSNR) vs tokens for every trial; ASHA-stopped trials dashed with an end mark."""
+    """Val loss (or PSNR) vs tokens for every trial: one colour per candidate (seeds share it;
+    per design above MAX_CANDIDATE_CURVES candidates); stopped trials dashed and failed ones
+    dotted, each ending in a mark whose hover says why; running trials end in a dot."""
     metric = "psnr" if metric_for(trials) == "psnr" and present(curves, "psnr") else "val_loss"
     if curves.empty or not present(curves, metric):
         return None
-    rows = trials.set_index(["sweep", "trial_id"])[["row_id", "hover", "design", "status", "family"]]
+    columns = ["row_id", "hover", "design", "status", "family", "key", "shape_text"]
+    rows = trials.set_index(["sweep", "trial_id"])[columns]
     data = curves[curves[metric].notna()].join(rows, on=["sweep", "trial_id"], how="inner")
     if data.empty:
         return None
     data = data.sort_values(["sweep", "trial_id", "tokens"])
+    per_candidate = data.groupby(["sweep", "key"]).ngroups <= MAX_CANDIDATE_CURVES
+    series = ["sweep", "key"] if per_candidate else ["sweep", "design"]
+    colours = {k: CANDIDATE_COLORS[i % len(CANDIDATE_COLORS)]
+               for i, k in enumerate(data[series].drop_duplicates().itertuples(index=False, name=None))}
+    reasons = {(r["sweep"], r["trial_id"]): trial_reason(r) for r in trials.to_dict("records")
+               if r["status"] != "completed"}
     fig, n_sweeps = new_figure(), data["sweep"].nunique()
     trace = _scatter(len(data))
-    styles = {"completed": ("solid", 1.0), "stopped_early": ("dash", 0.9), "failed": ("dot", 0.9)}
-    for i, ((sweep, series, status), group) in enumerate(data.groupby(["sweep", "design", "status"])):
+    for (*which, status), group in data.groupby([*series, "status"], sort=True):
+        sweep = which[0]
         # One trace per series: trials separated by a gap point keep 10,000 trials light.
         last = group.groupby("trial_id", sort=False).tail(1)
         gaps = last.assign(tokens=np.nan, **{metric: np.nan})
         joined = pd.concat([group, gaps]).sort_values(["trial_id", "tokens"], na_position="last")
-        dash, opacity = styles.get(status, ("solid", 1.0))
-        c = color(series if n_sweeps == 1 else "", i)
-        name = _series_name([series, "" if status == "completed" else f"({status.replace('_', ' ')})"],
+        dash, opacity = STATUS_STYLES.get(status, ("solid", 1.0))
+        c = colours[tuple(which)] if per_candidate or n_sweeps > 1 else color(which[1], len(fig.data))
+        label = group["design"].iloc[0] + (" " + group["shape_text"].iloc[0] if per_candidate else "")
+        name = _series_name([label, "" if status == "completed" else f"({status.replace('_', ' ')})"],
                             n_sweeps, sweep)
         fig.add_trace(trace(x=joined["tokens"], y=joined[metric], mode="lines", name=name,
-                            line=dict(color=c, dash=dash, width=1.2), opacity=opacity,
+                            legendgroup=name, line=dict(color=c, dash=dash, width=1.6), opacity=opacity,
                             connectgaps=False, customdata=_points(joined),
                             hovertemplate="%{customdata[1]}<br>tokens %{x:.3s}: %{y:.4g}<extra></extra>",
                             meta={"rows": True}))
         if status != "completed":
+            why = [esc(reasons.get((sweep, t)) or status) for t in last["trial_id"]]
             fig.add_trace(trace(x=last["tokens"], y=last[metric], mode="markers", showlegend=False,
-                                marker=dict(symbol="x" if status == "stopped_early" else "circle-x",
-                                            size=9, color=c, line=dict(width=1.5, color=c)),
+                                legendgroup=name, text=why,
+                                marker=dict(symbol=END_MARKS.get(status, "circle"), size=9, color=c,
+                                            line=dict(width=1.5, color=c)),
                                 customdata=_points(last), name=name + " end",
-                                hovertemplate=f"{status}<br>%{{customdata[1]}}<extra></extra>",
+                                hovertemplate="<b>%{text}</b><br>%{customdata[1]}<extra></extra>",
                                 meta={"rows": True}))
     label = METRIC_LABELS[metric]
-    return layout(fig, f"Learning curves ({label} vs tokens; ✕ = stopped early by ASHA)",
-                   "tokens (log)", label, log_x=True)
+    return layout(fig, f"Learning curves ({label} vs tokens; ✕ stopped by ASHA, ⊗ failed, ● running)",
+                  "tokens (log)", label, log_x=True)
 
 
 def _labels(frame: pd.DataFrame, n_sweeps: int) -> list[str]:
@@ -506,6 +674,7 @@ def applicable_figures(trials: pd.DataFrame, curves: pd.DataFrame,
     vision_metric = metric_for(vision) if len(vision) else "psnr"
     pareto = [(f"pareto-lm-{x}", lambda x=x: pareto_figure(lm, x, "val_loss")) for x in X_AXES]
     builders = pareto[:1] + [
+        ("searched-lm", lambda: searched_figure(lm)),
         ("ucurve", lambda: ucurve_figure(lm)),
         ("ratio", lambda: ratio_figure(lm)),
         ("vs-baseline-lm", lambda: baseline_figure(lm, "val_loss")),

@@ -37,6 +37,7 @@ SCRIPT = r"""
 "use strict";
 const S = {data: null, off: {sweep: new Set(), family: new Set(), budget: new Set()}, selected: null, originals: {}};
 const $ = (id) => document.getElementById(id);
+const TOP_ROWS = 20, UNFINISHED_ROWS = 100;
 function el(tag, text, attrs) {
   const node = document.createElement(tag);
   if (text !== undefined && text !== null) node.textContent = String(text);
@@ -132,7 +133,8 @@ function drawHeader() {
   const d = S.data;
   $("title").textContent = d.title;
   const parts = d.sweeps.map((s) => s.name + (s.space ? " (space " + s.space + ")" : "") + ": " +
-    s.counts.completed + " completed, " + s.counts.stopped_early + " stopped early, " + s.counts.failed + " failed");
+    s.counts.completed + " completed, " + s.counts.stopped_early + " stopped early, " + s.counts.failed + " failed" +
+    (s.counts.running ? ", " + s.counts.running + " running" : ""));
   $("subtitle").textContent = parts.join(" · ") || "no trials yet";
   const box = $("filters");
   box.replaceChildren(
@@ -149,12 +151,14 @@ function drawTable() {
     idx.sort((a, b) => sign * (r.metric[a] - r.metric[b]));
     const section = el("section", null, {class: "card top", "data-metric": m.name});
     section.appendChild(el("h2", "Top trials by " + m.label));
-    section.appendChild(el("div", idx.length + " completed trials match the filters", {class: "muted top-count"}));
+    const shown = Math.min(idx.length, TOP_ROWS);
+    section.appendChild(el("div", (idx.length > shown ? "the best " + shown + " of " : "") + idx.length +
+      " completed trials that match the filters", {class: "muted top-count"}));
     const table = el("table"), head = el("tr"), body = el("tbody");
     for (const h of ["#", "sweep", "family", "shape", "non-emb params", "train FLOPs", m.label, "seed", "trial"]) head.appendChild(el("th", h));
     table.appendChild(el("thead")).appendChild(head);
     table.appendChild(body);
-    idx.slice(0, 20).forEach((i, rank) => {
+    idx.slice(0, TOP_ROWS).forEach((i, rank) => {
       const tr = el("tr", null, {"data-row": i});
       for (const cell of [rank + 1, r.sweep[i], r.design[i], r.shape[i], human(r.params_non_embedding[i]),
                           human(r.training_flops[i]), r.metric[i].toFixed(4), r.seed[i], r.trial_id[i]]) tr.appendChild(el("td", cell));
@@ -167,12 +171,15 @@ function drawTable() {
   }
   const failed = $("failed-body");
   failed.replaceChildren();
-  r.sweep.forEach((_, i) => {
-    if (r.status[i] !== "failed" || !rowOk(i)) return;
-    const tr = el("tr");
-    for (const cell of [r.sweep[i], r.trial_id[i], r.design[i], r.error[i] || ""]) tr.appendChild(el("td", cell));
+  const order = {running: 0, failed: 1, stopped_early: 2};
+  const open = r.sweep.map((_, i) => i).filter((i) => r.status[i] !== "completed" && rowOk(i));
+  open.sort((a, b) => (order[r.status[a]] ?? 3) - (order[r.status[b]] ?? 3));
+  open.slice(0, UNFINISHED_ROWS).forEach((i) => {
+    const tr = el("tr", null, {"data-status": r.status[i]});
+    for (const cell of [r.sweep[i], r.trial_id[i], r.design[i], r.status[i].replace("_", " "), r.reason[i] || ""]) tr.appendChild(el("td", cell));
     failed.appendChild(tr);
   });
+  if (open.length > UNFINISHED_ROWS) failed.appendChild(el("tr")).appendChild(el("td", "… and " + (open.length - UNFINISHED_ROWS) + " more", {colspan: "5"}));
   $("failed-section").style.display = failed.children.length ? "" : "none";
 }
 function yamlScalar(v) {
@@ -265,8 +272,8 @@ TEMPLATE = """<!DOCTYPE html>
     <div id="figures"></div>
     <div id="top-tables"></div>
     <section class="card" id="failed-section" style="margin-top:16px">
-      <h2>Failed trials</h2>
-      <table><thead><tr><th>sweep</th><th>trial</th><th>family</th><th>error</th></tr></thead><tbody id="failed-body"></tbody></table>
+      <h2>Trials that did not complete: running, stopped, failed</h2>
+      <table><thead><tr><th>sweep</th><th>trial</th><th>family</th><th>status</th><th>why</th></tr></thead><tbody id="failed-body"></tbody></table>
     </section>
   </div>
   <aside><div class="card">

@@ -20,17 +20,23 @@ from shapesweep.common import UserError
 
 
 def load_frames(root: str, sweeps: list[str] | None, cache=None) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Trials and curves of `sweeps` (None = all); an unknown sweep is a UserError.
+    """Trials and curves of `sweeps` (None = all), the running trials among them (status
+    `running`, their live curves: `shapesweep.results.live`); an unknown sweep is a UserError.
     `cache`: a shapesweep.results.store.FragmentCache (the live server's), to read only new fragments."""
+    from shapesweep.results.live import live_sweeps, load_live, with_running
     from shapesweep.results.store import list_sweeps, load_curves, load_trials, validate_sweep_name
 
-    known = list_sweeps(root)
+    stored = list_sweeps(root)
+    known = sorted({*stored, *live_sweeps(root)})
     for name in sweeps or []:
         validate_sweep_name(name)
         if name not in known:
             hint = f"known sweeps: {', '.join(known)}" if known else "the store holds no sweeps yet"
             raise UserError(f"no sweep named {name!r} in {root} ({hint})", key="NAME")
-    return load_trials(root, sweeps, cache=cache), load_curves(root, sweeps, cache=cache)
+    landed = [s for s in sweeps if s in stored] if sweeps is not None else None
+    trials = load_trials(root, landed, cache=cache)
+    curves = load_curves(root, landed, cache=cache)
+    return with_running(trials, curves, *load_live(root, sweeps if sweeps is not None else known))
 
 
 def budget_labels(trials: pd.DataFrame, max_groups: int = 8) -> pd.Series:
@@ -46,8 +52,10 @@ def budget_labels(trials: pd.DataFrame, max_groups: int = 8) -> pd.Series:
         return pd.Series("all", index=trials.index)
     order = params.sort_values().dropna()
     cluster = budget_clusters(trials).reindex(order.index)
-    if cluster.max() + 1 <= max_groups:
-        labels = order.groupby(cluster).transform(lambda p: f"≈{_short(p.median())}")
+    if cluster.max() + 1 <= max_groups:  # the group's range where it is wider than 2%
+        labels = order.groupby(cluster).transform(
+            lambda p: f"≈{_short(p.median())}" if p.max() <= 1.02 * p.min()
+            else f"{_short(p.min())}–{_short(p.max())}")
     else:
         edges = np.geomspace(order.min(), order.max() * 1.0001, 7)
         bins = np.digitize(order, edges[1:-1])
@@ -86,7 +94,7 @@ def _clean(value):
 def build_payload(root: str, sweeps: list[str] | None = None, title: str | None = None,
                   version: str = "", cache=None) -> str:
     """The JSON the page renders: sweeps, filter values, per-trial rows, figures."""
-    from shapesweep.dashboards.figures import applicable_figures, metric_for
+    from shapesweep.dashboards.figures import applicable_figures, metric_for, trial_reason
     from shapesweep.dashboards.frames import LOWER_IS_BETTER, METRIC_LABELS, with_derived
     from shapesweep.results.store import load_layers
 
@@ -110,11 +118,14 @@ def build_payload(root: str, sweeps: list[str] | None = None, title: str | None 
         "training_flops": [_clean(v) for v in trials["training_flops"]],
         "shape": trials["shape_text"].tolist(),
         "error": [None if not isinstance(e, str) else e for e in trials["error"]],
+        "reason": [trial_reason(row) for row in trials[["status", "error", "tokens", "train_tokens_budget"]]
+                   .to_dict("records")],
     }
     rows["doc"], rows["train"], docs, trains = _split_configs(trials["config_json"])
     counts = trials.groupby(["sweep", "status"]).size() if len(trials) else pd.Series(dtype=int)
     sweep_info = [{"name": n, **catalog.get(n, {}),
-                   "counts": {s: int(counts.get((n, s), 0)) for s in ("completed", "stopped_early", "failed")}}
+                   "counts": {s: int(counts.get((n, s), 0))
+                              for s in ("completed", "stopped_early", "failed", "running")}}
                   for n in names]
     head = {
         "title": title or "shapesweep: " + (", ".join(names) or "no sweeps yet"), "version": version,
@@ -190,8 +201,16 @@ def write_report(root: str, sweeps: list[str], out: str | Path) -> Path:
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(page)
+        os.chmod(temp, 0o666 & ~_umask())  # as any new file (mkstemp's is private, 0600)
         os.replace(temp, out)
     except BaseException:
         os.unlink(temp)
         raise
     return out
+
+
+def _umask() -> int:
+    """The process umask (reading it means setting it: set it straight back)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask

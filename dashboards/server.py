@@ -1,7 +1,7 @@
 """The live dashboard: the report page served over every sweep, refreshed as trials land.
 
 Plain `http.server` is enough: the page polls `api/version` (a fingerprint of the store's
-Parquet files) and re-fetches `api/dashboard` when it changes; the payload is rebuilt
+Parquet files and of the running trials' live curves, `shapesweep.results.live`) and re-fetches `api/dashboard` when it changes; the payload is rebuilt
 at most once per store version. `api/config` returns a trial's candidate YAML.
 A `FragmentCache` keeps the fragments already read, so a request reads only the
 fragments that landed since the last one. Requests must name this server in `Host`
@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import posixpath
 import sys
 import threading
 from http import HTTPStatus
@@ -20,6 +21,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlparse
 
 import pyarrow.fs as pafs
+from shapesweep.results.live import LIVE_FOLDER
 from shapesweep.results.store import DamagedStore, FragmentCache
 
 from shapesweep.common import UserError
@@ -37,7 +39,7 @@ class DashboardState:
         self._plotly_js: bytes | None = None
 
     def version(self) -> str:
-        """A hash of every Parquet file's path, size and mtime under the root."""
+        """A hash of every Parquet and live-curve file's path, size and mtime under the root."""
         if "://" in self.root:
             fs, base = pafs.FileSystem.from_uri(self.root)
         else:
@@ -45,7 +47,8 @@ class DashboardState:
         infos = fs.get_file_info(pafs.FileSelector(base, recursive=True, allow_not_found=True))
         digest = hashlib.sha256()
         for info in sorted(infos, key=lambda i: i.path):
-            if info.path.endswith(".parquet"):
+            if info.path.endswith(".parquet") or (info.path.endswith(".jsonl")
+                                                   and posixpath.basename(posixpath.dirname(info.path)) == LIVE_FOLDER):
                 digest.update(f"{info.path}|{info.size}|{info.mtime_ns}\n".encode())
         return digest.hexdigest()[:16]
 

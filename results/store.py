@@ -537,7 +537,8 @@ def compact(root, sweep: str, grace_s: float = 1.0, stale_s: float = 3600.0) -> 
     Damaged or foreign fragments move to `SWEEP/damaged/{trials,curves,layers}/` (a damaged
     trial takes its curves and layers along), one warning line each: the folders stay
     globbable and nothing is lost. Leftovers older than `stale_s` are deleted: temporary
-    files of killed writers and curves or layers whose trial never landed. `stale_s=0` is for a caller that knows no writer
+    files of killed writers, curves or layers whose trial never landed, and live curves
+    (`shapesweep.results.live`) no evaluation has appended to since. `stale_s=0` is for a caller that knows no writer
     of this sweep runs (the driver holding it).
     """
     fs, base = _filesystem(root)
@@ -593,15 +594,16 @@ def _set_aside(fs, folder: str, trials: _Scan, *siblings: _Scan) -> set[str]:
 
 
 def _remove_leftovers(fs, folder: str, stale_s: float) -> None:
-    """Delete temporary files and orphan curves or layers older than `stale_s`: no live
-    writer owns them."""
+    """Delete temporary files, orphan curves or layers, and live curves (`shapesweep.results.live`)
+    older than `stale_s`: no live writer owns them."""
     trials_dir, *sibling_dirs = (posixpath.join(folder, t) for t in ("trials", "curves", "layers"))
+    live_dir = posixpath.join(folder, "live")
     trial_names = {info.base_name for info in _fragments(fs, trials_dir)}
     cutoff = time.time() - stale_s
-    for where in (folder, trials_dir, *sibling_dirs):
+    for where in (folder, trials_dir, *sibling_dirs, live_dir):
         for info in fs.get_file_info(pafs.FileSelector(where, allow_not_found=True)):
             old = info.mtime is not None and info.mtime.timestamp() <= cutoff
-            orphan = info.base_name.endswith(".tmp") or (
+            orphan = info.base_name.endswith(".tmp") or where == live_dir or (
                 where in sibling_dirs and info.base_name not in trial_names)
             if info.type == pafs.FileType.File and old and orphan:
                 with contextlib.suppress(FileNotFoundError):  # renamed or removed meanwhile

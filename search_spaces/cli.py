@@ -13,6 +13,11 @@ TABLE_COLUMNS = ("key", "family", "d_model", "n_layers", "n_heads", "d_h", "k", 
                  "width_depth_ratio", "params_non_embedding", "params_total", "flops_per_token",
                  "avg_layer_width", "budget_error")
 VARYING_EXTRA = ("shape", "beta", "alpha", "activation", "resize", "d_x", "d_z", "input_projection", "task")
+HEADERS = {"n_layers": "L", "n_heads": "heads", "ffn_ratio": "d_h/d", "width_depth_ratio": "d/L",
+           "params_non_embedding": "non-emb", "params_total": "total", "flops_per_token": "FLOPs/tok",
+           "avg_layer_width": "avg width", "budget_error": "budget err"}
+# Left out in this order until the table fits the terminal (`--format csv` has every column).
+DROP_FIRST = ("n_heads", "avg_layer_width", "params_total", "flops_per_token", "ffn_ratio", "family")
 
 
 def add_arguments_spaces(parser: argparse.ArgumentParser) -> None:
@@ -38,7 +43,7 @@ def spaces(args: argparse.Namespace) -> int:
 
     table = Table(title="built-in search spaces (shapesweep plan NAME)")
     for name in ("name", "family", "budget", "candidates", "description"):
-        table.add_column(name, overflow="fold")
+        table.add_column(name, overflow="fold", no_wrap=name == "name")
     for name, description in list_builtin():
         space = load_space(name)
         if args.fast:
@@ -49,7 +54,7 @@ def spaces(args: argparse.Namespace) -> int:
             except UserError as error:
                 count = f"error: {error.problem}"
         table.add_row(name, ", ".join(space.families), _budget_text(space), count, description)
-    Console(width=max(Console().width, 160)).print(table)
+    Console().print(table)  # descriptions fold at the terminal's width
     return 0
 
 
@@ -141,17 +146,37 @@ def _print_table(space, result, rows: list[dict]) -> None:
     extra = [c for c in VARYING_EXTRA if len({str(r.get(c)) for r in rows}) > 1]
     columns = [c for c in TABLE_COLUMNS if any(r.get(c) is not None for r in rows)] + extra
     targets = ", ".join(f"{name} {_short(t)}" for name, t in result.targets.items())
+    console = Console()
+    cells = [[_cell(column, row.get(column)) for column in columns] for row in rows]
+    shown = _fitting(columns, cells, console.width)
     table = Table(title=f"{space.name}: {result.metric} target {targets}, "
                         f"tolerance {space.budget.tolerance:g}")
-    for column in columns:
-        table.add_column(column, justify="left" if column in ("key", "family") else "right")
-    for row in rows:
-        table.add_row(*(_cell(column, row.get(column)) for column in columns))
-    console = Console(width=max(Console().width, 160))
+    for column in shown:
+        table.add_column(HEADERS.get(column, column), no_wrap=True,
+                         justify="left" if column in ("key", "family") else "right")
+    for row in cells:
+        table.add_row(*(cell for column, cell in zip(columns, row, strict=True) if column in shown))
     console.print(table)
-    console.print(result.counts_line())
+    if len(shown) < len(columns):
+        left_out = ", ".join(c for c in columns if c not in shown)
+        console.print(f"(left out at {console.width} columns: {left_out}; --format csv has them all)",
+                      soft_wrap=True)
+    console.print(result.counts_line(), soft_wrap=True)  # whole lines: a terminal wraps them
     for line in result.dropped_lines():
-        console.print(line, markup=False, highlight=False)
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
+
+
+def _fitting(columns: list[str], cells: list[list[str]], width: int) -> list[str]:
+    """The columns that fit `width` whole: DROP_FIRST's left out, in order, until they do."""
+    need = {c: max([len(HEADERS.get(c, c)), *(len(row[i]) for row in cells)]) + 3
+            for i, c in enumerate(columns)}
+    shown = list(columns)
+    for column in DROP_FIRST:
+        if sum(need[c] for c in shown) + 1 <= width:
+            break
+        if column in shown:
+            shown.remove(column)
+    return shown
 
 
 def _cell(column: str, value) -> str:

@@ -17,7 +17,7 @@ from typing import Any
 
 from shapesweep.sweep.strategies import SAMPLERS, STRATEGIES
 
-from shapesweep.common import UserError
+from shapesweep.common import UserError, duration
 
 FOLDER_FORMATS = {"hf": "shapesweep.trainers.hf_export", "torch": "shapesweep.trainers.torch_export"}
 EXPORT_METRICS = ("val_loss", "best_val_loss", "val_ppl", "train_loss", "psnr", "ssim", "tokens",
@@ -53,7 +53,8 @@ def add_arguments_run(parser: argparse.ArgumentParser) -> None:
                         help="N (seeds 0..N-1) or a comma list like 0,3,7 (default: the space's)")
     parser.add_argument("--scheduler", choices=("asha", "fifo"), default="asha")
     parser.add_argument("--grace-tokens", type=int, default=None,
-                        help="ASHA grace period in tokens (default: a ninth of the budget)")
+                        help="ASHA grace period in tokens (default: an eighth of the budget, at "
+                        "least 100 optimizer steps, at most half the budget)")
     parser.add_argument("--reduction-factor", type=float, default=3.0)
     parser.add_argument("--data", default=None, help="training data (default: built-in corpus)")
     parser.add_argument("--multi-objective", nargs="?", const="params_non_embedding",
@@ -155,9 +156,23 @@ def _catalog(args: argparse.Namespace):
     return Catalog(args.storage or default_catalog_url(args.root))
 
 
+def _read_catalog(args: argparse.Namespace):
+    """The catalog for a reader: None where the default one does not exist yet (a reader
+    never creates a folder or a database)."""
+    from shapesweep.results.store import local_folder
+
+    if args.storage is None:
+        folder = local_folder(args.root)
+        if folder is None or not os.path.isfile(os.path.join(folder, "shapesweep.db")):
+            return None
+    return _catalog(args)
+
+
 def _fmt(value: Any, digits: int = 4) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "-"
+    if isinstance(value, float) and digits < 4:  # shape details: k=2 and beta=0.25, not 2.000
+        return f"{value:.{digits}g}"
     if isinstance(value, float):
         return f"{value:.{digits}f}"
     if isinstance(value, int) and abs(value) >= 10_000:
@@ -280,8 +295,9 @@ def _varying(candidates: list[dict]) -> tuple[str, ...]:
                  if n == "d_h" or len({json.dumps(c.get(n)) for c in candidates}) > 1)
 
 
-def _candidates_table(document: dict):
-    """Candidates ordered by their mean over seeds, with the difference to the baseline."""
+def _candidates_table(document: dict, narrow: bool = False):
+    """Candidates ordered by their mean over seeds, with the difference to the baseline;
+    `narrow` (under 100 columns) leaves out the key (the trials table names it)."""
     from rich.table import Table
 
     metric, baseline = document["metric"], document["baseline"]
@@ -289,18 +305,23 @@ def _candidates_table(document: dict):
                   "(each at its best tuned value)")
     tuned = any(c["tuned"] for c in document["candidates"])
     details = _varying(document["candidates"])
-    columns = ["key", "variant", "shape", *(["tuned"] if tuned else []),
+    columns = [*([] if narrow else ["key"]), "variant", "shape", *(["tuned"] if tuned else []),
                f"{metric} mean ± std (n)"]
-    columns += [f"Δ vs {baseline} [95% CI]", "verdict"] if baseline else []
+    # narrow: the verdict under the interval, and lines broken between numbers, never inside one
+    columns += ([f"Δ vs {baseline} [95% CI], verdict"] if narrow
+                else [f"Δ vs {baseline} [95% CI]", "verdict"]) if baseline else []
     for column in columns:  # narrow terminals wrap cells at spaces instead of cutting them
         table.add_column(column, no_wrap=column == "key", overflow="fold")
+    gap = "\n" if narrow else " "
     for c in document["candidates"]:
         std = "-" if c[f"{metric}_std"] is None else f"{c[f'{metric}_std']:.4f}"
-        cells = [c["key"], c["variant"] or "-", _shape(c, details),
+        cells = [*([] if narrow else [c["key"]]), c["variant"] or "-", _shape(c, details),
                  *([" ".join(f"{k}={v}" for k, v in c["tuned"].items()) or "-"] if tuned else []),
-                 f"{c[f'{metric}_mean']:.4f} ± {std} ({c['n_seeds']})"]
+                 f"{c[f'{metric}_mean']:.4f}{gap}± {std} ({c['n_seeds']})"]
         anchor = c["key"] == c["baseline_key"]
-        cells += (["-", "(the baseline)"] if anchor else [_interval(c), c["verdict"] or "-"]) if baseline else []
+        verdict = ["-", "(the baseline)"] if anchor else [_interval(c).replace(" [", gap + "["),
+                                                          c["verdict"] or "-"]
+        cells += ([gap.join(verdict)] if narrow else verdict) if baseline else []
         table.add_row(*cells)
     return table
 
@@ -326,37 +347,90 @@ def _asha_line(document: dict) -> str | None:
             "finished outside the top 1/reduction_factor")
 
 
+def _sweeps_table(args: argparse.Namespace, records: dict, names: list[str], trials, running):
+    """One line per sweep; counts in one column, so the table fits 80 columns."""
+    from rich.table import Table
+
+    table = Table(title=f"sweeps under {args.root}")
+    for column in ("name", "space", "status", "trials", "best val_loss"):
+        table.add_column(column, overflow="fold", justify="right" if column == "best val_loss" else "left")
+    for name in names:
+        record = records.get(name)
+        rows = trials[trials["sweep"] == name] if trials is not None else None
+        counts = rows["status"].value_counts() if rows is not None else {}
+        best = rows["val_loss"][rows["status"] == "completed"].min() if rows is not None else None
+        parts = [f"{int(counts.get(s, 0))} {label}" for s, label in
+                 (("completed", "completed"), ("stopped_early", "stopped"), ("failed", "failed"))
+                 if counts.get(s, 0)]
+        live = int((running["sweep"] == name).sum())
+        parts += [f"{live} running"] if live else []
+        of = f" (of {record.n_candidates})" if record else ""  # the catalog counts trials
+        table.add_row(name, record.space_name if record else "-", record.status if record else "-",
+                      (", ".join(parts) or "none") + of, _fmt(None if best is None else float(best)))
+    return table
+
+
+def _trials_table(name: str, trials, top: int):
+    """The trials best first; an error column only when a trial has an error text."""
+    from rich.table import Table
+    from shapesweep.dashboards.frames import human
+
+    table = Table(title=f"trials of {name}, best first (by val_loss)")
+    errors = trials["error"].fillna("").astype(str).str.strip() if not trials.empty else None
+    failed = bool(errors is not None and errors.ne("").any())
+    columns = ("trial_id", "status", "seed", "val_loss", "tokens", *(["error"] if failed else []))
+    for column in columns:
+        table.add_column(column, overflow="fold",
+                         justify="right" if column in ("seed", "val_loss", "tokens") else "left")
+    ordered = trials.sort_values(["val_loss"], na_position="last").head(top)
+    for row in ordered.to_dict("records"):
+        seed, loss, tokens = (_clean(row.get(c)) for c in ("seed", "val_loss", "tokens"))
+        state = row["status"].replace("_", " ") + (f" at {human(tokens)}" if row["status"] == "stopped_early"
+                                                    and tokens is not None else "")
+        cells = [row["trial_id"], state, _fmt(None if seed is None else int(seed)),
+                 _fmt(loss), "-" if tokens is None else human(tokens)]
+        error = row.get("error") if isinstance(row.get("error"), str) else ""
+        table.add_row(*cells, *([error[:60]] if failed else []))
+    return table
+
+
+def _running_table(name: str, running):
+    """Trials training now (`shapesweep.results.live`): latest loss, tokens of the budget, ETA."""
+    from rich.table import Table
+    from shapesweep.dashboards.frames import human
+
+    table = Table(title=f"running now in {name} (latest evaluation)")
+    for column in ("trial_id", "val_loss", "tokens", "elapsed", "ETA"):
+        table.add_column(column, overflow="fold", justify="left" if column == "trial_id" else "right")
+    for row in running.sort_values("trial_id").to_dict("records"):
+        tokens, budget, elapsed = (_clean(row.get(c)) for c in ("tokens", "train_tokens_budget", "wall_time_s"))
+        done = "-" if tokens is None else human(tokens) + (f" of {human(budget)}" if budget else "")
+        eta = (budget - tokens) * elapsed / tokens if tokens and budget and elapsed else None
+        table.add_row(row["trial_id"], _fmt(_clean(row.get("val_loss"))), done,
+                      duration(elapsed), duration(eta))
+    return table
+
+
 def status(args: argparse.Namespace) -> int:
     from rich.console import Console
-    from rich.table import Table
+    from shapesweep.results.live import live_sweeps, load_live
     from shapesweep.results.store import list_sweeps, load_curves, load_trials
 
     _check_status_args(args)
     console = Console()
-    records = {r.name: r for r in _catalog(args).list()}
+    catalog = _read_catalog(args)
+    records = {r.name: r for r in catalog.list()} if catalog else {}
     if args.name is None:
-        names = list(dict.fromkeys([*records, *list_sweeps(args.root)]))
+        names = list(dict.fromkeys([*records, *list_sweeps(args.root), *live_sweeps(args.root)]))
         trials = load_trials(args.root, names) if names else None
-        table = Table(title=f"sweeps under {args.root}")
-        for column in ("name", "space", "status", "candidates", "completed", "stopped early",
-                       "failed", "best val_loss"):
-            table.add_column(column)
-        for name in names:
-            record = records.get(name)
-            rows = trials[trials["sweep"] == name] if trials is not None else None
-            counts = rows["status"].value_counts() if rows is not None else {}
-            best = rows["val_loss"][rows["status"] == "completed"].min() if rows is not None else None
-            table.add_row(name, record.space_name if record else "-",
-                          record.status if record else "-",
-                          str(record.n_candidates) if record else "-",
-                          *(str(int(counts.get(s, 0))) for s in ("completed", "stopped_early", "failed")),
-                          _fmt(None if best is None else float(best)))
-        console.print(table)
+        running = load_live(args.root)[0]
+        console.print(_sweeps_table(args, records, names, trials, running))
         return 0
 
     record = records.get(args.name)
     trials = load_trials(args.root, [args.name])
-    if record is None and trials.empty:
+    running = load_live(args.root, [args.name])[0]
+    if record is None and trials.empty and running.empty:
         raise UserError(f"no sweep named {args.name!r} under {args.root}", key="name")
     document = _status_document(args, trials, load_curves(args.root, [args.name]))
     if args.format == "json":
@@ -369,24 +443,18 @@ def status(args: argparse.Namespace) -> int:
         console.print(f"[bold]{record.name}[/]  space {record.space_name} ({record.space_hash})  "
                       f"status {record.status}  candidates {record.n_candidates}")
     counts = trials["status"].value_counts().to_dict() if not trials.empty else {}
-    console.print("  ".join(f"{k}: {v}" for k, v in sorted(counts.items())) or "no trials yet")
+    counts |= {"running": len(running)} if len(running) else {}
+    console.print("  ".join(f"{k.replace('_', ' ')}: {v}" for k, v in sorted(counts.items()))
+                  or "no trials yet")
     if document["candidates"]:
-        console.print(_candidates_table(document))
+        console.print(_candidates_table(document, narrow=console.width < 100))
         console.print(_fidelity_line(document), soft_wrap=True)
         if _asha_line(document):
             console.print(_asha_line(document), soft_wrap=True)
-    table = Table(title=f"trials of {args.name}, best first (by val_loss)")
-    failed = trials["error"].notna().any() if not trials.empty else False
-    columns = ("trial_id", "status", "seed", "val_loss", "tokens")
-    for column in (*columns, *(["error"] if failed else [])):
-        table.add_column(column, no_wrap=column == "trial_id", overflow="fold")
-    ordered = trials.sort_values(["val_loss"], na_position="last").head(args.top)
-    for row in ordered.to_dict("records"):
-        error = row.get("error")
-        cells = [_fmt(_clean(row.get(c))) for c in columns]
-        table.add_row(*cells, *([(error or "")[:60] if isinstance(error, str) else ""]
-                                if failed else []))
-    console.print(table)
+    if len(running):
+        console.print(_running_table(args.name, running))
+    if not trials.empty:
+        console.print(_trials_table(args.name, trials, args.top))
     return 0
 
 
@@ -456,7 +524,8 @@ def export(args: argparse.Namespace) -> int:
     if args.per == "family":
         chosen = trials.groupby("family", sort=True).head(args.top)
     elif args.per == "budget":
-        record = _catalog(args).get(args.name)
+        catalog = _read_catalog(args)
+        record = catalog.get(args.name) if catalog else None
         if record is None:
             raise UserError(f"sweep {args.name!r} is not in the catalog", key="--per")
         chosen = trials.assign(_budget=_budget_groups(trials, record)).groupby(

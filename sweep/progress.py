@@ -4,7 +4,11 @@ A live table redraws itself with cursor codes, which a log file (CI, `> log`, a 
 cannot show: there it would arrive as one final table with no line end, and the next
 line would be glued to it. So when stdout or the display's stream is not a terminal,
 each trial that ends prints one plain, flushed line to stdout, and the sweep ends with
-a one-line summary.
+a one-line summary; while trials run, a plain `progress:` line every `every_s` seconds
+says how far the sweep is (tokens trained, the rate, the ETA).
+
+The ETA is the tokens still to train (every trial to its budget: an upper bound when ASHA
+stops some) over the token rate so far.
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ from ray.tune import Callback
 from rich.console import Console
 from rich.live import Live
 from rich.table import Table
+
+from shapesweep.common import duration
 
 
 def _is_tty(stream: Any) -> bool:
@@ -42,8 +48,8 @@ class SweepProgress(Callback):
     """
 
     def __init__(self, total: int, console: Console | None = None, enabled: bool = True,
-                 out: TextIO | None = None):
-        self.total = total
+                 out: TextIO | None = None, budget: int | None = None, every_s: float = 30.0):
+        self.total, self.budget, self.every_s = total, budget, every_s
         self.console = console or Console(stderr=True)
         self.out = out
         if not enabled:
@@ -56,8 +62,9 @@ class SweepProgress(Callback):
         self.done = self.stopped = self.failed = 0
         self.best: tuple[float, str] | None = None  # best val_loss reported by any trial
         self.best_completed: tuple[float, str] | None = None
-        self.started = time.monotonic()
+        self.started = self.last_line = time.monotonic()
         self.live: Live | None = None
+        self.tokens: dict[str, int] = {}  # the latest tokens of every trial of this run
 
     @property
     def enabled(self) -> bool:
@@ -94,15 +101,43 @@ class SweepProgress(Callback):
                 f"({self.done} completed, {self.stopped} stopped early, {self.failed} failed); "
                 f"{best}; {time.monotonic() - self.started:.0f}s")
 
-    def render(self) -> Table:
-        table = Table(title="shapesweep", show_header=True, header_style="bold")
-        for column in ("running", "completed", "stopped early", "failed", "of", "best val_loss",
-                       "elapsed"):
-            table.add_column(column, justify="right")
+    def eta(self) -> tuple[int, int | None, float | None, float | None]:
+        """(tokens trained, tokens planned, token rate per s, seconds left): the plan is
+        every trial to its budget, so the ETA is an upper bound when ASHA stops trials."""
+        done = sum(self.tokens.values())
+        elapsed = time.monotonic() - self.started
+        rate = done / elapsed if done and elapsed > 0 else None
+        planned = self.budget * self.total if self.budget else None
+        left = max(planned - done, 0) / rate if planned and rate else None
+        return done, planned, rate, left
+
+    def progress_line(self) -> str:
+        from shapesweep.dashboards.frames import human
+
+        done, planned, rate, left = self.eta()
+        ended = self.done + self.stopped + self.failed
         best = f"{self.best[0]:.4f} ({self.best[1]})" if self.best else "-"
-        table.add_row(str(len(self.running)), str(self.done), str(self.stopped),
-                      f"[red]{self.failed}[/]" if self.failed else "0", str(self.total), best,
-                      f"{time.monotonic() - self.started:.0f}s")
+        tokens = f"{human(done)}/{human(planned)}" if planned else human(done)
+        return (f"progress: {ended}/{self.total} trials ended, {len(self.running)} running; "
+                f"tokens {tokens} at {human(rate or 0)}/s; ETA {duration(left)}; "
+                f"best val_loss {best}; elapsed {duration(time.monotonic() - self.started)}")
+
+    def render(self) -> Table:
+        """A narrow layout (label, value): it fits 80 columns and keeps the best key whole."""
+        from shapesweep.dashboards.frames import human
+
+        done, planned, rate, left = self.eta()
+        table = Table.grid(padding=(0, 2))
+        table.add_column(style="bold", no_wrap=True)
+        table.add_column(overflow="fold")
+        table.title = "shapesweep"
+        failed = f"[red]{self.failed} failed[/]" if self.failed else "0 failed"
+        table.add_row("trials", f"{len(self.running)} running, {self.done} completed, "
+                      f"{self.stopped} stopped early, {failed} (of {self.total})")
+        table.add_row("best val_loss", f"{self.best[0]:.4f} ({self.best[1]})" if self.best else "-")
+        tokens = f"{human(done)} of {human(planned)}" if planned else human(done)
+        table.add_row("tokens", f"{tokens} at {human(rate or 0)}/s")
+        table.add_row("elapsed", f"{duration(time.monotonic() - self.started)}, ETA {duration(left)}")
         return table
 
     def _refresh(self) -> None:
@@ -121,7 +156,12 @@ class SweepProgress(Callback):
         loss = result.get("val_loss")
         if loss is not None and loss == loss and (self.best is None or loss < self.best[0]):
             self.best = (float(loss), self._name(trial))
+        if isinstance(result.get("tokens"), int | float):
+            self.tokens[trial.trial_id] = int(result["tokens"])
         self._refresh()
+        if self.mode == "plain" and time.monotonic() - self.last_line >= self.every_s:
+            self.last_line = time.monotonic()
+            self._line(self.progress_line())
 
     def finished(self, trial_id: str, status: str, name: str = "", error: str | None = None,
                  row: dict[str, Any] | None = None) -> None:

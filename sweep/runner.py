@@ -34,6 +34,7 @@ from typing import Any
 
 from pydantic import TypeAdapter
 from ray.tune import Callback
+from shapesweep.results import live
 from shapesweep.results.rows import CURVE_FIELDS, TrialRecord, final_metrics
 
 from shapesweep.common import UserError
@@ -147,9 +148,16 @@ def token_budget(train: Any, family: str) -> int:
 
     train = TrainConfig.model_validate(train)
     if train.steps:
-        per_step = train.batch_size if family == "vision_mlp" else train.batch_tokens
-        return int(train.steps * per_step)
+        return int(train.steps * step_tokens(train, family))
     return int(train.tokens)
+
+
+def step_tokens(train: Any, family: str) -> int:
+    """Tokens (images for vision) one optimizer step trains on."""
+    from shapesweep.search_spaces.configs import TrainConfig
+
+    train = TrainConfig.model_validate(train)
+    return train.batch_size if family == "vision_mlp" else train.batch_tokens
 
 
 def sweep_budgets(space: Any, candidates: list | None) -> set[int] | None:
@@ -271,8 +279,11 @@ class ResultsWriter(Callback):
         from shapesweep.sweep.trainable import FINAL_FLAG
 
         if not result.get(FINAL_FLAG):
-            self.curves.setdefault(trial.trial_id, []).append(
-                {name: result.get(name) for name in CURVE_FIELDS})
+            point = {name: result.get(name) for name in CURVE_FIELDS}
+            self.curves.setdefault(trial.trial_id, []).append(point)
+            spec = trial.config["spec"]  # the live curve `status` and `serve` show meanwhile
+            live.append_point(self.root, self.sweep, spec, point,
+                              token_budget(spec["document"]["train"], spec["row"]["family"]))
 
     def on_trial_complete(self, iteration, trials, trial, **info):
         from shapesweep.sweep.search import reached_budget
@@ -306,6 +317,7 @@ class ResultsWriter(Callback):
             error=error, code_version=self.code_version,
             data_hash=last.get("data_hash") or self.data_hash, finished_at=datetime.now(UTC))
         record.write(self.root)
+        live.remove(self.root, self.sweep, spec["trial_id"])
         self.written.add(spec["trial_id"])
         if self.progress is not None:
             self.progress.finished(trial.trial_id, status, spec["trial_id"], error,
@@ -394,25 +406,40 @@ def _use_cluster_token() -> None:
     maybe_enable_token_auth_if_token_available(warn_if_disabled=False)
 
 
-def _scheduler(options: SweepOptions, budgets: set[int] | None):
+ASHA_MIN_STEPS, ASHA_MIN_FRACTION = 100, 1 / 8  # a loss after a few steps ranks nothing
+
+
+def asha_grace(budget: int, per_step: int) -> int:
+    """ASHA's default grace period: at least ASHA_MIN_STEPS optimizer steps (of `per_step`
+    tokens) and ASHA_MIN_FRACTION of the budget, at most half of it (a rung to stop at)."""
+    return max(1, min(max(int(budget * ASHA_MIN_FRACTION), ASHA_MIN_STEPS * per_step), budget // 2))
+
+
+def _scheduler(options: SweepOptions, budgets: set[int] | None, per_step: int = 1):
+    """Tune's scheduler and the line that announces when ASHA may first stop a trial."""
     from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
 
     if options.scheduler == "fifo":
-        return FIFOScheduler()
+        return FIFOScheduler(), None
     if budgets is None or len(budgets) != 1:
         many = "per-candidate" if budgets is None else f"{len(budgets)} different"
         raise UserError(f"ASHA compares trials at one token budget; this space's trials train "
                         f"{many} budgets (per-variant recipes or tokens_per_param): use "
                         "--scheduler fifo", key="--scheduler")
     (budget,) = budgets
-    grace = options.grace_tokens or max(1, budget // 9)
+    grace = options.grace_tokens or asha_grace(budget, per_step)
     if grace >= budget:
         raise UserError(f"grace period {grace} tokens is not below the trial budget {budget}",
                         key="--grace-tokens")
     if not options.reduction_factor > 1:
         raise UserError("must be more than 1", key="--reduction-factor")
+    from shapesweep.dashboards.frames import human
+
+    line = (f"ASHA will stop trials from {human(grace)} tokens ({grace / per_step:.0f} steps, "
+            f"{grace / budget:.0%} of the {human(budget)}-token budget; --grace-tokens sets it); "
+            "the rank-fidelity view (status, dashboard) shows whether that is early enough")
     return ASHAScheduler(time_attr="tokens", metric="val_loss", mode="min", max_t=budget,
-                         grace_period=grace, reduction_factor=options.reduction_factor)
+                         grace_period=grace, reduction_factor=options.reduction_factor), line
 
 
 @dataclass
@@ -465,13 +492,15 @@ def _check(options: SweepOptions) -> tuple[SweepOptions, _Checked]:
     seeds = check_seeds_option(options.seeds or list(space.seeds))
     strategy = strategy_for(options, space)
     budgets = sweep_budgets(space, strategy.candidates)
-    scheduler = _scheduler(options, budgets)
+    step = min((step_tokens(v.train, v.family) for v in space.resolved()), default=1)
+    scheduler, asha_line = _scheduler(options, budgets, step)
     data_hash, data_notices = data_hash_for(space, strategy.candidates, _abs(options.data))
     storage_url = options.storage or default_catalog_url(options.root)  # makes a local root
     budget = next(iter(budgets)) if budgets and len(budgets) == 1 else None
     options = replace(options, name=name, **strategy.settings())
     return options, _Checked(space, strategy, storage_url, seeds, scheduler,
-                             [*strategy.notices, *data_notices], data_hash, budget)
+                             [*strategy.notices, *([asha_line] if asha_line else []), *data_notices],
+                             data_hash, budget)
 
 
 def _compact(root: str, name: str) -> None:
@@ -519,7 +548,8 @@ def _fit(options: SweepOptions, checked: _Checked, plan: Any, catalog: Any,
 
     name = options.name
     started_ray, session_dir = _init_ray(options)
-    progress = SweepProgress(total=plan.launches, console=console, enabled=options.progress)
+    progress = SweepProgress(total=plan.launches, console=console, enabled=options.progress,
+                             budget=checked.budget)
     writer = ResultsWriter(options.root, name, checked.data_hash, progress)
     tuner = _tuner(options, checked, plan, _run_config(options, [writer, progress]))
     catalog.set_status(name, "running")

@@ -205,3 +205,133 @@ def test_live_api_answers_in_plain_text_for_bad_names(store, live):
     ok = urllib.request.urlopen(live + "api/config?sweep=ucurve&trial_id=t00000")
     assert "attachment" in ok.headers["Content-Disposition"]
     _check_candidate(yaml.safe_load(ok.read()))
+
+
+def _figure_problems(driver) -> list[str]:
+    """What a reader would trip over, per figure: an empty panel, a legend entry not shown
+    (scrolled away or clipped), an axis title that is not the layout's, a log-axis tick
+    label that is not its value (plotly writes 20 as "2")."""
+    return driver.execute_script("""
+      const human = (n) => { for (const [u, s] of [["E", 1e18], ["P", 1e15], ["T", 1e12], ["G", 1e9], ["M", 1e6], ["K", 1e3]])
+          if (Math.abs(n) >= s) return +(n / s).toPrecision(3) + u; return String(+n.toPrecision(3)); };
+      const problems = [];
+      for (const gd of document.querySelectorAll("div.figure")) {
+        const id = gd.id, full = gd._fullLayout;
+        const drawn = [...gd.querySelectorAll(".scatterlayer .trace path, .barlayer .trace path")]
+          .filter((p) => (p.getAttribute("d") || "").length > 2);
+        if (!drawn.length) problems.push(id + ": empty panel");
+        const entries = gd.data.filter((t) => t.showlegend !== false && t.name && t.visible !== false).length;
+        const legend = gd.querySelector(".legend");
+        const items = legend ? [...legend.querySelectorAll(".traces")] : [];
+        if (full.showlegend && items.length < entries) problems.push(id + ": legend shows " + items.length + " of " + entries);
+        if (legend) {
+          const box = legend.querySelector(".bg").getBoundingClientRect();
+          const hidden = items.filter((it) => { const r = it.getBoundingClientRect();
+            return r.height === 0 || r.top < box.top - 1 || r.bottom > box.bottom + 1; });
+          if (hidden.length) problems.push(id + ": " + hidden.length + " legend entries hidden");
+          const bar = legend.querySelector(".scrollbar");
+          if (bar && bar.getBoundingClientRect().height > 0) problems.push(id + ": legend scrolls");
+        }
+        for (const axis of ["xaxis", "yaxis"]) {
+          const want = (full[axis].title && full[axis].title.text) || "";
+          const shown = gd.querySelector("." + axis[0] + "title");
+          if (want && (!shown || shown.textContent !== want)) problems.push(id + ": " + axis + " title " + (shown && shown.textContent));
+        }
+        if (full.xaxis.type === "log")
+          for (const tick of full.xaxis._vals || []) if (tick.text !== human(+Math.pow(10, tick.x).toPrecision(12)))
+            problems.push(id + ": log tick " + Math.pow(10, tick.x) + " labelled " + tick.text);
+      }
+      return problems;""")
+
+
+def test_figures_are_complete_and_labelled_at_1024_px(store, browser, tmp_path):
+    """At a laptop's 1024 px every panel has data, every legend entry is visible (none
+    scrolled away) and every axis says what it shows."""
+    report = write_report(store, ["ucurve", "shapes", "mlp"], tmp_path / "report.html")
+    size = browser.get_window_size()
+    browser.set_window_size(1024, 900)
+    try:
+        _open(browser, report.as_uri())
+        time.sleep(0.5)  # responsive plots re-lay out after the resize
+        assert _figure_problems(browser) == []
+        assert len(browser.find_elements(By.CSS_SELECTOR, "div.figure")) >= 10
+        # the top table says how many it lists of how many match
+        count = browser.find_element(By.CSS_SELECTOR, ".top-count").text
+        rows = len(browser.find_elements(By.CSS_SELECTOR, "#top-tables section:first-child tbody tr"))
+        assert count.startswith(f"the best {rows} of ") or count.startswith(f"{rows} completed")
+        assert "± -" not in browser.page_source
+        ARTIFACTS.mkdir(exist_ok=True)
+        browser.save_screenshot(str(ARTIFACTS / "report-1024.png"))
+    finally:
+        browser.set_window_size(size["width"], size["height"])
+
+
+def test_one_trial_sweep_draws_no_one_dot_panels(browser, tmp_path):
+    root = str(tmp_path / "store")
+    row, curves = synthetic_sweep("single", 1, families=("hourglass",), seed=4)[0]
+    write_trial(root, "single", {**row, "status": "completed"}, curves)
+    report = write_report(root, ["single"], tmp_path / "single.html")
+    _open(browser, report.as_uri())
+    ids = [f.get_attribute("id") for f in browser.find_elements(By.CSS_SELECTOR, "div.figure")]
+    assert not [i for i in ids if i.startswith("fig-pareto")]  # one point is no frontier
+    assert "fig-curves-lm" in ids and _figure_problems(browser) == []
+
+
+def _live_store(root: str):
+    """A sweep with one completed, one stopped and one running trial (its first points)."""
+    from shapesweep.results import live
+
+    pairs = synthetic_sweep("watch", 3, families=("hourglass",), seed=6)
+    (done, done_curve), (row, curve), (stopped, stopped_curve) = pairs
+    write_trial(root, "watch", {**done, "status": "completed"}, done_curve)
+    write_trial(root, "watch", {**stopped, "status": "stopped_early"}, stopped_curve)
+    spec = {"trial_id": "running-1", "key": row["key"], "seed": 0, "tuned_json": "{}",
+            "row": {k: v for k, v in row.items() if k not in ("trial_id", "status")},
+            "document": json.loads(row["config_json"])}
+    points = [{k: p.get(k) for k in ("step", "tokens", "train_loss", "val_loss", "lr", "elapsed_s")}
+              for p in curve]
+    budget = int(curve[-1]["tokens"])
+
+    def add(n: int) -> None:
+        for point in points[:n]:
+            live.append_point(root, "watch", spec, point, budget)
+        del points[:n]
+
+    return add, stopped["tokens"]
+
+
+def _running_points(driver) -> int:
+    return driver.execute_script(
+        "const gd = document.getElementById('fig-curves-lm'); if (!gd || !gd.data) return 0;"
+        "return gd.data.filter(t => t.mode === 'lines' && t.name && t.name.includes('(running)'))"
+        ".reduce((n, t) => n + t.y.filter(v => v !== null && !Number.isNaN(v)).length, 0)")
+
+
+def test_serve_draws_a_running_trials_curve_as_it_grows(browser, tmp_path):
+    """A live file in the sweep folder shows as a curve in `serve`; points appended to it
+    appear after a poll; the stopped trial says where ASHA stopped it."""
+    from shapesweep.dashboards.frames import human
+
+    root = str(tmp_path / "store")
+    add, stopped_at = _live_store(root)
+    add(2)
+    server = make_server(root, "127.0.0.1", 0, poll_s=0.3)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    browser.get("about:blank")  # an earlier test's page polled a server now gone
+    browser.get_log("browser")
+    try:
+        _open(browser, f"http://127.0.0.1:{server.server_address[1]}/")
+        assert _running_points(browser) == 2
+        assert "1 running" in browser.find_element(By.ID, "subtitle").text
+        table = browser.find_element(By.ID, "failed-body").text
+        assert "running-1" in table and "running:" in table
+        assert f"stopped by ASHA at {human(stopped_at)} tokens" in table
+        add(2)
+        deadline = time.time() + 20
+        while _running_points(browser) != 4:
+            assert time.time() < deadline, "the running curve never grew"
+            time.sleep(0.2)
+        assert _figure_problems(browser) == [] and _console_errors(browser) == []
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -96,7 +96,10 @@ def test_pareto_points_are_seed_means_at_the_best_tuned_value_with_spread(frames
     means, stds = by_tuned.mean(), by_tuned.std(ddof=1).fillna(0.0)
     best = means.groupby(level="key").idxmin()
     checked, greyed = 0, 0
-    for trace in (t for t in fig.data if t.meta.get("rows")):
+    stopped = [t for t in fig.data if t.meta.get("stopped")]  # ASHA-stopped trials stay visible
+    assert len(stopped[0].x) == ((lm["status"] == "stopped_early") & lm["val_loss"].notna()).sum()
+    assert all(text.startswith("stopped by ASHA at ") for text in stopped[0].text)
+    for trace in (t for t in fig.data if t.meta.get("rows") and not t.meta.get("stopped")):
         for y, err, (row_id, hover) in zip(trace.y, trace.error_y.array, trace.customdata, strict=True):
             row = trials.loc[row_id]
             tuned = (row["key"], row["tuned_json"])
@@ -138,11 +141,25 @@ def test_ucurve_marks_the_best_region_and_draws_the_baseline_dashed(frames):
     lm = trials[trials["sweep"] == "ucurve"]
     fig = ucurve_figure(lm)
     assert fig.layout.xaxis.type == "log"
-    best = min((min(t.y), t.x[int(np.argmin(t.y))]) for t in fig.data if t.meta.get("rows"))
+    best = min((min(t.y), t.x[int(np.argmin(t.y))]) for t in fig.data
+               if t.meta.get("rows") and not t.meta.get("stopped"))
+    # the synthetic U's best sits at its largest ratio: no band, a note that says so
+    assert best[1] == lm["width_depth_ratio"].max() and not fig.layout.shapes
+    assert any("edge of the sampled ratios" in a.text for a in fig.layout.annotations)
+    inner = lm[lm["width_depth_ratio"] < 200]  # its best is inside: a band around it
+    fig = ucurve_figure(inner, tolerance=1e-4)
+    curves = [t for t in fig.data if t.meta.get("rows") and not t.meta.get("other_tuned")
+              and not t.meta.get("stopped")]
+    best = min((min(t.y), t.x[int(np.argmin(t.y))]) for t in curves)
     (region,) = fig.layout.shapes
     assert region.x0 <= best[1] <= region.x1
-    baseline = [t for t in fig.data if t.meta.get("family") == "conventional"]
-    assert baseline and baseline[0].line.dash == "dash"
+    assert inner["width_depth_ratio"].min() < region.x0 and region.x1 < inner["width_depth_ratio"].max()
+    assert any("best region of the curves" in a.text for a in fig.layout.annotations)
+    (baseline,) = [t for t in fig.data if t.meta.get("family") == "conventional"]
+    assert baseline.line.dash == "dash"
+    # a baseline of one shape is its point at its own ratio, not a line over every ratio
+    base = inner[(inner["family"] == "conventional") & (inner["status"] == "completed")]
+    assert set(baseline.x) <= set(base["width_depth_ratio"])
 
 
 def test_vs_baseline_figure_draws_each_paired_interval_coloured_by_verdict(frames):
@@ -194,12 +211,18 @@ def test_learning_curves_mark_asha_stopped_trials(frames):
 def test_width_profiles_show_avg_width_and_flops(frames):
     trials, _ = frames
     fig = width_profile_figure(trials)
-    profiles = [t for t in fig.data if t.meta.get("rows")]
+    profiles = [t for t in fig.data if t.meta.get("rows") and t.line.dash != "dash"]
     assert profiles
     for trace in profiles:
         row = trials.loc[trace.customdata[0][0]]
         assert list(trace.y) == [int(w) for w in row["widths"]]
         assert f"avg width {row['avg_layer_width']:.0f}" in trace.name and "FLOPs/tok" in trace.name
+        assert row["shape"] != "constant"
+    # dashed: the sweep's own constant-width model (here its conventional one), without β/α
+    (baseline,) = [t for t in fig.data if t.line.dash == "dash"]
+    row = trials.loc[baseline.customdata[0][0]]
+    assert row["sweep"] == "shapes" and row["family"] == "conventional" and "β" not in baseline.name
+    assert list(baseline.y) == [row["d_model"]] * 2 and "this sweep's" in baseline.name
 
 
 def _analysed_store(root) -> str:

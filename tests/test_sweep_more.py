@@ -249,7 +249,8 @@ def test_status_lists_sweeps_and_one_sweeps_best_trials(local_ray, tmp_path, cap
     out = capsys.readouterr().out
     row = next(line for line in out.splitlines() if line.strip("│┃ ").startswith("st "))
     cells = [cell.strip() for cell in row.strip("│┃").split("│")]
-    assert cells == ["st", "st", "finished", "3", "2", "0", "1", f"{best['val_loss']:.4f}"]
+    assert cells == ["st", "st", "finished", "2 completed, 1 failed (of 3)",
+                     f"{best['val_loss']:.4f}"]
 
     assert shapesweep(["status", "st", "--root", str(root)]) == 0
     out = capsys.readouterr().out

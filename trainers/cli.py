@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 
 from shapesweep.search_spaces.configs import parse_count
 
-from shapesweep.common import UserError
+from shapesweep.common import UserError, duration
 
 SPACE_KEYS = ("budget", "search", "solve", "variants", "constraints", "seeds")  # only a space has them
 
@@ -66,6 +67,32 @@ def _print_summary(result, config, train) -> None:
     Console().print(table)
 
 
+def _is_tty(stream) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):
+        return False
+
+
+def _evaluation_line(metrics: dict) -> None:
+    """One evaluation as a plain, flushed line (a log cannot show a redrawn bar)."""
+    from shapesweep.dashboards.frames import human
+
+    tokens, elapsed = metrics.get("tokens") or 0, metrics.get("elapsed_s") or 0.0
+    scores = " ".join(f"{name} {metrics[name]:.4f}" for name in ("train_loss", "val_loss", "psnr")
+                      if metrics.get(name) is not None)
+    print(f"train: step {metrics['step']} tokens {human(tokens)} {scores} "
+          f"{human(tokens / elapsed if elapsed else 0)} tokens/s elapsed {duration(elapsed)}",
+          file=sys.stderr, flush=True)
+
+
+def _resume_hint(checkpoint_dir: str | None) -> str:
+    if checkpoint_dir:
+        return (f"the checkpoint in {checkpoint_dir} holds the last evaluation: the same command "
+                "(same --checkpoint-dir) resumes from it")
+    return "no --checkpoint-dir was given, so a rerun starts over (--checkpoint-dir DIR makes it resumable)"
+
+
 def refuse_space(path: str) -> None:
     """A search space given where a candidate belongs gets a pointer, not 'd_model: Field required'."""
     from pathlib import Path
@@ -95,9 +122,16 @@ def train(args: argparse.Namespace) -> int:
         except ValidationError as error:
             flag = "--steps" if args.steps is not None else "--tokens"
             raise UserError(error.errors()[0]["msg"], key=flag) from None
-    result = run_training(config, recipe, data=args.data, checkpoint_dir=args.checkpoint_dir,
-                          device=args.device, progress=not args.json, tokenizer=args.tokenizer,
-                          save_dir=args.save)
+    # A progress bar on a terminal; else (a log, or --json) one plain line per evaluation
+    # on stderr, so stdout stays the one JSON object.
+    bar = not args.json and _is_tty(sys.stderr)
+    try:
+        result = run_training(config, recipe, data=args.data, checkpoint_dir=args.checkpoint_dir,
+                              device=args.device, progress=bar, tokenizer=args.tokenizer,
+                              save_dir=args.save, callback=None if bar else _evaluation_line)
+    except KeyboardInterrupt:
+        print(_resume_hint(args.checkpoint_dir), file=sys.stderr, flush=True)
+        raise
     if args.json:
         summary = result.to_dict()
         summary.pop("curve")
