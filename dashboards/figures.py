@@ -14,6 +14,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 from shapesweep.dashboards.frames import (
+    BASELINE,
     LOWER_IS_BETTER,
     METRIC_LABELS,
     OTHER_TUNED_COLOR,
@@ -23,11 +24,15 @@ from shapesweep.dashboards.frames import (
     design,
     esc,
     human,
+    language_models,
+    layout,
     new_figure,
+    point_data,
     present,
     seed_means,
     shape_text,
 )
+from shapesweep.dashboards.scaling import scaling_figure
 from shapesweep.results.stats import (
     FIDELITY_THRESHOLD,
     canonical_tuned_column,
@@ -45,8 +50,6 @@ X_AXES = {
     "kv_cache_per_token": "KV cache per token (elements)",
     "wall_time_s": "wall time (s)",
 }
-BASELINE = "conventional"
-LM = ("conventional", "hourglass", "variable_width")
 MANY_POINTS = 4000  # above this, WebGL traces keep the browser responsive
 
 
@@ -54,37 +57,14 @@ def _scatter(n_points: int):
     return go.Scattergl if n_points > MANY_POINTS else go.Scatter
 
 
-def layout(fig: go.Figure, title: str, x: str, y: str, log_x: bool = False) -> go.Figure:
-    # Legends go below the plot: the cards are narrow and the plot keeps its width.
-    shown = sum(1 for t in fig.data if t.showlegend is not False)
-    legend_px = 30 * shown if shown > 8 else 24 * ((shown + 1) // 2)  # one column when long
-    fig.update_layout(title=dict(text=title, x=0.01, font=dict(size=14)), hovermode="closest",
-                      height=430 + legend_px, margin=dict(l=60, r=40, t=45, b=40),
-                      modebar=dict(orientation="v"),  # at the right edge, clear of the title
-                      legend=dict(orientation="h", yanchor="top", y=-0.2, font=dict(size=11),
-                                  maxheight=legend_px + 40))
-    fig.update_xaxes(title_text=x, **({"type": "log"} if log_x else {}))
-    fig.update_yaxes(title_text=y)
-    return fig
-
-
 def _series_name(parts: list, sweeps: int, sweep: str) -> str:
     name = " ".join(esc(p) for p in parts)
     return f"{name} · {esc(sweep)}" if sweeps > 1 else name
 
 
-def _points(frame: pd.DataFrame) -> np.ndarray:
-    """customdata [row id, hover text] per point; an object array skips plotly's slow
-    per-element validation of nested lists (seconds at 10,000 trials)."""
-    points = np.empty((len(frame), 2), dtype=object)
-    points[:, 0] = frame["row_id"].to_numpy()
-    points[:, 1] = frame["hover"].to_numpy()
-    return points
-
-
 def metric_for(trials: pd.DataFrame) -> str:
     """PSNR for image-MLP sweeps (seed 004), validation loss for language models."""
-    lm = trials["family"].isin(LM).any()
+    lm = trials["family"].isin(language_models()).any()
     return "val_loss" if lm or not present(trials, "psnr") else "psnr"
 
 
@@ -119,13 +99,13 @@ def pareto_figure(trials: pd.DataFrame, x: str = "params_non_embedding",
             x=group[x], y=group["mean"], mode="markers", name=name, legendgroup=name, showlegend=False,
             marker=dict(color=c, size=7, opacity=0.55),
             error_y=_errors(group, c),
-            customdata=_points(group), hovertemplate="%{customdata[1]}<br>%{y:.4g} ± %{error_y.array:.2g}<extra></extra>",
+            customdata=point_data(group), hovertemplate="%{customdata[1]}<br>%{y:.4g} ± %{error_y.array:.2g}<extra></extra>",
             meta={"rows": True}))
         front = group.iloc[pareto_front(group[x].to_numpy(float), group["mean"].to_numpy(float), lower)]
         fig.add_trace(go.Scatter(
             x=front[x], y=front["mean"], mode="lines+markers", line=dict(color=c, width=2.5, shape="hv"),
             marker=dict(size=9, color=c, line=dict(color="white", width=1)), name=name,
-            legendgroup=name, customdata=_points(front),
+            legendgroup=name, customdata=point_data(front),
             hovertemplate="frontier<br>%{customdata[1]}<br>%{y:.4g}<extra></extra>",
             meta={"sweep": sweep, "family": group["family"].iloc[0]}))
     title = f"Pareto frontier: {METRIC_LABELS[metric]} vs {X_AXES[x]}"
@@ -146,7 +126,7 @@ def _other_tuned_trace(fig: go.Figure, others: pd.DataFrame, x: str) -> None:
     fig.add_trace(go.Scatter(
         x=others[x], y=others["mean"], mode="markers", name="other tuned values (not chosen)",
         marker=dict(color=OTHER_TUNED_COLOR, size=6, symbol="circle-open"),
-        error_y=_errors(others, OTHER_TUNED_COLOR), customdata=_points(others),
+        error_y=_errors(others, OTHER_TUNED_COLOR), customdata=point_data(others),
         hovertemplate="not chosen: %{customdata[1]}<br>%{y:.4g} ± %{error_y.array:.2g}<extra></extra>",
         meta={"rows": True, "other_tuned": True}))
 
@@ -165,7 +145,7 @@ def _baseline_traces(fig: go.Figure, trials: pd.DataFrame, x: str, x_span: tuple
             line=dict(color=color(BASELINE), dash="dash", width=2),
             name=_series_name(["conventional baseline" + ("" if varies else " (best)")], n_sweeps, sweep),
             error_y=_errors(group) if varies else None,
-            customdata=_points(group) if varies else None,
+            customdata=point_data(group) if varies else None,
             hovertemplate="%{customdata[1]}<br>%{y:.4g}<extra></extra>" if varies else "baseline %{y:.4g}<extra></extra>",
             meta={"sweep": sweep, "family": BASELINE}))
 
@@ -214,13 +194,13 @@ def ucurve_figure(trials: pd.DataFrame, tolerance: float = 0.005) -> go.Figure |
         if len(others):
             fig.add_trace(go.Scatter(
                 x=others["width_depth_ratio"], y=others["mean"], mode="markers", legendgroup=name,
-                showlegend=False, marker=dict(size=4, color=c, opacity=0.25), customdata=_points(others),
+                showlegend=False, marker=dict(size=4, color=c, opacity=0.25), customdata=point_data(others),
                 error_y=_errors(others, c),
                 hovertemplate="%{customdata[1]}<br>%{y:.4g}<extra></extra>", meta={"rows": True}))
         fig.add_trace(go.Scatter(
             x=line["width_depth_ratio"], y=line["mean"], mode="lines+markers", name=name, legendgroup=name,
             marker=dict(size=7, color=c), line=dict(color=c, width=1.5), error_y=_errors(line),
-            customdata=_points(line), hovertemplate="%{customdata[1]}<br>%{y:.4g}<extra></extra>",
+            customdata=point_data(line), hovertemplate="%{customdata[1]}<br>%{y:.4g}<extra></extra>",
             meta={"rows": True}))
     if lm["family"].iloc[0] != BASELINE:
         span = (means["width_depth_ratio"].min(), means["width_depth_ratio"].max())
@@ -256,13 +236,13 @@ def ratio_figure(trials: pd.DataFrame) -> go.Figure | None:
         if len(others):
             fig.add_trace(go.Scatter(
                 x=others["ffn_ratio"], y=others["mean"], mode="markers", legendgroup=name, showlegend=False,
-                marker=dict(size=5, color=c, opacity=0.3), customdata=_points(others),
+                marker=dict(size=5, color=c, opacity=0.3), customdata=point_data(others),
                 error_y=_errors(others, c),
                 hovertemplate="%{customdata[1]}<br>%{y:.4g}<extra></extra>", meta={"rows": True}))
         fig.add_trace(go.Scatter(
             x=best["ffn_ratio"], y=best["mean"], mode="lines+markers", name=name, legendgroup=name,
             marker=dict(size=8, color=c), line=dict(color=c), error_y=_errors(best),
-            customdata=_points(best), hovertemplate="%{customdata[1]}<br>%{y:.4g}<extra></extra>",
+            customdata=point_data(best), hovertemplate="%{customdata[1]}<br>%{y:.4g}<extra></extra>",
             meta={"rows": True}))
     _baseline_traces(fig, trials, "ffn_ratio", (means["ffn_ratio"].min(), means["ffn_ratio"].max()),
                      n_sweeps, means["sweep"].unique())
@@ -309,7 +289,7 @@ def layers_figure(trials: pd.DataFrame, layers: pd.DataFrame | None, top: int = 
     seeds at its best tuned value, averaged; the `top` best by loss), constant width dashed."""
     if layers is None or layers.empty:
         return None
-    means = seed_means(trials[trials["family"].isin(LM)], "val_loss").nsmallest(top, "mean")
+    means = seed_means(trials[trials["family"].isin(language_models())], "val_loss").nsmallest(top, "mean")
     done = trials[trials["status"] == "completed"]
     runs = done.assign(tuned=canonical_tuned_column(done["tuned_json"])).merge(
         means[["sweep", "key", "tuned", "row_id"]].rename(columns={"row_id": "point"}),
@@ -354,13 +334,13 @@ def layers_figure(trials: pd.DataFrame, layers: pd.DataFrame | None, top: int = 
 
 def param_split_figure(trials: pd.DataFrame, top: int = 30) -> go.Figure | None:
     """Seed 000's reallocation story: attention vs FFN parameters of the best candidates."""
-    lm = trials[trials["family"].isin(LM)]
+    lm = trials[trials["family"].isin(language_models())]
     means = seed_means(lm, "val_loss")
     if means.empty:
         return None
     best = means.nsmallest(top, "mean").reset_index(drop=True)
     labels = [f"#{i + 1} {esc(r['family'])} {esc(shape_text(r))}" for i, r in best.iterrows()]
-    points = _points(best)
+    points = point_data(best)
     fig = new_figure()
     for column, name, c in (("params_attention", "attention", "#ff7f0e"), ("params_ffn", "FFN", "#1f77b4"),
                             ("params_norms", "norms", "#bcbd22")):
@@ -399,14 +379,14 @@ def learning_curves_figure(trials: pd.DataFrame, curves: pd.DataFrame) -> go.Fig
                             n_sweeps, sweep)
         fig.add_trace(trace(x=joined["tokens"], y=joined[metric], mode="lines", name=name,
                             line=dict(color=c, dash=dash, width=1.2), opacity=opacity,
-                            connectgaps=False, customdata=_points(joined),
+                            connectgaps=False, customdata=point_data(joined),
                             hovertemplate="%{customdata[1]}<br>tokens %{x:.3s}: %{y:.4g}<extra></extra>",
                             meta={"rows": True}))
         if status != "completed":
             fig.add_trace(trace(x=last["tokens"], y=last[metric], mode="markers", showlegend=False,
                                 marker=dict(symbol="x" if status == "stopped_early" else "circle-x",
                                             size=9, color=c, line=dict(width=1.5, color=c)),
-                                customdata=_points(last), name=name + " end",
+                                customdata=point_data(last), name=name + " end",
                                 hovertemplate=f"{status}<br>%{{customdata[1]}}<extra></extra>",
                                 meta={"rows": True}))
     label = METRIC_LABELS[metric]
@@ -457,7 +437,7 @@ def baseline_figure(trials: pd.DataFrame, metric: str = "val_loss") -> go.Figure
             marker=dict(color=c, size=8), text=group["text"].tolist(),
             error_y=dict(type="data", symmetric=False, array=group["plus"].tolist(),
                          arrayminus=group["minus"].tolist(), color=c, thickness=1.5),
-            customdata=_points(group), hovertemplate="%{customdata[1]}<br>%{text}<extra></extra>",
+            customdata=point_data(group), hovertemplate="%{customdata[1]}<br>%{text}<extra></extra>",
             meta={"rows": True, "verdict": verdict}))
     fig.add_hline(y=0, line=dict(color="#2a3f5f", width=1.5))
     fig = layout(fig, f"vs baseline: {METRIC_LABELS[metric]} difference, paired over seeds (95% CI)",
@@ -499,10 +479,8 @@ def applicable_figures(trials: pd.DataFrame, curves: pd.DataFrame,
                        layers: pd.DataFrame | None = None) -> list[tuple[str, go.Figure]]:
     """(id, figure) for every figure whose columns and families the data has (`layers`:
     `shapesweep.results.store.load_layers`, for seed 002's representation figure)."""
-    from shapesweep.dashboards.scaling import scaling_figure
-
-    lm = trials[trials["family"].isin(LM)]
-    vision = trials[trials["family"] == "vision_mlp"]
+    is_lm = trials["family"].isin(language_models())
+    lm, vision = trials[is_lm], trials[~is_lm]
     vision_metric = metric_for(vision) if len(vision) else "psnr"
     pareto = [(f"pareto-lm-{x}", lambda x=x: pareto_figure(lm, x, "val_loss")) for x in X_AXES]
     builders = pareto[:1] + [
