@@ -37,6 +37,7 @@ from pydantic import TypeAdapter
 from ray.tune import Callback
 
 from shapesweep.common import UserError
+from shapesweep.families import base as families
 
 OPTIONS_FILE = "sweep.json"  # how the sweep was run, so `resume NAME` can run it again
 SPACE_FILE = "space.yaml"
@@ -112,7 +113,7 @@ def data_hash_for(space: Any, candidates: list | None, data: str | None) -> tupl
     seq_len + 1) refuses the sweep; data only some candidates cannot read is a notice, and
     their trials fail with the reason (the sweep goes on, `--retry-failed` reruns them).
     """
-    if space.families and all(f == "vision_mlp" for f in space.families):
+    if space.families and not any(families.get(f).lm for f in space.families):  # images
         from shapesweep.trainers.vision_data import load_images
 
         return load_images(data).data_hash, []
@@ -147,7 +148,7 @@ def token_budget(train: Any, family: str) -> int:
 
     train = TrainConfig.model_validate(train)
     if train.steps:
-        per_step = train.batch_size if family == "vision_mlp" else train.batch_tokens
+        per_step = train.batch_tokens if families.get(family).lm else train.batch_size
         return int(train.steps * per_step)
     return int(train.tokens)
 
