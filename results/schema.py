@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import fields
 from datetime import UTC, datetime
 from typing import Any, get_type_hints
 
@@ -27,8 +26,7 @@ ARROW_TYPES = {int: _INT, float: _FLOAT, str: _STR, bool: _BOOL}
 
 # `Accounting`'s scalar fields (its per-layer widths are a shape column), then the budget error.
 ACCOUNTING_COLUMNS: list[tuple[str, pa.DataType]] = [
-    *((f.name, ARROW_TYPES[get_type_hints(Accounting)[f.name]]) for f in fields(Accounting)
-      if f.name != "widths"),
+    *((name, ARROW_TYPES[kind]) for name, kind in get_type_hints(Accounting).items() if name != "widths"),
     ("budget_error", _FLOAT),
 ]
 

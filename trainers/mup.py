@@ -27,6 +27,10 @@ Vision (seed 004, which states no init beyond a random Gaussian W_in): each matr
 `normal` std is 1/sqrt(fan_in) instead of 0.02, and a block's one residual write counts
 once per layer (1/sqrt(n_layers) under `scaled` / `mup`).
 
+Each family's spec names its rules (`init=`): `lm_rules` here for every LM family, which
+asks each block's modules for their roles (`init_roles()`: the residual writers and the
+fused matrices); seed 004's in `shapesweep.trainers.vision.init_rules`.
+
 Weight decay applies to matrices only; norms, biases, embeddings and scalars get none.
 """
 
