@@ -83,14 +83,10 @@ def language_models() -> list[str]:
     return [spec.name for spec in base.specs() if spec.lm]
 
 
-def _spec(row: dict) -> base.FamilySpec | None:
-    return base.get(row["family"]) if row["family"] in base.names() else None
-
-
 def design(row: dict) -> str:
     """The series a candidate belongs to: its family, split as its spec says (seed 004's two
     MLP designs, seed 002's width shapes and non-default resize methods)."""
-    spec = _spec(row)
+    spec = base.find(row["family"])
     return spec.series(row) if spec else str(row["family"])
 
 
@@ -111,7 +107,7 @@ def human(n: float) -> str:
 
 def shape_text(row: dict) -> str:
     """A compact one-line description of a candidate's shape (legend and table labels)."""
-    spec = _spec(row)
+    spec = base.find(row["family"])
     return spec.shape_text(row) if spec else base.lm_shape_text(row)
 
 
@@ -130,7 +126,7 @@ def hover_text(row: dict) -> str:
     for start in range(0, len(fields), 4):
         lines.append(" ".join(fields[start:start + 4]))
     widths = row.get("widths")
-    spec = _spec(row)
+    spec = base.find(row["family"])
     if spec and spec.shows_widths and widths is not None and len(widths):
         lines.append("widths=" + esc(" ".join(str(int(w)) for w in widths)))
     tuned = json.loads(canonical_tuned(row.get("tuned_json")))

@@ -176,6 +176,11 @@ def get(name: str) -> FamilySpec:
         raise ValueError(f"unknown family {name!r}; expected one of {', '.join(_SPECS)}") from None
 
 
+def find(name: str) -> FamilySpec | None:
+    """The spec of `name`, or None for a family not registered here (e.g. an old result row)."""
+    return _SPECS.get(name)
+
+
 def of(config: Any) -> FamilySpec:
     """The spec of a config instance."""
     return get(config.family)
