@@ -37,6 +37,7 @@ from shapesweep.search_spaces.configs import (
     MOE_FIELDS,
     Count,
     TrainConfig,
+    make_config,
     moe_problem,
     parse_count,
 )
@@ -606,8 +607,6 @@ def _check_value(dim: str, value: Any, file: str, key: str) -> None:
 
 def reference_config(space: SearchSpace, v: Resolved, file: str | None = None):
     """The config a `match:` budget refers to: the variant's fixed dims overridden by match."""
-    from shapesweep.search_spaces.configs import make_config
-
     fields = {**v.fixed, "family": v.family, **(v.budget.match or {})}
     family = fields["family"]
     if family not in FAMILIES:

@@ -9,7 +9,7 @@ import dataclasses
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import pytest
 from pydantic import model_validator
@@ -23,7 +23,7 @@ from shapesweep.trainers.loop import train
 from shapesweep.trainers.models import build_model, count_params
 
 from shapesweep.families import base
-from shapesweep.families.base import INTEGER, POSITIVE, Dim, FamilySpec
+from shapesweep.families.base import INTEGER, POSITIVE, Dim, FamilySpec, Stored
 from shapesweep.families.lm import LayerShape, LMBase, uniform_shape
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -102,9 +102,17 @@ def test_the_toy_familys_shape_reaches_a_stored_row(toy, tmp_path):
     assert stored["params_total"] == sum(p.numel() for p in build_model(config).parameters())
 
 
-def test_a_family_needs_its_own_family_literal():
+def test_a_family_needs_its_own_family_literal_and_a_column_for_each_stored_field():
     with pytest.raises(ValueError, match="family"):
         base.register(dataclasses.replace(TOY, name="other"))
+
+    class Unstorable(WideFFNConfig):
+        family: Literal["unstorable"] = "unstorable"
+        depth_mult: Annotated[int, Stored()] = 2
+
+    with pytest.raises(ValueError, match=r"depth_mult.*before shapesweep.results.schema"):
+        base.register(dataclasses.replace(TOY, name="unstorable", config=Unstorable))
+    assert "unstorable" not in FAMILIES
 
 
 def _imports(path: Path) -> set[str]:

@@ -150,6 +150,7 @@ class FamilySpec:
 
 
 _SPECS: dict[str, FamilySpec] = {}
+_columns_fixed: set[str] | None = None  # the stored fields the result schema was built with
 _version = [0]  # bumped by register, so derived field sets know when to recompute
 
 
@@ -158,6 +159,10 @@ def register(spec: FamilySpec) -> FamilySpec:
     fields = spec.config.model_fields
     if "family" not in fields or fields["family"].default != spec.name:
         raise ValueError(f"{spec.config.__name__} needs `family: Literal[{spec.name!r}] = {spec.name!r}`")
+    new = {name for name, info in fields.items() if _marker(info, Stored)} - set(_columns_fixed or ())
+    if _columns_fixed is not None and new:
+        raise ValueError(f"{spec.name}: stored fields {sorted(new)} have no result column: register "
+                         "the family before shapesweep.results.schema is imported")
     _SPECS[spec.name] = spec
     _version[0] += 1
     return spec
@@ -248,8 +253,12 @@ HOVER = FieldNames(lambda info: getattr(_marker(info, Stored), "hover", False))
 
 
 def stored_fields() -> list[tuple[str, Any]]:
-    """(name, plain type) of every stored field, for the result schema."""
-    return [(name, field_type(info)) for name, info in _walk() if name in STORED]
+    """(name, plain type) of every stored field, for the result schema. From then on a family
+    with a stored field the schema lacks is refused, so no marked field is dropped silently."""
+    global _columns_fixed
+    fields = [(name, field_type(info)) for name, info in _walk() if name in STORED]
+    _columns_fixed = {name for name, _ in fields}
+    return fields
 
 
 # ---------------------------------------------------------------- row helpers
