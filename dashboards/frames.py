@@ -111,15 +111,15 @@ def shape_text(row: dict) -> str:
     return spec.shape_text(row) if spec else base.lm_shape_text(row)
 
 
-# Every family's fields marked Stored(hover=True), then the derived ratios and widths.
-HOVER_FIELDS = (*HOVER, "ffn_ratio", "width_depth_ratio", "avg_layer_width")
+DERIVED_HOVER = ("ffn_ratio", "width_depth_ratio", "avg_layer_width")  # after the fields marked
+# Stored(hover=True) in any registered family (`shapesweep.families.base.HOVER`)
 
 
 def hover_text(row: dict) -> str:
     """The full shape of a candidate plus its costs, for plot hover labels (escaped)."""
     lines = [f"<b>{esc(row['sweep'])}</b> · {esc(design(row))} · trial {esc(row['trial_id'])}"]
     fields = []
-    for name in HOVER_FIELDS:
+    for name in (*HOVER, *DERIVED_HOVER):
         value = _val(row, name)
         if value is not None:
             fields.append(f"{name}={value:.3g}" if isinstance(value, float) else f"{name}={esc(value)}")

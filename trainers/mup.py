@@ -85,7 +85,7 @@ def _xavier(parts: list[int]) -> Callable[[torch.Tensor], None]:
 
 
 def linear_rules(layer: nn.Linear, std: float, lr_scale: float, mode: InitMode,
-            parts: list[int] | None = None) -> Iterator[Rule]:
+                 parts: list[int] | None = None) -> Iterator[Rule]:
     init = _xavier(parts or [layer.out_features]) if mode.xavier else _normal(std)
     yield layer.weight, init, True, lr_scale
     if layer.bias is not None:
