@@ -14,6 +14,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 from shapesweep.dashboards.frames import (
+    BASELINE,
     LOWER_IS_BETTER,
     METRIC_LABELS,
     OTHER_TUNED_COLOR,
@@ -23,11 +24,15 @@ from shapesweep.dashboards.frames import (
     design,
     esc,
     human,
+    language_models,
+    layout,
     new_figure,
+    point_data,
     present,
     seed_means,
     shape_text,
 )
+from shapesweep.dashboards.scaling import scaling_figure
 from shapesweep.results.stats import (
     FIDELITY_THRESHOLD,
     canonical_tuned_column,
@@ -45,8 +50,6 @@ X_AXES = {
     "kv_cache_per_token": "KV cache per token (elements)",
     "wall_time_s": "wall time (s)",
 }
-BASELINE = "conventional"
-LM = ("conventional", "hourglass", "variable_width")
 MANY_POINTS = 4000  # above this, WebGL traces keep the browser responsive
 
 
@@ -54,65 +57,14 @@ def _scatter(n_points: int):
     return go.Scattergl if n_points > MANY_POINTS else go.Scatter
 
 
-def layout(fig: go.Figure, title: str, x: str, y: str, log_x: bool = False) -> go.Figure:
-    # The legend is a list below the plot, one entry per line, and the figure grows to hold
-    # it: at any width every series stays visible (a legend that scrolls hides some).
-    shown = sum(1 for t in fig.data if t.showlegend is not False and t.name)
-    legend_px = LEGEND_LINE_PX * shown + 10 if shown else 0
-    fig.update_layout(title=dict(text=title, x=0.01, font=dict(size=14)), hovermode="closest",
-                      height=430 + legend_px, margin=dict(l=60, r=40, t=45, b=60 + legend_px),
-                      modebar=dict(orientation="v"),  # at the right edge, clear of the title
-                      showlegend=shown > 0,
-                      legend=dict(orientation="v", x=0, xanchor="left", y=0, yanchor="bottom",
-                                  yref="container", font=dict(size=11), tracegroupgap=2,
-                                  maxheight=legend_px + 20))
-    # SI prefixes (G, not plotly's default B), as `human` writes them in labels and tables
-    fig.update_xaxes(title_text=x, exponentformat="SI", **({"type": "log"} if log_x else {}))
-    fig.update_yaxes(title_text=y, exponentformat="SI")
-    if log_x:
-        _log_ticks(fig)
-    return fig
-
-
-LEGEND_LINE_PX = 22  # an 11 px legend entry and the gap between groups
-
-
-def _log_ticks(fig: go.Figure) -> None:
-    """Log-axis ticks at 1, 2 and 5 per decade labelled in full (`human`: 20, 2K, 5M);
-    plotly's own minor labels write 20 as a bare "2"."""
-    xs = np.concatenate([np.asarray(t.x, dtype=float) for t in fig.data
-                         if getattr(t, "x", None) is not None and len(t.x)
-                         and np.asarray(t.x).dtype.kind in "fiu"] or [np.array([])])
-    xs = xs[np.isfinite(xs) & (xs > 0)]
-    if not len(xs):
-        return
-    lo, hi = xs.min(), xs.max()
-    for steps in ((1,), (1, 2, 5), (1, 2, 3, 5, 7)):  # the fewest that still read as an axis
-        decades = range(int(np.floor(np.log10(lo))) - 1, int(np.ceil(np.log10(hi))) + 1)
-        ticks = [m * 10.0 ** d for d in decades for m in steps]
-        inside = [t for t in ticks if lo / 1.1 <= t <= hi * 1.1]
-        if len(inside) >= 3:
-            break
-    fig.update_xaxes(tickmode="array", tickvals=inside, ticktext=[human(t) for t in inside])
-
-
 def _series_name(parts: list, sweeps: int, sweep: str) -> str:
     name = " ".join(esc(p) for p in parts)
     return f"{name} · {esc(sweep)}" if sweeps > 1 else name
 
 
-def _points(frame: pd.DataFrame) -> np.ndarray:
-    """customdata [row id, hover text] per point; an object array skips plotly's slow
-    per-element validation of nested lists (seconds at 10,000 trials)."""
-    points = np.empty((len(frame), 2), dtype=object)
-    points[:, 0] = frame["row_id"].to_numpy()
-    points[:, 1] = frame["hover"].to_numpy()
-    return points
-
-
 def metric_for(trials: pd.DataFrame) -> str:
     """PSNR for image-MLP sweeps (seed 004), validation loss for language models."""
-    lm = trials["family"].isin(LM).any()
+    lm = trials["family"].isin(language_models()).any()
     return "val_loss" if lm or not present(trials, "psnr") else "psnr"
 
 
@@ -148,13 +100,13 @@ def pareto_figure(trials: pd.DataFrame, x: str = "params_non_embedding",
             x=group[x], y=group["mean"], mode="markers", name=name, legendgroup=name, showlegend=False,
             marker=dict(color=c, size=7, opacity=0.55),
             error_y=_errors(group, c), text=_spread_text(group),
-            customdata=_points(group), hovertemplate="%{customdata[1]}<br>%{y:.4g}%{text}<extra></extra>",
+            customdata=point_data(group), hovertemplate="%{customdata[1]}<br>%{y:.4g}%{text}<extra></extra>",
             meta={"rows": True}))
         front = group.iloc[pareto_front(group[x].to_numpy(float), group["mean"].to_numpy(float), lower)]
         fig.add_trace(go.Scatter(
             x=front[x], y=front["mean"], mode="lines+markers", line=dict(color=c, width=2.5, shape="hv"),
             marker=dict(size=9, color=c, line=dict(color="white", width=1)), name=name,
-            legendgroup=name, customdata=_points(front),
+            legendgroup=name, customdata=point_data(front),
             hovertemplate="frontier<br>%{customdata[1]}<br>%{y:.4g}<extra></extra>",
             meta={"sweep": sweep, "family": group["family"].iloc[0]}))
     title = f"Pareto frontier: {METRIC_LABELS[metric]} vs {X_AXES[x]}"
@@ -200,7 +152,7 @@ def searched_figure(trials: pd.DataFrame, metric: str = "val_loss") -> go.Figure
         fig.add_trace(go.Scatter(
             x=group[dim], y=group["mean"], mode="lines+markers" if numeric else "markers",
             name=_series_name([series], n_sweeps, sweep), marker=dict(color=c, size=8), line=dict(color=c),
-            error_y=_errors(group, c), text=_spread_text(group), customdata=_points(group),
+            error_y=_errors(group, c), text=_spread_text(group), customdata=point_data(group),
             hovertemplate="%{customdata[1]}<br>%{y:.4g}%{text}<extra></extra>",
             meta={"rows": True, "sweep": sweep, "family": group["family"].iloc[0]}))
     params = means["params_non_embedding"].astype(float)
@@ -224,7 +176,7 @@ def _other_tuned_trace(fig: go.Figure, others: pd.DataFrame, x: str) -> None:
     fig.add_trace(go.Scatter(
         x=others[x], y=others["mean"], mode="markers", name="other tuned values (not chosen)",
         marker=dict(color=OTHER_TUNED_COLOR, size=6, symbol="circle-open"),
-        error_y=_errors(others, OTHER_TUNED_COLOR), customdata=_points(others), text=_spread_text(others),
+        error_y=_errors(others, OTHER_TUNED_COLOR), customdata=point_data(others), text=_spread_text(others),
         hovertemplate="not chosen: %{customdata[1]}<br>%{y:.4g}%{text}<extra></extra>",
         meta={"rows": True, "other_tuned": True}))
 
@@ -238,7 +190,7 @@ def _stopped_trace(fig: go.Figure, trials: pd.DataFrame, x: str, metric: str = "
         return
     fig.add_trace(go.Scatter(
         x=stopped[x], y=stopped[metric], mode="markers", name="stopped by ASHA (loss when stopped)",
-        marker=dict(symbol="x", size=7, color=STOPPED_COLOR), customdata=_points(stopped),
+        marker=dict(symbol="x", size=7, color=STOPPED_COLOR), customdata=point_data(stopped),
         text=[esc(trial_reason(r)) for r in stopped.to_dict("records")],
         hovertemplate="%{text}<br>%{customdata[1]}<br>%{y:.4g}<extra></extra>",
         meta={"rows": True, "stopped": True}))
@@ -265,7 +217,7 @@ def _baseline_traces(fig: go.Figure, trials: pd.DataFrame, x: str, x_span: tuple
             marker=dict(symbol="diamond", size=10, color=color(BASELINE)),
             name=_series_name([label], n_sweeps, sweep),
             error_y=_errors(group) if points else None,
-            customdata=_points(group) if points else None,
+            customdata=point_data(group) if points else None,
             hovertemplate="%{customdata[1]}<br>%{y:.4g}<extra></extra>" if points else "baseline %{y:.4g}<extra></extra>",
             meta={"sweep": sweep, "family": BASELINE}))
 
@@ -315,13 +267,13 @@ def ucurve_figure(trials: pd.DataFrame, tolerance: float = 0.005) -> go.Figure |
         if len(others):
             fig.add_trace(go.Scatter(
                 x=others["width_depth_ratio"], y=others["mean"], mode="markers", legendgroup=name,
-                showlegend=False, marker=dict(size=4, color=c, opacity=0.25), customdata=_points(others),
+                showlegend=False, marker=dict(size=4, color=c, opacity=0.25), customdata=point_data(others),
                 error_y=_errors(others, c),
                 hovertemplate="%{customdata[1]}<br>%{y:.4g}<extra></extra>", meta={"rows": True}))
         fig.add_trace(go.Scatter(
             x=line["width_depth_ratio"], y=line["mean"], mode="lines+markers", name=name, legendgroup=name,
             marker=dict(size=7, color=c), line=dict(color=c, width=1.5), error_y=_errors(line),
-            customdata=_points(line), hovertemplate="%{customdata[1]}<br>%{y:.4g}<extra></extra>",
+            customdata=point_data(line), hovertemplate="%{customdata[1]}<br>%{y:.4g}<extra></extra>",
             meta={"rows": True}))
     shaped = lm["family"].iloc[0] != BASELINE
     if shaped:
@@ -378,13 +330,13 @@ def ratio_figure(trials: pd.DataFrame) -> go.Figure | None:
         if len(others):
             fig.add_trace(go.Scatter(
                 x=others["ffn_ratio"], y=others["mean"], mode="markers", legendgroup=name, showlegend=False,
-                marker=dict(size=5, color=c, opacity=0.3), customdata=_points(others),
+                marker=dict(size=5, color=c, opacity=0.3), customdata=point_data(others),
                 error_y=_errors(others, c),
                 hovertemplate="%{customdata[1]}<br>%{y:.4g}<extra></extra>", meta={"rows": True}))
         fig.add_trace(go.Scatter(
             x=best["ffn_ratio"], y=best["mean"], mode="lines+markers", name=name, legendgroup=name,
             marker=dict(size=8, color=c), line=dict(color=c), error_y=_errors(best),
-            customdata=_points(best), hovertemplate="%{customdata[1]}<br>%{y:.4g}<extra></extra>",
+            customdata=point_data(best), hovertemplate="%{customdata[1]}<br>%{y:.4g}<extra></extra>",
             meta={"rows": True}))
     _baseline_traces(fig, trials, "ffn_ratio", (means["ffn_ratio"].min(), means["ffn_ratio"].max()),
                      n_sweeps, means["sweep"].unique())
@@ -440,7 +392,7 @@ def layers_figure(trials: pd.DataFrame, layers: pd.DataFrame | None, top: int = 
     seeds at its best tuned value, averaged; the `top` best by loss), constant width dashed."""
     if layers is None or layers.empty:
         return None
-    means = seed_means(trials[trials["family"].isin(LM)], "val_loss").nsmallest(top, "mean")
+    means = seed_means(trials[trials["family"].isin(language_models())], "val_loss").nsmallest(top, "mean")
     done = trials[trials["status"] == "completed"]
     runs = done.assign(tuned=canonical_tuned_column(done["tuned_json"])).merge(
         means[["sweep", "key", "tuned", "row_id"]].rename(columns={"row_id": "point"}),
@@ -485,13 +437,13 @@ def layers_figure(trials: pd.DataFrame, layers: pd.DataFrame | None, top: int = 
 
 def param_split_figure(trials: pd.DataFrame, top: int = 30) -> go.Figure | None:
     """Seed 000's reallocation story: attention vs FFN parameters of the best candidates."""
-    lm = trials[trials["family"].isin(LM)]
+    lm = trials[trials["family"].isin(language_models())]
     means = seed_means(lm, "val_loss")
     if means.empty:
         return None
     best = means.nsmallest(top, "mean").reset_index(drop=True)
     labels = [f"#{i + 1} {esc(r['family'])} {esc(shape_text(r))}" for i, r in best.iterrows()]
-    points = _points(best)
+    points = point_data(best)
     fig = new_figure()
     for column, name, c in (("params_attention", "attention", "#ff7f0e"), ("params_ffn", "FFN", "#1f77b4"),
                             ("params_norms", "norms", "#bcbd22")):
@@ -565,7 +517,7 @@ def learning_curves_figure(trials: pd.DataFrame, curves: pd.DataFrame) -> go.Fig
                             n_sweeps, sweep)
         fig.add_trace(trace(x=joined["tokens"], y=joined[metric], mode="lines", name=name,
                             legendgroup=name, line=dict(color=c, dash=dash, width=1.6), opacity=opacity,
-                            connectgaps=False, customdata=_points(joined),
+                            connectgaps=False, customdata=point_data(joined),
                             hovertemplate="%{customdata[1]}<br>tokens %{x:.3s}: %{y:.4g}<extra></extra>",
                             meta={"rows": True}))
         if status != "completed":
@@ -574,7 +526,7 @@ def learning_curves_figure(trials: pd.DataFrame, curves: pd.DataFrame) -> go.Fig
                                 legendgroup=name, text=why,
                                 marker=dict(symbol=END_MARKS.get(status, "circle"), size=9, color=c,
                                             line=dict(width=1.5, color=c)),
-                                customdata=_points(last), name=name + " end",
+                                customdata=point_data(last), name=name + " end",
                                 hovertemplate="<b>%{text}</b><br>%{customdata[1]}<extra></extra>",
                                 meta={"rows": True}))
     label = METRIC_LABELS[metric]
@@ -625,7 +577,7 @@ def baseline_figure(trials: pd.DataFrame, metric: str = "val_loss") -> go.Figure
             marker=dict(color=c, size=8), text=group["text"].tolist(),
             error_y=dict(type="data", symmetric=False, array=group["plus"].tolist(),
                          arrayminus=group["minus"].tolist(), color=c, thickness=1.5),
-            customdata=_points(group), hovertemplate="%{customdata[1]}<br>%{text}<extra></extra>",
+            customdata=point_data(group), hovertemplate="%{customdata[1]}<br>%{text}<extra></extra>",
             meta={"rows": True, "verdict": verdict}))
     fig.add_hline(y=0, line=dict(color="#2a3f5f", width=1.5))
     fig = layout(fig, f"vs baseline: {METRIC_LABELS[metric]} difference, paired over seeds (95% CI)",
@@ -667,10 +619,8 @@ def applicable_figures(trials: pd.DataFrame, curves: pd.DataFrame,
                        layers: pd.DataFrame | None = None) -> list[tuple[str, go.Figure]]:
     """(id, figure) for every figure whose columns and families the data has (`layers`:
     `shapesweep.results.store.load_layers`, for seed 002's representation figure)."""
-    from shapesweep.dashboards.scaling import scaling_figure
-
-    lm = trials[trials["family"].isin(LM)]
-    vision = trials[trials["family"] == "vision_mlp"]
+    is_lm = trials["family"].isin(language_models())
+    lm, vision = trials[is_lm], trials[~is_lm]
     vision_metric = metric_for(vision) if len(vision) else "psnr"
     pareto = [(f"pareto-lm-{x}", lambda x=x: pareto_figure(lm, x, "val_loss")) for x in X_AXES]
     builders = pareto[:1] + [

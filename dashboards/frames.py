@@ -1,4 +1,6 @@
-"""Shared preparation of results DataFrames for the figures: labels, hover text, seed means.
+"""Shared preparation of results DataFrames for the figures: labels, hover text, seed means,
+and the layout helpers every figure module uses. Family names, colours and series come
+from the family specs (`shapesweep.families`), never from a list kept here.
 
 Every string that reaches a plot passes through `esc`: plotly renders a whitelist of
 HTML tags in text, so names are entity-escaped to show `<script>` as text, never markup.
@@ -20,18 +22,16 @@ from shapesweep.results.stats import (
     tuned_stats,
 )
 
+from shapesweep.families import base
+from shapesweep.families.base import HOVER
+from shapesweep.families.base import value as _val
+
 METRIC_LABELS = {"val_loss": "validation loss", "best_val_loss": "best validation loss",
                  "val_ppl": "validation perplexity", "psnr": "PSNR (dB)", "ssim": "SSIM"}
 LOWER_IS_BETTER = {metric: metric not in HIGHER_IS_BETTER for metric in METRIC_LABELS}
 VERDICT_COLORS = {"better": "#2a9d3a", "worse": "#d62728", "within noise": "#8c8c8c"}
 OTHER_TUNED_COLOR = "#b8bcc4"  # a candidate's tuned values that were not its best
-FAMILY_COLORS = {"conventional": "#7b3fa0", "hourglass": "#2a9d3a", "variable_width": "#1f77b4",
-                 "vision_mlp (wide-narrow-wide)": "#d62728",
-                 "vision_mlp (narrow-wide-narrow)": "#7f7f7f",
-                 # seed 002's width shapes
-                 "variable_width (bottleneck)": "#1f77b4", "variable_width (constant)": "#8c564b",
-                 "variable_width (grow)": "#ff7f0e", "variable_width (shrink)": "#d62728",
-                 "variable_width (diamond)": "#17becf"}
+BASELINE = "conventional"  # the family the others are compared to
 PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
            "#17becf", "#bcbd22", "#7f7f7f"]
 
@@ -47,6 +47,57 @@ def new_figure():
     return go.Figure(layout=dict(template=template))
 
 
+def layout(fig, title: str, x: str, y: str, log_x: bool = False):
+    # The legend is a list below the plot, one entry per line, and the figure grows to hold
+    # it: at any width every series stays visible (a legend that scrolls hides some).
+    shown = sum(1 for t in fig.data if t.showlegend is not False and t.name)
+    legend_px = LEGEND_LINE_PX * shown + 10 if shown else 0
+    fig.update_layout(title=dict(text=title, x=0.01, font=dict(size=14)), hovermode="closest",
+                      height=430 + legend_px, margin=dict(l=60, r=40, t=45, b=60 + legend_px),
+                      modebar=dict(orientation="v"),  # at the right edge, clear of the title
+                      showlegend=shown > 0,
+                      legend=dict(orientation="v", x=0, xanchor="left", y=0, yanchor="bottom",
+                                  yref="container", font=dict(size=11), tracegroupgap=2,
+                                  maxheight=legend_px + 20))
+    # SI prefixes (G, not plotly's default B), as `human` writes them in labels and tables
+    fig.update_xaxes(title_text=x, exponentformat="SI", **({"type": "log"} if log_x else {}))
+    fig.update_yaxes(title_text=y, exponentformat="SI")
+    if log_x:
+        _log_ticks(fig)
+    return fig
+
+
+LEGEND_LINE_PX = 22  # an 11 px legend entry and the gap between groups
+
+
+def _log_ticks(fig) -> None:
+    """Log-axis ticks at 1, 2 and 5 per decade labelled in full (`human`: 20, 2K, 5M);
+    plotly's own minor labels write 20 as a bare "2"."""
+    xs = np.concatenate([np.asarray(t.x, dtype=float) for t in fig.data
+                         if getattr(t, "x", None) is not None and len(t.x)
+                         and np.asarray(t.x).dtype.kind in "fiu"] or [np.array([])])
+    xs = xs[np.isfinite(xs) & (xs > 0)]
+    if not len(xs):
+        return
+    lo, hi = xs.min(), xs.max()
+    for steps in ((1,), (1, 2, 5), (1, 2, 3, 5, 7)):  # the fewest that still read as an axis
+        decades = range(int(np.floor(np.log10(lo))) - 1, int(np.ceil(np.log10(hi))) + 1)
+        ticks = [m * 10.0 ** d for d in decades for m in steps]
+        inside = [t for t in ticks if lo / 1.1 <= t <= hi * 1.1]
+        if len(inside) >= 3:
+            break
+    fig.update_xaxes(tickmode="array", tickvals=inside, ticktext=[human(t) for t in inside])
+
+
+def point_data(frame: pd.DataFrame) -> np.ndarray:
+    """customdata [row id, hover text] per point; an object array skips plotly's slow
+    per-element validation of nested lists (seconds at 10,000 trials)."""
+    out = np.empty((len(frame), 2), dtype=object)
+    out[:, 0] = frame["row_id"].to_numpy()
+    out[:, 1] = frame["hover"].to_numpy()
+    return out
+
+
 def esc(value: Any) -> str:
     return html.escape(str(value), quote=False)
 
@@ -55,23 +106,21 @@ def present(frame: pd.DataFrame, column: str) -> bool:
     return column in frame and frame[column].notna().any()
 
 
+def language_models() -> list[str]:
+    """The registered language-model families (the LM figures' rows)."""
+    return [spec.name for spec in base.specs() if spec.lm]
+
+
 def design(row: dict) -> str:
-    """The series a candidate belongs to: its family, with seed 004's two MLP designs and
-    seed 002's width shapes (and non-default resize methods) apart."""
-    family = row["family"]
-    if family == "vision_mlp" and row.get("d_z") is not None and row.get("d_h") is not None:
-        wide = row["d_h"] < row["d_z"]
-        return f"vision_mlp ({'wide-narrow-wide' if wide else 'narrow-wide-narrow'})"
-    if family == "variable_width" and isinstance(row.get("shape"), str):
-        resize = row.get("resize")
-        detail = row["shape"] if row["shape"] == "constant" or resize in (None, "carry") \
-            else f"{row['shape']}, {resize}"
-        return f"variable_width ({detail})"
-    return str(family)
+    """The series a candidate belongs to: its family, split as its spec says (seed 004's two
+    MLP designs, seed 002's width shapes and non-default resize methods)."""
+    spec = base.find(row["family"])
+    return spec.series(row) if spec else str(row["family"])
 
 
 def color(name: str, index: int = 0) -> str:
-    return FAMILY_COLORS.get(name, PALETTE[index % len(PALETTE)])
+    colors = {series: c for spec in base.specs() for series, c in spec.colors.items()}
+    return colors.get(name, PALETTE[index % len(PALETTE)])
 
 
 def human(n: float) -> str:
@@ -84,45 +133,29 @@ def human(n: float) -> str:
     return f"{n:.3g}"
 
 
-def _val(row: dict, column: str) -> Any:
-    value = row.get(column)
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return None
-    if isinstance(value, float | np.floating) and float(value).is_integer():
-        return int(value)  # nullable int columns arrive as floats
-    return value
-
-
 def shape_text(row: dict) -> str:
     """A compact one-line description of a candidate's shape (legend and table labels)."""
-    family = row["family"]
-    if family == "vision_mlp":
-        return f"d_z={_val(row, 'd_z')} d_h={_val(row, 'd_h')} L={_val(row, 'n_layers')}"
-    text = f"{_val(row, 'd_model')}×{_val(row, 'n_layers')}L d_h={_val(row, 'd_h')}"
-    if family == "hourglass":
-        text += f" k={_val(row, 'k')}"
-    if family == "variable_width":
-        text += f" {_val(row, 'shape')} β={_val(row, 'beta')} α={_val(row, 'alpha')}"
-    return text
+    spec = base.find(row["family"])
+    return spec.shape_text(row) if spec else base.lm_shape_text(row)
 
 
-HOVER_FIELDS = ("d_model", "n_layers", "n_heads", "head_dim", "n_kv_heads", "d_h", "ffn_ratio", "k",
-                "width_depth_ratio", "shape", "beta", "alpha", "avg_layer_width", "activation",
-                "d_x", "d_z", "d_out", "input_projection", "task")
+DERIVED_HOVER = ("ffn_ratio", "width_depth_ratio", "avg_layer_width")  # after the fields marked
+# Stored(hover=True) in any registered family (`shapesweep.families.base.HOVER`)
 
 
 def hover_text(row: dict) -> str:
     """The full shape of a candidate plus its costs, for plot hover labels (escaped)."""
     lines = [f"<b>{esc(row['sweep'])}</b> · {esc(design(row))} · trial {esc(row['trial_id'])}"]
     fields = []
-    for name in HOVER_FIELDS:
+    for name in (*HOVER, *DERIVED_HOVER):
         value = _val(row, name)
         if value is not None:
             fields.append(f"{name}={value:.3g}" if isinstance(value, float) else f"{name}={esc(value)}")
     for start in range(0, len(fields), 4):
         lines.append(" ".join(fields[start:start + 4]))
     widths = row.get("widths")
-    if row["family"] == "variable_width" and widths is not None and len(widths):
+    spec = base.find(row["family"])
+    if spec and spec.shows_widths and widths is not None and len(widths):
         lines.append("widths=" + esc(" ".join(str(int(w)) for w in widths)))
     tuned = json.loads(canonical_tuned(row.get("tuned_json")))
     if tuned:

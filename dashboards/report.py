@@ -95,13 +95,18 @@ def build_payload(root: str, sweeps: list[str] | None = None, title: str | None 
                   version: str = "", cache=None) -> str:
     """The JSON the page renders: sweeps, filter values, per-trial rows, figures."""
     from shapesweep.dashboards.figures import applicable_figures, metric_for, trial_reason
-    from shapesweep.dashboards.frames import LOWER_IS_BETTER, METRIC_LABELS, with_derived
+    from shapesweep.dashboards.frames import (
+        LOWER_IS_BETTER,
+        METRIC_LABELS,
+        language_models,
+        with_derived,
+    )
     from shapesweep.results.store import load_layers
 
     trials, curves = load_frames(root, sweeps, cache)
     trials = with_derived(trials)
     trials["budget"] = budget_labels(trials) if len(trials) else []
-    vision = (trials["family"] == "vision_mlp").to_numpy() if len(trials) else np.array([], bool)
+    vision = (~trials["family"].isin(language_models())).to_numpy() if len(trials) else np.array([], bool)
     vision_metric = metric_for(trials[vision]) if vision.any() else "psnr"
     metric_names = np.where(vision, vision_metric, "val_loss")
     catalog = _catalog(root)

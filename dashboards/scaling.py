@@ -10,10 +10,17 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 from scipy import stats
-from shapesweep.dashboards.figures import _points, layout
-from shapesweep.dashboards.frames import color, esc, human, new_figure, seed_means
-
-BASELINE = "conventional"
+from shapesweep.dashboards.frames import (
+    BASELINE,
+    color,
+    esc,
+    human,
+    language_models,
+    layout,
+    new_figure,
+    point_data,
+    seed_means,
+)
 
 
 @dataclass(frozen=True)
@@ -78,7 +85,7 @@ def match_sentences(fits: dict[str, PowerLaw], baseline: str = BASELINE) -> list
 
 def scaling_figure(trials: pd.DataFrame) -> go.Figure | None:
     """Loss vs training FLOPs with a fitted power law per family and the FLOPs-to-match text."""
-    lm = trials[trials["family"].isin(("conventional", "hourglass", "variable_width"))]
+    lm = trials[trials["family"].isin(language_models())]
     fits = fit_families(lm)
     if not fits:
         return None
@@ -89,7 +96,7 @@ def scaling_figure(trials: pd.DataFrame) -> go.Figure | None:
         fig.add_trace(go.Scatter(
             x=group["training_flops"], y=group["mean"], mode="markers", name=esc(series),
             marker=dict(color=c, size=6, opacity=0.5), legendgroup=esc(series),
-            customdata=_points(group),
+            customdata=point_data(group),
             hovertemplate="%{customdata[1]}<br>%{x:.3s} FLOPs: %{y:.4g}<extra></extra>",
             meta={"rows": True}))
         fit = fits.get(series)

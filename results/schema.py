@@ -9,30 +9,33 @@ from __future__ import annotations
 import json
 import math
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, get_type_hints
 
 import pyarrow as pa
+from shapesweep.search_spaces.accounting import Accounting
+from shapesweep.search_spaces.configs import FAMILIES  # noqa: F401 (registers the built-in families)
+
+from shapesweep.families.base import stored_fields
 
 STATUSES = ("completed", "stopped_early", "failed")
 
 _INT, _FLOAT, _STR, _BOOL = pa.int64(), pa.float64(), pa.string(), pa.bool_()
 TIMESTAMP = pa.timestamp("us", tz="UTC")
 
+ARROW_TYPES = {int: _INT, float: _FLOAT, str: _STR, bool: _BOOL}
+
+# `Accounting`'s scalar fields (its per-layer widths are a shape column), then the budget error.
 ACCOUNTING_COLUMNS: list[tuple[str, pa.DataType]] = [
-    ("params_total", _INT), ("params_active", _INT), ("params_non_embedding", _INT), ("params_attention", _INT),
-    ("params_ffn", _INT), ("params_norms", _INT), ("params_embedding", _INT),
-    ("params_other", _INT), ("params_frozen", _INT), ("flops_per_token", _INT),
-    ("kv_cache_per_token", _INT), ("avg_layer_width", _FLOAT), ("budget_error", _FLOAT),
+    *((name, ARROW_TYPES[kind]) for name, kind in get_type_hints(Accounting).items() if name != "widths"),
+    ("budget_error", _FLOAT),
 ]
 
+# Every family's config fields marked `Stored` (shapesweep.families.base), then what every
+# candidate row derives: a field marked there cannot be left out of the store. A family must
+# be registered before this module is imported to add a new column (the built-ins are).
 SHAPE_COLUMNS: list[tuple[str, pa.DataType]] = [
-    ("d_model", _INT), ("n_layers", _INT), ("n_heads", _INT), ("head_dim", _INT),
-    ("n_kv_heads", _INT), ("d_h", _INT), ("ffn_ratio", _FLOAT), ("k", _INT),
-    ("width_depth_ratio", _FLOAT), ("shape", _STR), ("beta", _FLOAT), ("alpha", _FLOAT),
-    ("widths", pa.list_(_INT)), ("activation", _STR), ("vocab_size", _INT),
-    ("tie_embeddings", _BOOL), ("norm_order", _STR), ("resize", _STR), ("bias", _BOOL),
-    ("d_x", _INT), ("d_z", _INT), ("d_out", _INT), ("input_projection", _STR), ("task", _STR),
-    ("n_experts", _INT), ("n_active_experts", _INT),
+    *((name, ARROW_TYPES[kind]) for name, kind in stored_fields()),
+    ("ffn_ratio", _FLOAT), ("width_depth_ratio", _FLOAT), ("widths", pa.list_(_INT)),
 ]
 
 TRIAL_COLUMNS = pa.schema(

@@ -25,7 +25,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
-from shapesweep.search_spaces.configs import GATED, LayerShape, VisionMLPConfig
+
+from shapesweep.families.base import of
+from shapesweep.families.lm import GATED, LayerShape
 
 
 def block_counts(s: LayerShape) -> dict[str, Any]:
@@ -125,47 +127,27 @@ def lm_totals(blocks: dict[str, Any], d_model, vocab_size, tie_embeddings, seq_l
     }
 
 
-def vision_totals(c: VisionMLPConfig) -> dict[str, Any]:
-    """Seed 004: W_in (d_x*d_z) + L blocks (2*d_z*d_h) + W_out (d_z*d_out); norms carry no weights."""
-    w_in = c.d_x * c.d_z + (c.d_z if c.bias else 0)
-    blocks = c.n_layers * (2 * c.d_z * c.d_h + ((c.d_h + c.d_z) if c.bias else 0))
-    w_out = c.d_z * c.d_out + (c.d_out if c.bias else 0)
-    trained_in = c.input_projection == "trained"
-    trainable = blocks + w_out + (w_in if trained_in else 0)
-    # Backward of W_in needs only its weight gradient (the image needs none); with a frozen
-    # W_in, block 1's first matmul needs only its weight gradient too.
-    flops = 6 * (2 * c.n_layers * c.d_z * c.d_h + c.d_z * c.d_out)
-    flops += 4 * c.d_x * c.d_z if trained_in else 2 * c.d_x * c.d_z - 2 * c.d_z * c.d_h
-    return {
-        "params_total": trainable,
-        "params_active": trainable,
-        "params_non_embedding": trainable,
-        "params_attention": 0,
-        "params_ffn": blocks,
-        "params_norms": 0,
-        "params_embedding": 0,
-        "params_other": w_out + (w_in if trained_in else 0),
-        "params_frozen": 0 if trained_in else w_in,
-        "flops_per_token": flops,
-        "kv_cache_per_token": 0,
-    }
+def uniform_totals(shape: LayerShape, c: Any, seq_len) -> dict[str, Any]:
+    """Whole-model numbers of an LM whose `c.n_layers` layers all have `shape` (arrays allowed:
+    the vectorised solver calls this on columns, `lm_account` on one config)."""
+    blocks = blocks_total([shape], n_layers=c.n_layers)
+    return lm_totals(blocks, c.d_model, c.vocab_size, c.tie_embeddings, seq_len)
 
 
-def account(config, seq_len: int = 128) -> Accounting:
-    """Exact accounting of one typed config (any family)."""
-    if isinstance(config, VisionMLPConfig):
-        return Accounting(**vision_totals(config), avg_layer_width=float(config.d_z),
-                          widths=[config.d_z] * config.n_layers)
+def lm_account(config, seq_len: int, extra: int = 0,
+               ends: tuple[int, int] | None = None) -> Accounting:
+    """Exact accounting of an LM config from its `layer_shapes()`; `extra` parameters outside
+    the blocks and `ends` as in `lm_totals`."""
     shapes = config.layer_shapes()
     widths = [int(s.width) for s in shapes]
-    extra, ends = 0, None
-    if config.family == "variable_width":
-        from shapesweep.search_spaces.widths import end_widths, resize_params
-
-        extra, ends = resize_params(config, widths), end_widths(config, widths)
     uniform = all(s is shapes[0] for s in shapes)  # conventional/hourglass: one shape, L times
     blocks = blocks_total(shapes[:1], n_layers=len(shapes)) if uniform else blocks_total(shapes)
     totals = lm_totals(blocks, config.d_model, config.vocab_size,
                        config.tie_embeddings, seq_len, extra, ends)
     return Accounting(**{k: int(v) for k, v in totals.items()}, params_frozen=0,
                       avg_layer_width=sum(widths) / len(widths), widths=widths)
+
+
+def account(config, seq_len: int = 128) -> Accounting:
+    """Exact accounting of one typed config (any family: its spec says how)."""
+    return of(config).account(config, seq_len)

@@ -3,7 +3,7 @@
 Everything up to the survivors is vectorised with numpy over the raw grid. For the
 free dimension(s) the budget metric is a polynomial (degree <= 3) in one unknown t
 (d_h = t; d_model = t; n_layers = t; or n_layers = t, d_model = ratio * t), so we
-evaluate the exact accounting (`block_counts`/`lm_totals`/`vision_totals` on arrays)
+evaluate the exact accounting (each family spec's `vector_totals` on arrays)
 at t = 0..3, fit that polynomial exactly and bisect it. Each free dimension is then
 rounded to its multiple (floor or ceil, whichever misses the budget less; for a
 (d_model, L) pair also L fixed at floor/ceil with d_model solved alone, keeping the
@@ -14,6 +14,7 @@ typed configs, verified once more by `account()`. Every dropped point keeps its 
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -22,19 +23,13 @@ from typing import Any
 
 import numpy as np
 from pydantic import ValidationError
-from shapesweep.search_spaces.accounting import (
-    Accounting,
-    account,
-    blocks_total,
-    lm_totals,
-    vision_totals,
-)
+from shapesweep.search_spaces.accounting import Accounting, account
 from shapesweep.search_spaces.configs import (
     FAMILIES,
-    LayerShape,
     TrainConfig,
     config_key,
     make_config,
+    parse_count,
 )
 from shapesweep.search_spaces.expressions import compile_expression
 from shapesweep.search_spaces.space import (
@@ -48,19 +43,16 @@ from shapesweep.search_spaces.space import (
 )
 
 from shapesweep.common import UserError
+from shapesweep.families import base
+from shapesweep.families.base import STORED
 
 METRIC_COLUMN = {"non_embedding_params": "params_non_embedding", "total_params": "params_total",
                  "flops_per_token": "flops_per_token", "active_params": "params_active"}
 UPPER = {"d_h": 2.0**20, "d_model": 2.0**17, "n_layers": 2.0**12, "d_z": 2.0**17}
-SHAPE_COLUMNS = ("d_model", "n_layers", "n_heads", "head_dim", "n_kv_heads", "d_h", "k", "shape",
-                 "beta", "alpha", "activation", "vocab_size", "tie_embeddings", "norm_order",
-                 "resize", "bias", "d_x", "d_z", "d_out", "input_projection", "task",
-                 "n_experts", "n_active_experts")
+SHAPE_COLUMNS = STORED  # every family's fields marked Stored (live: a family registered later too)
 RATIO_SLACK = float(np.log(np.sqrt(2)))  # a solved d_model/L may miss its target by up to √2x
 MAX_DROPPED = 20  # dropped grid points kept (with reasons) for the user to see
-ACCOUNTING_COLUMNS = ("params_total", "params_active", "params_non_embedding", "params_attention", "params_ffn",
-                      "params_norms", "params_embedding", "params_other", "params_frozen",
-                      "flops_per_token", "kv_cache_per_token", "avg_layer_width")
+ACCOUNTING_COLUMNS = tuple(f.name for f in dataclasses.fields(Accounting) if f.name != "widths")
 
 
 @dataclass
@@ -230,7 +222,7 @@ def _short_value(value: Any) -> str:
 
 def _wide(v: Resolved) -> str:
     """The width that d_model/L ratios and ffn_ratio refer to: d_z for image MLPs."""
-    return "d_z" if v.family == "vision_mlp" else "d_model"
+    return base.get(v.family).width
 
 
 def _is_categorical(dim: str, values: list) -> bool:
@@ -247,8 +239,8 @@ def _solve_variant(space: SearchSpace, v: Resolved, values: dict[str, list], tar
     numeric_cols = {d: m.ravel() for d, m in zip(numeric, mesh, strict=True)}
     n = int(np.prod([len(x) for x in numeric.values()])) if numeric else 1
     column = METRIC_COLUMN[v.budget.target_metric]
-    if v.family == "vision_mlp" and column == "params_non_embedding":
-        column = "params_total"
+    if not base.get(v.family).lm and column == "params_non_embedding":
+        column = "params_total"  # no embeddings: the two are one
     out = {"counts": {"raw": 0, "feasible": 0}, "candidates": [], "closest": None,
            "reach": [np.inf, -np.inf], "dropped": []}
     tol = v.budget.tolerance
@@ -257,7 +249,7 @@ def _solve_variant(space: SearchSpace, v: Resolved, values: dict[str, list], tar
         cols |= dict(zip(categorical, combo, strict=True)) | numeric_cols
         out["counts"]["raw"] += n
         configs = None
-        if v.family == "variable_width":
+        if base.get(v.family).vector_totals is None:  # the config solves its own shape
             cols, totals, ok, configs = _scalar_rows(v, cols, n, seq_len)
         else:
             cols, totals = _solve_free(v, cols, n, target, column, seq_len)
@@ -315,8 +307,6 @@ class _Dropper:
 
 def _as_number(dim: str, value: Any) -> Any:
     if isinstance(value, str) and dim in INTEGER:
-        from shapesweep.search_spaces.configs import parse_count
-
         return parse_count(value)
     return value
 
@@ -371,23 +361,10 @@ def _with_free(v: Resolved, cols: dict, t, rounding: tuple[str, ...] | None) -> 
 
 
 def _totals(family: str, cols: dict, seq_len: int) -> dict:
-    """Exact accounting on arrays, through the functions `account()` uses (block_counts via
-    blocks_total, lm_totals, vision_totals)."""
-    def g(dim):
-        return _get(family, cols, dim)
-
-    if family == "vision_mlp":
-        return vision_totals(SimpleNamespace(**{d: g(d) for d in FAMILIES[family].model_fields}))
-    d_model, n_heads = g("d_model"), g("n_heads")
-    head_dim = g("head_dim") if g("head_dim") is not None else d_model / n_heads
-    n_kv = g("n_kv_heads") if g("n_kv_heads") is not None else n_heads
-    shape = LayerShape(width=d_model, attn_in=d_model, ffn_out=d_model, n_heads=n_heads,
-                       n_kv_heads=n_kv, head_dim=head_dim, d_h=g("d_h"),
-                       k=g("k") if family == "hourglass" else 0, activation=g("activation"),
-                       bias=g("bias"), norm_order=g("norm_order"),
-                       **{d: 1 if g(d) is None else g(d) for d in ("n_experts", "n_active_experts")})
-    blocks = blocks_total([shape], n_layers=g("n_layers"))
-    return lm_totals(blocks, d_model, g("vocab_size"), g("tie_embeddings"), seq_len)
+    """Exact accounting on arrays: the family's `vector_totals`, the closed forms `account()`
+    uses, over a namespace of columns (unset fields at their defaults)."""
+    fields = SimpleNamespace(**{d: _get(family, cols, d) for d in FAMILIES[family].model_fields})
+    return base.get(family).vector_totals(fields, seq_len)
 
 
 def _column(totals: dict, column: str, n: int) -> np.ndarray:
@@ -496,8 +473,8 @@ def _valid(family: str, cols: dict, n: int) -> np.ndarray:
         ok &= np.isfinite(x) & (x > 0)
         if dim in INTEGER:
             ok &= x == np.round(x)
-    if family == "vision_mlp":
-        return ok
+    if "n_heads" not in FAMILIES[family].model_fields:
+        return ok  # no attention heads to divide the width
     d_model, n_heads = np.asarray(_get(family, cols, "d_model")), np.asarray(cols.get("n_heads", 1))
     head_dim = cols.get("head_dim")
     if head_dim is None:
@@ -523,7 +500,7 @@ def _constraints(space: SearchSpace, v: Resolved, cols: dict, n: int) -> list[tu
     names.setdefault("width_depth_ratio", np.asarray(cols[wide]) / np.asarray(cols["n_layers"]))
     names.setdefault("avg_layer_width", cols[wide])  # one width in every layer
     names.setdefault("params_frozen", 0)
-    if v.family != "vision_mlp":
+    if "n_heads" in FAMILIES[v.family].model_fields:
         for dim in ("head_dim", "n_kv_heads"):
             if names.get(dim) is None:
                 names[dim] = (np.floor_divide(cols["d_model"], cols["n_heads"]) if dim == "head_dim"
@@ -580,7 +557,8 @@ def _build(v: Resolved, fields: dict, target: float, column: str, seq_len: int,
 
 
 def _scalar_rows(v: Resolved, cols: dict, n: int, seq_len: int):
-    """variable_width: widths are solved inside each config, so build configs point by point."""
+    """A family that solves its own shape inside each config (variable_width's widths):
+    build configs point by point."""
     rows = {d: x for d, x in cols.items()}
     if v.budget.target_metric == "active_params":  # a MoE's widths then match active params
         rows.setdefault("width_match", "active_params")

@@ -34,10 +34,10 @@ from shapesweep.search_spaces.configs import (
     MAX_DIM,
     MAX_SEED,
     MAX_VOCAB,
-    MOE_FAMILIES,
     MOE_FIELDS,
     Count,
     TrainConfig,
+    make_config,
     moe_problem,
     parse_count,
 )
@@ -45,16 +45,15 @@ from shapesweep.search_spaces.expressions import ExpressionError, compile_expres
 from shapesweep.search_spaces.safe_yaml import MAX_BYTES, parse_yaml, read_bytes, read_yaml
 
 from shapesweep.common import UserError
+from shapesweep.families import base
+from shapesweep.families.base import INTEGER, POSITIVE
+from shapesweep.families.base import SOLVABLE_FIELDS as SOLVABLE
+from shapesweep.families.lm import has_experts
 
 BUILTIN_DIR = Path(__file__).parent / "builtin"
 METRICS = ("non_embedding_params", "total_params", "flops_per_token", "active_params")
 DERIVED = ("ffn_ratio", "width_depth_ratio")  # d_h = ffn_ratio*d_model, d_model = ratio*n_layers
-SOLVABLE = ("d_h", "d_model", "n_layers", "d_z")
-POSITIVE = ("d_model", "n_layers", "n_heads", "head_dim", "n_kv_heads", "d_h", "k", "vocab_size",
-            "d_x", "d_z", "d_out", "width_multiple", "ffn_ratio", "width_depth_ratio", "alpha",
-            "n_experts", "n_active_experts")
-INTEGER = ("d_model", "n_layers", "n_heads", "head_dim", "n_kv_heads", "d_h", "k", "vocab_size",
-           "d_x", "d_z", "d_out", "width_multiple", "n_experts", "n_active_experts")
+# SOLVABLE, POSITIVE and INTEGER (shapesweep.families.base) are read off every family's fields.
 MAX_VALUES = 1_000_000  # values of one searched dimension
 MAX_RAW = 50_000_000  # raw grid points of one variant
 MAX_SEEDS = 1000  # seeds of one sweep (each is one more trial per candidate)
@@ -220,8 +219,7 @@ class SearchSpace(_Strict):
         if self.family is None:
             named = [v.family for v in self.variants or [] if v.family is not None]
             if not named or len(named) < len(self.variants or [None]):
-                raise ValueError("give family (conventional | hourglass | variable_width | "
-                                 "vision_mlp), here or in every variant")
+                raise ValueError(f"give family ({' | '.join(base.names())}), here or in every variant")
             flat = list(dict.fromkeys(f for x in named for f in (x if isinstance(x, list) else [x])))
             object.__setattr__(self, "family", flat[0] if len(flat) == 1 else flat)
         return self
@@ -467,8 +465,8 @@ def _check_variant(space: SearchSpace, v: Resolved, file: str) -> None:
         values = getattr(v, section)
         for dim, value in values.items():
             key = f"{section}.{dim}"
-            if dim in MOE_FIELDS and v.family not in MOE_FAMILIES:
-                raise UserError(f"a mixture of experts is for the {' and '.join(MOE_FAMILIES)} "
+            if dim in MOE_FIELDS and v.family not in moe_families():
+                raise UserError(f"a mixture of experts is for the {' and '.join(moe_families())} "
                                 f"families, not {v.family}", file=file, key=key)
             if dim not in allowed:
                 raise UserError(f"unknown dimension {dim!r} for family {v.family} "
@@ -492,8 +490,8 @@ def _check_variant(space: SearchSpace, v: Resolved, file: str) -> None:
         if dim in v.fixed or dim in v.search:
             raise UserError(f"{dim!r} is solved, so it cannot also be fixed or searched",
                             file=file, key="solve")
-    if v.family == "variable_width" and v.solve:
-        raise UserError("variable_width solves its own endpoint width; leave solve empty",
+    if base.get(v.family).vector_totals is None and v.solve:
+        raise UserError(f"{v.family} solves its own shape; leave solve empty",
                         file=file, key="solve")
     if len(v.solve) == 2 and set(v.solve) != {"d_model", "n_layers"}:
         raise UserError("two free dimensions must be [d_model, n_layers] (with width_depth_ratio)",
@@ -513,10 +511,15 @@ def _check_variant(space: SearchSpace, v: Resolved, file: str) -> None:
         reference_config(space, v, file)
 
 
+def moe_families() -> list[str]:
+    """The families whose FFN may be a mixture of experts."""
+    return [name for name in base.names() if has_experts(base.get(name).config)]
+
+
 def _check_experts(v: Resolved, file: str) -> None:
     """Fixed MoE settings that no candidate could have are refused here, not dropped one by one."""
     names = ("n_experts", "n_active_experts", "activation")
-    if v.family not in MOE_FAMILIES or any(name in v.search for name in names):
+    if v.family not in moe_families() or any(name in v.search for name in names):
         return
     n_experts, n_active, activation = (v.fixed.get(name, FAMILIES[v.family].model_fields[name].default)
                                        for name in names)
@@ -604,8 +607,6 @@ def _check_value(dim: str, value: Any, file: str, key: str) -> None:
 
 def reference_config(space: SearchSpace, v: Resolved, file: str | None = None):
     """The config a `match:` budget refers to: the variant's fixed dims overridden by match."""
-    from shapesweep.search_spaces.configs import make_config
-
     fields = {**v.fixed, "family": v.family, **(v.budget.match or {})}
     family = fields["family"]
     if family not in FAMILIES:

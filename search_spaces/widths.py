@@ -24,10 +24,12 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from shapesweep.search_spaces.configs import LayerShape
+from shapesweep.search_spaces.accounting import blocks_total
+
+from shapesweep.families.lm import LayerShape, expert_fields
 
 if TYPE_CHECKING:
-    from shapesweep.search_spaces.configs import VariableWidthConfig
+    from shapesweep.families.variable_width import VariableWidthConfig
 
 
 def _round_half_up(x: float) -> int:
@@ -54,7 +56,7 @@ def layer_shapes_for(cfg: VariableWidthConfig, widths, integer: bool) -> list[La
                 n_kv_heads=cfg.n_kv_heads, head_dim=w / cfg.n_heads,
                 d_h=max(1, _round_half_up(d_h)) if integer else d_h, k=0,
                 activation=cfg.activation, bias=cfg.bias, norm_order=cfg.norm_order,
-                **cfg._experts(),
+                **expert_fields(cfg),
             )
         )
     if integer:
@@ -115,8 +117,6 @@ def geometric_widths(cfg: VariableWidthConfig, endpoint: float) -> list[float]:
 
 
 def _valid_params(cfg: VariableWidthConfig, widths) -> float:
-    from shapesweep.search_spaces.accounting import blocks_total
-
     shapes = layer_shapes_for(cfg, widths, integer=False)
     blocks = blocks_total(shapes)
     inactive = blocks["ffn_inactive"] if cfg.width_match == "active_params" else 0

@@ -38,6 +38,7 @@ from shapesweep.results import live
 from shapesweep.results.rows import CURVE_FIELDS, TrialRecord, final_metrics
 
 from shapesweep.common import UserError
+from shapesweep.families import base as families
 
 OPTIONS_FILE = "sweep.json"  # how the sweep was run, so `resume NAME` can run it again
 SPACE_FILE = "space.yaml"
@@ -113,7 +114,7 @@ def data_hash_for(space: Any, candidates: list | None, data: str | None) -> tupl
     seq_len + 1) refuses the sweep; data only some candidates cannot read is a notice, and
     their trials fail with the reason (the sweep goes on, `--retry-failed` reruns them).
     """
-    if space.families and all(f == "vision_mlp" for f in space.families):
+    if space.families and not any(families.get(f).lm for f in space.families):  # images
         from shapesweep.trainers.vision_data import load_images
 
         return load_images(data).data_hash, []
@@ -157,7 +158,7 @@ def step_tokens(train: Any, family: str) -> int:
     from shapesweep.search_spaces.configs import TrainConfig
 
     train = TrainConfig.model_validate(train)
-    return train.batch_size if family == "vision_mlp" else train.batch_tokens
+    return train.batch_tokens if families.get(family).lm else train.batch_size
 
 
 def sweep_budgets(space: Any, candidates: list | None) -> set[int] | None:

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from shapesweep.search_spaces.configs import LayerShape
 from torch import nn
+
+from shapesweep.families.lm import LayerShape
 
 _ACT = {"relu": F.relu, "gelu": F.gelu, "swiglu": F.silu, "geglu": F.gelu, "simple_gated": F.gelu}
 
@@ -23,6 +24,10 @@ class MLP(nn.Module):
         self.up = nn.Linear(width, d_h, bias=bias)
         self.down = nn.Linear(d_h, d_out, bias=bias)
         self.act = _ACT[activation]
+
+    def init_roles(self) -> tuple[list[nn.Linear], dict[nn.Linear, list[int]]]:
+        """For `shapesweep.trainers.mup`: `down` writes the residual stream."""
+        return [self.down], {}
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.down(self.act(self.up(x)))
@@ -43,6 +48,10 @@ class GatedFFN(nn.Module):
         self.act = _ACT[activation]
         self.alpha = nn.Parameter(torch.tensor(0.1)) if residual_scale else None
 
+    def init_roles(self) -> tuple[list[nn.Linear], dict[nn.Linear, list[int]]]:
+        """For `shapesweep.trainers.mup`: `down` writes the residual stream; gate|up is fused."""
+        return [self.down], {self.gate_up: [self.down.in_features] * 2}
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         gate, up = self.gate_up(x).chunk(2, dim=-1)
         out = self.down(self.act(gate) * up)
@@ -55,7 +64,10 @@ class HourglassFFN(nn.Module):
     """Seed 000: k residual gated sub-blocks of bottleneck width d_h, each with its own norm.
 
     Pre-norm: x = x + sub_j(norm_j(x)); post-norm (OLMo-2 order): x = x + norm_j(sub_j(x)).
+    It maps the stream to the updated stream (`updates_stream`), so its block adds no norm.
     """
+
+    updates_stream = True
 
     def __init__(self, s: LayerShape):
         super().__init__()

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from shapesweep.search_spaces.configs import LayerShape
 from shapesweep.search_spaces.widths import end_widths
 from shapesweep.trainers.ffn import make_ffn
 from shapesweep.trainers.moe import MoEFFN, make_moe
 from torch import nn
+
+from shapesweep.families.lm import LayerShape
 
 
 def _widen(h: torch.Tensor, width: int) -> torch.Tensor:
@@ -59,6 +60,10 @@ class Attention(nn.Module):
         self.rotary = rotary or Rotary(self.head_dim)  # layers of one head_dim share tables
         self.scale: float | None = None  # None = 1/sqrt(head_dim); muP sets its own
 
+    def init_roles(self) -> tuple[list[nn.Linear], dict[nn.Linear, list[int]]]:
+        """For `shapesweep.trainers.mup`: `o` writes the residual stream; q|k|v is fused."""
+        return [self.o], {self.qkv: [self.q_dim, self.kv_dim, self.kv_dim]}
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         B, T, _ = x.shape
         q, k, v = self.qkv(x).split([self.q_dim, self.kv_dim, self.kv_dim], dim=-1)
@@ -81,8 +86,9 @@ class Block(nn.Module):
         self.attn = Attention(s, rotary)
         self.attn_norm = nn.RMSNorm(self.attn_in if self.pre else self.width)
         self.ffn = make_moe(s) if s.n_experts > 1 else make_ffn(s)
-        # The hourglass FFN carries its own per-sub-block norms and residuals.
-        self.ffn_norm = None if s.k else nn.RMSNorm(self.width if self.pre else self.ffn_out)
+        # An FFN that maps the stream itself (hourglass: its own norms and residual adds) needs no norm.
+        self.ffn_norm = (None if getattr(self.ffn, "updates_stream", False)
+                         else nn.RMSNorm(self.width if self.pre else self.ffn_out))
 
     def forward(self, stream: torch.Tensor) -> torch.Tensor:
         S = stream.shape[-1]

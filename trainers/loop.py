@@ -30,13 +30,13 @@ import torch.nn.functional as F
 from shapesweep.search_spaces.configs import (
     FAMILIES,
     TrainConfig,
-    VisionMLPConfig,
     config_key,
     make_config,
 )
 from shapesweep.trainers import checkpoint
 
 from shapesweep.common import UserError
+from shapesweep.families.base import of
 
 EVAL_IMAGES_PER_BATCH = 1024
 
@@ -104,7 +104,7 @@ def lr_multiplier(step: int, total: int, train: TrainConfig,
 
 def make_task(config, train: TrainConfig, data: str | None, tokenizer: str | None):
     """The data task: (task, items per optimizer step, tokens or images per step, data hash)."""
-    if isinstance(config, VisionMLPConfig):
+    if not of(config).lm:  # images (seed 004's tasks)
         from shapesweep.trainers.vision_data import VisionTask, load_images
 
         images = load_images(data)
@@ -271,7 +271,7 @@ def train(model_config, train: TrainConfig, data: str | None = None,
     steps = total_steps(train, units_per_step)
     eval_every = train.eval_every or max(1, steps // 10)
     micro = train.micro_batch_size or per_step
-    eval_batch = EVAL_IMAGES_PER_BATCH if isinstance(model_config, VisionMLPConfig) else micro
+    eval_batch = micro if of(model_config).lm else EVAL_IMAGES_PER_BATCH
 
     torch.manual_seed(train.seed)
     model = build_model(model_config)

@@ -14,9 +14,10 @@ import os
 
 import torch
 from shapesweep.search_spaces.accounting import account
-from shapesweep.search_spaces.configs import TrainConfig, VisionMLPConfig, config_key
+from shapesweep.search_spaces.configs import TrainConfig, config_key
 
 from shapesweep.common import UserError
+from shapesweep.families.base import of
 
 STATE_BYTES = 16  # per parameter: fp32 weight, gradient, AdamW exp_avg and exp_avg_sq
 LAYER_WIDTHS = 8  # activations kept per token per layer, in layer widths (a floor, not a fit)
@@ -29,7 +30,7 @@ def training_bytes(config, train: TrainConfig, device: torch.device) -> int:
     states = STATE_BYTES * (accounting.params_total + accounting.params_frozen)
     width = 2 if device.type == "cuda" else 4
     layers = LAYER_WIDTHS * accounting.avg_layer_width * len(accounting.widths) * width
-    if isinstance(config, VisionMLPConfig):
+    if not of(config).lm:  # images: d_x in, d_out out
         examples, per_example = train.batch_size, 4 * (config.d_x + config.d_out) + layers
     else:
         sequences = max(1, train.batch_tokens // train.seq_len)
@@ -52,7 +53,7 @@ def check_fits(config, train: TrainConfig, device: torch.device | str) -> None:
     need, have = training_bytes(config, train, device), device_bytes(device)
     if need > have:
         params = account(config, train.seq_len).params_total
-        smaller = STATE_BYTES * params < have and not isinstance(config, VisionMLPConfig)
+        smaller = STATE_BYTES * params < have and of(config).lm
         hint = "; a smaller train.micro_batch_size may fit" if smaller else ""
         raise UserError(f"{config.family} candidate {config_key(config)} ({params:,} parameters) "
                         f"needs about {need / 2**30:,.1f} GiB to train (fp32 weights, gradients, "

@@ -1,26 +1,26 @@
-"""`build_model(config)`: the torch model for any family config in `shapesweep.search_spaces.configs`.
+"""`build_model(config)`: the torch model for any registered family's config.
 
-The model is built from `config.layer_shapes()` (LM) or the vision config's fields,
-the same source `shapesweep.search_spaces.accounting.account` counts, so its trainable
-`sum(p.numel())` equals `account(config).params_total`. Weights come out with torch's
-default init; `shapesweep.trainers.mup.configure` sets the real init and optimizer groups.
+Each family's spec (`shapesweep.families`) names its builder ("module:callable"), imported
+here only when a model is built, so planning never imports torch. The built-in LMs are
+built from `config.layer_shapes()`, the same source `shapesweep.search_spaces.accounting.account`
+counts, so a model's trainable `sum(p.numel())` equals `account(config).params_total`.
+Weights come out with torch's default init; `shapesweep.trainers.mup.configure` sets the
+real init and optimizer groups.
 """
 
 from __future__ import annotations
 
-from shapesweep.search_spaces.configs import VisionMLPConfig
-from shapesweep.trainers.lm import LM
-from shapesweep.trainers.vision import VisionMLP
+from shapesweep.search_spaces import configs  # noqa: F401 (registers the built-in families)
 from torch import nn
 
-__all__ = ["LM", "VisionMLP", "build_model", "count_params"]
+from shapesweep.families import base
+
+__all__ = ["build_model", "count_params"]
 
 
 def build_model(config) -> nn.Module:
     """LM families: idx[B, T] -> logits[B, T, vocab]; vision_mlp: x[B, d_x] -> y[B, d_out]."""
-    if isinstance(config, VisionMLPConfig):
-        return VisionMLP(config)
-    return LM(config)
+    return base.load(base.of(config).model)(config)
 
 
 def count_params(model: nn.Module) -> tuple[int, int]:

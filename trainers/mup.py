@@ -27,6 +27,10 @@ Vision (seed 004, which states no init beyond a random Gaussian W_in): each matr
 `normal` std is 1/sqrt(fan_in) instead of 0.02, and a block's one residual write counts
 once per layer (1/sqrt(n_layers) under `scaled` / `mup`).
 
+Each family's spec names its rules (`init=`): `lm_rules` here for every LM family, which
+asks each block's modules for their roles (`init_roles()`: the residual writers and the
+fused matrices); seed 004's in `shapesweep.trainers.vision.init_rules`.
+
 Weight decay applies to matrices only; norms, biases, embeddings and scalars get none.
 """
 
@@ -39,8 +43,9 @@ from dataclasses import dataclass
 import torch
 from shapesweep.trainers.ffn import GatedFFN
 from shapesweep.trainers.lm import LM, Attention
-from shapesweep.trainers.vision import VisionMLP
 from torch import nn
+
+from shapesweep.families.base import load, of
 
 LM_STD = 0.02  # GPT-2 / OLMo init std at the base width
 
@@ -79,35 +84,39 @@ def _xavier(parts: list[int]) -> Callable[[torch.Tensor], None]:
     return init
 
 
-def _linear(layer: nn.Linear, std: float, lr_scale: float, mode: InitMode,
-            parts: list[int] | None = None) -> Iterator[Rule]:
+def linear_rules(layer: nn.Linear, std: float, lr_scale: float, mode: InitMode,
+                 parts: list[int] | None = None) -> Iterator[Rule]:
     init = _xavier(parts or [layer.out_features]) if mode.xavier else _normal(std)
     yield layer.weight, init, True, lr_scale
     if layer.bias is not None:
         yield layer.bias, _const(0.0), False, 1.0
 
 
-def _parts(name: str, module: nn.Linear, block) -> list[int]:
-    """The separate matrices a fused one stands for (q|k|v, gate|up)."""
-    if name.endswith("qkv"):
-        a = block.attn
-        return [a.q_dim, a.kv_dim, a.kv_dim]
-    if name.endswith("gate_up"):
-        return [module.out_features // 2] * 2
-    return [module.out_features]
+def _roles(block: nn.Module) -> tuple[set[int], dict[int, list[int]]]:
+    """The block's matrices that write the residual stream, and the fused ones with the
+    matrices they stand for (q|k|v, gate|up), as its modules declare in `init_roles()`."""
+    writers: set[int] = set()
+    fused: dict[int, list[int]] = {}
+    for module in block.modules():
+        if hasattr(module, "init_roles"):
+            residual, parts = module.init_roles()
+            writers |= {id(layer) for layer in residual}
+            fused |= {id(layer): p for layer, p in parts.items()}
+    return writers, fused
 
 
-def _lm_rules(model: LM, mode: InitMode, base: int) -> Iterator[Rule]:
+def lm_rules(model: LM, mode: InitMode, base: int) -> Iterator[Rule]:
+    """The rules of the decoder-only LM (`shapesweep.trainers.lm.LM`), every LM family's."""
     depth = 1 / math.sqrt(2 * len(model.blocks))  # an attention and an FFN write per layer
     residual = depth if mode.depth_scaled else 1.0
     yield model.wte.weight, _normal(LM_STD), False, 1.0
     for layer, block in enumerate(model.blocks):
         width_mult = block.width / base if mode.mup else 1.0
-        for name, module in block.named_modules():
+        writers, fused = _roles(block)
+        for module in block.modules():
             if isinstance(module, nn.Linear):
-                writes_residual = name.rsplit(".", 1)[-1] in ("o", "down")
-                std = LM_STD / math.sqrt(width_mult) * (residual if writes_residual else 1.0)
-                yield from _linear(module, std, 1.0 / width_mult, mode, _parts(name, module, block))
+                std = LM_STD / math.sqrt(width_mult) * (residual if id(module) in writers else 1.0)
+                yield from linear_rules(module, std, 1.0 / width_mult, mode, fused.get(id(module)))
             elif isinstance(module, nn.RMSNorm):
                 yield module.weight, _const(1.0), False, 1.0
             elif isinstance(module, GatedFFN) and module.alpha is not None:
@@ -117,24 +126,11 @@ def _lm_rules(model: LM, mode: InitMode, base: int) -> Iterator[Rule]:
         if str(layer) in model.resizers:
             proj = model.resizers[str(layer)]
             fan_in_mult = proj.in_features / base if mode.mup else 1.0
-            yield from _linear(proj, LM_STD / math.sqrt(fan_in_mult), 1.0 / fan_in_mult, mode)
+            yield from linear_rules(proj, LM_STD / math.sqrt(fan_in_mult), 1.0 / fan_in_mult, mode)
     yield model.final_norm.weight, _const(1.0), False, 1.0
     if model.lm_head is not None:
-        yield from _linear(model.lm_head, LM_STD, 1.0, mode)
+        yield from linear_rules(model.lm_head, LM_STD, 1.0, mode)
     model.output_mult = base / model.readout if mode.mup else 1.0  # the readout's fan-in
-
-
-def _vision_rules(model: VisionMLP, mode: InitMode, base: int) -> Iterator[Rule]:
-    c = model.config
-    width_mult = c.d_z / base if mode.mup else 1.0
-    residual = 1 / math.sqrt(c.n_layers) if mode.depth_scaled else 1.0  # one write per block
-    # Seed 004's fixed projection is a Gaussian / sqrt(d_x); the trained one starts the same.
-    yield from _linear(model.w_in, 1 / math.sqrt(c.d_x), 1.0, mode)
-    for block in model.blocks:
-        yield from _linear(block.w1, 1 / math.sqrt(c.d_z), 1.0 / width_mult, mode)
-        yield from _linear(block.w2, residual / math.sqrt(c.d_h), 1.0 / width_mult, mode)
-    yield from _linear(model.w_out, 1 / math.sqrt(c.d_z), 1.0, mode)
-    model.output_mult = base / c.d_z if mode.mup else 1.0
 
 
 def configure(model: nn.Module, config, train) -> list[dict]:
@@ -144,8 +140,7 @@ def configure(model: nn.Module, config, train) -> list[dict]:
     `lr_scale` (the loop uses lr = schedule * train.lr * lr_scale). Frozen parameters
     (a fixed vision W_in) are initialised but left out of the groups.
     """
-    mode, base = MODES[train.init], train.mup_base_width
-    rules = (_vision_rules if isinstance(model, VisionMLP) else _lm_rules)(model, mode, base)
+    rules = load(of(config).init)(model, MODES[train.init], train.mup_base_width)  # the family's
     groups: dict[tuple[float, float], list[nn.Parameter]] = {}
     seen: set[int] = set()
     with torch.no_grad():

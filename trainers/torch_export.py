@@ -20,6 +20,7 @@ from shapesweep.search_spaces import configs
 from shapesweep.trainers import ffn, lm, moe
 
 from shapesweep.common import UserError
+from shapesweep.families.base import of
 
 OWN_IMPORTS = re.compile(r"^(from (search_spaces|trainers)[. ].*|from __future__ import annotations)\n",
                          re.MULTILINE)
@@ -86,8 +87,8 @@ def require() -> None:
 
 def unsupported(model_config, train) -> str | None:
     """Every language-model family is its own code; the vision MLP is not exported this way."""
-    if isinstance(model_config, configs.VisionMLPConfig):
-        return "the vision_mlp family is not a language model; use --format yaml"
+    if not of(model_config).lm:
+        return f"the {model_config.family} family is not a language model; use --format yaml"
     return None
 
 

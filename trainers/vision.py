@@ -1,11 +1,17 @@
-"""Seed 004's residual MLP on images: W_in, L blocks z + W2 act(W1 norm(z)), head W_out."""
+"""Seed 004's residual MLP on images: W_in, L blocks z + W2 act(W1 norm(z)), head W_out;
+the torch side of `shapesweep.families.vision_mlp` (its model and init rules)."""
 
 from __future__ import annotations
 
+import math
+from collections.abc import Iterator
+
 import torch
 import torch.nn.functional as F
-from shapesweep.search_spaces.configs import VisionMLPConfig
+from shapesweep.trainers.mup import InitMode, Rule, linear_rules
 from torch import nn
+
+from shapesweep.families.vision_mlp import VisionMLPConfig
 
 
 class ResidualMLPBlock(nn.Module):
@@ -48,3 +54,18 @@ class VisionMLP(nn.Module):
             z = block(z)
         out = self.w_out(z)
         return out * self.output_mult if self.output_mult != 1.0 else out
+
+
+def init_rules(model: VisionMLP, mode: InitMode, base: int) -> Iterator[Rule]:
+    """Seed 004 states no init beyond a random Gaussian W_in: each matrix's `normal` std is
+    1/sqrt(fan_in), and a block's one residual write counts once per layer (`mup` module)."""
+    c = model.config
+    width_mult = c.d_z / base if mode.mup else 1.0
+    residual = 1 / math.sqrt(c.n_layers) if mode.depth_scaled else 1.0  # one write per block
+    # Seed 004's fixed projection is a Gaussian / sqrt(d_x); the trained one starts the same.
+    yield from linear_rules(model.w_in, 1 / math.sqrt(c.d_x), 1.0, mode)
+    for block in model.blocks:
+        yield from linear_rules(block.w1, 1 / math.sqrt(c.d_z), 1.0 / width_mult, mode)
+        yield from linear_rules(block.w2, residual / math.sqrt(c.d_h), 1.0 / width_mult, mode)
+    yield from linear_rules(model.w_out, 1 / math.sqrt(c.d_z), 1.0, mode)
+    model.output_mult = base / c.d_z if mode.mup else 1.0

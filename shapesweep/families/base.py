@@ -1,0 +1,275 @@
+"""The family registry: what a model family is, stated once in its own module.
+
+A family module (e.g. `shapesweep.families.conventional`) defines a pydantic config and
+calls `register(FamilySpec(...))`. Everything generic reads the specs instead of naming
+families: the solver's field lists and accounting, the result-store columns, the torch
+builder and init rules (named as "module:attribute" and imported only when a model is
+built, so planning never imports torch), and the dashboards' series names and colours.
+
+Field metadata sits on the config's own fields (torchtitan's `ModelSpec` / `BaseModelArgs`
+is the model): whether a field is integer or positive comes from its type and pydantic
+constraints; `Stored()` makes it a result column (its arrow type from the annotation) and
+`SOLVABLE` lets a space solve for it.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+import re
+import types
+import typing
+from collections.abc import Callable, Iterator, Set
+from dataclasses import dataclass, field
+from typing import Annotated, Any
+
+import annotated_types
+import numpy as np
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic.fields import FieldInfo
+
+# ---------------------------------------------------------------- shared field types
+
+_SUFFIX = {"": 1, "K": 10**3, "M": 10**6, "B": 10**9, "G": 10**9, "T": 10**12}
+
+
+def parse_count(value: Any) -> Any:
+    """'113.2M', '1.5B', '2e9', '50_000' and plain numbers -> a number."""
+    if isinstance(value, bool) or not isinstance(value, str):
+        return value
+    text = value.strip().replace("_", "").replace(",", "")
+    match = re.fullmatch(r"([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([kKmMbBgGtT]?)", text)
+    if not match:
+        raise ValueError(f"cannot read {value!r} as a count (examples: 113.2M, 1.5B, 2e9)")
+    number = float(match.group(1)) * _SUFFIX[match.group(2).upper()]
+    return int(number) if number.is_integer() else number
+
+
+MAX_DIM = 2**20  # any one dimension (width, depth, heads, ...): far beyond any real model
+MAX_VOCAB = 2**24
+MAX_TOKENS = 10**15  # a trial's token budget
+MAX_SEED = 2**32  # seeds are 0 <= seed < MAX_SEED (torch and numpy take them)
+
+Count = Annotated[float, BeforeValidator(parse_count)]
+IntCount = Annotated[int, BeforeValidator(parse_count)]
+PositiveCount = Annotated[int, BeforeValidator(parse_count), Field(gt=0, le=MAX_TOKENS)]
+PositiveInt = Annotated[int, Field(gt=0)]
+Dim = Annotated[int, Field(gt=0, le=MAX_DIM)]
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+# ---------------------------------------------------------------- field markers
+
+
+@dataclass(frozen=True)
+class Stored:
+    """Marks a config field as a result-store column; `hover` also shows it in plot hover text."""
+
+    hover: bool = True
+
+
+@dataclass(frozen=True)
+class _Solvable:
+    """Marks a config field a space may solve for (`solve:`) to meet its budget."""
+
+
+SOLVABLE = _Solvable()
+
+
+def _flatten(annotation: Any) -> tuple[Any, list]:
+    """(plain type, constraint metadata) through Annotated, Optional and Literal:
+    `Annotated[int, Field(gt=0)] | None` -> (int, [Gt(0)]); `Literal['a']` -> (str, [])."""
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin is Annotated:
+        inner, meta = _flatten(args[0])
+        for m in args[1:]:
+            meta += m.metadata if isinstance(m, FieldInfo) else [m]
+        return inner, meta
+    if isinstance(annotation, types.UnionType) or origin is typing.Union:
+        kept = [a for a in args if a is not type(None)]
+        return _flatten(kept[0]) if len(kept) == 1 else (annotation, [])
+    if origin is typing.Literal:
+        return type(args[0]), []
+    return annotation, []
+
+
+def field_type(info: FieldInfo) -> Any:
+    """The plain type of a field (int, float, bool, str or list[...])."""
+    return _flatten(info.annotation)[0]
+
+
+def _constraints(info: FieldInfo) -> list:
+    return [*info.metadata, *_flatten(info.annotation)[1]]
+
+
+def _is_integer(info: FieldInfo) -> bool:
+    return field_type(info) is int
+
+
+def _is_positive(info: FieldInfo) -> bool:
+    return any(isinstance(m, annotated_types.Gt) and m.gt == 0 for m in _constraints(info))
+
+
+def _marker(info: FieldInfo, kind: type) -> Any:
+    return next((m for m in info.metadata if isinstance(m, kind)), None)
+
+
+# ---------------------------------------------------------------- the spec and registry
+
+
+def lm_shape_text(row: dict) -> str:
+    """An LM's compact shape (legend and table labels)."""
+    return f"{value(row, 'd_model')}×{value(row, 'n_layers')}L d_h={value(row, 'd_h')}"
+
+
+@dataclass(frozen=True)
+class FamilySpec:
+    """What one model family is. Everything but `name`, `config`, `account` and `model` has
+    the decoder-only LM's default."""
+
+    name: str
+    config: type[BaseModel]  # the pydantic config; its fields carry the markers above
+    account: Callable[[Any, int], Any]  # (config, seq_len) -> accounting.Accounting, exact
+    model: str  # "module:callable": config -> torch nn.Module (imported only to build)
+    # The same closed forms on a namespace of numpy arrays (the vectorised solver); None
+    # when the config solves its own shape, so the solver builds configs point by point.
+    vector_totals: Callable[[Any, int], dict] | None = None
+    init: str = "shapesweep.trainers.mup:lm_rules"  # "module:callable" yielding init rules
+    lm: bool = True  # a language model: token data, embeddings, attention heads
+    width: str = "d_model"  # the width ffn_ratio and width_depth_ratio are relative to
+    colors: dict[str, str] = field(default_factory=dict)  # dashboard series -> colour
+    design: Callable[[dict], str] | None = None  # a result row's series; default: the name
+    shape_text: Callable[[dict], str] = lm_shape_text
+    shows_widths: bool = False  # hover text lists the per-layer widths
+
+    def series(self, row: dict) -> str:
+        return self.design(row) if self.design else self.name
+
+
+_SPECS: dict[str, FamilySpec] = {}
+_columns_fixed: set[str] | None = None  # the stored fields the result schema was built with
+_version = [0]  # bumped by register, so derived field sets know when to recompute
+
+
+def register(spec: FamilySpec) -> FamilySpec:
+    """Add a family (a module calls this once, at import). Re-registering a name replaces it."""
+    fields = spec.config.model_fields
+    if "family" not in fields or fields["family"].default != spec.name:
+        raise ValueError(f"{spec.config.__name__} needs `family: Literal[{spec.name!r}] = {spec.name!r}`")
+    new = {name for name, info in fields.items() if _marker(info, Stored)} - set(_columns_fixed or ())
+    if _columns_fixed is not None and new:
+        raise ValueError(f"{spec.name}: stored fields {sorted(new)} have no result column: register "
+                         "the family before shapesweep.results.schema is imported")
+    _SPECS[spec.name] = spec
+    _version[0] += 1
+    return spec
+
+
+def unregister(name: str) -> None:
+    """Take a family back out (a test's or a notebook's own family)."""
+    del _SPECS[name]
+    _version[0] += 1
+
+
+def get(name: str) -> FamilySpec:
+    try:
+        return _SPECS[name]
+    except KeyError:
+        raise ValueError(f"unknown family {name!r}; expected one of {', '.join(_SPECS)}") from None
+
+
+def find(name: str) -> FamilySpec | None:
+    """The spec of `name`, or None for a family not registered here (e.g. an old result row)."""
+    return _SPECS.get(name)
+
+
+def of(config: Any) -> FamilySpec:
+    """The spec of a config instance."""
+    return get(config.family)
+
+
+def names() -> list[str]:
+    return list(_SPECS)
+
+
+def specs() -> list[FamilySpec]:
+    return list(_SPECS.values())
+
+
+def load(path: str) -> Any:
+    """'package.module:attribute' -> the attribute (how a spec names torch code lazily)."""
+    module, _, attribute = path.partition(":")
+    return getattr(importlib.import_module(module), attribute)
+
+
+# ---------------------------------------------------------------- derived field lists
+
+
+def _walk() -> Iterator[tuple[str, FieldInfo]]:
+    """Every field of every family, first appearance first (registration order)."""
+    seen: set[str] = set()
+    for spec in _SPECS.values():
+        for name, info in spec.config.model_fields.items():
+            if name != "family" and name not in seen:
+                seen.add(name)
+                yield name, info
+
+
+class FieldNames(Set):
+    """A live, ordered set of field names over every registered family, chosen by `test`
+    (plus `extra`): a family registered later is included."""
+
+    def __init__(self, test: Callable[[FieldInfo], bool], extra: tuple[str, ...] = ()):
+        self._test, self._extra = test, extra
+        self._cache: tuple[int, tuple[str, ...]] = (-1, ())
+
+    def _names(self) -> tuple[str, ...]:
+        if self._cache[0] != _version[0]:
+            found = tuple(name for name, info in _walk() if self._test(info))
+            self._cache = (_version[0], found + tuple(n for n in self._extra if n not in found))
+        return self._cache[1]
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._names()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._names())
+
+    def __len__(self) -> int:
+        return len(self._names())
+
+    def __repr__(self) -> str:
+        return f"FieldNames{self._names()}"
+
+
+INTEGER = FieldNames(_is_integer)
+POSITIVE = FieldNames(_is_positive, extra=("ffn_ratio", "width_depth_ratio"))
+SOLVABLE_FIELDS = FieldNames(lambda info: _marker(info, _Solvable) is not None)
+STORED = FieldNames(lambda info: _marker(info, Stored) is not None)
+HOVER = FieldNames(lambda info: getattr(_marker(info, Stored), "hover", False))
+
+
+def stored_fields() -> list[tuple[str, Any]]:
+    """(name, plain type) of every stored field, for the result schema. From then on a family
+    with a stored field the schema lacks is refused, so no marked field is dropped silently."""
+    global _columns_fixed
+    fields = [(name, field_type(info)) for name, info in _walk() if name in STORED]
+    _columns_fixed = {name for name, _ in fields}
+    return fields
+
+
+# ---------------------------------------------------------------- row helpers
+
+
+def value(row: dict, column: str) -> Any:
+    """A row's value for labels: None for missing / NaN; whole floats as ints (nullable int
+    columns arrive as floats)."""
+    v = row.get(column)
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return None
+    if isinstance(v, float | np.floating) and float(v).is_integer():
+        return int(v)
+    return v

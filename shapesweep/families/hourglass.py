@@ -1,0 +1,34 @@
+"""The hourglass family (seed 000): each FFN is k residual gated sub-blocks of bottleneck
+width d_h, each with its own norm (`shapesweep.trainers.ffn.HourglassFFN`).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from shapesweep.families.base import Dim, FamilySpec, Stored, lm_shape_text, register, value
+from shapesweep.families.lm import LayerShape, LMBase, uniform_shape
+from shapesweep.search_spaces.accounting import lm_account, uniform_totals
+
+
+class HourglassConfig(LMBase):
+    """Seed 000: each FFN is k residual SwiGLU sub-blocks of bottleneck width d_h."""
+
+    family: Literal["hourglass"] = "hourglass"
+    k: Annotated[Dim, Stored()] = 4
+    activation: Annotated[Literal["swiglu", "geglu"], Stored()] = "swiglu"
+
+    @staticmethod
+    def block(c: Any) -> LayerShape:
+        return uniform_shape(c, k=c.k)
+
+
+SPEC = register(FamilySpec(
+    name="hourglass",
+    config=HourglassConfig,
+    account=lm_account,
+    vector_totals=lambda c, seq_len: uniform_totals(HourglassConfig.block(c), c, seq_len),
+    model="shapesweep.trainers.lm:LM",
+    colors={"hourglass": "#2a9d3a"},
+    shape_text=lambda row: f"{lm_shape_text(row)} k={value(row, 'k')}",
+))
