@@ -56,7 +56,7 @@ STANDALONE = {  # (fields, train overrides) that only the standalone PyTorch exp
 # Runs model.py where shapesweep cannot be imported, and saves its logits for `tokens.npy`.
 RUN_STANDALONE = """
 import sys, numpy, torch
-sys.modules.update(search_spaces=None, trainers=None, sweep=None)
+sys.modules.update(shapesweep=None)  # any shapesweep import fails
 sys.path.insert(0, sys.argv[1])
 import model
 net = model.load(sys.argv[1]).eval()

@@ -22,8 +22,7 @@ from shapesweep.trainers import ffn, lm, moe
 from shapesweep.common import UserError
 from shapesweep.families.base import of
 
-OWN_IMPORTS = re.compile(r"^(from (search_spaces|trainers)[. ].*|from __future__ import annotations)\n",
-                         re.MULTILINE)
+OWN_IMPORTS = re.compile(r"^(from shapesweep[. ].*|from __future__ import annotations)\n", re.MULTILINE)
 HEADER = '''"""Standalone shapesweep language model, written by `shapesweep export --format torch`.
 
     import model; net = model.load("FOLDER")   # config.json (+ model.safetensors if present)
