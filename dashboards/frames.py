@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import html
 import json
-import math
 from typing import Any
 
 import numpy as np
@@ -22,6 +21,7 @@ from shapesweep.results.stats import (
     tuned_stats,
 )
 
+from shapesweep.common import human  # noqa: F401 (figures and scaling take it from here)
 from shapesweep.families import base
 from shapesweep.families.base import HOVER
 from shapesweep.families.base import value as _val
@@ -121,16 +121,6 @@ def design(row: dict) -> str:
 def color(name: str, index: int = 0) -> str:
     colors = {series: c for spec in base.specs() for series, c in spec.colors.items()}
     return colors.get(name, PALETTE[index % len(PALETTE)])
-
-
-def human(n: float) -> str:
-    """1234567 -> '1.23M' (axis-free numbers in labels and hover text)."""
-    if n is None or (isinstance(n, float) and math.isnan(n)):
-        return "–"
-    for unit, scale in (("E", 1e18), ("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("K", 1e3)):
-        if abs(n) >= scale:
-            return f"{n / scale:.3g}{unit}"
-    return f"{n:.3g}"
 
 
 def shape_text(row: dict) -> str:

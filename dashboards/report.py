@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from shapesweep.common import UserError
+from shapesweep.common import UserError, human
 
 
 def load_frames(root: str, sweeps: list[str] | None, cache=None) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -54,19 +54,13 @@ def budget_labels(trials: pd.DataFrame, max_groups: int = 8) -> pd.Series:
     cluster = budget_clusters(trials).reindex(order.index)
     if cluster.max() + 1 <= max_groups:  # the group's range where it is wider than 2%
         labels = order.groupby(cluster).transform(
-            lambda p: f"≈{_short(p.median())}" if p.max() <= 1.02 * p.min()
-            else f"{_short(p.min())}–{_short(p.max())}")
+            lambda p: f"≈{human(p.median())}" if p.max() <= 1.02 * p.min()
+            else f"{human(p.min())}–{human(p.max())}")
     else:
         edges = np.geomspace(order.min(), order.max() * 1.0001, 7)
         bins = np.digitize(order, edges[1:-1])
-        labels = pd.Series([f"{_short(edges[b])}–{_short(edges[b + 1])}" for b in bins], index=order.index)
+        labels = pd.Series([f"{human(edges[b])}–{human(edges[b + 1])}" for b in bins], index=order.index)
     return labels.reindex(trials.index).fillna("unknown")
-
-
-def _short(n: float) -> str:
-    from shapesweep.dashboards.frames import human
-
-    return human(n)
 
 
 def _catalog(root: str) -> dict[str, dict]:

@@ -42,7 +42,7 @@ from shapesweep.search_spaces.space import (
     reference_config,
 )
 
-from shapesweep.common import UserError
+from shapesweep.common import UserError, human
 from shapesweep.families import base
 from shapesweep.families.base import STORED
 
@@ -195,18 +195,13 @@ def _explain_empty(space, counts, targets, closest, reach) -> None:
     budget = space.resolved()[0].budget
     metric = budget.target_metric
     if not reach[0] <= target <= reach[1]:
-        raise UserError(f"{metric} {_fmt(target)} is out of reach: this space spans "
-                        f"[{_fmt(reach[0])}, {_fmt(reach[1])}]", file=file, key="budget")
+        raise UserError(f"{metric} {human(target, 4)} is out of reach: this space spans "
+                        f"[{human(reach[0], 4)}, {human(reach[1], 4)}]", file=file, key="budget")
     config, error = closest
     raise UserError(f"no candidate within tolerance {budget.tolerance:g}; the closest is "
                     f"{_describe(config)} with budget error {error:+.4f}", file=file, key="budget.tolerance")
 
 
-def _fmt(value: float) -> str:
-    for scale, suffix in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "K")):
-        if abs(value) >= scale:
-            return f"{value / scale:.4g}{suffix}"
-    return f"{value:.4g}"
 
 
 def _describe(fields: dict) -> str:

@@ -1,5 +1,5 @@
-"""The one error type users see: exit code 2 and one line naming file, key and problem;
-and `duration`, how every command writes a time span."""
+"""What every part shares: the one error type users see (exit code 2, one line naming file,
+key and problem), and how every output writes a count (`human`) and a time span (`duration`)."""
 
 import math
 
@@ -20,3 +20,14 @@ def duration(seconds: float | None) -> str:
     if seconds >= 3600:
         return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
     return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
+
+
+def human(n: float | None, digits: int = 3) -> str:
+    """1234567 -> '1.23M': SI prefixes (K, M, G, T, P, E), the same in tables, labels, hover
+    text and messages; `–` when unknown."""
+    if n is None or (isinstance(n, float) and math.isnan(n)):
+        return "–"
+    for unit, scale in (("E", 1e18), ("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("K", 1e3)):
+        if abs(n) >= scale:
+            return f"{n / scale:.{digits}g}{unit}"
+    return f"{n:.{digits}g}"

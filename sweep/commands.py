@@ -17,7 +17,7 @@ from typing import Any
 
 from shapesweep.sweep.strategies import SAMPLERS, STRATEGIES
 
-from shapesweep.common import UserError, duration
+from shapesweep.common import UserError, duration, human
 
 FOLDER_FORMATS = {"hf": "shapesweep.trainers.hf_export", "torch": "shapesweep.trainers.torch_export"}
 EXPORT_METRICS = ("val_loss", "best_val_loss", "val_ppl", "train_loss", "psnr", "ssim", "tokens",
@@ -373,7 +373,6 @@ def _sweeps_table(args: argparse.Namespace, records: dict, names: list[str], tri
 def _trials_table(name: str, trials, top: int):
     """The trials best first; an error column only when a trial has an error text."""
     from rich.table import Table
-    from shapesweep.dashboards.frames import human
 
     table = Table(title=f"trials of {name}, best first (by val_loss)")
     errors = trials["error"].fillna("").astype(str).str.strip() if not trials.empty else None
@@ -397,7 +396,6 @@ def _trials_table(name: str, trials, top: int):
 def _running_table(name: str, running):
     """Trials training now (`shapesweep.results.live`): latest loss, tokens of the budget, ETA."""
     from rich.table import Table
-    from shapesweep.dashboards.frames import human
 
     table = Table(title=f"running now in {name} (latest evaluation)")
     for column in ("trial_id", "val_loss", "tokens", "elapsed", "ETA"):

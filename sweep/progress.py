@@ -23,7 +23,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from shapesweep.common import duration
+from shapesweep.common import duration, human
 
 
 def _is_tty(stream: Any) -> bool:
@@ -112,7 +112,6 @@ class SweepProgress(Callback):
         return done, planned, rate, left
 
     def progress_line(self) -> str:
-        from shapesweep.dashboards.frames import human
 
         done, planned, rate, left = self.eta()
         ended = self.done + self.stopped + self.failed
@@ -124,7 +123,6 @@ class SweepProgress(Callback):
 
     def render(self) -> Table:
         """A narrow layout (label, value): it fits 80 columns and keeps the best key whole."""
-        from shapesweep.dashboards.frames import human
 
         done, planned, rate, left = self.eta()
         table = Table.grid(padding=(0, 2))

@@ -37,7 +37,7 @@ from ray.tune import Callback
 from shapesweep.results import live
 from shapesweep.results.rows import CURVE_FIELDS, TrialRecord, final_metrics
 
-from shapesweep.common import UserError
+from shapesweep.common import UserError, human
 from shapesweep.families import base as families
 
 OPTIONS_FILE = "sweep.json"  # how the sweep was run, so `resume NAME` can run it again
@@ -434,7 +434,6 @@ def _scheduler(options: SweepOptions, budgets: set[int] | None, per_step: int = 
                         key="--grace-tokens")
     if not options.reduction_factor > 1:
         raise UserError("must be more than 1", key="--reduction-factor")
-    from shapesweep.dashboards.frames import human
 
     line = (f"ASHA will stop trials from {human(grace)} tokens ({grace / per_step:.0f} steps, "
             f"{grace / budget:.0%} of the {human(budget)}-token budget; --grace-tokens sets it); "

@@ -23,6 +23,8 @@ from shapesweep.results.store import write_trial
 from shapesweep.search_spaces.configs import TrainConfig, make_config
 from synthetic import synthetic_sweep
 
+from shapesweep.common import human
+
 HOSTILE = "<script>alert(1)</script>"
 ARTIFACTS = Path(__file__).parent / "artifacts"
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
@@ -310,7 +312,6 @@ def _running_points(driver) -> int:
 def test_serve_draws_a_running_trials_curve_as_it_grows(browser, tmp_path):
     """A live file in the sweep folder shows as a curve in `serve`; points appended to it
     appear after a poll; the stopped trial says where ASHA stopped it."""
-    from shapesweep.dashboards.frames import human
 
     root = str(tmp_path / "store")
     add, stopped_at = _live_store(root)

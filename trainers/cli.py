@@ -8,7 +8,7 @@ import sys
 
 from shapesweep.search_spaces.configs import parse_count
 
-from shapesweep.common import UserError, duration
+from shapesweep.common import UserError, duration, human
 
 SPACE_KEYS = ("budget", "search", "solve", "variants", "constraints", "seeds")  # only a space has them
 
@@ -76,7 +76,6 @@ def _is_tty(stream) -> bool:
 
 def _evaluation_line(metrics: dict) -> None:
     """One evaluation as a plain, flushed line (a log cannot show a redrawn bar)."""
-    from shapesweep.dashboards.frames import human
 
     tokens, elapsed = metrics.get("tokens") or 0, metrics.get("elapsed_s") or 0.0
     scores = " ".join(f"{name} {metrics[name]:.4f}" for name in ("train_loss", "val_loss", "psnr")
