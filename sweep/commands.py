@@ -439,7 +439,8 @@ def status(args: argparse.Namespace) -> int:
         return 0
     if record is not None:
         console.print(f"[bold]{record.name}[/]  space {record.space_name} ({record.space_hash})  "
-                      f"status {record.status}  candidates {record.n_candidates}")
+                      f"status {record.status}  {len(document['candidates'])} candidates, "
+                      f"{record.n_candidates} trials")  # the catalog's n_candidates counts trials
     counts = trials["status"].value_counts().to_dict() if not trials.empty else {}
     counts |= {"running": len(running)} if len(running) else {}
     console.print("  ".join(f"{k.replace('_', ' ')}: {v}" for k, v in sorted(counts.items()))
