@@ -88,6 +88,7 @@ def build_payload(root: str, sweeps: list[str] | None = None, title: str | None 
     """The JSON the page renders: sweeps, filter values, per-trial rows, figures."""
     from shapesweep.dashboards.figures import applicable_figures, metric_for
     from shapesweep.dashboards.frames import LOWER_IS_BETTER, METRIC_LABELS, with_derived
+    from shapesweep.dashboards.views import analysis_views
     from shapesweep.results.store import load_layers
 
     trials, curves = load_frames(root, sweeps, cache)
@@ -126,6 +127,7 @@ def build_payload(root: str, sweeps: list[str] | None = None, title: str | None 
     }
     rows["hover"] = trials["hover"].tolist()
     figures = applicable_figures(trials, curves, load_layers(root, sweeps, cache=cache)) if len(trials) else []
+    figures += analysis_views(trials) if len(trials) else []
     parts = [f'{{"id": {json.dumps(fid)}, "figure": {_compact(fig).to_json()}}}' for fid, fig in figures]
     return json.dumps(head, default=str)[:-1] + ', "figures": [' + ", ".join(parts) + "]}"
 

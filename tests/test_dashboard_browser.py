@@ -79,7 +79,7 @@ def _check_every_figure_renders(driver) -> list[str]:
     assert len(figures) >= 10
     for figure in figures:
         assert figure.find_elements(By.CSS_SELECTOR, "svg.main-svg"), figure.get_attribute("id")
-        drawn = figure.find_elements(By.CSS_SELECTOR, ".scatterlayer .trace, .barlayer .trace")
+        drawn = figure.find_elements(By.CSS_SELECTOR, ".scatterlayer .trace, .barlayer .trace, .parcoords .y-axis")
         assert drawn, f"{figure.get_attribute('id')} has no traces drawn"
     return [f.get_attribute("id") for f in figures]
 
