@@ -44,7 +44,10 @@ X_AXES = {
     "training_flops": "training FLOPs",
     "kv_cache_per_token": "KV cache per token (elements)",
     "wall_time_s": "wall time (s)",
+    # Seed 004 counts W_in in its Pareto parameters, trained or fixed (`params_total` holds the trainable ones).
+    "params_incl_frozen": "parameters incl. W_in (trainable + fixed)",
 }
+LM_X_AXES = [x for x in X_AXES if x != "params_incl_frozen"]  # an LM freezes nothing
 BASELINE = "conventional"
 LM = ("conventional", "hourglass", "variable_width")
 MANY_POINTS = 4000  # above this, WebGL traces keep the browser responsive
@@ -111,6 +114,7 @@ def pareto_figure(trials: pd.DataFrame, x: str = "params_non_embedding",
     _other_tuned_trace(fig, others[others[x].notna() & (others[x] > 0)] if x in others else others, x)
     trace = _scatter(len(means))
     sweeps_per_design = means.groupby("design")["sweep"].nunique()
+    counted = x == "params_incl_frozen"  # say what the trainable part is, beside the counted one
     for i, ((sweep, series), group) in enumerate(means.groupby(["sweep", "design"], sort=True)):
         name = _series_name([series], n_sweeps, sweep)
         # A design's own colour, unless it is in several sweeps: then each gets one of its own.
@@ -118,8 +122,9 @@ def pareto_figure(trials: pd.DataFrame, x: str = "params_non_embedding",
         fig.add_trace(trace(
             x=group[x], y=group["mean"], mode="markers", name=name, legendgroup=name, showlegend=False,
             marker=dict(color=c, size=7, opacity=0.55),
-            error_y=_errors(group, c),
-            customdata=_points(group), hovertemplate="%{customdata[1]}<br>%{y:.4g} ± %{error_y.array:.2g}<extra></extra>",
+            error_y=_errors(group, c), text=_trainable(group) if counted else None,
+            customdata=_points(group), hovertemplate="%{customdata[1]}<br>" + ("%{text}<br>" if counted else "")
+            + "%{y:.4g} ± %{error_y.array:.2g}<extra></extra>",
             meta={"rows": True}))
         front = group.iloc[pareto_front(group[x].to_numpy(float), group["mean"].to_numpy(float), lower)]
         fig.add_trace(go.Scatter(
@@ -130,6 +135,16 @@ def pareto_figure(trials: pd.DataFrame, x: str = "params_non_embedding",
             meta={"sweep": sweep, "family": group["family"].iloc[0]}))
     title = f"Pareto frontier: {METRIC_LABELS[metric]} vs {X_AXES[x]}"
     return layout(fig, title, X_AXES[x], METRIC_LABELS[metric], log_x=True)
+
+
+def with_input_projection(trials: pd.DataFrame) -> pd.DataFrame:
+    """`params_incl_frozen`: the trainable parameters plus a fixed W_in (seed 004's count)."""
+    return trials.assign(params_incl_frozen=trials["params_total"] + trials["params_frozen"].fillna(0))
+
+
+def _trainable(frame: pd.DataFrame) -> list[str]:
+    return [f"{human(counted)} parameters incl. W_in, {human(trainable)} trainable"
+            for counted, trainable in zip(frame["params_incl_frozen"], frame["params_total"], strict=True)]
 
 
 def _errors(frame: pd.DataFrame, c: str | None = None) -> dict:
@@ -502,9 +517,9 @@ def applicable_figures(trials: pd.DataFrame, curves: pd.DataFrame,
     from shapesweep.dashboards.scaling import scaling_figure
 
     lm = trials[trials["family"].isin(LM)]
-    vision = trials[trials["family"] == "vision_mlp"]
+    vision = with_input_projection(trials[trials["family"] == "vision_mlp"])
     vision_metric = metric_for(vision) if len(vision) else "psnr"
-    pareto = [(f"pareto-lm-{x}", lambda x=x: pareto_figure(lm, x, "val_loss")) for x in X_AXES]
+    pareto = [(f"pareto-lm-{x}", lambda x=x: pareto_figure(lm, x, "val_loss")) for x in LM_X_AXES]
     builders = pareto[:1] + [
         ("ucurve", lambda: ucurve_figure(lm)),
         ("ratio", lambda: ratio_figure(lm)),
@@ -518,7 +533,7 @@ def applicable_figures(trials: pd.DataFrame, curves: pd.DataFrame,
         ("curves-lm", lambda: learning_curves_figure(lm, curves)),
     ]
     builders += [(f"pareto-vision-{x}", lambda x=x: pareto_figure(vision, x, vision_metric))
-                 for x in ("params_total", "training_flops", "wall_time_s")]
+                 for x in ("params_incl_frozen", "training_flops", "wall_time_s")]
     builders += [("vs-baseline-vision", lambda: baseline_figure(vision, vision_metric)),
                  ("rank-fidelity-vision", lambda: rank_fidelity_figure(vision, curves, vision_metric)),
                  ("curves-vision", lambda: learning_curves_figure(vision, curves))]

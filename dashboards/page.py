@@ -151,7 +151,8 @@ function drawTable() {
     section.appendChild(el("h2", "Top trials by " + m.label));
     section.appendChild(el("div", idx.length + " completed trials match the filters", {class: "muted top-count"}));
     const table = el("table"), head = el("tr"), body = el("tbody");
-    for (const h of ["#", "sweep", "family", "shape", "non-emb params", "train FLOPs", m.label, "seed", "trial"]) head.appendChild(el("th", h));
+    const params = m.name === "val_loss" ? "non-emb params" : "trainable params";  // vision: W_in only if trained
+    for (const h of ["#", "sweep", "family", "shape", params, "train FLOPs", m.label, "seed", "trial"]) head.appendChild(el("th", h));
     table.appendChild(el("thead")).appendChild(head);
     table.appendChild(body);
     idx.slice(0, 20).forEach((i, rank) => {

@@ -9,12 +9,13 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
-from shapesweep.dashboards.frames import with_derived
+from shapesweep.dashboards.figures import applicable_figures
+from shapesweep.dashboards.frames import human, with_derived
 from shapesweep.dashboards.report import build_payload
 from shapesweep.dashboards.synthetic import synthetic_sweep, write_synthetic
 from shapesweep.dashboards.views import MIN_IMPORTANCE, MISSING, analysis_views, sweep_views, twins
 from shapesweep.results.schema import TRIAL_COLUMNS
-from shapesweep.results.store import load_trials, write_trial
+from shapesweep.results.store import load_curves, load_trials, write_trial
 from shapesweep.search_spaces.accounting import account
 from shapesweep.search_spaces.configs import config_key, make_config
 
@@ -100,3 +101,23 @@ def test_the_report_payload_carries_every_sweeps_views(tmp_path):
     assert [i for i in ids if i.startswith("views-")] == [
         f"views-{kind}-{n}" for n in (0, 1) for kind in ("parallel", "importance", "slices")]
     assert analysis_views(with_derived(load_trials(str(tmp_path), ["a"])))[0][0] == "views-parallel-0"
+
+
+def test_the_vision_pareto_counts_w_in_and_names_the_trainable_part(tmp_path):
+    """Seed 004 counts W_in, fixed or trained, in its Pareto parameters."""
+    write_synthetic(str(tmp_path), "mlp", 48, families=("vision_mlp",), budgets=(3e8,), seeds=1, seed=2)
+    trials = with_derived(load_trials(str(tmp_path), ["mlp"]))
+    assert set(trials["input_projection"]) == {"fixed", "trained"}
+    fig = dict(applicable_figures(trials, load_curves(str(tmp_path), ["mlp"])))["pareto-vision-params_incl_frozen"]
+    assert fig.layout.xaxis.title.text == "parameters incl. W_in (trainable + fixed)"
+    points = [t for t in fig.data if t.meta and t.meta.get("rows") and not t.meta.get("other_tuned")]
+    shown = {int(p[0]): (x, text) for t in points for p, x, text in zip(t.customdata, t.x, t.text, strict=True)}
+    rows = trials.set_index("row_id")
+    fixed = 0
+    for row_id, (x, text) in shown.items():
+        row = rows.loc[row_id]
+        w_in = row["d_x"] * row["d_z"] if row["input_projection"] == "fixed" else 0
+        assert row["params_frozen"] == w_in and x == row["params_total"] + w_in
+        assert text == f"{human(x)} parameters incl. W_in, {human(row['params_total'])} trainable"
+        fixed += w_in > 0
+    assert 0 < fixed < len(shown)

@@ -68,6 +68,11 @@ def test_views_in_the_report(synthetic_store, browser, tmp_path):  # noqa: F811 
     # mlp has 4 candidates: its views draw what they can, the importance says why it cannot.
     assert _texts(browser, "views-importance-0", ".textpoint text") == ["4 candidates: fANOVA needs at least 8"]
     assert METRIC_LABELS["psnr"] in _texts(browser, "views-parallel-0", ".parcoords .axis-title")
+    # Seed 004's Pareto counts W_in; its table names the trainable count.
+    assert _texts(browser, "pareto-vision-params_incl_frozen", ".xtitle") == [
+        "parameters incl. W_in (trainable + fixed)"]
+    heads = [th.text for th in browser.find_elements(By.CSS_SELECTOR, "section.top[data-metric='psnr'] th")]
+    assert "trainable params" in heads and "non-emb params" not in heads
     assert _console_errors(browser) == []
     browser.execute_script("arguments[0].scrollIntoView()", browser.find_element(By.ID, "fig-views-parallel-2"))
     ARTIFACTS.mkdir(exist_ok=True)
