@@ -16,7 +16,8 @@ from typing import Any
 
 from shapesweep.common import UserError
 
-FOLDER_FORMATS = {"hf": "shapesweep.trainers.hf_export", "torch": "shapesweep.trainers.torch_export"}
+FOLDER_FORMATS = {"hf": "shapesweep.trainers.hf_export", "litgpt": "shapesweep.trainers.litgpt_export",
+                  "torch": "shapesweep.trainers.torch_export"}
 EXPORT_METRICS = ("val_loss", "best_val_loss", "val_ppl", "train_loss", "psnr", "ssim", "tokens",
                   "steps", "wall_time_s", "tokens_per_s")
 
