@@ -86,21 +86,23 @@ def _category_order(text: str) -> tuple[int, float, str]:
         return (1, math.inf, text)
 
 
+def _param(values: pd.Series) -> tuple[optuna.distributions.BaseDistribution, list]:
+    """One field as an Optuna parameter: its distribution and each candidate's value."""
+    if categorical(values):
+        labels, choices = _categories(values)
+        return optuna.distributions.CategoricalDistribution(choices), labels
+    numbers = values.astype(float)
+    if (numbers == numbers.round()).all():
+        ints = numbers.astype(int)
+        return optuna.distributions.IntDistribution(int(ints.min()), int(ints.max())), ints.tolist()
+    return optuna.distributions.FloatDistribution(float(numbers.min()), float(numbers.max())), numbers.tolist()
+
+
 def importances(means: pd.DataFrame, fields: list[str], metric: str) -> pd.Series:
     """fANOVA importance of each field for `metric` (sums to 1), largest first."""
     distributions, params = {}, {}
     for f in fields:
-        if categorical(means[f]):
-            labels, choices = _categories(means[f])
-            distributions[f] = optuna.distributions.CategoricalDistribution(choices)
-            params[f] = labels
-        else:
-            values = means[f].astype(float)
-            integer = bool((values == values.round()).all())
-            kind = optuna.distributions.IntDistribution if integer else optuna.distributions.FloatDistribution
-            distributions[f] = kind(int(values.min()) if integer else values.min(),
-                                    int(values.max()) if integer else values.max())
-            params[f] = values.astype(int).tolist() if integer else values.tolist()
+        distributions[f], params[f] = _param(means[f])
     trials = [optuna.trial.create_trial(params={f: params[f][i] for f in fields}, distributions=distributions,
                                         value=float(value))
               for i, value in enumerate(means["mean"])]
