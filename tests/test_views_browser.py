@@ -100,6 +100,7 @@ def test_views_in_the_live_dashboard(browser, live):  # noqa: F811 - the fixture
     _open(browser, live)
     _check_lm_views(browser, 2)
     assert _console_errors(browser) == []
+    browser.get("about:blank")  # stop polling before the server goes away
 
 
 @pytest.mark.slow
@@ -115,6 +116,7 @@ def test_figure_7_from_a_real_sweep(local_ray, browser, tmp_path):  # noqa: F811
     assert sorted(trials["shape"]) == ["bottleneck", "constant"] and len(layers)
     out = tmp_path / "report.html"
     assert run("dashboard", "tiny-vformer", "--root", str(root), "--out", str(out)) == 0
+    _console_errors(browser)  # read: the log holds this page's messages only
     _open(browser, out.as_uri())
 
     panels = _texts(browser, "layers", ".annotation-text")  # the subplot titles
