@@ -49,7 +49,10 @@ X_AXES = {
     "training_flops": "training FLOPs",
     "kv_cache_per_token": "KV cache per token (elements)",
     "wall_time_s": "wall time (s)",
+    # Seed 004 counts W_in in its Pareto parameters, trained or fixed (`params_total` holds the trainable ones).
+    "params_incl_frozen": "parameters incl. W_in (trainable + fixed)",
 }
+LM_X_AXES = [x for x in X_AXES if x != "params_incl_frozen"]  # an LM freezes nothing
 MANY_POINTS = 4000  # above this, WebGL traces keep the browser responsive
 
 
@@ -92,6 +95,7 @@ def pareto_figure(trials: pd.DataFrame, x: str = "params_non_embedding",
     _stopped_trace(fig, trials, x, metric)
     trace = _scatter(len(means))
     sweeps_per_design = means.groupby("design")["sweep"].nunique()
+    counted = x == "params_incl_frozen"  # say what the trainable part is, beside the counted one
     for i, ((sweep, series), group) in enumerate(means.groupby(["sweep", "design"], sort=True)):
         name = _series_name([series], n_sweeps, sweep)
         # A design's own colour, unless it is in several sweeps: then each gets one of its own.
@@ -99,7 +103,7 @@ def pareto_figure(trials: pd.DataFrame, x: str = "params_non_embedding",
         fig.add_trace(trace(
             x=group[x], y=group["mean"], mode="markers", name=name, legendgroup=name, showlegend=False,
             marker=dict(color=c, size=7, opacity=0.55),
-            error_y=_errors(group, c), text=_spread_text(group),
+            error_y=_errors(group, c), text=_hover_extra(group, counted),
             customdata=point_data(group), hovertemplate="%{customdata[1]}<br>%{y:.4g}%{text}<extra></extra>",
             meta={"rows": True}))
         front = group.iloc[pareto_front(group[x].to_numpy(float), group["mean"].to_numpy(float), lower)]
@@ -160,6 +164,22 @@ def searched_figure(trials: pd.DataFrame, metric: str = "val_loss") -> go.Figure
     return layout(fig, f"Iso-budget sweep: {METRIC_LABELS[metric]} vs {dim} "
                   f"(non-embedding params {human(params.min())}–{human(params.max())})",
                   dim + (" (log)" if log else ""), METRIC_LABELS[metric], log_x=log)
+
+
+def with_input_projection(trials: pd.DataFrame) -> pd.DataFrame:
+    """`params_incl_frozen`: the trainable parameters plus a fixed W_in (seed 004's count)."""
+    return trials.assign(params_incl_frozen=trials["params_total"] + trials["params_frozen"].fillna(0))
+
+
+def _trainable(frame: pd.DataFrame) -> list[str]:
+    return [f"{human(counted)} parameters incl. W_in, {human(trainable)} trainable"
+            for counted, trainable in zip(frame["params_incl_frozen"], frame["params_total"], strict=True)]
+
+
+def _hover_extra(frame: pd.DataFrame, counted: bool) -> list[str]:
+    """Hover text after the mean: its spread, and (seed 004) the parameters with W_in."""
+    spread = _spread_text(frame)
+    return [s + f"<br>{p}" for s, p in zip(spread, _trainable(frame), strict=True)] if counted else spread
 
 
 def _errors(frame: pd.DataFrame, c: str | None = None) -> dict:
@@ -620,9 +640,9 @@ def applicable_figures(trials: pd.DataFrame, curves: pd.DataFrame,
     """(id, figure) for every figure whose columns and families the data has (`layers`:
     `shapesweep.results.store.load_layers`, for seed 002's representation figure)."""
     is_lm = trials["family"].isin(language_models())
-    lm, vision = trials[is_lm], trials[~is_lm]
+    lm, vision = trials[is_lm], with_input_projection(trials[~is_lm])
     vision_metric = metric_for(vision) if len(vision) else "psnr"
-    pareto = [(f"pareto-lm-{x}", lambda x=x: pareto_figure(lm, x, "val_loss")) for x in X_AXES]
+    pareto = [(f"pareto-lm-{x}", lambda x=x: pareto_figure(lm, x, "val_loss")) for x in LM_X_AXES]
     builders = pareto[:1] + [
         ("searched-lm", lambda: searched_figure(lm)),
         ("ucurve", lambda: ucurve_figure(lm)),
@@ -637,7 +657,7 @@ def applicable_figures(trials: pd.DataFrame, curves: pd.DataFrame,
         ("curves-lm", lambda: learning_curves_figure(lm, curves)),
     ]
     builders += [(f"pareto-vision-{x}", lambda x=x: pareto_figure(vision, x, vision_metric))
-                 for x in ("params_total", "training_flops", "wall_time_s")]
+                 for x in ("params_incl_frozen", "training_flops", "wall_time_s")]
     builders += [("vs-baseline-vision", lambda: baseline_figure(vision, vision_metric)),
                  ("rank-fidelity-vision", lambda: rank_fidelity_figure(vision, curves, vision_metric)),
                  ("curves-vision", lambda: learning_curves_figure(vision, curves))]

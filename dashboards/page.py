@@ -155,7 +155,8 @@ function drawTable() {
     section.appendChild(el("div", (idx.length > shown ? "the best " + shown + " of " : "") + idx.length +
       " completed trials that match the filters", {class: "muted top-count"}));
     const table = el("table"), head = el("tr"), body = el("tbody");
-    for (const h of ["#", "sweep", "family", "shape", "non-emb params", "train FLOPs", m.label, "seed", "trial"]) head.appendChild(el("th", h));
+    const params = m.name === "val_loss" ? "non-emb params" : "trainable params";  // vision: W_in only if trained
+    for (const h of ["#", "sweep", "family", "shape", params, "train FLOPs", m.label, "seed", "trial"]) head.appendChild(el("th", h));
     table.appendChild(el("thead")).appendChild(head);
     table.appendChild(body);
     idx.slice(0, TOP_ROWS).forEach((i, rank) => {

@@ -95,6 +95,7 @@ def build_payload(root: str, sweeps: list[str] | None = None, title: str | None 
         language_models,
         with_derived,
     )
+    from shapesweep.dashboards.views import analysis_views
     from shapesweep.results.store import load_layers
 
     trials, curves = load_frames(root, sweeps, cache)
@@ -136,6 +137,7 @@ def build_payload(root: str, sweeps: list[str] | None = None, title: str | None 
     }
     rows["hover"] = trials["hover"].tolist()
     figures = applicable_figures(trials, curves, load_layers(root, sweeps, cache=cache)) if len(trials) else []
+    figures += analysis_views(trials) if len(trials) else []
     parts = [f'{{"id": {json.dumps(fid)}, "figure": {_compact(fig).to_json()}}}' for fid, fig in figures]
     return json.dumps(head, default=str)[:-1] + ', "figures": [' + ", ".join(parts) + "]}"
 

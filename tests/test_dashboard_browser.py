@@ -81,7 +81,7 @@ def _check_every_figure_renders(driver) -> list[str]:
     assert len(figures) >= 10
     for figure in figures:
         assert figure.find_elements(By.CSS_SELECTOR, "svg.main-svg"), figure.get_attribute("id")
-        drawn = figure.find_elements(By.CSS_SELECTOR, ".scatterlayer .trace, .barlayer .trace")
+        drawn = figure.find_elements(By.CSS_SELECTOR, ".scatterlayer .trace, .barlayer .trace, .parcoords .y-axis")
         assert drawn, f"{figure.get_attribute('id')} has no traces drawn"
     return [f.get_attribute("id") for f in figures]
 
@@ -221,7 +221,10 @@ def _figure_problems(driver) -> list[str]:
         const id = gd.id, full = gd._fullLayout;
         const drawn = [...gd.querySelectorAll(".scatterlayer .trace path, .barlayer .trace path")]
           .filter((p) => (p.getAttribute("d") || "").length > 2);
-        if (!drawn.length) problems.push(id + ": empty panel");
+        const parallel = gd.querySelectorAll(".parcoords .y-axis").length;  // its axes are its data
+        // A view with nothing to draw says why in one line, on a panel without axes.
+        const note = full.xaxis && full.xaxis.visible === false && gd.querySelector(".textpoint text");
+        if (!drawn.length && !parallel && !note) problems.push(id + ": empty panel");
         const entries = gd.data.filter((t) => t.showlegend !== false && t.name && t.visible !== false).length;
         const legend = gd.querySelector(".legend");
         const items = legend ? [...legend.querySelectorAll(".traces")] : [];
@@ -235,11 +238,12 @@ def _figure_problems(driver) -> list[str]:
           if (bar && bar.getBoundingClientRect().height > 0) problems.push(id + ": legend scrolls");
         }
         for (const axis of ["xaxis", "yaxis"]) {
+          if (!full[axis]) continue;  // parallel coordinates: axes of their own
           const want = (full[axis].title && full[axis].title.text) || "";
           const shown = gd.querySelector("." + axis[0] + "title");
           if (want && (!shown || shown.textContent !== want)) problems.push(id + ": " + axis + " title " + (shown && shown.textContent));
         }
-        if (full.xaxis.type === "log")
+        if (full.xaxis && full.xaxis.type === "log")
           for (const tick of full.xaxis._vals || []) if (tick.text !== human(+Math.pow(10, tick.x).toPrecision(12)))
             problems.push(id + ": log tick " + Math.pow(10, tick.x) + " labelled " + tick.text);
       }

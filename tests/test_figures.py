@@ -68,7 +68,7 @@ def test_every_applicable_figure_is_built_from_the_store(frames):
     ids = [figure_id for figure_id, _ in applicable_figures(trials, curves)]
     for expected in ("pareto-lm-params_non_embedding", "pareto-lm-params_total", "pareto-lm-training_flops",
                      "pareto-lm-kv_cache_per_token", "pareto-lm-wall_time_s", "ucurve", "ratio",
-                     "scaling", "widths", "param-split", "curves-lm", "pareto-vision-params_total",
+                     "scaling", "widths", "param-split", "curves-lm", "pareto-vision-params_incl_frozen",
                      "curves-vision"):
         assert expected in ids
 
@@ -77,11 +77,11 @@ def test_figures_only_where_their_families_apply(frames):
     trials, curves = frames
     conventional = trials[(trials["sweep"] == "ucurve") & (trials["family"] == "conventional")]
     ids = [figure_id for figure_id, _ in applicable_figures(conventional, curves)]
-    assert "ratio" not in ids and "widths" not in ids and "pareto-vision-params_total" not in ids
+    assert "ratio" not in ids and "widths" not in ids and "pareto-vision-params_incl_frozen" not in ids
     assert "ucurve" in ids  # a conventional-only width/depth sweep still has its U-curve
     vision = trials[trials["family"] == "vision_mlp"]
     ids = [figure_id for figure_id, _ in applicable_figures(vision, curves)]
-    assert ids == ["pareto-vision-params_total", "pareto-vision-training_flops",
+    assert ids == ["pareto-vision-params_incl_frozen", "pareto-vision-training_flops",
                    "pareto-vision-wall_time_s", "rank-fidelity-vision", "curves-vision"]
 
 

@@ -1,0 +1,64 @@
+"""`export --format litgpt`: a conventional winner as litgpt's `GPT` (model_config.yaml and
+lit_model.pth), from a sweep written through the real results store and weights from a real
+`shapesweep train --save`. litgpt is installed with --no-deps (it pins an old huggingface_hub)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from shapesweep.trainers.litgpt_export import INSTALL
+from test_export_formats import (  # noqa: F401 - _one_thread is an autouse fixture
+    BASE,
+    MODELS,
+    TRAIN,
+    _export,
+    _one_line_error,
+    _one_thread,
+    _sweep,
+    _tokens,
+    _train_saved,
+)
+
+litgpt = pytest.importorskip("litgpt", reason=f"needs litgpt ({INSTALL})")
+UNTIED = {name: {**fields, "tie_embeddings": False} for name, fields in MODELS.items()}
+
+
+def _gpt(folder):
+    return litgpt.GPT(litgpt.Config.from_file(folder / "model_config.yaml"))
+
+
+@pytest.mark.parametrize("name", sorted(UNTIED))
+def test_model_config_builds_a_gpt_of_exactly_params_total(tmp_path, capsys, name):
+    rows = _sweep(tmp_path / "root", [(UNTIED[name], {})])
+    assert _export(tmp_path / "root", tmp_path / "out", format="litgpt") == 0
+    folder = tmp_path / "out" / f"01-conventional-{rows[0]['key']}"
+    assert capsys.readouterr().out.split() == [str(folder)]
+    assert sorted(p.name for p in folder.iterdir()) == ["model_config.yaml", "shapesweep.yaml"]
+    assert sum(p.numel() for p in _gpt(folder).parameters()) == rows[0]["params_total"]
+
+
+@pytest.mark.parametrize("name", sorted(UNTIED))
+def test_trained_weights_give_shapesweeps_logits(tmp_path, capsys, name):
+    weights, ours = _train_saved(tmp_path, UNTIED[name])
+    capsys.readouterr()
+    rows = _sweep(tmp_path / "root", [(UNTIED[name], {})])
+    assert _export(tmp_path / "root", tmp_path / "out", "--weights", str(weights), format="litgpt") == 0
+    folder = tmp_path / "out" / f"01-conventional-{rows[0]['key']}"
+    theirs = _gpt(folder)
+    theirs.load_state_dict(torch.load(folder / "lit_model.pth"), strict=True)  # every weight named
+    tokens = _tokens()[:, :TRAIN["seq_len"]]  # litgpt refuses sequences beyond block_size (seq_len)
+    with torch.no_grad():
+        expected, got = ours.eval()(tokens), theirs.eval()(tokens)
+    assert expected.std() > 0.1  # trained logits, not a constant both sides would agree on
+    torch.testing.assert_close(got, expected, atol=1e-4, rtol=0)
+
+
+def test_tied_embeddings_and_what_llama_refuses_exit_2_and_write_nothing(tmp_path, capsys):
+    _sweep(tmp_path / "root", [(UNTIED["tied"], {}), (BASE, {})])
+    assert _export(tmp_path / "root", tmp_path / "out", format="litgpt") == 2
+    _one_line_error(capsys, "tied embeddings", "--format hf")
+    _sweep(tmp_path / "root2", [(UNTIED["tied"], {}), ({**UNTIED["tied"], "activation": "relu"}, {})],
+           name="winners")
+    assert _export(tmp_path / "root2", tmp_path / "out", format="litgpt") == 2
+    _one_line_error(capsys, "activation relu", "--format torch")
+    assert not (tmp_path / "out").exists()
