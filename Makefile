@@ -19,6 +19,7 @@ $(VENV)/.installed: pyproject.toml
 	  { echo "$(TORCH_INDEX) unreachable: installing $(TORCH) from the default index"; \
 	    $(PY) -m pip install -q '$(TORCH)'; }
 	$(PY) -m pip install -qq -e '.[dev]'
+	$(PY) -m pip install -q --no-deps 'litgpt>=0.5,<0.6'  # see pyproject's litgpt extra
 	touch $@
 
 # Headless Chromium for the dashboard's browser tests (Debian packages; needs root or sudo).
