@@ -59,6 +59,11 @@ def add_arguments_run(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sampler-seed", type=int, default=0, help="optuna sampler seed")
     parser.add_argument("--log-to", action="append", default=[], metavar="TRACKER",
                         help="also log each trial to mlflow, wandb or tensorboard (repeatable)")
+    parser.add_argument("--max-failures", type=int, default=2,
+                        help="retry a trial whose worker died up to N times, from its last "
+                             "evaluation's checkpoint (default 2)")
+    parser.add_argument("--keep-checkpoints", action="store_true",
+                        help="keep each ended trial's last checkpoint (for export --weights)")
 
 
 def parse_seeds(text: str | None) -> list[int] | None:
@@ -97,6 +102,8 @@ def run(args: argparse.Namespace) -> int:
                         ("--num-samples", args.num_samples)):
         if value is not None and value < 1:
             raise UserError("must be at least 1", key=flag)
+    if args.max_failures < 0:
+        raise UserError("must be 0 or more", key="--max-failures")
     options = SweepOptions(
         space=args.space, name=args.name, root=args.root, address=args.address,
         gpus_per_trial=args.gpus_per_trial, cpus_per_trial=args.cpus_per_trial,
@@ -105,6 +112,7 @@ def run(args: argparse.Namespace) -> int:
         reduction_factor=args.reduction_factor, storage=args.storage, data=args.data,
         multi_objective=args.multi_objective, retry_failed=args.retry_failed,
         sampler_seed=args.sampler_seed, log_to=args.log_to, progress=not args.no_progress,
+        max_failures=args.max_failures, keep_checkpoints=args.keep_checkpoints,
     )
     return _report(run_sweep(options), args.root)
 

@@ -76,6 +76,8 @@ class SweepOptions:
     sampler_seed: int | None = 0
     log_to: list[str] = field(default_factory=list)  # experiment trackers (shapesweep.sweep.trackers)
     progress: bool = True
+    max_failures: int = 2  # retries of a trial whose worker died, from its last checkpoint
+    keep_checkpoints: bool = False  # keep ended trials' last checkpoints (export --weights)
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -553,6 +555,7 @@ def _drive(options: SweepOptions, checked: _Checked, catalog: Any, console: Any)
 
     os.environ.update({k: v for k, v in QUIET_ENV.items() if k not in os.environ})
     from ray import tune
+    from shapesweep.sweep.checkpoints import CheckpointCleaner
     from shapesweep.sweep.progress import SweepProgress
     from shapesweep.sweep.trackers import tracker_callbacks
     from shapesweep.sweep.trainable import run_trial
@@ -581,7 +584,8 @@ def _drive(options: SweepOptions, checked: _Checked, catalog: Any, console: Any)
     resources = {"cpu": options.cpus_per_trial, "gpu": options.gpus_per_trial}
     ray_folder = _ray_storage(options.root, name).resolve()
     tuner = tune.Tuner(
-        tune.with_resources(run_trial, resources),
+        tune.with_resources(tune.with_parameters(run_trial, checkpoints=str(ray_folder)),
+                            resources),
         param_space=param_space,
         tune_config=tune.TuneConfig(
             scheduler=checked.scheduler, num_samples=num_samples,
@@ -594,9 +598,11 @@ def _drive(options: SweepOptions, checked: _Checked, catalog: Any, console: Any)
         run_config=tune.RunConfig(
             name=f"{name}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}",
             storage_path=str(ray_folder), verbose=0,
-            callbacks=[writer, progress, *_ray_loggers(),
+            callbacks=[writer, progress, CheckpointCleaner(ray_folder, options.keep_checkpoints),
+                       *_ray_loggers(),
                        *tracker_callbacks(options.log_to, name, str(ray_folder))],
-            failure_config=tune.FailureConfig(max_failures=0)),
+            failure_config=tune.FailureConfig(max_failures=options.max_failures),
+            checkpoint_config=tune.CheckpointConfig(num_to_keep=1)),
     )
     # Failed trials are reported once, as one line each, by the progress display and in
     # their row's `error`; Ray's own tracebacks stay in ROOT/NAME/_ray/*/error.txt.

@@ -3,7 +3,9 @@
 The loop knows nothing of Ray; this adapter turns its evaluation callback into
 `tune.report`, so ASHA sees `val_loss` over `tokens`. When the scheduler stops a
 trial, Ray makes `tune.report` raise `SystemExit` in this thread; we turn that into
-the loop's own `StopTrial` so it winds down through its documented path.
+the loop's own `StopTrial` so it winds down through its documented path. Every
+evaluation goes with a checkpoint (`shapesweep.trainers.checkpoint`), so a trial whose
+worker dies continues from its last evaluation (`shapesweep.sweep.checkpoints`).
 
 Imports stay inside the function: the worker imports this module per actor, and a
 light module keeps the per-trial overhead small.
@@ -16,6 +18,7 @@ from typing import Any
 
 FINAL_FLAG = "final"  # set on the one report made after the loop returns
 LAYERS_FIELD = "layers_json"  # the final report's analysis rows, as JSON text (loggers skip text)
+START_FIELD = "start_step"  # on every report: the step this attempt of the trial started from
 
 
 def trial_result_fields(result: Any) -> dict[str, Any]:
@@ -29,27 +32,65 @@ def trial_result_fields(result: Any) -> dict[str, Any]:
     return {**scalars, LAYERS_FIELD: json.dumps(layers)} if layers else scalars
 
 
-def run_trial(config: dict[str, Any]) -> None:
-    """Train `config['spec']['document']` (a candidate document) and report every evaluation."""
+def run_trial(config: dict[str, Any], checkpoints: str | None = None) -> None:
+    """Train `config['spec']['document']` (a candidate document) and report every evaluation,
+    each with a checkpoint to continue from. `checkpoints`: the sweep's Ray folder, where a
+    trial that `resume` runs again finds what an earlier, killed run left."""
+    import tempfile
+
     from ray import tune
     from shapesweep.search_spaces.configs import TrainConfig, make_config
+    from shapesweep.trainers import checkpoint
     from shapesweep.trainers.loop import StopTrial, train
 
     spec = config["spec"]
     document = spec["document"]
     model_config = make_config(document["model"] | {"family": document["family"]})
     train_config = TrainConfig(**document["train"])
-    # Tagged on every report: the driver files results by trial, and a multi-objective
-    # Optuna search reads its second objective from the same report.
-    tags = {"trial_key": spec["key"], "seed": spec["seed"], **spec["objectives"]}
+    with tempfile.TemporaryDirectory(prefix="shapesweep-trial-") as folder:
+        replay = _restore(folder, spec["trial_id"], checkpoints)
+        # Tagged on every report: the driver files results by trial, a multi-objective
+        # Optuna search reads its second objective from the same report, and START_FIELD
+        # shows where a restored trial picked up.
+        tags = {"trial_key": spec["key"], "seed": spec["seed"], **spec["objectives"],
+                START_FIELD: checkpoint.saved_step(folder) or 0}
 
-    def report(metrics: dict[str, Any]) -> None:
+        def report(metrics: dict[str, Any], saved: bool = True) -> None:
+            try:
+                tune.report({**metrics, **tags},
+                            checkpoint=tune.Checkpoint.from_directory(folder) if saved else None)
+            except SystemExit as stop:  # the scheduler stopped this trial
+                raise StopTrial("stopped by the scheduler") from stop
+
         try:
-            tune.report({**metrics, **tags})
-        except SystemExit as stop:  # the scheduler stopped this trial
-            raise StopTrial("stopped by the scheduler") from stop
+            for metrics in replay:
+                report(metrics, saved=False)
+        except StopTrial:
+            return
+        result = train(model_config, train_config, data=spec.get("data"), callback=report,
+                       checkpoint_dir=folder, device=spec.get("device"))
+        if not result.stopped:
+            tune.report({**trial_result_fields(result), **tags, FINAL_FLAG: True})
 
-    result = train(model_config, train_config, data=spec.get("data"), callback=report,
-                   device=spec.get("device"))
-    if not result.stopped:
-        tune.report({**trial_result_fields(result), **tags, FINAL_FLAG: True})
+
+def _restore(folder: str, trial_id: str, earlier: str | None) -> list[dict[str, Any]]:
+    """Put the checkpoint this trial continues from into `folder`; return the evaluations
+    to report again. A retry within this run (Tune's FailureConfig) gets its checkpoint
+    from Tune, and this run's driver has every evaluation before it already; a trial an
+    earlier, killed run left unfinished continues from that run's checkpoint, and its
+    evaluations so far are reported again for this run's driver (and ASHA) to see."""
+    import shutil
+
+    from ray import tune
+    from shapesweep.sweep.checkpoints import latest
+    from shapesweep.trainers import checkpoint
+
+    restored = tune.get_checkpoint()
+    if restored is not None:
+        restored.to_directory(folder)
+        return []
+    found = latest(earlier, trial_id) if earlier else None
+    if found is None:
+        return []
+    shutil.copytree(found, folder, dirs_exist_ok=True)
+    return checkpoint.saved_curve(folder)

@@ -333,8 +333,8 @@ def train(model_config, train: TrainConfig, data: str | None = None,
                        "elapsed_s": prior_elapsed + time.perf_counter() - t0}
             curve.append(metrics)
             if checkpoint_dir is not None:
-                checkpoint.save(checkpoint_dir, {
-                    "identity": identity, "model": model.state_dict(),
+                checkpoint.save(checkpoint_dir, model, model_config, train, {
+                    "identity": identity,
                     "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
                     "rng": checkpoint.rng_state(), "step": done, "curve": curve,
                     "elapsed_s": metrics["elapsed_s"], "train_time_s": train_time})
