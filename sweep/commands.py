@@ -16,6 +16,7 @@ from typing import Any
 
 from shapesweep.common import UserError
 
+SWEEP_WEIGHTS = ""  # a bare `export --weights`: from the sweep's kept checkpoints
 FOLDER_FORMATS = {"hf": "shapesweep.trainers.hf_export", "torch": "shapesweep.trainers.torch_export"}
 EXPORT_METRICS = ("val_loss", "best_val_loss", "val_ppl", "train_loss", "psnr", "ssim", "tokens",
                   "steps", "wall_time_s", "tokens_per_s")
@@ -420,9 +421,11 @@ def add_arguments_export(parser: argparse.ArgumentParser) -> None:
                         help="hf: a Hugging Face LlamaForCausalLM folder per config "
                              "(conventional family); torch: a standalone PyTorch model.py "
                              "folder (any LM family); both need shapesweep[hf]")
-    parser.add_argument("--weights", action="append", metavar="DIR",
-                        help="--format hf/torch: a `train --save` folder; its weights go with "
-                             "the exported config of the same shape (repeatable)")
+    parser.add_argument("--weights", action="append", nargs="?", const=SWEEP_WEIGHTS,
+                        metavar="DIR",
+                        help="--format hf/torch: the trained weights go with each config; bare: "
+                             "from the sweep's last checkpoints (run --keep-checkpoints); DIR: "
+                             "a `train --save` folder, with the config of its shape (repeatable)")
     parser.add_argument("--out", required=True, help="folder for the config files")
     parser.add_argument("--include-stopped", action="store_true",
                         help="rank stopped-early trials too (default: completed only)")
@@ -486,7 +489,8 @@ def export(args: argparse.Namespace) -> int:
         documents.append((f"{rank:02d}-{row['family']}-{row['key']}", document))
     if args.format in FOLDER_FORMATS:
         exporter = importlib.import_module(FOLDER_FORMATS[args.format])
-        return _export_folders(documents, Path(args.out), args.weights or [], exporter)
+        folders = _weight_folders(args.root, args.name, documents, args.weights or [])
+        return _export_folders(documents, Path(args.out), folders, exporter)
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -527,6 +531,27 @@ def _typed(document: dict[str, Any]):
     model = document["model"]
     config = make_config({**model, "family": document.get("family") or model.get("family")})
     return config, TrainConfig.model_validate(document.get("train") or {})
+
+
+def _weight_folders(root: str, name: str, documents: list[tuple[str, dict]],
+                    folders: list[str]) -> list[str]:
+    """`--weights` folders, a bare `--weights` standing for the last checkpoint of each
+    exported config's trial (`run --keep-checkpoints` keeps it)."""
+    from shapesweep.sweep.checkpoints import latest
+    from shapesweep.sweep.runner import _ray_storage
+
+    if SWEEP_WEIGHTS not in folders:
+        return folders
+    kept = []
+    for stem, document in documents:
+        trial_id = document["provenance"]["trial_id"]
+        found = latest(_ray_storage(root, name), trial_id)
+        if found is None:
+            raise UserError(f"sweep {name!r} kept no checkpoint of trial {trial_id} ({stem}): "
+                            "run it with --keep-checkpoints, or give a `train --save` folder",
+                            key="--weights")
+        kept.append(str(found))
+    return [folder for folder in folders if folder != SWEEP_WEIGHTS] + kept
 
 
 def _weights(configs: dict[str, tuple], folders: list[str], exporter) -> dict[str, tuple]:

@@ -12,6 +12,8 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
+from safetensors.torch import load_file
 from shapesweep.results.store import load_curves, load_trials, sweep_dir
 from shapesweep.search_spaces.configs import TrainConfig, make_config
 from shapesweep.sweep.trainable import START_FIELD
@@ -52,50 +54,104 @@ def test_weights_of_another_step_are_refused(tmp_path):
         train(config, recipe, checkpoint_dir=str(tmp_path / "a"))
 
 
-def _reports(root: Path, sweep: str) -> list[dict]:
-    """Every evaluation report Tune logged for the sweep's trials, in order."""
-    lines = [line for path in sorted((Path(sweep_dir(str(root), sweep)) / "_ray").glob(
-        "*/*/result.json")) for line in path.read_text().splitlines()]
-    return [report for report in map(json.loads, lines) if "step" in report]
+def _reports(root: Path, sweep: str) -> dict[str, list[dict]]:
+    """Every evaluation report Tune logged for the sweep, by driver run (oldest first)."""
+    runs = sorted(p for p in (Path(sweep_dir(str(root), sweep)) / "_ray").iterdir() if p.is_dir())
+    return {run.name: [report for path in sorted(run.glob("*/result.json"))
+                       for report in map(json.loads, path.read_text().splitlines())
+                       if "step" in report] for run in runs}
 
 
-def _wait_for_reports(root: Path, sweep: str, count: int, process: subprocess.Popen) -> list:
+def _wait_for_reports(root: Path, sweep: str, count: int, process: subprocess.Popen) -> dict:
     deadline = time.monotonic() + 240
-    while len(reports := _reports(root, sweep)) < count:
+    while sum(map(len, (reports := _reports(root, sweep)).values())) < count:
         assert process.poll() is None, process.communicate()
         assert time.monotonic() < deadline, "no evaluation was reported"
         time.sleep(0.02)
     return reports
 
 
-@pytest.mark.slow
-def test_a_trial_whose_worker_is_killed_continues_from_its_last_evaluation(tmp_path):
-    every, steps = 40, 400  # ten evaluations, each well over the time to notice one
-    space_path = write_space(tmp_path, name="lost-worker", search={"n_layers": [2]},
-                             train={**TINY_TRAIN, "tokens": steps * TINY_TRAIN["batch_tokens"],
-                                    "eval_every": every})
-    root = tmp_path / "sweeps"
-    driver = subprocess.Popen(
+def _start(space_path: Path, root: Path, *options: str) -> subprocess.Popen:
+    """A driver of one long trial (ten evaluations) in its own process group."""
+    return subprocess.Popen(
         [sys.executable, "-m", "shapesweep.sweep.cli", "run", str(space_path), "--root",
-         str(root), "--scheduler", "fifo", "--no-progress"],
+         str(root), "--scheduler", "fifo", "--no-progress", *options],
         env=CHILD_ENV, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         text=True)
-    os.kill(_wait_for_reports(root, "lost-worker", 2, driver)[-1]["pid"], signal.SIGKILL)
+
+
+EVERY, STEPS = 40, 400  # ten evaluations, each well over the time it takes to notice one
+
+
+def _space(tmp_path: Path, name: str) -> Path:
+    return write_space(tmp_path, name=name, search={"n_layers": [2]},
+                       train={**TINY_TRAIN, "tokens": STEPS * TINY_TRAIN["batch_tokens"],
+                              "eval_every": EVERY})
+
+
+def _check_curve(root: Path, sweep: str, save_dir: Path | None = None):
+    """The sweep's one trial completed with the curve and final loss of an uninterrupted run."""
+    (row,) = load_trials(str(root), [sweep]).itertuples()
+    assert row.status == "completed"
+    curve = load_curves(str(root), [sweep])
+    assert list(curve["step"]) == list(range(EVERY, STEPS + 1, EVERY))  # none repeated or missing
+    document = json.loads(row.config_json)
+    whole = train(make_config(document["model"] | {"family": document["family"]}),
+                  TrainConfig(**document["train"]), save_dir=save_dir)
+    assert row.val_loss == pytest.approx(whole.val_loss, abs=1e-6)
+    assert list(curve["val_loss"]) == pytest.approx([m["val_loss"] for m in whole.curve], abs=1e-6)
+
+
+def _resumed_at(starts: list[int]) -> int:
+    """Where an attempt that continued from a checkpoint started (one value, past 2 evaluations)."""
+    assert len(set(starts)) == 1 and starts[0] >= 2 * EVERY, starts
+    return starts[0]
+
+
+@pytest.mark.slow
+def test_a_trial_whose_worker_is_killed_continues_from_its_last_evaluation(tmp_path):
+    space_path, root = _space(tmp_path, "lost-worker"), tmp_path / "sweeps"
+    driver = _start(space_path, root, "--keep-checkpoints")
+    (reports,) = _wait_for_reports(root, "lost-worker", 2, driver).values()
+    os.kill(reports[-1]["pid"], signal.SIGKILL)
     code, _, err = driver.wait(timeout=300), *driver.communicate()
     assert code == 0, err[-2000:]
 
-    (row,) = load_trials(str(root), ["lost-worker"]).itertuples()
-    assert row.status == "completed"
-    curve = load_curves(str(root), ["lost-worker"])
-    assert list(curve["step"]) == list(range(every, steps + 1, every))  # none repeated or missing
-    starts = [report[START_FIELD] for report in _reports(root, "lost-worker")]
-    resumed = starts[-1]  # the retry picked up at the evaluation before the kill, not at 0
-    assert resumed >= 2 * every
-    assert starts == [0] * (resumed // every) + [resumed] * ((steps - resumed) // every)
-    document = json.loads(row.config_json)
-    whole = train(make_config(document["model"] | {"family": document["family"]}),
-                  TrainConfig(**document["train"]))
-    assert row.val_loss == pytest.approx(whole.val_loss, abs=1e-6)
-    assert list(curve["val_loss"]) == pytest.approx([m["val_loss"] for m in whole.curve], abs=1e-6)
-    # The trial ended: its checkpoints are gone (no --keep-checkpoints).
-    assert not list((Path(sweep_dir(str(root), "lost-worker")) / "_ray").glob("*/*/checkpoint_*"))
+    _check_curve(root, "lost-worker", save_dir=tmp_path / "whole")
+    (reports,) = _reports(root, "lost-worker").values()
+    starts = [report[START_FIELD] for report in reports]
+    resumed = _resumed_at(starts[-1:])  # the retry picked up at its last evaluation, not at 0
+    assert starts == [0] * (resumed // EVERY) + [resumed] * ((STEPS - resumed) // EVERY)
+
+    # --keep-checkpoints: the exported weights are the trial's last, those of the whole run.
+    assert run("export", "lost-worker", "--root", str(root), "--top", "1", "--format", "torch",
+               "--weights", "--out", str(tmp_path / "out")) == 0
+    (exported,) = (tmp_path / "out").glob(f"*/{checkpoint.WEIGHTS}")
+    whole = load_file(str(tmp_path / "whole" / checkpoint.WEIGHTS))
+    assert load_file(str(exported)).keys() == whole.keys()
+    assert all(torch.allclose(t, whole[n], atol=1e-6) for n, t in load_file(str(exported)).items())
+
+
+@pytest.mark.slow
+def test_resume_of_a_killed_driver_continues_the_trial_from_its_checkpoint(tmp_path, capsys):
+    space_path, root = _space(tmp_path, "lost-driver"), tmp_path / "sweeps"
+    driver = _start(space_path, root)
+    _wait_for_reports(root, "lost-driver", 2, driver)
+    os.killpg(driver.pid, signal.SIGKILL)  # the driver and the Ray it started
+    driver.wait()
+    assert run("resume", "lost-driver", "--root", str(root)) == 0
+
+    _check_curve(root, "lost-driver")
+    first, second = _reports(root, "lost-driver").values()
+    assert {report[START_FIELD] for report in first} == {0}
+    resumed = _resumed_at([report[START_FIELD] for report in second])
+    assert [r["step"] for r in second] == list(range(EVERY, STEPS + 1, EVERY))  # replayed first
+    assert resumed <= len(first) * EVERY + EVERY
+    # The trial ended: its checkpoints are gone, from both runs, and export says so.
+    assert not list((Path(sweep_dir(str(root), "lost-driver")) / "_ray").glob("*/*/checkpoint_*"))
+    capsys.readouterr()
+    assert run("export", "lost-driver", "--root", str(root), "--top", "1", "--format", "torch",
+               "--weights", "--out", str(tmp_path / "out")) == 2
+    error = capsys.readouterr().err.strip().splitlines()
+    assert len(error) == 1 and "kept no checkpoint of trial" in error[0], error
+    assert not (tmp_path / "out").exists()
