@@ -56,7 +56,7 @@ def test_weights_of_another_step_are_refused(tmp_path):
 
 def _reports(root: Path, sweep: str) -> dict[str, list[dict]]:
     """Every evaluation report Tune logged for the sweep, by driver run (oldest first)."""
-    runs = sorted(p for p in (Path(sweep_dir(str(root), sweep)) / "_ray").iterdir() if p.is_dir())
+    runs = sorted(p for p in (Path(sweep_dir(str(root), sweep)) / "_ray").glob("*") if p.is_dir())
     return {run.name: [report for path in sorted(run.glob("*/result.json"))
                        for report in map(json.loads, path.read_text().splitlines())
                        if "step" in report] for run in runs}
