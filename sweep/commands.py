@@ -65,6 +65,9 @@ def add_arguments_run(parser: argparse.ArgumentParser) -> None:
                              "evaluation's checkpoint (default 2)")
     parser.add_argument("--keep-checkpoints", action="store_true",
                         help="keep each ended trial's last checkpoint (for export --weights)")
+    parser.add_argument("--workers-per-trial", type=int, default=1,
+                        help="train each trial data parallel on N Ray Train workers (DDP), each "
+                             "with --cpus-per-trial CPUs and --gpus-per-trial GPUs (default 1)")
 
 
 def parse_seeds(text: str | None) -> list[int] | None:
@@ -105,6 +108,7 @@ def run(args: argparse.Namespace) -> int:
             raise UserError("must be at least 1", key=flag)
     if args.max_failures < 0:
         raise UserError("must be 0 or more", key="--max-failures")
+    _check_workers(args)
     options = SweepOptions(
         space=args.space, name=args.name, root=args.root, address=args.address,
         gpus_per_trial=args.gpus_per_trial, cpus_per_trial=args.cpus_per_trial,
@@ -114,8 +118,31 @@ def run(args: argparse.Namespace) -> int:
         multi_objective=args.multi_objective, retry_failed=args.retry_failed,
         sampler_seed=args.sampler_seed, log_to=args.log_to, progress=not args.no_progress,
         max_failures=args.max_failures, keep_checkpoints=args.keep_checkpoints,
+        workers_per_trial=args.workers_per_trial,
     )
     return _report(run_sweep(options), args.root)
+
+
+def _check_workers(args: argparse.Namespace) -> None:
+    """Refuse data-parallel trials the local cluster (this machine) could never place; a
+    remote cluster's size is known only once joined, where Ray Train waits for room."""
+    workers = args.workers_per_trial
+    if workers < 1:
+        raise UserError("must be at least 1", key="--workers-per-trial")
+    if workers == 1 or args.address is not None:
+        return
+    for kind, per_worker, have in (("CPUs", args.cpus_per_trial, os.cpu_count() or 1),
+                                   ("GPUs", args.gpus_per_trial, _local_gpus())):
+        if workers * per_worker > have:
+            raise UserError(f"{workers} workers x {per_worker:g} {kind} do not fit this "
+                            f"machine's {have} {kind} (the local cluster)",
+                            key="--workers-per-trial")
+
+
+def _local_gpus() -> int:
+    import torch
+
+    return torch.cuda.device_count()
 
 
 def add_arguments_resume(parser: argparse.ArgumentParser) -> None:

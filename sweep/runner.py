@@ -78,6 +78,7 @@ class SweepOptions:
     progress: bool = True
     max_failures: int = 2  # retries of a trial whose worker died, from its last checkpoint
     keep_checkpoints: bool = False  # keep ended trials' last checkpoints (export --weights)
+    workers_per_trial: int = 1  # > 1: data parallel on Ray Train, resources per worker
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -584,8 +585,12 @@ def _drive(options: SweepOptions, checked: _Checked, catalog: Any, console: Any)
     resources = {"cpu": options.cpus_per_trial, "gpu": options.gpus_per_trial}
     ray_folder = _ray_storage(options.root, name).resolve()
     tuner = tune.Tuner(
-        tune.with_resources(tune.with_parameters(run_trial, checkpoints=str(ray_folder)),
-                            resources),
+        tune.with_resources(tune.with_parameters(
+            run_trial, checkpoints=str(ray_folder), workers=options.workers_per_trial,
+            resources=resources),
+            # N > 1: the trial's actor only drives the Train workers, so it holds no CPU
+            # (a Ray bundle must ask for something: one byte of memory)
+            resources if options.workers_per_trial == 1 else {"cpu": 0, "memory": 1}),
         param_space=param_space,
         tune_config=tune.TuneConfig(
             scheduler=checked.scheduler, num_samples=num_samples,

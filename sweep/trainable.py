@@ -32,11 +32,16 @@ def trial_result_fields(result: Any) -> dict[str, Any]:
     return {**scalars, LAYERS_FIELD: json.dumps(layers)} if layers else scalars
 
 
-def run_trial(config: dict[str, Any], checkpoints: str | None = None) -> None:
+def run_trial(config: dict[str, Any], checkpoints: str | None = None, workers: int = 1,
+              resources: dict[str, float] | None = None) -> None:
     """Train `config['spec']['document']` (a candidate document) and report every evaluation,
     each with a checkpoint to continue from. `checkpoints`: the sweep's Ray folder, where a
-    trial that `resume` runs again finds what an earlier, killed run left."""
+    trial that `resume` runs again finds what an earlier, killed run left. `workers` > 1:
+    data parallel on that many Ray Train workers, each with `resources` ({cpu, gpu})."""
     import tempfile
+
+    if workers > 1:
+        return _run_data_parallel(config, checkpoints, workers, resources or {})
 
     from ray import tune
     from shapesweep.search_spaces.configs import TrainConfig, make_config
@@ -94,3 +99,71 @@ def _restore(folder: str, trial_id: str, earlier: str | None) -> list[dict[str, 
         return []
     shutil.copytree(found, folder, dirs_exist_ok=True)
     return checkpoint.saved_curve(folder)
+
+
+def _run_data_parallel(config: dict[str, Any], checkpoints: str | None, workers: int,
+                       resources: dict[str, float]) -> None:
+    """One trial as a Ray Train `TorchTrainer` (DDP; gloo on CPU, nccl on GPU) whose rank 0
+    reports reach Tune (`TuneReportCallback`); its checkpoints land where a one-worker
+    trial's do (RAY/RUN/TRIAL_ID/checkpoint_*), so retries, `resume` and cleanup are shared."""
+    from pathlib import Path
+
+    from ray import train as ray_train
+    from ray import tune
+    from ray.train.torch import TorchConfig, TorchTrainer
+    from ray.tune.integration.ray_train import TuneReportCallback
+
+    gpus = resources.get("gpu", 0.0)
+    experiment = tune.get_context().get_experiment_name()
+    per_worker = {"CPU": resources.get("cpu", 1.0)} | ({"GPU": gpus} if gpus else {})
+    trainer = TorchTrainer(
+        _worker, train_loop_config={"config": config, "checkpoints": checkpoints,
+                                    "experiment": experiment},
+        torch_config=TorchConfig(backend="nccl" if gpus else "gloo"),
+        scaling_config=ray_train.ScalingConfig(num_workers=workers, use_gpu=bool(gpus),
+                                               resources_per_worker=per_worker),
+        run_config=ray_train.RunConfig(
+            name=config["spec"]["trial_id"], storage_path=str(Path(checkpoints) / experiment),
+            checkpoint_config=ray_train.CheckpointConfig(num_to_keep=1),
+            callbacks=[TuneReportCallback()]))
+    trainer.fit()
+
+
+def _worker(loop_config: dict[str, Any]) -> None:
+    """One Ray Train worker of a data-parallel trial: the loop on its rank (see `run_trial`)."""
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    from ray import train as ray_train
+    from ray.train.torch import get_device
+    from shapesweep.search_spaces.configs import TrainConfig, make_config
+    from shapesweep.sweep.checkpoints import latest
+    from shapesweep.trainers import checkpoint
+    from shapesweep.trainers.loop import train
+
+    spec = loop_config["config"]["spec"]
+    document = spec["document"]
+    rank = ray_train.get_context().get_world_rank()
+    with tempfile.TemporaryDirectory(prefix="shapesweep-trial-") as folder:
+        found = latest(loop_config["checkpoints"], spec["trial_id"])
+        replay = []
+        if found is not None:  # evaluations of an earlier run are reported again (see _restore)
+            shutil.copytree(found, folder, dirs_exist_ok=True)
+            if Path(found).parent.parent.name != loop_config["experiment"]:
+                replay = checkpoint.saved_curve(folder)
+        tags = {"trial_key": spec["key"], "seed": spec["seed"], **spec["objectives"],
+                START_FIELD: checkpoint.saved_step(folder) or 0}
+
+        def report(metrics: dict[str, Any], saved: bool = True) -> None:
+            keep = saved and rank == 0  # one copy; every rank reports (a collective)
+            ray_train.report({**metrics, **tags},
+                             checkpoint=ray_train.Checkpoint.from_directory(folder) if keep else None,
+                             checkpoint_dir_name=f"checkpoint_{metrics['step']:09d}")
+
+        for metrics in replay:
+            report(metrics, saved=False)
+        result = train(make_config(document["model"] | {"family": document["family"]}),
+                       TrainConfig(**document["train"]), data=spec.get("data"), callback=report,
+                       checkpoint_dir=folder, device=str(get_device()))
+        ray_train.report({**trial_result_fields(result), **tags, FINAL_FLAG: True})
