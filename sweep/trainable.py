@@ -19,6 +19,7 @@ from typing import Any
 FINAL_FLAG = "final"  # set on the one report made after the loop returns
 LAYERS_FIELD = "layers_json"  # the final report's analysis rows, as JSON text (loggers skip text)
 START_FIELD = "start_step"  # on every report: the step this attempt of the trial started from
+WORKERS_FIELD = "workers"  # on a data-parallel trial's reports: its Ray Train workers
 
 
 def trial_result_fields(result: Any) -> dict[str, Any]:
@@ -153,7 +154,8 @@ def _worker(loop_config: dict[str, Any]) -> None:
             if Path(found).parent.parent.name != loop_config["experiment"]:
                 replay = checkpoint.saved_curve(folder)
         tags = {"trial_key": spec["key"], "seed": spec["seed"], **spec["objectives"],
-                START_FIELD: checkpoint.saved_step(folder) or 0}
+                START_FIELD: checkpoint.saved_step(folder) or 0,
+                WORKERS_FIELD: ray_train.get_context().get_world_size()}
 
         def report(metrics: dict[str, Any], saved: bool = True) -> None:
             keep = saved and rank == 0  # one copy; every rank reports (a collective)

@@ -12,6 +12,7 @@ import torch
 import torch.distributed as dist
 from shapesweep.results.store import load_curves, load_trials
 from shapesweep.search_spaces.configs import TrainConfig, make_config
+from shapesweep.sweep.trainable import WORKERS_FIELD
 from shapesweep.trainers.loop import train
 from sweep_helpers import TINY_TRAIN, run, write_space
 
@@ -81,3 +82,6 @@ def test_a_two_worker_sweep_trial_equals_a_one_process_run(tmp_path, one_torch_t
     assert list(curve["step"]) == [m["step"] for m in whole.curve]
     assert list(curve["val_loss"]) == pytest.approx([m["val_loss"] for m in whole.curve], abs=1e-5)
     assert row.val_loss == pytest.approx(whole.val_loss, abs=1e-5)
+    logged = [json.loads(line) for path in (root / "two-workers" / "_ray").glob("*/*/result.json")
+              for line in path.read_text().splitlines()]
+    assert logged and {report[WORKERS_FIELD] for report in logged} == {2}
