@@ -45,21 +45,13 @@ def run_trial(config: dict[str, Any], checkpoints: str | None = None, workers: i
         return _run_data_parallel(config, checkpoints, workers, resources or {})
 
     from ray import tune
-    from shapesweep.search_spaces.configs import TrainConfig, make_config
-    from shapesweep.trainers import checkpoint
     from shapesweep.trainers.loop import StopTrial, train
 
     spec = config["spec"]
-    document = spec["document"]
-    model_config = make_config(document["model"] | {"family": document["family"]})
-    train_config = TrainConfig(**document["train"])
     with tempfile.TemporaryDirectory(prefix="shapesweep-trial-") as folder:
-        replay = _restore(folder, spec["trial_id"], checkpoints)
-        # Tagged on every report: the driver files results by trial, a multi-objective
-        # Optuna search reads its second objective from the same report, and START_FIELD
-        # shows where a restored trial picked up.
-        tags = {"trial_key": spec["key"], "seed": spec["seed"], **spec["objectives"],
-                START_FIELD: checkpoint.saved_step(folder) or 0}
+        replay = _restore(folder, spec["trial_id"], checkpoints,
+                          tune.get_context().get_experiment_name(), tune.get_checkpoint())
+        tags = _tags(spec, folder)
 
         def report(metrics: dict[str, Any], saved: bool = True) -> None:
             try:
@@ -73,25 +65,45 @@ def run_trial(config: dict[str, Any], checkpoints: str | None = None, workers: i
                 report(metrics, saved=False)
         except StopTrial:
             return
-        result = train(model_config, train_config, data=spec.get("data"), callback=report,
+        result = train(*_configs(spec), data=spec.get("data"), callback=report,
                        checkpoint_dir=folder, device=spec.get("device"))
         if not result.stopped:
             tune.report({**trial_result_fields(result), **tags, FINAL_FLAG: True})
 
 
-def _restore(folder: str, trial_id: str, earlier: str | None) -> list[dict[str, Any]]:
+def _configs(spec: dict[str, Any]) -> tuple:
+    """(model config, TrainConfig) of the trial's candidate document."""
+    from shapesweep.search_spaces.configs import TrainConfig, make_config
+
+    document = spec["document"]
+    return (make_config(document["model"] | {"family": document["family"]}),
+            TrainConfig(**document["train"]))
+
+
+def _tags(spec: dict[str, Any], folder: str) -> dict[str, Any]:
+    """Fields on every report: the driver files results by trial, a multi-objective Optuna
+    search reads its second objective from the same report, and START_FIELD shows where a
+    restored trial picked up (`folder` holds what it continues from)."""
+    from shapesweep.trainers import checkpoint
+
+    return {"trial_key": spec["key"], "seed": spec["seed"], **spec["objectives"],
+            START_FIELD: checkpoint.saved_step(folder) or 0}
+
+
+def _restore(folder: str, trial_id: str, earlier: str | None, this_run: str,
+             restored: Any = None) -> list[dict[str, Any]]:
     """Put the checkpoint this trial continues from into `folder`; return the evaluations
     to report again. A retry within this run (Tune's FailureConfig) gets its checkpoint
-    from Tune, and this run's driver has every evaluation before it already; a trial an
-    earlier, killed run left unfinished continues from that run's checkpoint, and its
-    evaluations so far are reported again for this run's driver (and ASHA) to see."""
+    from Tune (`restored`), and this run's driver has every evaluation before it already; a
+    trial an earlier, killed run left unfinished continues from that run's checkpoint in
+    `earlier` (the sweep's Ray folder), and its evaluations so far are reported again for
+    this run's driver (and ASHA) to see."""
     import shutil
+    from pathlib import Path
 
-    from ray import tune
     from shapesweep.sweep.checkpoints import latest
     from shapesweep.trainers import checkpoint
 
-    restored = tune.get_checkpoint()
     if restored is not None:
         restored.to_directory(folder)
         return []
@@ -99,7 +111,7 @@ def _restore(folder: str, trial_id: str, earlier: str | None) -> list[dict[str, 
     if found is None:
         return []
     shutil.copytree(found, folder, dirs_exist_ok=True)
-    return checkpoint.saved_curve(folder)
+    return [] if Path(found).parent.parent.name == this_run else checkpoint.saved_curve(folder)
 
 
 def _run_data_parallel(config: dict[str, Any], checkpoints: str | None, workers: int,
@@ -132,40 +144,27 @@ def _run_data_parallel(config: dict[str, Any], checkpoints: str | None, workers:
 
 def _worker(loop_config: dict[str, Any]) -> None:
     """One Ray Train worker of a data-parallel trial: the loop on its rank (see `run_trial`)."""
-    import shutil
     import tempfile
-    from pathlib import Path
 
     from ray import train as ray_train
     from ray.train.torch import get_device
-    from shapesweep.search_spaces.configs import TrainConfig, make_config
-    from shapesweep.sweep.checkpoints import latest
-    from shapesweep.trainers import checkpoint
     from shapesweep.trainers.loop import train
 
     spec = loop_config["config"]["spec"]
-    document = spec["document"]
-    rank = ray_train.get_context().get_world_rank()
+    context = ray_train.get_context()
     with tempfile.TemporaryDirectory(prefix="shapesweep-trial-") as folder:
-        found = latest(loop_config["checkpoints"], spec["trial_id"])
-        replay = []
-        if found is not None:  # evaluations of an earlier run are reported again (see _restore)
-            shutil.copytree(found, folder, dirs_exist_ok=True)
-            if Path(found).parent.parent.name != loop_config["experiment"]:
-                replay = checkpoint.saved_curve(folder)
-        tags = {"trial_key": spec["key"], "seed": spec["seed"], **spec["objectives"],
-                START_FIELD: checkpoint.saved_step(folder) or 0,
-                WORKERS_FIELD: ray_train.get_context().get_world_size()}
+        replay = _restore(folder, spec["trial_id"], loop_config["checkpoints"],
+                          loop_config["experiment"])
+        tags = _tags(spec, folder) | {WORKERS_FIELD: context.get_world_size()}
 
         def report(metrics: dict[str, Any], saved: bool = True) -> None:
-            keep = saved and rank == 0  # one copy; every rank reports (a collective)
+            keep = saved and context.get_world_rank() == 0  # one copy; every rank reports
             ray_train.report({**metrics, **tags},
                              checkpoint=ray_train.Checkpoint.from_directory(folder) if keep else None,
                              checkpoint_dir_name=f"checkpoint_{metrics['step']:09d}")
 
         for metrics in replay:
             report(metrics, saved=False)
-        result = train(make_config(document["model"] | {"family": document["family"]}),
-                       TrainConfig(**document["train"]), data=spec.get("data"), callback=report,
+        result = train(*_configs(spec), data=spec.get("data"), callback=report,
                        checkpoint_dir=folder, device=str(get_device()))
         ray_train.report({**trial_result_fields(result), **tags, FINAL_FLAG: True})
