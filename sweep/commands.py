@@ -19,6 +19,7 @@ from shapesweep.sweep.strategies import SAMPLERS, STRATEGIES
 
 from shapesweep.common import UserError, duration, human
 
+SWEEP_WEIGHTS = ""  # a bare `export --weights`: from the sweep's kept checkpoints
 FOLDER_FORMATS = {"hf": "shapesweep.trainers.hf_export", "litgpt": "shapesweep.trainers.litgpt_export",
                   "torch": "shapesweep.trainers.torch_export"}
 EXPORT_METRICS = ("val_loss", "best_val_loss", "val_ppl", "train_loss", "psnr", "ssim", "tokens",
@@ -67,6 +68,14 @@ def add_arguments_run(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sampler-seed", type=int, default=0, help="optuna sampler seed")
     parser.add_argument("--log-to", action="append", default=[], metavar="TRACKER",
                         help="also log each trial to mlflow, wandb or tensorboard (repeatable)")
+    parser.add_argument("--max-failures", type=int, default=2,
+                        help="retry a trial whose worker died up to N times, from its last "
+                             "evaluation's checkpoint (default 2)")
+    parser.add_argument("--keep-checkpoints", action="store_true",
+                        help="keep each ended trial's last checkpoint (for export --weights)")
+    parser.add_argument("--workers-per-trial", type=int, default=1,
+                        help="train each trial data parallel on N Ray Train workers (DDP), each "
+                             "with --cpus-per-trial CPUs and --gpus-per-trial GPUs (default 1)")
 
 
 def parse_seeds(text: str | None) -> list[int] | None:
@@ -105,6 +114,9 @@ def run(args: argparse.Namespace) -> int:
                         ("--num-samples", args.num_samples)):
         if value is not None and value < 1:
             raise UserError("must be at least 1", key=flag)
+    if args.max_failures < 0:
+        raise UserError("must be 0 or more", key="--max-failures")
+    _check_workers(args)
     options = SweepOptions(
         space=args.space, name=args.name, root=args.root, address=args.address,
         gpus_per_trial=args.gpus_per_trial, cpus_per_trial=args.cpus_per_trial,
@@ -113,8 +125,32 @@ def run(args: argparse.Namespace) -> int:
         reduction_factor=args.reduction_factor, storage=args.storage, data=args.data,
         multi_objective=args.multi_objective, retry_failed=args.retry_failed,
         sampler=args.sampler, sampler_seed=args.sampler_seed, log_to=args.log_to, progress=not args.no_progress,
+        max_failures=args.max_failures, keep_checkpoints=args.keep_checkpoints,
+        workers_per_trial=args.workers_per_trial,
     )
     return _report(run_sweep(options), args.root)
+
+
+def _check_workers(args: argparse.Namespace) -> None:
+    """Refuse data-parallel trials the local cluster (this machine) could never place; a
+    remote cluster's size is known only once joined, where Ray Train waits for room."""
+    workers = args.workers_per_trial
+    if workers < 1:
+        raise UserError("must be at least 1", key="--workers-per-trial")
+    if workers == 1 or args.address is not None:
+        return
+    for kind, per_worker, have in (("CPUs", args.cpus_per_trial, os.cpu_count() or 1),
+                                   ("GPUs", args.gpus_per_trial, _local_gpus())):
+        if workers * per_worker > have:
+            raise UserError(f"{workers} workers x {per_worker:g} {kind} do not fit this "
+                            f"machine's {have} {kind} (the local cluster)",
+                            key="--workers-per-trial")
+
+
+def _local_gpus() -> int:
+    import torch
+
+    return torch.cuda.device_count()
 
 
 def add_arguments_resume(parser: argparse.ArgumentParser) -> None:
@@ -483,9 +519,11 @@ def add_arguments_export(parser: argparse.ArgumentParser) -> None:
                         help="hf: a Hugging Face LlamaForCausalLM folder per config "
                              "(conventional family); torch: a standalone PyTorch model.py "
                              "folder (any LM family); both need shapesweep[hf]")
-    parser.add_argument("--weights", action="append", metavar="DIR",
-                        help="--format hf/torch: a `train --save` folder; its weights go with "
-                             "the exported config of the same shape (repeatable)")
+    parser.add_argument("--weights", action="append", nargs="?", const=SWEEP_WEIGHTS,
+                        metavar="DIR",
+                        help="--format hf/torch: the trained weights go with each config; bare: "
+                             "from the sweep's last checkpoints (run --keep-checkpoints); DIR: "
+                             "a `train --save` folder, with the config of its shape (repeatable)")
     parser.add_argument("--out", required=True, help="folder for the config files")
     parser.add_argument("--include-stopped", action="store_true",
                         help="rank stopped-early trials too (default: completed only)")
@@ -550,7 +588,8 @@ def export(args: argparse.Namespace) -> int:
         documents.append((f"{rank:02d}-{row['family']}-{row['key']}", document))
     if args.format in FOLDER_FORMATS:
         exporter = importlib.import_module(FOLDER_FORMATS[args.format])
-        return _export_folders(documents, Path(args.out), args.weights or [], exporter)
+        folders = _weight_folders(args.root, args.name, documents, args.weights or [])
+        return _export_folders(documents, Path(args.out), folders, exporter)
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -591,6 +630,27 @@ def _typed(document: dict[str, Any]):
     model = document["model"]
     config = make_config({**model, "family": document.get("family") or model.get("family")})
     return config, TrainConfig.model_validate(document.get("train") or {})
+
+
+def _weight_folders(root: str, name: str, documents: list[tuple[str, dict]],
+                    folders: list[str]) -> list[str]:
+    """`--weights` folders, a bare `--weights` standing for the last checkpoint of each
+    exported config's trial (`run --keep-checkpoints` keeps it)."""
+    from shapesweep.sweep.checkpoints import latest
+    from shapesweep.sweep.runner import _ray_storage
+
+    if SWEEP_WEIGHTS not in folders:
+        return folders
+    kept = []
+    for stem, document in documents:
+        trial_id = document["provenance"]["trial_id"]
+        found = latest(_ray_storage(root, name), trial_id)
+        if found is None:
+            raise UserError(f"sweep {name!r} kept no checkpoint of trial {trial_id} ({stem}): "
+                            "run it with --keep-checkpoints, or give a `train --save` folder",
+                            key="--weights")
+        kept.append(str(found))
+    return [folder for folder in folders if folder != SWEEP_WEIGHTS] + kept
 
 
 def _weights(configs: dict[str, tuple], folders: list[str], exporter) -> dict[str, tuple]:

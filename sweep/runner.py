@@ -78,6 +78,9 @@ class SweepOptions:
     sampler_seed: int | None = 0
     log_to: list[str] = field(default_factory=list)  # experiment trackers (shapesweep.sweep.trackers)
     progress: bool = True
+    max_failures: int = 2  # retries of a trial whose worker died, from its last checkpoint
+    keep_checkpoints: bool = False  # keep ended trials' last checkpoints (export --weights)
+    workers_per_trial: int = 1  # > 1: data parallel on Ray Train, resources per worker
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -576,8 +579,14 @@ def _tuner(options: SweepOptions, checked: _Checked, plan: Any, run_config: Any)
     from shapesweep.sweep.trainable import run_trial
 
     resources = {"cpu": options.cpus_per_trial, "gpu": options.gpus_per_trial}
+    checkpoints = str(_ray_storage(options.root, options.name).resolve())
+    trainable = tune.with_parameters(run_trial, checkpoints=checkpoints,
+                                     workers=options.workers_per_trial, resources=resources)
+    # N > 1 workers: the trial's actor only drives the Train workers, so it holds no CPU
+    # (a Ray bundle must ask for something: one byte of memory)
+    own = resources if options.workers_per_trial == 1 else {"cpu": 0, "memory": 1}
     return tune.Tuner(
-        tune.with_resources(run_trial, resources),
+        tune.with_resources(trainable, own),
         param_space=plan.param_space,
         tune_config=tune.TuneConfig(
             scheduler=checked.scheduler, num_samples=plan.num_samples,
@@ -594,15 +603,18 @@ def _tuner(options: SweepOptions, checked: _Checked, plan: Any, run_config: Any)
 def _run_config(options: SweepOptions, callbacks: list[Callback]):
     """Where Tune keeps its files, what it calls back, and how it treats a failed trial."""
     from ray import tune
+    from shapesweep.sweep.checkpoints import CheckpointCleaner
     from shapesweep.sweep.trackers import tracker_callbacks
 
     ray_folder = str(_ray_storage(options.root, options.name).resolve())
     return tune.RunConfig(
         name=f"{options.name}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}",
         storage_path=ray_folder, verbose=0,
-        callbacks=[*callbacks, *_ray_loggers(),
-                   *tracker_callbacks(options.log_to, options.name, ray_folder)],
-        failure_config=tune.FailureConfig(max_failures=0))
+        callbacks=[*callbacks, CheckpointCleaner(ray_folder, options.keep_checkpoints),
+                   *_ray_loggers(), *tracker_callbacks(options.log_to, options.name, ray_folder)],
+        # a trial whose worker died restarts from its last checkpoint (sweep/trainable.py)
+        failure_config=tune.FailureConfig(max_failures=options.max_failures),
+        checkpoint_config=tune.CheckpointConfig(num_to_keep=1))
 
 
 @contextmanager

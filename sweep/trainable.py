@@ -3,7 +3,9 @@
 The loop knows nothing of Ray; this adapter turns its evaluation callback into
 `tune.report`, so ASHA sees `val_loss` over `tokens`. When the scheduler stops a
 trial, Ray makes `tune.report` raise `SystemExit` in this thread; we turn that into
-the loop's own `StopTrial` so it winds down through its documented path.
+the loop's own `StopTrial` so it winds down through its documented path. Every
+evaluation goes with a checkpoint (`shapesweep.trainers.checkpoint`), so a trial whose
+worker dies continues from its last evaluation (`shapesweep.sweep.checkpoints`).
 
 Imports stay inside the function: the worker imports this module per actor, and a
 light module keeps the per-trial overhead small.
@@ -16,6 +18,8 @@ from typing import Any
 
 FINAL_FLAG = "final"  # set on the one report made after the loop returns
 LAYERS_FIELD = "layers_json"  # the final report's analysis rows, as JSON text (loggers skip text)
+START_FIELD = "start_step"  # on every report: the step this attempt of the trial started from
+WORKERS_FIELD = "workers"  # on a data-parallel trial's reports: its Ray Train workers
 
 
 def trial_result_fields(result: Any) -> dict[str, Any]:
@@ -29,27 +33,138 @@ def trial_result_fields(result: Any) -> dict[str, Any]:
     return {**scalars, LAYERS_FIELD: json.dumps(layers)} if layers else scalars
 
 
-def run_trial(config: dict[str, Any]) -> None:
-    """Train `config['spec']['document']` (a candidate document) and report every evaluation."""
+def run_trial(config: dict[str, Any], checkpoints: str | None = None, workers: int = 1,
+              resources: dict[str, float] | None = None) -> None:
+    """Train `config['spec']['document']` (a candidate document) and report every evaluation,
+    each with a checkpoint to continue from. `checkpoints`: the sweep's Ray folder, where a
+    trial that `resume` runs again finds what an earlier, killed run left. `workers` > 1:
+    data parallel on that many Ray Train workers, each with `resources` ({cpu, gpu})."""
+    import tempfile
+
+    if workers > 1:
+        return _run_data_parallel(config, checkpoints, workers, resources or {})
+
     from ray import tune
-    from shapesweep.search_spaces.configs import TrainConfig, make_config
     from shapesweep.trainers.loop import StopTrial, train
 
     spec = config["spec"]
-    document = spec["document"]
-    model_config = make_config(document["model"] | {"family": document["family"]})
-    train_config = TrainConfig(**document["train"])
-    # Tagged on every report: the driver files results by trial, and a multi-objective
-    # Optuna search reads its second objective from the same report.
-    tags = {"trial_key": spec["key"], "seed": spec["seed"], **spec["objectives"]}
+    with tempfile.TemporaryDirectory(prefix="shapesweep-trial-") as folder:
+        replay = _restore(folder, spec["trial_id"], checkpoints,
+                          tune.get_context().get_experiment_name(), tune.get_checkpoint())
+        tags = _tags(spec, folder)
 
-    def report(metrics: dict[str, Any]) -> None:
+        def report(metrics: dict[str, Any], saved: bool = True) -> None:
+            try:
+                tune.report({**metrics, **tags},
+                            checkpoint=tune.Checkpoint.from_directory(folder) if saved else None)
+            except SystemExit as stop:  # the scheduler stopped this trial
+                raise StopTrial("stopped by the scheduler") from stop
+
         try:
-            tune.report({**metrics, **tags})
-        except SystemExit as stop:  # the scheduler stopped this trial
-            raise StopTrial("stopped by the scheduler") from stop
+            for metrics in replay:
+                report(metrics, saved=False)
+        except StopTrial:
+            return
+        result = train(*_configs(spec), data=spec.get("data"), callback=report,
+                       checkpoint_dir=folder, device=spec.get("device"))
+        if not result.stopped:
+            tune.report({**trial_result_fields(result), **tags, FINAL_FLAG: True})
 
-    result = train(model_config, train_config, data=spec.get("data"), callback=report,
-                   device=spec.get("device"))
-    if not result.stopped:
-        tune.report({**trial_result_fields(result), **tags, FINAL_FLAG: True})
+
+def _configs(spec: dict[str, Any]) -> tuple:
+    """(model config, TrainConfig) of the trial's candidate document."""
+    from shapesweep.search_spaces.configs import TrainConfig, make_config
+
+    document = spec["document"]
+    return (make_config(document["model"] | {"family": document["family"]}),
+            TrainConfig(**document["train"]))
+
+
+def _tags(spec: dict[str, Any], folder: str) -> dict[str, Any]:
+    """Fields on every report: the driver files results by trial, a multi-objective Optuna
+    search reads its second objective from the same report, and START_FIELD shows where a
+    restored trial picked up (`folder` holds what it continues from)."""
+    from shapesweep.trainers import checkpoint
+
+    return {"trial_key": spec["key"], "seed": spec["seed"], **spec["objectives"],
+            START_FIELD: checkpoint.saved_step(folder) or 0}
+
+
+def _restore(folder: str, trial_id: str, earlier: str | None, this_run: str,
+             restored: Any = None) -> list[dict[str, Any]]:
+    """Put the checkpoint this trial continues from into `folder`; return the evaluations
+    to report again. A retry within this run (Tune's FailureConfig) gets its checkpoint
+    from Tune (`restored`), and this run's driver has every evaluation before it already; a
+    trial an earlier, killed run left unfinished continues from that run's checkpoint in
+    `earlier` (the sweep's Ray folder), and its evaluations so far are reported again for
+    this run's driver (and ASHA) to see."""
+    import shutil
+    from pathlib import Path
+
+    from shapesweep.sweep.checkpoints import latest
+    from shapesweep.trainers import checkpoint
+
+    if restored is not None:
+        restored.to_directory(folder)
+        return []
+    found = latest(earlier, trial_id) if earlier else None
+    if found is None:
+        return []
+    shutil.copytree(found, folder, dirs_exist_ok=True)
+    return [] if Path(found).parent.parent.name == this_run else checkpoint.saved_curve(folder)
+
+
+def _run_data_parallel(config: dict[str, Any], checkpoints: str | None, workers: int,
+                       resources: dict[str, float]) -> None:
+    """One trial as a Ray Train `TorchTrainer` (DDP; gloo on CPU, nccl on GPU) whose rank 0
+    reports reach Tune (`TuneReportCallback`); its checkpoints land where a one-worker
+    trial's do (RAY/RUN/TRIAL_ID/checkpoint_*), so retries, `resume` and cleanup are shared."""
+    from pathlib import Path
+
+    from ray import train as ray_train
+    from ray import tune
+    from ray.train.torch import TorchConfig, TorchTrainer
+    from ray.tune.integration.ray_train import TuneReportCallback
+
+    gpus = resources.get("gpu", 0.0)
+    experiment = tune.get_context().get_experiment_name()
+    per_worker = {"CPU": resources.get("cpu", 1.0)} | ({"GPU": gpus} if gpus else {})
+    trainer = TorchTrainer(
+        _worker, train_loop_config={"config": config, "checkpoints": checkpoints,
+                                    "experiment": experiment},
+        torch_config=TorchConfig(backend="nccl" if gpus else "gloo"),
+        scaling_config=ray_train.ScalingConfig(num_workers=workers, use_gpu=bool(gpus),
+                                               resources_per_worker=per_worker),
+        run_config=ray_train.RunConfig(
+            name=config["spec"]["trial_id"], storage_path=str(Path(checkpoints) / experiment),
+            checkpoint_config=ray_train.CheckpointConfig(num_to_keep=1),
+            callbacks=[TuneReportCallback()]))
+    trainer.fit()
+
+
+def _worker(loop_config: dict[str, Any]) -> None:
+    """One Ray Train worker of a data-parallel trial: the loop on its rank (see `run_trial`)."""
+    import tempfile
+
+    from ray import train as ray_train
+    from ray.train.torch import get_device
+    from shapesweep.trainers.loop import train
+
+    spec = loop_config["config"]["spec"]
+    context = ray_train.get_context()
+    with tempfile.TemporaryDirectory(prefix="shapesweep-trial-") as folder:
+        replay = _restore(folder, spec["trial_id"], loop_config["checkpoints"],
+                          loop_config["experiment"])
+        tags = _tags(spec, folder) | {WORKERS_FIELD: context.get_world_size()}
+
+        def report(metrics: dict[str, Any], saved: bool = True) -> None:
+            keep = saved and context.get_world_rank() == 0  # one copy; every rank reports
+            ray_train.report({**metrics, **tags},
+                             checkpoint=ray_train.Checkpoint.from_directory(folder) if keep else None,
+                             checkpoint_dir_name=f"checkpoint_{metrics['step']:09d}")
+
+        for metrics in replay:
+            report(metrics, saved=False)
+        result = train(*_configs(spec), data=spec.get("data"), callback=report,
+                       checkpoint_dir=folder, device=str(get_device()))
+        ray_train.report({**trial_result_fields(result), **tags, FINAL_FLAG: True})

@@ -1,10 +1,14 @@
 """Atomic training checkpoints: a crash mid-write never leaves a checkpoint half-written.
 
-One file, `checkpoint.pt`, holds everything a resumed run needs to continue exactly
-where it stopped: model and optimizer state, the LR schedule position, the step (the
-data position: batches are a pure function of seed and step), RNG states, the curve
-so far, and an identity (config key + train recipe + data hash) so a checkpoint is
-never resumed into a different trial.
+A checkpoint folder holds everything a resumed run needs to continue exactly where it
+stopped: the weights as `model.safetensors` beside their `config.yaml` (so the folder is
+also a `train --save` folder: `export --weights` reads it), and `checkpoint.pt` with the
+rest, tensors and plain values only (read with `weights_only`, never running pickle):
+optimizer state, the LR schedule position, the step (the data position: batches are a
+pure function of seed and step), RNG states, the curve so far, and an identity (config
+key + train recipe + data hash) so a checkpoint is never resumed into a different trial.
+Each file is replaced atomically; the weights carry their step, so a crash between the two
+replacements is caught on load instead of resuming mismatched weights and optimizer.
 
 `train --save DIR` writes the trained model apart from that: `model.safetensors` (the
 model's own state dict, loadable without running pickle) and `config.yaml` (the candidate
@@ -32,10 +36,24 @@ def _atomic(path: Path, write) -> None:
     os.replace(tmp, path)
 
 
-def save(directory: str | Path, state: dict[str, Any]) -> None:
-    folder = Path(directory)
-    folder.mkdir(parents=True, exist_ok=True)
-    _atomic(folder / FILENAME, lambda tmp: torch.save(state, tmp))
+def save(directory: str | Path, model: torch.nn.Module, model_config, train,
+         state: dict[str, Any]) -> None:
+    """The weights (`save_model`, tagged with `state['step']`), then the rest of `state`."""
+    save_model(directory, model, model_config, train, step=state["step"])
+    _atomic(Path(directory) / FILENAME, lambda tmp: torch.save(state, tmp))
+
+
+def saved_step(directory: str | Path) -> int | None:
+    """The step a checkpoint folder's weights were saved at (read from the safetensors
+    header alone), or None when it holds no checkpoint."""
+    from safetensors import safe_open
+
+    path = Path(directory) / WEIGHTS
+    if not (path.is_file() and (Path(directory) / FILENAME).is_file()):
+        return None
+    with safe_open(str(path), "pt") as weights:
+        step = (weights.metadata() or {}).get("step")
+    return None if step is None else int(step)
 
 
 def check_save_dir(directory: str | Path | None) -> None:
@@ -50,8 +68,10 @@ def check_save_dir(directory: str | Path | None) -> None:
         raise UserError("needs safetensors (pip install 'shapesweep[hf]')", key="--save") from None
 
 
-def save_model(directory: str | Path, model: torch.nn.Module, model_config, train) -> None:
-    """Write `model.safetensors` then `config.yaml` (each atomically) into `directory`."""
+def save_model(directory: str | Path, model: torch.nn.Module, model_config, train,
+               step: int | None = None) -> None:
+    """Write `model.safetensors` then `config.yaml` (each atomically) into `directory`;
+    `step` (a checkpoint's) goes into the weights' metadata."""
     import yaml
     from safetensors.torch import save_file
     from shapesweep.search_spaces.accounting import account
@@ -60,7 +80,8 @@ def save_model(directory: str | Path, model: torch.nn.Module, model_config, trai
     folder = Path(directory)
     folder.mkdir(parents=True, exist_ok=True)
     state = {name: t.detach().cpu().contiguous() for name, t in model.state_dict().items()}
-    _atomic(folder / WEIGHTS, lambda tmp: save_file(state, str(tmp), metadata={"format": "pt"}))
+    metadata = {"format": "pt"} | ({} if step is None else {"step": str(step)})
+    _atomic(folder / WEIGHTS, lambda tmp: save_file(state, str(tmp), metadata=metadata))
     document = candidate_document(Candidate(model_config, account(model_config, train.seq_len), 0.0),
                                   train)
     _atomic(folder / CONFIG, lambda tmp: tmp.write_text(yaml.safe_dump(document, sort_keys=False)))
@@ -96,6 +117,12 @@ def load_model(directory: str | Path):
     return model_config, train, state
 
 
+def saved_curve(directory: str | Path) -> list[dict[str, Any]]:
+    """The evaluations a checkpoint has behind it (its state memory-mapped, not read whole)."""
+    return torch.load(Path(directory) / FILENAME, map_location="cpu", weights_only=True,
+                      mmap=True)["curve"]
+
+
 def load(directory: str | Path | None, identity: dict[str, Any]) -> dict[str, Any] | None:
     """The saved state if `directory` holds a checkpoint of this same trial, else None."""
     if directory is None:
@@ -104,15 +131,21 @@ def load(directory: str | Path | None, identity: dict[str, Any]) -> dict[str, An
     if not path.exists():
         return None
     try:
-        state = torch.load(path, map_location="cpu", weights_only=False)
-    except Exception as error:  # a foreign or corrupt file: pickle/zip errors vary
+        state = torch.load(path, map_location="cpu", weights_only=True)
+        step = saved_step(directory)
+    except Exception as error:  # a foreign or corrupt file: pickle/zip/header errors vary
         raise UserError(f"cannot read checkpoint ({error})", file=str(path)) from error
     saved = state.get("identity", {})
     for key, value in identity.items():
         if saved.get(key) != value:
             raise UserError(f"checkpoint belongs to a different trial ({key} differs); "
                             "use another --checkpoint-dir", file=str(path), key=key)
-    return state
+    if step != state["step"]:
+        raise UserError(f"weights are from step {step}, the rest from step {state['step']} "
+                        "(interrupted while saving); use another --checkpoint-dir", file=str(path))
+    from safetensors.torch import load_file
+
+    return state | {"model": load_file(str(Path(directory) / WEIGHTS))}
 
 
 def rng_state() -> dict[str, Any]:

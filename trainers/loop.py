@@ -12,6 +12,11 @@ evaluation interval (where a NaN is caught and named by its step), batches are p
 the next one is copied ahead; bf16 autocast, fused AdamW and TF32 matmuls, and with
 `train.compile` torch.compile, its kernels cached for every trial (`compile_cache`). On CPU
 the arithmetic is exactly that of a plain loop.
+
+Data parallel: run in N processes of a torch.distributed group (Ray Train's workers), the
+loop wraps the model in DDP and each rank trains its slice of every step's (seed, step)
+batch, so the step, and the curve, are the one-process ones. Every rank calls `callback`
+(Ray Train's report is collective); rank 0 alone writes checkpoints and `save_dir`.
 """
 
 from __future__ import annotations
@@ -286,10 +291,11 @@ def train(model_config, train: TrainConfig, data: str | None = None,
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda s: lr_multiplier(s, steps, train, units_per_step))
     params = [p for g in groups for p in g["params"]]
-    forward = model
+    rank, world = _process_group()
+    forward = _data_parallel(model, per_step, dev) if world > 1 else model
     if cuda and train.compile:
         compile_cache()
-        forward = torch.compile(model)
+        forward = torch.compile(forward)
 
     def autocast():
         return torch.autocast("cuda", dtype=torch.bfloat16) if cuda else contextlib.nullcontext()
@@ -312,7 +318,8 @@ def train(model_config, train: TrainConfig, data: str | None = None,
     with _progress(progress) as bar:
         bar_task = bar.add_task("", total=steps, completed=start) if bar else None
         t_interval = time.perf_counter()
-        for step, x, y in prefetched(task.train_batch, range(start, steps), per_step, dev):
+        batches = _shard(task.train_batch, rank, world)
+        for step, x, y in prefetched(batches, range(start, steps), per_step, dev):
             losses.append(_backward(forward, x, y, micro, dev, autocast, train.z_loss))
             if train.grad_clip > 0:  # no sync: a non-finite norm is caught with the loss
                 torch.nn.utils.clip_grad_norm_(params, train.grad_clip)
@@ -325,6 +332,7 @@ def train(model_config, train: TrainConfig, data: str | None = None,
                 bar.update(bar_task, completed=done)
             if done % eval_every and done != steps:
                 continue
+            losses = _over_ranks(losses, world)
             train_loss = _interval_loss(losses, done, steps, train.lr)  # waits for the device
             train_time += time.perf_counter() - t_interval
             losses = []
@@ -332,9 +340,9 @@ def train(model_config, train: TrainConfig, data: str | None = None,
                        **evaluate(forward, task, eval_batch, dev, autocast), "lr": lr_now,
                        "elapsed_s": prior_elapsed + time.perf_counter() - t0}
             curve.append(metrics)
-            if checkpoint_dir is not None:
-                checkpoint.save(checkpoint_dir, {
-                    "identity": identity, "model": model.state_dict(),
+            if checkpoint_dir is not None and rank == 0:
+                checkpoint.save(checkpoint_dir, model, model_config, train, {
+                    "identity": identity,
                     "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
                     "rng": checkpoint.rng_state(), "step": done, "curve": curve,
                     "elapsed_s": metrics["elapsed_s"], "train_time_s": train_time})
@@ -348,7 +356,7 @@ def train(model_config, train: TrainConfig, data: str | None = None,
                     stopped = True
                     break
             t_interval = time.perf_counter()
-    if save_dir is not None:
+    if save_dir is not None and rank == 0:
         checkpoint.save_model(save_dir, model, model_config, train)
     layers = (analysis.analyse(model, analysis.analysis_tokens(task.val_x).to(dev), autocast)
               if analysed and not stopped else [])
@@ -356,6 +364,56 @@ def train(model_config, train: TrainConfig, data: str | None = None,
                      params_measured, data_hash, stopped)
     result.layers = layers
     return result
+
+
+def _process_group() -> tuple[int, int]:
+    """(rank, world size) of this process's data-parallel group; (0, 1) when there is none."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+def _data_parallel(model: torch.nn.Module, per_step: int, dev) -> torch.nn.Module:
+    """`model` under DDP: each rank trains its slice of every step's batch and the gradients
+    are averaged, so the step is the one-process step (the batch must split evenly)."""
+    from shapesweep.trainers.moe import MoEFFN
+    from torch.nn.parallel import DistributedDataParallel
+
+    _, world = _process_group()
+    if per_step % world:
+        raise UserError(f"a step's batch of {per_step} does not split evenly over {world} "
+                        "workers", key="--workers-per-trial")
+    wrapped = DistributedDataParallel(
+        model, device_ids=[dev.index] if dev.type == "cuda" else None, broadcast_buffers=False,
+        # routed experts a step's tokens never reach get no gradient
+        find_unused_parameters=any(isinstance(m, MoEFFN) for m in model.modules()))
+    if hasattr(model, "aux_loss"):  # DDP does not forward attributes; `_backward` reads it
+        wrapped.aux_loss = model.aux_loss
+    return wrapped
+
+
+def _shard(train_batch: Callable, rank: int, world: int) -> Callable:
+    """`train_batch` giving this rank its contiguous slice of each (seed, step) batch."""
+    if world == 1:
+        return train_batch
+
+    def batch(step: int, n: int):
+        return tuple(t.tensor_split(world)[rank] for t in train_batch(step, n))
+
+    return batch
+
+
+def _over_ranks(losses: list[torch.Tensor], world: int) -> list[torch.Tensor]:
+    """The interval's per-step losses averaged over the ranks (one collective per evaluation)."""
+    if world == 1:
+        return losses
+    import torch.distributed as dist
+
+    stacked = torch.stack(losses)
+    dist.all_reduce(stacked)
+    return list(stacked / world)
 
 
 def _result(curve, wall, train_time, params_measured, data_hash, stopped) -> TrainResult:

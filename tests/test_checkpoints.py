@@ -1,0 +1,157 @@
+"""Trial checkpoints: a killed worker costs at most one evaluation interval, and the curve
+and final loss are those of a run that was never interrupted."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+from shapesweep.results.store import load_curves, load_trials, sweep_dir
+from shapesweep.search_spaces.configs import TrainConfig, make_config
+from shapesweep.sweep.trainable import START_FIELD
+from shapesweep.trainers import checkpoint
+from shapesweep.trainers.loop import StopTrial, train
+from sweep_helpers import CHILD_ENV, TINY_TRAIN, run, write_space
+
+from shapesweep.common import UserError
+
+TINY = dict(family="conventional", d_model=16, n_layers=1, n_heads=2, d_h=64)
+RECIPE = dict(steps=12, seq_len=32, batch_tokens=256, eval_tokens=1024, lr=1e-2, eval_every=4)
+
+
+@pytest.fixture(autouse=True)
+def _one_thread(one_torch_thread):
+    """One torch thread, as a Ray trial worker has: the same arithmetic, bit for bit."""
+
+
+def test_negative_max_failures_is_one_line_and_leaves_nothing(tmp_path, capsys):
+    root = tmp_path / "sweeps"
+    assert run("run", str(write_space(tmp_path)), "--root", str(root), "--max-failures", "-1") == 2
+    error = capsys.readouterr().err.strip().splitlines()
+    assert error == ["shapesweep run: error: --max-failures: must be 0 or more"]
+    assert not root.exists()
+
+
+def test_weights_of_another_step_are_refused(tmp_path):
+    def stop_at_8(metrics):
+        if metrics["step"] == 8:
+            raise StopTrial
+
+    config, recipe = make_config(TINY), TrainConfig(**RECIPE)
+    train(config, recipe, callback=stop_at_8, checkpoint_dir=str(tmp_path / "a"))
+    train(config, recipe, checkpoint_dir=str(tmp_path / "b"))  # to the end: step 12
+    assert checkpoint.saved_step(tmp_path / "a") == 8
+    os.replace(tmp_path / "b" / checkpoint.WEIGHTS, tmp_path / "a" / checkpoint.WEIGHTS)
+    with pytest.raises(UserError, match="weights are from step 12, the rest from step 8"):
+        train(config, recipe, checkpoint_dir=str(tmp_path / "a"))
+
+
+def _reports(root: Path, sweep: str) -> dict[str, list[dict]]:
+    """Every evaluation report Tune logged for the sweep, by driver run (oldest first)."""
+    runs = sorted(p for p in (Path(sweep_dir(str(root), sweep)) / "_ray").glob("*") if p.is_dir())
+    return {run.name: [report for path in sorted(run.glob("*/result.json"))
+                       for report in map(json.loads, path.read_text().splitlines())
+                       if "step" in report] for run in runs}
+
+
+def _wait_for_reports(root: Path, sweep: str, count: int, process: subprocess.Popen) -> dict:
+    deadline = time.monotonic() + 240
+    while sum(map(len, (reports := _reports(root, sweep)).values())) < count:
+        assert process.poll() is None, process.communicate()
+        assert time.monotonic() < deadline, "no evaluation was reported"
+        time.sleep(0.02)
+    return reports
+
+
+def _start(space_path: Path, root: Path, *options: str) -> subprocess.Popen:
+    """A driver of one long trial (ten evaluations) in its own process group."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "shapesweep.sweep.cli", "run", str(space_path), "--root",
+         str(root), "--scheduler", "fifo", "--no-progress", *options],
+        env=CHILD_ENV, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True)
+
+
+EVERY, STEPS = 40, 400  # ten evaluations, each well over the time it takes to notice one
+
+
+def _space(tmp_path: Path, name: str) -> Path:
+    return write_space(tmp_path, name=name, search={"n_layers": [2]},
+                       train={**TINY_TRAIN, "tokens": STEPS * TINY_TRAIN["batch_tokens"],
+                              "eval_every": EVERY})
+
+
+def _check_curve(root: Path, sweep: str, save_dir: Path | None = None):
+    """The sweep's one trial completed with the curve and final loss of an uninterrupted run."""
+    (row,) = load_trials(str(root), [sweep]).itertuples()
+    assert row.status == "completed"
+    curve = load_curves(str(root), [sweep])
+    assert list(curve["step"]) == list(range(EVERY, STEPS + 1, EVERY))  # none repeated or missing
+    document = json.loads(row.config_json)
+    whole = train(make_config(document["model"] | {"family": document["family"]}),
+                  TrainConfig(**document["train"]), save_dir=save_dir)
+    assert row.val_loss == pytest.approx(whole.val_loss, abs=1e-6)
+    assert list(curve["val_loss"]) == pytest.approx([m["val_loss"] for m in whole.curve], abs=1e-6)
+
+
+def _resumed_at(starts: list[int]) -> int:
+    """Where an attempt that continued from a checkpoint started (one value, past 2 evaluations)."""
+    assert len(set(starts)) == 1 and starts[0] >= 2 * EVERY, starts
+    return starts[0]
+
+
+@pytest.mark.slow
+def test_a_trial_whose_worker_is_killed_continues_from_its_last_evaluation(tmp_path):
+    space_path, root = _space(tmp_path, "lost-worker"), tmp_path / "sweeps"
+    driver = _start(space_path, root, "--keep-checkpoints")
+    (reports,) = _wait_for_reports(root, "lost-worker", 2, driver).values()
+    os.kill(reports[-1]["pid"], signal.SIGKILL)
+    code, _, err = driver.wait(timeout=300), *driver.communicate()
+    assert code == 0, err[-2000:]
+
+    _check_curve(root, "lost-worker", save_dir=tmp_path / "whole")
+    (reports,) = _reports(root, "lost-worker").values()
+    starts = [report[START_FIELD] for report in reports]
+    resumed = _resumed_at(starts[-1:])  # the retry picked up at its last evaluation, not at 0
+    assert starts == [0] * (resumed // EVERY) + [resumed] * ((STEPS - resumed) // EVERY)
+
+    # --keep-checkpoints: the exported weights are the trial's last, those of the whole run.
+    assert run("export", "lost-worker", "--root", str(root), "--top", "1", "--format", "torch",
+               "--weights", "--out", str(tmp_path / "out")) == 0
+    (exported,) = (tmp_path / "out").glob(f"*/{checkpoint.WEIGHTS}")
+    whole = load_file(str(tmp_path / "whole" / checkpoint.WEIGHTS))
+    assert load_file(str(exported)).keys() == whole.keys()
+    assert all(torch.allclose(t, whole[n], atol=1e-6) for n, t in load_file(str(exported)).items())
+
+
+@pytest.mark.slow
+def test_resume_of_a_killed_driver_continues_the_trial_from_its_checkpoint(tmp_path, capsys):
+    space_path, root = _space(tmp_path, "lost-driver"), tmp_path / "sweeps"
+    driver = _start(space_path, root)
+    _wait_for_reports(root, "lost-driver", 2, driver)
+    os.killpg(driver.pid, signal.SIGKILL)  # the driver and the Ray it started
+    driver.wait()
+    assert run("resume", "lost-driver", "--root", str(root)) == 0
+
+    _check_curve(root, "lost-driver")
+    first, second = _reports(root, "lost-driver").values()
+    assert {report[START_FIELD] for report in first} == {0}
+    resumed = _resumed_at([report[START_FIELD] for report in second])
+    assert [r["step"] for r in second] == list(range(EVERY, STEPS + 1, EVERY))  # replayed first
+    assert resumed <= len(first) * EVERY + EVERY
+    # The trial ended: its checkpoints are gone, from both runs, and export says so.
+    assert not list((Path(sweep_dir(str(root), "lost-driver")) / "_ray").glob("*/*/checkpoint_*"))
+    capsys.readouterr()
+    assert run("export", "lost-driver", "--root", str(root), "--top", "1", "--format", "torch",
+               "--weights", "--out", str(tmp_path / "out")) == 2
+    error = capsys.readouterr().err.strip().splitlines()
+    assert len(error) == 1 and "kept no checkpoint of trial" in error[0], error
+    assert not (tmp_path / "out").exists()

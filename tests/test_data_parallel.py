@@ -1,0 +1,87 @@
+"""Data-parallel trials: N processes, each on its slice of every step's batch, train the
+one-process model (real gloo process groups; a real Ray Train trial in a sweep)."""
+
+from __future__ import annotations
+
+import json
+import socket
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed as dist
+from shapesweep.results.store import load_curves, load_trials
+from shapesweep.search_spaces.configs import TrainConfig, make_config
+from shapesweep.sweep.trainable import WORKERS_FIELD
+from shapesweep.trainers.loop import train
+from sweep_helpers import TINY_TRAIN, run, write_space
+
+TINY = dict(family="conventional", d_model=16, n_layers=2, n_heads=2, d_h=64)
+RECIPE = dict(steps=12, seq_len=32, batch_tokens=256, eval_tokens=1024, lr=1e-2, eval_every=4)
+
+
+def _rank(rank: int, world: int, port: int, out: str) -> None:
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                            world_size=world)
+    try:
+        result = train(make_config(TINY), TrainConfig(**RECIPE), checkpoint_dir=f"{out}.ckpt")
+        Path(f"{out}.{rank}").write_text(json.dumps(result.curve))
+    finally:
+        dist.destroy_process_group()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.slow
+def test_two_workers_train_the_one_worker_curve(tmp_path, one_torch_thread):
+    whole = train(make_config(TINY), TrainConfig(**RECIPE))
+    out = str(tmp_path / "curve")
+    torch.multiprocessing.spawn(_rank, args=(2, _free_port(), out), nprocs=2)
+    for rank in (0, 1):  # every rank sees the same (averaged) curve
+        curve = json.loads(Path(f"{out}.{rank}").read_text())
+        assert [m["step"] for m in curve] == [4, 8, 12]
+        for key in ("train_loss", "val_loss"):
+            assert [m[key] for m in curve] == pytest.approx([m[key] for m in whole.curve],
+                                                            abs=1e-5)
+    assert whole.curve[-1]["val_loss"] != whole.curve[0]["val_loss"]  # it did train
+    # rank 0 alone wrote the checkpoint, at the last evaluation
+    from shapesweep.trainers.checkpoint import saved_step
+
+    assert saved_step(f"{out}.ckpt") == 12
+
+
+@pytest.mark.parametrize("workers, problem", [("0", "must be at least 1"),
+                                              ("1000", "do not fit this machine's")])
+def test_workers_per_trial_that_cannot_run_are_one_line(tmp_path, capsys, workers, problem):
+    root = tmp_path / "sweeps"
+    assert run("run", str(write_space(tmp_path)), "--root", str(root),
+               "--workers-per-trial", workers) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert "--workers-per-trial: " in line and problem in line
+    assert not root.exists()
+
+
+@pytest.mark.slow
+def test_a_two_worker_sweep_trial_equals_a_one_process_run(tmp_path, one_torch_thread):
+    space_path = write_space(tmp_path, name="two-workers", search={"n_layers": [2]},
+                             train={**TINY_TRAIN, "tokens": 16 * TINY_TRAIN["batch_tokens"]})
+    root = tmp_path / "sweeps"
+    assert run("run", str(space_path), "--root", str(root), "--scheduler", "fifo",
+               "--workers-per-trial", "2") == 0
+    (row,) = load_trials(str(root), ["two-workers"]).itertuples()
+    assert row.status == "completed", row.error
+    document = json.loads(row.config_json)
+    whole = train(make_config(document["model"] | {"family": document["family"]}),
+                  TrainConfig(**document["train"]))
+    curve = load_curves(str(root), ["two-workers"])
+    assert list(curve["step"]) == [m["step"] for m in whole.curve]
+    assert list(curve["val_loss"]) == pytest.approx([m["val_loss"] for m in whole.curve], abs=1e-5)
+    assert row.val_loss == pytest.approx(whole.val_loss, abs=1e-5)
+    logged = [json.loads(line) for path in (root / "two-workers" / "_ray").glob("*/*/result.json")
+              for line in path.read_text().splitlines()]
+    assert logged and {report[WORKERS_FIELD] for report in logged} == {2}
