@@ -17,11 +17,11 @@ import yaml
 from safetensors.torch import load_file
 from shapesweep.results.store import write_trial
 from shapesweep.search_spaces.accounting import account
+from shapesweep.search_spaces.candidate_file import load_candidate
 from shapesweep.search_spaces.configs import TrainConfig, config_key, make_config
 from shapesweep.sweep.cli import main
 from shapesweep.trainers.checkpoint import save_model
 from shapesweep.trainers.data import builtin_corpus
-from shapesweep.trainers.loop import load_candidate
 from shapesweep.trainers.models import build_model
 from shapesweep.trainers.mup import configure
 from transformers import AutoConfig, LlamaForCausalLM

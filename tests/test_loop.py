@@ -7,12 +7,12 @@ import math
 
 import pytest
 import torch
+from shapesweep.search_spaces.candidate_file import load_candidate
 from shapesweep.search_spaces.configs import TrainConfig, make_config
 from shapesweep.trainers.loop import (
     NonFiniteLoss,
     StopTrial,
     _loss,
-    load_candidate,
     lr_multiplier,
     train,
 )

@@ -9,11 +9,12 @@ import math
 import pytest
 import torch
 import yaml
+from shapesweep.search_spaces.candidate_file import load_candidate
 from shapesweep.search_spaces.configs import ConventionalConfig, TrainConfig
 from shapesweep.search_spaces.solver import plan
 from shapesweep.search_spaces.space import list_builtin, load_space
 from shapesweep.sweep.search import grid_specs
-from shapesweep.trainers.loop import load_candidate, lr_multiplier, warmup_steps
+from shapesweep.trainers.loop import lr_multiplier, warmup_steps
 from shapesweep.trainers.memory import training_bytes
 from sweep_helpers import TINY_SPACE, TINY_TRAIN, run, write_space
 

@@ -164,7 +164,7 @@ def test_console_script_end_to_end(tmp_path):
 
 def test_plan_out_writes_candidate_documents_train_accepts(capsys, tmp_path):
     """`plan --out DIR` writes one candidate YAML per candidate, keyed like the JSON rows."""
-    from shapesweep.trainers.loop import load_candidate
+    from shapesweep.search_spaces.candidate_file import load_candidate
 
     code, out, _ = run(capsys, "plan", "hourglass-fixed-attention-small", "--format", "json",
                        "--out", str(tmp_path / "cands"))

@@ -91,7 +91,7 @@ def load_model(directory: str | Path):
     """(model_config, TrainConfig, state dict) from a `train --save` folder; UserError if unusable."""
     from safetensors import SafetensorError
     from safetensors.torch import load_file
-    from shapesweep.trainers.loop import load_candidate
+    from shapesweep.search_spaces.candidate_file import load_candidate
     from shapesweep.trainers.models import build_model
 
     folder = Path(directory)

@@ -107,7 +107,7 @@ def refuse_space(path: str) -> None:
 
 
 def train(args: argparse.Namespace) -> int:
-    from shapesweep.trainers.loop import load_candidate
+    from shapesweep.search_spaces.candidate_file import load_candidate
     from shapesweep.trainers.loop import train as run_training
 
     refuse_space(args.config)
