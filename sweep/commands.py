@@ -116,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
             raise UserError("must be at least 1", key=flag)
     if args.max_failures < 0:
         raise UserError("must be 0 or more", key="--max-failures")
-    _check_workers(args)
+    _check_resources(args)
     options = SweepOptions(
         space=args.space, name=args.name, root=args.root, address=args.address,
         gpus_per_trial=args.gpus_per_trial, cpus_per_trial=args.cpus_per_trial,
@@ -131,20 +131,24 @@ def run(args: argparse.Namespace) -> int:
     return _report(run_sweep(options), args.root)
 
 
-def _check_workers(args: argparse.Namespace) -> None:
-    """Refuse data-parallel trials the local cluster (this machine) could never place; a
-    remote cluster's size is known only once joined, where Ray Train waits for room."""
+def _check_resources(args: argparse.Namespace) -> None:
+    """Refuse trials the local cluster (this machine) could never place: Ray would wait for
+    them forever. A remote cluster's size is known only once joined (`--address`)."""
     workers = args.workers_per_trial
     if workers < 1:
         raise UserError("must be at least 1", key="--workers-per-trial")
-    if workers == 1 or args.address is not None:
+    for flag, value in (("--cpus-per-trial", args.cpus_per_trial), ("--gpus-per-trial", args.gpus_per_trial)):
+        if value < 0:
+            raise UserError(f"must not be negative (got {value:g})", key=flag)
+    if args.address is not None:
         return
-    for kind, per_worker, have in (("CPUs", args.cpus_per_trial, os.cpu_count() or 1),
-                                   ("GPUs", args.gpus_per_trial, _local_gpus())):
+    for flag, kind, per_worker, have in (("--cpus-per-trial", "CPUs", args.cpus_per_trial, os.cpu_count() or 1),
+                                         ("--gpus-per-trial", "GPUs", args.gpus_per_trial, _local_gpus())):
         if workers * per_worker > have:
-            raise UserError(f"{workers} workers x {per_worker:g} {kind} do not fit this "
-                            f"machine's {have} {kind} (the local cluster)",
-                            key="--workers-per-trial")
+            what = f"{workers} workers x {per_worker:g} {kind}" if workers > 1 else f"{per_worker:g} {kind} per trial"
+            raise UserError(f"{what} do not fit this machine's {have} {kind} (the local cluster; "
+                            "join a larger one with --address)",
+                            key="--workers-per-trial" if workers > 1 else flag)
 
 
 def _local_gpus() -> int:

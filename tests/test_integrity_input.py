@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 import yaml
 from shapesweep.search_spaces.expressions import ExpressionError, compile_expression
 from shapesweep.search_spaces.space import load_space
@@ -228,7 +229,11 @@ RUN_CASES = {
     "no seeds in the space": lambda folder: (write_space(folder, seeds=[]), []),
     "--seeds 0,,1": lambda folder: (write_space(folder), ["--seeds", "0,,1"]),
     "--seeds with a duplicate": lambda folder: (write_space(folder), ["--seeds", "2,2"]),
+    # Ray would wait forever for resources the local cluster does not have
+    "more CPUs per trial than the machine": lambda folder: (write_space(folder), ["--cpus-per-trial", "100000"]),
+    "negative GPUs per trial": lambda folder: (write_space(folder), ["--gpus-per-trial", "-1"]),
 }
+FLAG_OF = {"more CPUs per trial than the machine": "--cpus-per-trial", "negative GPUs per trial": "--gpus-per-trial"}
 
 
 @pytest.mark.parametrize("case", sorted(RUN_CASES))
@@ -238,7 +243,7 @@ def test_run_refuses_before_any_sweep_state_exists(capsys, tmp_path, case):
     root = tmp_path / "root"
     code, _, err = shapesweep(capsys, "run", str(space), "--root", str(root), "--no-progress", *extra)
     assert code == 2 and len(err.strip().splitlines()) == 1, err
-    assert ": --seeds: " in err if extra else str(space) in err
+    assert f": {FLAG_OF.get(case, '--seeds')}: " in err if extra else str(space) in err
     assert not root.exists()
     assert not (tmp_path / MARKER).exists()
 
@@ -271,6 +276,14 @@ def _candidate(folder: Path, model: dict, train: dict | None = None, family: str
 
 
 TINY_MODEL = {"d_model": 32, "n_layers": 1, "n_heads": 2, "d_h": 64}
+
+
+@pytest.mark.parametrize("device", ["tpu", "cuda:99"] + ([] if torch.cuda.is_available() else ["cuda"]))
+def test_train_refuses_a_device_this_machine_lacks_before_any_work(capsys, tmp_path, device):
+    path = _candidate(tmp_path, TINY_MODEL)
+    code, out, err = shapesweep(capsys, "train", str(path), "--device", device, "--save", str(tmp_path / "out"))
+    assert_refused(code, err, f"'{device}'", "--device", "")
+    assert out == "" and not (tmp_path / "out").exists()
 
 
 def test_train_refuses_a_model_too_large_to_allocate(capsys, tmp_path):

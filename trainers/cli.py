@@ -106,10 +106,33 @@ def refuse_space(path: str) -> None:
                         "or `shapesweep plan --out DIR`", file=path)
 
 
+def check_device(text: str | None) -> None:
+    """`--device` names a device this machine has, or one line says why not (before any work)."""
+    if text is None:
+        return
+    import torch
+
+    try:
+        device = torch.device(text)
+    except RuntimeError:
+        raise UserError(f"{text!r} is not a torch device (cpu, cuda, cuda:1, mps, ...)",
+                        key="--device") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise UserError(f"{text!r}: CUDA is not available here (no GPU, or a CPU build of torch)",
+                        key="--device")
+    if device.type == "cuda" and (device.index or 0) >= torch.cuda.device_count():
+        raise UserError(f"{text!r}: this machine has {torch.cuda.device_count()} GPU(s)", key="--device")
+    if device.type == "mps" and not torch.backends.mps.is_available():
+        raise UserError(f"{text!r}: MPS is not available here", key="--device")
+    if device.type not in ("cpu", "cuda", "mps"):
+        raise UserError(f"{text!r}: shapesweep trains on cpu, cuda or mps", key="--device")
+
+
 def train(args: argparse.Namespace) -> int:
     from shapesweep.search_spaces.candidate_file import load_candidate
     from shapesweep.trainers.loop import train as run_training
 
+    check_device(args.device)
     refuse_space(args.config)
     config, recipe = load_candidate(args.config)
     if args.steps is not None or args.tokens is not None:
