@@ -56,10 +56,23 @@ def test_trained_weights_give_shapesweeps_logits(tmp_path, capsys, name):
     torch.testing.assert_close(got, expected, atol=1e-4, rtol=0)
 
 
-def test_tied_embeddings_and_what_llama_refuses_exit_2_and_write_nothing(tmp_path, capsys):
-    _sweep(tmp_path / "root", [(UNTIED["tied"], {}), (BASE, {})])
-    assert _export(tmp_path / "root", tmp_path / "out", format="litgpt") == 2
-    _one_line_error(capsys, "tied embeddings", "--format hf")
+def test_tied_embeddings_become_a_copied_lm_head_with_the_same_logits(tmp_path, capsys):
+    """litgpt's GPT cannot tie: the export unties (vocab x d_model more parameters), same logits."""
+    weights, ours = _train_saved(tmp_path, MODELS["tied"])
+    capsys.readouterr()
+    rows = _sweep(tmp_path / "root", [(MODELS["tied"], {})])
+    assert _export(tmp_path / "root", tmp_path / "out", "--weights", str(weights), format="litgpt") == 0
+    folder = tmp_path / "out" / f"01-conventional-{rows[0]['key']}"
+    theirs = _gpt(folder)
+    extra = MODELS["tied"].get("vocab_size", 256) * MODELS["tied"]["d_model"]
+    assert sum(p.numel() for p in theirs.parameters()) == rows[0]["params_total"] + extra
+    theirs.load_state_dict(torch.load(folder / "lit_model.pth"), strict=True)
+    tokens = _tokens()[:, :TRAIN["seq_len"]]
+    with torch.no_grad():
+        torch.testing.assert_close(theirs.eval()(tokens), ours.eval()(tokens), atol=1e-4, rtol=0)
+
+
+def test_what_llama_refuses_exits_2_and_writes_nothing(tmp_path, capsys):
     _sweep(tmp_path / "root2", [(UNTIED["tied"], {}), ({**UNTIED["tied"], "activation": "relu"}, {})],
            name="winners")
     assert _export(tmp_path / "root2", tmp_path / "out", format="litgpt") == 2

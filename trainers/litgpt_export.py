@@ -59,9 +59,6 @@ def require() -> None:
 
 def unsupported(model_config, train) -> str | None:
     """Why this candidate has no exact litgpt equivalent, or None when it has one."""
-    if model_config.family == "conventional" and model_config.tie_embeddings:
-        return ("litgpt's GPT has no tied embeddings (its lm_head is its own matrix); "
-                "use --format hf or --format torch")
     return hf_export.unsupported(model_config, train)
 
 
@@ -97,6 +94,8 @@ def litgpt_state_dict(state: dict[str, torch.Tensor], model_config) -> dict[str,
         parts = tensor.split(sizes[local]) if local in sizes else [tensor]
         for target, part in zip(LAYER_NAMES[local], parts, strict=True):
             out[f"transformer.h.{layer}.{target}.{param}"] = part.contiguous()
+    if model_config.tie_embeddings:  # litgpt's GPT always has its own lm_head: a copy
+        out["lm_head.weight"] = out["transformer.wte.weight"].clone()
     return out
 
 
