@@ -559,7 +559,13 @@ def export(args: argparse.Namespace) -> int:
         raise UserError(f"unknown column {args.metric!r}", key="--metric")
     trials = load_trials(args.root, [args.name])
     if trials.empty:
-        raise UserError(f"sweep {args.name!r} under {args.root} has no trials", key="name")
+        from shapesweep.results.store import list_sweeps
+
+        known = list_sweeps(args.root)
+        if args.name not in known:
+            where = f"under {args.root}" if known else f"under {args.root} (no sweeps there; --root names another)"
+            raise UserError(f"no sweep named {args.name!r} {where}", key="name")
+        raise UserError(f"sweep {args.name!r} under {args.root} has no trials yet", key="name")
     keep = {"completed", "stopped_early"} if args.include_stopped else {"completed"}
     trials = trials[trials["status"].isin(keep) & trials[args.metric].notna()]
     trials = _seed_means(trials, args.metric)

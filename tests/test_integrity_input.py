@@ -350,3 +350,11 @@ def test_train_refuses_an_absurd_token_flag(capsys, tmp_path):
     path = _candidate(tmp_path, TINY_MODEL)
     code, _, err = shapesweep(capsys, "train", str(path), "--tokens", "1e18")
     assert_refused(code, err, "--tokens", "--tokens", "less than or equal")
+
+
+def test_export_and_status_of_a_missing_sweep_name_it_and_create_nothing(capsys, tmp_path):
+    root = tmp_path / "sweeps"
+    for verb, extra in (("export", ["--top", "1", "--out", str(tmp_path / "out")]), ("status", [])):
+        code, _, err = shapesweep(capsys, verb, "nosuch", "--root", str(root), *extra)
+        assert_refused(code, err, "nosuch", "name", f"no sweep named 'nosuch' under {root}")
+    assert sorted(tmp_path.iterdir()) == []  # no root, no catalog, no export folder
