@@ -591,9 +591,11 @@ def _tuner(options: SweepOptions, checked: _Checked, plan: Any, run_config: Any)
         tune_config=tune.TuneConfig(
             scheduler=checked.scheduler, num_samples=plan.num_samples,
             search_alg=plan.search_alg, max_concurrent_trials=options.max_concurrent,
-            # Reusing actors saves a process start per trial, but Ray 2.60 cannot reset an
-            # actor whose trial the scheduler stopped (and then stalls), so only under FIFO.
-            reuse_actors=options.scheduler == "fifo",
+            # A warm worker runs trial after trial (no process start, torch imported once):
+            # a stopped trial's thread ends with SystemExit (sweep/trainable.py), so Ray can
+            # reset its actor. A data-parallel trial is stopped inside Ray Train's fit, not
+            # in `tune.report`, so its actors are reused only where no trial is stopped.
+            reuse_actors=options.workers_per_trial == 1 or options.scheduler == "fifo",
             # Trials are named by our trial id (KEY-sSEED) in Ray's folders and in trackers.
             trial_name_creator=_trial_name, trial_dirname_creator=_trial_name),
         run_config=run_config,

@@ -3,7 +3,10 @@
 The loop knows nothing of Ray; this adapter turns its evaluation callback into
 `tune.report`, so ASHA sees `val_loss` over `tokens`. When the scheduler stops a
 trial, Ray makes `tune.report` raise `SystemExit` in this thread; we turn that into
-the loop's own `StopTrial` so it winds down through its documented path. Every
+the loop's own `StopTrial` so it winds down through its documented path, then raise
+`SystemExit` again so the thread ends as Ray expects of a stopped trial: a function that
+returns makes Ray's wrapper report once more, a report no one answers, and an actor whose
+thread never ends cannot be reset for the next trial (the sweep then stalls). Every
 evaluation goes with a checkpoint (`shapesweep.trainers.checkpoint`), so a trial whose
 worker dies continues from its last evaluation (`shapesweep.sweep.checkpoints`).
 
@@ -64,11 +67,12 @@ def run_trial(config: dict[str, Any], checkpoints: str | None = None, workers: i
             for metrics in replay:
                 report(metrics, saved=False)
         except StopTrial:
-            return
+            raise SystemExit(0) from None  # stopped: end the thread, see the module docstring
         result = train(*_configs(spec), data=spec.get("data"), callback=report,
                        checkpoint_dir=folder, device=spec.get("device"))
-        if not result.stopped:
-            tune.report({**trial_result_fields(result), **tags, FINAL_FLAG: True})
+        if result.stopped:
+            raise SystemExit(0)
+        tune.report({**trial_result_fields(result), **tags, FINAL_FLAG: True})
 
 
 def _configs(spec: dict[str, Any]) -> tuple:
