@@ -17,6 +17,7 @@ light module keeps the per-trial overhead small.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
 FINAL_FLAG = "final"  # set on the one report made after the loop returns
@@ -37,15 +38,16 @@ def trial_result_fields(result: Any) -> dict[str, Any]:
 
 
 def run_trial(config: dict[str, Any], checkpoints: str | None = None, workers: int = 1,
-              resources: dict[str, float] | None = None) -> None:
+              resources: dict[str, float] | None = None, eval_at: Sequence[float] = ()) -> None:
     """Train `config['spec']['document']` (a candidate document) and report every evaluation,
     each with a checkpoint to continue from. `checkpoints`: the sweep's Ray folder, where a
     trial that `resume` runs again finds what an earlier, killed run left. `workers` > 1:
-    data parallel on that many Ray Train workers, each with `resources` ({cpu, gpu})."""
+    data parallel on that many Ray Train workers, each with `resources` ({cpu, gpu}).
+    `eval_at`: token counts to evaluate at besides the recipe's cadence (ASHA's rungs)."""
     import tempfile
 
     if workers > 1:
-        return _run_data_parallel(config, checkpoints, workers, resources or {})
+        return _run_data_parallel(config, checkpoints, workers, resources or {}, eval_at)
 
     from ray import tune
     from shapesweep.trainers.loop import StopTrial, train
@@ -69,7 +71,7 @@ def run_trial(config: dict[str, Any], checkpoints: str | None = None, workers: i
         except StopTrial:
             raise SystemExit(0) from None  # stopped: end the thread, see the module docstring
         result = train(*_configs(spec), data=spec.get("data"), callback=report,
-                       checkpoint_dir=folder, device=spec.get("device"))
+                       checkpoint_dir=folder, device=spec.get("device"), eval_at=eval_at)
         if result.stopped:
             raise SystemExit(0)
         tune.report({**trial_result_fields(result), **tags, FINAL_FLAG: True})
@@ -119,7 +121,7 @@ def _restore(folder: str, trial_id: str, earlier: str | None, this_run: str,
 
 
 def _run_data_parallel(config: dict[str, Any], checkpoints: str | None, workers: int,
-                       resources: dict[str, float]) -> None:
+                       resources: dict[str, float], eval_at: Sequence[float]) -> None:
     """One trial as a Ray Train `TorchTrainer` (DDP; gloo on CPU, nccl on GPU) whose rank 0
     reports reach Tune (`TuneReportCallback`); its checkpoints land where a one-worker
     trial's do (RAY/RUN/TRIAL_ID/checkpoint_*), so retries, `resume` and cleanup are shared."""
@@ -135,7 +137,7 @@ def _run_data_parallel(config: dict[str, Any], checkpoints: str | None, workers:
     per_worker = {"CPU": resources.get("cpu", 1.0)} | ({"GPU": gpus} if gpus else {})
     trainer = TorchTrainer(
         _worker, train_loop_config={"config": config, "checkpoints": checkpoints,
-                                    "experiment": experiment},
+                                    "experiment": experiment, "eval_at": eval_at},
         torch_config=TorchConfig(backend="nccl" if gpus else "gloo"),
         scaling_config=ray_train.ScalingConfig(num_workers=workers, use_gpu=bool(gpus),
                                                resources_per_worker=per_worker),
@@ -170,5 +172,6 @@ def _worker(loop_config: dict[str, Any]) -> None:
         for metrics in replay:
             report(metrics, saved=False)
         result = train(*_configs(spec), data=spec.get("data"), callback=report,
-                       checkpoint_dir=folder, device=str(get_device()))
+                       checkpoint_dir=folder, device=str(get_device()),
+                       eval_at=loop_config["eval_at"])
         ray_train.report({**trial_result_fields(result), **tags, FINAL_FLAG: True})
