@@ -445,6 +445,48 @@ def _scheduler(options: SweepOptions, budgets: set[int] | None, per_step: int = 
                          grace_period=grace, reduction_factor=options.reduction_factor), line
 
 
+def rung_tokens(scheduler: Any) -> list[float]:
+    """The token counts at which ASHA compares trials (its rungs), read from the scheduler
+    Ray built so a trial evaluates exactly where a decision is made; none under FIFO."""
+    return sorted({milestone for bracket in getattr(scheduler, "_brackets", ())
+                   for milestone, _ in bracket._rungs})
+
+
+EVAL_SHARE_TARGET = 0.10  # evaluated / trained tokens a recipe should stay under
+
+
+def evaluation_line(space: Any, candidates: list | None, rungs: list[float]) -> str | None:
+    """What evaluation costs: evaluations per trial x eval_tokens, as a share of the tokens
+    a trial trains, for the sweep's costliest recipe; says so above EVAL_SHARE_TARGET.
+    None when budgets are per candidate and the trials are not known yet (Optuna)."""
+    from shapesweep.trainers.cadence import eval_steps, total_steps
+
+    if candidates is not None:
+        recipes = [(space.train_for(candidate=c), c.config.family) for c in candidates]
+    else:
+        recipes = [(v.train, v.family) for v in space.resolved()
+                   if v.train.tokens is not None or v.train.steps is not None]
+    costs = []
+    for train, family in recipes:
+        per_step = step_tokens(train, family)
+        steps = total_steps(train, per_step)
+        n = len(eval_steps(train, steps, per_step, rungs))
+        costs.append((n * train.eval_tokens / (steps * per_step), n, train.eval_tokens,
+                      steps * per_step, "tokens" if families.get(family).lm else "images"))
+    if not costs:
+        return None
+    share, n, each, trained, unit = max(costs)
+    where = "the recipe's cadence" + (f" and ASHA's {len(rungs)} rungs" if rungs else "")
+    line = (f"evaluation: {n} per trial ({where}) x {human(each)} {unit} = {share:.1%} of the "
+            f"{human(trained)} {unit} a trial trains")
+    if len(set(costs)) > 1:
+        line += " (the costliest recipe)"
+    if share > EVAL_SHARE_TARGET:
+        line += (f"; above the {EVAL_SHARE_TARGET:.0%} target: lower train.eval_tokens or raise "
+                 "train.eval_every")
+    return line
+
+
 @dataclass
 class _Checked:
     """What the up-front checks established; nothing is on disk yet."""
@@ -497,12 +539,14 @@ def _check(options: SweepOptions) -> tuple[SweepOptions, _Checked]:
     budgets = sweep_budgets(space, strategy.candidates)
     step = min((step_tokens(v.train, v.family) for v in space.resolved()), default=1)
     scheduler, asha_line = _scheduler(options, budgets, step)
+    eval_line = evaluation_line(space, strategy.candidates, rung_tokens(scheduler))
     data_hash, data_notices = data_hash_for(space, strategy.candidates, _abs(options.data))
     storage_url = options.storage or default_catalog_url(options.root)  # makes a local root
     budget = next(iter(budgets)) if budgets and len(budgets) == 1 else None
     options = replace(options, name=name, **strategy.settings())
     return options, _Checked(space, strategy, storage_url, seeds, scheduler,
-                             [*strategy.notices, *([asha_line] if asha_line else []), *data_notices],
+                             [*strategy.notices, *[line for line in (asha_line, eval_line) if line],
+                              *data_notices],
                              data_hash, budget)
 
 
@@ -581,7 +625,8 @@ def _tuner(options: SweepOptions, checked: _Checked, plan: Any, run_config: Any)
     resources = {"cpu": options.cpus_per_trial, "gpu": options.gpus_per_trial}
     checkpoints = str(_ray_storage(options.root, options.name).resolve())
     trainable = tune.with_parameters(run_trial, checkpoints=checkpoints,
-                                     workers=options.workers_per_trial, resources=resources)
+                                     workers=options.workers_per_trial, resources=resources,
+                                     eval_at=rung_tokens(checked.scheduler))
     # N > 1 workers: the trial's actor only drives the Train workers, so it holds no CPU
     # (a Ray bundle must ask for something: one byte of memory)
     own = resources if options.workers_per_trial == 1 else {"cpu": 0, "memory": 1}
@@ -591,9 +636,11 @@ def _tuner(options: SweepOptions, checked: _Checked, plan: Any, run_config: Any)
         tune_config=tune.TuneConfig(
             scheduler=checked.scheduler, num_samples=plan.num_samples,
             search_alg=plan.search_alg, max_concurrent_trials=options.max_concurrent,
-            # Reusing actors saves a process start per trial, but Ray 2.60 cannot reset an
-            # actor whose trial the scheduler stopped (and then stalls), so only under FIFO.
-            reuse_actors=options.scheduler == "fifo",
+            # A warm worker runs trial after trial (no process start, torch imported once):
+            # a stopped trial's thread ends with SystemExit (sweep/trainable.py), so Ray can
+            # reset its actor. A data-parallel trial is stopped inside Ray Train's fit, not
+            # in `tune.report`, so its actors are reused only where no trial is stopped.
+            reuse_actors=options.workers_per_trial == 1 or options.scheduler == "fifo",
             # Trials are named by our trial id (KEY-sSEED) in Ray's folders and in trackers.
             trial_name_creator=_trial_name, trial_dirname_creator=_trial_name),
         run_config=run_config,

@@ -3,7 +3,10 @@
 The loop knows nothing of Ray; this adapter turns its evaluation callback into
 `tune.report`, so ASHA sees `val_loss` over `tokens`. When the scheduler stops a
 trial, Ray makes `tune.report` raise `SystemExit` in this thread; we turn that into
-the loop's own `StopTrial` so it winds down through its documented path. Every
+the loop's own `StopTrial` so it winds down through its documented path, then raise
+`SystemExit` again so the thread ends as Ray expects of a stopped trial: a function that
+returns makes Ray's wrapper report once more, a report no one answers, and an actor whose
+thread never ends cannot be reset for the next trial (the sweep then stalls). Every
 evaluation goes with a checkpoint (`shapesweep.trainers.checkpoint`), so a trial whose
 worker dies continues from its last evaluation (`shapesweep.sweep.checkpoints`).
 
@@ -14,6 +17,7 @@ light module keeps the per-trial overhead small.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
 FINAL_FLAG = "final"  # set on the one report made after the loop returns
@@ -34,15 +38,16 @@ def trial_result_fields(result: Any) -> dict[str, Any]:
 
 
 def run_trial(config: dict[str, Any], checkpoints: str | None = None, workers: int = 1,
-              resources: dict[str, float] | None = None) -> None:
+              resources: dict[str, float] | None = None, eval_at: Sequence[float] = ()) -> None:
     """Train `config['spec']['document']` (a candidate document) and report every evaluation,
     each with a checkpoint to continue from. `checkpoints`: the sweep's Ray folder, where a
     trial that `resume` runs again finds what an earlier, killed run left. `workers` > 1:
-    data parallel on that many Ray Train workers, each with `resources` ({cpu, gpu})."""
+    data parallel on that many Ray Train workers, each with `resources` ({cpu, gpu}).
+    `eval_at`: token counts to evaluate at besides the recipe's cadence (ASHA's rungs)."""
     import tempfile
 
     if workers > 1:
-        return _run_data_parallel(config, checkpoints, workers, resources or {})
+        return _run_data_parallel(config, checkpoints, workers, resources or {}, eval_at)
 
     from ray import tune
     from shapesweep.trainers.loop import StopTrial, train
@@ -64,11 +69,12 @@ def run_trial(config: dict[str, Any], checkpoints: str | None = None, workers: i
             for metrics in replay:
                 report(metrics, saved=False)
         except StopTrial:
-            return
+            raise SystemExit(0) from None  # stopped: end the thread, see the module docstring
         result = train(*_configs(spec), data=spec.get("data"), callback=report,
-                       checkpoint_dir=folder, device=spec.get("device"))
-        if not result.stopped:
-            tune.report({**trial_result_fields(result), **tags, FINAL_FLAG: True})
+                       checkpoint_dir=folder, device=spec.get("device"), eval_at=eval_at)
+        if result.stopped:
+            raise SystemExit(0)
+        tune.report({**trial_result_fields(result), **tags, FINAL_FLAG: True})
 
 
 def _configs(spec: dict[str, Any]) -> tuple:
@@ -115,7 +121,7 @@ def _restore(folder: str, trial_id: str, earlier: str | None, this_run: str,
 
 
 def _run_data_parallel(config: dict[str, Any], checkpoints: str | None, workers: int,
-                       resources: dict[str, float]) -> None:
+                       resources: dict[str, float], eval_at: Sequence[float]) -> None:
     """One trial as a Ray Train `TorchTrainer` (DDP; gloo on CPU, nccl on GPU) whose rank 0
     reports reach Tune (`TuneReportCallback`); its checkpoints land where a one-worker
     trial's do (RAY/RUN/TRIAL_ID/checkpoint_*), so retries, `resume` and cleanup are shared."""
@@ -131,7 +137,7 @@ def _run_data_parallel(config: dict[str, Any], checkpoints: str | None, workers:
     per_worker = {"CPU": resources.get("cpu", 1.0)} | ({"GPU": gpus} if gpus else {})
     trainer = TorchTrainer(
         _worker, train_loop_config={"config": config, "checkpoints": checkpoints,
-                                    "experiment": experiment},
+                                    "experiment": experiment, "eval_at": eval_at},
         torch_config=TorchConfig(backend="nccl" if gpus else "gloo"),
         scaling_config=ray_train.ScalingConfig(num_workers=workers, use_gpu=bool(gpus),
                                                resources_per_worker=per_worker),
@@ -166,5 +172,6 @@ def _worker(loop_config: dict[str, Any]) -> None:
         for metrics in replay:
             report(metrics, saved=False)
         result = train(*_configs(spec), data=spec.get("data"), callback=report,
-                       checkpoint_dir=folder, device=str(get_device()))
+                       checkpoint_dir=folder, device=str(get_device()),
+                       eval_at=loop_config["eval_at"])
         ray_train.report({**trial_result_fields(result), **tags, FINAL_FLAG: True})

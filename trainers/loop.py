@@ -25,7 +25,7 @@ import contextlib
 import math
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -36,6 +36,7 @@ from shapesweep.search_spaces.configs import (
     config_key,
 )
 from shapesweep.trainers import checkpoint
+from shapesweep.trainers.cadence import eval_steps, total_steps
 
 from shapesweep.common import UserError
 from shapesweep.families.base import of
@@ -124,15 +125,6 @@ def make_task(config, train: TrainConfig, data: str | None, tokenizer: str | Non
     n_seq = max(1, train.batch_tokens // train.seq_len)
     task = LMTask(tokens, train.seq_len, train.seed, train.eval_tokens)
     return task, n_seq, n_seq * train.seq_len, tokens.data_hash
-
-
-def total_steps(train: TrainConfig, units_per_step: int) -> int:
-    if train.steps is not None:
-        return train.steps
-    if train.tokens is not None:
-        return max(1, math.ceil(train.tokens / units_per_step))
-    raise UserError("no training budget: set train.tokens or train.steps (or --tokens/--steps)",
-                    key="train.tokens")
 
 
 def _loss(out: torch.Tensor, y: torch.Tensor, z_loss: float) -> tuple[torch.Tensor, torch.Tensor]:
@@ -251,10 +243,12 @@ def _progress(enabled: bool):
 def train(model_config, train: TrainConfig, data: str | None = None,
           callback: Callable[[dict], None] | None = None, checkpoint_dir: str | None = None,
           device: str | None = None, progress: bool = False,
-          tokenizer: str | None = None, save_dir: str | None = None) -> TrainResult:
+          tokenizer: str | None = None, save_dir: str | None = None,
+          eval_at: Sequence[float] = ()) -> TrainResult:
     """Train `model_config` under the recipe `train`; resumes from `checkpoint_dir` if it holds one.
 
-    `save_dir`: where to write the trained model (`checkpoint.save_model`).
+    `save_dir`: where to write the trained model (`checkpoint.save_model`). `eval_at`: token
+    counts to evaluate at besides the recipe's cadence (a scheduler's decision points).
     """
     from shapesweep.trainers import analysis
     from shapesweep.trainers.memory import check_fits
@@ -271,7 +265,7 @@ def train(model_config, train: TrainConfig, data: str | None = None,
         _cuda_speedups()
     task, per_step, units_per_step, data_hash = make_task(model_config, train, data, tokenizer)
     steps = total_steps(train, units_per_step)
-    eval_every = train.eval_every or max(1, steps // 10)
+    evals = set(eval_steps(train, steps, units_per_step, eval_at))
     micro = train.micro_batch_size or per_step
     eval_batch = micro if of(model_config).lm else EVAL_IMAGES_PER_BATCH
 
@@ -327,7 +321,7 @@ def train(model_config, train: TrainConfig, data: str | None = None,
             done = step + 1
             if bar:
                 bar.update(bar_task, completed=done)
-            if done % eval_every and done != steps:
+            if done not in evals:
                 continue
             losses = _over_ranks(losses, world)
             train_loss = _interval_loss(losses, done, steps, train.lr)  # waits for the device
