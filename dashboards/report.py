@@ -145,7 +145,8 @@ def build_payload(root: str, sweeps: list[str] | None = None, title: str | None 
     return json.dumps(head, default=str)[:-1] + ', "figures": [' + ", ".join(parts) + "]}"
 
 
-CODED = ("sweep", "family", "design", "budget", "status", "metric_name", "hover")  # few distinct values
+CODED = ("sweep", "family", "design", "budget", "status", "metric_name", "hover", "shape", "error",
+         "reason")  # columns of few distinct values: seeds and tuned values share them
 
 
 def _coded(values: list) -> dict:
@@ -153,6 +154,12 @@ def _coded(values: list) -> dict:
     page expands it, `expand`)."""
     codes, uniques = pd.factorize(pd.Series(values, dtype=object), use_na_sentinel=False)
     return {"values": [_clean(v) for v in uniques], "codes": codes.tolist()}
+
+
+def expand(rows: dict) -> dict:
+    """A payload's rows as plain lists, as the page's `expand` makes them (hover texts less
+    their title), for Python readers of the payload."""
+    return {k: [v["values"][c] for c in v["codes"]] if isinstance(v, dict) else v for k, v in rows.items()}
 
 
 def _hover_bodies(trials: pd.DataFrame) -> list[str]:
