@@ -51,6 +51,15 @@ function decode(v) {  // plotly.py ships numpy arrays as base64 typed arrays
   const bytes = Uint8Array.from(atob(v.bdata), (c) => c.charCodeAt(0));
   return Array.from(new DTYPES[v.dtype](bytes.buffer));
 }
+function esc(text) {  // as Python's html.escape(text, quote=False): frames.esc
+  return String(text).replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;");
+}
+function expand(rows) {  // columns of few values arrive as {values, codes} (report._coded)
+  for (const [k, v] of Object.entries(rows)) if (v && v.codes) rows[k] = v.codes.map((c) => v.values[c]);
+  // The hover title names the trial, the rest is its candidate's (report._hover_bodies).
+  rows.hover = rows.hover.map((body, i) => "<b>" + esc(rows.sweep[i]) + "</b> · " + esc(rows.design[i]) +
+    " · trial " + esc(rows.trial_id[i]) + "<br>" + body);
+}
 function human(n) {
   if (n === null || n === undefined) return "–";
   for (const [u, s] of [["E", 1e18], ["P", 1e15], ["T", 1e12], ["G", 1e9], ["M", 1e6], ["K", 1e3]]) if (Math.abs(n) >= s) return (n / s).toPrecision(3) + u;
@@ -229,6 +238,7 @@ function select(i) {
 }
 function render(data) {
   const first = S.data === null;
+  expand(data.rows);
   S.data = data;
   drawHeader();
   drawFigures();

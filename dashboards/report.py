@@ -135,11 +135,47 @@ def build_payload(root: str, sweeps: list[str] | None = None, title: str | None 
                     for m in dict.fromkeys(metric_names.tolist())],
         "rows": rows, "docs": docs, "trains": trains,
     }
-    rows["hover"] = trials["hover"].tolist()
+    rows["hover"] = _hover_bodies(trials)
+    for name in CODED:
+        rows[name] = _coded(rows[name])
     figures = applicable_figures(trials, curves, load_layers(root, sweeps, cache=cache)) if len(trials) else []
     figures += analysis_views(trials) if len(trials) else []
-    parts = [f'{{"id": {json.dumps(fid)}, "figure": {_compact(fig).to_json()}}}' for fid, fig in figures]
+    parts = [f'{{"id": {json.dumps(fid)}, "figure": {_compact(fig, len(trials)).to_json()}}}'
+             for fid, fig in figures]
     return json.dumps(head, default=str)[:-1] + ', "figures": [' + ", ".join(parts) + "]}"
+
+
+CODED = ("sweep", "family", "design", "budget", "status", "metric_name", "hover", "shape", "error",
+         "reason")  # columns of few distinct values: seeds and tuned values share them
+
+
+def _coded(values: list) -> dict:
+    """A column of few distinct values as {"values", "codes"}: each value travels once (the
+    page expands it, `expand`)."""
+    codes, uniques = pd.factorize(pd.Series(values, dtype=object), use_na_sentinel=False)
+    return {"values": [_clean(v) for v in uniques], "codes": codes.tolist()}
+
+
+def expand(rows: dict) -> dict:
+    """A payload's rows as plain lists, as the page's `expand` makes them (hover texts less
+    their title), for Python readers of the payload."""
+    return {k: [v["values"][c] for c in v["codes"]] if isinstance(v, dict) else v for k, v in rows.items()}
+
+
+def _hover_bodies(trials: pd.DataFrame) -> list[str]:
+    """Each trial's hover text (`frames.hover_text`) less its first line, which names the trial
+    and which the page builds from the row (`hoverText`): the rest is the candidate's and its
+    tuned values', shared by its seeds."""
+    from shapesweep.dashboards.frames import esc
+
+    bodies = []
+    for text, sweep, design, trial_id in zip(trials["hover"], trials["sweep"], trials["design"],
+                                             trials["trial_id"], strict=True):
+        title = f"<b>{esc(sweep)}</b> · {esc(design)} · trial {esc(trial_id)}<br>"
+        if not text.startswith(title):
+            raise ValueError(f"hover text of trial {trial_id!r} does not start with its title")
+        bodies.append(text[len(title):])
+    return bodies
 
 
 def _split_configs(config_json: pd.Series) -> tuple[list, list, list, list]:
@@ -164,15 +200,24 @@ def _split_configs(config_json: pd.Series) -> tuple[list, list, list, list]:
     return doc_of, train_of, docs, trains
 
 
-def _compact(fig):
-    """Ship row ids only in customdata; the page restores each point's hover text from
-    `rows.hover`, so a trial's text travels once, not once per figure and curve point."""
+def _compact(fig, n_rows: int):
+    """Ship row ids only in customdata, in the fewest bytes that hold them; the page restores
+    each point's hover text from the row, so a trial's text travels once, not once per figure
+    and curve point. Long x/y arrays (curves) go as float32: 7 digits, more than hovers show."""
+    ids = np.min_scalar_type(max(n_rows - 1, 0))
     for trace in fig.data:
         meta = trace.meta if isinstance(trace.meta, dict) else {}
         if meta.get("rows") and trace.customdata is not None and len(trace.customdata):
-            trace.customdata = np.array([int(point[0]) for point in trace.customdata], dtype=np.int32)
+            trace.customdata = np.array([int(point[0]) for point in trace.customdata], dtype=ids)
             trace.meta = {**meta, "ids": True}
+        for axis in ("x", "y"):
+            values = getattr(trace, axis, None)
+            if isinstance(values, np.ndarray) and values.dtype == np.float64 and len(values) > LONG:
+                setattr(trace, axis, values.astype(np.float32))
     return fig
+
+
+LONG = 1000  # points in a trace from which its coordinates ship as float32
 
 
 def _budget_order(label: str) -> float:

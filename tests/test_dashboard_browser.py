@@ -17,7 +17,8 @@ from selenium.common.exceptions import NoAlertPresentException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.action_chains import ActionChains
 from selenium.webdriver.common.by import By
-from shapesweep.dashboards.report import write_report
+from shapesweep.dashboards.frames import with_derived
+from shapesweep.dashboards.report import load_frames, write_report
 from shapesweep.dashboards.server import make_server
 from shapesweep.results.store import write_trial
 from shapesweep.search_spaces.configs import TrainConfig, make_config
@@ -123,6 +124,9 @@ def test_report_in_the_browser(store, browser, downloads, tmp_path):
     ids = _check_every_figure_renders(browser)
     assert "fig-ucurve" in ids and "fig-scaling" in ids and "fig-widths" in ids
     assert _console_errors(browser) == []
+    # Hover titles are built in the page from the rows: the texts read as the figures' own.
+    trials = with_derived(load_frames(store, ["ucurve", "shapes", "mlp"])[0])
+    assert browser.execute_script("return S.data.rows.hover") == trials["hover"].tolist()
     # The statistics panels: paired intervals vs the baseline, rank fidelity, grey tuned values.
     assert "fig-vs-baseline-lm" in ids and "fig-rank-fidelity-lm" in ids
     assert _shown_points(browser, "fig-vs-baseline-lm") > 0 and _shown_points(browser, "fig-rank-fidelity-lm") > 0

@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 from shapesweep.dashboards.figures import applicable_figures, pareto_figure, searched_figure
 from shapesweep.dashboards.frames import with_derived
-from shapesweep.dashboards.report import build_payload, write_report
+from shapesweep.dashboards.report import build_payload, expand, write_report
 from shapesweep.results import live
 from shapesweep.results.store import compact, load_curves, load_trials, write_trial
 from shapesweep.sweep.cli import main as shapesweep
@@ -179,7 +179,7 @@ def test_report_is_world_readable_under_the_usual_umask(sweep, tmp_path):
 def test_payload_marks_running_stopped_and_failed_trials_with_a_reason(sweep):
     root, _, _ = sweep
     payload = json.loads(build_payload(root))
-    rows = payload["rows"]
+    rows = expand(payload["rows"])
     reasons = dict(zip(rows["trial_id"], rows["reason"], strict=True))
     assert reasons["run-1"] == "running: 225M of 600M tokens"
     for trial_id, status, reason in zip(rows["trial_id"], rows["status"], rows["reason"], strict=True):
