@@ -31,3 +31,14 @@ def human(n: float | None, digits: int = 3) -> str:
         if abs(n) >= scale:
             return f"{n / scale:.{digits}g}{unit}"
     return f"{n:.{digits}g}"
+
+
+def require(modules: tuple[str, ...], install: str, key: str) -> None:
+    """One line naming how to install the first of `modules` that is missing (optional extras)."""
+    import importlib
+
+    for module in modules:
+        try:
+            importlib.import_module(module)
+        except ImportError as error:
+            raise UserError(f"needs {error.name or module} ({install})", key=key) from None

@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import torch
 
-from shapesweep.common import UserError
+from shapesweep import common
 
 EXTRA = "pip install 'shapesweep[hf]'"
 HIDDEN_ACT = {"swiglu": "silu", "geglu": "gelu"}  # gate activation of the gated FFN (ffn._ACT)
@@ -60,11 +60,7 @@ END_NAMES = {"wte": "model.embed_tokens", "final_norm": "model.norm", "lm_head":
 
 def require() -> None:
     """One line naming the extra when `transformers` or `safetensors` is missing."""
-    try:
-        import safetensors  # noqa: F401
-        import transformers  # noqa: F401
-    except ImportError as error:
-        raise UserError(f"needs {error.name} ({EXTRA})", key="--format hf") from None
+    common.require(("safetensors", "transformers"), EXTRA, key="--format hf")
 
 
 def unsupported(model_config, train) -> str | None:

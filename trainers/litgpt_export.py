@@ -34,7 +34,7 @@ from __future__ import annotations
 import torch
 from shapesweep.trainers import hf_export
 
-from shapesweep.common import UserError
+from shapesweep import common
 
 INSTALL = "pip install --no-deps litgpt && pip install lightning psutil"  # litgpt pins an old huggingface_hub
 MLP_CLASS = {"swiglu": "LLaMAMLP", "geglu": "GemmaMLP"}
@@ -51,10 +51,7 @@ END_NAMES = {"wte": "transformer.wte", "final_norm": "transformer.ln_f", "lm_hea
 
 def require() -> None:
     """One line naming the install when litgpt is missing."""
-    try:
-        import litgpt  # noqa: F401
-    except ImportError as error:
-        raise UserError(f"needs {error.name} ({INSTALL})", key="--format litgpt") from None
+    common.require(("litgpt",), INSTALL, key="--format litgpt")
 
 
 def unsupported(model_config, train) -> str | None:

@@ -19,7 +19,7 @@ import torch
 from shapesweep.search_spaces import configs
 from shapesweep.trainers import ffn, lm, moe
 
-from shapesweep.common import UserError
+from shapesweep import common
 from shapesweep.families.base import of
 
 OWN_IMPORTS = re.compile(r"^(from shapesweep[. ].*|from __future__ import annotations)\n", re.MULTILINE)
@@ -78,10 +78,7 @@ def load(folder: str | Path = ".") -> LM:
 
 def require() -> None:
     """Weights travel as safetensors (the `hf` extra)."""
-    try:
-        import safetensors  # noqa: F401
-    except ImportError:
-        raise UserError("needs safetensors (pip install 'shapesweep[hf]')", key="--format torch") from None
+    common.require(("safetensors",), "pip install 'shapesweep[hf]'", key="--format torch")
 
 
 def unsupported(model_config, train) -> str | None:
