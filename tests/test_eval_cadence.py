@@ -39,6 +39,9 @@ def test_evaluation_steps_are_the_cadence_the_last_step_and_the_first_step_past_
     assert eval_steps(recipe, 16, STEP, [1000, 3000]) == [2, 5, 6, 10, 15, 16]
     assert eval_steps(TrainConfig(**TINY_TRAIN), 16, STEP) == list(range(1, 17))  # 16 // 10 = 1
     assert eval_steps(TrainConfig(**TINY_TRAIN), 40, STEP) == [4, 8, 12, 16, 20, 24, 28, 32, 36, 40]
+    # an interval of 10 steps or more adds one early look at a fifth of it
+    assert eval_steps(TrainConfig(**TINY_TRAIN), 120, STEP)[:3] == [2, 12, 24]
+    assert eval_steps(TrainConfig(**{**TINY_TRAIN, "eval_every": 50}), 600, STEP)[:3] == [10, 50, 100]
 
 
 def test_the_loop_evaluates_at_the_tokens_it_is_given(one_torch_thread):
