@@ -10,15 +10,13 @@ TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 .PHONY: setup demo test test-fast lint browser postgres bench
 setup: $(VENV)/.installed
 
-# -qq on the editable install: setuptools warns on every editable install that maps folders
-# with package-dir (here the top-level folders become shapesweep.*), which is what we want.
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q --timeout 20 --retries 1 --index-url $(TORCH_INDEX) '$(TORCH)' || \
 	  { echo "$(TORCH_INDEX) unreachable: installing $(TORCH) from the default index"; \
 	    $(PY) -m pip install -q '$(TORCH)'; }
-	$(PY) -m pip install -qq -e '.[dev]'
+	$(PY) -m pip install -q -e '.[dev]'
 	$(PY) -m pip install -q --no-deps 'litgpt>=0.5,<0.6'  # see pyproject's litgpt extra
 	touch $@
 
