@@ -458,7 +458,9 @@ EVAL_SHARE_TARGET = 0.10  # evaluated / trained tokens a recipe should stay unde
 def evaluation_line(space: Any, candidates: list | None, rungs: list[float]) -> str | None:
     """What evaluation costs: evaluations per trial x eval_tokens, as a share of the tokens
     a trial trains, for the sweep's costliest recipe; says so above EVAL_SHARE_TARGET.
-    None when budgets are per candidate and the trials are not known yet (Optuna)."""
+    Language models only (a vision trial evaluates its dataset's whole validation split);
+    None when there are none, or when budgets are per candidate and the trials are not known
+    yet (Optuna)."""
     from shapesweep.trainers.cadence import eval_steps, total_steps
 
     if candidates is not None:
@@ -468,17 +470,19 @@ def evaluation_line(space: Any, candidates: list | None, rungs: list[float]) -> 
                    if v.train.tokens is not None or v.train.steps is not None]
     costs = []
     for train, family in recipes:
+        if not families.get(family).lm:
+            continue
         per_step = step_tokens(train, family)
         steps = total_steps(train, per_step)
         n = len(eval_steps(train, steps, per_step, rungs))
         costs.append((n * train.eval_tokens / (steps * per_step), n, train.eval_tokens,
-                      steps * per_step, "tokens" if families.get(family).lm else "images"))
+                      steps * per_step))
     if not costs:
         return None
-    share, n, each, trained, unit = max(costs)
+    share, n, each, trained = max(costs)
     where = "the recipe's cadence" + (f" and ASHA's {len(rungs)} rungs" if rungs else "")
-    line = (f"evaluation: {n} per trial ({where}) x {human(each)} {unit} = {share:.1%} of the "
-            f"{human(trained)} {unit} a trial trains")
+    line = (f"evaluation: {n} per trial ({where}) x {human(each)} tokens = {share:.1%} of the "
+            f"{human(trained)} tokens a trial trains")
     if len(set(costs)) > 1:
         line += " (the costliest recipe)"
     if share > EVAL_SHARE_TARGET:

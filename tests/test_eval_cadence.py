@@ -11,7 +11,7 @@ import pytest
 from shapesweep.results.store import load_curves, load_trials, sweep_dir
 from shapesweep.search_spaces.configs import TrainConfig, make_config
 from shapesweep.search_spaces.solver import plan
-from shapesweep.search_spaces.space import load_space
+from shapesweep.search_spaces.space import BUILTIN_DIR, load_space
 from shapesweep.sweep.runner import SweepOptions, _scheduler, evaluation_line, rung_tokens
 from shapesweep.trainers.cadence import eval_steps
 from shapesweep.trainers.loop import train
@@ -71,6 +71,17 @@ def test_run_states_the_evaluation_share_and_flags_more_than_a_tenth(tmp_path, c
     assert line.startswith(f"evaluation: {expected} of the 8.19K tokens a trial trains")
     assert line.endswith("above the 10% target: lower train.eval_tokens or raise train.eval_every") \
         == ("eval_tokens" not in changes)
+
+
+@pytest.mark.parametrize("path", sorted(BUILTIN_DIR.glob("*-small.yaml")) + [BUILTIN_DIR / "demo-ucurve.yaml"],
+                         ids=lambda path: path.stem)
+def test_the_built_in_cpu_spaces_keep_evaluation_under_a_tenth_of_training(path):
+    space = load_space(str(path))
+    line = evaluation_line(space, plan(space).candidates, [])
+    if space.families == ["vision_mlp"]:
+        assert line is None  # a vision trial evaluates its dataset's validation split
+    else:
+        assert line is not None and "above the" not in line, line
 
 
 def _worker_pids(root: Path, sweep: str) -> dict[str, set[int]]:
