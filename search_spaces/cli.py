@@ -77,6 +77,7 @@ def _short(value: float) -> str:
 def plan(args: argparse.Namespace) -> int:
     from shapesweep.search_spaces.solver import plan as solve
     from shapesweep.search_spaces.space import load_space
+    from shapesweep.trainers.cadence import evaluation_line
 
     space = load_space(args.space)
     result = solve(space, seq_len=args.seq_len)
@@ -99,10 +100,13 @@ def plan(args: argparse.Namespace) -> int:
     else:
         _print_table(space, result, rows)
     trials = _trials_line(space, len(rows))
+    # what evaluation costs at the recipe's own cadence (run adds ASHA's rungs)
+    cost = [line] if (line := evaluation_line(space, result.candidates, [])) else []
     if args.format != "table":  # stdout holds only the data; the summary goes to stderr
-        print(result.counts_line(), *result.dropped_lines(), trials, sep="\n", file=sys.stderr)
+        print(result.counts_line(), *result.dropped_lines(), trials, *cost, sep="\n",
+              file=sys.stderr)
     else:
-        print(trials)
+        print(trials, *cost, sep="\n")
     return 0
 
 

@@ -16,7 +16,8 @@ import math
 from collections.abc import Iterable
 from typing import Any
 
-from shapesweep.common import UserError
+from shapesweep.common import UserError, human
+from shapesweep.families import base as families
 
 
 def total_steps(train: Any, units_per_step: int) -> int:
@@ -39,3 +40,48 @@ def eval_steps(train: Any, steps: int, units_per_step: int,
         points.add(min(steps, every // 5))
     points |= {min(steps, max(1, math.ceil(t / units_per_step))) for t in at_tokens}
     return sorted(points)
+
+
+def step_tokens(train: Any, family: str) -> int:
+    """Tokens (images for vision) one optimizer step trains on."""
+    from shapesweep.search_spaces.configs import TrainConfig
+
+    train = TrainConfig.model_validate(train)
+    return train.batch_tokens if families.get(family).lm else train.batch_size
+
+
+EVAL_SHARE_TARGET = 0.10  # evaluated / trained tokens a recipe should stay under
+
+
+def evaluation_line(space: Any, candidates: list | None, rungs: list[float]) -> str | None:
+    """What evaluation costs: evaluations per trial x eval_tokens, as a share of the tokens
+    a trial trains, for the sweep's costliest recipe; says so above EVAL_SHARE_TARGET.
+    Language models only (a vision trial evaluates its dataset's whole validation split);
+    None when there are none, or when budgets are per candidate and the trials are not known
+    yet (Optuna)."""
+    if candidates is not None:
+        recipes = [(space.train_for(candidate=c), c.config.family) for c in candidates]
+    else:
+        recipes = [(v.train, v.family) for v in space.resolved()
+                   if v.train.tokens is not None or v.train.steps is not None]
+    costs = []
+    for train, family in recipes:
+        if not families.get(family).lm:
+            continue
+        per_step = step_tokens(train, family)
+        steps = total_steps(train, per_step)
+        n = len(eval_steps(train, steps, per_step, rungs))
+        costs.append((n * train.eval_tokens / (steps * per_step), n, train.eval_tokens,
+                      steps * per_step))
+    if not costs:
+        return None
+    share, n, each, trained = max(costs)
+    where = "the recipe's cadence" + (f" and ASHA's {len(rungs)} rungs" if rungs else "")
+    line = (f"evaluation: {n} per trial ({where}) x {human(each)} tokens = {share:.1%} of the "
+            f"{human(trained)} tokens a trial trains")
+    if len(set(costs)) > 1:
+        line += " (the costliest recipe)"
+    if share > EVAL_SHARE_TARGET:
+        line += (f"; above the {EVAL_SHARE_TARGET:.0%} target: lower train.eval_tokens or raise "
+                 "train.eval_every")
+    return line
