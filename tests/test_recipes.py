@@ -263,3 +263,18 @@ def test_the_moe_pair_needs_more_than_one_gpu_and_says_so():
                               torch.device("cuda"))
         assert need > GPU_BYTES / 2
     assert "sharded" in space.description
+
+
+CPU_SPACES = [n for n, _ in list_builtin() if n.endswith("-small") or n.startswith("demo-")]
+
+
+@pytest.mark.parametrize("name", CPU_SPACES)
+def test_cpu_spaces_whose_widths_differ_carry_the_lr_by_mup_or_tune_it(name):
+    """One learning rate for shapes of different widths favours the widths it suits: a
+    built-in CPU comparison transfers it with muP or tunes it per candidate."""
+    space = load_space(name)
+    candidates = plan(space).candidates
+    widths = {c.config.d_model for c in candidates if hasattr(c.config, "d_model")}
+    if len(widths) > 1:
+        recipes = [space.train_for(candidate=c) for c in candidates]
+        assert "lr" in space.tune or all(r.init == "mup" for r in recipes), name
