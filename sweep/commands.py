@@ -18,6 +18,7 @@ from typing import Any
 from shapesweep.sweep.strategies import SAMPLERS, STRATEGIES
 
 from shapesweep.common import UserError, duration, human
+from shapesweep.families import base as families
 
 SWEEP_WEIGHTS = ""  # a bare `export --weights`: from the sweep's kept checkpoints
 FOLDER_FORMATS = {"hf": "shapesweep.trainers.hf_export", "litgpt": "shapesweep.trainers.litgpt_export",
@@ -326,7 +327,10 @@ def _shape(candidate: dict, details: tuple[str, ...] = SHAPE_DETAILS) -> str:
     """`64x4 d_h=256 k=2`: width x depth, then the `details` that set the shape (compact)."""
     width, depth = candidate.get("d_model") or candidate.get("d_z"), candidate.get("n_layers")
     head = f"{_fmt(width)}x{_fmt(depth)}" if width is not None and depth is not None else ""
-    rest = [f"{n}={_fmt(candidate[n], 3)}" for n in details if candidate.get(n) is not None]
+    spec = families.find(candidate.get("family"))
+    inert = spec.inert_fields(candidate) if spec else frozenset()
+    rest = [f"{n}={_fmt(candidate[n], 3)}" for n in details
+            if candidate.get(n) is not None and n not in inert]
     return " ".join([head, *rest]).strip()
 
 

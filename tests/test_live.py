@@ -135,6 +135,17 @@ def test_status_shows_integer_shape_fields_as_integers():
     assert _shape(candidate, ("d_h", "k", "beta")) == "64x4 d_h=256 k=2 beta=0.25"
 
 
+def test_status_leaves_out_the_fields_that_do_not_shape_a_constant_width_model():
+    from shapesweep.sweep.commands import _shape
+
+    row = {"family": "variable_width", "d_model": 64, "n_layers": 6, "d_h": 170,
+           "beta": 0.5, "alpha": 0.3}
+    details = ("d_h", "shape", "beta", "alpha")
+    assert _shape({**row, "shape": "constant"}, details) == "64x6 d_h=170 shape=constant"
+    assert _shape({**row, "shape": "bottleneck"}, details) == \
+        "64x6 d_h=170 shape=bottleneck beta=0.5 alpha=0.3"
+
+
 def test_progress_prints_plain_lines_with_an_eta(monkeypatch):
     from rich.console import Console
     from shapesweep.sweep.progress import SweepProgress

@@ -144,9 +144,15 @@ class FamilySpec:
     design: Callable[[dict], str] | None = None  # a result row's series; default: the name
     shape_text: Callable[[dict], str] = lm_shape_text
     shows_widths: bool = False  # hover text lists the per-layer widths
+    # Stored fields that do not shape this row's model (β and α of a constant-width
+    # ><former), so labels leave them out; default: none.
+    inert: Callable[[dict], frozenset[str]] | None = None
 
     def series(self, row: dict) -> str:
         return self.design(row) if self.design else self.name
+
+    def inert_fields(self, row: dict) -> frozenset[str]:
+        return self.inert(row) if self.inert else frozenset()
 
 
 _SPECS: dict[str, FamilySpec] = {}

@@ -83,6 +83,11 @@ def _design(row: dict) -> str:
     return f"variable_width ({detail})"
 
 
+def _constant(row: dict) -> bool:
+    """A constant-width model: β and α place no bottleneck."""
+    return row.get("shape") == "constant"
+
+
 SPEC = register(FamilySpec(
     name="variable_width",
     config=VariableWidthConfig,
@@ -92,7 +97,9 @@ SPEC = register(FamilySpec(
             "variable_width (constant)": "#8c564b", "variable_width (grow)": "#ff7f0e",
             "variable_width (shrink)": "#d62728", "variable_width (diamond)": "#17becf"},
     design=_design,
-    shape_text=lambda row: (f"{lm_shape_text(row)} {value(row, 'shape')} "
+    shape_text=lambda row: (f"{lm_shape_text(row)} constant" if _constant(row) else
+                            f"{lm_shape_text(row)} {value(row, 'shape')} "
                             f"β={value(row, 'beta')} α={value(row, 'alpha')}"),
     shows_widths=True,
+    inert=lambda row: frozenset({"beta", "alpha"}) if _constant(row) else frozenset(),
 ))
