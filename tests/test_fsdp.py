@@ -1,0 +1,81 @@
+"""Sharded data parallel (FSDP2): N processes, each holding 1/N of the parameters, gradients
+and AdamW state, train the one-process model; their checkpoints are the one-process ones
+(real gloo process groups on CPU)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed as dist
+from safetensors import safe_open
+from shapesweep.search_spaces.accounting import account
+from shapesweep.search_spaces.configs import TrainConfig, make_config
+from shapesweep.trainers.checkpoint import WEIGHTS, saved_step
+from shapesweep.trainers.loop import StopTrial, train
+from shapesweep.trainers.models import build_model
+
+TIED = dict(family="conventional", d_model=16, n_layers=2, n_heads=2, d_h=64, tie_embeddings=True)
+RECIPE = dict(steps=12, seq_len=32, batch_tokens=256, eval_tokens=1024, lr=1e-2, eval_every=4,
+              micro_batch_size=2)
+
+
+def _stop_at(step: int):
+    def callback(metrics: dict) -> None:
+        if metrics["step"] == step:
+            raise StopTrial
+    return callback
+
+
+def _rank(rank: int, world: int, port: int, out: Path) -> None:
+    """Train to step 4 and stop (a checkpoint there), copy it aside, then resume to the end."""
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                            world_size=world)
+    try:
+        config, recipe = make_config(TIED), TrainConfig(**RECIPE)
+        train(config, recipe, checkpoint_dir=str(out / "ckpt"), callback=_stop_at(4),
+              parallel="fsdp")
+        if rank == 0:
+            shutil.copytree(out / "ckpt", out / "at-4")
+        dist.barrier()
+        result = train(config, recipe, checkpoint_dir=str(out / "ckpt"), parallel="fsdp",
+                       save_dir=str(out / "saved"))
+        (out / f"rank{rank}.json").write_text(json.dumps(
+            {"curve": result.curve, "params": result.params_measured}))
+    finally:
+        dist.destroy_process_group()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.slow
+def test_two_sharded_workers_train_and_resume_the_one_worker_curve(tmp_path, one_torch_thread):
+    config = make_config(TIED)
+    whole = train(config, TrainConfig(**RECIPE))
+    torch.multiprocessing.spawn(_rank, args=(2, _free_port(), tmp_path), nprocs=2)
+    for rank in (0, 1):  # stopped at 4, resumed from the checkpoint: the uninterrupted curve
+        done = json.loads((tmp_path / f"rank{rank}.json").read_text())
+        assert [m["step"] for m in done["curve"]] == [4, 8, 12]
+        for key in ("train_loss", "val_loss"):
+            assert [m[key] for m in done["curve"]] == pytest.approx(
+                [m[key] for m in whole.curve], abs=1e-5)
+        # the sharded parameters count as the whole model, the tied table once
+        assert done["params"] == whole.params_measured == account(config).params_total
+    assert whole.curve[-1]["val_loss"] != whole.curve[0]["val_loss"]  # it did train
+    assert saved_step(tmp_path / "ckpt") == 12
+    with safe_open(str(tmp_path / "saved" / WEIGHTS), "pt") as saved:  # whole, tied, unsharded
+        assert {k: saved.get_slice(k).get_shape() for k in saved.keys()} == {
+            k: list(t.shape) for k, t in build_model(config).state_dict().items()}
+    # a sharded run's checkpoint is a one-process one: one process resumes it to the same end
+    resumed = train(config, TrainConfig(**RECIPE), checkpoint_dir=str(tmp_path / "at-4"))
+    assert resumed.val_loss == pytest.approx(whole.val_loss, abs=1e-5)
+
