@@ -38,16 +38,19 @@ def trial_result_fields(result: Any) -> dict[str, Any]:
 
 
 def run_trial(config: dict[str, Any], checkpoints: str | None = None, workers: int = 1,
-              resources: dict[str, float] | None = None, eval_at: Sequence[float] = ()) -> None:
+              resources: dict[str, float] | None = None, eval_at: Sequence[float] = (),
+              parallel: str = "ddp") -> None:
     """Train `config['spec']['document']` (a candidate document) and report every evaluation,
     each with a checkpoint to continue from. `checkpoints`: the sweep's Ray folder, where a
     trial that `resume` runs again finds what an earlier, killed run left. `workers` > 1:
-    data parallel on that many Ray Train workers, each with `resources` ({cpu, gpu}).
+    data parallel on that many Ray Train workers, each with `resources` ({cpu, gpu}), the
+    model replicated (`parallel` "ddp") or sharded ("fsdp") over them.
     `eval_at`: token counts to evaluate at besides the recipe's cadence (ASHA's rungs)."""
     import tempfile
 
     if workers > 1:
-        return _run_data_parallel(config, checkpoints, workers, resources or {}, eval_at)
+        return _run_data_parallel(config, checkpoints, workers, resources or {}, eval_at,
+                                  parallel)
 
     from ray import tune
     from shapesweep.trainers.loop import StopTrial, train
@@ -121,8 +124,9 @@ def _restore(folder: str, trial_id: str, earlier: str | None, this_run: str,
 
 
 def _run_data_parallel(config: dict[str, Any], checkpoints: str | None, workers: int,
-                       resources: dict[str, float], eval_at: Sequence[float]) -> None:
-    """One trial as a Ray Train `TorchTrainer` (DDP; gloo on CPU, nccl on GPU) whose rank 0
+                       resources: dict[str, float], eval_at: Sequence[float],
+                       parallel: str) -> None:
+    """One trial as a Ray Train `TorchTrainer` (DDP or FSDP; gloo on CPU, nccl on GPU) whose rank 0
     reports reach Tune (`TuneReportCallback`); its checkpoints land where a one-worker
     trial's do (RAY/RUN/TRIAL_ID/checkpoint_*), so retries, `resume` and cleanup are shared."""
     from pathlib import Path
@@ -137,7 +141,8 @@ def _run_data_parallel(config: dict[str, Any], checkpoints: str | None, workers:
     per_worker = {"CPU": resources.get("cpu", 1.0)} | ({"GPU": gpus} if gpus else {})
     trainer = TorchTrainer(
         _worker, train_loop_config={"config": config, "checkpoints": checkpoints,
-                                    "experiment": experiment, "eval_at": eval_at},
+                                    "experiment": experiment, "eval_at": eval_at,
+                                    "parallel": parallel},
         torch_config=TorchConfig(backend="nccl" if gpus else "gloo"),
         scaling_config=ray_train.ScalingConfig(num_workers=workers, use_gpu=bool(gpus),
                                                resources_per_worker=per_worker),
@@ -173,5 +178,5 @@ def _worker(loop_config: dict[str, Any]) -> None:
             report(metrics, saved=False)
         result = train(*_configs(spec), data=spec.get("data"), callback=report,
                        checkpoint_dir=folder, device=str(get_device()),
-                       eval_at=loop_config["eval_at"])
+                       eval_at=loop_config["eval_at"], parallel=loop_config["parallel"])
         ray_train.report({**trial_result_fields(result), **tags, FINAL_FLAG: True})

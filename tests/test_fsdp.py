@@ -18,6 +18,7 @@ from shapesweep.search_spaces.configs import TrainConfig, make_config
 from shapesweep.trainers.checkpoint import WEIGHTS, saved_step
 from shapesweep.trainers.loop import StopTrial, train
 from shapesweep.trainers.models import build_model
+from sweep_helpers import run, write_space
 
 TIED = dict(family="conventional", d_model=16, n_layers=2, n_heads=2, d_h=64, tie_embeddings=True)
 RECIPE = dict(steps=12, seq_len=32, batch_tokens=256, eval_tokens=1024, lr=1e-2, eval_every=4,
@@ -79,3 +80,11 @@ def test_two_sharded_workers_train_and_resume_the_one_worker_curve(tmp_path, one
     resumed = train(config, TrainConfig(**RECIPE), checkpoint_dir=str(tmp_path / "at-4"))
     assert resumed.val_loss == pytest.approx(whole.val_loss, abs=1e-5)
 
+
+
+def test_fsdp_over_one_worker_is_one_line(tmp_path, capsys):
+    root = tmp_path / "sweeps"
+    assert run("run", str(write_space(tmp_path)), "--root", str(root), "--parallel", "fsdp") == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert "--parallel: fsdp shards" in line and "--workers-per-trial 2 or more" in line
+    assert not root.exists()
