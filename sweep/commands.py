@@ -137,24 +137,32 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _check_resources(args: argparse.Namespace) -> None:
-    """Refuse trials the local cluster (this machine) could never place: Ray would wait for
-    them forever. A remote cluster's size is known only once joined (`--address`)."""
+    """Refuse trials that can never run, before the sweep starts."""
     workers = args.workers_per_trial
     if workers < 1:
         raise UserError("must be at least 1", key="--workers-per-trial")
     check_parallel(args.parallel, workers, "--workers-per-trial")
-    for flag, value in (("--cpus-per-trial", args.cpus_per_trial), ("--gpus-per-trial", args.gpus_per_trial)):
+    check_placement(workers, ("--cpus-per-trial", args.cpus_per_trial),
+                    ("--gpus-per-trial", args.gpus_per_trial), args.address, "--workers-per-trial")
+
+
+def check_placement(workers: int, cpus: tuple[str, float], gpus: tuple[str, float],
+                    address: str | None, workers_flag: str) -> None:
+    """Refuse `workers` of (flag, CPUs) and (flag, GPUs) each that the local cluster (this
+    machine) could never place: Ray would wait for them forever. A remote cluster's size is
+    known only once joined (`--address`)."""
+    for flag, value in (cpus, gpus):
         if value < 0:
             raise UserError(f"must not be negative (got {value:g})", key=flag)
-    if args.address is not None:
+    if address is not None:
         return
-    for flag, kind, per_worker, have in (("--cpus-per-trial", "CPUs", args.cpus_per_trial, os.cpu_count() or 1),
-                                         ("--gpus-per-trial", "GPUs", args.gpus_per_trial, _local_gpus())):
+    for (flag, per_worker), kind, have in ((cpus, "CPUs", os.cpu_count() or 1),
+                                           (gpus, "GPUs", _local_gpus())):
         if workers * per_worker > have:
             what = f"{workers} workers x {per_worker:g} {kind}" if workers > 1 else f"{per_worker:g} {kind} per trial"
             raise UserError(f"{what} do not fit this machine's {have} {kind} (the local cluster; "
                             "join a larger one with --address)",
-                            key="--workers-per-trial" if workers > 1 else flag)
+                            key=workers_flag if workers > 1 else flag)
 
 
 def check_parallel(parallel: str, workers: int, flag: str) -> None:

@@ -133,24 +133,33 @@ def _run_data_parallel(config: dict[str, Any], checkpoints: str | None, workers:
 
     from ray import train as ray_train
     from ray import tune
-    from ray.train.torch import TorchConfig, TorchTrainer
     from ray.tune.integration.ray_train import TuneReportCallback
 
-    gpus = resources.get("gpu", 0.0)
     experiment = tune.get_context().get_experiment_name()
+    _torch_trainer(_worker, {"config": config, "checkpoints": checkpoints,
+                             "experiment": experiment, "eval_at": eval_at, "parallel": parallel},
+                   workers, resources, ray_train.RunConfig(
+                       name=config["spec"]["trial_id"],
+                       storage_path=str(Path(checkpoints) / experiment),
+                       checkpoint_config=ray_train.CheckpointConfig(num_to_keep=1),
+                       callbacks=[TuneReportCallback()])).fit()
+
+
+def _torch_trainer(worker: Any, loop_config: dict[str, Any], workers: int,
+                   resources: dict[str, float], run_config: Any) -> Any:
+    """A Ray Train `TorchTrainer` running `worker(loop_config)` on `workers` workers, each
+    holding `resources` ({cpu, gpu}): nccl between GPU workers, gloo between CPU ones."""
+    from ray import train as ray_train
+    from ray.train.torch import TorchConfig, TorchTrainer
+
+    gpus = resources.get("gpu", 0.0)
     per_worker = {"CPU": resources.get("cpu", 1.0)} | ({"GPU": gpus} if gpus else {})
-    trainer = TorchTrainer(
-        _worker, train_loop_config={"config": config, "checkpoints": checkpoints,
-                                    "experiment": experiment, "eval_at": eval_at,
-                                    "parallel": parallel},
+    return TorchTrainer(
+        worker, train_loop_config=loop_config,
         torch_config=TorchConfig(backend="nccl" if gpus else "gloo"),
         scaling_config=ray_train.ScalingConfig(num_workers=workers, use_gpu=bool(gpus),
                                                resources_per_worker=per_worker),
-        run_config=ray_train.RunConfig(
-            name=config["spec"]["trial_id"], storage_path=str(Path(checkpoints) / experiment),
-            checkpoint_config=ray_train.CheckpointConfig(num_to_keep=1),
-            callbacks=[TuneReportCallback()]))
-    trainer.fit()
+        run_config=run_config)
 
 
 def _worker(loop_config: dict[str, Any]) -> None:
@@ -180,3 +189,60 @@ def _worker(loop_config: dict[str, Any]) -> None:
                        checkpoint_dir=folder, device=str(get_device()),
                        eval_at=loop_config["eval_at"], parallel=loop_config["parallel"])
         ray_train.report({**trial_result_fields(result), **tags, FINAL_FLAG: True})
+
+
+def train_on_workers(model_config: Any, recipe: Any, workers: int, resources: dict[str, float],
+                     parallel: str = "ddp", **options: Any) -> Any:
+    """`shapesweep.trainers.loop.train` on `workers` Ray Train workers of the Ray this process
+    is connected to, outside any sweep (`shapesweep train --workers N`): the same workers as a
+    data-parallel trial's, `options` the loop's own (paths absolute: workers run elsewhere).
+    Returns rank 0's `TrainResult`; a worker's UserError is raised here as itself."""
+    import shutil
+    import tempfile
+
+    from ray import train as ray_train
+    from shapesweep.trainers.loop import TrainResult
+
+    folder = tempfile.mkdtemp(prefix="shapesweep-train-")  # Ray Train's own files, not ours
+    try:
+        trainer = _torch_trainer(
+            _train_worker, {"configs": (model_config, recipe), "parallel": parallel,
+                            "options": options},
+            workers, resources, ray_train.RunConfig(name="train", storage_path=folder))
+        try:
+            result = trainer.fit()
+        except ray_train.TrainingFailedError as error:
+            found = _user_error(error)
+            if found is None:
+                raise
+            raise found from None
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    return TrainResult(**json.loads(result.metrics[RESULT_FIELD]))
+
+
+RESULT_FIELD = "result_json"  # `train_on_workers`: rank 0's TrainResult, as JSON text
+
+
+def _train_worker(loop_config: dict[str, Any]) -> None:
+    """One Ray Train worker of `train_on_workers`: the loop on its rank, its result reported."""
+    from ray import train as ray_train
+    from ray.train.torch import get_device
+    from shapesweep.trainers.loop import train
+
+    result = train(*loop_config["configs"], device=str(get_device()),
+                   parallel=loop_config["parallel"], **loop_config["options"])
+    ray_train.report({RESULT_FIELD: json.dumps(result.to_dict())})
+
+
+def _user_error(error: Exception) -> Exception | None:
+    """The UserError a worker raised (bad input found where the data is read), if that is
+    why Ray Train failed: the CLI then says it in one line."""
+    from shapesweep.common import UserError
+
+    for failure in getattr(error, "worker_failures", {}).values():
+        while failure is not None:
+            if isinstance(failure, UserError):
+                return failure
+            failure = getattr(failure, "cause", None) or failure.__cause__
+    return None

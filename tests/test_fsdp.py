@@ -88,3 +88,40 @@ def test_fsdp_over_one_worker_is_one_line(tmp_path, capsys):
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert "--parallel: fsdp shards" in line and "--workers-per-trial 2 or more" in line
     assert not root.exists()
+
+
+@pytest.mark.slow
+def test_train_on_two_ray_workers_equals_one_worker(tmp_path, capsys, one_torch_thread):
+    """`shapesweep train --workers 2 --parallel fsdp`: a local Ray's two Ray Train workers
+    give the plain one-process result; its --save and --checkpoint-dir are the usual ones."""
+    import yaml
+    from shapesweep.sweep.cli import main
+
+    path = tmp_path / "winner.yaml"
+    path.write_text(yaml.safe_dump({"family": "conventional", "model": TIED, "train": RECIPE}))
+
+    def trained(*argv: str) -> dict:
+        assert main(["train", str(path), "--json", *argv]) == 0
+        return json.loads(capsys.readouterr().out)
+
+    one = trained()
+    two = trained("--workers", "2", "--parallel", "fsdp", "--checkpoint-dir",
+                  str(tmp_path / "ckpt"), "--save", str(tmp_path / "saved"))
+    assert two["val_loss"] == pytest.approx(one["val_loss"], abs=1e-5)
+    assert two["steps"] == one["steps"] == 12 and two["params_measured"] == one["params_measured"]
+    assert saved_step(tmp_path / "ckpt") == 12 and (tmp_path / "saved" / WEIGHTS).is_file()
+    # the same command again finds the finished run's checkpoint: nothing left to train
+    again = trained("--workers", "2", "--parallel", "fsdp", "--checkpoint-dir",
+                    str(tmp_path / "ckpt"))
+    assert again["val_loss"] == two["val_loss"] and again["wall_time_s"] >= two["wall_time_s"]
+
+
+def test_train_workers_that_cannot_run_are_one_line(tmp_path, capsys):
+    from shapesweep.sweep.cli import main
+
+    for argv, problem in ((["--workers", "0"], "--workers: must be at least 1"),
+                          (["--parallel", "fsdp"], "--parallel: fsdp shards a model"),
+                          (["--workers", "1000"], "--workers: 1000 workers x 1 CPUs do not fit")):
+        assert main(["train", str(tmp_path / "absent.yaml"), *argv]) == 2
+        (line,) = capsys.readouterr().err.strip().splitlines()
+        assert problem in line
