@@ -225,14 +225,21 @@ RESULT_FIELD = "result_json"  # `train_on_workers`: rank 0's TrainResult, as JSO
 
 
 def _train_worker(loop_config: dict[str, Any]) -> None:
-    """One Ray Train worker of `train_on_workers`: the loop on its rank, its result reported."""
+    """One Ray Train worker of `train_on_workers`: the loop on its rank, its result reported.
+    Ray Train hands the driver only metrics that came with a checkpoint, so rank 0's come
+    with one (an empty folder: the loop's own checkpoints are in --checkpoint-dir)."""
+    import tempfile
+
     from ray import train as ray_train
     from ray.train.torch import get_device
     from shapesweep.trainers.loop import train
 
     result = train(*loop_config["configs"], device=str(get_device()),
                    parallel=loop_config["parallel"], **loop_config["options"])
-    ray_train.report({RESULT_FIELD: json.dumps(result.to_dict())})
+    with tempfile.TemporaryDirectory(prefix="shapesweep-result-") as folder:
+        first = ray_train.get_context().get_world_rank() == 0
+        ray_train.report({RESULT_FIELD: json.dumps(result.to_dict())},
+                         checkpoint=ray_train.Checkpoint.from_directory(folder) if first else None)
 
 
 def _user_error(error: Exception) -> Exception | None:
