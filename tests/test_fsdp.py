@@ -113,11 +113,16 @@ def test_train_on_two_ray_workers_equals_one_worker(tmp_path, capsys, one_torch_
 
 
 def test_train_workers_that_cannot_run_are_one_line(tmp_path, capsys):
+    import yaml
     from shapesweep.sweep.cli import main
 
+    odd = tmp_path / "odd.yaml"  # three sequences a step
+    odd.write_text(yaml.safe_dump({"family": "conventional", "model": TIED,
+                                   "train": RECIPE | {"batch_tokens": 96}}))
     for argv, problem in ((["--workers", "0"], "--workers: must be at least 1"),
                           (["--parallel", "fsdp"], "--parallel: fsdp shards a model"),
-                          (["--workers", "1000"], "--workers: 1000 workers x 1 CPUs do not fit")):
-        assert main(["train", str(tmp_path / "absent.yaml"), *argv]) == 2
+                          (["--workers", "1000"], "--workers: 1000 workers x 1 CPUs do not fit"),
+                          (["--workers", "2"], "--workers: a step's batch of 3 does not split")):
+        assert main(["train", str(odd), *argv]) == 2
         (line,) = capsys.readouterr().err.strip().splitlines()
         assert problem in line

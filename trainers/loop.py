@@ -122,7 +122,7 @@ def make_task(config, train: TrainConfig, data: str | None, tokenizer: str | Non
 
     tokens = load_lm_data(data, tokenizer)
     check_fits(tokens, config.vocab_size, train.seq_len)
-    n_seq = max(1, train.batch_tokens // train.seq_len)
+    n_seq = sequences_per_step(train)
     task = LMTask(tokens, train.seq_len, train.seed, train.eval_tokens)
     return task, n_seq, n_seq * train.seq_len, tokens.data_hash
 
@@ -374,13 +374,17 @@ def _process_group() -> tuple[int, int]:
     return 0, 1
 
 
-def _check_split(per_step: int) -> None:
+def check_split(per_step: int, world: int, flag: str = "--workers-per-trial") -> None:
     """Each rank trains an equal slice of every step's batch, so the step is the one-process
     step: refuse a batch that does not split evenly over the ranks."""
-    _, world = _process_group()
     if per_step % world:
         raise UserError(f"a step's batch of {per_step} does not split evenly over {world} "
-                        "workers", key="--workers-per-trial")
+                        "workers", key=flag)
+
+
+def sequences_per_step(train: TrainConfig) -> int:
+    """An LM's optimizer step: whole sequences of batch_tokens (at least one)."""
+    return max(1, train.batch_tokens // train.seq_len)
 
 
 def _data_parallel(model: torch.nn.Module, per_step: int, dev) -> torch.nn.Module:
@@ -389,7 +393,7 @@ def _data_parallel(model: torch.nn.Module, per_step: int, dev) -> torch.nn.Modul
     from shapesweep.trainers.moe import MoEFFN
     from torch.nn.parallel import DistributedDataParallel
 
-    _check_split(per_step)
+    check_split(per_step, _process_group()[1])
     wrapped = DistributedDataParallel(
         model, device_ids=[dev.index] if dev.type == "cuda" else None, broadcast_buffers=False,
         # routed experts a step's tokens never reach get no gradient
@@ -409,7 +413,7 @@ def _fully_shard(model: torch.nn.Module, groups: list[dict], per_step: int) -> l
     from shapesweep.trainers.moe import MoEFFN
     from torch.distributed.fsdp import fully_shard
 
-    _check_split(per_step)
+    check_split(per_step, _process_group()[1])
     if any(isinstance(m, MoEFFN) for m in model.modules()):  # FSDP2 reduces only gradients
         # that exist, and a rank whose tokens skip an expert has none: the ranks' collectives
         # would not match
