@@ -16,8 +16,9 @@ from safetensors import safe_open
 from shapesweep.search_spaces.accounting import account
 from shapesweep.search_spaces.configs import TrainConfig, make_config
 from shapesweep.trainers.checkpoint import WEIGHTS, saved_step
-from shapesweep.trainers.loop import StopTrial, train
+from shapesweep.trainers.loop import StopTrial, _fully_shard, train
 from shapesweep.trainers.models import build_model
+from shapesweep.trainers.mup import configure
 from sweep_helpers import run, write_space
 
 TIED = dict(family="conventional", d_model=16, n_layers=2, n_heads=2, d_h=64, tie_embeddings=True)
@@ -39,6 +40,10 @@ def _rank(rank: int, world: int, port: int, out: Path) -> None:
                             world_size=world)
     try:
         config, recipe = make_config(TIED), TrainConfig(**RECIPE)
+        model = build_model(config)
+        groups = _fully_shard(model, configure(model, config, recipe), 8)
+        assert {id(p) for g in groups for p in g["params"]} == {id(p) for p in model.parameters()}
+        local = sum(p.to_local().numel() for p in model.parameters())  # this rank's shard
         train(config, recipe, checkpoint_dir=str(out / "ckpt"), callback=_stop_at(4),
               parallel="fsdp")
         if rank == 0:
@@ -47,7 +52,7 @@ def _rank(rank: int, world: int, port: int, out: Path) -> None:
         result = train(config, recipe, checkpoint_dir=str(out / "ckpt"), parallel="fsdp",
                        save_dir=str(out / "saved"))
         (out / f"rank{rank}.json").write_text(json.dumps(
-            {"curve": result.curve, "params": result.params_measured}))
+            {"curve": result.curve, "params": result.params_measured, "local": local}))
     finally:
         dist.destroy_process_group()
 
@@ -63,8 +68,11 @@ def test_two_sharded_workers_train_and_resume_the_one_worker_curve(tmp_path, one
     config = make_config(TIED)
     whole = train(config, TrainConfig(**RECIPE))
     torch.multiprocessing.spawn(_rank, args=(2, _free_port(), tmp_path), nprocs=2)
-    for rank in (0, 1):  # stopped at 4, resumed from the checkpoint: the uninterrupted curve
-        done = json.loads((tmp_path / f"rank{rank}.json").read_text())
+    ranks = [json.loads((tmp_path / f"rank{rank}.json").read_text()) for rank in (0, 1)]
+    # each rank holds its half of the parameters (and so of their gradients and AdamW state)
+    assert sum(done["local"] for done in ranks) == whole.params_measured
+    assert all(done["local"] < 0.6 * whole.params_measured for done in ranks)
+    for done in ranks:  # stopped at 4, resumed from the checkpoint: the uninterrupted curve
         assert [m["step"] for m in done["curve"]] == [4, 8, 12]
         for key in ("train_loss", "val_loss"):
             assert [m[key] for m in done["curve"]] == pytest.approx(
