@@ -261,7 +261,10 @@ def train(model_config, train: TrainConfig, data: str | None = None,
     analysed = analysis.wanted(model_config, train)
 
     dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    check_fits(model_config, train, dev)  # refuse a model too large before torch allocates it
+    rank, world = _process_group()
+    sharded = world > 1 and parallel == "fsdp"
+    # refuse a model too large before torch allocates it
+    check_fits(model_config, train, dev, shards=world if sharded else 1)
     cuda = dev.type == "cuda"
     if cuda:
         _cuda_speedups()
@@ -277,8 +280,6 @@ def train(model_config, train: TrainConfig, data: str | None = None,
         analysis.check(model)
     groups = configure(model, model_config, train)
     model.to(dev)
-    rank, world = _process_group()
-    sharded = world > 1 and parallel == "fsdp"
     if sharded:
         groups = _fully_shard(model, groups, per_step)
     params_measured = sum(p.numel() for p in model.parameters() if p.requires_grad)  # sharded: whole
