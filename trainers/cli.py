@@ -154,8 +154,8 @@ def _check_workers(args: argparse.Namespace) -> dict[str, float]:
         check_placement(args.workers, ("--workers", 1.0), ("--gpus-per-worker", gpus),
                         args.address, "--workers")
         if cuda and not gpus:
-            raise UserError("workers with no GPU train on the CPU; drop --device cuda or give "
-                            "each worker a GPU", key="--gpus-per-worker")
+            raise UserError("0 GPUs per worker trains on the CPU, not on cuda (--device): "
+                            "give each worker a GPU, or --device cpu", key="--gpus-per-worker")
     return {"cpu": 1.0, "gpu": gpus}
 
 
