@@ -134,3 +134,8 @@ def test_train_workers_that_cannot_run_are_one_line(tmp_path, capsys):
         assert main(["train", str(odd), *argv]) == 2
         (line,) = capsys.readouterr().err.strip().splitlines()
         assert problem in line
+    moe = tmp_path / "moe.yaml"
+    moe.write_text(yaml.safe_dump({"family": "conventional", "train": RECIPE,
+                                   "model": TIED | {"n_experts": 4, "n_active_experts": 1}}))
+    assert main(["train", str(moe), "--workers", "2", "--parallel", "fsdp"]) == 2
+    assert "--parallel: fsdp cannot shard a mixture of experts" in capsys.readouterr().err

@@ -187,13 +187,15 @@ def _train_on_workers(args: argparse.Namespace, config, recipe, resources: dict[
 
 def train(args: argparse.Namespace) -> int:
     from shapesweep.search_spaces.candidate_file import load_candidate
-    from shapesweep.trainers.loop import check_split, sequences_per_step
+    from shapesweep.trainers.loop import check_shardable, check_split, sequences_per_step
     from shapesweep.trainers.loop import train as run_training
 
     check_device(args.device)
     resources = _check_workers(args)
     refuse_space(args.config)
     config, recipe = load_candidate(args.config)
+    if args.workers > 1 and args.parallel == "fsdp":
+        check_shardable(config)
     if args.workers > 1 and of(config).lm:  # before Ray starts (images: once they are read)
         check_split(sequences_per_step(recipe), args.workers, "--workers")
     if args.steps is not None or args.tokens is not None:

@@ -263,6 +263,8 @@ def train(model_config, train: TrainConfig, data: str | None = None,
     dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     rank, world = _process_group()
     sharded = world > 1 and parallel == "fsdp"
+    if sharded:
+        check_shardable(model_config)
     # refuse a model too large before torch allocates it
     check_fits(model_config, train, dev, shards=world if sharded else 1)
     cuda = dev.type == "cuda"
@@ -375,6 +377,15 @@ def _process_group() -> tuple[int, int]:
     return 0, 1
 
 
+def check_shardable(model_config) -> None:
+    """Refuse to shard a mixture of experts: FSDP2 reduces only the gradients a rank has, and
+    a rank whose tokens skip an expert has none for it, so the ranks' collectives would differ."""
+    shapes = model_config.layer_shapes() if hasattr(model_config, "layer_shapes") else []
+    if any(int(s.n_experts) > 1 for s in shapes):
+        raise UserError("fsdp cannot shard a mixture of experts (a worker's tokens may skip an "
+                        "expert); use --parallel ddp", key="--parallel")
+
+
 def check_split(per_step: int, world: int, flag: str = "--workers-per-trial") -> None:
     """Each rank trains an equal slice of every step's batch, so the step is the one-process
     step: refuse a batch that does not split evenly over the ranks."""
@@ -411,15 +422,9 @@ def _fully_shard(model: torch.nn.Module, groups: list[dict], per_step: int) -> l
     embedding and readout are one parameter in one unit. Sharding replaces the parameters
     with DTensors, so `groups` (the optimizer's) come back holding the new ones, by name.
     Gradients are averaged over the ranks, as DDP's are."""
-    from shapesweep.trainers.moe import MoEFFN
     from torch.distributed.fsdp import fully_shard
 
     check_split(per_step, _process_group()[1])
-    if any(isinstance(m, MoEFFN) for m in model.modules()):  # FSDP2 reduces only gradients
-        # that exist, and a rank whose tokens skip an expert has none: the ranks' collectives
-        # would not match
-        raise UserError("fsdp cannot shard a mixture of experts (a rank's tokens may skip an "
-                        "expert); use --parallel ddp", key="--parallel")
     names = {p: name for name, p in model.named_parameters()}
     blocks = list(model.blocks)
     for i, block in enumerate(blocks):
