@@ -24,6 +24,7 @@ FINAL_FLAG = "final"  # set on the one report made after the loop returns
 LAYERS_FIELD = "layers_json"  # the final report's analysis rows, as JSON text (loggers skip text)
 START_FIELD = "start_step"  # on every report: the step this attempt of the trial started from
 WORKERS_FIELD = "workers"  # on a data-parallel trial's reports: its Ray Train workers
+PARALLEL_FIELD = "parallel"  # ... and how they share the model (ddp or fsdp)
 
 
 def trial_result_fields(result: Any) -> dict[str, Any]:
@@ -175,7 +176,8 @@ def _worker(loop_config: dict[str, Any]) -> None:
     with tempfile.TemporaryDirectory(prefix="shapesweep-trial-") as folder:
         replay = _restore(folder, spec["trial_id"], loop_config["checkpoints"],
                           loop_config["experiment"])
-        tags = _tags(spec, folder) | {WORKERS_FIELD: context.get_world_size()}
+        tags = _tags(spec, folder) | {WORKERS_FIELD: context.get_world_size(),
+                                      PARALLEL_FIELD: loop_config["parallel"]}
 
         def report(metrics: dict[str, Any], saved: bool = True) -> None:
             keep = saved and context.get_world_rank() == 0  # one copy; every rank reports

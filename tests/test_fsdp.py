@@ -13,13 +13,15 @@ import pytest
 import torch
 import torch.distributed as dist
 from safetensors import safe_open
+from shapesweep.results.store import load_trials, read_sweep_file
 from shapesweep.search_spaces.accounting import account
 from shapesweep.search_spaces.configs import TrainConfig, make_config
+from shapesweep.sweep.trainable import PARALLEL_FIELD, WORKERS_FIELD
 from shapesweep.trainers.checkpoint import WEIGHTS, saved_step
 from shapesweep.trainers.loop import StopTrial, _fully_shard, train
 from shapesweep.trainers.models import build_model
 from shapesweep.trainers.mup import configure
-from sweep_helpers import run, write_space
+from sweep_helpers import TINY_TRAIN, run, write_space
 
 TIED = dict(family="conventional", d_model=16, n_layers=2, n_heads=2, d_h=64, tie_embeddings=True)
 RECIPE = dict(steps=12, seq_len=32, batch_tokens=256, eval_tokens=1024, lr=1e-2, eval_every=4,
@@ -139,3 +141,24 @@ def test_train_workers_that_cannot_run_are_one_line(tmp_path, capsys):
                                    "model": TIED | {"n_experts": 4, "n_active_experts": 1}}))
     assert main(["train", str(moe), "--workers", "2", "--parallel", "fsdp"]) == 2
     assert "--parallel: fsdp cannot shard a mixture of experts" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_a_sharded_sweep_trial_equals_a_one_process_run(tmp_path, one_torch_thread):
+    """`run --workers-per-trial 2 --parallel fsdp`: the option reaches each trial's Ray Train
+    workers and is kept in sweep.json for `resume`."""
+    space_path = write_space(tmp_path, name="sharded", search={"n_layers": [2]},
+                             train={**TINY_TRAIN, "tokens": 8 * TINY_TRAIN["batch_tokens"]})
+    root = str(tmp_path / "sweeps")
+    assert run("run", str(space_path), "--root", root, "--scheduler", "fifo",
+               "--workers-per-trial", "2", "--parallel", "fsdp") == 0
+    (row,) = load_trials(root, ["sharded"]).itertuples()
+    assert row.status == "completed", row.error
+    document = json.loads(row.config_json)
+    whole = train(make_config(document["model"] | {"family": document["family"]}),
+                  TrainConfig(**document["train"]))
+    assert row.val_loss == pytest.approx(whole.val_loss, abs=1e-5)
+    assert json.loads(read_sweep_file(root, "sharded", "sweep.json"))["parallel"] == "fsdp"
+    logged = [json.loads(line) for path in (tmp_path / "sweeps" / "sharded" / "_ray").glob(
+        "*/*/result.json") for line in path.read_text().splitlines()]
+    assert logged and {(r[WORKERS_FIELD], r[PARALLEL_FIELD]) for r in logged} == {(2, "fsdp")}
