@@ -14,9 +14,11 @@ the next one is copied ahead; bf16 autocast, fused AdamW and TF32 matmuls, and w
 the arithmetic is exactly that of a plain loop.
 
 Data parallel: run in N processes of a torch.distributed group (Ray Train's workers), the
-loop wraps the model in DDP and each rank trains its slice of every step's (seed, step)
-batch, so the step, and the curve, are the one-process ones. Every rank calls `callback`
-(Ray Train's report is collective); rank 0 alone writes checkpoints and `save_dir`.
+loop wraps the model in DDP, or shards it with FSDP2 (`parallel="fsdp"`: each rank holds
+1/N of the parameters, gradients and AdamW state), and each rank trains its slice of every
+step's (seed, step) batch, so the step, and the curve, are the one-process ones. Every rank
+calls `callback` (Ray Train's report is collective); rank 0 alone writes checkpoints and
+`save_dir`, whole state dicts in the one-process format whichever way the model was split.
 """
 
 from __future__ import annotations
