@@ -20,6 +20,7 @@ from shapesweep.sweep.strategies import SAMPLERS, STRATEGIES
 from shapesweep.common import UserError, duration, human
 from shapesweep.families import base as families
 
+PARALLEL = ("ddp", "fsdp")  # how N > 1 workers share a model (shapesweep.trainers.loop.train)
 SWEEP_WEIGHTS = ""  # a bare `export --weights`: from the sweep's kept checkpoints
 FOLDER_FORMATS = {"hf": "shapesweep.trainers.hf_export", "litgpt": "shapesweep.trainers.litgpt_export",
                   "torch": "shapesweep.trainers.torch_export"}
@@ -77,6 +78,10 @@ def add_arguments_run(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workers-per-trial", type=int, default=1,
                         help="train each trial data parallel on N Ray Train workers (DDP), each "
                              "with --cpus-per-trial CPUs and --gpus-per-trial GPUs (default 1)")
+    parser.add_argument("--parallel", choices=PARALLEL, default="ddp",
+                        help="with --workers-per-trial N > 1: ddp keeps a whole model on each "
+                             "worker; fsdp shards parameters, gradients and AdamW state over "
+                             "the N (default ddp)")
 
 
 def parse_seeds(text: str | None) -> list[int] | None:
@@ -127,29 +132,45 @@ def run(args: argparse.Namespace) -> int:
         multi_objective=args.multi_objective, retry_failed=args.retry_failed,
         sampler=args.sampler, sampler_seed=args.sampler_seed, log_to=args.log_to, progress=not args.no_progress,
         max_failures=args.max_failures, keep_checkpoints=args.keep_checkpoints,
-        workers_per_trial=args.workers_per_trial,
+        workers_per_trial=args.workers_per_trial, parallel=args.parallel,
     )
     return _report(run_sweep(options), args.root)
 
 
 def _check_resources(args: argparse.Namespace) -> None:
-    """Refuse trials the local cluster (this machine) could never place: Ray would wait for
-    them forever. A remote cluster's size is known only once joined (`--address`)."""
+    """Refuse trials that can never run, before the sweep starts."""
     workers = args.workers_per_trial
     if workers < 1:
         raise UserError("must be at least 1", key="--workers-per-trial")
-    for flag, value in (("--cpus-per-trial", args.cpus_per_trial), ("--gpus-per-trial", args.gpus_per_trial)):
+    check_parallel(args.parallel, workers, "--workers-per-trial")
+    check_placement(workers, ("--cpus-per-trial", args.cpus_per_trial),
+                    ("--gpus-per-trial", args.gpus_per_trial), args.address, "--workers-per-trial")
+
+
+def check_placement(workers: int, cpus: tuple[str, float], gpus: tuple[str, float],
+                    address: str | None, workers_flag: str) -> None:
+    """Refuse `workers` of (flag, CPUs) and (flag, GPUs) each that the local cluster (this
+    machine) could never place: Ray would wait for them forever. A remote cluster's size is
+    known only once joined (`--address`)."""
+    for flag, value in (cpus, gpus):
         if value < 0:
             raise UserError(f"must not be negative (got {value:g})", key=flag)
-    if args.address is not None:
+    if address is not None:
         return
-    for flag, kind, per_worker, have in (("--cpus-per-trial", "CPUs", args.cpus_per_trial, os.cpu_count() or 1),
-                                         ("--gpus-per-trial", "GPUs", args.gpus_per_trial, _local_gpus())):
+    for (flag, per_worker), kind, have in ((cpus, "CPUs", os.cpu_count() or 1),
+                                           (gpus, "GPUs", _local_gpus())):
         if workers * per_worker > have:
             what = f"{workers} workers x {per_worker:g} {kind}" if workers > 1 else f"{per_worker:g} {kind} per trial"
             raise UserError(f"{what} do not fit this machine's {have} {kind} (the local cluster; "
                             "join a larger one with --address)",
-                            key="--workers-per-trial" if workers > 1 else flag)
+                            key=workers_flag if workers > 1 else flag)
+
+
+def check_parallel(parallel: str, workers: int, flag: str) -> None:
+    """fsdp shards a model over workers: one worker has nothing to shard it over."""
+    if parallel == "fsdp" and workers < 2:
+        raise UserError(f"fsdp shards a model over workers: give {flag} 2 or more",
+                        key="--parallel")
 
 
 def _local_gpus() -> int:

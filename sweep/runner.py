@@ -82,6 +82,7 @@ class SweepOptions:
     max_failures: int = 2  # retries of a trial whose worker died, from its last checkpoint
     keep_checkpoints: bool = False  # keep ended trials' last checkpoints (export --weights)
     workers_per_trial: int = 1  # > 1: data parallel on Ray Train, resources per worker
+    parallel: str = "ddp"  # with workers_per_trial > 1: ddp or fsdp (shapesweep.trainers.loop.train)
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -584,6 +585,7 @@ def _tuner(options: SweepOptions, checked: _Checked, plan: Any, run_config: Any)
     checkpoints = str(_ray_storage(options.root, options.name).resolve())
     trainable = tune.with_parameters(run_trial, checkpoints=checkpoints,
                                      workers=options.workers_per_trial, resources=resources,
+                                     parallel=options.parallel,
                                      eval_at=rung_tokens(checked.scheduler))
     # N > 1 workers: the trial's actor only drives the Train workers, so it holds no CPU
     # (a Ray bundle must ask for something: one byte of memory)

@@ -24,6 +24,7 @@ FINAL_FLAG = "final"  # set on the one report made after the loop returns
 LAYERS_FIELD = "layers_json"  # the final report's analysis rows, as JSON text (loggers skip text)
 START_FIELD = "start_step"  # on every report: the step this attempt of the trial started from
 WORKERS_FIELD = "workers"  # on a data-parallel trial's reports: its Ray Train workers
+PARALLEL_FIELD = "parallel"  # ... and how they share the model (ddp or fsdp)
 
 
 def trial_result_fields(result: Any) -> dict[str, Any]:
@@ -38,16 +39,19 @@ def trial_result_fields(result: Any) -> dict[str, Any]:
 
 
 def run_trial(config: dict[str, Any], checkpoints: str | None = None, workers: int = 1,
-              resources: dict[str, float] | None = None, eval_at: Sequence[float] = ()) -> None:
+              resources: dict[str, float] | None = None, eval_at: Sequence[float] = (),
+              parallel: str = "ddp") -> None:
     """Train `config['spec']['document']` (a candidate document) and report every evaluation,
     each with a checkpoint to continue from. `checkpoints`: the sweep's Ray folder, where a
     trial that `resume` runs again finds what an earlier, killed run left. `workers` > 1:
-    data parallel on that many Ray Train workers, each with `resources` ({cpu, gpu}).
+    data parallel on that many Ray Train workers, each with `resources` ({cpu, gpu}), the
+    model replicated (`parallel` "ddp") or sharded ("fsdp") over them.
     `eval_at`: token counts to evaluate at besides the recipe's cadence (ASHA's rungs)."""
     import tempfile
 
     if workers > 1:
-        return _run_data_parallel(config, checkpoints, workers, resources or {}, eval_at)
+        return _run_data_parallel(config, checkpoints, workers, resources or {}, eval_at,
+                                  parallel)
 
     from ray import tune
     from shapesweep.trainers.loop import StopTrial, train
@@ -121,31 +125,42 @@ def _restore(folder: str, trial_id: str, earlier: str | None, this_run: str,
 
 
 def _run_data_parallel(config: dict[str, Any], checkpoints: str | None, workers: int,
-                       resources: dict[str, float], eval_at: Sequence[float]) -> None:
-    """One trial as a Ray Train `TorchTrainer` (DDP; gloo on CPU, nccl on GPU) whose rank 0
+                       resources: dict[str, float], eval_at: Sequence[float],
+                       parallel: str) -> None:
+    """One trial as a Ray Train `TorchTrainer` (DDP or FSDP; gloo on CPU, nccl on GPU) whose rank 0
     reports reach Tune (`TuneReportCallback`); its checkpoints land where a one-worker
     trial's do (RAY/RUN/TRIAL_ID/checkpoint_*), so retries, `resume` and cleanup are shared."""
     from pathlib import Path
 
     from ray import train as ray_train
     from ray import tune
-    from ray.train.torch import TorchConfig, TorchTrainer
     from ray.tune.integration.ray_train import TuneReportCallback
 
-    gpus = resources.get("gpu", 0.0)
     experiment = tune.get_context().get_experiment_name()
+    _torch_trainer(_worker, {"config": config, "checkpoints": checkpoints,
+                             "experiment": experiment, "eval_at": eval_at, "parallel": parallel},
+                   workers, resources, ray_train.RunConfig(
+                       name=config["spec"]["trial_id"],
+                       storage_path=str(Path(checkpoints) / experiment),
+                       checkpoint_config=ray_train.CheckpointConfig(num_to_keep=1),
+                       callbacks=[TuneReportCallback()])).fit()
+
+
+def _torch_trainer(worker: Any, loop_config: dict[str, Any], workers: int,
+                   resources: dict[str, float], run_config: Any) -> Any:
+    """A Ray Train `TorchTrainer` running `worker(loop_config)` on `workers` workers, each
+    holding `resources` ({cpu, gpu}): nccl between GPU workers, gloo between CPU ones."""
+    from ray import train as ray_train
+    from ray.train.torch import TorchConfig, TorchTrainer
+
+    gpus = resources.get("gpu", 0.0)
     per_worker = {"CPU": resources.get("cpu", 1.0)} | ({"GPU": gpus} if gpus else {})
-    trainer = TorchTrainer(
-        _worker, train_loop_config={"config": config, "checkpoints": checkpoints,
-                                    "experiment": experiment, "eval_at": eval_at},
+    return TorchTrainer(
+        worker, train_loop_config=loop_config,
         torch_config=TorchConfig(backend="nccl" if gpus else "gloo"),
         scaling_config=ray_train.ScalingConfig(num_workers=workers, use_gpu=bool(gpus),
                                                resources_per_worker=per_worker),
-        run_config=ray_train.RunConfig(
-            name=config["spec"]["trial_id"], storage_path=str(Path(checkpoints) / experiment),
-            checkpoint_config=ray_train.CheckpointConfig(num_to_keep=1),
-            callbacks=[TuneReportCallback()]))
-    trainer.fit()
+        run_config=run_config)
 
 
 def _worker(loop_config: dict[str, Any]) -> None:
@@ -161,7 +176,8 @@ def _worker(loop_config: dict[str, Any]) -> None:
     with tempfile.TemporaryDirectory(prefix="shapesweep-trial-") as folder:
         replay = _restore(folder, spec["trial_id"], loop_config["checkpoints"],
                           loop_config["experiment"])
-        tags = _tags(spec, folder) | {WORKERS_FIELD: context.get_world_size()}
+        tags = _tags(spec, folder) | {WORKERS_FIELD: context.get_world_size(),
+                                      PARALLEL_FIELD: loop_config["parallel"]}
 
         def report(metrics: dict[str, Any], saved: bool = True) -> None:
             keep = saved and context.get_world_rank() == 0  # one copy; every rank reports
@@ -173,5 +189,69 @@ def _worker(loop_config: dict[str, Any]) -> None:
             report(metrics, saved=False)
         result = train(*_configs(spec), data=spec.get("data"), callback=report,
                        checkpoint_dir=folder, device=str(get_device()),
-                       eval_at=loop_config["eval_at"])
+                       eval_at=loop_config["eval_at"], parallel=loop_config["parallel"])
         ray_train.report({**trial_result_fields(result), **tags, FINAL_FLAG: True})
+
+
+def train_on_workers(model_config: Any, recipe: Any, workers: int, resources: dict[str, float],
+                     parallel: str = "ddp", **options: Any) -> Any:
+    """`shapesweep.trainers.loop.train` on `workers` Ray Train workers of the Ray this process
+    is connected to, outside any sweep (`shapesweep train --workers N`): the same workers as a
+    data-parallel trial's, `options` the loop's own (paths absolute: workers run elsewhere).
+    Returns rank 0's `TrainResult`; a worker's UserError is raised here as itself."""
+    import shutil
+    import tempfile
+
+    from ray import train as ray_train
+    from shapesweep.trainers.loop import TrainResult
+
+    folder = tempfile.mkdtemp(prefix="shapesweep-train-")  # Ray Train's own files, not ours
+    try:
+        trainer = _torch_trainer(
+            _train_worker, {"configs": (model_config, recipe), "parallel": parallel,
+                            "options": options},
+            workers, resources, ray_train.RunConfig(name="train", storage_path=folder))
+        try:
+            result = trainer.fit()
+        except ray_train.TrainingFailedError as error:
+            found = _user_error(error)
+            if found is None:
+                raise
+            raise found from None
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    return TrainResult(**json.loads(result.metrics[RESULT_FIELD]))
+
+
+RESULT_FIELD = "result_json"  # `train_on_workers`: rank 0's TrainResult, as JSON text
+
+
+def _train_worker(loop_config: dict[str, Any]) -> None:
+    """One Ray Train worker of `train_on_workers`: the loop on its rank, its result reported.
+    Ray Train hands the driver only metrics that came with a checkpoint, so rank 0's come
+    with one (an empty folder: the loop's own checkpoints are in --checkpoint-dir)."""
+    import tempfile
+
+    from ray import train as ray_train
+    from ray.train.torch import get_device
+    from shapesweep.trainers.loop import train
+
+    result = train(*loop_config["configs"], device=str(get_device()),
+                   parallel=loop_config["parallel"], **loop_config["options"])
+    with tempfile.TemporaryDirectory(prefix="shapesweep-result-") as folder:
+        first = ray_train.get_context().get_world_rank() == 0
+        ray_train.report({RESULT_FIELD: json.dumps(result.to_dict())},
+                         checkpoint=ray_train.Checkpoint.from_directory(folder) if first else None)
+
+
+def _user_error(error: Exception) -> Exception | None:
+    """The UserError a worker raised (bad input found where the data is read), if that is
+    why Ray Train failed: the CLI then says it in one line."""
+    from shapesweep.common import UserError
+
+    for failure in getattr(error, "worker_failures", {}).values():
+        while failure is not None:
+            if isinstance(failure, UserError):
+                return failure
+            failure = getattr(failure, "cause", None) or failure.__cause__
+    return None

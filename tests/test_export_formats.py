@@ -210,7 +210,7 @@ def test_weights_folder_problems_exit_2_and_write_nothing(tmp_path, capsys):
 def test_weights_of_a_config_not_exported_exit_2(tmp_path, capsys):
     """The weights folder's own shape decides where its weights go; a stranger is refused."""
     stranger = make_config({**BASE, "d_h": 64})
-    save_model(tmp_path / "w", build_model(stranger), stranger, TrainConfig(**TRAIN))
+    save_model(tmp_path / "w", build_model(stranger).state_dict(), stranger, TrainConfig(**TRAIN))
     _sweep(tmp_path / "root", [(BASE, {})])
     assert _export(tmp_path / "root", tmp_path / "out", "--weights", str(tmp_path / "w")) == 2
     _one_line_error(capsys, "not among the 1 exported")

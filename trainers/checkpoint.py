@@ -36,10 +36,10 @@ def _atomic(path: Path, write) -> None:
     os.replace(tmp, path)
 
 
-def save(directory: str | Path, model: torch.nn.Module, model_config, train,
+def save(directory: str | Path, weights: dict[str, torch.Tensor], model_config, train,
          state: dict[str, Any]) -> None:
     """The weights (`save_model`, tagged with `state['step']`), then the rest of `state`."""
-    save_model(directory, model, model_config, train, step=state["step"])
+    save_model(directory, weights, model_config, train, step=state["step"])
     _atomic(Path(directory) / FILENAME, lambda tmp: torch.save(state, tmp))
 
 
@@ -68,10 +68,11 @@ def check_save_dir(directory: str | Path | None) -> None:
         raise UserError("needs safetensors (pip install 'shapesweep[hf]')", key="--save") from None
 
 
-def save_model(directory: str | Path, model: torch.nn.Module, model_config, train,
+def save_model(directory: str | Path, weights: dict[str, torch.Tensor], model_config, train,
                step: int | None = None) -> None:
-    """Write `model.safetensors` then `config.yaml` (each atomically) into `directory`;
-    `step` (a checkpoint's) goes into the weights' metadata."""
+    """Write `weights` (the model's whole state dict) as `model.safetensors`, then
+    `config.yaml` (each atomically), into `directory`; `step` (a checkpoint's) goes into the
+    weights' metadata."""
     import yaml
     from safetensors.torch import save_file
     from shapesweep.search_spaces.accounting import account
@@ -79,7 +80,7 @@ def save_model(directory: str | Path, model: torch.nn.Module, model_config, trai
 
     folder = Path(directory)
     folder.mkdir(parents=True, exist_ok=True)
-    state = {name: t.detach().cpu().contiguous() for name, t in model.state_dict().items()}
+    state = {name: t.detach().cpu().contiguous() for name, t in weights.items()}
     metadata = {"format": "pt"} | ({} if step is None else {"step": str(step)})
     _atomic(folder / WEIGHTS, lambda tmp: save_file(state, str(tmp), metadata=metadata))
     document = candidate_document(Candidate(model_config, account(model_config, train.seq_len), 0.0),

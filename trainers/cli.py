@@ -7,8 +7,10 @@ import json
 import sys
 
 from shapesweep.search_spaces.configs import parse_count
+from shapesweep.sweep.commands import PARALLEL, check_parallel, check_placement
 
 from shapesweep.common import UserError, duration, human
+from shapesweep.families.base import of
 
 SPACE_KEYS = ("budget", "search", "solve", "variants", "constraints", "seeds")  # only a space has them
 
@@ -40,6 +42,17 @@ def add_arguments_train(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--save", metavar="DIR",
                         help="write the trained model.safetensors and its config.yaml into DIR")
     parser.add_argument("--json", action="store_true", help="print one JSON object of final metrics")
+    parser.add_argument("--workers", type=int, default=1,
+                        help="train data parallel on N Ray Train workers, each on its slice of "
+                             "every step's batch (same result as 1; default 1: no Ray)")
+    parser.add_argument("--parallel", choices=PARALLEL, default="ddp",
+                        help="with --workers N > 1: ddp keeps a whole model on each worker; "
+                             "fsdp shards parameters, gradients and AdamW state (default ddp)")
+    parser.add_argument("--gpus-per-worker", type=float, default=None,
+                        help="GPUs each worker holds (default: 1 when training on cuda, else 0)")
+    parser.add_argument("--address", default=None,
+                        help="with --workers: join a Ray cluster (auto or HOST:PORT); default: "
+                             "start Ray locally")
 
 
 def _print_summary(result, config, train) -> None:
@@ -128,13 +141,63 @@ def check_device(text: str | None) -> None:
         raise UserError(f"{text!r}: shapesweep trains on cpu, cuda or mps", key="--device")
 
 
+def _check_workers(args: argparse.Namespace) -> dict[str, float]:
+    """Refuse workers that can never run (before any work); their resources ({cpu, gpu})."""
+    import torch
+
+    if args.workers < 1:
+        raise UserError("must be at least 1", key="--workers")
+    check_parallel(args.parallel, args.workers, "--workers")
+    cuda = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu")).type == "cuda"
+    gpus = (1.0 if cuda else 0.0) if args.gpus_per_worker is None else args.gpus_per_worker
+    if args.workers > 1:
+        check_placement(args.workers, ("--workers", 1.0), ("--gpus-per-worker", gpus),
+                        args.address, "--workers")
+        if cuda and not gpus:
+            raise UserError("0 GPUs per worker trains on the CPU, not on cuda (--device): "
+                            "give each worker a GPU, or --device cpu", key="--gpus-per-worker")
+    return {"cpu": 1.0, "gpu": gpus}
+
+
+def _train_on_workers(args: argparse.Namespace, config, recipe, resources: dict[str, float]):
+    """The run on `args.workers` Ray Train workers (`shapesweep.sweep.trainable.train_on_workers`)
+    of a local Ray, or of `--address`'s cluster; paths made absolute for the workers."""
+    from pathlib import Path
+
+    from shapesweep.sweep.runner import SweepOptions, _init_ray, _quiet, _remove_session
+    from shapesweep.sweep.trainable import train_on_workers
+
+    def absolute(path: str | None) -> str | None:
+        return None if path is None else str(Path(path).resolve())
+
+    with _quiet():
+        started, session = _init_ray(SweepOptions(space=args.config, address=args.address))
+        try:
+            return train_on_workers(config, recipe, args.workers, resources, args.parallel,
+                                    data=absolute(args.data), tokenizer=absolute(args.tokenizer),
+                                    checkpoint_dir=absolute(args.checkpoint_dir),
+                                    save_dir=absolute(args.save))
+        finally:
+            if started:
+                import ray
+
+                ray.shutdown()
+                _remove_session(session)
+
+
 def train(args: argparse.Namespace) -> int:
     from shapesweep.search_spaces.candidate_file import load_candidate
+    from shapesweep.trainers.loop import check_shardable, check_split, sequences_per_step
     from shapesweep.trainers.loop import train as run_training
 
     check_device(args.device)
+    resources = _check_workers(args)
     refuse_space(args.config)
     config, recipe = load_candidate(args.config)
+    if args.workers > 1 and args.parallel == "fsdp":
+        check_shardable(config)
+    if args.workers > 1 and of(config).lm:  # before Ray starts (images: once they are read)
+        check_split(sequences_per_step(recipe), args.workers, "--workers")
     if args.steps is not None or args.tokens is not None:
         from pydantic import ValidationError
 
@@ -146,11 +209,15 @@ def train(args: argparse.Namespace) -> int:
             raise UserError(error.errors()[0]["msg"], key=flag) from None
     # A progress bar on a terminal; else (a log, or --json) one plain line per evaluation
     # on stderr, so stdout stays the one JSON object.
-    bar = not args.json and _is_tty(sys.stderr)
+    bar = not args.json and _is_tty(sys.stderr) and args.workers == 1
     try:
-        result = run_training(config, recipe, data=args.data, checkpoint_dir=args.checkpoint_dir,
-                              device=args.device, progress=bar, tokenizer=args.tokenizer,
-                              save_dir=args.save, callback=None if bar else _evaluation_line)
+        if args.workers == 1:
+            result = run_training(config, recipe, data=args.data,
+                                  checkpoint_dir=args.checkpoint_dir, device=args.device,
+                                  progress=bar, tokenizer=args.tokenizer, save_dir=args.save,
+                                  callback=None if bar else _evaluation_line)
+        else:
+            result = _train_on_workers(args, config, recipe, resources)
     except KeyboardInterrupt:
         print(_resume_hint(args.checkpoint_dir), file=sys.stderr, flush=True)
         raise

@@ -14,9 +14,11 @@ the next one is copied ahead; bf16 autocast, fused AdamW and TF32 matmuls, and w
 the arithmetic is exactly that of a plain loop.
 
 Data parallel: run in N processes of a torch.distributed group (Ray Train's workers), the
-loop wraps the model in DDP and each rank trains its slice of every step's (seed, step)
-batch, so the step, and the curve, are the one-process ones. Every rank calls `callback`
-(Ray Train's report is collective); rank 0 alone writes checkpoints and `save_dir`.
+loop wraps the model in DDP, or shards it with FSDP2 (`parallel="fsdp"`: each rank holds
+1/N of the parameters, gradients and AdamW state), and each rank trains its slice of every
+step's (seed, step) batch, so the step, and the curve, are the one-process ones. Every rank
+calls `callback` (Ray Train's report is collective); rank 0 alone writes checkpoints and
+`save_dir`, whole state dicts in the one-process format whichever way the model was split.
 """
 
 from __future__ import annotations
@@ -122,7 +124,7 @@ def make_task(config, train: TrainConfig, data: str | None, tokenizer: str | Non
 
     tokens = load_lm_data(data, tokenizer)
     check_fits(tokens, config.vocab_size, train.seq_len)
-    n_seq = max(1, train.batch_tokens // train.seq_len)
+    n_seq = sequences_per_step(train)
     task = LMTask(tokens, train.seq_len, train.seed, train.eval_tokens)
     return task, n_seq, n_seq * train.seq_len, tokens.data_hash
 
@@ -244,11 +246,13 @@ def train(model_config, train: TrainConfig, data: str | None = None,
           callback: Callable[[dict], None] | None = None, checkpoint_dir: str | None = None,
           device: str | None = None, progress: bool = False,
           tokenizer: str | None = None, save_dir: str | None = None,
-          eval_at: Sequence[float] = ()) -> TrainResult:
+          eval_at: Sequence[float] = (), parallel: str = "ddp") -> TrainResult:
     """Train `model_config` under the recipe `train`; resumes from `checkpoint_dir` if it holds one.
 
     `save_dir`: where to write the trained model (`checkpoint.save_model`). `eval_at`: token
     counts to evaluate at besides the recipe's cadence (a scheduler's decision points).
+    `parallel` (in a process group of N > 1): "ddp" replicates the model on every rank,
+    "fsdp" shards its parameters, gradients and optimizer state over the ranks.
     """
     from shapesweep.trainers import analysis
     from shapesweep.trainers.memory import check_fits
@@ -259,7 +263,12 @@ def train(model_config, train: TrainConfig, data: str | None = None,
     analysed = analysis.wanted(model_config, train)
 
     dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    check_fits(model_config, train, dev)  # refuse a model too large before torch allocates it
+    rank, world = _process_group()
+    sharded = world > 1 and parallel == "fsdp"
+    if sharded:
+        check_shardable(model_config)
+    # refuse a model too large before torch allocates it
+    check_fits(model_config, train, dev, shards=world if sharded else 1)
     cuda = dev.type == "cuda"
     if cuda:
         _cuda_speedups()
@@ -275,15 +284,16 @@ def train(model_config, train: TrainConfig, data: str | None = None,
         analysis.check(model)
     groups = configure(model, model_config, train)
     model.to(dev)
-    params_measured = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    if sharded:
+        groups = _fully_shard(model, groups, per_step)
+    params_measured = sum(p.numel() for p in model.parameters() if p.requires_grad)  # sharded: whole
     optimizer = torch.optim.AdamW(
         [{**g, "lr": train.lr * g.get("lr_scale", 1.0)} for g in groups],
         lr=train.lr, betas=(train.beta1, train.beta2), fused=cuda or None)
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda s: lr_multiplier(s, steps, train, units_per_step))
     params = [p for g in groups for p in g["params"]]
-    rank, world = _process_group()
-    forward = _data_parallel(model, per_step, dev) if world > 1 else model
+    forward = _data_parallel(model, per_step, dev) if world > 1 and not sharded else model
     if cuda and train.compile:
         compile_cache()
         forward = torch.compile(forward)
@@ -296,8 +306,7 @@ def train(model_config, train: TrainConfig, data: str | None = None,
     start, curve, prior_elapsed, train_time = 0, [], 0.0, 0.0
     state = checkpoint.load(checkpoint_dir, identity)
     if state is not None:
-        model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
+        _load_full_state(model, optimizer, state, sharded)
         scheduler.load_state_dict(state["scheduler"])
         checkpoint.set_rng_state(state["rng"])
         start, curve = state["step"], state["curve"]
@@ -331,10 +340,12 @@ def train(model_config, train: TrainConfig, data: str | None = None,
                        **evaluate(forward, task, eval_batch, dev, autocast), "lr": lr_now,
                        "elapsed_s": prior_elapsed + time.perf_counter() - t0}
             curve.append(metrics)
+            if checkpoint_dir is not None:
+                weights, moments = _full_state(model, optimizer, sharded)  # collective if sharded
             if checkpoint_dir is not None and rank == 0:
-                checkpoint.save(checkpoint_dir, model, model_config, train, {
+                checkpoint.save(checkpoint_dir, weights, model_config, train, {
                     "identity": identity,
-                    "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
+                    "optimizer": moments, "scheduler": scheduler.state_dict(),
                     "rng": checkpoint.rng_state(), "step": done, "curve": curve,
                     "elapsed_s": metrics["elapsed_s"], "train_time_s": train_time})
             if bar:
@@ -347,8 +358,10 @@ def train(model_config, train: TrainConfig, data: str | None = None,
                     stopped = True
                     break
             t_interval = time.perf_counter()
+    if save_dir is not None:
+        weights = _full_state(model, None, sharded)[0]
     if save_dir is not None and rank == 0:
-        checkpoint.save_model(save_dir, model, model_config, train)
+        checkpoint.save_model(save_dir, weights, model_config, train)
     layers = (analysis.analyse(model, analysis.analysis_tokens(task.val_x).to(dev), autocast)
               if analysed and not stopped else [])
     result = _result(curve, prior_elapsed + time.perf_counter() - t0, train_time,
@@ -366,16 +379,35 @@ def _process_group() -> tuple[int, int]:
     return 0, 1
 
 
+def check_shardable(model_config) -> None:
+    """Refuse to shard a mixture of experts: FSDP2 reduces only the gradients a rank has, and
+    a rank whose tokens skip an expert has none for it, so the ranks' collectives would differ."""
+    shapes = model_config.layer_shapes() if hasattr(model_config, "layer_shapes") else []
+    if any(int(s.n_experts) > 1 for s in shapes):
+        raise UserError("fsdp cannot shard a mixture of experts (a worker's tokens may skip an "
+                        "expert); use --parallel ddp", key="--parallel")
+
+
+def check_split(per_step: int, world: int, flag: str = "--workers-per-trial") -> None:
+    """Each rank trains an equal slice of every step's batch, so the step is the one-process
+    step: refuse a batch that does not split evenly over the ranks."""
+    if per_step % world:
+        raise UserError(f"a step's batch of {per_step} does not split evenly over {world} "
+                        "workers", key=flag)
+
+
+def sequences_per_step(train: TrainConfig) -> int:
+    """An LM's optimizer step: whole sequences of batch_tokens (at least one)."""
+    return max(1, train.batch_tokens // train.seq_len)
+
+
 def _data_parallel(model: torch.nn.Module, per_step: int, dev) -> torch.nn.Module:
     """`model` under DDP: each rank trains its slice of every step's batch and the gradients
-    are averaged, so the step is the one-process step (the batch must split evenly)."""
+    are averaged, so the step is the one-process step."""
     from shapesweep.trainers.moe import MoEFFN
     from torch.nn.parallel import DistributedDataParallel
 
-    _, world = _process_group()
-    if per_step % world:
-        raise UserError(f"a step's batch of {per_step} does not split evenly over {world} "
-                        "workers", key="--workers-per-trial")
+    check_split(per_step, _process_group()[1])
     wrapped = DistributedDataParallel(
         model, device_ids=[dev.index] if dev.type == "cuda" else None, broadcast_buffers=False,
         # routed experts a step's tokens never reach get no gradient
@@ -383,6 +415,80 @@ def _data_parallel(model: torch.nn.Module, per_step: int, dev) -> torch.nn.Modul
     if hasattr(model, "aux_loss"):  # DDP does not forward attributes; `_backward` reads it
         wrapped.aux_loss = model.aux_loss
     return wrapped
+
+
+def _fully_shard(model: torch.nn.Module, groups: list[dict], per_step: int) -> list[dict]:
+    """Shard `model` in place with FSDP2 as torchtitan does: each block its own unit (its
+    parameters gathered only while it runs; the last one stays gathered for the backward that
+    follows), then the root, which holds the embedding, final norm and head, so a tied
+    embedding and readout are one parameter in one unit. Sharding replaces the parameters
+    with DTensors, so `groups` (the optimizer's) come back holding the new ones, by name.
+    Gradients are averaged over the ranks, as DDP's are."""
+    from torch.distributed.fsdp import fully_shard
+
+    check_split(per_step, _process_group()[1])
+    names = {p: name for name, p in model.named_parameters()}
+    blocks = list(model.blocks)
+    for i, block in enumerate(blocks):
+        fully_shard(block, reshard_after_forward=i < len(blocks) - 1)
+    fully_shard(model)
+    sharded = dict(model.named_parameters())
+    return [g | {"params": [sharded[names[p]] for p in g["params"]]} for g in groups]
+
+
+def _full_state(model: torch.nn.Module, optimizer, sharded: bool) -> tuple[dict, dict | None]:
+    """The model's and (given one) the optimizer's whole state dicts, in the one-process
+    format (optimizer state by parameter index), so a checkpoint reads the same whatever
+    wrote it. Sharded: gathered to CPU on rank 0 (the others get empty dicts); a collective,
+    so every rank calls it."""
+    if not sharded:
+        return model.state_dict(), optimizer and optimizer.state_dict()
+    from torch.distributed.checkpoint.state_dict import (
+        StateDictOptions,
+        get_model_state_dict,
+        get_optimizer_state_dict,
+    )
+
+    options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+    weights = get_model_state_dict(model, options=options)
+    if optimizer is None:
+        return weights, None
+    by_name = get_optimizer_state_dict(model, optimizer, options=options)
+    return weights, by_name and _renamed(by_name, _parameter_names(model, optimizer), to_names=False)
+
+
+def _load_full_state(model: torch.nn.Module, optimizer, state: dict, sharded: bool) -> None:
+    """Load a checkpoint's whole state dicts (`_full_state`'s) into the model and optimizer;
+    sharded: each rank keeps its shard of them."""
+    if not sharded:
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        return
+    from torch.distributed.checkpoint.state_dict import (
+        StateDictOptions,
+        set_model_state_dict,
+        set_optimizer_state_dict,
+    )
+
+    options = StateDictOptions(full_state_dict=True)
+    set_model_state_dict(model, state["model"], options=options)
+    by_name = _renamed(state["optimizer"], _parameter_names(model, optimizer), to_names=True)
+    set_optimizer_state_dict(model, optimizer, by_name, options=options)
+
+
+def _parameter_names(model: torch.nn.Module, optimizer) -> list[str]:
+    """The optimizer's parameters' names, in the order its state dict numbers them."""
+    names = {p: name for name, p in model.named_parameters()}
+    return [names[p] for g in optimizer.param_groups for p in g["params"]]
+
+
+def _renamed(state: dict, names: list[str], to_names: bool) -> dict:
+    """An optimizer state dict keyed by parameter index (torch's own format) as one keyed by
+    parameter name (torch.distributed.checkpoint's), or back."""
+    key = dict(enumerate(names)) if to_names else {name: i for i, name in enumerate(names)}
+    return {"state": {key[k]: v for k, v in state["state"].items()},
+            "param_groups": [g | {"params": [key[k] for k in g["params"]]}
+                             for g in state["param_groups"]]}
 
 
 def _shard(train_batch: Callable, rank: int, world: int) -> Callable:

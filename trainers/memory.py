@@ -23,11 +23,12 @@ STATE_BYTES = 16  # per parameter: fp32 weight, gradient, AdamW exp_avg and exp_
 LAYER_WIDTHS = 8  # activations kept per token per layer, in layer widths (a floor, not a fit)
 
 
-def training_bytes(config, train: TrainConfig, device: torch.device) -> int:
-    """Rough bytes to train `config` under `train` on `device`: parameter states plus one
-    micro-batch's activations (bf16 on CUDA, where the loop autocasts; else fp32)."""
+def training_bytes(config, train: TrainConfig, device: torch.device, shards: int = 1) -> int:
+    """Rough bytes to train `config` under `train` on `device`: parameter states (split over
+    `shards` FSDP ranks) plus one micro-batch's activations (bf16 on CUDA, where the loop
+    autocasts; else fp32)."""
     accounting = account(config, train.seq_len)
-    states = STATE_BYTES * (accounting.params_total + accounting.params_frozen)
+    states = STATE_BYTES * (accounting.params_total + accounting.params_frozen) // shards
     width = 2 if device.type == "cuda" else 4
     layers = LAYER_WIDTHS * accounting.avg_layer_width * len(accounting.widths) * width
     if not of(config).lm:  # images: d_x in, d_out out
@@ -47,13 +48,14 @@ def device_bytes(device: torch.device) -> int:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
-def check_fits(config, train: TrainConfig, device: torch.device | str) -> None:
-    """Raise UserError when training `config` needs more memory than `device` has."""
+def check_fits(config, train: TrainConfig, device: torch.device | str, shards: int = 1) -> None:
+    """Raise UserError when training `config` (its states split over `shards` FSDP ranks)
+    needs more memory than `device` has."""
     device = torch.device(device)
-    need, have = training_bytes(config, train, device), device_bytes(device)
+    need, have = training_bytes(config, train, device, shards), device_bytes(device)
     if need > have:
         params = account(config, train.seq_len).params_total
-        smaller = STATE_BYTES * params < have and of(config).lm
+        smaller = STATE_BYTES * params // shards < have and of(config).lm
         hint = "; a smaller train.micro_batch_size may fit" if smaller else ""
         raise UserError(f"{config.family} candidate {config_key(config)} ({params:,} parameters) "
                         f"needs about {need / 2**30:,.1f} GiB to train (fp32 weights, gradients, "
