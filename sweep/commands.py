@@ -48,8 +48,13 @@ def add_arguments_run(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--name", default=None, help="sweep name (default: the space's name)")
     _add_root(parser)
     _add_execution(parser)
-    parser.add_argument("--gpus-per-trial", type=float, default=0.0)
-    parser.add_argument("--cpus-per-trial", type=float, default=1.0)
+    parser.add_argument("--gpus-per-trial", "--gpus-per-worker", dest="gpus_per_trial",
+                        type=float, default=0.0,
+                        help="GPUs for each trial; with --workers-per-trial N, for each of its "
+                             "N workers (the two names are one setting; default 0)")
+    parser.add_argument("--cpus-per-trial", "--cpus-per-worker", dest="cpus_per_trial",
+                        type=float, default=1.0,
+                        help="CPUs for each trial, or for each of its workers (default 1)")
     parser.add_argument("--search", default="grid", help=f"{' or '.join(STRATEGIES)} (default grid)")
     parser.add_argument("--num-samples", type=int, default=8,
                         help="optuna: trials to complete in total (default 8)")

@@ -495,6 +495,7 @@ def _check(options: SweepOptions) -> tuple[SweepOptions, _Checked]:
     name = validate_sweep_name(options.name or space.name)
     seeds = check_seeds_option(options.seeds or list(space.seeds))
     strategy = strategy_for(options, space)
+    _check_data_parallel(options, space, strategy.candidates)
     budgets = sweep_budgets(space, strategy.candidates)
     step = min((step_tokens(v.train, v.family) for v in space.resolved()), default=1)
     scheduler, asha_line = _scheduler(options, budgets, step)
@@ -507,6 +508,22 @@ def _check(options: SweepOptions) -> tuple[SweepOptions, _Checked]:
                              [*strategy.notices, *[line for line in (asha_line, eval_line) if line],
                               *data_notices],
                              data_hash, budget)
+
+
+def _check_data_parallel(options: SweepOptions, space: Any, candidates: list | None) -> None:
+    """With N > 1 workers per trial: every language model's step splits evenly over them,
+    and under fsdp no candidate is a mixture of experts (an Optuna search's candidates are
+    not known yet; its trials are checked as they start)."""
+    from shapesweep.trainers.parallel import check_shardable, check_split, sequences_per_step
+
+    if options.workers_per_trial < 2:
+        return
+    for candidate in candidates or []:
+        if families.get(candidate.config.family).lm:
+            train = space.train_for(candidate=candidate)
+            check_split(sequences_per_step(train), options.workers_per_trial)
+        if options.parallel == "fsdp":
+            check_shardable(candidate.config)
 
 
 def _compact(root: str, name: str) -> None:

@@ -100,6 +100,22 @@ def test_fsdp_over_one_worker_is_one_line(tmp_path, capsys):
     assert not root.exists()
 
 
+@pytest.mark.parametrize(("space", "argv", "problem"), [
+    ("vformer-moe-small", ["--workers-per-trial", "2", "--parallel", "fsdp"],
+     "--parallel: fsdp cannot shard a mixture of experts"),
+    # 2,048-token steps of 128-token sequences: 16 sequences do not split over 3 workers
+    ("demo-ucurve", ["--workers-per-trial", "3", "--cpus-per-worker", "0.5"],
+     "--workers-per-trial: a step's batch of 16 does not split evenly over 3 workers"),
+])
+def test_a_space_that_cannot_train_data_parallel_is_refused_before_the_sweep(
+        tmp_path, capsys, space, argv, problem):
+    root = tmp_path / "sweeps"
+    assert run("run", space, "--root", str(root), *argv) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert problem in line
+    assert not root.exists()
+
+
 @pytest.mark.slow
 def test_train_on_two_ray_workers_equals_one_worker(tmp_path, capsys, one_torch_thread):
     """`shapesweep train --workers 2 --parallel fsdp`: a local Ray's two Ray Train workers

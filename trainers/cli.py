@@ -187,8 +187,8 @@ def _train_on_workers(args: argparse.Namespace, config, recipe, resources: dict[
 
 def train(args: argparse.Namespace) -> int:
     from shapesweep.search_spaces.candidate_file import load_candidate
-    from shapesweep.trainers.loop import check_shardable, check_split, sequences_per_step
     from shapesweep.trainers.loop import train as run_training
+    from shapesweep.trainers.parallel import check_shardable, check_split, sequences_per_step
 
     check_device(args.device)
     resources = _check_workers(args)

@@ -39,6 +39,7 @@ from shapesweep.search_spaces.configs import (
 )
 from shapesweep.trainers import checkpoint
 from shapesweep.trainers.cadence import eval_steps, total_steps
+from shapesweep.trainers.parallel import check_shardable, check_split, sequences_per_step
 
 from shapesweep.common import UserError
 from shapesweep.families.base import of
@@ -377,28 +378,6 @@ def _process_group() -> tuple[int, int]:
     if dist.is_available() and dist.is_initialized():
         return dist.get_rank(), dist.get_world_size()
     return 0, 1
-
-
-def check_shardable(model_config) -> None:
-    """Refuse to shard a mixture of experts: FSDP2 reduces only the gradients a rank has, and
-    a rank whose tokens skip an expert has none for it, so the ranks' collectives would differ."""
-    shapes = model_config.layer_shapes() if hasattr(model_config, "layer_shapes") else []
-    if any(int(s.n_experts) > 1 for s in shapes):
-        raise UserError("fsdp cannot shard a mixture of experts (a worker's tokens may skip an "
-                        "expert); use --parallel ddp", key="--parallel")
-
-
-def check_split(per_step: int, world: int, flag: str = "--workers-per-trial") -> None:
-    """Each rank trains an equal slice of every step's batch, so the step is the one-process
-    step: refuse a batch that does not split evenly over the ranks."""
-    if per_step % world:
-        raise UserError(f"a step's batch of {per_step} does not split evenly over {world} "
-                        "workers", key=flag)
-
-
-def sequences_per_step(train: TrainConfig) -> int:
-    """An LM's optimizer step: whole sequences of batch_tokens (at least one)."""
-    return max(1, train.batch_tokens // train.seq_len)
 
 
 def _data_parallel(model: torch.nn.Module, per_step: int, dev) -> torch.nn.Module:
