@@ -94,7 +94,7 @@ def timed_sweep(argv: list[str]) -> None:
     runner._init_ray = timed("init", runner._init_ray)
     ray.shutdown = timed("shutdown", ray.shutdown)
     code = shapesweep(argv)
-    print(json.dumps(marks | {"returned": time.time()}))
+    print(json.dumps(marks | {"returned": time.time(), "torch_in_driver": "torch" in sys.modules}))
     sys.exit(code)
 
 
@@ -150,7 +150,8 @@ def measure(size: int, tokens: int, threads: int, folder: Path, sweep_first: boo
         "ray_init": marks["init_end"] - marks["init"], "first_trial": first - marks["init_end"],
         "to_shutdown": marks["shutdown"] - last,
         "ray_shutdown": marks["shutdown_end"] - marks["shutdown"],
-        "after_shutdown": s_end - marks["shutdown_end"],
+        "to_return": marks["returned"] - marks["shutdown_end"], "exit": s_end - marks["returned"],
+        "torch_in_driver": marks["torch_in_driver"],
     }
 
 
@@ -161,7 +162,8 @@ PHASES = {  # the sweep's start-up and wind-down, in order
     "first_trial": "first actor, worker imports, data, model",
     "to_shutdown": "last trial's end to ray.shutdown",
     "ray_shutdown": "ray.shutdown",
-    "after_shutdown": "compaction and exit",
+    "to_return": "compaction, summary",
+    "exit": "interpreter exit",
 }
 
 
@@ -206,6 +208,7 @@ def report(med: dict[int, dict], args: argparse.Namespace) -> None:
     print("sweep start-up and wind-down, s: " + "  ".join(f"{n} trials" for n in sizes))
     for key, label in PHASES.items():
         print(f"  {label:<42}" + "".join(f"{med[n][key]:10.2f}" for n in sizes))
+    print(f"  the sweep's driver imported torch: {any(med[n]['torch_in_driver'] for n in sizes)}")
     for n in sizes:
         m = med[n]
         fixed = (m["sweep_startup"] + m["sweep_winddown"]

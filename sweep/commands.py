@@ -142,8 +142,9 @@ def _check_resources(args: argparse.Namespace) -> None:
             raise UserError(f"must not be negative (got {value:g})", key=flag)
     if args.address is not None:
         return
+    gpus = _local_gpus() if args.gpus_per_trial else 0  # the driver imports torch only for this
     for flag, kind, per_worker, have in (("--cpus-per-trial", "CPUs", args.cpus_per_trial, os.cpu_count() or 1),
-                                         ("--gpus-per-trial", "GPUs", args.gpus_per_trial, _local_gpus())):
+                                         ("--gpus-per-trial", "GPUs", args.gpus_per_trial, gpus)):
         if workers * per_worker > have:
             what = f"{workers} workers x {per_worker:g} {kind}" if workers > 1 else f"{per_worker:g} {kind} per trial"
             raise UserError(f"{what} do not fit this machine's {have} {kind} (the local cluster; "

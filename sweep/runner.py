@@ -349,6 +349,9 @@ def _init_ray(options: SweepOptions) -> tuple[bool, str | None]:
     kwargs: dict[str, Any] = {"include_dashboard": False} if address == "local" else {}
     if address == "local":
         kwargs["num_cpus"] = os.cpu_count()
+        # No idle worker per CPU started with the driver: they compete with ray.init for
+        # the CPU and Tune starts its actors' own (bench_sweep_overhead measures it).
+        kwargs["_system_config"] = {"prestart_worker_first_driver": False}
     else:
         _use_cluster_token()
     context = ray.init(address=address, log_to_driver=False, logging_level=logging.ERROR,
