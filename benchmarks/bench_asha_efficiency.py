@@ -138,7 +138,8 @@ def main() -> None:
     print(f"grid best : {result['best_name']} val_loss {result['best_loss']:.4f} (mean of seeds)")
     print(f"ASHA pick : {result['pick_name']} grid val_loss {result['pick_loss']:.4f}, "
           f"pick - best {delta['delta']:+.4f} [{low:+.4f}, {high:+.4f}] -> "
-          f"{'found' if result['found'] else 'MISSED'} ({delta['verdict']})")
+          f"{'found' if result['found'] else 'MISSED'} "
+          f"({'the same candidate' if result['pick'] == result['best'] else delta['verdict']})")
     print(f"grid best completed under ASHA: {result['best_survived']}; "
           f"ASHA statuses {result['statuses']}")
     print(f"tokens    : {result['tokens']:.2f} of the grid's")
