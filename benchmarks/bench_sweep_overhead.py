@@ -2,17 +2,23 @@
 each above a plain script that trains the same candidates back to back.
 
     .venv/bin/python -m benchmarks.bench_sweep_overhead [--sizes 8 32] [--tokens 8192] [--repeats 1]
+                                                        [--running-ray]
 
 For each size N, side by side (the order alternated between repeats): a fresh process that
 trains N candidates back to back with the torch threads a trial gets (Ray gives a 1-CPU
 trial OMP_NUM_THREADS=1), and `shapesweep run` of a space of exactly those N candidates, one
 at a time (FIFO, `--max-concurrent 1`), also a fresh process. Both sides pay their imports;
 the sweep also pays ray.init, its first actor, the worker's imports, the catalog and store
-writes and ray.shutdown. Wall = fixed + N x per-trial on each side, fitted over the sizes:
-overhead per trial = sweep slope - plain slope; fixed cost per sweep = sweep intercept -
-plain intercept. The trials' own timestamps (the row's finished_at and wall_time_s) split
-the sweep's wall into start-up (until its first trial starts training), the gaps between
-trials, and wind-down (after the last trial ends).
+writes and ray.shutdown. Two estimates, sweep minus plain:
+- from the trials' own timestamps (a sweep trial's row: finished_at - wall_time_s to
+  finished_at): fixed cost = start-up (launch to the first trial's training) + wind-down
+  (last trial's end to exit); overhead per trial = the median start-to-start period. The
+  sweep's process also times its phases (ray.init, ray.shutdown, ...). Load that drifts
+  between the sides hardly moves these.
+- wall = fixed + N x per-trial on each side, fitted over the sizes.
+`--running-ray`: the sweeps join one
+local Ray started beforehand (`shapesweep run --address`, as after `ray start --head`), so
+they pay no ray.init or shutdown of their own.
 """
 
 from __future__ import annotations
@@ -20,11 +26,14 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -123,7 +132,27 @@ def period(spans: list[tuple[float, float]]) -> float:
     return statistics.median(np.diff(starts)) if len(starts) > 1 else math.nan
 
 
-def measure(size: int, tokens: int, threads: int, folder: Path, sweep_first: bool) -> dict:
+@contextmanager
+def running_ray(cpus: int) -> Iterator[str]:
+    """A local Ray kept running in a child process (its address), as `ray start --head`
+    would keep one, for sweeps that join it with `--address`; shut down by that child."""
+    keeper = subprocess.Popen(
+        [sys.executable, "-c",
+         "import sys, ray\n"
+         f"ray.init(address='local', num_cpus={cpus}, include_dashboard=False)\n"
+         "print(ray.get_runtime_context().gcs_address, flush=True)\n"
+         "sys.stdin.read()\n"
+         "ray.shutdown()\n"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        yield keeper.stdout.readline().strip()
+    finally:
+        keeper.stdin.close()
+        keeper.wait(timeout=60)
+
+
+def measure(size: int, tokens: int, threads: int, folder: Path, sweep_first: bool,
+            address: str | None = None) -> dict:
     """One side-by-side pair at `size` trials: each side's wall, start-up (launch to first
     trial), period per trial and wind-down (last trial's end to exit), and the sweep's
     phases (seconds)."""
@@ -133,7 +162,8 @@ def measure(size: int, tokens: int, threads: int, folder: Path, sweep_first: boo
     me = "benchmarks.bench_sweep_overhead"
     plain = [me, "--plain", str(space_path), "--threads", str(threads)]
     sweep = [me, "--sweep", "run", str(space_path), "--root", root, "--scheduler", "fifo",
-             "--max-concurrent", "1", "--cpus-per-trial", str(threads), "--no-progress"]
+             "--max-concurrent", "1", "--cpus-per-trial", str(threads), "--no-progress",
+             *(["--address", address] if address else [])]
     sides = {}
     for side, argv in (("sweep", sweep), ("plain", plain))[:: 1 if sweep_first else -1]:
         sides[side] = launch(argv)
@@ -173,6 +203,8 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=8192)
     parser.add_argument("--repeats", type=int, default=1, help="pairs per size (median taken)")
     parser.add_argument("--threads", type=int, default=1, help="CPUs (and torch threads) per trial")
+    parser.add_argument("--running-ray", action="store_true",
+                        help="the sweeps join a Ray started once beforehand (--address)")
     parser.add_argument("--plain", metavar="SPACE", help=argparse.SUPPRESS)  # the baseline's process
     parser.add_argument("--sweep", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)  # the sweep's
     args = parser.parse_args()
@@ -184,10 +216,12 @@ def main() -> None:
         raise SystemExit("--sizes: give two or more sizes to separate fixed and per-trial costs")
 
     runs: dict[int, list[dict]] = {}
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, ExitStack() as stack:
+        address = stack.enter_context(running_ray(os.cpu_count())) if args.running_ray else None
         for repeat in range(args.repeats):
             for i, size in enumerate(args.sizes):
-                pair = measure(size, args.tokens, args.threads, Path(tmp), (repeat + i) % 2 == 1)
+                pair = measure(size, args.tokens, args.threads, Path(tmp), (repeat + i) % 2 == 1,
+                               address)
                 runs.setdefault(size, []).append(pair)
     med = {size: {k: statistics.median(p[k] for p in pairs) for k in pairs[0]}
            for size, pairs in runs.items()}
@@ -198,7 +232,8 @@ def report(med: dict[int, dict], args: argparse.Namespace) -> None:
     """Per size: both walls, the sweep's phases; then fixed and per-trial costs two ways."""
     sizes = sorted(med)
     print(f"{args.tokens} tokens per trial, one at a time, {args.threads} torch thread(s) on both "
-          f"sides; median of {args.repeats} pair(s) per size")
+          f"sides; median of {args.repeats} pair(s) per size"
+          + ("; the sweeps join a running Ray" if args.running_ray else ""))
     print(f"{'trials':>6} {'plain s':>8} {'sweep s':>8} {'ratio':>6}  "
           f"{'s/trial plain':>13} {'sweep':>6}")
     for n in sizes:
