@@ -132,6 +132,12 @@ def period(spans: list[tuple[float, float]]) -> float:
     return statistics.median(np.diff(starts)) if len(starts) > 1 else math.nan
 
 
+def gap(spans: list[tuple[float, float]]) -> float:
+    """Median time from one trial's end to the next's start."""
+    gaps = [start - end for (_, end), (start, _) in zip(spans[:-1], spans[1:], strict=True)]
+    return statistics.median(gaps) if gaps else math.nan
+
+
 @contextmanager
 def running_ray(cpus: int) -> Iterator[str]:
     """A local Ray kept running in a child process (its address), as `ray start --head`
@@ -174,7 +180,7 @@ def measure(size: int, tokens: int, threads: int, folder: Path, sweep_first: boo
         "plain": p_end - p_start, "sweep": s_end - s_start,
         "plain_startup": p_spans[0][0] - p_start, "plain_period": period(p_spans),
         "plain_winddown": p_end - p_spans[-1][1],
-        "sweep_startup": first - s_start, "sweep_period": period(s_spans),
+        "sweep_startup": first - s_start, "sweep_period": period(s_spans), "sweep_gap": gap(s_spans),
         "sweep_winddown": s_end - last,
         "cli_imports": marks["imported"] - s_start, "checks": marks["init"] - marks["imported"],
         "ray_init": marks["init_end"] - marks["init"], "first_trial": first - marks["init_end"],
@@ -235,11 +241,11 @@ def report(med: dict[int, dict], args: argparse.Namespace) -> None:
           f"sides; median of {args.repeats} pair(s) per size"
           + ("; the sweeps join a running Ray" if args.running_ray else ""))
     print(f"{'trials':>6} {'plain s':>8} {'sweep s':>8} {'ratio':>6}  "
-          f"{'s/trial plain':>13} {'sweep':>6}")
+          f"{'s/trial plain':>13} {'sweep':>6} {'(between trials)':>16}")
     for n in sizes:
         m = med[n]
         print(f"{n:>6} {m['plain']:8.1f} {m['sweep']:8.1f} {m['sweep'] / m['plain']:6.2f}  "
-              f"{m['plain_period']:13.3f} {m['sweep_period']:6.3f}")
+              f"{m['plain_period']:13.3f} {m['sweep_period']:6.3f} {m['sweep_gap']:16.3f}")
     print("sweep start-up and wind-down, s: " + "  ".join(f"{n} trials" for n in sizes))
     for key, label in PHASES.items():
         print(f"  {label:<42}" + "".join(f"{med[n][key]:10.2f}" for n in sizes))
