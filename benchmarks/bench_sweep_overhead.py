@@ -234,6 +234,15 @@ def main() -> None:
     report(med, args)
 
 
+def evaluations_per_trial(tokens: int) -> int:
+    """How often a trial of the benchmark's recipe evaluates (each a report to Tune)."""
+    from shapesweep.search_spaces.configs import TrainConfig
+    from shapesweep.trainers.cadence import eval_steps, total_steps
+
+    train = TrainConfig(**overhead_space(DEPTHS, tokens)["train"])
+    return len(eval_steps(train, total_steps(train, train.batch_tokens), train.batch_tokens))
+
+
 def report(med: dict[int, dict], args: argparse.Namespace) -> None:
     """Per size: both walls, the sweep's phases; then fixed and per-trial costs two ways."""
     sizes = sorted(med)
@@ -250,12 +259,16 @@ def report(med: dict[int, dict], args: argparse.Namespace) -> None:
     for key, label in PHASES.items():
         print(f"  {label:<42}" + "".join(f"{med[n][key]:10.2f}" for n in sizes))
     print(f"  the sweep's driver imported torch: {any(med[n]['torch_in_driver'] for n in sizes)}")
+    evaluations = evaluations_per_trial(args.tokens)
     for n in sizes:
         m = med[n]
         fixed = (m["sweep_startup"] + m["sweep_winddown"]
                  - m["plain_startup"] - m["plain_winddown"])
+        per_trial = m["sweep_period"] - m["plain_period"]
         print(f"from timestamps, {n} trials: fixed cost per sweep {fixed:6.2f} s, overhead per "
-              f"trial {m['sweep_period'] - m['plain_period']:6.3f} s")
+              f"trial {per_trial:6.3f} s: {m['sweep_gap']:.3f} s between trials, "
+              f"{(per_trial - m['sweep_gap']) / evaluations * 1e3:.0f} ms in each of its "
+              f"{evaluations} evaluations (a report with a checkpoint)")
     (plain_slope, plain_fixed), (sweep_slope, sweep_fixed) = (
         np.polyfit(sizes, [med[n][side] for n in sizes], 1) for side in ("plain", "sweep"))
     print(f"fit over sizes: plain {plain_fixed:5.1f} s + N x {plain_slope:.3f} s, "
