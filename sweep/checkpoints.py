@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 from ray.tune import Callback
-from shapesweep.trainers import checkpoint
 
 
 def trial_checkpoints(ray_folder: str | Path, trial_id: str) -> list[Path]:
@@ -25,7 +24,10 @@ def trial_checkpoints(ray_folder: str | Path, trial_id: str) -> list[Path]:
 
 
 def latest(ray_folder: str | Path, trial_id: str) -> Path | None:
-    """The trial's checkpoint furthest into training, across the sweep's runs."""
+    """The trial's checkpoint furthest into training, across the sweep's runs. (torch is
+    imported here, in the worker: the driver needs only the cleaner and starts sooner.)"""
+    from shapesweep.trainers import checkpoint
+
     saved = [(step, path) for path in trial_checkpoints(ray_folder, trial_id)
              if (step := checkpoint.saved_step(path)) is not None]
     return max(saved)[1] if saved else None

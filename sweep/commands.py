@@ -162,8 +162,9 @@ def check_placement(workers: int, cpus: tuple[str, float], gpus: tuple[str, floa
             raise UserError(f"must not be negative (got {value:g})", key=flag)
     if address is not None:
         return
+    have_gpus = _local_gpus() if gpus[1] else 0  # the driver imports torch only for this
     for (flag, per_worker), kind, have in ((cpus, "CPUs", os.cpu_count() or 1),
-                                           (gpus, "GPUs", _local_gpus())):
+                                           (gpus, "GPUs", have_gpus)):
         if workers * per_worker > have:
             what = f"{workers} workers x {per_worker:g} {kind}" if workers > 1 else f"{per_worker:g} {kind} per trial"
             raise UserError(f"{what} do not fit this machine's {have} {kind} (the local cluster; "

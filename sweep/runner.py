@@ -32,6 +32,7 @@ from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+import numpy as np
 from pydantic import TypeAdapter
 from ray.tune import Callback
 from shapesweep.results import live
@@ -343,6 +344,9 @@ def _init_ray(options: SweepOptions) -> tuple[bool, str | None]:
     kwargs: dict[str, Any] = {"include_dashboard": False} if address == "local" else {}
     if address == "local":
         kwargs["num_cpus"] = os.cpu_count()
+        # No idle worker per CPU started with the driver: they compete with ray.init for
+        # the CPU and Tune starts its actors' own (bench_sweep_overhead measures it).
+        kwargs["_system_config"] = {"prestart_worker_first_driver": False}
     else:
         _use_cluster_token()
     context = ray.init(address=address, log_to_driver=False, logging_level=logging.ERROR,
@@ -414,11 +418,12 @@ def asha_grace(budget: int, per_step: int) -> int:
 
 
 def _scheduler(options: SweepOptions, budgets: set[int] | None, per_step: int = 1):
-    """Tune's scheduler and the line that announces when ASHA may first stop a trial."""
+    """Tune's scheduler, the line that announces when ASHA may first stop a trial, and
+    the token counts at which it compares trials (`rung_tokens`; none under FIFO)."""
     from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
 
     if options.scheduler == "fifo":
-        return FIFOScheduler(), None
+        return FIFOScheduler(), None, []
     if budgets is None or len(budgets) != 1:
         many = "per-candidate" if budgets is None else f"{len(budgets)} different"
         raise UserError(f"ASHA compares trials at one token budget; this space's trials train "
@@ -435,15 +440,17 @@ def _scheduler(options: SweepOptions, budgets: set[int] | None, per_step: int = 
     line = (f"ASHA will stop trials from {human(grace)} tokens ({grace / per_step:.0f} steps, "
             f"{grace / budget:.0%} of the {human(budget)}-token budget; --grace-tokens sets it); "
             "the rank-fidelity view (status, dashboard) shows whether that is early enough")
-    return ASHAScheduler(time_attr="tokens", metric="val_loss", mode="min", max_t=budget,
-                         grace_period=grace, reduction_factor=options.reduction_factor), line
+    scheduler = ASHAScheduler(time_attr="tokens", metric="val_loss", mode="min", max_t=budget,
+                              grace_period=grace, reduction_factor=options.reduction_factor)
+    return scheduler, line, rung_tokens(grace, options.reduction_factor, budget)
 
 
-def rung_tokens(scheduler: Any) -> list[float]:
-    """The token counts at which ASHA compares trials (its rungs), read from the scheduler
-    Ray built so a trial evaluates exactly where a decision is made; none under FIFO."""
-    return sorted({milestone for bracket in getattr(scheduler, "_brackets", ())
-                   for milestone, _ in bracket._rungs})
+def rung_tokens(grace: float, reduction_factor: float, max_t: float) -> list[float]:
+    """The token counts at which a one-bracket ASHA compares trials, so a trial evaluates
+    exactly where a decision is made: grace_period x reduction_factor^i, as many as Ray's
+    ASHAScheduler fits below max_t (its rule, rounding included)."""
+    count = int(np.log(max_t / grace) / np.log(reduction_factor) + 1)
+    return [grace * reduction_factor**i for i in range(count)]
 
 
 @dataclass
@@ -455,6 +462,7 @@ class _Checked:
     storage_url: str
     seeds: list[int]
     scheduler: Any
+    rungs: list[float]  # ASHA's, where trials evaluate besides their cadence
     notices: list[str]
     data_hash: str
     budget: int | None  # the trials' one token budget; None when recipes differ (no ASHA)
@@ -498,13 +506,13 @@ def _check(options: SweepOptions) -> tuple[SweepOptions, _Checked]:
     _check_data_parallel(options, space, strategy.candidates)
     budgets = sweep_budgets(space, strategy.candidates)
     step = min((step_tokens(v.train, v.family) for v in space.resolved()), default=1)
-    scheduler, asha_line = _scheduler(options, budgets, step)
-    eval_line = evaluation_line(space, strategy.candidates, rung_tokens(scheduler))
+    scheduler, asha_line, rungs = _scheduler(options, budgets, step)
+    eval_line = evaluation_line(space, strategy.candidates, rungs)
     data_hash, data_notices = data_hash_for(space, strategy.candidates, _abs(options.data))
     storage_url = options.storage or default_catalog_url(options.root)  # makes a local root
     budget = next(iter(budgets)) if budgets and len(budgets) == 1 else None
     options = replace(options, name=name, **strategy.settings())
-    return options, _Checked(space, strategy, storage_url, seeds, scheduler,
+    return options, _Checked(space, strategy, storage_url, seeds, scheduler, rungs,
                              [*strategy.notices, *[line for line in (asha_line, eval_line) if line],
                               *data_notices],
                              data_hash, budget)
@@ -602,8 +610,7 @@ def _tuner(options: SweepOptions, checked: _Checked, plan: Any, run_config: Any)
     checkpoints = str(_ray_storage(options.root, options.name).resolve())
     trainable = tune.with_parameters(run_trial, checkpoints=checkpoints,
                                      workers=options.workers_per_trial, resources=resources,
-                                     parallel=options.parallel,
-                                     eval_at=rung_tokens(checked.scheduler))
+                                     parallel=options.parallel, eval_at=checked.rungs)
     # N > 1 workers: the trial's actor only drives the Train workers, so it holds no CPU
     # (a Ray bundle must ask for something: one byte of memory)
     own = resources if options.workers_per_trial == 1 else {"cpu": 0, "memory": 1}

@@ -21,16 +21,26 @@ STEP = TINY_TRAIN["batch_tokens"]  # 512 tokens a step; the tiny recipe trains 1
 BUDGET = TINY_TRAIN["tokens"]
 
 
-def _asha(grace: int, factor: float):
-    scheduler, _ = _scheduler(SweepOptions(space="-", grace_tokens=grace,
-                                           reduction_factor=factor), {BUDGET}, STEP)
-    return scheduler
+def _asha(grace: int, factor: float, budget: int = BUDGET):
+    """(Ray's ASHAScheduler, the rungs `run` evaluates at) for these settings."""
+    scheduler, _, rungs = _scheduler(SweepOptions(space="-", grace_tokens=grace,
+                                                  reduction_factor=factor), {budget}, STEP)
+    return scheduler, rungs
 
 
 def test_rungs_are_the_grace_period_times_powers_of_the_reduction_factor():
-    assert rung_tokens(_asha(1024, 2)) == [1024, 2048, 4096, 8192]
-    assert rung_tokens(_asha(1000, 3)) == [1000, 3000]
-    assert rung_tokens(_scheduler(SweepOptions(space="-", scheduler="fifo"), {BUDGET})[0]) == []
+    assert _asha(1024, 2)[1] == [1024, 2048, 4096, 8192]
+    assert _asha(1000, 3)[1] == [1000, 3000]
+    assert _scheduler(SweepOptions(space="-", scheduler="fifo"), {BUDGET})[2] == []
+
+
+@pytest.mark.parametrize("grace, factor, budget", [
+    (1024, 2, 8192), (1000, 3, 8192), (910, 3, 8192), (3641, 3, 32768), (100, 3, 8100),
+    (100, 4, 6400), (512, 1.5, 8192), (7, 2.5, 1000), (4096, 2, 8192)])
+def test_the_rungs_from_asha_s_documented_settings_are_the_ones_ray_builds(grace, factor, budget):
+    scheduler, rungs = _asha(grace, factor, budget)
+    built = sorted(milestone for bracket in scheduler._brackets for milestone, _ in bracket._rungs)
+    assert rungs == built == rung_tokens(grace, factor, budget)
 
 
 def test_evaluation_steps_are_the_cadence_the_last_step_and_the_first_step_past_each_rung():

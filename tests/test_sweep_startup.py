@@ -1,0 +1,25 @@
+"""What a sweep pays once before its first trial: the driver never imports torch (seconds
+on a small machine; only the trials' workers need it)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from sweep_helpers import write_space
+
+
+def test_the_driver_checks_and_sets_up_a_sweep_without_importing_torch(tmp_path):
+    space = write_space(tmp_path)
+    code = (
+        "import argparse, sys\n"
+        "from shapesweep.sweep import commands, runner\n"
+        "commands._check_resources(argparse.Namespace(workers_per_trial=1, cpus_per_trial=1.0,\n"
+        "                                             gpus_per_trial=0.0, address=None,\n"
+        "                                             parallel='ddp'))\n"
+        f"options, checked = runner._check(runner.SweepOptions(space={str(space)!r},\n"
+        f"                                                     root={str(tmp_path / 'sweeps')!r}))\n"
+        "runner._run_config(options, [])\n"
+        "from shapesweep.sweep import progress, trainable\n"
+        "assert 'torch' not in sys.modules, 'the driver imported torch'\n")
+    subprocess.run([sys.executable, "-c", code], check=True)
