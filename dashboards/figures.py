@@ -9,6 +9,8 @@ and `{"rows": true}` when `customdata[i][0]` is the row id of point i (filtered 
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
@@ -83,10 +85,20 @@ def pareto_front(x: np.ndarray, y: np.ndarray, lower_is_better: bool = True) -> 
     return np.array(keep, dtype=int)
 
 
-def pareto_figure(trials: pd.DataFrame, x: str = "params_non_embedding",
-                  metric: str = "val_loss") -> go.Figure | None:
-    """Seed 004's frontier: metric vs a cost, one frontier per family, mean ± std over seeds."""
-    means, others = chosen_and_others(trials, metric, extra=(x,) if x in ("training_flops", "wall_time_s") else ())
+SEED_COSTS = ("training_flops", "wall_time_s")  # costs that differ between seeds: averaged
+
+
+def pareto_points(trials: pd.DataFrame, metric: str = "val_loss") -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The candidates (and tuned values not chosen) every Pareto figure of `trials` plots,
+    `SEED_COSTS` averaged over seeds: computed once for the figures of all cost axes."""
+    return chosen_and_others(trials, metric, extra=tuple(c for c in SEED_COSTS if c in trials))
+
+
+def pareto_figure(trials: pd.DataFrame, x: str = "params_non_embedding", metric: str = "val_loss",
+                  points: tuple[pd.DataFrame, pd.DataFrame] | None = None) -> go.Figure | None:
+    """Seed 004's frontier: metric vs a cost, one frontier per family, mean ± std over seeds
+    (`points`: `pareto_points(trials, metric)`, when several figures share them)."""
+    means, others = points or pareto_points(trials, metric)
     means = means[means[x].notna() & (means[x] > 0)] if x in means else means.iloc[0:0]
     if len(means) < 2 or (x in PARAM_AXES and iso_budget(means)):
         return None  # one point is no frontier; at one budget the x-range is rounding noise
@@ -642,7 +654,10 @@ def applicable_figures(trials: pd.DataFrame, curves: pd.DataFrame,
     is_lm = trials["family"].isin(language_models())
     lm, vision = trials[is_lm], with_input_projection(trials[~is_lm])
     vision_metric = metric_for(vision) if len(vision) else "psnr"
-    pareto = [(f"pareto-lm-{x}", lambda x=x: pareto_figure(lm, x, "val_loss")) for x in LM_X_AXES]
+    # Computed when first asked for, then shared by the figures of every cost axis.
+    lm_points = functools.cache(lambda: pareto_points(lm))
+    vision_points = functools.cache(lambda: pareto_points(vision, vision_metric))
+    pareto = [(f"pareto-lm-{x}", lambda x=x: pareto_figure(lm, x, "val_loss", lm_points())) for x in LM_X_AXES]
     builders = pareto[:1] + [
         ("searched-lm", lambda: searched_figure(lm)),
         ("ucurve", lambda: ucurve_figure(lm)),
@@ -656,7 +671,7 @@ def applicable_figures(trials: pd.DataFrame, curves: pd.DataFrame,
         ("param-split", lambda: param_split_figure(lm)),
         ("curves-lm", lambda: learning_curves_figure(lm, curves)),
     ]
-    builders += [(f"pareto-vision-{x}", lambda x=x: pareto_figure(vision, x, vision_metric))
+    builders += [(f"pareto-vision-{x}", lambda x=x: pareto_figure(vision, x, vision_metric, vision_points()))
                  for x in ("params_incl_frozen", "training_flops", "wall_time_s")]
     builders += [("vs-baseline-vision", lambda: baseline_figure(vision, vision_metric)),
                  ("rank-fidelity-vision", lambda: rank_fidelity_figure(vision, curves, vision_metric)),
