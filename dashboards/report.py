@@ -90,7 +90,7 @@ def _clean(value):
 def build_payload(root: str, sweeps: list[str] | None = None, title: str | None = None,
                   version: str = "", cache=None) -> str:
     """The JSON the page renders: sweeps, filter values, per-trial rows, figures."""
-    from shapesweep.dashboards.figures import applicable_figures, metric_for, trial_reason
+    from shapesweep.dashboards.figures import applicable_figures, metric_for, trial_reasons
     from shapesweep.dashboards.frames import (
         LOWER_IS_BETTER,
         METRIC_LABELS,
@@ -122,8 +122,7 @@ def build_payload(root: str, sweeps: list[str] | None = None, title: str | None 
         "training_flops": _typed(trials["training_flops"].to_numpy(np.float32, na_value=np.nan)),
         "shape": trials["shape_text"].tolist(),
         "error": [None if not isinstance(e, str) else e for e in trials["error"]],
-        "reason": [trial_reason(row) for row in trials[["status", "error", "tokens", "train_tokens_budget"]]
-                   .to_dict("records")],
+        "reason": trial_reasons(trials),
     }
     rows["doc"], rows["train"], docs, trains = _split_configs(trials["config_json"])
     counts = trials.groupby(["sweep", "status"]).size() if len(trials) else pd.Series(dtype=int)
