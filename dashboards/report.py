@@ -266,11 +266,13 @@ def _row_ids(customdata, hover: np.ndarray) -> np.ndarray | None:
     if not isinstance(customdata, np.ndarray) or customdata.ndim != 2 or customdata.shape[1] != 2 \
             or not len(customdata) or customdata.dtype != object:
         return None
-    ids = customdata[:, 0]
-    if not all(isinstance(i, int | np.integer) and 0 <= i < len(hover) for i in ids):
+    try:
+        ids = customdata[:, 0].astype(np.int64)
+    except (TypeError, ValueError):
         return None
-    ids = ids.astype(np.int64)
-    return ids if np.array_equal(hover[ids], customdata[:, 1]) else None
+    if ids.min() < 0 or ids.max() >= len(hover) or not (ids == customdata[:, 0]).all():
+        return None
+    return ids if (hover[ids] == customdata[:, 1]).all() else None
 
 
 def _float32(values):
