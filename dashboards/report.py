@@ -336,8 +336,10 @@ def write_report(root: str, sweeps: list[str], out: str | Path) -> Path:
     """One self-contained HTML file (plotly.js embedded, opens offline), written atomically."""
     import plotly.offline
     from shapesweep.dashboards.page import render_page
+    from shapesweep.results.store import FragmentCache
 
-    page = render_page(script_safe(build_payload(root, sweeps)), plotly_js=plotly.offline.get_plotlyjs())
+    cache = FragmentCache()  # each fragment read once: curves and layers need the trials again
+    page = render_page(script_safe(build_payload(root, sweeps, cache=cache)), plotly_js=plotly.offline.get_plotlyjs())
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     fd, temp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
