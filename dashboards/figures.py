@@ -9,6 +9,8 @@ and `{"rows": true}` when `customdata[i][0]` is the row id of point i (filtered 
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
@@ -83,10 +85,20 @@ def pareto_front(x: np.ndarray, y: np.ndarray, lower_is_better: bool = True) -> 
     return np.array(keep, dtype=int)
 
 
-def pareto_figure(trials: pd.DataFrame, x: str = "params_non_embedding",
-                  metric: str = "val_loss") -> go.Figure | None:
-    """Seed 004's frontier: metric vs a cost, one frontier per family, mean ± std over seeds."""
-    means, others = chosen_and_others(trials, metric, extra=(x,) if x in ("training_flops", "wall_time_s") else ())
+SEED_COSTS = ("training_flops", "wall_time_s")  # costs that differ between seeds: averaged
+
+
+def pareto_points(trials: pd.DataFrame, metric: str = "val_loss") -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The candidates (and tuned values not chosen) every Pareto figure of `trials` plots,
+    `SEED_COSTS` averaged over seeds: computed once for the figures of all cost axes."""
+    return chosen_and_others(trials, metric, extra=tuple(c for c in SEED_COSTS if c in trials))
+
+
+def pareto_figure(trials: pd.DataFrame, x: str = "params_non_embedding", metric: str = "val_loss",
+                  points: tuple[pd.DataFrame, pd.DataFrame] | None = None) -> go.Figure | None:
+    """Seed 004's frontier: metric vs a cost, one frontier per family, mean ± std over seeds
+    (`points`: `pareto_points(trials, metric)`, when several figures share them)."""
+    means, others = points or pareto_points(trials, metric)
     means = means[means[x].notna() & (means[x] > 0)] if x in means else means.iloc[0:0]
     if len(means) < 2 or (x in PARAM_AXES and iso_budget(means)):
         return None  # one point is no frontier; at one budget the x-range is rounding noise
@@ -211,7 +223,7 @@ def _stopped_trace(fig: go.Figure, trials: pd.DataFrame, x: str, metric: str = "
     fig.add_trace(go.Scatter(
         x=stopped[x], y=stopped[metric], mode="markers", name="stopped by ASHA (loss when stopped)",
         marker=dict(symbol="x", size=7, color=STOPPED_COLOR), customdata=point_data(stopped),
-        text=[esc(trial_reason(r)) for r in stopped.to_dict("records")],
+        text=[esc(reason) for reason in trial_reasons(stopped)],
         hovertemplate="%{text}<br>%{customdata[1]}<br>%{y:.4g}<extra></extra>",
         meta={"rows": True, "stopped": True}))
 
@@ -487,6 +499,15 @@ CANDIDATE_COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c5
                     "#7b4173", "#3182bd", "#e6550d", "#31a354", "#756bb1", "#636363"]
 
 
+REASON_COLUMNS = ["status", "error", "tokens", "train_tokens_budget"]  # what `trial_reason` reads
+
+
+def trial_reasons(trials: pd.DataFrame) -> list[str | None]:
+    """`trial_reason` of each row (its few columns only: a row of every column costs seconds
+    at 50,000 trials)."""
+    return [trial_reason(row) for row in trials[REASON_COLUMNS].to_dict("records")]
+
+
 def trial_reason(row: dict) -> str | None:
     """Why a trial did not (yet) complete, in one line: the error's last line, where ASHA
     stopped it, how far a running one is; None for a completed trial."""
@@ -520,8 +541,9 @@ def learning_curves_figure(trials: pd.DataFrame, curves: pd.DataFrame) -> go.Fig
     series = ["sweep", "key"] if per_candidate else ["sweep", "design"]
     colours = {k: CANDIDATE_COLORS[i % len(CANDIDATE_COLORS)]
                for i, k in enumerate(data[series].drop_duplicates().itertuples(index=False, name=None))}
-    reasons = {(r["sweep"], r["trial_id"]): trial_reason(r) for r in trials.to_dict("records")
-               if r["status"] != "completed"}
+    unfinished = trials[trials["status"] != "completed"]
+    reasons = dict(zip(zip(unfinished["sweep"], unfinished["trial_id"], strict=True), trial_reasons(unfinished),
+                       strict=True))
     fig, n_sweeps = new_figure(), data["sweep"].nunique()
     trace = _scatter(len(data))
     for (*which, status), group in data.groupby([*series, "status"], sort=True):
@@ -642,7 +664,10 @@ def applicable_figures(trials: pd.DataFrame, curves: pd.DataFrame,
     is_lm = trials["family"].isin(language_models())
     lm, vision = trials[is_lm], with_input_projection(trials[~is_lm])
     vision_metric = metric_for(vision) if len(vision) else "psnr"
-    pareto = [(f"pareto-lm-{x}", lambda x=x: pareto_figure(lm, x, "val_loss")) for x in LM_X_AXES]
+    # Computed when first asked for, then shared by the figures of every cost axis.
+    lm_points = functools.cache(lambda: pareto_points(lm))
+    vision_points = functools.cache(lambda: pareto_points(vision, vision_metric))
+    pareto = [(f"pareto-lm-{x}", lambda x=x: pareto_figure(lm, x, "val_loss", lm_points())) for x in LM_X_AXES]
     builders = pareto[:1] + [
         ("searched-lm", lambda: searched_figure(lm)),
         ("ucurve", lambda: ucurve_figure(lm)),
@@ -656,7 +681,7 @@ def applicable_figures(trials: pd.DataFrame, curves: pd.DataFrame,
         ("param-split", lambda: param_split_figure(lm)),
         ("curves-lm", lambda: learning_curves_figure(lm, curves)),
     ]
-    builders += [(f"pareto-vision-{x}", lambda x=x: pareto_figure(vision, x, vision_metric))
+    builders += [(f"pareto-vision-{x}", lambda x=x: pareto_figure(vision, x, vision_metric, vision_points()))
                  for x in ("params_incl_frozen", "training_flops", "wall_time_s")]
     builders += [("vs-baseline-vision", lambda: baseline_figure(vision, vision_metric)),
                  ("rank-fidelity-vision", lambda: rank_fidelity_figure(vision, curves, vision_metric)),

@@ -46,16 +46,18 @@ function el(tag, text, attrs) {
 }
 const DTYPES = {f8: Float64Array, f4: Float32Array, i1: Int8Array, u1: Uint8Array, i2: Int16Array,
                 u2: Uint16Array, i4: Int32Array, u4: Uint32Array};
-function decode(v) {  // plotly.py ships numpy arrays as base64 typed arrays
+function decode(v) {  // numpy arrays travel as base64 typed arrays (plotly.py, report._typed)
+  if (v && typeof v === "object" && v.shared !== undefined) v = S.data.shared[v.shared];  // report._share
+  if (v && typeof v === "object" && v.codes) return decode(v.codes).map((c) => v.values[c]);  // report._coded
   if (!v || typeof v !== "object" || !v.bdata) return v;
   const bytes = Uint8Array.from(atob(v.bdata), (c) => c.charCodeAt(0));
-  return Array.from(new DTYPES[v.dtype](bytes.buffer));
+  return Array.from(new DTYPES[v.dtype](bytes.buffer), (x) => Number.isNaN(x) ? null : x);
 }
 function esc(text) {  // as Python's html.escape(text, quote=False): frames.esc
   return String(text).replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;");
 }
-function expand(rows) {  // columns of few values arrive as {values, codes} (report._coded)
-  for (const [k, v] of Object.entries(rows)) if (v && v.codes) rows[k] = v.codes.map((c) => v.values[c]);
+function expand(rows) {  // columns of few values arrive as {values, codes} (report._coded), numbers typed
+  for (const [k, v] of Object.entries(rows)) rows[k] = decode(v);
   // The hover title names the trial, the rest is its candidate's (report._hover_bodies).
   rows.hover = rows.hover.map((body, i) => "<b>" + esc(rows.sweep[i]) + "</b> · " + esc(rows.design[i]) +
     " · trial " + esc(rows.trial_id[i]) + "<br>" + body);
@@ -84,13 +86,13 @@ function filterTrace(trace) {
   }
   return out;
 }
-function decodeTrace(trace) {
+function decodeTrace(trace) {  // a payload trace as plotly takes it (report._lean, report._share)
   const out = Object.assign({}, trace);
-  for (const key of ["x", "y", "customdata"]) if (key in out) out[key] = decode(out[key]);
+  for (const key of ["x", "y", "customdata", "text"]) if (key in out) out[key] = decode(out[key]);
   if (out.meta && out.meta.ids) out.customdata = out.customdata.map((id) => [id, S.data.rows.hover[id]]);
-  for (const key of ["error_y", "marker"]) if (out[key] && out[key].array !== undefined) {
-    out[key] = Object.assign({}, out[key], {array: decode(out[key].array)});
-    if (out[key].arrayminus !== undefined) out[key].arrayminus = decode(out[key].arrayminus);
+  for (const [key, subs] of [["error_y", ["array", "arrayminus"]], ["marker", ["color", "size"]]]) if (out[key]) {
+    out[key] = Object.assign({}, out[key]);
+    for (const sub of subs) if (sub in out[key]) out[key][sub] = decode(out[key][sub]);
   }
   return out;
 }

@@ -7,6 +7,7 @@ what a user sees in the report and the live dashboard the same.
 
 from __future__ import annotations
 
+import base64
 import json
 import math
 import os
@@ -15,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from plotly.io.json import to_json_plotly
 
 from shapesweep.common import UserError, human
 
@@ -88,7 +90,7 @@ def _clean(value):
 def build_payload(root: str, sweeps: list[str] | None = None, title: str | None = None,
                   version: str = "", cache=None) -> str:
     """The JSON the page renders: sweeps, filter values, per-trial rows, figures."""
-    from shapesweep.dashboards.figures import applicable_figures, metric_for, trial_reason
+    from shapesweep.dashboards.figures import applicable_figures, metric_for, trial_reasons
     from shapesweep.dashboards.frames import (
         LOWER_IS_BETTER,
         METRIC_LABELS,
@@ -112,14 +114,15 @@ def build_payload(root: str, sweeps: list[str] | None = None, title: str | None 
         "budget": trials["budget"].tolist(), "seed": trials["seed"].tolist(),
         "status": trials["status"].tolist(),
         "metric_name": metric_names.tolist(),
-        "metric": [_clean(trials.at[i, m]) for i, m in zip(trials.index, metric_names, strict=True)],
-        "val_ppl": [_clean(v) for v in trials["val_ppl"].astype(float)],
-        "params_non_embedding": [_clean(v) for v in trials["params_non_embedding"].astype(float)],
-        "training_flops": [_clean(v) for v in trials["training_flops"]],
+        "metric": _typed(np.array([trials.at[i, m] for i, m in zip(trials.index, metric_names, strict=True)],
+                                  dtype=np.float64)),  # the top table's 4 decimals, the export's value
+        # Shown with 3 digits (`human`): float32 holds 7.
+        "val_ppl": _typed(trials["val_ppl"].to_numpy(np.float32, na_value=np.nan)),
+        "params_non_embedding": _typed(trials["params_non_embedding"].to_numpy(np.float32, na_value=np.nan)),
+        "training_flops": _typed(trials["training_flops"].to_numpy(np.float32, na_value=np.nan)),
         "shape": trials["shape_text"].tolist(),
         "error": [None if not isinstance(e, str) else e for e in trials["error"]],
-        "reason": [trial_reason(row) for row in trials[["status", "error", "tokens", "train_tokens_budget"]]
-                   .to_dict("records")],
+        "reason": trial_reasons(trials),
     }
     rows["doc"], rows["train"], docs, trains = _split_configs(trials["config_json"])
     counts = trials.groupby(["sweep", "status"]).size() if len(trials) else pd.Series(dtype=int)
@@ -129,7 +132,7 @@ def build_payload(root: str, sweeps: list[str] | None = None, title: str | None 
                   for n in names]
     head = {
         "title": title or "shapesweep: " + (", ".join(names) or "no sweeps yet"), "version": version,
-        "sweeps": sweep_info, "families": sorted(set(rows["family"])),
+        "sweeps": sweep_info, "families": sorted(set(trials["family"])),
         "budgets": sorted(set(rows["budget"]), key=_budget_order),
         "metrics": [{"name": m, "label": METRIC_LABELS[m], "lower_is_better": LOWER_IS_BETTER[m]}
                     for m in dict.fromkeys(metric_names.tolist())],
@@ -140,9 +143,12 @@ def build_payload(root: str, sweeps: list[str] | None = None, title: str | None 
         rows[name] = _coded(rows[name])
     figures = applicable_figures(trials, curves, load_layers(root, sweeps, cache=cache)) if len(trials) else []
     figures += analysis_views(trials) if len(trials) else []
-    parts = [f'{{"id": {json.dumps(fid)}, "figure": {_compact(fig, len(trials)).to_json()}}}'
-             for fid, fig in figures]
-    return json.dumps(head, default=str)[:-1] + ', "figures": [' + ", ".join(parts) + "]}"
+    hover = trials["hover"].to_numpy()
+    parts = [{"id": fid, "figure": _lean(fig, hover)} for fid, fig in figures]
+    shared = _share(parts)
+    return (json.dumps(head, default=str)[:-1] + f', "shared": {to_json_plotly(shared)}, "figures": ['
+            + ", ".join(f'{{"id": {json.dumps(p["id"])}, "figure": {to_json_plotly(p["figure"])}}}'
+                        for p in parts) + "]}")
 
 
 CODED = ("sweep", "family", "design", "budget", "status", "metric_name", "hover", "shape", "error",
@@ -153,13 +159,29 @@ def _coded(values: list) -> dict:
     """A column of few distinct values as {"values", "codes"}: each value travels once (the
     page expands it, `expand`)."""
     codes, uniques = pd.factorize(pd.Series(values, dtype=object), use_na_sentinel=False)
-    return {"values": [_clean(v) for v in uniques], "codes": codes.tolist()}
+    return {"values": [_clean(v) for v in uniques], "codes": _typed(codes.astype(np.min_scalar_type(len(uniques))))}
+
+
+def _typed(values: np.ndarray) -> dict:
+    """A numpy array as plotly.js's typed array {"dtype", "bdata"} (base64 of its bytes): a
+    float32 in 5.3 bytes, a small code in 1.3, where JSON text takes up to 20. Missing: NaN."""
+    return {"dtype": np.dtype(values.dtype).str[1:], "bdata": base64.b64encode(values.tobytes()).decode("ascii")}
+
+
+def _untyped(value: dict) -> list:
+    """`_typed`'s list, NaN as None (as the page's `decode` gives it)."""
+    values = np.frombuffer(base64.b64decode(value["bdata"]), dtype=np.dtype("<" + value["dtype"]))
+    return [None if v != v else v for v in values.tolist()]
 
 
 def expand(rows: dict) -> dict:
     """A payload's rows as plain lists, as the page's `expand` makes them (hover texts less
     their title), for Python readers of the payload."""
-    return {k: [v["values"][c] for c in v["codes"]] if isinstance(v, dict) else v for k, v in rows.items()}
+    def plain(value):
+        if isinstance(value, dict) and "codes" in value:
+            return [value["values"][c] for c in plain(value["codes"])]
+        return _untyped(value) if isinstance(value, dict) else value
+    return {k: plain(v) for k, v in rows.items()}
 
 
 def _hover_bodies(trials: pd.DataFrame) -> list[str]:
@@ -200,26 +222,101 @@ def _split_configs(config_json: pd.Series) -> tuple[list, list, list, list]:
     return doc_of, train_of, docs, trains
 
 
-def _compact(fig, n_rows: int):
-    """Ship row ids only in customdata, in the fewest bytes that hold them; the page restores
-    each point's hover text from the row, so a trial's text travels once, not once per figure
-    and curve point. Long x/y arrays (curves) go as float32: 7 digits, more than hovers show."""
-    ids = np.min_scalar_type(max(n_rows - 1, 0))
+def _lean(fig, hover: np.ndarray) -> dict:
+    """A figure as the page takes it, in the fewest bytes: each point's hover text stays in
+    the rows (customdata carries the row id only; the page restores the text, `decodeTrace`),
+    coordinates and error bars travel as float32 (7 digits, more than any hover shows) unless
+    a hover prints them unformatted, and x and texts of few distinct values as codes."""
+    ids = np.min_scalar_type(max(len(hover) - 1, 0))
     for trace in fig.data:
         meta = trace.meta if isinstance(trace.meta, dict) else {}
-        if meta.get("rows") and trace.customdata is not None and len(trace.customdata):
-            trace.customdata = np.array([int(point[0]) for point in trace.customdata], dtype=ids)
+        row_ids = _row_ids(trace.customdata, hover)
+        if row_ids is not None:
+            trace.customdata = row_ids.astype(ids)
             trace.meta = {**meta, "ids": True}
+        template = str(getattr(trace, "hovertemplate", None) or "")
         for axis in ("x", "y"):
             values = getattr(trace, axis, None)
-            if isinstance(values, np.ndarray) and values.dtype == np.float64 and len(values) > LONG:
-                setattr(trace, axis, values.astype(np.float32))
-    return fig
+            if f"%{{{axis}}}" not in template and _float32(values) is not values:
+                setattr(trace, axis, _float32(values))
+        bars = getattr(trace, "error_y", None)
+        if bars is not None and bars.array is not None:
+            bars.array, bars.arrayminus = _float32(bars.array), _float32(bars.arrayminus)
+    out = fig.to_dict()
+    for trace, source in zip(out["data"], fig.data, strict=True):
+        for owner, key in ((trace, "text"), (trace.get("marker") or {}, "color")):
+            if _repeats(owner.get(key)):
+                owner[key] = _coded(owner[key])
+        x = getattr(source, "x", None)
+        if isinstance(x, np.ndarray) and x.dtype.kind in "fiu" and len(x) >= FEW_OF \
+                and len(np.unique(x)) <= 256:  # a curve's evaluation points: one byte each
+            trace["x"] = _coded(x)
+    return out
 
 
-LONG = 1000  # points in a trace from which its coordinates ship as float32
+FEW_OF = 64  # points from which an x of few distinct values travels as one-byte codes
 
 
+def _row_ids(customdata, hover: np.ndarray) -> np.ndarray | None:
+    """The row ids of a `frames.point_data` customdata ([row id, that row's hover text] per
+    point), or None when it is anything else."""
+    if isinstance(customdata, list | tuple) and customdata and all(
+            isinstance(p, list | tuple) and len(p) == 2 for p in customdata):
+        customdata = np.array(customdata, dtype=object)
+    if not isinstance(customdata, np.ndarray) or customdata.ndim != 2 or customdata.shape[1] != 2 \
+            or not len(customdata) or customdata.dtype != object:
+        return None
+    try:
+        ids = customdata[:, 0].astype(np.int64)
+    except (TypeError, ValueError):
+        return None
+    if ids.min() < 0 or ids.max() >= len(hover) or not (ids == customdata[:, 0]).all():
+        return None
+    return ids if (hover[ids] == customdata[:, 1]).all() else None
+
+
+def _float32(values):
+    """Numbers as a float32 array (a list or float64 array of them), anything else as it is."""
+    if isinstance(values, list | tuple) and len(values) and all(
+            isinstance(v, float | int) and not isinstance(v, bool) for v in values):
+        values = np.asarray(values, dtype=np.float64)
+    if isinstance(values, np.ndarray) and values.dtype == np.float64:
+        return values.astype(np.float32)
+    return values
+
+
+def _repeats(values) -> bool:
+    """A list of strings with fewer distinct values than entries (a coded column is smaller)."""
+    return isinstance(values, list | tuple) and len(values) > 1 and all(isinstance(v, str) for v in values) \
+        and len(set(values)) < len(values)
+
+
+def _share(figures: list[dict]) -> list:
+    """Arrays several traces carry (the Pareto figures' y, error bars, row ids and texts, one
+    per cost axis) once, in the payload's `shared`: each trace holds {"shared": index}."""
+    def slots():
+        for figure in figures:
+            for trace in figure["figure"]["data"]:
+                bars, marker = trace.get("error_y") or {}, trace.get("marker") or {}
+                for owner, key in ((trace, "x"), (trace, "y"), (trace, "customdata"), (trace, "text"),
+                                   (bars, "array"), (bars, "arrayminus"), (marker, "color"), (marker, "size")):
+                    if key in owner and not isinstance(owner[key], str | int | float | None):
+                        yield owner, key, json.dumps(owner[key], default=str)
+
+    counts = {}
+    for _, _, text in slots():
+        counts[text] = counts.get(text, 0) + 1
+    shared, index = [], {}
+    for owner, key, text in slots():
+        if counts[text] > 1 and len(text) > SHARED_MIN:
+            if text not in index:
+                index[text] = len(shared)
+                shared.append(owner[key])
+            owner[key] = {"shared": index[text]}
+    return shared
+
+
+SHARED_MIN = 64  # bytes from which an array repeated across traces travels once
 def _budget_order(label: str) -> float:
     from shapesweep.search_spaces.configs import parse_count
 
@@ -239,8 +336,10 @@ def write_report(root: str, sweeps: list[str], out: str | Path) -> Path:
     """One self-contained HTML file (plotly.js embedded, opens offline), written atomically."""
     import plotly.offline
     from shapesweep.dashboards.page import render_page
+    from shapesweep.results.store import FragmentCache
 
-    page = render_page(script_safe(build_payload(root, sweeps)), plotly_js=plotly.offline.get_plotlyjs())
+    cache = FragmentCache()  # each fragment read once: curves and layers need the trials again
+    page = render_page(script_safe(build_payload(root, sweeps, cache=cache)), plotly_js=plotly.offline.get_plotlyjs())
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     fd, temp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)

@@ -29,6 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import NamedTuple
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -369,6 +370,21 @@ def _combine(paths: list[str], results: list, table: _Table, names: list[str]):
     return pa.concat_tables([_empty(table, names), *tables]), damaged
 
 
+def _read_each(fs, paths: list[str], table: _Table, names: list[str]) -> list[pa.Table | str]:
+    """Each file's rows or problem, as `_read_fragments` gives them; many files are read in
+    one scan (`_read_bulk`) and its rows split by file, which costs less than opening each."""
+    if len(paths) < _BULK:
+        return _read_fragments(fs, paths, table, names)
+    rows, damaged = _read_bulk(fs, paths, table, names)
+    rows = rows.sort_by("_file")  # a stable sort: each file's rows keep their order
+    files = rows["_file"].to_numpy(zero_copy_only=False)
+    starts = np.flatnonzero(np.r_[True, files[1:] != files[:-1]]) if len(files) else []
+    ends = [*starts[1:], len(files)]
+    own = {files[start]: rows.slice(start, end - start) for start, end in zip(starts, ends, strict=True)}
+    empty = _empty(table, names)
+    return [damaged.get(p) or own.get(posixpath.basename(p), empty) for p in paths]
+
+
 class FragmentCache:
     """Fragments already read, for a long-lived reader (the live dashboard): a fragment is
     read again only when its path, size or mtime is new, and forgotten once it vanishes.
@@ -389,7 +405,7 @@ class FragmentCache:
             stamps = {path: (size, mtime) for path, size, mtime in listing}
             fresh = [p for p in stamps if self._files.get(p, (None,))[0] != stamps[p]]
             names = table.schema.names
-            results = _read_fragments(fs, fresh, table, names)
+            results = _read_each(fs, fresh, table, names)
             gone = [p for p in self._files if posixpath.dirname(p) == folder and p not in stamps]
             appended = cached is not None and not gone and not any(p in self._files for p in fresh)
             for path, result in zip(fresh, results, strict=True):
@@ -561,7 +577,10 @@ def completed_keys(root, sweep: str) -> dict[tuple[str, str, int], str]:
     return {(r["key"], r["tuned_json"] or "{}", r["seed"]): r["status"] for r in rows}
 
 
-def compact(root, sweep: str, grace_s: float = 1.0, stale_s: float = 3600.0) -> str | None:
+STALE_S = 3600.0  # leftovers older than this have no live writer: compact deletes them
+
+
+def compact(root, sweep: str, grace_s: float = 1.0, stale_s: float = STALE_S) -> str | None:
     """Merge a sweep's fragments into one trials, one curves and (when any trial has layer
     rows) one layers file; returns the trials file.
 

@@ -484,7 +484,7 @@ def _running_table(name: str, running):
 def status(args: argparse.Namespace) -> int:
     from rich.console import Console
     from shapesweep.results.live import live_sweeps, load_live
-    from shapesweep.results.store import list_sweeps, load_curves, load_trials
+    from shapesweep.results.store import FragmentCache, list_sweeps, load_curves, load_trials
 
     _check_status_args(args)
     console = Console()
@@ -498,11 +498,12 @@ def status(args: argparse.Namespace) -> int:
         return 0
 
     record = records.get(args.name)
-    trials = load_trials(args.root, [args.name])
+    cache = FragmentCache()  # each fragment read once: the curves need the trials again
+    trials = load_trials(args.root, [args.name], cache=cache)
     running = load_live(args.root, [args.name])[0]
     if record is None and trials.empty and running.empty:
         raise UserError(f"no sweep named {args.name!r} under {args.root}", key="name")
-    document = _status_document(args, trials, load_curves(args.root, [args.name]))
+    document = _status_document(args, trials, load_curves(args.root, [args.name], cache=cache))
     if args.format == "json":
         print(json.dumps(document, indent=2))
         return 0

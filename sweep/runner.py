@@ -37,6 +37,7 @@ from pydantic import TypeAdapter
 from ray.tune import Callback
 from shapesweep.results import live
 from shapesweep.results.rows import CURVE_FIELDS, TrialRecord, final_metrics
+from shapesweep.results.store import STALE_S
 from shapesweep.trainers.cadence import evaluation_line, step_tokens
 
 from shapesweep.common import UserError, human
@@ -260,7 +261,11 @@ def sigint_deferred() -> Iterator[None]:
 
 
 class ResultsWriter(Callback):
-    """Writes each trial's row and curve to the results store exactly once, when it ends."""
+    """Writes each trial's row and curve to the results store exactly once, when it ends,
+    and compacts the sweep every `compact_every` rows, so a reader of a long sweep (`status`,
+    `serve`) opens a few files, not one per trial landed."""
+
+    compact_every = 256
 
     def __init__(self, root: str, sweep: str, data_hash: str, progress: Any = None):
         self.progress = progress
@@ -318,6 +323,10 @@ class ResultsWriter(Callback):
         record.write(self.root)
         live.remove(self.root, self.sweep, spec["trial_id"])
         self.written.add(spec["trial_id"])
+        if len(self.written) % self.compact_every == 0:
+            # Under the lease this driver is the only writer and compactor, and it writes
+            # nothing meanwhile; running trials' live curves are fresh, so they stay.
+            _compact(self.root, self.sweep, stale_s=STALE_S)
         if self.progress is not None:
             self.progress.finished(trial.trial_id, status, spec["trial_id"], error,
                                    record.trial_row())
@@ -534,13 +543,13 @@ def _check_data_parallel(options: SweepOptions, space: Any, candidates: list | N
             check_shardable(candidate.config)
 
 
-def _compact(root: str, name: str) -> None:
+def _compact(root: str, name: str, stale_s: float = 0.0) -> None:
     """Merge the sweep's result fragments; a failure is a warning, never a failed sweep.
     The lease makes this driver the sweep's only writer, and so its only compactor."""
     from shapesweep.results.store import compact
 
     try:
-        compact(root, name, stale_s=0)  # no other writer while the lease is held
+        compact(root, name, stale_s=stale_s)  # 0: no other writer while the lease is held
     except Exception as error:  # noqa: BLE001 - the results are intact either way
         print(f"warning: could not compact the results of sweep {name!r}: {error}",
               file=sys.stderr, flush=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import threading
 import time
 import urllib.error
@@ -10,6 +11,7 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 from selenium import webdriver
@@ -17,10 +19,12 @@ from selenium.common.exceptions import NoAlertPresentException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.action_chains import ActionChains
 from selenium.webdriver.common.by import By
+from shapesweep.dashboards.figures import applicable_figures
 from shapesweep.dashboards.frames import with_derived
-from shapesweep.dashboards.report import load_frames, write_report
+from shapesweep.dashboards.report import budget_labels, load_frames, write_report
 from shapesweep.dashboards.server import make_server
-from shapesweep.results.store import write_trial
+from shapesweep.dashboards.views import analysis_views
+from shapesweep.results.store import load_layers, write_trial
 from shapesweep.search_spaces.configs import TrainConfig, make_config
 from synthetic import synthetic_sweep
 
@@ -118,15 +122,51 @@ def _check_candidate(doc: dict) -> None:
     assert config.family == doc["family"] and doc["provenance"]["trial_id"]
 
 
+def _plain(values) -> list | None:
+    """A trace's array as the page holds it once decoded: a list, NaN as None."""
+    if values is None or isinstance(values, str):
+        return values
+    if hasattr(values, "tolist"):
+        values = values.tolist()
+    return [_plain(v) if isinstance(v, list | tuple) else None if isinstance(v, float) and math.isnan(v)
+            else v for v in values]
+
+
+def _same_traces(page: list[dict], figure) -> None:
+    """The page's traces carry the figure's own texts, hover rows and coordinates (float32 ones
+    to 7 digits): what a hover reads is what `figures.py` built."""
+    assert len(page) == len(figure.data)
+    for shown, trace in zip(page, figure.data, strict=True):
+        for key in ("text", "customdata", "x", "y"):
+            want = _plain(getattr(trace, key, None))
+            if isinstance(want, list) and want and any(isinstance(v, float) for v in want):
+                numbers = [[math.nan if v is None else v for v in side] for side in (shown[key], want)]
+                np.testing.assert_allclose(*numbers, rtol=1e-6, err_msg=key)
+            else:
+                assert shown.get(key) == want, key
+
+
 def test_report_in_the_browser(store, browser, downloads, tmp_path):
-    report = write_report(store, ["ucurve", "shapes", "mlp"], tmp_path / "report.html")
+    sweeps = ["ucurve", "shapes", "mlp"]
+    report = write_report(store, sweeps, tmp_path / "report.html")
     _open(browser, report.as_uri())
     ids = _check_every_figure_renders(browser)
     assert "fig-ucurve" in ids and "fig-scaling" in ids and "fig-widths" in ids
     assert _console_errors(browser) == []
     # Hover titles are built in the page from the rows: the texts read as the figures' own.
-    trials = with_derived(load_frames(store, ["ucurve", "shapes", "mlp"])[0])
+    trials, curves = load_frames(store, sweeps)
+    trials = with_derived(trials)
     assert browser.execute_script("return S.data.rows.hover") == trials["hover"].tolist()
+    # Every trace as the page draws it, decoded (row ids, codes, typed and shared arrays) and
+    # before any filter, reads as the figure built in Python.
+    shown = browser.execute_script(
+        "return Object.fromEntries(Object.entries(S.originals).map(([id, f]) => [id, f.data.map("
+        "(t) => ({x: t.x, y: t.y, text: t.text, customdata: t.customdata}))]))")
+    figures = dict(applicable_figures(trials.assign(budget=budget_labels(trials)), curves,
+                                      load_layers(store, sweeps)) + analysis_views(trials))
+    assert sorted(shown) == sorted(figures)
+    for figure_id, figure in figures.items():
+        _same_traces(shown[figure_id], figure)
     # The statistics panels: paired intervals vs the baseline, rank fidelity, grey tuned values.
     assert "fig-vs-baseline-lm" in ids and "fig-rank-fidelity-lm" in ids
     assert _shown_points(browser, "fig-vs-baseline-lm") > 0 and _shown_points(browser, "fig-rank-fidelity-lm") > 0

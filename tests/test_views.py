@@ -9,6 +9,7 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
+from shapesweep.dashboards import views as views_module
 from shapesweep.dashboards.figures import applicable_figures
 from shapesweep.dashboards.frames import human, with_derived
 from shapesweep.dashboards.report import build_payload
@@ -46,6 +47,15 @@ def _store(root, loss) -> pd.DataFrame:
 
 def _views(trials: pd.DataFrame) -> dict:
     return {fid.rsplit("-", 1)[0]: fig for fid, fig in sweep_views(0, trials)}
+
+
+def test_a_large_sweeps_importance_is_fitted_on_a_sample_and_says_so(tmp_path, monkeypatch):
+    trials = _grid(tmp_path, lambda config, seed: 2.0 + 0.1 * config.n_layers)
+    monkeypatch.setattr(views_module, "FANOVA_SAMPLE", 16)
+    views = _views(trials)
+    assert views["views-importance"].layout.title.text.endswith("24 candidates (mean over seeds), a random 16 of them")
+    bars = views["views-importance"].data[0]
+    assert sum(bars.x) == pytest.approx(1.0) and bars.y[-1] == "n_layers"  # the top bar
 
 
 def test_the_importance_finds_the_field_the_loss_depends_on(tmp_path):
