@@ -137,14 +137,15 @@ def hover_text(row: dict) -> str:
     """The full shape of a candidate plus its costs, for plot hover labels (escaped)."""
     lines = [f"<b>{esc(row['sweep'])}</b> · {esc(design(row))} · trial {esc(row['trial_id'])}"]
     fields = []
+    spec = base.find(row["family"])
+    inert = spec.inert_fields(row) if spec else frozenset()
     for name in (*HOVER, *DERIVED_HOVER):
         value = _val(row, name)
-        if value is not None:
+        if value is not None and name not in inert:
             fields.append(f"{name}={value:.3g}" if isinstance(value, float) else f"{name}={esc(value)}")
     for start in range(0, len(fields), 4):
         lines.append(" ".join(fields[start:start + 4]))
     widths = row.get("widths")
-    spec = base.find(row["family"])
     if spec and spec.shows_widths and widths is not None and len(widths):
         lines.append("widths=" + esc(" ".join(str(int(w)) for w in widths)))
     tuned = json.loads(canonical_tuned(row.get("tuned_json")))

@@ -310,3 +310,13 @@ def test_cli_writes_the_report_and_refuses_unknown_sweeps(store, tmp_path):
                           "--out", str(tmp_path / "bad.html")], capture_output=True, text=True, timeout=300)
     assert bad.returncode == 2
     assert bad.stderr.strip().splitlines() == [bad.stderr.strip()] and "nope" in bad.stderr
+
+
+def test_hover_leaves_out_beta_and_alpha_of_a_constant_width_model():
+    from shapesweep.dashboards.frames import hover_text
+
+    row = dict(sweep="s", family="variable_width", trial_id="t", d_model=64, n_layers=6,
+               d_h=170, beta=0.5, alpha=0.3, params_total=1, params_non_embedding=1,
+               flops_per_token=1)
+    assert "beta=" not in hover_text({**row, "shape": "constant"})
+    assert "beta=0.5 alpha=0.3" in hover_text({**row, "shape": "bottleneck"})
