@@ -18,6 +18,7 @@ from shapesweep.results.store import load_curves, load_trials, sweep_dir
 from shapesweep.search_spaces.configs import TrainConfig, make_config
 from shapesweep.sweep.trainable import START_FIELD
 from shapesweep.trainers import checkpoint
+from shapesweep.trainers.cadence import eval_steps
 from shapesweep.trainers.loop import StopTrial, train
 from sweep_helpers import CHILD_ENV, TINY_TRAIN, run, write_space
 
@@ -81,12 +82,12 @@ def _start(space_path: Path, root: Path, *options: str) -> subprocess.Popen:
 
 
 EVERY, STEPS = 40, 400  # ten evaluations, each well over the time it takes to notice one
+LONG_TRAIN = {**TINY_TRAIN, "tokens": STEPS * TINY_TRAIN["batch_tokens"], "eval_every": EVERY}
+POINTS = eval_steps(TrainConfig(**LONG_TRAIN), STEPS, TINY_TRAIN["batch_tokens"])  # + an early look
 
 
 def _space(tmp_path: Path, name: str) -> Path:
-    return write_space(tmp_path, name=name, search={"n_layers": [2]},
-                       train={**TINY_TRAIN, "tokens": STEPS * TINY_TRAIN["batch_tokens"],
-                              "eval_every": EVERY})
+    return write_space(tmp_path, name=name, search={"n_layers": [2]}, train=LONG_TRAIN)
 
 
 def _check_curve(root: Path, sweep: str, save_dir: Path | None = None):
@@ -94,7 +95,7 @@ def _check_curve(root: Path, sweep: str, save_dir: Path | None = None):
     (row,) = load_trials(str(root), [sweep]).itertuples()
     assert row.status == "completed"
     curve = load_curves(str(root), [sweep])
-    assert list(curve["step"]) == list(range(EVERY, STEPS + 1, EVERY))  # none repeated or missing
+    assert list(curve["step"]) == POINTS  # none repeated or missing
     document = json.loads(row.config_json)
     whole = train(make_config(document["model"] | {"family": document["family"]}),
                   TrainConfig(**document["train"]), save_dir=save_dir)
@@ -104,7 +105,7 @@ def _check_curve(root: Path, sweep: str, save_dir: Path | None = None):
 
 def _resumed_at(starts: list[int]) -> int:
     """Where an attempt that continued from a checkpoint started (one value, past 2 evaluations)."""
-    assert len(set(starts)) == 1 and starts[0] >= 2 * EVERY, starts
+    assert len(set(starts)) == 1 and starts[0] >= POINTS[1], starts
     return starts[0]
 
 
@@ -121,7 +122,8 @@ def test_a_trial_whose_worker_is_killed_continues_from_its_last_evaluation(tmp_p
     (reports,) = _reports(root, "lost-worker").values()
     starts = [report[START_FIELD] for report in reports]
     resumed = _resumed_at(starts[-1:])  # the retry picked up at its last evaluation, not at 0
-    assert starts == [0] * (resumed // EVERY) + [resumed] * ((STEPS - resumed) // EVERY)
+    before = sum(point <= resumed for point in POINTS)
+    assert starts == [0] * before + [resumed] * (len(POINTS) - before)
 
     # --keep-checkpoints: the exported weights are the trial's last, those of the whole run.
     assert run("export", "lost-worker", "--root", str(root), "--top", "1", "--format", "torch",
@@ -145,8 +147,8 @@ def test_resume_of_a_killed_driver_continues_the_trial_from_its_checkpoint(tmp_p
     first, second = _reports(root, "lost-driver").values()
     assert {report[START_FIELD] for report in first} == {0}
     resumed = _resumed_at([report[START_FIELD] for report in second])
-    assert [r["step"] for r in second] == list(range(EVERY, STEPS + 1, EVERY))  # replayed first
-    assert resumed <= len(first) * EVERY + EVERY
+    assert [r["step"] for r in second] == POINTS  # replayed first
+    assert resumed <= POINTS[min(len(first), len(POINTS) - 1)]
     # The trial ended: its checkpoints are gone, from both runs, and export says so.
     assert not list((Path(sweep_dir(str(root), "lost-driver")) / "_ray").glob("*/*/checkpoint_*"))
     capsys.readouterr()
