@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 import torch
-from bench_sweep_overhead import tiny_space
+from bench_sweep_overhead import DEPTHS, overhead_space
 from bench_train_step import ours_tokens_per_s, paired_ratio, peak_flops, plain_tokens_per_s
 from shapesweep.search_spaces.accounting import account
 from shapesweep.search_spaces.configs import TrainConfig, make_config
@@ -104,13 +104,20 @@ def measure(config, seq_len: int, device: str, quick: bool, repeats: int, peak: 
             "micro-batch": f"{micro} x {seq_len}"}
 
 
+def tiny_space(tokens: int) -> dict:
+    """Two depths of the overhead benchmark's d_model-32 LM at its one parameter budget."""
+    space = overhead_space(DEPTHS, tokens)
+    space["search"] = {"n_layers": [1, 2], "n_heads": [2]}
+    return space
+
+
 def sweep_space(quick: bool, steps: int) -> dict:
     """Two shapes at one budget, short trials, evaluated every `steps // 4` steps."""
     if quick:
-        space = tiny_space(2, 4096)
+        space = tiny_space(4096)
         space["train"]["eval_every"] = 2
         return space
-    space = tiny_space(2, steps * TOKENS_PER_MICRO_BATCH)
+    space = tiny_space(steps * TOKENS_PER_MICRO_BATCH)
     conventional = make_config(dict(family="conventional", d_model=768, n_layers=12, n_heads=12,
                                     d_h=3072, vocab_size=50304))
     space.update(name="bench-gpu-sweep", budget={
