@@ -248,7 +248,7 @@ def test_train_prints_a_plain_line_per_evaluation_and_json_alone_on_stdout(tmp_p
     out, err = capsys.readouterr()
     assert json.loads(out)["steps"] == 20
     lines = [line for line in err.splitlines() if line.startswith("train: step ")]
-    assert [line.split()[2] for line in lines] == ["10", "20"]
+    assert [line.split()[2] for line in lines] == ["2", "10", "20"]  # the early look, the cadence
     assert all(re.search(r"val_loss \d+\.\d{4} .* tokens/s elapsed \d+s$", line) for line in lines)
 
 
