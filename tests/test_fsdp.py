@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import signal
 import socket
 from pathlib import Path
 
@@ -131,8 +132,10 @@ def test_train_on_two_ray_workers_equals_one_worker(tmp_path, capsys, one_torch_
         return json.loads(capsys.readouterr().out)
 
     one = trained()
+    on_ctrl_c = signal.getsignal(signal.SIGINT)
     two = trained("--workers", "2", "--parallel", "fsdp", "--checkpoint-dir",
                   str(tmp_path / "ckpt"), "--save", str(tmp_path / "saved"))
+    assert signal.getsignal(signal.SIGINT) is on_ctrl_c  # Ray Train's own handler is gone
     assert two["val_loss"] == pytest.approx(one["val_loss"], abs=1e-5)
     assert two["steps"] == one["steps"] == 12 and two["params_measured"] == one["params_measured"]
     assert saved_step(tmp_path / "ckpt") == 12 and (tmp_path / "saved" / WEIGHTS).is_file()

@@ -59,8 +59,9 @@ def test_plan_counts_trials(tmp_path, capsys):
     path = write_space(tmp_path, tune={"lr": [1.0e-3, 3.0e-3]}, seeds=[0, 1, 2])
     n = len(plan(load_space(path)).candidates)
     assert run("plan", str(path), "--format", "json") == 0
-    last = capsys.readouterr().err.strip().splitlines()[-1]
-    assert last == f"{n} candidates x 2 tuned settings x 3 seeds = {n * 6} trials"
+    trials, cost = capsys.readouterr().err.strip().splitlines()[-2:]
+    assert trials == f"{n} candidates x 2 tuned settings x 3 seeds = {n * 6} trials"
+    assert cost.startswith("evaluation: 16 per trial (the recipe's cadence)")
 
 
 @pytest.mark.parametrize(("tune", "key", "problem"), [

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 
 from shapesweep.search_spaces.configs import parse_count
@@ -170,6 +171,7 @@ def _train_on_workers(args: argparse.Namespace, config, recipe, resources: dict[
     def absolute(path: str | None) -> str | None:
         return None if path is None else str(Path(path).resolve())
 
+    on_ctrl_c = signal.getsignal(signal.SIGINT)  # Ray Train installs its own while it trains
     with _quiet():
         started, session = _init_ray(SweepOptions(space=args.config, address=args.address))
         try:
@@ -178,6 +180,7 @@ def _train_on_workers(args: argparse.Namespace, config, recipe, resources: dict[
                                     checkpoint_dir=absolute(args.checkpoint_dir),
                                     save_dir=absolute(args.save))
         finally:
+            signal.signal(signal.SIGINT, on_ctrl_c)
             if started:
                 import ray
 
