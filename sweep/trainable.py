@@ -25,6 +25,7 @@ LAYERS_FIELD = "layers_json"  # the final report's analysis rows, as JSON text (
 START_FIELD = "start_step"  # on every report: the step this attempt of the trial started from
 WORKERS_FIELD = "workers"  # on a data-parallel trial's reports: its Ray Train workers
 PARALLEL_FIELD = "parallel"  # ... and how they share the model (ddp or fsdp)
+RESULT_FIELD = "result_json"  # `train_on_workers`: rank 0's TrainResult, as JSON text
 
 
 def trial_result_fields(result: Any) -> dict[str, Any]:
@@ -221,9 +222,6 @@ def train_on_workers(model_config: Any, recipe: Any, workers: int, resources: di
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     return TrainResult(**json.loads(result.metrics[RESULT_FIELD]))
-
-
-RESULT_FIELD = "result_json"  # `train_on_workers`: rank 0's TrainResult, as JSON text
 
 
 def _train_worker(loop_config: dict[str, Any]) -> None:
