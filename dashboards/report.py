@@ -317,6 +317,8 @@ def _share(figures: list[dict]) -> list:
 
 
 SHARED_MIN = 64  # bytes from which an array repeated across traces travels once
+
+
 def _budget_order(label: str) -> float:
     from shapesweep.search_spaces.configs import parse_count
 
