@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -278,3 +279,11 @@ def test_cpu_spaces_whose_widths_differ_carry_the_lr_by_mup_or_tune_it(name):
     if len(widths) > 1:
         recipes = [space.train_for(candidate=c) for c in candidates]
         assert "lr" in space.tune or all(r.init == "mup" for r in recipes), name
+
+
+@pytest.mark.parametrize("path", sorted((Path(__file__).parents[1] / "docs" / "spaces").glob("*.yaml")),
+                         ids=lambda path: path.stem)
+def test_the_docs_one_off_spaces_plan_within_their_budgets(path):
+    space = load_space(str(path))
+    candidates = plan(space).candidates
+    assert candidates and all(abs(c.budget_error) <= 0.01 for c in candidates)
