@@ -236,8 +236,8 @@ def main() -> None:
 
 def evaluations_per_trial(tokens: int) -> int:
     """How often a trial of the benchmark's recipe evaluates (each a report to Tune)."""
+    from shapesweep.search_spaces.cadence import eval_steps, total_steps
     from shapesweep.search_spaces.configs import TrainConfig
-    from shapesweep.trainers.cadence import eval_steps, total_steps
 
     train = TrainConfig(**overhead_space(DEPTHS, tokens)["train"])
     return len(eval_steps(train, total_steps(train, train.batch_tokens), train.batch_tokens))

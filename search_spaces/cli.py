@@ -75,9 +75,9 @@ def _short(value: float) -> str:
 
 
 def plan(args: argparse.Namespace) -> int:
+    from shapesweep.search_spaces.cadence import evaluation_line
     from shapesweep.search_spaces.solver import plan as solve
     from shapesweep.search_spaces.space import load_space
-    from shapesweep.trainers.cadence import evaluation_line
 
     space = load_space(args.space)
     result = solve(space, seq_len=args.seq_len)

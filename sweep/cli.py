@@ -16,7 +16,7 @@ from shapesweep.common import UserError
 VERBS: dict[str, tuple[str, str]] = {
     "spaces": ("shapesweep.search_spaces.cli", "list the built-in search spaces"),
     "plan": ("shapesweep.search_spaces.cli", "solve a space into iso-budget candidates and print them"),
-    "train": ("shapesweep.trainers.cli", "train one candidate config on real data"),
+    "train": ("shapesweep.sweep.train_command", "train one candidate config on real data"),
     "run": ("shapesweep.sweep.commands", "run a sweep of a space with Ray Tune"),
     "resume": ("shapesweep.sweep.commands", "finish a sweep: run only the candidates missing from its results"),
     "status": ("shapesweep.sweep.commands", "list sweeps, or one sweep's trials and best results"),

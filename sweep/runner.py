@@ -38,7 +38,7 @@ from ray.tune import Callback
 from shapesweep.results import live
 from shapesweep.results.rows import CURVE_FIELDS, TrialRecord, final_metrics
 from shapesweep.results.store import STALE_S
-from shapesweep.trainers.cadence import evaluation_line, step_tokens
+from shapesweep.search_spaces.cadence import evaluation_line, step_tokens
 
 from shapesweep.common import UserError, human
 from shapesweep.families import base as families

@@ -15,10 +15,10 @@ import pytest
 import torch
 from safetensors.torch import load_file
 from shapesweep.results.store import load_curves, load_trials, sweep_dir
+from shapesweep.search_spaces.cadence import eval_steps
 from shapesweep.search_spaces.configs import TrainConfig, make_config
 from shapesweep.sweep.trainable import START_FIELD
 from shapesweep.trainers import checkpoint
-from shapesweep.trainers.cadence import eval_steps
 from shapesweep.trainers.loop import StopTrial, train
 from sweep_helpers import CHILD_ENV, TINY_TRAIN, run, write_space
 

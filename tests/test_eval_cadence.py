@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 from shapesweep.results.store import load_curves, load_trials, sweep_dir
+from shapesweep.search_spaces.cadence import eval_steps, evaluation_line
 from shapesweep.search_spaces.configs import TrainConfig, make_config
 from shapesweep.search_spaces.solver import plan
 from shapesweep.search_spaces.space import BUILTIN_DIR, load_space
 from shapesweep.sweep.runner import SweepOptions, _scheduler, rung_tokens
-from shapesweep.trainers.cadence import eval_steps, evaluation_line
 from shapesweep.trainers.loop import train
 from sweep_helpers import TINY_TRAIN, run, write_space
 

@@ -181,6 +181,20 @@ def test_no_import_cycles_even_through_function_level_imports():
     assert [c for c in _cycles(edges) if c not in KNOWN_CYCLES] == []
 
 
+# docs/architecture.md: imports follow the data flow and never go back.
+LOWER_LAYERS = {"shapesweep.trainers": ("shapesweep.sweep", "shapesweep.dashboards"),
+                "shapesweep.search_spaces": ("shapesweep.sweep", "shapesweep.trainers",
+                                             "shapesweep.dashboards"),
+                "shapesweep.results": ("shapesweep.sweep", "shapesweep.dashboards")}
+
+
+def test_imports_never_go_back_up_the_data_flow():
+    back = sorted((module, name) for module, path in _modules().items()
+                  for layer, above in LOWER_LAYERS.items() if module.startswith(layer)
+                  for name in _imports(path) if name.startswith(above))
+    assert back == []
+
+
 def test_every_module_imports_in_a_fresh_interpreter_and_planning_needs_no_torch():
     names = sorted(_modules())
     code = ("import importlib, sys\n"

@@ -33,12 +33,12 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from shapesweep.search_spaces.cadence import eval_steps, total_steps
 from shapesweep.search_spaces.configs import (
     TrainConfig,
     config_key,
 )
 from shapesweep.trainers import checkpoint
-from shapesweep.trainers.cadence import eval_steps, total_steps
 from shapesweep.trainers.parallel import check_shardable, check_split, sequences_per_step
 
 from shapesweep.common import UserError
