@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import signal
+
 import pytest
 
 
@@ -50,3 +52,13 @@ def one_torch_thread(tmp_path_factory, monkeypatch):
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+@pytest.fixture(autouse=True)
+def python_ctrl_c():
+    """Each test starts with Python's own Ctrl-C handler. A library that leaves SIGINT
+    replaced, or ignored (which child processes inherit), would otherwise break the Ctrl-C
+    tests that happen to run after it."""
+    if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
