@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 from pathlib import Path
 
 import pyarrow.dataset as ds
@@ -49,3 +50,10 @@ def raw_trial_rows(root: Path, sweep: str):
 def run(*argv: str) -> int:
     """`shapesweep ARGV` in this process, without the live display for run/resume."""
     return shapesweep([*argv, "--no-progress"] if argv[0] in ("run", "resume") else list(argv))
+
+
+def free_port() -> int:
+    """A TCP port free on this machine now (a torch.distributed rendezvous's)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

@@ -4,7 +4,6 @@ one-process model (real gloo process groups; a real Ray Train trial in a sweep).
 from __future__ import annotations
 
 import json
-import socket
 from pathlib import Path
 
 import pytest
@@ -14,7 +13,7 @@ from shapesweep.results.store import load_curves, load_trials
 from shapesweep.search_spaces.configs import TrainConfig, make_config
 from shapesweep.sweep.trainable import WORKERS_FIELD
 from shapesweep.trainers.loop import train
-from sweep_helpers import TINY_TRAIN, run, write_space
+from sweep_helpers import TINY_TRAIN, free_port, run, write_space
 
 TINY = dict(family="conventional", d_model=16, n_layers=2, n_heads=2, d_h=64)
 RECIPE = dict(steps=12, seq_len=32, batch_tokens=256, eval_tokens=1024, lr=1e-2, eval_every=4)
@@ -31,17 +30,11 @@ def _rank(rank: int, world: int, port: int, out: str) -> None:
         dist.destroy_process_group()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.slow
 def test_two_workers_train_the_one_worker_curve(tmp_path, one_torch_thread):
     whole = train(make_config(TINY), TrainConfig(**RECIPE))
     out = str(tmp_path / "curve")
-    torch.multiprocessing.spawn(_rank, args=(2, _free_port(), out), nprocs=2)
+    torch.multiprocessing.spawn(_rank, args=(2, free_port(), out), nprocs=2)
     for rank in (0, 1):  # every rank sees the same (averaged) curve
         curve = json.loads(Path(f"{out}.{rank}").read_text())
         assert [m["step"] for m in curve] == [4, 8, 12]

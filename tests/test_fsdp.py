@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import shutil
 import signal
-import socket
 from pathlib import Path
 
 import pytest
@@ -22,7 +21,7 @@ from shapesweep.trainers.checkpoint import WEIGHTS, saved_step
 from shapesweep.trainers.loop import StopTrial, _fully_shard, train
 from shapesweep.trainers.models import build_model
 from shapesweep.trainers.mup import configure
-from sweep_helpers import TINY_TRAIN, run, write_space
+from sweep_helpers import TINY_TRAIN, free_port, run, write_space
 
 TIED = dict(family="conventional", d_model=16, n_layers=2, n_heads=2, d_h=64, tie_embeddings=True)
 RECIPE = dict(steps=12, seq_len=32, batch_tokens=256, eval_tokens=1024, lr=1e-2, eval_every=4,
@@ -60,17 +59,11 @@ def _rank(rank: int, world: int, port: int, out: Path) -> None:
         dist.destroy_process_group()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.slow
 def test_two_sharded_workers_train_and_resume_the_one_worker_curve(tmp_path, one_torch_thread):
     config = make_config(TIED)
     whole = train(config, TrainConfig(**RECIPE))
-    torch.multiprocessing.spawn(_rank, args=(2, _free_port(), tmp_path), nprocs=2)
+    torch.multiprocessing.spawn(_rank, args=(2, free_port(), tmp_path), nprocs=2)
     ranks = [json.loads((tmp_path / f"rank{rank}.json").read_text()) for rank in (0, 1)]
     # each rank holds its half of the parameters (and so of their gradients and AdamW state)
     assert sum(done["local"] for done in ranks) == whole.params_measured
