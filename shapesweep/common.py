@@ -42,3 +42,11 @@ def require(modules: tuple[str, ...], install: str, key: str) -> None:
             importlib.import_module(module)
         except ImportError as error:
             raise UserError(f"needs {error.name or module} ({install})", key=key) from None
+
+
+def is_tty(stream) -> bool:
+    """Whether `stream` is a terminal (a closed or fake stream is not)."""
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):
+        return False

@@ -23,14 +23,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from shapesweep.common import duration, human
-
-
-def _is_tty(stream: Any) -> bool:
-    try:
-        return bool(stream.isatty())
-    except (AttributeError, ValueError):  # closed or not a real stream
-        return False
+from shapesweep.common import duration, human, is_tty
 
 
 def _num(value: Any, fmt: str) -> str:
@@ -54,7 +47,7 @@ class SweepProgress(Callback):
         self.out = out
         if not enabled:
             self.mode = "off"
-        elif self.console.is_terminal and _is_tty(out or sys.stdout):
+        elif self.console.is_terminal and is_tty(out or sys.stdout):
             self.mode = "live"
         else:
             self.mode = "plain"

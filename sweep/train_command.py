@@ -10,7 +10,7 @@ import sys
 from shapesweep.search_spaces.configs import parse_count
 from shapesweep.sweep.commands import PARALLEL, check_parallel, check_placement
 
-from shapesweep.common import UserError, duration, human
+from shapesweep.common import UserError, duration, human, is_tty
 from shapesweep.families.base import of
 
 SPACE_KEYS = ("budget", "search", "solve", "variants", "constraints", "seeds")  # only a space has them
@@ -79,13 +79,6 @@ def _print_summary(result, config, train) -> None:
     for name, value in rows:
         table.add_row(name, value)
     Console().print(table)
-
-
-def _is_tty(stream) -> bool:
-    try:
-        return bool(stream.isatty())
-    except (AttributeError, ValueError):
-        return False
 
 
 def _evaluation_line(metrics: dict) -> None:
@@ -212,7 +205,7 @@ def train(args: argparse.Namespace) -> int:
             raise UserError(error.errors()[0]["msg"], key=flag) from None
     # A progress bar on a terminal; else (a log, or --json) one plain line per evaluation
     # on stderr, so stdout stays the one JSON object.
-    bar = not args.json and _is_tty(sys.stderr) and args.workers == 1
+    bar = not args.json and is_tty(sys.stderr) and args.workers == 1
     try:
         if args.workers == 1:
             result = run_training(config, recipe, data=args.data,
