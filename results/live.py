@@ -70,6 +70,16 @@ def append_point(root, sweep: str, spec: dict, point: dict, budget: int | None =
 _warned: set[str] = set()
 
 
+def add_point(points: list[dict], point: dict) -> None:
+    """Append `point` to `points`, a curve in step order. A trial retried from an earlier
+    checkpoint evaluates the steps since then again: its new point replaces those from its
+    step on."""
+    step = point.get("step")
+    while step is not None and points and (points[-1].get("step") or 0) >= step:
+        points.pop()
+    points.append(point)
+
+
 def remove(root, sweep: str, trial_id: str) -> None:
     """Forget a trial's live curve (its row and curve have landed in the store)."""
     folder = _folder(root, sweep)
@@ -95,7 +105,7 @@ def _read(path: str) -> tuple[dict, list[dict], float] | None:
         if header is None and isinstance(item, dict) and isinstance(item.get("trial"), dict):
             header, last = item, float(item.get("started") or 0)
         elif isinstance(item, dict) and isinstance(item.get("point"), dict):
-            points.append(item["point"])
+            add_point(points, item["point"])
             last = float(item.get("at") or last)
     return (header, points, last) if header is not None else None
 

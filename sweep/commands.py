@@ -15,6 +15,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from shapesweep.search_spaces.cadence import CHECKPOINT_EVERY_S
 from shapesweep.sweep.strategies import SAMPLERS, STRATEGIES
 
 from shapesweep.common import UserError, duration, human
@@ -36,8 +37,9 @@ def _add_root(parser: argparse.ArgumentParser) -> None:
 
 
 def _add_execution(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--address", default=None,
-                        help="join a Ray cluster (auto or HOST:PORT); default: start Ray locally")
+    parser.add_argument("--address", default=os.environ.get("RAY_ADDRESS") or None,
+                        help="join a Ray cluster (auto or HOST:PORT); default: $RAY_ADDRESS when "
+                             "set (`ray job submit` sets it), else start a Ray of this sweep's own")
     parser.add_argument("--max-concurrent", type=int, default=None, help="trials at once")
     parser.add_argument("--retry-failed", action="store_true", help="rerun failed trials too")
     parser.add_argument("--no-progress", action="store_true", help="no live progress table")
@@ -77,9 +79,16 @@ def add_arguments_run(parser: argparse.ArgumentParser) -> None:
                         help="also log each trial to mlflow, wandb or tensorboard (repeatable)")
     parser.add_argument("--max-failures", type=int, default=2,
                         help="retry a trial whose worker died up to N times, from its last "
-                             "evaluation's checkpoint (default 2)")
+                             "checkpoint (default 2)")
+    parser.add_argument("--checkpoint-every", type=float, default=CHECKPOINT_EVERY_S,
+                        metavar="SECONDS",
+                        help="a trial saves a checkpoint at its first evaluation this long after "
+                             "its last: a lost worker costs this much training and an evaluation "
+                             "interval at most, and shorter trials save none; 0: at every "
+                             f"evaluation (default {CHECKPOINT_EVERY_S:g})")
     parser.add_argument("--keep-checkpoints", action="store_true",
-                        help="keep each ended trial's last checkpoint (for export --weights)")
+                        help="save each trial's final model as its last checkpoint and keep it "
+                             "(for export --weights)")
     parser.add_argument("--workers-per-trial", type=int, default=1,
                         help="train each trial data parallel on N Ray Train workers (DDP), each "
                              "with --cpus-per-trial CPUs and --gpus-per-trial GPUs (default 1)")
@@ -125,8 +134,10 @@ def run(args: argparse.Namespace) -> int:
                         ("--num-samples", args.num_samples)):
         if value is not None and value < 1:
             raise UserError("must be at least 1", key=flag)
-    if args.max_failures < 0:
-        raise UserError("must be 0 or more", key="--max-failures")
+    for flag, value in (("--max-failures", args.max_failures),
+                        ("--checkpoint-every", args.checkpoint_every)):
+        if value < 0:
+            raise UserError("must be 0 or more", key=flag)
     _check_resources(args)
     options = SweepOptions(
         space=args.space, name=args.name, root=args.root, address=args.address,
@@ -136,7 +147,8 @@ def run(args: argparse.Namespace) -> int:
         reduction_factor=args.reduction_factor, storage=args.storage, data=args.data,
         multi_objective=args.multi_objective, retry_failed=args.retry_failed,
         sampler=args.sampler, sampler_seed=args.sampler_seed, log_to=args.log_to, progress=not args.no_progress,
-        max_failures=args.max_failures, keep_checkpoints=args.keep_checkpoints,
+        max_failures=args.max_failures, checkpoint_every_s=args.checkpoint_every,
+        keep_checkpoints=args.keep_checkpoints,
         workers_per_trial=args.workers_per_trial, parallel=args.parallel,
     )
     return _report(run_sweep(options), args.root)

@@ -38,7 +38,7 @@ from ray.tune import Callback
 from shapesweep.results import live
 from shapesweep.results.rows import CURVE_FIELDS, TrialRecord, final_metrics
 from shapesweep.results.store import STALE_S
-from shapesweep.search_spaces.cadence import evaluation_line, step_tokens
+from shapesweep.search_spaces.cadence import CHECKPOINT_EVERY_S, evaluation_line, step_tokens
 
 from shapesweep.common import UserError, human
 from shapesweep.families import base as families
@@ -82,6 +82,7 @@ class SweepOptions:
     log_to: list[str] = field(default_factory=list)  # experiment trackers (shapesweep.sweep.trackers)
     progress: bool = True
     max_failures: int = 2  # retries of a trial whose worker died, from its last checkpoint
+    checkpoint_every_s: float = CHECKPOINT_EVERY_S  # 0: a checkpoint at every evaluation
     keep_checkpoints: bool = False  # keep ended trials' last checkpoints (export --weights)
     workers_per_trial: int = 1  # > 1: data parallel on Ray Train, resources per worker
     parallel: str = "ddp"  # with workers_per_trial > 1: ddp or fsdp (shapesweep.trainers.loop.train)
@@ -284,7 +285,7 @@ class ResultsWriter(Callback):
 
         if not result.get(FINAL_FLAG):
             point = {name: result.get(name) for name in CURVE_FIELDS}
-            self.curves.setdefault(trial.trial_id, []).append(point)
+            live.add_point(self.curves.setdefault(trial.trial_id, []), point)
             spec = trial.config["spec"]  # the live curve `status` and `serve` show meanwhile
             live.append_point(self.root, self.sweep, spec, point,
                               token_budget(spec["document"]["train"], spec["row"]["family"]))
@@ -340,7 +341,8 @@ def count_statuses(statuses: dict) -> dict[str, int]:
 
 
 def _init_ray(options: SweepOptions) -> tuple[bool, str | None]:
-    """Start local Ray (never silently join another cluster) or join `--address`.
+    """Start a Ray of this sweep's own, or join `--address` (never a cluster not named
+    there or in $RAY_ADDRESS, which the CLI reads into it).
 
     Returns whether we started it (so we shut it down) and, for a local Ray, its session
     folder (so we remove it after: each start leaves one in Ray's temp directory).
@@ -489,11 +491,11 @@ def run_sweep(options: SweepOptions, console: Any = None) -> SweepOutcome:
         _compact(options.root, options.name)  # what a killed driver left in fragments
         plan = _plan(options, checked, catalog)
         if plan.launches:
-            status, launched = _fit(options, checked, plan, catalog, console)
+            status, launched = _fit(options, checked, plan, catalog, console)  # compacts
         else:
             status, launched = "finished", 0
             catalog.set_status(options.name, status)
-        _compact(options.root, options.name)
+            _compact(options.root, options.name)
     counts = count_statuses(completed_keys(options.root, options.name))
     return SweepOutcome(options.name, status, counts, launched)
 
@@ -582,8 +584,9 @@ def _plan(options: SweepOptions, checked: _Checked, catalog: Any) -> Any:
 
 def _fit(options: SweepOptions, checked: _Checked, plan: Any, catalog: Any,
          console: Any) -> tuple[str, int]:
-    """Run the plan's trials in one `Tuner.fit`, each filed as it ends; returns how the
-    sweep ended (also its catalog status) and how many trials were filed."""
+    """Run the plan's trials in one `Tuner.fit`, each filed as it ends, then merge the
+    sweep's results; returns how the sweep ended (also its catalog status) and how many
+    trials were filed."""
     from shapesweep.sweep.progress import SweepProgress
 
     name = options.name
@@ -603,11 +606,19 @@ def _fit(options: SweepOptions, checked: _Checked, plan: Any, catalog: Any,
         raise
     finally:
         catalog.set_status(name, status)
-        if started_ray:
-            import ray
+        # The results are merged while Ray stops (~1 s each): neither waits for the other.
+        merging = threading.Thread(target=_compact, args=(options.root, name),
+                                   name="shapesweep-compact")
+        merging.start()
+        try:
+            if started_ray:
+                import ray
 
-            ray.shutdown()
-            _remove_session(session_dir)
+                ray.shutdown()
+                _remove_session(session_dir)
+        finally:
+            with sigint_deferred():  # the lease is released only after the merge
+                merging.join()
     return status, len(writer.written)
 
 
@@ -617,9 +628,10 @@ def _tuner(options: SweepOptions, checked: _Checked, plan: Any, run_config: Any)
 
     resources = {"cpu": options.cpus_per_trial, "gpu": options.gpus_per_trial}
     checkpoints = str(_ray_storage(options.root, options.name).resolve())
-    trainable = tune.with_parameters(run_trial, checkpoints=checkpoints,
-                                     workers=options.workers_per_trial, resources=resources,
-                                     parallel=options.parallel, eval_at=checked.rungs)
+    trainable = tune.with_parameters(
+        run_trial, checkpoints=checkpoints, workers=options.workers_per_trial, resources=resources,
+        parallel=options.parallel, eval_at=checked.rungs,
+        checkpoint_every_s=options.checkpoint_every_s, checkpoint_last=options.keep_checkpoints)
     # N > 1 workers: the trial's actor only drives the Train workers, so it holds no CPU
     # (a Ray bundle must ask for something: one byte of memory)
     own = resources if options.workers_per_trial == 1 else {"cpu": 0, "memory": 1}

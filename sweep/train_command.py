@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import sys
 
@@ -51,9 +52,9 @@ def add_arguments_train(parser: argparse.ArgumentParser) -> None:
                              "fsdp shards parameters, gradients and AdamW state (default ddp)")
     parser.add_argument("--gpus-per-worker", type=float, default=None,
                         help="GPUs each worker holds (default: 1 when training on cuda, else 0)")
-    parser.add_argument("--address", default=None,
+    parser.add_argument("--address", default=os.environ.get("RAY_ADDRESS") or None,
                         help="with --workers: join a Ray cluster (auto or HOST:PORT); default: "
-                             "start Ray locally")
+                             "$RAY_ADDRESS when set, else start Ray locally")
 
 
 def _print_summary(result, config, train) -> None:

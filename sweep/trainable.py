@@ -6,9 +6,10 @@ trial, Ray makes `tune.report` raise `SystemExit` in this thread; we turn that i
 the loop's own `StopTrial` so it winds down through its documented path, then raise
 `SystemExit` again so the thread ends as Ray expects of a stopped trial: a function that
 returns makes Ray's wrapper report once more, a report no one answers, and an actor whose
-thread never ends cannot be reset for the next trial (the sweep then stalls). Every
-evaluation goes with a checkpoint (`shapesweep.trainers.checkpoint`), so a trial whose
-worker dies continues from its last evaluation (`shapesweep.sweep.checkpoints`).
+thread never ends cannot be reset for the next trial (the sweep then stalls). An
+evaluation goes with a checkpoint (`shapesweep.trainers.checkpoint`) once the sweep's
+checkpoint interval has passed, so a trial whose worker dies continues from its last
+checkpoint (`shapesweep.sweep.checkpoints`), and its evaluations since are made again.
 
 Imports stay inside the function: the worker imports this module per actor, and a
 light module keeps the per-trial overhead small.
@@ -17,7 +18,6 @@ light module keeps the per-trial overhead small.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
 from typing import Any
 
 FINAL_FLAG = "final"  # set on the one report made after the loop returns
@@ -40,19 +40,17 @@ def trial_result_fields(result: Any) -> dict[str, Any]:
 
 
 def run_trial(config: dict[str, Any], checkpoints: str | None = None, workers: int = 1,
-              resources: dict[str, float] | None = None, eval_at: Sequence[float] = (),
-              parallel: str = "ddp") -> None:
+              resources: dict[str, float] | None = None, **options: Any) -> None:
     """Train `config['spec']['document']` (a candidate document) and report every evaluation,
-    each with a checkpoint to continue from. `checkpoints`: the sweep's Ray folder, where a
+    with the checkpoint it saved, if any. `checkpoints`: the sweep's Ray folder, where a
     trial that `resume` runs again finds what an earlier, killed run left. `workers` > 1:
-    data parallel on that many Ray Train workers, each with `resources` ({cpu, gpu}), the
-    model replicated (`parallel` "ddp") or sharded ("fsdp") over them.
-    `eval_at`: token counts to evaluate at besides the recipe's cadence (ASHA's rungs)."""
+    data parallel on that many Ray Train workers, each with `resources` ({cpu, gpu}).
+    `options`: the loop's own (`shapesweep.trainers.loop.train`): `eval_at` (ASHA's rungs),
+    `parallel` (ddp or fsdp), `checkpoint_every_s`, `checkpoint_last`."""
     import tempfile
 
     if workers > 1:
-        return _run_data_parallel(config, checkpoints, workers, resources or {}, eval_at,
-                                  parallel)
+        return _run_data_parallel(config, checkpoints, workers, resources or {}, options)
 
     from ray import tune
     from shapesweep.trainers.loop import StopTrial, train
@@ -63,7 +61,8 @@ def run_trial(config: dict[str, Any], checkpoints: str | None = None, workers: i
                           tune.get_context().get_experiment_name(), tune.get_checkpoint())
         tags = _tags(spec, folder)
 
-        def report(metrics: dict[str, Any], saved: bool = True) -> None:
+        def report(metrics: dict[str, Any], replayed: bool = False) -> None:
+            saved = not replayed and _saved_at(folder, metrics["step"])
             try:
                 tune.report({**metrics, **tags},
                             checkpoint=tune.Checkpoint.from_directory(folder) if saved else None)
@@ -72,11 +71,11 @@ def run_trial(config: dict[str, Any], checkpoints: str | None = None, workers: i
 
         try:
             for metrics in replay:
-                report(metrics, saved=False)
+                report(metrics, replayed=True)
         except StopTrial:
             raise SystemExit(0) from None  # stopped: end the thread, see the module docstring
         result = train(*_configs(spec), data=spec.get("data"), callback=report,
-                       checkpoint_dir=folder, device=spec.get("device"), eval_at=eval_at)
+                       checkpoint_dir=folder, device=spec.get("device"), **options)
         if result.stopped:
             raise SystemExit(0)
         tune.report({**trial_result_fields(result), **tags, FINAL_FLAG: True})
@@ -89,6 +88,13 @@ def _configs(spec: dict[str, Any]) -> tuple:
     document = spec["document"]
     return (make_config(document["model"] | {"family": document["family"]}),
             TrainConfig(**document["train"]))
+
+
+def _saved_at(folder: str, step: int) -> bool:
+    """Whether the loop saved a checkpoint into `folder` at this evaluation's `step`."""
+    from shapesweep.trainers import checkpoint
+
+    return checkpoint.saved_step(folder) == step
 
 
 def _tags(spec: dict[str, Any], folder: str) -> dict[str, Any]:
@@ -126,8 +132,7 @@ def _restore(folder: str, trial_id: str, earlier: str | None, this_run: str,
 
 
 def _run_data_parallel(config: dict[str, Any], checkpoints: str | None, workers: int,
-                       resources: dict[str, float], eval_at: Sequence[float],
-                       parallel: str) -> None:
+                       resources: dict[str, float], options: dict[str, Any]) -> None:
     """One trial as a Ray Train `TorchTrainer` (DDP or FSDP; gloo on CPU, nccl on GPU) whose rank 0
     reports reach Tune (`TuneReportCallback`); its checkpoints land where a one-worker
     trial's do (RAY/RUN/TRIAL_ID/checkpoint_*), so retries, `resume` and cleanup are shared."""
@@ -139,7 +144,7 @@ def _run_data_parallel(config: dict[str, Any], checkpoints: str | None, workers:
 
     experiment = tune.get_context().get_experiment_name()
     _torch_trainer(_worker, {"config": config, "checkpoints": checkpoints,
-                             "experiment": experiment, "eval_at": eval_at, "parallel": parallel},
+                             "experiment": experiment, "options": options},
                    workers, resources, ray_train.RunConfig(
                        name=config["spec"]["trial_id"],
                        storage_path=str(Path(checkpoints) / experiment),
@@ -177,20 +182,21 @@ def _worker(loop_config: dict[str, Any]) -> None:
     with tempfile.TemporaryDirectory(prefix="shapesweep-trial-") as folder:
         replay = _restore(folder, spec["trial_id"], loop_config["checkpoints"],
                           loop_config["experiment"])
+        options = loop_config["options"]
         tags = _tags(spec, folder) | {WORKERS_FIELD: context.get_world_size(),
-                                      PARALLEL_FIELD: loop_config["parallel"]}
+                                      PARALLEL_FIELD: options.get("parallel", "ddp")}
 
-        def report(metrics: dict[str, Any], saved: bool = True) -> None:
-            keep = saved and context.get_world_rank() == 0  # one copy; every rank reports
+        def report(metrics: dict[str, Any], replayed: bool = False) -> None:
+            # rank 0 alone writes the checkpoint (one copy); every rank reports
+            saved = not replayed and _saved_at(folder, metrics["step"])
             ray_train.report({**metrics, **tags},
-                             checkpoint=ray_train.Checkpoint.from_directory(folder) if keep else None,
+                             checkpoint=ray_train.Checkpoint.from_directory(folder) if saved else None,
                              checkpoint_dir_name=f"checkpoint_{metrics['step']:09d}")
 
         for metrics in replay:
-            report(metrics, saved=False)
+            report(metrics, replayed=True)
         result = train(*_configs(spec), data=spec.get("data"), callback=report,
-                       checkpoint_dir=folder, device=str(get_device()),
-                       eval_at=loop_config["eval_at"], parallel=loop_config["parallel"])
+                       checkpoint_dir=folder, device=str(get_device()), **options)
         ray_train.report({**trial_result_fields(result), **tags, FINAL_FLAG: True})
 
 

@@ -1,5 +1,6 @@
-"""Trial checkpoints: a killed worker costs at most one evaluation interval, and the curve
-and final loss are those of a run that was never interrupted."""
+"""Trial checkpoints: a killed worker costs at most the checkpoint interval (one evaluation
+interval with `--checkpoint-every 0`), and the curve and final loss are those of a run that
+was never interrupted."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import load_file
+from shapesweep.results import live
 from shapesweep.results.store import load_curves, load_trials, sweep_dir
 from shapesweep.search_spaces.cadence import eval_steps
 from shapesweep.search_spaces.configs import TrainConfig, make_config
@@ -53,6 +55,20 @@ def test_weights_of_another_step_are_refused(tmp_path):
     os.replace(tmp_path / "b" / checkpoint.WEIGHTS, tmp_path / "a" / checkpoint.WEIGHTS)
     with pytest.raises(UserError, match="weights are from step 12, the rest from step 8"):
         train(config, recipe, checkpoint_dir=str(tmp_path / "a"))
+
+
+@pytest.mark.parametrize(("every", "last", "saved"), [
+    (0.0, True, [4, 8, 12]),  # every evaluation
+    (1e9, True, [None, None, 12]),  # the interval never passes: the last evaluation alone
+    (1e9, False, [None, None, None]),  # ... and not even that
+])
+def test_a_trial_checkpoints_once_its_interval_has_passed(tmp_path, every, last, saved):
+    seen = []
+    result = train(make_config(TINY), TrainConfig(**RECIPE), checkpoint_dir=str(tmp_path),
+                   checkpoint_every_s=every, checkpoint_last=last,
+                   callback=lambda metrics: seen.append(checkpoint.saved_step(tmp_path)))
+    assert seen == saved
+    assert [m["step"] for m in result.curve] == [4, 8, 12]
 
 
 def _reports(root: Path, sweep: str) -> dict[str, list[dict]]:
@@ -112,7 +128,7 @@ def _resumed_at(starts: list[int]) -> int:
 @pytest.mark.slow
 def test_a_trial_whose_worker_is_killed_continues_from_its_last_evaluation(tmp_path):
     space_path, root = _space(tmp_path, "lost-worker"), tmp_path / "sweeps"
-    driver = _start(space_path, root, "--keep-checkpoints")
+    driver = _start(space_path, root, "--keep-checkpoints", "--checkpoint-every", "0")
     (reports,) = _wait_for_reports(root, "lost-worker", 2, driver).values()
     os.kill(reports[-1]["pid"], signal.SIGKILL)
     code, _, err = driver.wait(timeout=300), *driver.communicate()
@@ -135,9 +151,41 @@ def test_a_trial_whose_worker_is_killed_continues_from_its_last_evaluation(tmp_p
 
 
 @pytest.mark.slow
+def test_a_trial_killed_before_its_first_checkpoint_starts_again_and_lands_each_point_once(
+        tmp_path):
+    """Under the default interval this short trial saves no checkpoint: its retry trains from
+    step 0 and evaluates again what the killed attempt reported, which the curve holds once."""
+    space_path, root = _space(tmp_path, "no-checkpoint"), tmp_path / "sweeps"
+    driver = _start(space_path, root)
+    deadline = time.monotonic() + 240
+    while len(live.load_live(str(root), ["no-checkpoint"])[1]) < 3:  # the driver's live curve
+        assert driver.poll() is None, driver.communicate()
+        assert time.monotonic() < deadline, "no evaluation was reported"
+        time.sleep(0.02)
+    killed = _trial_worker(driver)
+    os.kill(killed, signal.SIGKILL)
+    code, _, err = driver.wait(timeout=300), *driver.communicate()
+    assert code == 0, err[-2000:]
+    _check_curve(root, "no-checkpoint")  # the points made again replaced the lost attempt's
+    (reports,) = _reports(root, "no-checkpoint").values()
+    assert {report[START_FIELD] for report in reports} == {0}
+    assert [r["step"] for r in reports if r["pid"] != killed] == POINTS  # all made again
+
+
+def _trial_worker(driver: subprocess.Popen) -> int:
+    """The pid of the Ray worker running the trial of `driver` (in its session)."""
+    import psutil
+
+    (pid,) = [p.pid for p in psutil.process_iter(["cmdline"])
+              if (p.info["cmdline"] or [""])[0].startswith("ray::ImplicitFunc")
+              and os.getsid(p.pid) == driver.pid]
+    return pid
+
+
+@pytest.mark.slow
 def test_resume_of_a_killed_driver_continues_the_trial_from_its_checkpoint(tmp_path, capsys):
     space_path, root = _space(tmp_path, "lost-driver"), tmp_path / "sweeps"
-    driver = _start(space_path, root)
+    driver = _start(space_path, root, "--checkpoint-every", "0")
     _wait_for_reports(root, "lost-driver", 2, driver)
     os.killpg(driver.pid, signal.SIGKILL)  # the driver and the Ray it started
     driver.wait()

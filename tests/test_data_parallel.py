@@ -1,5 +1,5 @@
 """Data-parallel trials: N processes, each on its slice of every step's batch, train the
-one-process model (real gloo process groups; a real Ray Train trial in a sweep)."""
+one-process model (real gloo process groups; a sweep's Ray Train trial is in test_fsdp.py)."""
 
 from __future__ import annotations
 
@@ -9,11 +9,9 @@ from pathlib import Path
 import pytest
 import torch
 import torch.distributed as dist
-from shapesweep.results.store import load_curves, load_trials
 from shapesweep.search_spaces.configs import TrainConfig, make_config
-from shapesweep.sweep.trainable import WORKERS_FIELD
 from shapesweep.trainers.loop import train
-from sweep_helpers import TINY_TRAIN, free_port, run, write_space
+from sweep_helpers import free_port, run, write_space
 
 TINY = dict(family="conventional", d_model=16, n_layers=2, n_heads=2, d_h=64)
 RECIPE = dict(steps=12, seq_len=32, batch_tokens=256, eval_tokens=1024, lr=1e-2, eval_every=4)
@@ -57,24 +55,3 @@ def test_workers_per_trial_that_cannot_run_are_one_line(tmp_path, capsys, worker
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert "--workers-per-trial: " in line and problem in line
     assert not root.exists()
-
-
-@pytest.mark.slow
-def test_a_two_worker_sweep_trial_equals_a_one_process_run(tmp_path, one_torch_thread):
-    space_path = write_space(tmp_path, name="two-workers", search={"n_layers": [2]},
-                             train={**TINY_TRAIN, "tokens": 16 * TINY_TRAIN["batch_tokens"]})
-    root = tmp_path / "sweeps"
-    assert run("run", str(space_path), "--root", str(root), "--scheduler", "fifo",
-               "--workers-per-trial", "2") == 0
-    (row,) = load_trials(str(root), ["two-workers"]).itertuples()
-    assert row.status == "completed", row.error
-    document = json.loads(row.config_json)
-    whole = train(make_config(document["model"] | {"family": document["family"]}),
-                  TrainConfig(**document["train"]))
-    curve = load_curves(str(root), ["two-workers"])
-    assert list(curve["step"]) == [m["step"] for m in whole.curve]
-    assert list(curve["val_loss"]) == pytest.approx([m["val_loss"] for m in whole.curve], abs=1e-5)
-    assert row.val_loss == pytest.approx(whole.val_loss, abs=1e-5)
-    logged = [json.loads(line) for path in (root / "two-workers" / "_ray").glob("*/*/result.json")
-              for line in path.read_text().splitlines()]
-    assert logged and {report[WORKERS_FIELD] for report in logged} == {2}

@@ -13,7 +13,7 @@ import pytest
 import torch
 import torch.distributed as dist
 from safetensors import safe_open
-from shapesweep.results.store import load_trials, read_sweep_file
+from shapesweep.results.store import load_curves, load_trials, read_sweep_file
 from shapesweep.search_spaces.accounting import account
 from shapesweep.search_spaces.configs import TrainConfig, make_config
 from shapesweep.sweep.trainable import PARALLEL_FIELD, WORKERS_FIELD
@@ -158,18 +158,26 @@ def test_train_workers_that_cannot_run_are_one_line(tmp_path, capsys):
 @pytest.mark.slow
 def test_a_sharded_sweep_trial_equals_a_one_process_run(tmp_path, one_torch_thread):
     """`run --workers-per-trial 2 --parallel fsdp`: the option reaches each trial's Ray Train
-    workers and is kept in sweep.json for `resume`."""
+    workers and is kept in sweep.json for `resume`; the trial checkpoints at every evaluation
+    (rank 0's, gathered whole) and lands the one-process curve. (ddp takes the same Ray Train
+    path; the loop's ddp is tested in test_data_parallel.py.)"""
     space_path = write_space(tmp_path, name="sharded", search={"n_layers": [2]},
                              train={**TINY_TRAIN, "tokens": 8 * TINY_TRAIN["batch_tokens"]})
     root = str(tmp_path / "sweeps")
     assert run("run", str(space_path), "--root", root, "--scheduler", "fifo",
-               "--workers-per-trial", "2", "--parallel", "fsdp") == 0
+               "--workers-per-trial", "2", "--parallel", "fsdp", "--checkpoint-every", "0",
+               "--keep-checkpoints") == 0
     (row,) = load_trials(root, ["sharded"]).itertuples()
     assert row.status == "completed", row.error
     document = json.loads(row.config_json)
     whole = train(make_config(document["model"] | {"family": document["family"]}),
                   TrainConfig(**document["train"]))
     assert row.val_loss == pytest.approx(whole.val_loss, abs=1e-5)
+    curve = load_curves(root, ["sharded"])
+    assert list(curve["step"]) == [m["step"] for m in whole.curve]
+    assert list(curve["val_loss"]) == pytest.approx([m["val_loss"] for m in whole.curve], abs=1e-5)
+    (kept,) = (tmp_path / "sweeps" / "sharded" / "_ray").glob("*/*/checkpoint_0*")
+    assert saved_step(kept) == whole.curve[-1]["step"]
     assert json.loads(read_sweep_file(root, "sharded", "sweep.json"))["parallel"] == "fsdp"
     logged = [json.loads(line) for path in (tmp_path / "sweeps" / "sharded" / "_ray").glob(
         "*/*/result.json") for line in path.read_text().splitlines()]

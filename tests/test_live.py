@@ -63,6 +63,17 @@ def test_a_running_trial_is_read_back_with_its_latest_loss_and_tokens(sweep):
     assert live.load_live(root, ["s"])[0].empty and live.live_sweeps(root) == ["s"]
 
 
+def test_a_retried_trial_s_points_replace_those_from_the_step_it_went_back_to(sweep):
+    """A retry from an earlier checkpoint evaluates steps 2 and 3 again: one point per step."""
+    root, row, curve = sweep
+    again = [{**p, "val_loss": p["val_loss"] + 1.0} for p in _points(curve)[1:3]]
+    for point in again:
+        live.append_point(root, "s", _spec(row, "run-1"), point)
+    points = live.load_live(root, ["s"])[1]
+    assert points["step"].tolist() == [p["step"] for p in curve[:3]]
+    assert points["val_loss"].tolist()[1:] == pytest.approx([p["val_loss"] for p in again])
+
+
 def test_running_trials_join_the_stored_ones_until_their_row_lands(sweep):
     root, row, curve = sweep
     trials, curves = load_trials(root, ["s"]), load_curves(root, ["s"])

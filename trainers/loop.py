@@ -247,11 +247,15 @@ def train(model_config, train: TrainConfig, data: str | None = None,
           callback: Callable[[dict], None] | None = None, checkpoint_dir: str | None = None,
           device: str | None = None, progress: bool = False,
           tokenizer: str | None = None, save_dir: str | None = None,
-          eval_at: Sequence[float] = (), parallel: str = "ddp") -> TrainResult:
+          eval_at: Sequence[float] = (), parallel: str = "ddp", checkpoint_every_s: float = 0.0,
+          checkpoint_last: bool = True) -> TrainResult:
     """Train `model_config` under the recipe `train`; resumes from `checkpoint_dir` if it holds one.
 
-    `save_dir`: where to write the trained model (`checkpoint.save_model`). `eval_at`: token
-    counts to evaluate at besides the recipe's cadence (a scheduler's decision points).
+    `checkpoint_every_s`: an evaluation saves a checkpoint once this many seconds have passed
+    since the last one (0: every evaluation), and the last evaluation saves one when
+    `checkpoint_last`; a sweep's short trials so checkpoint rarely, yet a lost worker costs at
+    most that long. `save_dir`: where to write the trained model (`checkpoint.save_model`).
+    `eval_at`: token counts to evaluate at besides the recipe's cadence (a scheduler's decision points).
     `parallel` (in a process group of N > 1): "ddp" replicates the model on every rank,
     "fsdp" shards its parameters, gradients and optimizer state over the ranks.
     """
@@ -313,7 +317,7 @@ def train(model_config, train: TrainConfig, data: str | None = None,
         start, curve = state["step"], state["curve"]
         prior_elapsed, train_time = state["elapsed_s"], state["train_time_s"]
 
-    t0 = time.perf_counter()
+    t0 = saved_at = time.perf_counter()
     losses, stopped = [], False  # this interval's per-step losses, on the device
     model.train()
     with _progress(progress) as bar:
@@ -341,9 +345,13 @@ def train(model_config, train: TrainConfig, data: str | None = None,
                        **evaluate(forward, task, eval_batch, dev, autocast), "lr": lr_now,
                        "elapsed_s": prior_elapsed + time.perf_counter() - t0}
             curve.append(metrics)
-            if checkpoint_dir is not None:
+            due = checkpoint_dir is not None and _agreed(
+                time.perf_counter() - saved_at >= checkpoint_every_s
+                or (checkpoint_last and done == steps), world, dev)
+            if due:
                 weights, moments = _full_state(model, optimizer, sharded)  # collective if sharded
-            if checkpoint_dir is not None and rank == 0:
+                saved_at = time.perf_counter()
+            if due and rank == 0:
                 checkpoint.save(checkpoint_dir, weights, model_config, train, {
                     "identity": identity,
                     "optimizer": moments, "scheduler": scheduler.state_dict(),
@@ -490,6 +498,18 @@ def _over_ranks(losses: list[torch.Tensor], world: int) -> list[torch.Tensor]:
     stacked = torch.stack(losses)
     dist.all_reduce(stacked)
     return list(stacked / world)
+
+
+def _agreed(decision: bool, world: int, device: torch.device) -> bool:
+    """Rank 0's `decision`, on every rank: each rank's clock says when to checkpoint, and
+    saving a sharded model is collective, so all must take the same one."""
+    if world == 1:
+        return decision
+    import torch.distributed as dist
+
+    flag = torch.tensor([float(decision)], device=device)
+    dist.broadcast(flag, src=0)
+    return bool(flag.item())
 
 
 def _result(curve, wall, train_time, params_measured, data_hash, stopped) -> TrainResult:
