@@ -2,7 +2,7 @@
 each above a plain script that trains the same candidates back to back.
 
     .venv/bin/python -m benchmarks.bench_sweep_overhead [--sizes 8 32] [--tokens 8192] [--repeats 1]
-                                                        [--running-ray]
+                                                        [--running-ray] [--fresh-workers]
 
 For each size N, side by side (the order alternated between repeats): a fresh process that
 trains N candidates back to back with the torch threads a trial gets (Ray gives a 1-CPU
@@ -18,7 +18,9 @@ writes and ray.shutdown. Two estimates, sweep minus plain:
 - wall = fixed + N x per-trial on each side, fitted over the sizes.
 `--running-ray`: the sweeps join one
 local Ray started beforehand (`shapesweep run --address`, as after `ray start --head`), so
-they pay no ray.init or shutdown of their own.
+they pay no ray.init or shutdown of their own. `--fresh-workers`: a third side, the same
+sweep with `run --fresh-workers` (a new worker process per trial, as Tune does without
+actor reuse), to measure what warm workers save per trial.
 """
 
 from __future__ import annotations
@@ -158,10 +160,10 @@ def running_ray(cpus: int) -> Iterator[str]:
 
 
 def measure(size: int, tokens: int, threads: int, folder: Path, sweep_first: bool,
-            address: str | None = None) -> dict:
-    """One side-by-side pair at `size` trials: each side's wall, start-up (launch to first
-    trial), period per trial and wind-down (last trial's end to exit), and the sweep's
-    phases (seconds)."""
+            address: str | None = None, fresh: bool = False) -> dict:
+    """One side-by-side pair (a triple with `fresh`) at `size` trials: each side's wall,
+    start-up (launch to first trial), period per trial and wind-down (last trial's end to
+    exit), and the sweep's phases (seconds)."""
     space_path = folder / f"space-{size}.yaml"
     space_path.write_text(yaml.safe_dump(overhead_space(size, tokens)))
     root = str(folder / f"sweeps-{time.monotonic_ns()}")
@@ -170,9 +172,16 @@ def measure(size: int, tokens: int, threads: int, folder: Path, sweep_first: boo
     sweep = [me, "--sweep", "run", str(space_path), "--root", root, "--scheduler", "fifo",
              "--max-concurrent", "1", "--cpus-per-trial", str(threads), "--no-progress",
              *(["--address", address] if address else [])]
+    arms = [("sweep", sweep), ("plain", plain)]
+    if fresh:
+        arms.append(("fresh", [*sweep[:sweep.index("--root") + 1], f"{root}-fresh",
+                               *sweep[sweep.index("--root") + 2:], "--fresh-workers"]))
     sides = {}
-    for side, argv in (("sweep", sweep), ("plain", plain))[:: 1 if sweep_first else -1]:
+    for side, argv in arms[:: 1 if sweep_first else -1]:
         sides[side] = launch(argv)
+    if fresh:
+        fresh_start, fresh_end, _ = sides["fresh"]
+        fresh_spans = trial_spans(f"{root}-fresh", f"bench-overhead-{size}")
     (p_start, p_end, p_out), (s_start, s_end, marks) = sides["plain"], sides["sweep"]
     p_spans, s_spans = p_out["spans"], trial_spans(root, f"bench-overhead-{size}")
     first, last = s_spans[0][0], s_spans[-1][1]
@@ -188,7 +197,7 @@ def measure(size: int, tokens: int, threads: int, folder: Path, sweep_first: boo
         "ray_shutdown": marks["shutdown_end"] - marks["shutdown"],
         "to_return": marks["returned"] - marks["shutdown_end"], "exit": s_end - marks["returned"],
         "torch_in_driver": marks["torch_in_driver"],
-    }
+    } | ({"fresh": fresh_end - fresh_start, "fresh_period": period(fresh_spans)} if fresh else {})
 
 
 PHASES = {  # the sweep's start-up and wind-down, in order
@@ -211,6 +220,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1, help="CPUs (and torch threads) per trial")
     parser.add_argument("--running-ray", action="store_true",
                         help="the sweeps join a Ray started once beforehand (--address)")
+    parser.add_argument("--fresh-workers", action="store_true",
+                        help="also time the sweep with a new worker process per trial")
     parser.add_argument("--plain", metavar="SPACE", help=argparse.SUPPRESS)  # the baseline's process
     parser.add_argument("--sweep", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)  # the sweep's
     args = parser.parse_args()
@@ -227,7 +238,7 @@ def main() -> None:
         for repeat in range(args.repeats):
             for i, size in enumerate(args.sizes):
                 pair = measure(size, args.tokens, args.threads, Path(tmp), (repeat + i) % 2 == 1,
-                               address)
+                               address, args.fresh_workers)
                 runs.setdefault(size, []).append(pair)
     med = {size: {k: statistics.median(p[k] for p in pairs) for k in pairs[0]}
            for size, pairs in runs.items()}
@@ -268,13 +279,19 @@ def report(med: dict[int, dict], args: argparse.Namespace) -> None:
         print(f"from timestamps, {n} trials: fixed cost per sweep {fixed:6.2f} s, overhead per "
               f"trial {per_trial:6.3f} s: {m['sweep_gap']:.3f} s between trials, "
               f"{(per_trial - m['sweep_gap']) / evaluations * 1e3:.0f} ms in each of its "
-              f"{evaluations} evaluations (a report with a checkpoint)")
+              f"{evaluations} evaluations (a report; these trials are too short to checkpoint)")
     (plain_slope, plain_fixed), (sweep_slope, sweep_fixed) = (
         np.polyfit(sizes, [med[n][side] for n in sizes], 1) for side in ("plain", "sweep"))
     print(f"fit over sizes: plain {plain_fixed:5.1f} s + N x {plain_slope:.3f} s, "
           f"sweep {sweep_fixed:5.1f} s + N x {sweep_slope:.3f} s")
     print(f"  fixed cost per sweep {sweep_fixed - plain_fixed:6.2f} s (target <= 6), "
           f"overhead per trial {sweep_slope - plain_slope:6.3f} s (target <= 0.2)")
+    if args.fresh_workers:
+        for n in sizes:
+            m = med[n]
+            print(f"a new worker per trial, {n} trials: {m['fresh']:.1f} s vs {m['sweep']:.1f} s "
+                  f"warm (warm/fresh x{m['sweep'] / m['fresh']:.2f}); per trial "
+                  f"{m['fresh_period']:.3f} s vs {m['sweep_period']:.3f} s")
 
 
 if __name__ == "__main__":

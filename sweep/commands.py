@@ -89,6 +89,10 @@ def add_arguments_run(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--keep-checkpoints", action="store_true",
                         help="save each trial's final model as its last checkpoint and keep it "
                              "(for export --weights)")
+    parser.add_argument("--fresh-workers", action="store_true",
+                        help="a new worker process for every trial, as for training code that "
+                             "leaks state from one trial to the next (each trial then pays a "
+                             "process start and torch's import: seconds)")
     parser.add_argument("--workers-per-trial", type=int, default=1,
                         help="train each trial data parallel on N Ray Train workers (DDP), each "
                              "with --cpus-per-trial CPUs and --gpus-per-trial GPUs (default 1)")
@@ -148,7 +152,7 @@ def run(args: argparse.Namespace) -> int:
         multi_objective=args.multi_objective, retry_failed=args.retry_failed,
         sampler=args.sampler, sampler_seed=args.sampler_seed, log_to=args.log_to, progress=not args.no_progress,
         max_failures=args.max_failures, checkpoint_every_s=args.checkpoint_every,
-        keep_checkpoints=args.keep_checkpoints,
+        keep_checkpoints=args.keep_checkpoints, fresh_workers=args.fresh_workers,
         workers_per_trial=args.workers_per_trial, parallel=args.parallel,
     )
     return _report(run_sweep(options), args.root)

@@ -84,6 +84,7 @@ class SweepOptions:
     max_failures: int = 2  # retries of a trial whose worker died, from its last checkpoint
     checkpoint_every_s: float = CHECKPOINT_EVERY_S  # 0: a checkpoint at every evaluation
     keep_checkpoints: bool = False  # keep ended trials' last checkpoints (export --weights)
+    fresh_workers: bool = False  # a new worker process per trial (Tune's reuse_actors off)
     workers_per_trial: int = 1  # > 1: data parallel on Ray Train, resources per worker
     parallel: str = "ddp"  # with workers_per_trial > 1: ddp or fsdp (shapesweep.trainers.loop.train)
     extra: dict[str, Any] = field(default_factory=dict)
@@ -645,7 +646,8 @@ def _tuner(options: SweepOptions, checked: _Checked, plan: Any, run_config: Any)
             # a stopped trial's thread ends with SystemExit (sweep/trainable.py), so Ray can
             # reset its actor. A data-parallel trial is stopped inside Ray Train's fit, not
             # in `tune.report`, so its actors are reused only where no trial is stopped.
-            reuse_actors=options.workers_per_trial == 1 or options.scheduler == "fifo",
+            reuse_actors=not options.fresh_workers and (
+                options.workers_per_trial == 1 or options.scheduler == "fifo"),
             # Trials are named by our trial id (KEY-sSEED) in Ray's folders and in trackers.
             trial_name_creator=_trial_name, trial_dirname_creator=_trial_name),
         run_config=run_config,

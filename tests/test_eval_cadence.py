@@ -124,3 +124,13 @@ def test_an_asha_sweep_evaluates_at_its_rungs_and_reuses_its_workers(local_ray, 
     pids = _worker_pids(root, "asha-warm")
     assert all(len(p) == 1 for p in pids.values()) and len(pids) == 8
     assert len(set().union(*pids.values())) < 8  # workers ran trial after trial
+
+
+@pytest.mark.slow
+def test_fresh_workers_give_every_trial_a_process_of_its_own(local_ray, tmp_path):
+    space_path = write_space(tmp_path, name="fresh", search={"n_layers": [2]})
+    root = tmp_path / "sweeps"
+    assert run("run", str(space_path), "--root", str(root), "--seeds", "2", "--scheduler", "fifo",
+               "--max-concurrent", "1", "--fresh-workers", "--no-progress") == 0
+    pids = _worker_pids(root, "fresh")
+    assert len(pids) == 2 and len(set().union(*pids.values())) == 2
