@@ -87,8 +87,8 @@ def add_arguments_run(parser: argparse.ArgumentParser) -> None:
                              "interval at most, and shorter trials save none; 0: at every "
                              f"evaluation (default {CHECKPOINT_EVERY_S:g})")
     parser.add_argument("--keep-checkpoints", action="store_true",
-                        help="save each trial's final model as its last checkpoint and keep it "
-                             "(for export --weights)")
+                        help="keep each ended trial's last checkpoint, for export --weights "
+                             "(implies --checkpoint-every 0: every trial's is its final state)")
     parser.add_argument("--fresh-workers", action="store_true",
                         help="a new worker process for every trial, as for training code that "
                              "leaks state from one trial to the next (each trial then pays a "

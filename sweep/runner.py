@@ -632,7 +632,9 @@ def _tuner(options: SweepOptions, checked: _Checked, plan: Any, run_config: Any)
     trainable = tune.with_parameters(
         run_trial, checkpoints=checkpoints, workers=options.workers_per_trial, resources=resources,
         parallel=options.parallel, eval_at=checked.rungs,
-        checkpoint_every_s=options.checkpoint_every_s, checkpoint_last=options.keep_checkpoints)
+        # kept checkpoints are exported as the trial's weights, so each is its final state:
+        # a trial stopped by ASHA ends at an evaluation no interval can foresee
+        checkpoint_every_s=0.0 if options.keep_checkpoints else options.checkpoint_every_s)
     # N > 1 workers: the trial's actor only drives the Train workers, so it holds no CPU
     # (a Ray bundle must ask for something: one byte of memory)
     own = resources if options.workers_per_trial == 1 else {"cpu": 0, "memory": 1}

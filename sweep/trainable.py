@@ -46,7 +46,7 @@ def run_trial(config: dict[str, Any], checkpoints: str | None = None, workers: i
     trial that `resume` runs again finds what an earlier, killed run left. `workers` > 1:
     data parallel on that many Ray Train workers, each with `resources` ({cpu, gpu}).
     `options`: the loop's own (`shapesweep.trainers.loop.train`): `eval_at` (ASHA's rungs),
-    `parallel` (ddp or fsdp), `checkpoint_every_s`, `checkpoint_last`."""
+    `parallel` (ddp or fsdp), `checkpoint_every_s`."""
     import tempfile
 
     if workers > 1:

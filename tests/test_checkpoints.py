@@ -57,15 +57,14 @@ def test_weights_of_another_step_are_refused(tmp_path):
         train(config, recipe, checkpoint_dir=str(tmp_path / "a"))
 
 
-@pytest.mark.parametrize(("every", "last", "saved"), [
-    (0.0, True, [4, 8, 12]),  # every evaluation
-    (1e9, True, [None, None, 12]),  # the interval never passes: the last evaluation alone
-    (1e9, False, [None, None, None]),  # ... and not even that
+@pytest.mark.parametrize(("every", "saved"), [
+    (0.0, [4, 8, 12]),  # every evaluation
+    (1e9, [None, None, None]),  # the interval never passes
 ])
-def test_a_trial_checkpoints_once_its_interval_has_passed(tmp_path, every, last, saved):
+def test_a_trial_checkpoints_once_its_interval_has_passed(tmp_path, every, saved):
     seen = []
     result = train(make_config(TINY), TrainConfig(**RECIPE), checkpoint_dir=str(tmp_path),
-                   checkpoint_every_s=every, checkpoint_last=last,
+                   checkpoint_every_s=every,
                    callback=lambda metrics: seen.append(checkpoint.saved_step(tmp_path)))
     assert seen == saved
     assert [m["step"] for m in result.curve] == [4, 8, 12]
@@ -128,7 +127,7 @@ def _resumed_at(starts: list[int]) -> int:
 @pytest.mark.slow
 def test_a_trial_whose_worker_is_killed_continues_from_its_last_evaluation(tmp_path):
     space_path, root = _space(tmp_path, "lost-worker"), tmp_path / "sweeps"
-    driver = _start(space_path, root, "--keep-checkpoints", "--checkpoint-every", "0")
+    driver = _start(space_path, root, "--keep-checkpoints")  # implies --checkpoint-every 0
     (reports,) = _wait_for_reports(root, "lost-worker", 2, driver).values()
     os.kill(reports[-1]["pid"], signal.SIGKILL)
     code, _, err = driver.wait(timeout=300), *driver.communicate()

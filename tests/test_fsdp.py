@@ -158,15 +158,15 @@ def test_train_workers_that_cannot_run_are_one_line(tmp_path, capsys):
 @pytest.mark.slow
 def test_a_sharded_sweep_trial_equals_a_one_process_run(tmp_path, one_torch_thread):
     """`run --workers-per-trial 2 --parallel fsdp`: the option reaches each trial's Ray Train
-    workers and is kept in sweep.json for `resume`; the trial checkpoints at every evaluation
-    (rank 0's, gathered whole) and lands the one-process curve. (ddp takes the same Ray Train
+    workers and is kept in sweep.json for `resume`; kept checkpoints are saved at every
+    evaluation (rank 0's, gathered whole), so the one kept is the final state; the trial lands
+    the one-process curve. (ddp takes the same Ray Train
     path; the loop's ddp is tested in test_data_parallel.py.)"""
     space_path = write_space(tmp_path, name="sharded", search={"n_layers": [2]},
                              train={**TINY_TRAIN, "tokens": 8 * TINY_TRAIN["batch_tokens"]})
     root = str(tmp_path / "sweeps")
     assert run("run", str(space_path), "--root", root, "--scheduler", "fifo",
-               "--workers-per-trial", "2", "--parallel", "fsdp", "--checkpoint-every", "0",
-               "--keep-checkpoints") == 0
+               "--workers-per-trial", "2", "--parallel", "fsdp", "--keep-checkpoints") == 0
     (row,) = load_trials(root, ["sharded"]).itertuples()
     assert row.status == "completed", row.error
     document = json.loads(row.config_json)

@@ -247,14 +247,13 @@ def train(model_config, train: TrainConfig, data: str | None = None,
           callback: Callable[[dict], None] | None = None, checkpoint_dir: str | None = None,
           device: str | None = None, progress: bool = False,
           tokenizer: str | None = None, save_dir: str | None = None,
-          eval_at: Sequence[float] = (), parallel: str = "ddp", checkpoint_every_s: float = 0.0,
-          checkpoint_last: bool = True) -> TrainResult:
+          eval_at: Sequence[float] = (), parallel: str = "ddp",
+          checkpoint_every_s: float = 0.0) -> TrainResult:
     """Train `model_config` under the recipe `train`; resumes from `checkpoint_dir` if it holds one.
 
     `checkpoint_every_s`: an evaluation saves a checkpoint once this many seconds have passed
-    since the last one (0: every evaluation), and the last evaluation saves one when
-    `checkpoint_last`; a sweep's short trials so checkpoint rarely, yet a lost worker costs at
-    most that long. `save_dir`: where to write the trained model (`checkpoint.save_model`).
+    since the last one (0: every evaluation), so a sweep's short trials pay for few saves, yet a
+    lost worker costs at most that long and an evaluation interval. `save_dir`: where to write the trained model (`checkpoint.save_model`).
     `eval_at`: token counts to evaluate at besides the recipe's cadence (a scheduler's decision points).
     `parallel` (in a process group of N > 1): "ddp" replicates the model on every rank,
     "fsdp" shards its parameters, gradients and optimizer state over the ranks.
@@ -346,8 +345,7 @@ def train(model_config, train: TrainConfig, data: str | None = None,
                        "elapsed_s": prior_elapsed + time.perf_counter() - t0}
             curve.append(metrics)
             due = checkpoint_dir is not None and _agreed(
-                time.perf_counter() - saved_at >= checkpoint_every_s
-                or (checkpoint_last and done == steps), world, dev)
+                time.perf_counter() - saved_at >= checkpoint_every_s, world, dev)
             if due:
                 weights, moments = _full_state(model, optimizer, sharded)  # collective if sharded
                 saved_at = time.perf_counter()
