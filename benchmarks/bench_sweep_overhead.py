@@ -65,7 +65,8 @@ def overhead_space(trials: int, tokens: int) -> dict:
 def plain_loop(space_path: str, threads: int) -> None:
     """The baseline, run in its own process: every candidate of the space, seed 0, trained
     by `train()` back to back, as the sweep's trials are. Prints when each trial started
-    and ended (JSON) for the parent."""
+    and ended (JSON) for the parent, both sides' way: its end less the loop's own clock
+    (`wall_time_s`, which starts once the data is loaded and the model built)."""
     import torch
     from shapesweep.search_spaces.configs import TrainConfig, make_config
     from shapesweep.search_spaces.solver import plan
@@ -78,9 +79,10 @@ def plain_loop(space_path: str, threads: int) -> None:
     spans = []
     for candidate in plan(space).candidates:
         doc = trial_spec(candidate, space, 0, None)["document"]
-        start = time.time()
-        train(make_config(doc["model"] | {"family": doc["family"]}), TrainConfig(**doc["train"]))
-        spans.append((start, time.time()))
+        result = train(make_config(doc["model"] | {"family": doc["family"]}),
+                       TrainConfig(**doc["train"]))
+        end = time.time()
+        spans.append((end - result.wall_time_s, end))
     print(json.dumps({"spans": spans}))
 
 
