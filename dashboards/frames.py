@@ -191,7 +191,7 @@ def with_derived(trials: pd.DataFrame) -> pd.DataFrame:
     frame["hover"] = [_hover_title(row, series) + "<br>" + body(row)
                       for row, series in zip(records, frame["design"], strict=True)]
     frame["shape_text"] = [shape_text(row) for row in records]
-    return frame
+    return frame.astype({name: object for name in ("design", "hover", "shape_text")})  # as above
 
 
 def tuned_means(frame: pd.DataFrame, metric: str, extra: tuple[str, ...] = ()) -> pd.DataFrame:
