@@ -33,6 +33,7 @@ from shapesweep.dashboards.frames import (
     present,
     seed_means,
     shape_text,
+    unchecked,
 )
 from shapesweep.dashboards.scaling import scaling_figure
 from shapesweep.results.stats import (
@@ -44,6 +45,10 @@ from shapesweep.results.stats import (
 )
 
 from shapesweep.common import UserError
+
+Scatter = unchecked("Scatter")
+Scattergl = unchecked("Scattergl")
+Bar = unchecked("Bar")
 
 X_AXES = {
     "params_non_embedding": "non-embedding parameters",
@@ -59,7 +64,7 @@ MANY_POINTS = 4000  # above this, WebGL traces keep the browser responsive
 
 
 def _scatter(n_points: int):
-    return go.Scattergl if n_points > MANY_POINTS else go.Scatter
+    return Scattergl if n_points > MANY_POINTS else Scatter
 
 
 def _series_name(parts: list, sweeps: int, sweep: str) -> str:
@@ -119,7 +124,7 @@ def pareto_figure(trials: pd.DataFrame, x: str = "params_non_embedding", metric:
             customdata=point_data(group), hovertemplate="%{customdata[1]}<br>%{y:.4g}%{text}<extra></extra>",
             meta={"rows": True}))
         front = group.iloc[pareto_front(group[x].to_numpy(float), group["mean"].to_numpy(float), lower)]
-        fig.add_trace(go.Scatter(
+        fig.add_trace(Scatter(
             x=front[x], y=front["mean"], mode="lines+markers", line=dict(color=c, width=2.5, shape="hv"),
             marker=dict(size=9, color=c, line=dict(color="white", width=1)), name=name,
             legendgroup=name, customdata=point_data(front),
@@ -165,7 +170,7 @@ def searched_figure(trials: pd.DataFrame, metric: str = "val_loss") -> go.Figure
     fig, n_sweeps = new_figure(), means["sweep"].nunique()
     for i, ((sweep, series), group) in enumerate(means.sort_values(dim).groupby(["sweep", "design"], sort=True)):
         c = color(series, i)
-        fig.add_trace(go.Scatter(
+        fig.add_trace(Scatter(
             x=group[dim], y=group["mean"], mode="lines+markers" if numeric else "markers",
             name=_series_name([series], n_sweeps, sweep), marker=dict(color=c, size=8), line=dict(color=c),
             error_y=_errors(group, c), text=_spread_text(group), customdata=point_data(group),
@@ -205,7 +210,7 @@ def _other_tuned_trace(fig: go.Figure, others: pd.DataFrame, x: str) -> None:
     others = others[others[x].notna()] if x in others else others.iloc[0:0]
     if others.empty:
         return
-    fig.add_trace(go.Scatter(
+    fig.add_trace(Scatter(
         x=others[x], y=others["mean"], mode="markers", name="other tuned values (not chosen)",
         marker=dict(color=OTHER_TUNED_COLOR, size=6, symbol="circle-open"),
         error_y=_errors(others, OTHER_TUNED_COLOR), customdata=point_data(others), text=_spread_text(others),
@@ -220,7 +225,7 @@ def _stopped_trace(fig: go.Figure, trials: pd.DataFrame, x: str, metric: str = "
     stopped = stopped[stopped[x].notna() & (stopped[x] > 0)]
     if stopped.empty:
         return
-    fig.add_trace(go.Scatter(
+    fig.add_trace(Scatter(
         x=stopped[x], y=stopped[metric], mode="markers", name="stopped by ASHA (loss when stopped)",
         marker=dict(symbol="x", size=7, color=STOPPED_COLOR), customdata=point_data(stopped),
         text=[esc(reason) for reason in trial_reasons(stopped)],
@@ -243,7 +248,7 @@ def _baseline_traces(fig: go.Figure, trials: pd.DataFrame, x: str, x_span: tuple
         xs = group[x] if points else list(x_span)
         ys = group["mean"] if points else [group["mean"].min()] * 2
         label = "conventional baseline" + ("" if varies else " (at its own ratio)" if own_x else " (best)")
-        fig.add_trace(go.Scatter(
+        fig.add_trace(Scatter(
             x=xs, y=ys, mode="lines+markers" if points else "lines",
             line=dict(color=color(BASELINE), dash="dash", width=2),
             marker=dict(symbol="diamond", size=10, color=color(BASELINE)),
@@ -297,12 +302,12 @@ def ucurve_figure(trials: pd.DataFrame, tolerance: float = 0.005) -> go.Figure |
         name, c = _series_name(parts, n_sweeps, sweep), color("", i)
         line, others = _best_per_bin(group, "width_depth_ratio")
         if len(others):
-            fig.add_trace(go.Scatter(
+            fig.add_trace(Scatter(
                 x=others["width_depth_ratio"], y=others["mean"], mode="markers", legendgroup=name,
                 showlegend=False, marker=dict(size=4, color=c, opacity=0.25), customdata=point_data(others),
                 error_y=_errors(others, c),
                 hovertemplate="%{customdata[1]}<br>%{y:.4g}<extra></extra>", meta={"rows": True}))
-        fig.add_trace(go.Scatter(
+        fig.add_trace(Scatter(
             x=line["width_depth_ratio"], y=line["mean"], mode="lines+markers", name=name, legendgroup=name,
             marker=dict(size=7, color=c), line=dict(color=c, width=1.5), error_y=_errors(line),
             customdata=point_data(line), hovertemplate="%{customdata[1]}<br>%{y:.4g}<extra></extra>",
@@ -360,12 +365,12 @@ def ratio_figure(trials: pd.DataFrame) -> go.Figure | None:
         best = group.loc[group.groupby("ratio")["mean"].idxmin()].sort_values("ffn_ratio")
         others = group.drop(best.index)
         if len(others):
-            fig.add_trace(go.Scatter(
+            fig.add_trace(Scatter(
                 x=others["ffn_ratio"], y=others["mean"], mode="markers", legendgroup=name, showlegend=False,
                 marker=dict(size=5, color=c, opacity=0.3), customdata=point_data(others),
                 error_y=_errors(others, c),
                 hovertemplate="%{customdata[1]}<br>%{y:.4g}<extra></extra>", meta={"rows": True}))
-        fig.add_trace(go.Scatter(
+        fig.add_trace(Scatter(
             x=best["ffn_ratio"], y=best["mean"], mode="lines+markers", name=name, legendgroup=name,
             marker=dict(size=8, color=c), line=dict(color=c), error_y=_errors(best),
             customdata=point_data(best), hovertemplate="%{customdata[1]}<br>%{y:.4g}<extra></extra>",
@@ -389,7 +394,7 @@ def width_profile_figure(trials: pd.DataFrame, top: int = 10) -> go.Figure | Non
         shape = esc(row["shape"]) + (f" β={row['beta']:g} α={row['alpha']:g}" if row["shape"] != "constant" else "")
         name = (f"{shape} · avg width "
                 f"{row['avg_layer_width']:.0f} · {human(row['flops_per_token'])} FLOPs/tok · loss {row['mean']:.3f}")
-        fig.add_trace(go.Scatter(
+        fig.add_trace(Scatter(
             x=list(range(1, len(widths) + 1)), y=widths, mode="lines+markers", name=name,
             line=dict(color=color("", i), shape="linear"),
             customdata=[[int(row["row_id"]), row["hover"]]] * len(widths),
@@ -405,7 +410,7 @@ def width_profile_figure(trials: pd.DataFrame, top: int = 10) -> go.Figure | Non
         row = base.nsmallest(1, "mean").iloc[0]
         name = _series_name([f"constant width {int(row['d_model'])} (this sweep's) · "
                              f"{human(row['flops_per_token'])} FLOPs/tok · loss {row['mean']:.3f}"], n_sweeps, sweep)
-        fig.add_trace(go.Scatter(
+        fig.add_trace(Scatter(
             x=[1, int(row["n_layers"])], y=[row["d_model"]] * 2, mode="lines",
             line=dict(color=color(BASELINE), dash="dash"), name=name,
             customdata=[[int(row["row_id"]), row["hover"]]] * 2,
@@ -451,7 +456,7 @@ def layers_figure(trials: pd.DataFrame, layers: pd.DataFrame | None, top: int = 
         panels += [("activation_density", group[group["threshold"] == t]) for t in thresholds]
         for panel, (column, points) in enumerate(panels):
             points = points.sort_values("depth")
-            fig.add_trace(go.Scatter(
+            fig.add_trace(Scatter(
                 x=points["depth"], y=points[column], mode="lines+markers", name=name,
                 legendgroup=name, showlegend=panel == 0, line=dict(color=c, dash=dash, width=2),
                 marker=dict(color=c, size=6),
@@ -479,9 +484,9 @@ def param_split_figure(trials: pd.DataFrame, top: int = 30) -> go.Figure | None:
     fig = new_figure()
     for column, name, c in (("params_attention", "attention", "#ff7f0e"), ("params_ffn", "FFN", "#1f77b4"),
                             ("params_norms", "norms", "#bcbd22")):
-        fig.add_trace(go.Bar(x=labels, y=best[column], name=name, marker_color=c, customdata=points,
-                             hovertemplate=f"{name} %{{y:.4s}}<br>%{{customdata[1]}}<extra></extra>",
-                             meta={"rows": True}))
+        fig.add_trace(Bar(x=labels, y=best[column], name=name, marker_color=c, customdata=points,
+                          hovertemplate=f"{name} %{{y:.4s}}<br>%{{customdata[1]}}<extra></extra>",
+                          meta={"rows": True}))
     fig = layout(fig, f"Parameter split of the {len(best)} best candidates (by validation loss)",
                   "", "non-embedding parameters")
     fig.update_layout(barmode="stack", height=540,
@@ -614,7 +619,7 @@ def baseline_figure(trials: pd.DataFrame, metric: str = "val_loss") -> go.Figure
         group = data[data["verdict"] == verdict]
         if group.empty:
             continue
-        fig.add_trace(go.Scatter(
+        fig.add_trace(Scatter(
             x=group["label"], y=group["delta_vs_baseline"].astype(float), mode="markers", name=verdict,
             marker=dict(color=c, size=8), text=group["text"].tolist(),
             error_y=dict(type="data", symmetric=False, array=group["plus"].tolist(),
@@ -642,7 +647,7 @@ def rank_fidelity_figure(trials: pd.DataFrame, curves: pd.DataFrame,
         stable = stable_fraction(group)
         note = f"≥ {FIDELITY_THRESHOLD:g} from {stable:.0%} of the budget" if stable is not None \
             else f"never stays ≥ {FIDELITY_THRESHOLD:g}"
-        fig.add_trace(go.Scatter(
+        fig.add_trace(Scatter(
             x=group["budget_fraction"], y=group["kendall_tau"], mode="lines+markers",
             name=f"{esc(sweep)} ({note})", line=dict(color=color("", i), width=2),
             customdata=np.stack([group["tokens"], group["n_candidates"]], axis=1).tolist(),

@@ -20,7 +20,10 @@ from shapesweep.dashboards.frames import (
     new_figure,
     point_data,
     seed_means,
+    unchecked,
 )
+
+Scatter = unchecked("Scatter")
 
 
 @dataclass(frozen=True)
@@ -93,7 +96,7 @@ def scaling_figure(trials: pd.DataFrame) -> go.Figure | None:
     fig = new_figure()
     for i, (series, group) in enumerate(means.groupby("design")):
         c = color(series, i)
-        fig.add_trace(go.Scatter(
+        fig.add_trace(Scatter(
             x=group["training_flops"], y=group["mean"], mode="markers", name=esc(series),
             marker=dict(color=c, size=6, opacity=0.5), legendgroup=esc(series),
             customdata=point_data(group),
@@ -102,7 +105,7 @@ def scaling_figure(trials: pd.DataFrame) -> go.Figure | None:
         fit = fits.get(series)
         if fit is not None:
             xs = np.geomspace(group["training_flops"].min(), group["training_flops"].max(), 40)
-            fig.add_trace(go.Scatter(
+            fig.add_trace(Scatter(
                 x=xs, y=fit.loss(xs), mode="lines", line=dict(color=c, width=2.5),
                 name=f"{esc(series)} fit: {fit.a:.3g}·C^-{fit.b:.3f} (R²={fit.r2:.2f})",
                 legendgroup=esc(series), hoverinfo="skip",
