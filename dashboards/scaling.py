@@ -58,7 +58,11 @@ def fit_power_law(flops, loss) -> PowerLaw | None:
 
 def fit_families(trials: pd.DataFrame, metric: str = "val_loss") -> dict[str, PowerLaw]:
     """One power law per series (family) over completed trials, seeds averaged."""
-    means = seed_means(trials, metric, extra=("training_flops",))
+    return _fit_means(seed_means(trials, metric, extra=("training_flops",)))
+
+
+def _fit_means(means: pd.DataFrame) -> dict[str, PowerLaw]:
+    """`fit_families` of its seed means (`training_flops` among their columns)."""
     fits = {}
     for series, group in means.groupby("design"):
         fit = fit_power_law(group["training_flops"], group["mean"])
@@ -89,10 +93,10 @@ def match_sentences(fits: dict[str, PowerLaw], baseline: str = BASELINE) -> list
 def scaling_figure(trials: pd.DataFrame) -> go.Figure | None:
     """Loss vs training FLOPs with a fitted power law per family and the FLOPs-to-match text."""
     lm = trials[trials["family"].isin(language_models())]
-    fits = fit_families(lm)
+    means = seed_means(lm, "val_loss", extra=("training_flops",))
+    fits = _fit_means(means)
     if not fits:
         return None
-    means = seed_means(lm, "val_loss", extra=("training_flops",))
     fig = new_figure()
     for i, (series, group) in enumerate(means.groupby("design")):
         c = color(series, i)
