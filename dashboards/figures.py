@@ -156,10 +156,12 @@ def _spread_text(frame: pd.DataFrame) -> list[str]:
             for std, n in zip(frame["std"], frame["n"], strict=True)]
 
 
-def searched_figure(trials: pd.DataFrame, metric: str = "val_loss") -> go.Figure | None:
+def searched_figure(trials: pd.DataFrame, metric: str = "val_loss",
+                    points: tuple[pd.DataFrame, pd.DataFrame] | None = None) -> go.Figure | None:
     """An iso-budget sweep's result: the metric against the dimension it searched (the shape
-    field with the most distinct values), one series per design, mean ± std over seeds."""
-    means, _ = chosen_and_others(trials, metric)
+    field with the most distinct values), one series per design, mean ± std over seeds
+    (`points`: `pareto_points(trials, metric)`, when other figures share them)."""
+    means, _ = points or chosen_and_others(trials, metric)
     if len(means) < 2 or not iso_budget(means):
         return None
     varying = [(means[c].nunique(), c) for c in SEARCHED if c in means and means[c].nunique() > 1]
@@ -472,10 +474,12 @@ def layers_figure(trials: pd.DataFrame, layers: pd.DataFrame | None, top: int = 
     return fig
 
 
-def param_split_figure(trials: pd.DataFrame, top: int = 30) -> go.Figure | None:
-    """Seed 000's reallocation story: attention vs FFN parameters of the best candidates."""
+def param_split_figure(trials: pd.DataFrame, top: int = 30,
+                       points: tuple[pd.DataFrame, pd.DataFrame] | None = None) -> go.Figure | None:
+    """Seed 000's reallocation story: attention vs FFN parameters of the best candidates
+    (`points`: `pareto_points` of the language models, when other figures share them)."""
     lm = trials[trials["family"].isin(language_models())]
-    means = seed_means(lm, "val_loss")
+    means = points[0] if points else seed_means(lm, "val_loss")
     if means.empty:
         return None
     best = means.nsmallest(top, "mean").reset_index(drop=True)
@@ -679,16 +683,16 @@ def applicable_figures(trials: pd.DataFrame, curves: pd.DataFrame,
     vision_points = functools.cache(lambda: pareto_points(vision, vision_metric))
     pareto = [(f"pareto-lm-{x}", lambda x=x: pareto_figure(lm, x, "val_loss", lm_points())) for x in LM_X_AXES]
     builders = pareto[:1] + [
-        ("searched-lm", lambda: searched_figure(lm)),
+        ("searched-lm", lambda: searched_figure(lm, points=lm_points())),
         ("ucurve", lambda: ucurve_figure(lm)),
         ("ratio", lambda: ratio_figure(lm)),
         ("vs-baseline-lm", lambda: baseline_figure(lm, "val_loss")),
         ("rank-fidelity-lm", lambda: rank_fidelity_figure(lm, curves, "val_loss")),
-        ("scaling", lambda: scaling_figure(lm)),
+        ("scaling", lambda: scaling_figure(lm, lm_points())),
         *pareto[1:],
         ("widths", lambda: width_profile_figure(lm)),
         ("layers", lambda: layers_figure(lm, layers)),
-        ("param-split", lambda: param_split_figure(lm)),
+        ("param-split", lambda: param_split_figure(lm, points=lm_points())),
         ("curves-lm", lambda: learning_curves_figure(lm, curves)),
     ]
     builders += [(f"pareto-vision-{x}", lambda x=x: pareto_figure(vision, x, vision_metric, vision_points()))

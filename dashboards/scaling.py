@@ -90,10 +90,12 @@ def match_sentences(fits: dict[str, PowerLaw], baseline: str = BASELINE) -> list
             for name, (ratio, loss) in sorted(flops_to_match(fits, baseline).items())]
 
 
-def scaling_figure(trials: pd.DataFrame) -> go.Figure | None:
-    """Loss vs training FLOPs with a fitted power law per family and the FLOPs-to-match text."""
+def scaling_figure(trials: pd.DataFrame,
+                   points: tuple[pd.DataFrame, pd.DataFrame] | None = None) -> go.Figure | None:
+    """Loss vs training FLOPs with a fitted power law per family and the FLOPs-to-match text
+    (`points`: `figures.pareto_points` of the language models, their FLOPs averaged over seeds)."""
     lm = trials[trials["family"].isin(language_models())]
-    means = seed_means(lm, "val_loss", extra=("training_flops",))
+    means = points[0] if points else seed_means(lm, "val_loss", extra=("training_flops",))
     fits = _fit_means(means)
     if not fits:
         return None
