@@ -33,6 +33,7 @@ from shapesweep.dashboards.frames import (
     present,
     seed_means,
     shape_text,
+    unchecked,
 )
 from shapesweep.dashboards.scaling import scaling_figure
 from shapesweep.results.stats import (
@@ -44,6 +45,10 @@ from shapesweep.results.stats import (
 )
 
 from shapesweep.common import UserError
+
+Scatter = unchecked("Scatter")
+Scattergl = unchecked("Scattergl")
+Bar = unchecked("Bar")
 
 X_AXES = {
     "params_non_embedding": "non-embedding parameters",
@@ -59,7 +64,7 @@ MANY_POINTS = 4000  # above this, WebGL traces keep the browser responsive
 
 
 def _scatter(n_points: int):
-    return go.Scattergl if n_points > MANY_POINTS else go.Scatter
+    return Scattergl if n_points > MANY_POINTS else Scatter
 
 
 def _series_name(parts: list, sweeps: int, sweep: str) -> str:
@@ -119,7 +124,7 @@ def pareto_figure(trials: pd.DataFrame, x: str = "params_non_embedding", metric:
             customdata=point_data(group), hovertemplate="%{customdata[1]}<br>%{y:.4g}%{text}<extra></extra>",
             meta={"rows": True}))
         front = group.iloc[pareto_front(group[x].to_numpy(float), group["mean"].to_numpy(float), lower)]
-        fig.add_trace(go.Scatter(
+        fig.add_trace(Scatter(
             x=front[x], y=front["mean"], mode="lines+markers", line=dict(color=c, width=2.5, shape="hv"),
             marker=dict(size=9, color=c, line=dict(color="white", width=1)), name=name,
             legendgroup=name, customdata=point_data(front),
@@ -151,10 +156,12 @@ def _spread_text(frame: pd.DataFrame) -> list[str]:
             for std, n in zip(frame["std"], frame["n"], strict=True)]
 
 
-def searched_figure(trials: pd.DataFrame, metric: str = "val_loss") -> go.Figure | None:
+def searched_figure(trials: pd.DataFrame, metric: str = "val_loss",
+                    points: tuple[pd.DataFrame, pd.DataFrame] | None = None) -> go.Figure | None:
     """An iso-budget sweep's result: the metric against the dimension it searched (the shape
-    field with the most distinct values), one series per design, mean ± std over seeds."""
-    means, _ = chosen_and_others(trials, metric)
+    field with the most distinct values), one series per design, mean ± std over seeds
+    (`points`: `pareto_points(trials, metric)`, when other figures share them)."""
+    means, _ = points or chosen_and_others(trials, metric)
     if len(means) < 2 or not iso_budget(means):
         return None
     varying = [(means[c].nunique(), c) for c in SEARCHED if c in means and means[c].nunique() > 1]
@@ -165,7 +172,7 @@ def searched_figure(trials: pd.DataFrame, metric: str = "val_loss") -> go.Figure
     fig, n_sweeps = new_figure(), means["sweep"].nunique()
     for i, ((sweep, series), group) in enumerate(means.sort_values(dim).groupby(["sweep", "design"], sort=True)):
         c = color(series, i)
-        fig.add_trace(go.Scatter(
+        fig.add_trace(Scatter(
             x=group[dim], y=group["mean"], mode="lines+markers" if numeric else "markers",
             name=_series_name([series], n_sweeps, sweep), marker=dict(color=c, size=8), line=dict(color=c),
             error_y=_errors(group, c), text=_spread_text(group), customdata=point_data(group),
@@ -205,7 +212,7 @@ def _other_tuned_trace(fig: go.Figure, others: pd.DataFrame, x: str) -> None:
     others = others[others[x].notna()] if x in others else others.iloc[0:0]
     if others.empty:
         return
-    fig.add_trace(go.Scatter(
+    fig.add_trace(Scatter(
         x=others[x], y=others["mean"], mode="markers", name="other tuned values (not chosen)",
         marker=dict(color=OTHER_TUNED_COLOR, size=6, symbol="circle-open"),
         error_y=_errors(others, OTHER_TUNED_COLOR), customdata=point_data(others), text=_spread_text(others),
@@ -220,7 +227,7 @@ def _stopped_trace(fig: go.Figure, trials: pd.DataFrame, x: str, metric: str = "
     stopped = stopped[stopped[x].notna() & (stopped[x] > 0)]
     if stopped.empty:
         return
-    fig.add_trace(go.Scatter(
+    fig.add_trace(Scatter(
         x=stopped[x], y=stopped[metric], mode="markers", name="stopped by ASHA (loss when stopped)",
         marker=dict(symbol="x", size=7, color=STOPPED_COLOR), customdata=point_data(stopped),
         text=[esc(reason) for reason in trial_reasons(stopped)],
@@ -243,7 +250,7 @@ def _baseline_traces(fig: go.Figure, trials: pd.DataFrame, x: str, x_span: tuple
         xs = group[x] if points else list(x_span)
         ys = group["mean"] if points else [group["mean"].min()] * 2
         label = "conventional baseline" + ("" if varies else " (at its own ratio)" if own_x else " (best)")
-        fig.add_trace(go.Scatter(
+        fig.add_trace(Scatter(
             x=xs, y=ys, mode="lines+markers" if points else "lines",
             line=dict(color=color(BASELINE), dash="dash", width=2),
             marker=dict(symbol="diamond", size=10, color=color(BASELINE)),
@@ -297,12 +304,12 @@ def ucurve_figure(trials: pd.DataFrame, tolerance: float = 0.005) -> go.Figure |
         name, c = _series_name(parts, n_sweeps, sweep), color("", i)
         line, others = _best_per_bin(group, "width_depth_ratio")
         if len(others):
-            fig.add_trace(go.Scatter(
+            fig.add_trace(Scatter(
                 x=others["width_depth_ratio"], y=others["mean"], mode="markers", legendgroup=name,
                 showlegend=False, marker=dict(size=4, color=c, opacity=0.25), customdata=point_data(others),
                 error_y=_errors(others, c),
                 hovertemplate="%{customdata[1]}<br>%{y:.4g}<extra></extra>", meta={"rows": True}))
-        fig.add_trace(go.Scatter(
+        fig.add_trace(Scatter(
             x=line["width_depth_ratio"], y=line["mean"], mode="lines+markers", name=name, legendgroup=name,
             marker=dict(size=7, color=c), line=dict(color=c, width=1.5), error_y=_errors(line),
             customdata=point_data(line), hovertemplate="%{customdata[1]}<br>%{y:.4g}<extra></extra>",
@@ -360,12 +367,12 @@ def ratio_figure(trials: pd.DataFrame) -> go.Figure | None:
         best = group.loc[group.groupby("ratio")["mean"].idxmin()].sort_values("ffn_ratio")
         others = group.drop(best.index)
         if len(others):
-            fig.add_trace(go.Scatter(
+            fig.add_trace(Scatter(
                 x=others["ffn_ratio"], y=others["mean"], mode="markers", legendgroup=name, showlegend=False,
                 marker=dict(size=5, color=c, opacity=0.3), customdata=point_data(others),
                 error_y=_errors(others, c),
                 hovertemplate="%{customdata[1]}<br>%{y:.4g}<extra></extra>", meta={"rows": True}))
-        fig.add_trace(go.Scatter(
+        fig.add_trace(Scatter(
             x=best["ffn_ratio"], y=best["mean"], mode="lines+markers", name=name, legendgroup=name,
             marker=dict(size=8, color=c), line=dict(color=c), error_y=_errors(best),
             customdata=point_data(best), hovertemplate="%{customdata[1]}<br>%{y:.4g}<extra></extra>",
@@ -389,7 +396,7 @@ def width_profile_figure(trials: pd.DataFrame, top: int = 10) -> go.Figure | Non
         shape = esc(row["shape"]) + (f" β={row['beta']:g} α={row['alpha']:g}" if row["shape"] != "constant" else "")
         name = (f"{shape} · avg width "
                 f"{row['avg_layer_width']:.0f} · {human(row['flops_per_token'])} FLOPs/tok · loss {row['mean']:.3f}")
-        fig.add_trace(go.Scatter(
+        fig.add_trace(Scatter(
             x=list(range(1, len(widths) + 1)), y=widths, mode="lines+markers", name=name,
             line=dict(color=color("", i), shape="linear"),
             customdata=[[int(row["row_id"]), row["hover"]]] * len(widths),
@@ -405,7 +412,7 @@ def width_profile_figure(trials: pd.DataFrame, top: int = 10) -> go.Figure | Non
         row = base.nsmallest(1, "mean").iloc[0]
         name = _series_name([f"constant width {int(row['d_model'])} (this sweep's) · "
                              f"{human(row['flops_per_token'])} FLOPs/tok · loss {row['mean']:.3f}"], n_sweeps, sweep)
-        fig.add_trace(go.Scatter(
+        fig.add_trace(Scatter(
             x=[1, int(row["n_layers"])], y=[row["d_model"]] * 2, mode="lines",
             line=dict(color=color(BASELINE), dash="dash"), name=name,
             customdata=[[int(row["row_id"]), row["hover"]]] * 2,
@@ -451,7 +458,7 @@ def layers_figure(trials: pd.DataFrame, layers: pd.DataFrame | None, top: int = 
         panels += [("activation_density", group[group["threshold"] == t]) for t in thresholds]
         for panel, (column, points) in enumerate(panels):
             points = points.sort_values("depth")
-            fig.add_trace(go.Scatter(
+            fig.add_trace(Scatter(
                 x=points["depth"], y=points[column], mode="lines+markers", name=name,
                 legendgroup=name, showlegend=panel == 0, line=dict(color=c, dash=dash, width=2),
                 marker=dict(color=c, size=6),
@@ -467,10 +474,12 @@ def layers_figure(trials: pd.DataFrame, layers: pd.DataFrame | None, top: int = 
     return fig
 
 
-def param_split_figure(trials: pd.DataFrame, top: int = 30) -> go.Figure | None:
-    """Seed 000's reallocation story: attention vs FFN parameters of the best candidates."""
+def param_split_figure(trials: pd.DataFrame, top: int = 30,
+                       points: tuple[pd.DataFrame, pd.DataFrame] | None = None) -> go.Figure | None:
+    """Seed 000's reallocation story: attention vs FFN parameters of the best candidates
+    (`points`: `pareto_points` of the language models, when other figures share them)."""
     lm = trials[trials["family"].isin(language_models())]
-    means = seed_means(lm, "val_loss")
+    means = points[0] if points else seed_means(lm, "val_loss")
     if means.empty:
         return None
     best = means.nsmallest(top, "mean").reset_index(drop=True)
@@ -479,9 +488,9 @@ def param_split_figure(trials: pd.DataFrame, top: int = 30) -> go.Figure | None:
     fig = new_figure()
     for column, name, c in (("params_attention", "attention", "#ff7f0e"), ("params_ffn", "FFN", "#1f77b4"),
                             ("params_norms", "norms", "#bcbd22")):
-        fig.add_trace(go.Bar(x=labels, y=best[column], name=name, marker_color=c, customdata=points,
-                             hovertemplate=f"{name} %{{y:.4s}}<br>%{{customdata[1]}}<extra></extra>",
-                             meta={"rows": True}))
+        fig.add_trace(Bar(x=labels, y=best[column], name=name, marker_color=c, customdata=points,
+                          hovertemplate=f"{name} %{{y:.4s}}<br>%{{customdata[1]}}<extra></extra>",
+                          meta={"rows": True}))
     fig = layout(fig, f"Parameter split of the {len(best)} best candidates (by validation loss)",
                   "", "non-embedding parameters")
     fig.update_layout(barmode="stack", height=540,
@@ -504,8 +513,13 @@ REASON_COLUMNS = ["status", "error", "tokens", "train_tokens_budget"]  # what `t
 
 def trial_reasons(trials: pd.DataFrame) -> list[str | None]:
     """`trial_reason` of each row (its few columns only: a row of every column costs seconds
-    at 50,000 trials)."""
-    return [trial_reason(row) for row in trials[REASON_COLUMNS].to_dict("records")]
+    at 50,000 trials; and only the rows that did not complete: a completed one has none)."""
+    unfinished = (trials["status"] != "completed").to_numpy()
+    reasons: list[str | None] = [None] * len(trials)
+    for i, row in zip(np.flatnonzero(unfinished), trials.loc[unfinished, REASON_COLUMNS].to_dict("records"),
+                      strict=True):
+        reasons[i] = trial_reason(row)
+    return reasons
 
 
 def trial_reason(row: dict) -> str | None:
@@ -614,7 +628,7 @@ def baseline_figure(trials: pd.DataFrame, metric: str = "val_loss") -> go.Figure
         group = data[data["verdict"] == verdict]
         if group.empty:
             continue
-        fig.add_trace(go.Scatter(
+        fig.add_trace(Scatter(
             x=group["label"], y=group["delta_vs_baseline"].astype(float), mode="markers", name=verdict,
             marker=dict(color=c, size=8), text=group["text"].tolist(),
             error_y=dict(type="data", symmetric=False, array=group["plus"].tolist(),
@@ -642,7 +656,7 @@ def rank_fidelity_figure(trials: pd.DataFrame, curves: pd.DataFrame,
         stable = stable_fraction(group)
         note = f"≥ {FIDELITY_THRESHOLD:g} from {stable:.0%} of the budget" if stable is not None \
             else f"never stays ≥ {FIDELITY_THRESHOLD:g}"
-        fig.add_trace(go.Scatter(
+        fig.add_trace(Scatter(
             x=group["budget_fraction"], y=group["kendall_tau"], mode="lines+markers",
             name=f"{esc(sweep)} ({note})", line=dict(color=color("", i), width=2),
             customdata=np.stack([group["tokens"], group["n_candidates"]], axis=1).tolist(),
@@ -669,16 +683,16 @@ def applicable_figures(trials: pd.DataFrame, curves: pd.DataFrame,
     vision_points = functools.cache(lambda: pareto_points(vision, vision_metric))
     pareto = [(f"pareto-lm-{x}", lambda x=x: pareto_figure(lm, x, "val_loss", lm_points())) for x in LM_X_AXES]
     builders = pareto[:1] + [
-        ("searched-lm", lambda: searched_figure(lm)),
+        ("searched-lm", lambda: searched_figure(lm, points=lm_points())),
         ("ucurve", lambda: ucurve_figure(lm)),
         ("ratio", lambda: ratio_figure(lm)),
         ("vs-baseline-lm", lambda: baseline_figure(lm, "val_loss")),
         ("rank-fidelity-lm", lambda: rank_fidelity_figure(lm, curves, "val_loss")),
-        ("scaling", lambda: scaling_figure(lm)),
+        ("scaling", lambda: scaling_figure(lm, lm_points())),
         *pareto[1:],
         ("widths", lambda: width_profile_figure(lm)),
         ("layers", lambda: layers_figure(lm, layers)),
-        ("param-split", lambda: param_split_figure(lm)),
+        ("param-split", lambda: param_split_figure(lm, points=lm_points())),
         ("curves-lm", lambda: learning_curves_figure(lm, curves)),
     ]
     builders += [(f"pareto-vision-{x}", lambda x=x: pareto_figure(vision, x, vision_metric, vision_points()))

@@ -114,8 +114,7 @@ def build_payload(root: str, sweeps: list[str] | None = None, title: str | None 
         "budget": trials["budget"].tolist(), "seed": trials["seed"].tolist(),
         "status": trials["status"].tolist(),
         "metric_name": metric_names.tolist(),
-        "metric": _typed(np.array([trials.at[i, m] for i, m in zip(trials.index, metric_names, strict=True)],
-                                  dtype=np.float64)),  # the top table's 4 decimals, the export's value
+        "metric": _typed(_metric_values(trials, metric_names)),  # the top table's 4 decimals, the export's value
         # Shown with 3 digits (`human`): float32 holds 7.
         "val_ppl": _typed(trials["val_ppl"].to_numpy(np.float32, na_value=np.nan)),
         "params_non_embedding": _typed(trials["params_non_embedding"].to_numpy(np.float32, na_value=np.nan)),
@@ -149,6 +148,15 @@ def build_payload(root: str, sweeps: list[str] | None = None, title: str | None 
     return (json.dumps(head, default=str)[:-1] + f', "shared": {to_json_plotly(shared)}, "figures": ['
             + ", ".join(f'{{"id": {json.dumps(p["id"])}, "figure": {to_json_plotly(p["figure"])}}}'
                         for p in parts) + "]}")
+
+
+def _metric_values(trials: pd.DataFrame, metric_names: np.ndarray) -> np.ndarray:
+    """Each trial's value of its own metric (`metric_names`, one per row), NaN where missing."""
+    values = np.full(len(trials), np.nan)
+    for name in dict.fromkeys(metric_names.tolist()):
+        rows = metric_names == name
+        values[rows] = trials[name].to_numpy(np.float64, na_value=np.nan)[rows]
+    return values
 
 
 CODED = ("sweep", "family", "design", "budget", "status", "metric_name", "hover", "shape", "error",

@@ -20,7 +20,10 @@ from shapesweep.dashboards.frames import (
     new_figure,
     point_data,
     seed_means,
+    unchecked,
 )
+
+Scatter = unchecked("Scatter")
 
 
 @dataclass(frozen=True)
@@ -55,7 +58,11 @@ def fit_power_law(flops, loss) -> PowerLaw | None:
 
 def fit_families(trials: pd.DataFrame, metric: str = "val_loss") -> dict[str, PowerLaw]:
     """One power law per series (family) over completed trials, seeds averaged."""
-    means = seed_means(trials, metric, extra=("training_flops",))
+    return _fit_means(seed_means(trials, metric, extra=("training_flops",)))
+
+
+def _fit_means(means: pd.DataFrame) -> dict[str, PowerLaw]:
+    """`fit_families` of its seed means (`training_flops` among their columns)."""
     fits = {}
     for series, group in means.groupby("design"):
         fit = fit_power_law(group["training_flops"], group["mean"])
@@ -83,17 +90,19 @@ def match_sentences(fits: dict[str, PowerLaw], baseline: str = BASELINE) -> list
             for name, (ratio, loss) in sorted(flops_to_match(fits, baseline).items())]
 
 
-def scaling_figure(trials: pd.DataFrame) -> go.Figure | None:
-    """Loss vs training FLOPs with a fitted power law per family and the FLOPs-to-match text."""
+def scaling_figure(trials: pd.DataFrame,
+                   points: tuple[pd.DataFrame, pd.DataFrame] | None = None) -> go.Figure | None:
+    """Loss vs training FLOPs with a fitted power law per family and the FLOPs-to-match text
+    (`points`: `figures.pareto_points` of the language models, their FLOPs averaged over seeds)."""
     lm = trials[trials["family"].isin(language_models())]
-    fits = fit_families(lm)
+    means = points[0] if points else seed_means(lm, "val_loss", extra=("training_flops",))
+    fits = _fit_means(means)
     if not fits:
         return None
-    means = seed_means(lm, "val_loss", extra=("training_flops",))
     fig = new_figure()
     for i, (series, group) in enumerate(means.groupby("design")):
         c = color(series, i)
-        fig.add_trace(go.Scatter(
+        fig.add_trace(Scatter(
             x=group["training_flops"], y=group["mean"], mode="markers", name=esc(series),
             marker=dict(color=c, size=6, opacity=0.5), legendgroup=esc(series),
             customdata=point_data(group),
@@ -102,7 +111,7 @@ def scaling_figure(trials: pd.DataFrame) -> go.Figure | None:
         fit = fits.get(series)
         if fit is not None:
             xs = np.geomspace(group["training_flops"].min(), group["training_flops"].max(), 40)
-            fig.add_trace(go.Scatter(
+            fig.add_trace(Scatter(
                 x=xs, y=fit.loss(xs), mode="lines", line=dict(color=c, width=2.5),
                 name=f"{esc(series)} fit: {fit.a:.3g}·C^-{fit.b:.3f} (R²={fit.r2:.2f})",
                 legendgroup=esc(series), hoverinfo="skip",

@@ -29,8 +29,13 @@ from shapesweep.dashboards.frames import (
     new_figure,
     point_data,
     seed_means,
+    unchecked,
 )
 from shapesweep.results.schema import SHAPE_COLUMNS
+
+Scatter = unchecked("Scatter")
+Bar = unchecked("Bar")
+Parcoords = unchecked("Parcoords")
 
 FIELDS = ("family", *(name for name, _ in SHAPE_COLUMNS if name != "widths"))
 MISSING = "–"
@@ -123,8 +128,8 @@ def importances(means: pd.DataFrame, fields: list[str], metric: str) -> pd.Serie
 def note_figure(title: str, line: str) -> go.Figure:
     """One line instead of an empty plot: why this view has nothing to draw."""
     fig = new_figure()
-    fig.add_trace(go.Scatter(x=[0], y=[0], mode="text", text=[esc(line)], textfont=dict(size=13),
-                             hoverinfo="skip", showlegend=False))
+    fig.add_trace(Scatter(x=[0], y=[0], mode="text", text=[esc(line)], textfont=dict(size=13),
+                          hoverinfo="skip", showlegend=False))
     fig.update_layout(title=dict(text=title, x=0.01, font=dict(size=14)), height=160,
                       margin=dict(l=20, r=20, t=45, b=10))
     fig.update_xaxes(visible=False)
@@ -146,7 +151,7 @@ def parallel_figure(means: pd.DataFrame, fields: list[str], metric: str, title: 
     label = METRIC_LABELS[metric]
     dimensions.append(dict(label=label, values=means["mean"].tolist()))
     fig = new_figure()
-    fig.add_trace(go.Parcoords(
+    fig.add_trace(Parcoords(
         dimensions=dimensions, labelangle=-20, labelside="top",
         line=dict(color=means["mean"].tolist(), colorscale="Viridis", showscale=True,
                   reversescale=LOWER_IS_BETTER[metric], colorbar=dict(title=dict(text=label, side="right"))),
@@ -160,8 +165,8 @@ def importance_figure(scores: pd.Series, metric: str, title: str) -> go.Figure:
     """Horizontal bars, the most important field on top."""
     scores = scores.sort_values()
     fig = new_figure()
-    fig.add_trace(go.Bar(x=scores.to_numpy(), y=list(scores.index), orientation="h", marker_color="#1f77b4",
-                         hovertemplate="%{y}: %{x:.1%} of the explained variance<extra></extra>"))
+    fig.add_trace(Bar(x=scores.to_numpy(), y=list(scores.index), orientation="h", marker_color="#1f77b4",
+                      hovertemplate="%{y}: %{x:.1%} of the explained variance<extra></extra>"))
     fig = layout(fig, title, f"fANOVA importance for {METRIC_LABELS[metric]} (share, sums to 1)", "shape field")
     fig.update_xaxes(tickformat=".0%", rangemode="tozero")
     fig.update_layout(height=max(260, 120 + 32 * len(scores)))
@@ -178,7 +183,7 @@ def slice_figure(means: pd.DataFrame, fields: list[str], metric: str, title: str
     for panel, f in enumerate(fields):
         row, col = panel // SLICE_COLUMNS + 1, panel % SLICE_COLUMNS + 1
         x = _categories(means[f])[0] if categorical(means[f]) else means[f].astype(float)
-        fig.add_trace(go.Scatter(
+        fig.add_trace(Scatter(
             x=x, y=means["mean"], mode="markers", showlegend=False,
             marker=dict(color=colors, size=7, opacity=0.7), error_y=_errors(means),
             customdata=point_data(means), hovertemplate=f"{f} %{{x}}<br>%{{customdata[1]}}<br>%{{y:.4g}}<extra></extra>",
