@@ -70,13 +70,26 @@ def tuned_stats(trials: pd.DataFrame, metric: str = "val_loss") -> pd.DataFrame:
     if done.empty:
         return done.assign(mean=np.nan, std=np.nan, n=0, chosen=False)  # typed, though empty
     grouped = done.groupby(CANDIDATE, sort=False)
-    out = grouped.first()
+    out = _first_rows(done, grouped)
     out["mean"] = grouped[metric].mean()
     out["std"] = grouped[metric].std(ddof=1)  # NaN for one seed: no spread to speak of
     out["n"] = grouped[metric].size()
     out = out.reset_index()
     best = (_sign(metric) * out["mean"]).groupby([out["sweep"], out["key"]]).idxmin()
     out["chosen"] = out.index.isin(best.to_numpy())
+    return out
+
+
+def _first_rows(done: pd.DataFrame, grouped) -> pd.DataFrame:
+    """`grouped.first()` from one take of each group's first row: a per-column first over
+    some 70 columns costs a tenth of a second per call at 50,000 trials. Only a column where
+    a first row lacks its value takes the first value its group has, as `first` does."""
+    numbers, first = np.unique(grouped.ngroup().to_numpy(), return_index=True)
+    out = done.iloc[first[numbers >= 0]].drop(columns=CANDIDATE)  # -1: a key with NaN, dropped
+    out.index = grouped.size().index
+    gaps = [c for c in out.columns if out[c].isna().any()]
+    if gaps:
+        out[gaps] = grouped[gaps].first()
     return out
 
 
