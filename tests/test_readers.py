@@ -155,3 +155,31 @@ def test_the_dashboard_payload_stays_lean_per_trial(tmp_path):
     # Figures name their points by row id: a candidate's text travels once, in the rows.
     assert all(payload.count(json.dumps(body)) == 1 for body in rows["hover"]["values"])
     assert data["shared"]  # the Pareto figures' points, once for all cost axes
+
+
+def test_configs_split_as_parsed_whether_cut_or_parsed():
+    """`_split_configs` cuts a canonical config at its train block and parses any other text:
+    the documents and ids are the same as parsing every text gives."""
+    from shapesweep.dashboards.report import _split_configs
+
+    def parsed(texts):  # the plain way: parse each text, re-encode its two parts
+        docs, trains, doc_of, train_of = {}, {}, [], []
+        for text in texts:
+            doc = json.loads(text)
+            train = json.dumps(doc.pop("train", None), sort_keys=True)
+            doc_of.append(docs.setdefault(json.dumps(doc, sort_keys=True), len(docs)))
+            train_of.append(trains.setdefault(train, len(trains)))
+        return doc_of, train_of, [json.loads(d) for d in docs], [json.loads(t) for t in trains]
+
+    model = {"d_model": 64, "lr": 1e-3, "note": 'a, "train": in text'}
+    canonical = [json.dumps({"family": "f", "model": model, "train": {"seed": s, "lr": 0.5}}, sort_keys=True)
+                 for s in (0, 1, 0)]
+    others = [json.dumps({"model": model, "train": {"seed": 1, "lr": 0.5}}),  # not sorted: the same parts
+              json.dumps({"model": model}),  # no train block
+              json.dumps({"train": {"a": {"train": 1}, "z": 2}, "z_last": 1}, sort_keys=True),  # train not last
+              json.dumps({"model": {"train": 3}, "train": None}, sort_keys=True),
+              '{"model": {"d_model":64}, "train": {"seed": 1}}',  # spaced unlike json.dumps
+              '{"a": 1, "train": 1, "train": {"seed": 2}}']  # a repeated key: the last one counts
+    texts = canonical + others
+    assert _split_configs(pd.Series(texts + [None])) == tuple(
+        part + [None] if index < 2 else part for index, part in enumerate(parsed(texts)))
