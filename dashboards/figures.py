@@ -19,8 +19,10 @@ from shapesweep.dashboards.frames import (
     BASELINE,
     LOWER_IS_BETTER,
     METRIC_LABELS,
+    NO_POINTS,
     OTHER_TUNED_COLOR,
     VERDICT_COLORS,
+    add_with_point_data,
     chosen_and_others,
     color,
     design,
@@ -571,20 +573,19 @@ def learning_curves_figure(trials: pd.DataFrame, curves: pd.DataFrame) -> go.Fig
         label = group["design"].iloc[0] + (" " + group["shape_text"].iloc[0] if per_candidate else "")
         name = _series_name([label, "" if status == "completed" else f"({status.replace('_', ' ')})"],
                             n_sweeps, sweep)
-        fig.add_trace(trace(x=joined["tokens"], y=joined[metric], mode="lines", name=name,
-                            legendgroup=name, line=dict(color=c, dash=dash, width=1.6), opacity=opacity,
-                            connectgaps=False, customdata=point_data(joined),
-                            hovertemplate="%{customdata[1]}<br>tokens %{x:.3s}: %{y:.4g}<extra></extra>",
-                            meta={"rows": True}))
+        add_with_point_data(fig, trace(
+            x=joined["tokens"], y=joined[metric], mode="lines", name=name, legendgroup=name,
+            line=dict(color=c, dash=dash, width=1.6), opacity=opacity, connectgaps=False, customdata=NO_POINTS,
+            hovertemplate="%{customdata[1]}<br>tokens %{x:.3s}: %{y:.4g}<extra></extra>", meta={"rows": True}),
+            joined)
         if status != "completed":
             why = [esc(reasons.get((sweep, t)) or status) for t in last["trial_id"]]
-            fig.add_trace(trace(x=last["tokens"], y=last[metric], mode="markers", showlegend=False,
-                                legendgroup=name, text=why,
-                                marker=dict(symbol=END_MARKS.get(status, "circle"), size=9, color=c,
-                                            line=dict(width=1.5, color=c)),
-                                customdata=point_data(last), name=name + " end",
-                                hovertemplate="<b>%{text}</b><br>%{customdata[1]}<extra></extra>",
-                                meta={"rows": True}))
+            add_with_point_data(fig, trace(
+                x=last["tokens"], y=last[metric], mode="markers", showlegend=False, legendgroup=name, text=why,
+                marker=dict(symbol=END_MARKS.get(status, "circle"), size=9, color=c, line=dict(width=1.5, color=c)),
+                customdata=NO_POINTS, name=name + " end",
+                hovertemplate="<b>%{text}</b><br>%{customdata[1]}<extra></extra>", meta={"rows": True}),
+                last)
     label = METRIC_LABELS[metric]
     return layout(fig, f"Learning curves ({label} vs tokens; ✕ stopped by ASHA, ⊗ failed, ● running)",
                   "tokens (log)", label, log_x=True)

@@ -108,6 +108,17 @@ def point_data(frame: pd.DataFrame) -> np.ndarray:
     return out
 
 
+NO_POINTS = np.empty((0, 2), dtype=object)  # a trace's customdata until `add_with_point_data` sets it
+
+
+def add_with_point_data(fig, trace, frame: pd.DataFrame) -> None:
+    """`fig.add_trace(trace)` (built with `customdata=NO_POINTS`), then its `point_data(frame)`:
+    add_trace deep-copies a trace's arrays, an object array element by element (a second for
+    the learning curves of 50,000 trials), and a value set on the added trace is not copied."""
+    fig.add_trace(trace)
+    fig.data[-1].customdata = point_data(frame)
+
+
 def esc(value: Any) -> str:
     return html.escape(str(value), quote=False)
 
