@@ -119,19 +119,19 @@ def pareto_figure(trials: pd.DataFrame, x: str = "params_non_embedding", metric:
         name = _series_name([series], n_sweeps, sweep)
         # A design's own colour, unless it is in several sweeps: then each gets one of its own.
         c = color(series if sweeps_per_design[series] == 1 else "", i)
-        fig.add_trace(trace(
+        add_with_point_data(fig, trace(
             x=group[x], y=group["mean"], mode="markers", name=name, legendgroup=name, showlegend=False,
             marker=dict(color=c, size=7, opacity=0.55),
             error_y=_errors(group, c), text=_hover_extra(group, counted),
-            customdata=point_data(group), hovertemplate="%{customdata[1]}<br>%{y:.4g}%{text}<extra></extra>",
-            meta={"rows": True}))
+            customdata=NO_POINTS, hovertemplate="%{customdata[1]}<br>%{y:.4g}%{text}<extra></extra>",
+            meta={"rows": True}), group)
         front = group.iloc[pareto_front(group[x].to_numpy(float), group["mean"].to_numpy(float), lower)]
-        fig.add_trace(Scatter(
+        add_with_point_data(fig, Scatter(
             x=front[x], y=front["mean"], mode="lines+markers", line=dict(color=c, width=2.5, shape="hv"),
             marker=dict(size=9, color=c, line=dict(color="white", width=1)), name=name,
-            legendgroup=name, customdata=point_data(front),
+            legendgroup=name, customdata=NO_POINTS,
             hovertemplate="frontier<br>%{customdata[1]}<br>%{y:.4g}<extra></extra>",
-            meta={"sweep": sweep, "family": group["family"].iloc[0]}))
+            meta={"sweep": sweep, "family": group["family"].iloc[0]}), front)
     title = f"Pareto frontier: {METRIC_LABELS[metric]} vs {X_AXES[x]}"
     return layout(fig, title, X_AXES[x], METRIC_LABELS[metric], log_x=True)
 
@@ -214,12 +214,12 @@ def _other_tuned_trace(fig: go.Figure, others: pd.DataFrame, x: str) -> None:
     others = others[others[x].notna()] if x in others else others.iloc[0:0]
     if others.empty:
         return
-    fig.add_trace(Scatter(
+    add_with_point_data(fig, Scatter(
         x=others[x], y=others["mean"], mode="markers", name="other tuned values (not chosen)",
         marker=dict(color=OTHER_TUNED_COLOR, size=6, symbol="circle-open"),
-        error_y=_errors(others, OTHER_TUNED_COLOR), customdata=point_data(others), text=_spread_text(others),
+        error_y=_errors(others, OTHER_TUNED_COLOR), customdata=NO_POINTS, text=_spread_text(others),
         hovertemplate="not chosen: %{customdata[1]}<br>%{y:.4g}%{text}<extra></extra>",
-        meta={"rows": True, "other_tuned": True}))
+        meta={"rows": True, "other_tuned": True}), others)
 
 
 def _stopped_trace(fig: go.Figure, trials: pd.DataFrame, x: str, metric: str = "val_loss") -> None:
@@ -229,12 +229,12 @@ def _stopped_trace(fig: go.Figure, trials: pd.DataFrame, x: str, metric: str = "
     stopped = stopped[stopped[x].notna() & (stopped[x] > 0)]
     if stopped.empty:
         return
-    fig.add_trace(Scatter(
+    add_with_point_data(fig, Scatter(
         x=stopped[x], y=stopped[metric], mode="markers", name="stopped by ASHA (loss when stopped)",
-        marker=dict(symbol="x", size=7, color=STOPPED_COLOR), customdata=point_data(stopped),
+        marker=dict(symbol="x", size=7, color=STOPPED_COLOR), customdata=NO_POINTS,
         text=[esc(reason) for reason in trial_reasons(stopped)],
         hovertemplate="%{text}<br>%{customdata[1]}<br>%{y:.4g}<extra></extra>",
-        meta={"rows": True, "stopped": True}))
+        meta={"rows": True, "stopped": True}), stopped)
 
 
 STOPPED_COLOR = "#9a9aa6"
