@@ -170,14 +170,15 @@ def measure(size: int, tokens: int, threads: int, folder: Path, sweep_first: boo
     space_path.write_text(yaml.safe_dump(overhead_space(size, tokens)))
     root = str(folder / f"sweeps-{time.monotonic_ns()}")
     me = "benchmarks.bench_sweep_overhead"
-    plain = [me, "--plain", str(space_path), "--threads", str(threads)]
-    sweep = [me, "--sweep", "run", str(space_path), "--root", root, "--scheduler", "fifo",
-             "--max-concurrent", "1", "--cpus-per-trial", str(threads), "--no-progress",
-             *(["--address", address] if address else [])]
-    arms = [("sweep", sweep), ("plain", plain)]
+
+    def sweep(sweep_root: str, *options: str) -> list[str]:
+        return [me, "--sweep", "run", str(space_path), "--root", sweep_root, "--scheduler", "fifo",
+                "--max-concurrent", "1", "--cpus-per-trial", str(threads), "--no-progress",
+                *(["--address", address] if address else []), *options]
+
+    arms = [("sweep", sweep(root)), ("plain", [me, "--plain", str(space_path), "--threads", str(threads)])]
     if fresh:
-        arms.append(("fresh", [*sweep[:sweep.index("--root") + 1], f"{root}-fresh",
-                               *sweep[sweep.index("--root") + 2:], "--fresh-workers"]))
+        arms.append(("fresh", sweep(f"{root}-fresh", "--fresh-workers")))
     sides = {}
     for side, argv in arms[:: 1 if sweep_first else -1]:
         sides[side] = launch(argv)
