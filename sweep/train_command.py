@@ -159,7 +159,7 @@ def _train_on_workers(args: argparse.Namespace, config, recipe, resources: dict[
     of a local Ray, or of `--address`'s cluster; paths made absolute for the workers."""
     from pathlib import Path
 
-    from shapesweep.sweep.runner import SweepOptions, _init_ray, _quiet, _remove_session
+    from shapesweep.sweep.runner import SweepOptions, _init_ray, _quiet, _stop_ray
     from shapesweep.sweep.trainable import train_on_workers
 
     def absolute(path: str | None) -> str | None:
@@ -176,10 +176,7 @@ def _train_on_workers(args: argparse.Namespace, config, recipe, resources: dict[
         finally:
             signal.signal(signal.SIGINT, on_ctrl_c)
             if started:
-                import ray
-
-                ray.shutdown()
-                _remove_session(session)
+                _stop_ray(session)
 
 
 def train(args: argparse.Namespace) -> int:
