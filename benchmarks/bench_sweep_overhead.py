@@ -87,11 +87,11 @@ def plain_loop(space_path: str, threads: int) -> None:
 
 
 def timed_sweep(argv: list[str]) -> None:
-    """`shapesweep ARGV` in this process, timing ray.init and ray.shutdown; prints the
+    """`shapesweep ARGV` in this process, timing Ray's start and shutdown; prints the
     marks (JSON) for the parent."""
-    import ray
     from shapesweep.sweep import runner
     from shapesweep.sweep.cli import main as shapesweep
+    from shapesweep.sweep.cli import quick_exit
 
     marks = {"imported": time.time()}
 
@@ -105,10 +105,10 @@ def timed_sweep(argv: list[str]) -> None:
         return wrapper
 
     runner._init_ray = timed("init", runner._init_ray)
-    ray.shutdown = timed("shutdown", ray.shutdown)
+    runner._stop_ray = timed("shutdown", runner._stop_ray)
     code = shapesweep(argv)
     print(json.dumps(marks | {"returned": time.time(), "torch_in_driver": "torch" in sys.modules}))
-    sys.exit(code)
+    quick_exit(code)  # as the `shapesweep` command ends
 
 
 def launch(argv: list[str]) -> tuple[float, float, dict]:
