@@ -580,14 +580,16 @@ def completed_keys(root, sweep: str) -> dict[tuple[str, str, int], str]:
 STALE_S = 3600.0  # leftovers older than this have no live writer: compact deletes them
 
 
-def compact(root, sweep: str, grace_s: float = 1.0, stale_s: float = STALE_S) -> str | None:
+def compact(root, sweep: str, grace_s: float = 0.25, stale_s: float = STALE_S) -> str | None:
     """Merge a sweep's fragments into one trials, one curves and (when any trial has layer
     rows) one layers file; returns the trials file.
 
     Readers may run meanwhile: the merged pair appears (atomically) before the merged inputs
     are deleted, `grace_s` later so a directory listing in progress sees one or the other;
-    duplicates in between resolve like any retry. Fragments written during compaction are
-    left for the next one. Run one compaction per sweep at a time.
+    duplicates in between resolve like any retry, and a reader whose file vanished anyway
+    lists and reads again (`_with_retries`); a sweep's end waits out the grace. Fragments
+    written during compaction are left for the next one. Run one compaction per sweep at a
+    time.
 
     Damaged or foreign fragments move to `SWEEP/damaged/{trials,curves,layers}/` (a damaged
     trial takes its curves and layers along), one warning line each: the folders stay

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import contextlib
 import importlib
 import os
 import sys
@@ -73,8 +74,9 @@ def quick_exit(code: int) -> NoReturn:
            if t is not threading.main_thread()):
         sys.exit(code)
     atexit._run_exitfuncs()
-    sys.stdout.flush()
-    sys.stderr.flush()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):  # a reader gone (`| head`), or closed
+            stream.flush()
     os._exit(code)
 
 

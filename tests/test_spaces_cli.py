@@ -154,12 +154,16 @@ def test_missing_file_and_unknown_builtin(capsys, tmp_path):
 
 
 def test_console_script_end_to_end(tmp_path):
-    """The installed entry point prints the plan (subprocess, as a user runs it)."""
+    """The installed entry point prints the plan (subprocess, as a user runs it): its quick
+    exit (`cli.quick_exit`) writes all the output and keeps the verb's exit status."""
     script = Path(sys.executable).with_name("shapesweep")
     result = subprocess.run([str(script), "plan", "ffn-variants-small", "--format", "json"],
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert {row["activation"] for row in json.loads(result.stdout)} == {"swiglu", "simple_gated", "gelu"}
+    refused = subprocess.run([str(script), "plan", str(tmp_path / "nope.yaml")],
+                             capture_output=True, text=True, timeout=120)
+    assert refused.returncode == 2 and refused.stderr.strip().endswith("nope.yaml: no such file")
 
 
 def test_plan_out_writes_candidate_documents_train_accepts(capsys, tmp_path):
