@@ -375,9 +375,9 @@ def _stop_ray(session_dir: str | None) -> None:
     is how Ray's own tests kill it). That was most of a sweep's wind-down."""
     import ray
 
-    node = getattr(ray._private.worker, "_global_node", None)
-    if session_dir and node is not None:
-        node.kill_monitor(check_alive=False)
+    kill_monitor = getattr(getattr(ray._private.worker, "_global_node", None), "kill_monitor", None)
+    if session_dir and kill_monitor is not None:
+        kill_monitor(check_alive=False)
     ray.shutdown()
     _remove_session(session_dir)
 
@@ -640,10 +640,13 @@ def _no_callback_census() -> Iterator[None]:
     """`Tuner.fit` without Tune's count of its callbacks for Ray's usage telemetry, which
     imports every tracker integration Ray ships (MLflow, W&B, Comet, Aim) to tell their
     classes apart: 1.1 s of every sweep's start-up and 0.3 s of its exit here, with or
-    without a tracker (`bench_sweep_overhead` measures the start-up)."""
-    from ray.air._internal import usage
-
-    census = usage.tag_callbacks
+    without a tracker (`bench_sweep_overhead` measures the start-up). A Ray without that
+    census is left as it is."""
+    usage = sys.modules.get("ray.air._internal.usage")  # Tune imports it with itself
+    census = getattr(usage, "tag_callbacks", None)
+    if census is None:
+        yield
+        return
     usage.tag_callbacks = lambda callbacks: False
     try:
         yield
