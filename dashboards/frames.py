@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from plotly.subplots import make_subplots
 from shapesweep.results.stats import (
     HIGHER_IS_BETTER,
     canonical_tuned,
@@ -37,30 +38,93 @@ PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e
            "#17becf", "#bcbd22", "#7f7f7f"]
 
 
-def new_figure():
-    """An empty figure on a small white template (plotly's default one is copied per figure)."""
-    import plotly.graph_objects as go
-
-    axis = dict(gridcolor="#ebedf0", linecolor="#c8ccd2", zerolinecolor="#d5d8dc", automargin=True)
-    template = dict(layout=dict(paper_bgcolor="white", plot_bgcolor="white", colorway=PALETTE,
-                                font=dict(family="system-ui, sans-serif", size=12, color="#2a3f5f"),
-                                xaxis=axis, yaxis=axis, hoverlabel=dict(align="left")))
-    return go.Figure(layout=dict(template=template))
+AXIS = dict(gridcolor="#ebedf0", linecolor="#c8ccd2", zerolinecolor="#d5d8dc", automargin=True)
+TEMPLATE = dict(layout=dict(paper_bgcolor="white", plot_bgcolor="white", colorway=PALETTE,
+                            font=dict(family="system-ui, sans-serif", size=12, color="#2a3f5f"),
+                            xaxis=AXIS, yaxis=AXIS, hoverlabel=dict(align="left")))  # small and white
 
 
-def unchecked(kind: str):
-    """The plotly trace type `kind` ("Scatter", "Bar", ...), validated once: by `add_trace`,
-    which checks and rebuilds every trace it is given, so a trace checked when built too costs
-    twice (a second at 50,000 trials). Only for traces passed straight to `add_trace`."""
-    import plotly.graph_objects as go
+def trace(kind: str, **props) -> dict:
+    """A plotly trace of type `kind` ("scatter", "bar", ...) as the plain dict the page takes:
+    unset (None) properties left out, pandas columns as numpy arrays, as plotly's own figure
+    objects hold them (those check and deep-copy every point: seconds at 50,000 trials)."""
+    out = {k: v.to_numpy() if isinstance(v, pd.Series | pd.Index) else v for k, v in props.items() if v is not None}
+    return {**out, "type": kind}
 
-    return functools.partial(getattr(go, kind), _validate=False)
+
+def trace_type(kind: str):
+    """`trace` of one type, called as plotly's classes are: `Scatter(x=..., y=...)`."""
+    return functools.partial(trace, kind)
 
 
-def layout(fig, title: str, x: str, y: str, log_x: bool = False):
+class Figure:
+    """A plotly figure as plain dicts (`data`: traces, `layout`), with the few plotly.py
+    methods the figures use; `to_dict` is what plotly.js draws."""
+
+    def __init__(self, layout: dict | None = None, grid: tuple[int, int] = (1, 1)):
+        self.data: list[dict] = []
+        self.layout: dict = layout if layout is not None else {"template": TEMPLATE}
+        self.grid = grid  # (rows, cols) of subplots, numbered row by row as plotly numbers them
+
+    @classmethod
+    def subplots(cls, rows: int, cols: int, **options) -> Figure:
+        """A grid of subplots laid out by plotly's `make_subplots` (its axes and titles only)."""
+        layout = make_subplots(rows=rows, cols=cols, **options).to_dict()["layout"]
+        return cls({**layout, "template": TEMPLATE}, (rows, cols))
+
+    def add_trace(self, trace: dict, row: int | None = None, col: int | None = None) -> None:
+        if row is not None:
+            n = self._subplot(row, col)
+            trace = {**trace, "xaxis": f"x{n}", "yaxis": f"y{n}"}
+        self.data.append(trace)
+
+    def update_layout(self, **props) -> None:
+        _merge(self.layout, props)
+
+    def update_xaxes(self, row: int | None = None, col: int | None = None, **props) -> None:
+        for name in self._axes("xaxis", row, col):
+            _merge(self.layout.setdefault(name, {}), props)
+
+    def update_yaxes(self, row: int | None = None, col: int | None = None, **props) -> None:
+        for name in self._axes("yaxis", row, col):
+            _merge(self.layout.setdefault(name, {}), props)
+
+    def add_hline(self, y: float, line: dict) -> None:
+        self.layout.setdefault("shapes", []).append(
+            dict(line=line, type="line", x0=0, x1=1, xref="x domain", y0=y, y1=y, yref="y"))
+
+    def add_vrect(self, x0: float, x1: float, **props) -> None:
+        self.layout.setdefault("shapes", []).append(
+            dict(props, type="rect", x0=x0, x1=x1, xref="x", y0=0, y1=1, yref="y domain"))
+
+    def add_annotation(self, **props) -> None:
+        self.layout.setdefault("annotations", []).append(props)
+
+    def to_dict(self) -> dict:
+        return {"data": self.data, "layout": self.layout}
+
+    def _subplot(self, row: int, col: int) -> str:
+        n = (row - 1) * self.grid[1] + col
+        return "" if n == 1 else str(n)
+
+    def _axes(self, prefix: str, row: int | None, col: int | None) -> list[str]:
+        return [prefix + self._subplot(r, c) for r in range(1, self.grid[0] + 1) for c in range(1, self.grid[1] + 1)
+                if row in (None, r) and col in (None, c)]
+
+
+def _merge(into: dict, props: dict) -> None:
+    """plotly's `update`: nested dicts merged key by key, anything else replaced."""
+    for key, value in props.items():
+        if isinstance(value, dict):  # copied: one dict given to several axes stays theirs alone
+            _merge(into[key] if isinstance(into.get(key), dict) else into.setdefault(key, {}), value)
+        else:
+            into[key] = value
+
+
+def layout(fig: Figure, title: str, x: str, y: str, log_x: bool = False) -> Figure:
     # The legend is a list below the plot, one entry per line, and the figure grows to hold
     # it: at any width every series stays visible (a legend that scrolls hides some).
-    shown = sum(1 for t in fig.data if t.showlegend is not False and t.name)
+    shown = sum(1 for t in fig.data if t.get("showlegend") is not False and t.get("name"))
     legend_px = LEGEND_LINE_PX * shown + 10 if shown else 0
     fig.update_layout(title=dict(text=title, x=0.01, font=dict(size=14)), hovermode="closest",
                       height=430 + legend_px, margin=dict(l=60, r=40, t=45, b=60 + legend_px),
@@ -70,8 +134,8 @@ def layout(fig, title: str, x: str, y: str, log_x: bool = False):
                                   yref="container", font=dict(size=11), tracegroupgap=2,
                                   maxheight=legend_px + 20))
     # SI prefixes (G, not plotly's default B), as `human` writes them in labels and tables
-    fig.update_xaxes(title_text=x, exponentformat="SI", **({"type": "log"} if log_x else {}))
-    fig.update_yaxes(title_text=y, exponentformat="SI")
+    fig.update_xaxes(title=dict(text=x), exponentformat="SI", **({"type": "log"} if log_x else {}))
+    fig.update_yaxes(title=dict(text=y), exponentformat="SI")
     if log_x:
         _log_ticks(fig)
     return fig
@@ -83,9 +147,9 @@ LEGEND_LINE_PX = 22  # an 11 px legend entry and the gap between groups
 def _log_ticks(fig) -> None:
     """Log-axis ticks at 1, 2 and 5 per decade labelled in full (`human`: 20, 2K, 5M);
     plotly's own minor labels write 20 as a bare "2"."""
-    xs = np.concatenate([np.asarray(t.x, dtype=float) for t in fig.data
-                         if getattr(t, "x", None) is not None and len(t.x)
-                         and np.asarray(t.x).dtype.kind in "fiu"] or [np.array([])])
+    xs = np.concatenate([np.asarray(t["x"], dtype=float) for t in fig.data
+                         if t.get("x") is not None and len(t["x"])
+                         and np.asarray(t["x"]).dtype.kind in "fiu"] or [np.array([])])
     xs = xs[np.isfinite(xs) & (xs > 0)]
     if not len(xs):
         return
@@ -106,17 +170,6 @@ def point_data(frame: pd.DataFrame) -> np.ndarray:
     out[:, 0] = frame["row_id"].to_numpy()
     out[:, 1] = frame["hover"].to_numpy()
     return out
-
-
-NO_POINTS = np.empty((0, 2), dtype=object)  # a trace's customdata until `add_with_point_data` sets it
-
-
-def add_with_point_data(fig, trace, frame: pd.DataFrame) -> None:
-    """`fig.add_trace(trace)` (built with `customdata=NO_POINTS`), then its `point_data(frame)`:
-    add_trace deep-copies a trace's arrays, an object array element by element (a second for
-    the learning curves of 50,000 trials), and a value set on the added trace is not copied."""
-    fig.add_trace(trace)
-    fig.data[-1].customdata = point_data(frame)
 
 
 def esc(value: Any) -> str:

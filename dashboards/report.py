@@ -260,35 +260,58 @@ def _canonical(text: str, parsed: dict):
 
 
 def _lean(fig, hover: np.ndarray) -> dict:
-    """A figure as the page takes it, in the fewest bytes: each point's hover text stays in
-    the rows (customdata carries the row id only; the page restores the text, `decodeTrace`),
-    coordinates and error bars travel as float32 (7 digits, more than any hover shows) unless
-    a hover prints them unformatted, and x and texts of few distinct values as codes."""
-    ids = np.min_scalar_type(max(len(hover) - 1, 0))
-    for trace in fig.data:
-        meta = trace.meta if isinstance(trace.meta, dict) else {}
-        row_ids = _row_ids(trace.customdata, hover)
-        if row_ids is not None:
-            trace.customdata = row_ids.astype(ids)
-            trace.meta = {**meta, "ids": True}
-        template = str(getattr(trace, "hovertemplate", None) or "")
-        for axis in ("x", "y"):
-            values = getattr(trace, axis, None)
-            if f"%{{{axis}}}" not in template and _float32(values) is not values:
-                setattr(trace, axis, _float32(values))
-        bars = getattr(trace, "error_y", None)
-        if bars is not None and bars.array is not None:
-            bars.array, bars.arrayminus = _float32(bars.array), _float32(bars.arrayminus)
-    out = fig.to_dict()
-    for trace, source in zip(out["data"], fig.data, strict=True):
-        for owner, key in ((trace, "text"), (trace.get("marker") or {}, "color")):
-            if _repeats(owner.get(key)):
-                owner[key] = _coded(owner[key])
-        x = getattr(source, "x", None)
-        if isinstance(x, np.ndarray) and x.dtype.kind in "fiu" and len(x) >= FEW_OF \
-                and len(np.unique(x)) <= 256:  # a curve's evaluation points: one byte each
-            trace["x"] = _coded(x)
-    return out
+    """A figure (`frames.Figure`) as the page takes it, in the fewest bytes: each point's hover
+    text stays in the rows (customdata carries the row id only; the page restores the text,
+    `decodeTrace`), coordinates and error bars travel as float32 (7 digits, more than any hover
+    shows) unless a hover prints them unformatted, x and texts of few distinct values as codes,
+    and every other array typed (`_typed_arrays`)."""
+    return {"data": [_lean_trace(trace, hover) for trace in fig.data], "layout": _typed_arrays(fig.layout)}
+
+
+def _lean_trace(trace: dict, hover: np.ndarray) -> dict:
+    trace = dict(trace)
+    row_ids = _row_ids(trace.get("customdata"), hover)
+    if row_ids is not None:
+        trace["customdata"] = row_ids.astype(np.min_scalar_type(max(len(hover) - 1, 0)))
+        trace["meta"] = {**(trace.get("meta") if isinstance(trace.get("meta"), dict) else {}), "ids": True}
+    template = str(trace.get("hovertemplate") or "")
+    for axis in ("x", "y"):
+        if f"%{{{axis}}}" not in template and axis in trace:
+            trace[axis] = _float32(trace[axis])
+    if (trace.get("error_y") or {}).get("array") is not None:
+        trace["error_y"] = bars = dict(trace["error_y"])
+        for side in ("array", "arrayminus"):
+            if side in bars:
+                bars[side] = _float32(bars[side])
+    x = trace.get("x")
+    for owner, key in ((trace, "text"), (trace.get("marker") or {}, "color")):
+        if _repeats(owner.get(key)):
+            if owner is not trace:
+                trace["marker"] = owner = dict(owner)
+            owner[key] = _coded(owner[key])
+    if isinstance(x, np.ndarray) and x.dtype.kind in "fiu" and len(x) >= FEW_OF \
+            and len(np.unique(x)) <= 256:  # a curve's evaluation points: one byte each
+        trace["x"] = _coded(x)
+    return _typed_arrays(trace)
+
+
+def _typed_arrays(value):
+    """`value` with its numeric numpy arrays as typed arrays (`_typed`), 64-bit integers in the
+    fewest of 8, 16 or 32 bits (plotly.js has no 64-bit arrays), as plotly.py sends them."""
+    if isinstance(value, dict):
+        return {k: _typed_arrays(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_typed_arrays(v) for v in value]
+    if not isinstance(value, np.ndarray) or not value.size:
+        return value
+    if value.dtype == np.int64:
+        fits = [t for t in (np.int8, np.int16, np.int32)
+                if np.iinfo(t).min <= value.min() and value.max() <= np.iinfo(t).max]
+        value = value.astype(fits[0]) if fits else value
+    return _typed(value) if value.dtype.str[1:] in TYPED else value
+
+
+TYPED = ("i1", "u1", "i2", "u2", "i4", "u4", "f4", "f8")  # plotly.js's typed arrays
 
 
 FEW_OF = 64  # points from which an x of few distinct values travels as one-byte codes
