@@ -228,7 +228,7 @@ def _stopped_trace(fig: Figure, trials: pd.DataFrame, x: str, metric: str = "val
     fig.add_trace(Scatter(
         x=stopped[x], y=stopped[metric], mode="markers", name="stopped by ASHA (loss when stopped)",
         marker=dict(symbol="x", size=7, color=STOPPED_COLOR), customdata=point_data(stopped),
-        text=[esc(reason) for reason in trial_reasons(stopped)],
+        text=[esc(reason) for reason in stopped["reason"]],
         hovertemplate="%{text}<br>%{customdata[1]}<br>%{y:.4g}<extra></extra>",
         meta={"rows": True, "stopped": True}))
 
@@ -505,36 +505,6 @@ CANDIDATE_COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c5
                     "#7b4173", "#3182bd", "#e6550d", "#31a354", "#756bb1", "#636363"]
 
 
-REASON_COLUMNS = ["status", "error", "tokens", "train_tokens_budget"]  # what `trial_reason` reads
-
-
-def trial_reasons(trials: pd.DataFrame) -> list[str | None]:
-    """`trial_reason` of each row (its few columns only: a row of every column costs seconds
-    at 50,000 trials; and only the rows that did not complete: a completed one has none)."""
-    unfinished = (trials["status"] != "completed").to_numpy()
-    reasons: list[str | None] = [None] * len(trials)
-    for i, row in zip(np.flatnonzero(unfinished), trials.loc[unfinished, REASON_COLUMNS].to_dict("records"),
-                      strict=True):
-        reasons[i] = trial_reason(row)
-    return reasons
-
-
-def trial_reason(row: dict) -> str | None:
-    """Why a trial did not (yet) complete, in one line: the error's last line, where ASHA
-    stopped it, how far a running one is; None for a completed trial."""
-    tokens, budget = (row.get(c) for c in ("tokens", "train_tokens_budget"))
-    tokens = None if tokens is None or tokens != tokens else tokens
-    budget = None if budget is None or budget != budget else budget
-    if row["status"] == "failed":
-        error = row.get("error") if isinstance(row.get("error"), str) and row["error"].strip() else "failed"
-        return error.strip().splitlines()[-1][:200]
-    if row["status"] == "stopped_early":
-        return f"stopped by ASHA at {human(tokens)} tokens" if tokens else "stopped by ASHA"
-    if row["status"] == "running":
-        return f"running: {human(tokens)}" + (f" of {human(budget)} tokens" if budget else " tokens")
-    return None
-
-
 def learning_curves_figure(trials: pd.DataFrame, curves: pd.DataFrame) -> Figure | None:
     """Val loss (or PSNR) vs tokens for every trial: one colour per candidate (seeds share it;
     per design above MAX_CANDIDATE_CURVES candidates); stopped trials dashed and failed ones
@@ -553,7 +523,7 @@ def learning_curves_figure(trials: pd.DataFrame, curves: pd.DataFrame) -> Figure
     colours = {k: CANDIDATE_COLORS[i % len(CANDIDATE_COLORS)]
                for i, k in enumerate(data[series].drop_duplicates().itertuples(index=False, name=None))}
     unfinished = trials[trials["status"] != "completed"]
-    reasons = dict(zip(zip(unfinished["sweep"], unfinished["trial_id"], strict=True), trial_reasons(unfinished),
+    reasons = dict(zip(zip(unfinished["sweep"], unfinished["trial_id"], strict=True), unfinished["reason"],
                        strict=True))
     fig, n_sweeps = Figure(), data["sweep"].nunique()
     trace = _scatter(len(data))

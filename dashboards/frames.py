@@ -214,7 +214,13 @@ def hover_text(row: dict) -> str:
 
 def _hover_title(row: dict, series: str) -> str:
     """The line that names the trial."""
-    return f"<b>{esc(row['sweep'])}</b> · {esc(series)} · trial {esc(row['trial_id'])}"
+    return _hover_title_start(row["sweep"], series) + esc(row["trial_id"])
+
+
+@functools.lru_cache(maxsize=4096)
+def _hover_title_start(sweep: str, series: str) -> str:
+    """`_hover_title` up to the trial id: the same for a sweep's trials of one series."""
+    return f"<b>{esc(sweep)}</b> · {esc(series)} · trial "
 
 
 def _hover_body(row: dict) -> str:
@@ -243,7 +249,9 @@ def _hover_body(row: dict) -> str:
 
 
 def with_derived(trials: pd.DataFrame) -> pd.DataFrame:
-    """Row ids, series names, training FLOPs and hover text, computed once per report."""
+    """Row ids, series names, training FLOPs, hover text (`hover`, and `hover_body`: all but its
+    first line, which names the trial) and why a trial did not complete (`reason`), computed
+    once per report."""
     frame = trials.reset_index(drop=True)
     # Python strings: the figures select rows many times over, and a take of Arrow-backed
     # strings (pandas' default) costs several times more
@@ -259,11 +267,43 @@ def with_derived(trials: pd.DataFrame) -> pd.DataFrame:
     series = np.array([design(row) for row in records], dtype=object)
     bodies = np.array([_hover_body(row) for row in records], dtype=object)
     frame["design"] = series[of]
+    frame["hover_body"] = bodies[of]
     frame["hover"] = [_hover_title({"sweep": sweep, "trial_id": trial_id}, name) + "<br>" + body
                       for sweep, trial_id, name, body in zip(frame["sweep"], frame["trial_id"], series[of],
                                                               bodies[of], strict=True)]
     frame["shape_text"] = np.array([shape_text(row) for row in records], dtype=object)[of]
-    return frame.astype({name: object for name in ("design", "hover", "shape_text")})  # as above
+    frame["reason"] = trial_reasons(frame)
+    return frame.astype({name: object for name in ("design", "hover", "hover_body", "shape_text", "reason")})
+
+
+REASON_COLUMNS = ["status", "error", "tokens", "train_tokens_budget"]  # what `trial_reason` reads
+
+
+def trial_reasons(trials: pd.DataFrame) -> list[str | None]:
+    """`trial_reason` of each row (its few columns only: a row of every column costs seconds
+    at 50,000 trials; and only the rows that did not complete: a completed one has none)."""
+    unfinished = (trials["status"] != "completed").to_numpy()
+    reasons: list[str | None] = [None] * len(trials)
+    columns = [c for c in REASON_COLUMNS if c in trials]  # a frame built by hand may lack some
+    for i, row in zip(np.flatnonzero(unfinished), trials.loc[unfinished, columns].to_dict("records"), strict=True):
+        reasons[i] = trial_reason(row)
+    return reasons
+
+
+def trial_reason(row: dict) -> str | None:
+    """Why a trial did not (yet) complete, in one line: the error's last line, where ASHA
+    stopped it, how far a running one is; None for a completed trial."""
+    tokens, budget = (row.get(c) for c in ("tokens", "train_tokens_budget"))
+    tokens = None if tokens is None or tokens != tokens else tokens
+    budget = None if budget is None or budget != budget else budget
+    if row["status"] == "failed":
+        error = row.get("error") if isinstance(row.get("error"), str) and row["error"].strip() else "failed"
+        return error.strip().splitlines()[-1][:200]
+    if row["status"] == "stopped_early":
+        return f"stopped by ASHA at {human(tokens)} tokens" if tokens else "stopped by ASHA"
+    if row["status"] == "running":
+        return f"running: {human(tokens)}" + (f" of {human(budget)} tokens" if budget else " tokens")
+    return None
 
 
 def tuned_means(frame: pd.DataFrame, metric: str, extra: tuple[str, ...] = ()) -> pd.DataFrame:

@@ -90,7 +90,7 @@ def _clean(value):
 def build_payload(root: str, sweeps: list[str] | None = None, title: str | None = None,
                   version: str = "", cache=None) -> str:
     """The JSON the page renders: sweeps, filter values, per-trial rows, figures."""
-    from shapesweep.dashboards.figures import applicable_figures, metric_for, trial_reasons
+    from shapesweep.dashboards.figures import applicable_figures, metric_for
     from shapesweep.dashboards.frames import (
         LOWER_IS_BETTER,
         METRIC_LABELS,
@@ -121,7 +121,7 @@ def build_payload(root: str, sweeps: list[str] | None = None, title: str | None 
         "training_flops": _typed(trials["training_flops"].to_numpy(np.float32, na_value=np.nan)),
         "shape": trials["shape_text"].tolist(),
         "error": [None if not isinstance(e, str) else e for e in trials["error"]],
-        "reason": trial_reasons(trials),
+        "reason": trials["reason"].tolist(),
     }
     rows["doc"], rows["train"], docs, trains = _split_configs(trials["config_json"])
     counts = trials.groupby(["sweep", "status"]).size() if len(trials) else pd.Series(dtype=int)
@@ -137,7 +137,7 @@ def build_payload(root: str, sweeps: list[str] | None = None, title: str | None 
                     for m in dict.fromkeys(metric_names.tolist())],
         "rows": rows, "docs": docs, "trains": trains,
     }
-    rows["hover"] = _hover_bodies(trials)
+    rows["hover"] = trials["hover_body"].tolist()  # the page adds the title (`expand`)
     for name in CODED:
         rows[name] = _coded(rows[name])
     figures = applicable_figures(trials, curves, load_layers(root, sweeps, cache=cache)) if len(trials) else []
@@ -190,22 +190,6 @@ def expand(rows: dict) -> dict:
             return [value["values"][c] for c in plain(value["codes"])]
         return _untyped(value) if isinstance(value, dict) else value
     return {k: plain(v) for k, v in rows.items()}
-
-
-def _hover_bodies(trials: pd.DataFrame) -> list[str]:
-    """Each trial's hover text (`frames.hover_text`) less its first line, which names the trial
-    and which the page builds from the row (`hoverText`): the rest is the candidate's and its
-    tuned values', shared by its seeds."""
-    from shapesweep.dashboards.frames import esc
-
-    bodies = []
-    for text, sweep, design, trial_id in zip(trials["hover"], trials["sweep"], trials["design"],
-                                             trials["trial_id"], strict=True):
-        title = f"<b>{esc(sweep)}</b> · {esc(design)} · trial {esc(trial_id)}<br>"
-        if not text.startswith(title):
-            raise ValueError(f"hover text of trial {trial_id!r} does not start with its title")
-        bodies.append(text[len(title):])
-    return bodies
 
 
 def _split_configs(config_json: pd.Series) -> tuple[list, list, list, list]:
