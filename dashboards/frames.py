@@ -248,14 +248,18 @@ def _hover_body(row: dict) -> str:
     return "<br>".join(lines)
 
 
+def python_strings(frame: pd.DataFrame) -> pd.DataFrame:
+    """`frame` with its text columns as Python strings: the figures select and join rows many
+    times over, and a take or join of Arrow-backed strings (pandas' default) costs several
+    times more."""
+    return frame.astype({name: object for name, kind in frame.dtypes.items() if kind == "str"})
+
+
 def with_derived(trials: pd.DataFrame) -> pd.DataFrame:
     """Row ids, series names, training FLOPs, hover text (`hover`, and `hover_body`: all but its
     first line, which names the trial) and why a trial did not complete (`reason`), computed
     once per report."""
-    frame = trials.reset_index(drop=True)
-    # Python strings: the figures select rows many times over, and a take of Arrow-backed
-    # strings (pandas' default) costs several times more
-    frame = frame.astype({name: object for name, kind in frame.dtypes.items() if kind == "str"})
+    frame = python_strings(trials.reset_index(drop=True))
     frame["row_id"] = np.arange(len(frame))
     frame["training_flops"] = frame["flops_per_token"].astype(float) * frame["tokens"].astype(float)
     # One record per candidate key and tuned values: its seeds share series, shape and hover

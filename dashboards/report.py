@@ -95,6 +95,7 @@ def build_payload(root: str, sweeps: list[str] | None = None, title: str | None 
         LOWER_IS_BETTER,
         METRIC_LABELS,
         language_models,
+        python_strings,
         with_derived,
     )
     from shapesweep.dashboards.views import analysis_views
@@ -140,6 +141,7 @@ def build_payload(root: str, sweeps: list[str] | None = None, title: str | None 
     rows["hover"] = trials["hover_body"].tolist()  # the page adds the title (`expand`)
     for name in CODED:
         rows[name] = _coded(rows[name])
+    curves = python_strings(curves)
     figures = applicable_figures(trials, curves, load_layers(root, sweeps, cache=cache)) if len(trials) else []
     figures += analysis_views(trials) if len(trials) else []
     hover = trials["hover"].to_numpy()
