@@ -43,4 +43,3 @@ def __getattr__(name: str):
 
         return getattr(catalog, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
