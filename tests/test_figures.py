@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import base64
 import json
+import math
 import os
 import subprocess
 import sys
 
 import numpy as np
 import pandas as pd
+import plotly.graph_objects as go
 import pytest
 from shapesweep.dashboards.figures import (
     applicable_figures,
@@ -24,6 +27,7 @@ from shapesweep.dashboards.figures import (
 from shapesweep.dashboards.frames import VERDICT_COLORS, esc, hover_text, with_derived
 from shapesweep.dashboards.report import budget_labels, build_payload, script_safe, write_report
 from shapesweep.dashboards.scaling import fit_power_law, flops_to_match, match_sentences
+from shapesweep.dashboards.views import analysis_views
 from shapesweep.results.stats import FIDELITY_THRESHOLD, compare, rank_fidelity
 from shapesweep.results.store import load_curves, load_layers, load_trials, write_trial
 
@@ -287,6 +291,32 @@ def test_user_strings_are_escaped_in_plots_and_payload(store, frames):
     assert spaces["shapes"] == HOSTILE  # the text itself survives, as data
     safe = script_safe(payload)
     assert "<" not in safe and json.loads(safe) == json.loads(payload)
+
+
+def _decoded(value):
+    """A figure's JSON as plotly.js reads it: typed arrays ({"dtype", "bdata"}) and numpy
+    arrays as lists, NaN as None."""
+    if isinstance(value, dict) and set(value) == {"dtype", "bdata"}:
+        value = np.frombuffer(base64.b64decode(value["bdata"]), dtype=np.dtype("<" + value["dtype"]))
+    if isinstance(value, np.ndarray):
+        value = value.tolist()
+    if isinstance(value, dict):
+        return {k: _decoded(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_decoded(v) for v in value]
+    return None if isinstance(value, float) and math.isnan(value) else value
+
+
+def test_every_figure_is_one_plotly_accepts_and_sends_the_same(frames, store):
+    """The figures are plain dicts that nothing checks as they are built: plotly's own Figure
+    takes each (it raises on a property it does not know) and sends the same figure."""
+    trials, curves = frames
+    figures = applicable_figures(trials.assign(budget=budget_labels(trials)), curves, load_layers(store))
+    figures += analysis_views(trials)
+    assert len(figures) >= 10
+    for figure_id, fig in figures:
+        checked = go.Figure(fig.to_dict()).to_dict()
+        assert _decoded(checked) == _decoded(fig.to_dict()), figure_id
 
 
 def test_report_is_one_offline_file_written_atomically(store, tmp_path):
