@@ -36,7 +36,8 @@ Scatter = trace_type("scatter")
 Bar = trace_type("bar")
 Parcoords = trace_type("parcoords")
 
-VIRIDIS = [[i / (len(sequential.Viridis) - 1), c] for i, c in enumerate(sequential.Viridis)]  # as plotly names it
+# plotly's "Viridis" spelt out, as plotly.py sends a named colour scale
+VIRIDIS = [[i / (len(sequential.Viridis) - 1), c] for i, c in enumerate(sequential.Viridis)]
 FIELDS = ("family", *(name for name, _ in SHAPE_COLUMNS if name != "widths"))
 MISSING = "–"
 MIN_CANDIDATES = 3  # fewer make no line, slice or ranking worth drawing
