@@ -15,7 +15,6 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from plotly.subplots import make_subplots
 from shapesweep.results.stats import (
     HIGHER_IS_BETTER,
     canonical_tuned,
@@ -67,10 +66,33 @@ class Figure:
         self.grid = grid  # (rows, cols) of subplots, numbered row by row as plotly numbers them
 
     @classmethod
-    def subplots(cls, rows: int, cols: int, **options) -> Figure:
-        """A grid of subplots laid out by plotly's `make_subplots` (its axes and titles only)."""
-        layout = make_subplots(rows=rows, cols=cols, **options).to_dict()["layout"]
-        return cls({**layout, "template": TEMPLATE}, (rows, cols))
+    def subplots(cls, rows: int, cols: int, horizontal_spacing: float | None = None,
+                 vertical_spacing: float | None = None, shared_yaxes: bool = False,
+                 subplot_titles: tuple[str, ...] | list[str] = ()) -> Figure:
+        """A grid of subplots, numbered row by row from the top left, laid out as plotly's
+        `make_subplots` lays them out, to the last bit of each domain (`test_figures` holds
+        it to that), without building a plotly figure: a third of a second a report."""
+        across = 0.2 / cols if horizontal_spacing is None else horizontal_spacing
+        down = 0.3 / rows if vertical_spacing is None else vertical_spacing
+        width, height = (1.0 - across * (cols - 1)) / cols, (1.0 - down * (rows - 1)) / rows
+        fig = cls(grid=(rows, cols))
+        for row in range(1, rows + 1):
+            below = rows - row  # plotly stacks the rows up from the bottom
+            bottom = sum([height] * below) + below * down
+            for col in range(1, cols + 1):
+                left = sum([width] * (col - 1)) + (col - 1) * across
+                n = fig._subplot(row, col)
+                fig.layout[f"xaxis{n}"] = {"anchor": f"y{n}", "domain": [left, left + width]}
+                fig.layout[f"yaxis{n}"] = {"anchor": f"x{n}", "domain": [_unit(bottom), _unit(bottom + height)]}
+                if shared_yaxes and col > 1:  # each row's axes follow its first one
+                    fig.layout[f"yaxis{n}"].update(matches=f"y{fig._subplot(row, 1)}", showticklabels=False)
+        for i, title in enumerate(subplot_titles):
+            if title:
+                x = fig.layout[f"xaxis{fig._subplot(i // cols + 1, i % cols + 1)}"]["domain"]
+                y = fig.layout[f"yaxis{fig._subplot(i // cols + 1, i % cols + 1)}"]["domain"]
+                fig.add_annotation(y=y[1], xref="paper", x=sum(x) / 2.0, yref="paper", text=title, showarrow=False,
+                                   font=dict(size=16), xanchor="center", yanchor="bottom")
+        return fig
 
     def add_trace(self, trace: dict, row: int | None = None, col: int | None = None) -> None:
         if row is not None:
@@ -110,6 +132,11 @@ class Figure:
     def _axes(self, prefix: str, row: int | None, col: int | None) -> list[str]:
         return [prefix + self._subplot(r, c) for r in range(1, self.grid[0] + 1) for c in range(1, self.grid[1] + 1)
                 if row in (None, r) and col in (None, c)]
+
+
+def _unit(value: float) -> float:
+    """A domain end a rounding error outside [0, 1] put back on its edge, as plotly does."""
+    return 0.0 if -0.01 < value < 0.0 else 1.0 if 1.0 < value < 1.01 else value
 
 
 def _merge(into: dict, props: dict) -> None:

@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 import pytest
+from plotly.subplots import make_subplots
 from shapesweep.dashboards.figures import (
     applicable_figures,
     baseline_figure,
@@ -24,7 +25,7 @@ from shapesweep.dashboards.figures import (
     ucurve_figure,
     width_profile_figure,
 )
-from shapesweep.dashboards.frames import VERDICT_COLORS, esc, hover_text, with_derived
+from shapesweep.dashboards.frames import VERDICT_COLORS, Figure, esc, hover_text, with_derived
 from shapesweep.dashboards.report import budget_labels, build_payload, script_safe, write_report
 from shapesweep.dashboards.scaling import fit_power_law, flops_to_match, match_sentences
 from shapesweep.dashboards.views import analysis_views
@@ -317,6 +318,18 @@ def test_every_figure_is_one_plotly_accepts_and_sends_the_same(frames, store):
     for figure_id, fig in figures:
         checked = go.Figure(fig.to_dict()).to_dict()
         assert _decoded(checked) == _decoded(fig.to_dict()), figure_id
+
+
+@pytest.mark.parametrize("rows", [1, 2, 3, 4, 7])
+@pytest.mark.parametrize("cols", [1, 2, 3])
+def test_subplots_are_laid_out_as_plotly_lays_them_out(rows, cols):
+    """`Figure.subplots` (no plotly figure built) gives make_subplots' axes, domains and titles."""
+    for options in (dict(shared_yaxes=True, horizontal_spacing=0.04, vertical_spacing=0.3 / rows),
+                    dict(subplot_titles=[f"panel {i}" for i in range(rows * cols - 1)], vertical_spacing=0.5 / rows),
+                    {}):
+        want = make_subplots(rows=rows, cols=cols, **options).to_dict()["layout"]
+        got = Figure.subplots(rows, cols, **options).layout
+        assert {**got, "template": None} == {**want, "template": None}, options
 
 
 def test_report_is_one_offline_file_written_atomically(store, tmp_path):
