@@ -208,10 +208,10 @@ def _split_configs(config_json: pd.Series) -> tuple[list, list, list, list]:
         body, train = _config_parts(text, parsed)
         doc_of.append(doc_ids.setdefault(body, len(doc_ids)))
         train_of.append(train_ids.setdefault(train, len(train_ids)))
-        if len(docs) < len(doc_ids):
-            docs.append(json.loads(body))
+        if len(docs) < len(doc_ids):  # a part `_canonical` checked is parsed already
+            docs.append(json.loads(body) if parsed.get(body) is None else parsed[body])
         if len(trains) < len(train_ids):
-            trains.append(json.loads(train))
+            trains.append(json.loads(train) if parsed.get(train) is None else parsed[train])
     return doc_of, train_of, docs, trains
 
 
