@@ -294,7 +294,7 @@ def with_derived(trials: pd.DataFrame) -> pd.DataFrame:
     shared = frame.groupby(["key", "tuned_json"], dropna=False, sort=False).ngroup().to_numpy()
     shared = np.where(frame["key"].isna(), -1 - frame["row_id"], shared)
     first, of = np.unique(shared, return_index=True, return_inverse=True)[1:]
-    records = frame.iloc[first].to_dict("records")
+    records = _records(frame.iloc[first])
     series = np.array([design(row) for row in records], dtype=object)
     bodies = np.array([_hover_body(row) for row in records], dtype=object)
     frame["design"] = series[of]
@@ -305,6 +305,13 @@ def with_derived(trials: pd.DataFrame) -> pd.DataFrame:
     frame["shape_text"] = np.array([shape_text(row) for row in records], dtype=object)[of]
     frame["reason"] = trial_reasons(frame)
     return frame.astype({name: object for name in ("design", "hover", "hover_body", "shape_text", "reason")})
+
+
+def _records(frame: pd.DataFrame) -> list[dict]:
+    """`frame.to_dict("records")`, the same values, from one list per column: pandas boxes
+    each value on its own (a third of a second for 8,400 candidates of 70 columns)."""
+    columns = list(frame.columns)
+    return [dict(zip(columns, row, strict=True)) for row in zip(*(frame[c].tolist() for c in columns), strict=True)]
 
 
 REASON_COLUMNS = ["status", "error", "tokens", "train_tokens_budget"]  # what `trial_reason` reads
