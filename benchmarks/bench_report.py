@@ -53,7 +53,7 @@ def main() -> None:
 
     import plotly.offline
     from shapesweep.dashboards.figures import applicable_figures
-    from shapesweep.dashboards.frames import with_derived
+    from shapesweep.dashboards.frames import python_strings, with_derived
     from shapesweep.dashboards.report import budget_labels, build_payload, load_frames, write_report
     from shapesweep.dashboards.views import analysis_views
     from shapesweep.results.store import load_layers
@@ -75,6 +75,7 @@ def main() -> None:
     read_s = time.perf_counter() - start
     start = time.perf_counter()
     derived = with_derived(trials).assign(budget=budget_labels)
+    curves = python_strings(curves)
     derived_s = time.perf_counter() - start
     start = time.perf_counter()
     applicable_figures(derived, curves, load_layers(args.root, sweeps))

@@ -13,16 +13,13 @@ import functools
 
 import numpy as np
 import pandas as pd
-import plotly.graph_objects as go
-from plotly.subplots import make_subplots
 from shapesweep.dashboards.frames import (
     BASELINE,
     LOWER_IS_BETTER,
     METRIC_LABELS,
-    NO_POINTS,
     OTHER_TUNED_COLOR,
     VERDICT_COLORS,
-    add_with_point_data,
+    Figure,
     chosen_and_others,
     color,
     design,
@@ -30,12 +27,11 @@ from shapesweep.dashboards.frames import (
     human,
     language_models,
     layout,
-    new_figure,
     point_data,
     present,
     seed_means,
     shape_text,
-    unchecked,
+    trace_type,
 )
 from shapesweep.dashboards.scaling import scaling_figure
 from shapesweep.results.stats import (
@@ -48,9 +44,9 @@ from shapesweep.results.stats import (
 
 from shapesweep.common import UserError
 
-Scatter = unchecked("Scatter")
-Scattergl = unchecked("Scattergl")
-Bar = unchecked("Bar")
+Scatter = trace_type("scatter")
+Scattergl = trace_type("scattergl")
+Bar = trace_type("bar")
 
 X_AXES = {
     "params_non_embedding": "non-embedding parameters",
@@ -102,14 +98,14 @@ def pareto_points(trials: pd.DataFrame, metric: str = "val_loss") -> tuple[pd.Da
 
 
 def pareto_figure(trials: pd.DataFrame, x: str = "params_non_embedding", metric: str = "val_loss",
-                  points: tuple[pd.DataFrame, pd.DataFrame] | None = None) -> go.Figure | None:
+                  points: tuple[pd.DataFrame, pd.DataFrame] | None = None) -> Figure | None:
     """Seed 004's frontier: metric vs a cost, one frontier per family, mean ± std over seeds
     (`points`: `pareto_points(trials, metric)`, when several figures share them)."""
     means, others = points or pareto_points(trials, metric)
     means = means[means[x].notna() & (means[x] > 0)] if x in means else means.iloc[0:0]
     if len(means) < 2 or (x in PARAM_AXES and iso_budget(means)):
         return None  # one point is no frontier; at one budget the x-range is rounding noise
-    fig, n_sweeps, lower = new_figure(), means["sweep"].nunique(), LOWER_IS_BETTER[metric]
+    fig, n_sweeps, lower = Figure(), means["sweep"].nunique(), LOWER_IS_BETTER[metric]
     _other_tuned_trace(fig, others[others[x].notna() & (others[x] > 0)] if x in others else others, x)
     _stopped_trace(fig, trials, x, metric)
     trace = _scatter(len(means))
@@ -119,19 +115,19 @@ def pareto_figure(trials: pd.DataFrame, x: str = "params_non_embedding", metric:
         name = _series_name([series], n_sweeps, sweep)
         # A design's own colour, unless it is in several sweeps: then each gets one of its own.
         c = color(series if sweeps_per_design[series] == 1 else "", i)
-        add_with_point_data(fig, trace(
+        fig.add_trace(trace(
             x=group[x], y=group["mean"], mode="markers", name=name, legendgroup=name, showlegend=False,
             marker=dict(color=c, size=7, opacity=0.55),
             error_y=_errors(group, c), text=_hover_extra(group, counted),
-            customdata=NO_POINTS, hovertemplate="%{customdata[1]}<br>%{y:.4g}%{text}<extra></extra>",
-            meta={"rows": True}), group)
+            customdata=point_data(group), hovertemplate="%{customdata[1]}<br>%{y:.4g}%{text}<extra></extra>",
+            meta={"rows": True}))
         front = group.iloc[pareto_front(group[x].to_numpy(float), group["mean"].to_numpy(float), lower)]
-        add_with_point_data(fig, Scatter(
+        fig.add_trace(Scatter(
             x=front[x], y=front["mean"], mode="lines+markers", line=dict(color=c, width=2.5, shape="hv"),
             marker=dict(size=9, color=c, line=dict(color="white", width=1)), name=name,
-            legendgroup=name, customdata=NO_POINTS,
+            legendgroup=name, customdata=point_data(front),
             hovertemplate="frontier<br>%{customdata[1]}<br>%{y:.4g}<extra></extra>",
-            meta={"sweep": sweep, "family": group["family"].iloc[0]}), front)
+            meta={"sweep": sweep, "family": group["family"].iloc[0]}))
     title = f"Pareto frontier: {METRIC_LABELS[metric]} vs {X_AXES[x]}"
     return layout(fig, title, X_AXES[x], METRIC_LABELS[metric], log_x=True)
 
@@ -159,7 +155,7 @@ def _spread_text(frame: pd.DataFrame) -> list[str]:
 
 
 def searched_figure(trials: pd.DataFrame, metric: str = "val_loss",
-                    points: tuple[pd.DataFrame, pd.DataFrame] | None = None) -> go.Figure | None:
+                    points: tuple[pd.DataFrame, pd.DataFrame] | None = None) -> Figure | None:
     """An iso-budget sweep's result: the metric against the dimension it searched (the shape
     field with the most distinct values), one series per design, mean ± std over seeds
     (`points`: `pareto_points(trials, metric)`, when other figures share them)."""
@@ -171,7 +167,7 @@ def searched_figure(trials: pd.DataFrame, metric: str = "val_loss",
         return None
     dim = max(varying)[1]
     numeric = pd.api.types.is_numeric_dtype(means[dim])
-    fig, n_sweeps = new_figure(), means["sweep"].nunique()
+    fig, n_sweeps = Figure(), means["sweep"].nunique()
     for i, ((sweep, series), group) in enumerate(means.sort_values(dim).groupby(["sweep", "design"], sort=True)):
         c = color(series, i)
         fig.add_trace(Scatter(
@@ -209,38 +205,38 @@ def _errors(frame: pd.DataFrame, c: str | None = None) -> dict:
                 thickness=1, **({"color": c} if c else {}))
 
 
-def _other_tuned_trace(fig: go.Figure, others: pd.DataFrame, x: str) -> None:
+def _other_tuned_trace(fig: Figure, others: pd.DataFrame, x: str) -> None:
     """The tuned values candidates did not choose (`chosen_and_others`), greyed behind the chosen points."""
     others = others[others[x].notna()] if x in others else others.iloc[0:0]
     if others.empty:
         return
-    add_with_point_data(fig, Scatter(
+    fig.add_trace(Scatter(
         x=others[x], y=others["mean"], mode="markers", name="other tuned values (not chosen)",
         marker=dict(color=OTHER_TUNED_COLOR, size=6, symbol="circle-open"),
-        error_y=_errors(others, OTHER_TUNED_COLOR), customdata=NO_POINTS, text=_spread_text(others),
+        error_y=_errors(others, OTHER_TUNED_COLOR), customdata=point_data(others), text=_spread_text(others),
         hovertemplate="not chosen: %{customdata[1]}<br>%{y:.4g}%{text}<extra></extra>",
-        meta={"rows": True, "other_tuned": True}), others)
+        meta={"rows": True, "other_tuned": True}))
 
 
-def _stopped_trace(fig: go.Figure, trials: pd.DataFrame, x: str, metric: str = "val_loss") -> None:
+def _stopped_trace(fig: Figure, trials: pd.DataFrame, x: str, metric: str = "val_loss") -> None:
     """Trials ASHA stopped, at their loss when stopped (✕, grey): a shape the scheduler cut
     short stays visible, never silently missing from the curve."""
     stopped = trials[(trials["status"] == "stopped_early") & trials[metric].notna()] if x in trials else trials.iloc[0:0]
     stopped = stopped[stopped[x].notna() & (stopped[x] > 0)]
     if stopped.empty:
         return
-    add_with_point_data(fig, Scatter(
+    fig.add_trace(Scatter(
         x=stopped[x], y=stopped[metric], mode="markers", name="stopped by ASHA (loss when stopped)",
-        marker=dict(symbol="x", size=7, color=STOPPED_COLOR), customdata=NO_POINTS,
-        text=[esc(reason) for reason in trial_reasons(stopped)],
+        marker=dict(symbol="x", size=7, color=STOPPED_COLOR), customdata=point_data(stopped),
+        text=[esc(reason) for reason in stopped["reason"]],
         hovertemplate="%{text}<br>%{customdata[1]}<br>%{y:.4g}<extra></extra>",
-        meta={"rows": True, "stopped": True}), stopped)
+        meta={"rows": True, "stopped": True}))
 
 
 STOPPED_COLOR = "#9a9aa6"
 
 
-def _baseline_traces(fig: go.Figure, trials: pd.DataFrame, x: str, x_span: tuple[float, float],
+def _baseline_traces(fig: Figure, trials: pd.DataFrame, x: str, x_span: tuple[float, float],
                      n_sweeps: int, sweeps, own_x: bool = False) -> None:
     """The conventional baseline of `sweeps` dashed: along x when it varies; else a horizontal
     line over `x_span`, or (`own_x`) its points at their own x."""
@@ -279,7 +275,7 @@ def _best_per_bin(group: pd.DataFrame, x: str, bins: int = 10) -> tuple[pd.DataF
     return line, group.drop(line.index)
 
 
-def ucurve_figure(trials: pd.DataFrame, tolerance: float = 0.005) -> go.Figure | None:
+def ucurve_figure(trials: pd.DataFrame, tolerance: float = 0.005) -> Figure | None:
     """Seed 000 Fig. 4: loss vs d_model/L (log), one series per (k, d_h/d_model), best region shaded."""
     lm = trials[trials["family"].isin(("hourglass", "variable_width"))]
     means, others = chosen_and_others(lm, "val_loss")
@@ -288,7 +284,7 @@ def ucurve_figure(trials: pd.DataFrame, tolerance: float = 0.005) -> go.Figure |
         means, others = chosen_and_others(lm, "val_loss")
         if means.empty or means["width_depth_ratio"].nunique() < 3:
             return None
-    fig, n_sweeps = new_figure(), means["sweep"].nunique()
+    fig, n_sweeps = Figure(), means["sweep"].nunique()
     _other_tuned_trace(fig, others, "width_depth_ratio")
     _stopped_trace(fig, lm, "width_depth_ratio")
     means = means.assign(ratio_group=_ratio_groups(means)).sort_values("width_depth_ratio")
@@ -327,7 +323,7 @@ def ucurve_figure(trials: pd.DataFrame, tolerance: float = 0.005) -> go.Figure |
                    "d_model / n_layers (log)", METRIC_LABELS["val_loss"], log_x=True)
 
 
-def _best_region(fig: go.Figure, trials: pd.DataFrame, group: pd.DataFrame, sweep: str,
+def _best_region(fig: Figure, trials: pd.DataFrame, group: pd.DataFrame, sweep: str,
                  tolerance: float, i: int, n_sweeps: int, shaped: bool) -> None:
     """Shade the ratios within `tolerance` of the curves' best, saying what it covers; a best
     at the edge of the sampled ratios gets a note instead (the optimum may lie beyond)."""
@@ -344,7 +340,7 @@ def _best_region(fig: go.Figure, trials: pd.DataFrame, group: pd.DataFrame, swee
                            xanchor="left" if edge == ratios.min() else "right")
         return
     lo, hi = near.min() / 1.08, near.max() * 1.08
-    fig.add_vrect(x0=lo, x1=hi, fillcolor="#ffd54f", opacity=0.3, line_width=0, layer="below")
+    fig.add_vrect(x0=lo, x1=hi, fillcolor="#ffd54f", opacity=0.3, line=dict(width=0), layer="below")
     base = seed_means(trials[(trials["family"] == BASELINE) & (trials["sweep"] == sweep)], "val_loss")
     better = shaped and len(base) and base["mean"].min() < best
     label = (f"best region of the curves (within {tolerance:.1%} of their best"
@@ -355,13 +351,13 @@ def _best_region(fig: go.Figure, trials: pd.DataFrame, group: pd.DataFrame, swee
                        text=label, showarrow=False, font=dict(size=11, color="#8a6d00"))
 
 
-def ratio_figure(trials: pd.DataFrame) -> go.Figure | None:
+def ratio_figure(trials: pd.DataFrame) -> Figure | None:
     """Seed 000 Fig. 3: loss vs d_h/d_model, one series per k (the best shape at each ratio;
     the other shapes faint behind it), the baseline dashed."""
     means, others = chosen_and_others(trials[trials["family"] == "hourglass"], "val_loss")
     if means.empty or means["ffn_ratio"].round(3).nunique() < 2:
         return None
-    fig, n_sweeps = new_figure(), means["sweep"].nunique()
+    fig, n_sweeps = Figure(), means["sweep"].nunique()
     _other_tuned_trace(fig, others, "ffn_ratio")
     means = means.assign(ratio=means["ffn_ratio"].round(3)).sort_values("ffn_ratio")
     for i, ((sweep, k), group) in enumerate(means.groupby(["sweep", "k"], sort=True)):
@@ -385,13 +381,13 @@ def ratio_figure(trials: pd.DataFrame) -> go.Figure | None:
                   "d_h / d_model", METRIC_LABELS["val_loss"])
 
 
-def width_profile_figure(trials: pd.DataFrame, top: int = 10) -> go.Figure | None:
+def width_profile_figure(trials: pd.DataFrame, top: int = 10) -> Figure | None:
     """Seed 002 Fig. 2's shapes: per-layer widths of the best variable-width candidates, and
     dashed each sweep's own constant-width model (its `constant` shape, else its conventional one)."""
     means = seed_means(trials[trials["family"] == "variable_width"], "val_loss")
     if means.empty:
         return None
-    fig = new_figure()
+    fig = Figure()
     shaped = means[means["shape"] != "constant"]
     for i, (_, row) in enumerate((shaped if len(shaped) else means).nsmallest(top, "mean").iterrows()):
         widths = [int(w) for w in row["widths"]]
@@ -427,7 +423,7 @@ def _constant_width(row) -> bool:
     return row["family"] != "variable_width" or row["shape"] == "constant"
 
 
-def layers_figure(trials: pd.DataFrame, layers: pd.DataFrame | None, top: int = 12) -> go.Figure | None:
+def layers_figure(trials: pd.DataFrame, layers: pd.DataFrame | None, top: int = 12) -> Figure | None:
     """Seed 002 Fig. 7: the residual stream's matrix entropy and the MLP activation density at
     each threshold against depth (layer / n_layers), one line per candidate (its completed
     seeds at its best tuned value, averaged; the `top` best by loss), constant width dashed."""
@@ -448,8 +444,7 @@ def layers_figure(trials: pd.DataFrame, layers: pd.DataFrame | None, top: int = 
     titles = ["matrix entropy of the residual stream",
               *(f"MLP activation density, |a| > {t:g}" for t in thresholds)]
     n_rows = (len(titles) + 1) // 2
-    fig = make_subplots(rows=n_rows, cols=2, subplot_titles=titles, vertical_spacing=0.14)
-    fig.update_layout(template=new_figure().layout.template)
+    fig = Figure.subplots(n_rows, 2, subplot_titles=titles, vertical_spacing=0.14)
     rows = trials.set_index("row_id")
     n_sweeps = means["sweep"].nunique()
     for i, (point, group) in enumerate(data.groupby("point", sort=False)):
@@ -470,14 +465,14 @@ def layers_figure(trials: pd.DataFrame, layers: pd.DataFrame | None, top: int = 
                 row=panel // 2 + 1, col=panel % 2 + 1)
     fig = layout(fig, "Representations by depth (seed 002 Fig. 7): mean over seeds; constant width dashed",
                  "", "")
-    fig.update_xaxes(title_text="depth (layer / n_layers)", row=n_rows)  # clear of the titles below
+    fig.update_xaxes(title=dict(text="depth (layer / n_layers)"), row=n_rows)  # clear of the titles below
     fig.update_yaxes(rangemode="tozero")
-    fig.update_layout(height=fig.layout.height + 330 * (n_rows - 1), margin=dict(t=80))
+    fig.update_layout(height=fig.layout["height"] + 330 * (n_rows - 1), margin=dict(t=80))
     return fig
 
 
 def param_split_figure(trials: pd.DataFrame, top: int = 30,
-                       points: tuple[pd.DataFrame, pd.DataFrame] | None = None) -> go.Figure | None:
+                       points: tuple[pd.DataFrame, pd.DataFrame] | None = None) -> Figure | None:
     """Seed 000's reallocation story: attention vs FFN parameters of the best candidates
     (`points`: `pareto_points` of the language models, when other figures share them)."""
     lm = trials[trials["family"].isin(language_models())]
@@ -487,10 +482,10 @@ def param_split_figure(trials: pd.DataFrame, top: int = 30,
     best = means.nsmallest(top, "mean").reset_index(drop=True)
     labels = [f"#{i + 1} {esc(r['family'])} {esc(shape_text(r))}" for i, r in best.iterrows()]
     points = point_data(best)
-    fig = new_figure()
+    fig = Figure()
     for column, name, c in (("params_attention", "attention", "#ff7f0e"), ("params_ffn", "FFN", "#1f77b4"),
                             ("params_norms", "norms", "#bcbd22")):
-        fig.add_trace(Bar(x=labels, y=best[column], name=name, marker_color=c, customdata=points,
+        fig.add_trace(Bar(x=labels, y=best[column], name=name, marker=dict(color=c), customdata=points,
                           hovertemplate=f"{name} %{{y:.4s}}<br>%{{customdata[1]}}<extra></extra>",
                           meta={"rows": True}))
     fig = layout(fig, f"Parameter split of the {len(best)} best candidates (by validation loss)",
@@ -510,37 +505,7 @@ CANDIDATE_COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c5
                     "#7b4173", "#3182bd", "#e6550d", "#31a354", "#756bb1", "#636363"]
 
 
-REASON_COLUMNS = ["status", "error", "tokens", "train_tokens_budget"]  # what `trial_reason` reads
-
-
-def trial_reasons(trials: pd.DataFrame) -> list[str | None]:
-    """`trial_reason` of each row (its few columns only: a row of every column costs seconds
-    at 50,000 trials; and only the rows that did not complete: a completed one has none)."""
-    unfinished = (trials["status"] != "completed").to_numpy()
-    reasons: list[str | None] = [None] * len(trials)
-    for i, row in zip(np.flatnonzero(unfinished), trials.loc[unfinished, REASON_COLUMNS].to_dict("records"),
-                      strict=True):
-        reasons[i] = trial_reason(row)
-    return reasons
-
-
-def trial_reason(row: dict) -> str | None:
-    """Why a trial did not (yet) complete, in one line: the error's last line, where ASHA
-    stopped it, how far a running one is; None for a completed trial."""
-    tokens, budget = (row.get(c) for c in ("tokens", "train_tokens_budget"))
-    tokens = None if tokens is None or tokens != tokens else tokens
-    budget = None if budget is None or budget != budget else budget
-    if row["status"] == "failed":
-        error = row.get("error") if isinstance(row.get("error"), str) and row["error"].strip() else "failed"
-        return error.strip().splitlines()[-1][:200]
-    if row["status"] == "stopped_early":
-        return f"stopped by ASHA at {human(tokens)} tokens" if tokens else "stopped by ASHA"
-    if row["status"] == "running":
-        return f"running: {human(tokens)}" + (f" of {human(budget)} tokens" if budget else " tokens")
-    return None
-
-
-def learning_curves_figure(trials: pd.DataFrame, curves: pd.DataFrame) -> go.Figure | None:
+def learning_curves_figure(trials: pd.DataFrame, curves: pd.DataFrame) -> Figure | None:
     """Val loss (or PSNR) vs tokens for every trial: one colour per candidate (seeds share it;
     per design above MAX_CANDIDATE_CURVES candidates); stopped trials dashed and failed ones
     dotted, each ending in a mark whose hover says why; running trials end in a dot."""
@@ -558,9 +523,9 @@ def learning_curves_figure(trials: pd.DataFrame, curves: pd.DataFrame) -> go.Fig
     colours = {k: CANDIDATE_COLORS[i % len(CANDIDATE_COLORS)]
                for i, k in enumerate(data[series].drop_duplicates().itertuples(index=False, name=None))}
     unfinished = trials[trials["status"] != "completed"]
-    reasons = dict(zip(zip(unfinished["sweep"], unfinished["trial_id"], strict=True), trial_reasons(unfinished),
+    reasons = dict(zip(zip(unfinished["sweep"], unfinished["trial_id"], strict=True), unfinished["reason"],
                        strict=True))
-    fig, n_sweeps = new_figure(), data["sweep"].nunique()
+    fig, n_sweeps = Figure(), data["sweep"].nunique()
     trace = _scatter(len(data))
     for (*which, status), group in data.groupby([*series, "status"], sort=True):
         sweep = which[0]
@@ -573,19 +538,17 @@ def learning_curves_figure(trials: pd.DataFrame, curves: pd.DataFrame) -> go.Fig
         label = group["design"].iloc[0] + (" " + group["shape_text"].iloc[0] if per_candidate else "")
         name = _series_name([label, "" if status == "completed" else f"({status.replace('_', ' ')})"],
                             n_sweeps, sweep)
-        add_with_point_data(fig, trace(
+        fig.add_trace(trace(
             x=joined["tokens"], y=joined[metric], mode="lines", name=name, legendgroup=name,
-            line=dict(color=c, dash=dash, width=1.6), opacity=opacity, connectgaps=False, customdata=NO_POINTS,
-            hovertemplate="%{customdata[1]}<br>tokens %{x:.3s}: %{y:.4g}<extra></extra>", meta={"rows": True}),
-            joined)
+            line=dict(color=c, dash=dash, width=1.6), opacity=opacity, connectgaps=False,
+            customdata=point_data(joined), hovertemplate="%{customdata[1]}<br>tokens %{x:.3s}: %{y:.4g}<extra></extra>", meta={"rows": True}))
         if status != "completed":
             why = [esc(reasons.get((sweep, t)) or status) for t in last["trial_id"]]
-            add_with_point_data(fig, trace(
+            fig.add_trace(trace(
                 x=last["tokens"], y=last[metric], mode="markers", showlegend=False, legendgroup=name, text=why,
                 marker=dict(symbol=END_MARKS.get(status, "circle"), size=9, color=c, line=dict(width=1.5, color=c)),
-                customdata=NO_POINTS, name=name + " end",
-                hovertemplate="<b>%{text}</b><br>%{customdata[1]}<extra></extra>", meta={"rows": True}),
-                last)
+                customdata=point_data(last), name=name + " end",
+                hovertemplate="<b>%{text}</b><br>%{customdata[1]}<extra></extra>", meta={"rows": True}))
     label = METRIC_LABELS[metric]
     return layout(fig, f"Learning curves ({label} vs tokens; ✕ stopped by ASHA, ⊗ failed, ● running)",
                   "tokens (log)", label, log_x=True)
@@ -601,7 +564,7 @@ def _labels(frame: pd.DataFrame, n_sweeps: int) -> list[str]:
             for label, key, twin in zip(labels, frame["key"], seen, strict=True)]
 
 
-def baseline_figure(trials: pd.DataFrame, metric: str = "val_loss") -> go.Figure | None:
+def baseline_figure(trials: pd.DataFrame, metric: str = "val_loss") -> Figure | None:
     """Each candidate minus its sweep's `baseline` variant, paired over seeds, with the 95%
     t-interval (`shapesweep.results.stats.compare`); colour = verdict, n<2 candidates have no bar."""
     parts = []
@@ -624,7 +587,7 @@ def baseline_figure(trials: pd.DataFrame, metric: str = "val_loss") -> go.Figure
                     if lo == lo else f"Δ {d:+.4f} · {v} (n<2: no interval)"
                     for d, lo, hi, v, n in zip(delta, data["ci_low"].astype(float), data["ci_high"].astype(float),
                                                data["verdict"], data["n_paired"], strict=True)]
-    fig = new_figure()
+    fig = Figure()
     for verdict, c in VERDICT_COLORS.items():
         group = data[data["verdict"] == verdict]
         if group.empty:
@@ -646,13 +609,13 @@ def baseline_figure(trials: pd.DataFrame, metric: str = "val_loss") -> go.Figure
 
 
 def rank_fidelity_figure(trials: pd.DataFrame, curves: pd.DataFrame,
-                         metric: str = "val_loss") -> go.Figure | None:
+                         metric: str = "val_loss") -> Figure | None:
     """Kendall's tau between the ranking at each evaluation point and the final one
     (`shapesweep.results.stats.rank_fidelity`), against the fraction of the token budget."""
     fidelity = rank_fidelity(trials, curves, metric)
     if fidelity.empty:
         return None
-    fig = new_figure()
+    fig = Figure()
     for i, (sweep, group) in enumerate(fidelity.groupby("sweep")):
         stable = stable_fraction(group)
         note = f"≥ {FIDELITY_THRESHOLD:g} from {stable:.0%} of the budget" if stable is not None \
@@ -673,7 +636,7 @@ def rank_fidelity_figure(trials: pd.DataFrame, curves: pd.DataFrame,
 
 
 def applicable_figures(trials: pd.DataFrame, curves: pd.DataFrame,
-                       layers: pd.DataFrame | None = None) -> list[tuple[str, go.Figure]]:
+                       layers: pd.DataFrame | None = None) -> list[tuple[str, Figure]]:
     """(id, figure) for every figure whose columns and families the data has (`layers`:
     `shapesweep.results.store.load_layers`, for seed 002's representation figure)."""
     is_lm = trials["family"].isin(language_models())

@@ -37,30 +37,121 @@ PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e
            "#17becf", "#bcbd22", "#7f7f7f"]
 
 
-def new_figure():
-    """An empty figure on a small white template (plotly's default one is copied per figure)."""
-    import plotly.graph_objects as go
-
-    axis = dict(gridcolor="#ebedf0", linecolor="#c8ccd2", zerolinecolor="#d5d8dc", automargin=True)
-    template = dict(layout=dict(paper_bgcolor="white", plot_bgcolor="white", colorway=PALETTE,
-                                font=dict(family="system-ui, sans-serif", size=12, color="#2a3f5f"),
-                                xaxis=axis, yaxis=axis, hoverlabel=dict(align="left")))
-    return go.Figure(layout=dict(template=template))
+AXIS = dict(gridcolor="#ebedf0", linecolor="#c8ccd2", zerolinecolor="#d5d8dc", automargin=True)
+TEMPLATE = dict(layout=dict(paper_bgcolor="white", plot_bgcolor="white", colorway=PALETTE,
+                            font=dict(family="system-ui, sans-serif", size=12, color="#2a3f5f"),
+                            xaxis=AXIS, yaxis=AXIS, hoverlabel=dict(align="left")))  # small and white
 
 
-def unchecked(kind: str):
-    """The plotly trace type `kind` ("Scatter", "Bar", ...), validated once: by `add_trace`,
-    which checks and rebuilds every trace it is given, so a trace checked when built too costs
-    twice (a second at 50,000 trials). Only for traces passed straight to `add_trace`."""
-    import plotly.graph_objects as go
+def trace(kind: str, **props) -> dict:
+    """A plotly trace of type `kind` ("scatter", "bar", ...) as the plain dict the page takes:
+    unset (None) properties left out, pandas columns as numpy arrays, as plotly's own figure
+    objects hold them (those check and deep-copy every point: seconds at 50,000 trials)."""
+    out = {k: v.to_numpy() if isinstance(v, pd.Series | pd.Index) else v for k, v in props.items() if v is not None}
+    return {**out, "type": kind}
 
-    return functools.partial(getattr(go, kind), _validate=False)
+
+def trace_type(kind: str):
+    """`trace` of one type, called as plotly's classes are: `Scatter(x=..., y=...)`."""
+    return functools.partial(trace, kind)
 
 
-def layout(fig, title: str, x: str, y: str, log_x: bool = False):
+class Figure:
+    """A plotly figure as plain dicts (`data`: traces, `layout`), with the few plotly.py
+    methods the figures use; `to_dict` is what plotly.js draws."""
+
+    def __init__(self, layout: dict | None = None, grid: tuple[int, int] = (1, 1)):
+        self.data: list[dict] = []
+        self.layout: dict = layout if layout is not None else {"template": TEMPLATE}
+        self.grid = grid  # (rows, cols) of subplots, numbered row by row as plotly numbers them
+
+    @classmethod
+    def subplots(cls, rows: int, cols: int, horizontal_spacing: float | None = None,
+                 vertical_spacing: float | None = None, shared_yaxes: bool = False,
+                 subplot_titles: tuple[str, ...] | list[str] = ()) -> Figure:
+        """A grid of subplots, numbered row by row from the top left, laid out as plotly's
+        `make_subplots` lays them out, to the last bit of each domain (`test_figures` holds
+        it to that), without building a plotly figure: a third of a second a report."""
+        across = 0.2 / cols if horizontal_spacing is None else horizontal_spacing
+        down = 0.3 / rows if vertical_spacing is None else vertical_spacing
+        width, height = (1.0 - across * (cols - 1)) / cols, (1.0 - down * (rows - 1)) / rows
+        fig = cls(grid=(rows, cols))
+        for row in range(1, rows + 1):
+            below = rows - row  # plotly stacks the rows up from the bottom
+            bottom = sum([height] * below) + below * down
+            for col in range(1, cols + 1):
+                left = sum([width] * (col - 1)) + (col - 1) * across
+                n = fig._subplot(row, col)
+                fig.layout[f"xaxis{n}"] = {"anchor": f"y{n}", "domain": [left, left + width]}
+                fig.layout[f"yaxis{n}"] = {"anchor": f"x{n}", "domain": [_unit(bottom), _unit(bottom + height)]}
+                if shared_yaxes and col > 1:  # each row's axes follow its first one
+                    fig.layout[f"yaxis{n}"].update(matches=f"y{fig._subplot(row, 1)}", showticklabels=False)
+        for i, title in enumerate(subplot_titles):
+            if title:
+                x = fig.layout[f"xaxis{fig._subplot(i // cols + 1, i % cols + 1)}"]["domain"]
+                y = fig.layout[f"yaxis{fig._subplot(i // cols + 1, i % cols + 1)}"]["domain"]
+                fig.add_annotation(y=y[1], xref="paper", x=sum(x) / 2.0, yref="paper", text=title, showarrow=False,
+                                   font=dict(size=16), xanchor="center", yanchor="bottom")
+        return fig
+
+    def add_trace(self, trace: dict, row: int | None = None, col: int | None = None) -> None:
+        if row is not None:
+            n = self._subplot(row, col)
+            trace = {**trace, "xaxis": f"x{n}", "yaxis": f"y{n}"}
+        self.data.append(trace)
+
+    def update_layout(self, **props) -> None:
+        _merge(self.layout, props)
+
+    def update_xaxes(self, row: int | None = None, col: int | None = None, **props) -> None:
+        for name in self._axes("xaxis", row, col):
+            _merge(self.layout.setdefault(name, {}), props)
+
+    def update_yaxes(self, row: int | None = None, col: int | None = None, **props) -> None:
+        for name in self._axes("yaxis", row, col):
+            _merge(self.layout.setdefault(name, {}), props)
+
+    def add_hline(self, y: float, line: dict) -> None:
+        self.layout.setdefault("shapes", []).append(
+            dict(line=line, type="line", x0=0, x1=1, xref="x domain", y0=y, y1=y, yref="y"))
+
+    def add_vrect(self, x0: float, x1: float, **props) -> None:
+        self.layout.setdefault("shapes", []).append(
+            dict(props, type="rect", x0=x0, x1=x1, xref="x", y0=0, y1=1, yref="y domain"))
+
+    def add_annotation(self, **props) -> None:
+        self.layout.setdefault("annotations", []).append(props)
+
+    def to_dict(self) -> dict:
+        return {"data": self.data, "layout": self.layout}
+
+    def _subplot(self, row: int, col: int) -> str:
+        n = (row - 1) * self.grid[1] + col
+        return "" if n == 1 else str(n)
+
+    def _axes(self, prefix: str, row: int | None, col: int | None) -> list[str]:
+        return [prefix + self._subplot(r, c) for r in range(1, self.grid[0] + 1) for c in range(1, self.grid[1] + 1)
+                if row in (None, r) and col in (None, c)]
+
+
+def _unit(value: float) -> float:
+    """A domain end a rounding error outside [0, 1] put back on its edge, as plotly does."""
+    return 0.0 if -0.01 < value < 0.0 else 1.0 if 1.0 < value < 1.01 else value
+
+
+def _merge(into: dict, props: dict) -> None:
+    """plotly's `update`: nested dicts merged key by key, anything else replaced."""
+    for key, value in props.items():
+        if isinstance(value, dict):  # copied: one dict given to several axes stays theirs alone
+            _merge(into[key] if isinstance(into.get(key), dict) else into.setdefault(key, {}), value)
+        else:
+            into[key] = value
+
+
+def layout(fig: Figure, title: str, x: str, y: str, log_x: bool = False) -> Figure:
     # The legend is a list below the plot, one entry per line, and the figure grows to hold
     # it: at any width every series stays visible (a legend that scrolls hides some).
-    shown = sum(1 for t in fig.data if t.showlegend is not False and t.name)
+    shown = sum(1 for t in fig.data if t.get("showlegend") is not False and t.get("name"))
     legend_px = LEGEND_LINE_PX * shown + 10 if shown else 0
     fig.update_layout(title=dict(text=title, x=0.01, font=dict(size=14)), hovermode="closest",
                       height=430 + legend_px, margin=dict(l=60, r=40, t=45, b=60 + legend_px),
@@ -70,8 +161,8 @@ def layout(fig, title: str, x: str, y: str, log_x: bool = False):
                                   yref="container", font=dict(size=11), tracegroupgap=2,
                                   maxheight=legend_px + 20))
     # SI prefixes (G, not plotly's default B), as `human` writes them in labels and tables
-    fig.update_xaxes(title_text=x, exponentformat="SI", **({"type": "log"} if log_x else {}))
-    fig.update_yaxes(title_text=y, exponentformat="SI")
+    fig.update_xaxes(title=dict(text=x), exponentformat="SI", **({"type": "log"} if log_x else {}))
+    fig.update_yaxes(title=dict(text=y), exponentformat="SI")
     if log_x:
         _log_ticks(fig)
     return fig
@@ -83,9 +174,9 @@ LEGEND_LINE_PX = 22  # an 11 px legend entry and the gap between groups
 def _log_ticks(fig) -> None:
     """Log-axis ticks at 1, 2 and 5 per decade labelled in full (`human`: 20, 2K, 5M);
     plotly's own minor labels write 20 as a bare "2"."""
-    xs = np.concatenate([np.asarray(t.x, dtype=float) for t in fig.data
-                         if getattr(t, "x", None) is not None and len(t.x)
-                         and np.asarray(t.x).dtype.kind in "fiu"] or [np.array([])])
+    xs = np.concatenate([np.asarray(t["x"], dtype=float) for t in fig.data
+                         if t.get("x") is not None and len(t["x"])
+                         and np.asarray(t["x"]).dtype.kind in "fiu"] or [np.array([])])
     xs = xs[np.isfinite(xs) & (xs > 0)]
     if not len(xs):
         return
@@ -106,17 +197,6 @@ def point_data(frame: pd.DataFrame) -> np.ndarray:
     out[:, 0] = frame["row_id"].to_numpy()
     out[:, 1] = frame["hover"].to_numpy()
     return out
-
-
-NO_POINTS = np.empty((0, 2), dtype=object)  # a trace's customdata until `add_with_point_data` sets it
-
-
-def add_with_point_data(fig, trace, frame: pd.DataFrame) -> None:
-    """`fig.add_trace(trace)` (built with `customdata=NO_POINTS`), then its `point_data(frame)`:
-    add_trace deep-copies a trace's arrays, an object array element by element (a second for
-    the learning curves of 50,000 trials), and a value set on the added trace is not copied."""
-    fig.add_trace(trace)
-    fig.data[-1].customdata = point_data(frame)
 
 
 def esc(value: Any) -> str:
@@ -161,7 +241,13 @@ def hover_text(row: dict) -> str:
 
 def _hover_title(row: dict, series: str) -> str:
     """The line that names the trial."""
-    return f"<b>{esc(row['sweep'])}</b> · {esc(series)} · trial {esc(row['trial_id'])}"
+    return _hover_title_start(row["sweep"], series) + esc(row["trial_id"])
+
+
+@functools.lru_cache(maxsize=4096)
+def _hover_title_start(sweep: str, series: str) -> str:
+    """`_hover_title` up to the trial id: the same for a sweep's trials of one series."""
+    return f"<b>{esc(sweep)}</b> · {esc(series)} · trial "
 
 
 def _hover_body(row: dict) -> str:
@@ -189,12 +275,18 @@ def _hover_body(row: dict) -> str:
     return "<br>".join(lines)
 
 
+def python_strings(frame: pd.DataFrame) -> pd.DataFrame:
+    """`frame` with its text columns as Python strings: the figures select and join rows many
+    times over, and a take or join of Arrow-backed strings (pandas' default) costs several
+    times more."""
+    return frame.astype({name: object for name, kind in frame.dtypes.items() if kind == "str"})
+
+
 def with_derived(trials: pd.DataFrame) -> pd.DataFrame:
-    """Row ids, series names, training FLOPs and hover text, computed once per report."""
-    frame = trials.reset_index(drop=True)
-    # Python strings: the figures select rows many times over, and a take of Arrow-backed
-    # strings (pandas' default) costs several times more
-    frame = frame.astype({name: object for name, kind in frame.dtypes.items() if kind == "str"})
+    """Row ids, series names, training FLOPs, hover text (`hover`, and `hover_body`: all but its
+    first line, which names the trial) and why a trial did not complete (`reason`), computed
+    once per report."""
+    frame = python_strings(trials.reset_index(drop=True))
     frame["row_id"] = np.arange(len(frame))
     frame["training_flops"] = frame["flops_per_token"].astype(float) * frame["tokens"].astype(float)
     # One record per candidate key and tuned values: its seeds share series, shape and hover
@@ -202,15 +294,54 @@ def with_derived(trials: pd.DataFrame) -> pd.DataFrame:
     shared = frame.groupby(["key", "tuned_json"], dropna=False, sort=False).ngroup().to_numpy()
     shared = np.where(frame["key"].isna(), -1 - frame["row_id"], shared)
     first, of = np.unique(shared, return_index=True, return_inverse=True)[1:]
-    records = frame.iloc[first].to_dict("records")
+    records = _records(frame.iloc[first])
     series = np.array([design(row) for row in records], dtype=object)
     bodies = np.array([_hover_body(row) for row in records], dtype=object)
     frame["design"] = series[of]
+    frame["hover_body"] = bodies[of]
     frame["hover"] = [_hover_title({"sweep": sweep, "trial_id": trial_id}, name) + "<br>" + body
                       for sweep, trial_id, name, body in zip(frame["sweep"], frame["trial_id"], series[of],
                                                               bodies[of], strict=True)]
     frame["shape_text"] = np.array([shape_text(row) for row in records], dtype=object)[of]
-    return frame.astype({name: object for name in ("design", "hover", "shape_text")})  # as above
+    frame["reason"] = trial_reasons(frame)
+    return frame.astype({name: object for name in ("design", "hover", "hover_body", "shape_text", "reason")})
+
+
+def _records(frame: pd.DataFrame) -> list[dict]:
+    """`frame.to_dict("records")`, the same values, from one list per column: pandas boxes
+    each value on its own (a third of a second for 8,400 candidates of 70 columns)."""
+    columns = list(frame.columns)
+    return [dict(zip(columns, row, strict=True)) for row in zip(*(frame[c].tolist() for c in columns), strict=True)]
+
+
+REASON_COLUMNS = ["status", "error", "tokens", "train_tokens_budget"]  # what `trial_reason` reads
+
+
+def trial_reasons(trials: pd.DataFrame) -> list[str | None]:
+    """`trial_reason` of each row (its few columns only: a row of every column costs seconds
+    at 50,000 trials; and only the rows that did not complete: a completed one has none)."""
+    unfinished = (trials["status"] != "completed").to_numpy()
+    reasons: list[str | None] = [None] * len(trials)
+    columns = [c for c in REASON_COLUMNS if c in trials]  # a frame built by hand may lack some
+    for i, row in zip(np.flatnonzero(unfinished), trials.loc[unfinished, columns].to_dict("records"), strict=True):
+        reasons[i] = trial_reason(row)
+    return reasons
+
+
+def trial_reason(row: dict) -> str | None:
+    """Why a trial did not (yet) complete, in one line: the error's last line, where ASHA
+    stopped it, how far a running one is; None for a completed trial."""
+    tokens, budget = (row.get(c) for c in ("tokens", "train_tokens_budget"))
+    tokens = None if tokens is None or tokens != tokens else tokens
+    budget = None if budget is None or budget != budget else budget
+    if row["status"] == "failed":
+        error = row.get("error") if isinstance(row.get("error"), str) and row["error"].strip() else "failed"
+        return error.strip().splitlines()[-1][:200]
+    if row["status"] == "stopped_early":
+        return f"stopped by ASHA at {human(tokens)} tokens" if tokens else "stopped by ASHA"
+    if row["status"] == "running":
+        return f"running: {human(tokens)}" + (f" of {human(budget)} tokens" if budget else " tokens")
+    return None
 
 
 def tuned_means(frame: pd.DataFrame, metric: str, extra: tuple[str, ...] = ()) -> pd.DataFrame:

@@ -58,7 +58,7 @@ function esc(text) {  // as Python's html.escape(text, quote=False): frames.esc
 }
 function expand(rows) {  // columns of few values arrive as {values, codes} (report._coded), numbers typed
   for (const [k, v] of Object.entries(rows)) rows[k] = decode(v);
-  // The hover title names the trial, the rest is its candidate's (report._hover_bodies).
+  // The hover title names the trial, the rest is its candidate's (frames.with_derived: hover_body).
   rows.hover = rows.hover.map((body, i) => "<b>" + esc(rows.sweep[i]) + "</b> · " + esc(rows.design[i]) +
     " · trial " + esc(rows.trial_id[i]) + "<br>" + body);
 }

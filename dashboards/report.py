@@ -90,11 +90,12 @@ def _clean(value):
 def build_payload(root: str, sweeps: list[str] | None = None, title: str | None = None,
                   version: str = "", cache=None) -> str:
     """The JSON the page renders: sweeps, filter values, per-trial rows, figures."""
-    from shapesweep.dashboards.figures import applicable_figures, metric_for, trial_reasons
+    from shapesweep.dashboards.figures import applicable_figures, metric_for
     from shapesweep.dashboards.frames import (
         LOWER_IS_BETTER,
         METRIC_LABELS,
         language_models,
+        python_strings,
         with_derived,
     )
     from shapesweep.dashboards.views import analysis_views
@@ -121,7 +122,7 @@ def build_payload(root: str, sweeps: list[str] | None = None, title: str | None 
         "training_flops": _typed(trials["training_flops"].to_numpy(np.float32, na_value=np.nan)),
         "shape": trials["shape_text"].tolist(),
         "error": [None if not isinstance(e, str) else e for e in trials["error"]],
-        "reason": trial_reasons(trials),
+        "reason": trials["reason"].tolist(),
     }
     rows["doc"], rows["train"], docs, trains = _split_configs(trials["config_json"])
     counts = trials.groupby(["sweep", "status"]).size() if len(trials) else pd.Series(dtype=int)
@@ -137,9 +138,10 @@ def build_payload(root: str, sweeps: list[str] | None = None, title: str | None 
                     for m in dict.fromkeys(metric_names.tolist())],
         "rows": rows, "docs": docs, "trains": trains,
     }
-    rows["hover"] = _hover_bodies(trials)
+    rows["hover"] = trials["hover_body"].tolist()  # the page adds the title (`expand`)
     for name in CODED:
         rows[name] = _coded(rows[name])
+    curves = python_strings(curves)
     figures = applicable_figures(trials, curves, load_layers(root, sweeps, cache=cache)) if len(trials) else []
     figures += analysis_views(trials) if len(trials) else []
     hover = trials["hover"].to_numpy()
@@ -192,22 +194,6 @@ def expand(rows: dict) -> dict:
     return {k: plain(v) for k, v in rows.items()}
 
 
-def _hover_bodies(trials: pd.DataFrame) -> list[str]:
-    """Each trial's hover text (`frames.hover_text`) less its first line, which names the trial
-    and which the page builds from the row (`hoverText`): the rest is the candidate's and its
-    tuned values', shared by its seeds."""
-    from shapesweep.dashboards.frames import esc
-
-    bodies = []
-    for text, sweep, design, trial_id in zip(trials["hover"], trials["sweep"], trials["design"],
-                                             trials["trial_id"], strict=True):
-        title = f"<b>{esc(sweep)}</b> · {esc(design)} · trial {esc(trial_id)}<br>"
-        if not text.startswith(title):
-            raise ValueError(f"hover text of trial {trial_id!r} does not start with its title")
-        bodies.append(text[len(title):])
-    return bodies
-
-
 def _split_configs(config_json: pd.Series) -> tuple[list, list, list, list]:
     """Candidate documents deduplicated for transport: the seeds of one shape share a
     document, and most trials share a train block (it differs by seed only)."""
@@ -222,10 +208,10 @@ def _split_configs(config_json: pd.Series) -> tuple[list, list, list, list]:
         body, train = _config_parts(text, parsed)
         doc_of.append(doc_ids.setdefault(body, len(doc_ids)))
         train_of.append(train_ids.setdefault(train, len(train_ids)))
-        if len(docs) < len(doc_ids):
-            docs.append(json.loads(body))
+        if len(docs) < len(doc_ids):  # a part `_canonical` checked is parsed already
+            docs.append(json.loads(body) if parsed.get(body) is None else parsed[body])
         if len(trains) < len(train_ids):
-            trains.append(json.loads(train))
+            trains.append(json.loads(train) if parsed.get(train) is None else parsed[train])
     return doc_of, train_of, docs, trains
 
 
@@ -260,35 +246,58 @@ def _canonical(text: str, parsed: dict):
 
 
 def _lean(fig, hover: np.ndarray) -> dict:
-    """A figure as the page takes it, in the fewest bytes: each point's hover text stays in
-    the rows (customdata carries the row id only; the page restores the text, `decodeTrace`),
-    coordinates and error bars travel as float32 (7 digits, more than any hover shows) unless
-    a hover prints them unformatted, and x and texts of few distinct values as codes."""
-    ids = np.min_scalar_type(max(len(hover) - 1, 0))
-    for trace in fig.data:
-        meta = trace.meta if isinstance(trace.meta, dict) else {}
-        row_ids = _row_ids(trace.customdata, hover)
-        if row_ids is not None:
-            trace.customdata = row_ids.astype(ids)
-            trace.meta = {**meta, "ids": True}
-        template = str(getattr(trace, "hovertemplate", None) or "")
-        for axis in ("x", "y"):
-            values = getattr(trace, axis, None)
-            if f"%{{{axis}}}" not in template and _float32(values) is not values:
-                setattr(trace, axis, _float32(values))
-        bars = getattr(trace, "error_y", None)
-        if bars is not None and bars.array is not None:
-            bars.array, bars.arrayminus = _float32(bars.array), _float32(bars.arrayminus)
-    out = fig.to_dict()
-    for trace, source in zip(out["data"], fig.data, strict=True):
-        for owner, key in ((trace, "text"), (trace.get("marker") or {}, "color")):
-            if _repeats(owner.get(key)):
-                owner[key] = _coded(owner[key])
-        x = getattr(source, "x", None)
-        if isinstance(x, np.ndarray) and x.dtype.kind in "fiu" and len(x) >= FEW_OF \
-                and len(np.unique(x)) <= 256:  # a curve's evaluation points: one byte each
-            trace["x"] = _coded(x)
-    return out
+    """A figure (`frames.Figure`) as the page takes it, in the fewest bytes: each point's hover
+    text stays in the rows (customdata carries the row id only; the page restores the text,
+    `decodeTrace`), coordinates and error bars travel as float32 (7 digits, more than any hover
+    shows) unless a hover prints them unformatted, x and texts of few distinct values as codes,
+    and every other array typed (`_typed_arrays`)."""
+    return {"data": [_lean_trace(trace, hover) for trace in fig.data], "layout": _typed_arrays(fig.layout)}
+
+
+def _lean_trace(trace: dict, hover: np.ndarray) -> dict:
+    trace = dict(trace)
+    row_ids = _row_ids(trace.get("customdata"), hover)
+    if row_ids is not None:
+        trace["customdata"] = row_ids.astype(np.min_scalar_type(max(len(hover) - 1, 0)))
+        trace["meta"] = {**(trace.get("meta") if isinstance(trace.get("meta"), dict) else {}), "ids": True}
+    template = str(trace.get("hovertemplate") or "")
+    for axis in ("x", "y"):
+        if f"%{{{axis}}}" not in template and axis in trace:
+            trace[axis] = _float32(trace[axis])
+    if (trace.get("error_y") or {}).get("array") is not None:
+        trace["error_y"] = bars = dict(trace["error_y"])
+        for side in ("array", "arrayminus"):
+            if side in bars:
+                bars[side] = _float32(bars[side])
+    x = trace.get("x")
+    for owner, key in ((trace, "text"), (trace.get("marker") or {}, "color")):
+        if _repeats(owner.get(key)):
+            if owner is not trace:
+                trace["marker"] = owner = dict(owner)
+            owner[key] = _coded(owner[key])
+    if isinstance(x, np.ndarray) and x.dtype.kind in "fiu" and len(x) >= FEW_OF \
+            and len(np.unique(x)) <= 256:  # a curve's evaluation points: one byte each
+        trace["x"] = _coded(x)
+    return _typed_arrays(trace)
+
+
+def _typed_arrays(value):
+    """`value` with its numeric numpy arrays as typed arrays (`_typed`), 64-bit integers in the
+    fewest of 8, 16 or 32 bits (plotly.js has no 64-bit arrays), as plotly.py sends them."""
+    if isinstance(value, dict):
+        return {k: _typed_arrays(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_typed_arrays(v) for v in value]
+    if not isinstance(value, np.ndarray) or not value.size:
+        return value
+    if value.dtype == np.int64:
+        fits = [t for t in (np.int8, np.int16, np.int32)
+                if np.iinfo(t).min <= value.min() and value.max() <= np.iinfo(t).max]
+        value = value.astype(fits[0]) if fits else value
+    return _typed(value) if value.dtype.str[1:] in TYPED else value
+
+
+TYPED = ("i1", "u1", "i2", "u2", "i4", "u4", "f4", "f8")  # plotly.js's typed arrays
 
 
 FEW_OF = 64  # points from which an x of few distinct values travels as one-byte codes

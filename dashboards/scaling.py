@@ -8,22 +8,21 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
-import plotly.graph_objects as go
 from scipy import stats
 from shapesweep.dashboards.frames import (
     BASELINE,
+    Figure,
     color,
     esc,
     human,
     language_models,
     layout,
-    new_figure,
     point_data,
     seed_means,
-    unchecked,
+    trace_type,
 )
 
-Scatter = unchecked("Scatter")
+Scatter = trace_type("scatter")
 
 
 @dataclass(frozen=True)
@@ -91,7 +90,7 @@ def match_sentences(fits: dict[str, PowerLaw], baseline: str = BASELINE) -> list
 
 
 def scaling_figure(trials: pd.DataFrame,
-                   points: tuple[pd.DataFrame, pd.DataFrame] | None = None) -> go.Figure | None:
+                   points: tuple[pd.DataFrame, pd.DataFrame] | None = None) -> Figure | None:
     """Loss vs training FLOPs with a fitted power law per family and the FLOPs-to-match text
     (`points`: `figures.pareto_points` of the language models, their FLOPs averaged over seeds)."""
     lm = trials[trials["family"].isin(language_models())]
@@ -99,7 +98,7 @@ def scaling_figure(trials: pd.DataFrame,
     fits = _fit_means(means)
     if not fits:
         return None
-    fig = new_figure()
+    fig = Figure()
     for i, (series, group) in enumerate(means.groupby("design")):
         c = color(series, i)
         fig.add_trace(Scatter(

@@ -17,26 +17,27 @@ import math
 
 import optuna
 import pandas as pd
-import plotly.graph_objects as go
-from plotly.subplots import make_subplots
+from plotly.colors import sequential
 from shapesweep.dashboards.figures import _errors, metric_for
 from shapesweep.dashboards.frames import (
     LOWER_IS_BETTER,
     METRIC_LABELS,
+    Figure,
     color,
     esc,
     layout,
-    new_figure,
     point_data,
     seed_means,
-    unchecked,
+    trace_type,
 )
 from shapesweep.results.schema import SHAPE_COLUMNS
 
-Scatter = unchecked("Scatter")
-Bar = unchecked("Bar")
-Parcoords = unchecked("Parcoords")
+Scatter = trace_type("scatter")
+Bar = trace_type("bar")
+Parcoords = trace_type("parcoords")
 
+# plotly's "Viridis" spelt out, as plotly.py sends a named colour scale
+VIRIDIS = [[i / (len(sequential.Viridis) - 1), c] for i, c in enumerate(sequential.Viridis)]
 FIELDS = ("family", *(name for name, _ in SHAPE_COLUMNS if name != "widths"))
 MISSING = "–"
 MIN_CANDIDATES = 3  # fewer make no line, slice or ranking worth drawing
@@ -125,9 +126,9 @@ def importances(means: pd.DataFrame, fields: list[str], metric: str) -> pd.Serie
     return pd.Series(scores, dtype=float)
 
 
-def note_figure(title: str, line: str) -> go.Figure:
+def note_figure(title: str, line: str) -> Figure:
     """One line instead of an empty plot: why this view has nothing to draw."""
-    fig = new_figure()
+    fig = Figure()
     fig.add_trace(Scatter(x=[0], y=[0], mode="text", text=[esc(line)], textfont=dict(size=13),
                           hoverinfo="skip", showlegend=False))
     fig.update_layout(title=dict(text=title, x=0.01, font=dict(size=14)), height=160,
@@ -137,7 +138,7 @@ def note_figure(title: str, line: str) -> go.Figure:
     return fig
 
 
-def parallel_figure(means: pd.DataFrame, fields: list[str], metric: str, title: str) -> go.Figure:
+def parallel_figure(means: pd.DataFrame, fields: list[str], metric: str, title: str) -> Figure:
     """One line per candidate through every varying field and the metric, coloured by the metric."""
     dimensions = []
     for f in fields:
@@ -150,10 +151,10 @@ def parallel_figure(means: pd.DataFrame, fields: list[str], metric: str, title: 
             dimensions.append(dict(label=f, values=means[f].astype(float).tolist()))
     label = METRIC_LABELS[metric]
     dimensions.append(dict(label=label, values=means["mean"].tolist()))
-    fig = new_figure()
+    fig = Figure()
     fig.add_trace(Parcoords(
         dimensions=dimensions, labelangle=-20, labelside="top",
-        line=dict(color=means["mean"].tolist(), colorscale="Viridis", showscale=True,
+        line=dict(color=means["mean"].tolist(), colorscale=VIRIDIS, showscale=True,
                   reversescale=LOWER_IS_BETTER[metric], colorbar=dict(title=dict(text=label, side="right"))),
         meta={"sweep": means["sweep"].iloc[0]}))
     fig.update_layout(title=dict(text=title, x=0.01, font=dict(size=14)), height=470,
@@ -161,11 +162,11 @@ def parallel_figure(means: pd.DataFrame, fields: list[str], metric: str, title: 
     return fig
 
 
-def importance_figure(scores: pd.Series, metric: str, title: str) -> go.Figure:
+def importance_figure(scores: pd.Series, metric: str, title: str) -> Figure:
     """Horizontal bars, the most important field on top."""
     scores = scores.sort_values()
-    fig = new_figure()
-    fig.add_trace(Bar(x=scores.to_numpy(), y=list(scores.index), orientation="h", marker_color="#1f77b4",
+    fig = Figure()
+    fig.add_trace(Bar(x=scores.to_numpy(), y=list(scores.index), orientation="h", marker=dict(color="#1f77b4"),
                       hovertemplate="%{y}: %{x:.1%} of the explained variance<extra></extra>"))
     fig = layout(fig, title, f"fANOVA importance for {METRIC_LABELS[metric]} (share, sums to 1)", "shape field")
     fig.update_xaxes(tickformat=".0%", rangemode="tozero")
@@ -173,12 +174,11 @@ def importance_figure(scores: pd.Series, metric: str, title: str) -> go.Figure:
     return fig
 
 
-def slice_figure(means: pd.DataFrame, fields: list[str], metric: str, title: str) -> go.Figure:
+def slice_figure(means: pd.DataFrame, fields: list[str], metric: str, title: str) -> Figure:
     """The metric against each varying field, one panel per field; error bars: std over seeds."""
     rows = math.ceil(len(fields) / SLICE_COLUMNS)
-    fig = make_subplots(rows=rows, cols=SLICE_COLUMNS, shared_yaxes=True, horizontal_spacing=0.04,
-                        vertical_spacing=0.3 / rows)
-    fig.update_layout(template=new_figure().layout.template)
+    fig = Figure.subplots(rows, SLICE_COLUMNS, shared_yaxes=True, horizontal_spacing=0.04,
+                          vertical_spacing=0.3 / rows)
     colors = [color(d, i) for i, d in enumerate(means["design"])]
     for panel, f in enumerate(fields):
         row, col = panel // SLICE_COLUMNS + 1, panel % SLICE_COLUMNS + 1
@@ -191,13 +191,13 @@ def slice_figure(means: pd.DataFrame, fields: list[str], metric: str, title: str
     fig = layout(fig, title, "", "")
     for panel, f in enumerate(fields):
         row, col = panel // SLICE_COLUMNS + 1, panel % SLICE_COLUMNS + 1
-        fig.update_xaxes(title_text=f, row=row, col=col, **({"type": "category"} if categorical(means[f]) else {}))
-        fig.update_yaxes(title_text=METRIC_LABELS[metric] if col == 1 else "", row=row, col=col)
+        fig.update_xaxes(title=dict(text=f), row=row, col=col, **({"type": "category"} if categorical(means[f]) else {}))
+        fig.update_yaxes(title=dict(text=METRIC_LABELS[metric] if col == 1 else ""), row=row, col=col)
     fig.update_layout(height=150 + 300 * rows)
     return fig
 
 
-def sweep_views(index: int, trials: pd.DataFrame) -> list[tuple[str, go.Figure]]:
+def sweep_views(index: int, trials: pd.DataFrame) -> list[tuple[str, Figure]]:
     """The three views of one sweep's trials (ids `views-<kind>-<index>`)."""
     sweep, metric = trials["sweep"].iloc[0], metric_for(trials)
     means = seed_means(trials, metric)
@@ -229,7 +229,7 @@ def sweep_views(index: int, trials: pd.DataFrame) -> list[tuple[str, go.Figure]]
             (f"views-slices-{index}", slice_figure(means, fields, metric, titles["slices"]))]
 
 
-def analysis_views(trials: pd.DataFrame) -> list[tuple[str, go.Figure]]:
+def analysis_views(trials: pd.DataFrame) -> list[tuple[str, Figure]]:
     """Every sweep's analysis views, for the report's figure list (`frames.with_derived` trials)."""
     out = []
     for index, (_, group) in enumerate(trials.groupby("sweep", sort=True)):

@@ -138,7 +138,7 @@ def _same_traces(page: list[dict], figure) -> None:
     assert len(page) == len(figure.data)
     for shown, trace in zip(page, figure.data, strict=True):
         for key in ("text", "customdata", "x", "y"):
-            want = _plain(getattr(trace, key, None))
+            want = _plain(trace.get(key))
             if isinstance(want, list) and want and any(isinstance(v, float) for v in want):
                 numbers = [[math.nan if v is None else v for v in side] for side in (shown[key], want)]
                 np.testing.assert_allclose(*numbers, rtol=1e-6, err_msg=key)

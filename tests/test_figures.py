@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import base64
 import json
+import math
 import os
 import subprocess
 import sys
 
 import numpy as np
 import pandas as pd
+import plotly.graph_objects as go
 import pytest
+from plotly.subplots import make_subplots
 from shapesweep.dashboards.figures import (
     applicable_figures,
     baseline_figure,
@@ -21,9 +25,10 @@ from shapesweep.dashboards.figures import (
     ucurve_figure,
     width_profile_figure,
 )
-from shapesweep.dashboards.frames import VERDICT_COLORS, esc, hover_text, with_derived
+from shapesweep.dashboards.frames import VERDICT_COLORS, Figure, esc, hover_text, with_derived
 from shapesweep.dashboards.report import budget_labels, build_payload, script_safe, write_report
 from shapesweep.dashboards.scaling import fit_power_law, flops_to_match, match_sentences
+from shapesweep.dashboards.views import analysis_views
 from shapesweep.results.stats import FIDELITY_THRESHOLD, compare, rank_fidelity
 from shapesweep.results.store import load_curves, load_layers, load_trials, write_trial
 
@@ -96,15 +101,16 @@ def test_pareto_points_are_seed_means_at_the_best_tuned_value_with_spread(frames
     means, stds = by_tuned.mean(), by_tuned.std(ddof=1).fillna(0.0)
     best = means.groupby(level="key").idxmin()
     checked, greyed = 0, 0
-    stopped = [t for t in fig.data if t.meta.get("stopped")]  # ASHA-stopped trials stay visible
-    assert len(stopped[0].x) == ((lm["status"] == "stopped_early") & lm["val_loss"].notna()).sum()
-    assert all(text.startswith("stopped by ASHA at ") for text in stopped[0].text)
-    for trace in (t for t in fig.data if t.meta.get("rows") and not t.meta.get("stopped")):
-        for y, err, (row_id, hover) in zip(trace.y, trace.error_y.array, trace.customdata, strict=True):
+    stopped = [t for t in fig.data if t["meta"].get("stopped")]  # ASHA-stopped trials stay visible
+    assert len(stopped[0]["x"]) == ((lm["status"] == "stopped_early") & lm["val_loss"].notna()).sum()
+    assert all(text.startswith("stopped by ASHA at ") for text in stopped[0]["text"])
+    for trace in (t for t in fig.data if t["meta"].get("rows") and not t["meta"].get("stopped")):
+        for y, err, (row_id, hover) in zip(trace["y"], trace["error_y"]["array"], trace["customdata"],
+                                           strict=True):
             row = trials.loc[row_id]
             tuned = (row["key"], row["tuned_json"])
             chosen = best[row["key"]] == tuned
-            assert chosen != bool(trace.meta.get("other_tuned"))
+            assert chosen != bool(trace["meta"].get("other_tuned"))
             assert y == pytest.approx(means[tuned]) and err == pytest.approx(stds[tuned])
             assert "d_model=" in hover and "n_layers=" in hover and "tuned lr=" in hover
             checked += chosen
@@ -112,8 +118,8 @@ def test_pareto_points_are_seed_means_at_the_best_tuned_value_with_spread(frames
     assert checked == done["key"].nunique()
     assert greyed == len(means) - len(best) > 0
     for trace in fig.data:
-        if not trace.meta.get("rows"):  # frontier: falling loss as parameters grow
-            assert all(np.diff(np.asarray(trace.y, float)) < 0)
+        if not trace["meta"].get("rows"):  # frontier: falling loss as parameters grow
+            assert all(np.diff(np.asarray(trace["y"], float)) < 0)
 
 
 def test_variable_width_shapes_are_separate_series_with_their_own_colours(frames):
@@ -123,16 +129,16 @@ def test_variable_width_shapes_are_separate_series_with_their_own_colours(frames
     shapes = sorted(vw["shape"].unique())
     assert len(shapes) >= 3
     fig = pareto_figure(vw, "params_non_embedding", "val_loss")
-    fronts = [t for t in fig.data if not t.meta.get("rows")]
-    names = sorted({t.name.split(" · ")[0] for t in fronts})
+    fronts = [t for t in fig.data if not t["meta"].get("rows")]
+    names = sorted({t["name"].split(" · ")[0] for t in fronts})
     assert names == [f"variable_width ({shape})" for shape in shapes]
     per_sweep = {}
     for t in fronts:
-        per_sweep.setdefault(t.meta["sweep"], []).append(t.line.color)
+        per_sweep.setdefault(t["meta"]["sweep"], []).append(t["line"]["color"])
     assert max(len(colours) for colours in per_sweep.values()) >= 3
     assert all(len(set(colours)) == len(colours) for colours in per_sweep.values())
-    for trace in (t for t in fig.data if t.meta.get("rows") and not t.meta.get("other_tuned")):
-        rows = trials.loc[[row_id for row_id, _ in trace.customdata]]
+    for trace in (t for t in fig.data if t["meta"].get("rows") and not t["meta"].get("other_tuned")):
+        rows = trials.loc[[row_id for row_id, _ in trace["customdata"]]]
         assert rows["shape"].nunique() == 1
 
 
@@ -140,26 +146,26 @@ def test_ucurve_marks_the_best_region_and_draws_the_baseline_dashed(frames):
     trials, _ = frames
     lm = trials[trials["sweep"] == "ucurve"]
     fig = ucurve_figure(lm)
-    assert fig.layout.xaxis.type == "log"
-    best = min((min(t.y), t.x[int(np.argmin(t.y))]) for t in fig.data
-               if t.meta.get("rows") and not t.meta.get("stopped"))
+    assert fig.layout["xaxis"]["type"] == "log"
+    best = min((min(t["y"]), t["x"][int(np.argmin(t["y"]))]) for t in fig.data
+               if t["meta"].get("rows") and not t["meta"].get("stopped"))
     # the synthetic U's best sits at its largest ratio: no band, a note that says so
-    assert best[1] == lm["width_depth_ratio"].max() and not fig.layout.shapes
-    assert any("edge of the sampled ratios" in a.text for a in fig.layout.annotations)
+    assert best[1] == lm["width_depth_ratio"].max() and not fig.layout.get("shapes")
+    assert any("edge of the sampled ratios" in a["text"] for a in fig.layout["annotations"])
     inner = lm[lm["width_depth_ratio"] < 200]  # its best is inside: a band around it
     fig = ucurve_figure(inner, tolerance=1e-4)
-    curves = [t for t in fig.data if t.meta.get("rows") and not t.meta.get("other_tuned")
-              and not t.meta.get("stopped")]
-    best = min((min(t.y), t.x[int(np.argmin(t.y))]) for t in curves)
-    (region,) = fig.layout.shapes
-    assert region.x0 <= best[1] <= region.x1
-    assert inner["width_depth_ratio"].min() < region.x0 and region.x1 < inner["width_depth_ratio"].max()
-    assert any("best region of the curves" in a.text for a in fig.layout.annotations)
-    (baseline,) = [t for t in fig.data if t.meta.get("family") == "conventional"]
-    assert baseline.line.dash == "dash"
+    curves = [t for t in fig.data if t["meta"].get("rows") and not t["meta"].get("other_tuned")
+              and not t["meta"].get("stopped")]
+    best = min((min(t["y"]), t["x"][int(np.argmin(t["y"]))]) for t in curves)
+    (region,) = fig.layout["shapes"]
+    assert region["x0"] <= best[1] <= region["x1"]
+    assert inner["width_depth_ratio"].min() < region["x0"] and region["x1"] < inner["width_depth_ratio"].max()
+    assert any("best region of the curves" in a["text"] for a in fig.layout["annotations"])
+    (baseline,) = [t for t in fig.data if t["meta"].get("family") == "conventional"]
+    assert baseline["line"]["dash"] == "dash"
     # a baseline of one shape is its point at its own ratio, not a line over every ratio
     base = inner[(inner["family"] == "conventional") & (inner["status"] == "completed")]
-    assert set(baseline.x) <= set(base["width_depth_ratio"])
+    assert set(baseline["x"]) <= set(base["width_depth_ratio"])
 
 
 def test_vs_baseline_figure_draws_each_paired_interval_coloured_by_verdict(frames):
@@ -170,10 +176,11 @@ def test_vs_baseline_figure_draws_each_paired_interval_coloured_by_verdict(frame
     fig = baseline_figure(ucurve)
     drawn = 0
     for trace in fig.data:
-        verdict = trace.meta["verdict"]
-        assert trace.marker.color == VERDICT_COLORS[verdict]
-        for y, plus, minus, (row_id, _) in zip(trace.y, trace.error_y.array, trace.error_y.arrayminus,
-                                               trace.customdata, strict=True):
+        verdict = trace["meta"]["verdict"]
+        assert trace["marker"]["color"] == VERDICT_COLORS[verdict]
+        bars = trace["error_y"]
+        for y, plus, minus, (row_id, _) in zip(trace["y"], bars["array"], bars["arrayminus"], trace["customdata"],
+                                               strict=True):
             row = expected.loc[trials.loc[row_id, "key"]]
             assert row["verdict"] == verdict and y == pytest.approx(row["delta_vs_baseline"])
             has_ci = row["ci_low"] is not None
@@ -181,8 +188,8 @@ def test_vs_baseline_figure_draws_each_paired_interval_coloured_by_verdict(frame
             assert minus == pytest.approx(y - row["ci_low"] if has_ci else 0.0)
             drawn += 1
     assert drawn == len(expected) - 1  # every candidate but the baseline itself
-    assert {t.meta["verdict"] for t in fig.data} == {"better", "worse", "within noise"}
-    assert any(shape.y0 == 0 and shape.y1 == 0 for shape in fig.layout.shapes)  # the zero line
+    assert {t["meta"]["verdict"] for t in fig.data} == {"better", "worse", "within noise"}
+    assert any(shape["y0"] == 0 and shape["y1"] == 0 for shape in fig.layout["shapes"])  # the zero line
     assert baseline_figure(trials[trials["sweep"] == "mlp"]) is None  # no baseline variant there
 
 
@@ -191,38 +198,38 @@ def test_rank_fidelity_figure_plots_kendalls_tau_with_the_threshold(frames):
     lm = trials[trials["family"] != "vision_mlp"]
     expected = rank_fidelity(lm, curves)
     fig = rank_fidelity_figure(lm, curves)
-    assert {t.meta["sweep"] for t in fig.data} == set(expected["sweep"])
+    assert {t["meta"]["sweep"] for t in fig.data} == set(expected["sweep"])
     for trace in fig.data:
-        rows = expected[expected["sweep"] == trace.meta["sweep"]]
-        assert list(trace.x) == pytest.approx(rows["budget_fraction"].tolist())
-        assert list(trace.y) == pytest.approx(rows["kendall_tau"].tolist())
-    assert any(shape.y0 == FIDELITY_THRESHOLD for shape in fig.layout.shapes)
+        rows = expected[expected["sweep"] == trace["meta"]["sweep"]]
+        assert list(trace["x"]) == pytest.approx(rows["budget_fraction"].tolist())
+        assert list(trace["y"]) == pytest.approx(rows["kendall_tau"].tolist())
+    assert any(shape["y0"] == FIDELITY_THRESHOLD for shape in fig.layout["shapes"])
 
 
 def test_learning_curves_mark_asha_stopped_trials(frames):
     trials, curves = frames
     lm = trials[trials["family"] != "vision_mlp"]
     fig = learning_curves_figure(lm, curves)
-    stopped_ends = sum(len(t.x) for t in fig.data if t.mode == "markers" and t.marker.symbol == "x")
+    stopped_ends = sum(len(t["x"]) for t in fig.data if t["mode"] == "markers" and t["marker"]["symbol"] == "x")
     assert stopped_ends == int((lm["status"] == "stopped_early").sum())
-    assert any(t.line.dash == "dash" for t in fig.data if t.mode == "lines")
+    assert any(t["line"]["dash"] == "dash" for t in fig.data if t["mode"] == "lines")
 
 
 def test_width_profiles_show_avg_width_and_flops(frames):
     trials, _ = frames
     fig = width_profile_figure(trials)
-    profiles = [t for t in fig.data if t.meta.get("rows") and t.line.dash != "dash"]
+    profiles = [t for t in fig.data if t["meta"].get("rows") and t["line"].get("dash") != "dash"]
     assert profiles
     for trace in profiles:
-        row = trials.loc[trace.customdata[0][0]]
-        assert list(trace.y) == [int(w) for w in row["widths"]]
-        assert f"avg width {row['avg_layer_width']:.0f}" in trace.name and "FLOPs/tok" in trace.name
+        row = trials.loc[trace["customdata"][0][0]]
+        assert list(trace["y"]) == [int(w) for w in row["widths"]]
+        assert f"avg width {row['avg_layer_width']:.0f}" in trace["name"] and "FLOPs/tok" in trace["name"]
         assert row["shape"] != "constant"
     # dashed: the sweep's own constant-width model (here its conventional one), without β/α
-    (baseline,) = [t for t in fig.data if t.line.dash == "dash"]
-    row = trials.loc[baseline.customdata[0][0]]
-    assert row["sweep"] == "shapes" and row["family"] == "conventional" and "β" not in baseline.name
-    assert list(baseline.y) == [row["d_model"]] * 2 and "this sweep's" in baseline.name
+    (baseline,) = [t for t in fig.data if t["line"].get("dash") == "dash"]
+    row = trials.loc[baseline["customdata"][0][0]]
+    assert row["sweep"] == "shapes" and row["family"] == "conventional" and "β" not in baseline["name"]
+    assert list(baseline["y"]) == [row["d_model"]] * 2 and "this sweep's" in baseline["name"]
 
 
 def _analysed_store(root) -> str:
@@ -243,20 +250,20 @@ def test_layers_figure_draws_seed_means_by_depth(tmp_path, frames):
     root = _analysed_store(tmp_path)
     trials, layers = with_derived(load_trials(root)), load_layers(root)
     fig = layers_figure(trials, layers)
-    titles = [a.text for a in fig.layout.annotations]
+    titles = [a["text"] for a in fig.layout["annotations"]]
     assert titles == ["matrix entropy of the residual stream", "MLP activation density, |a| > 0.01",
                       "MLP activation density, |a| > 0.1", "MLP activation density, |a| > 1"]
     done = trials[trials["status"] == "completed"]
     for trace in fig.data:
-        row = trials.loc[trace.customdata[0][0]]
+        row = trials.loc[trace["customdata"][0][0]]
         # the seeds of the candidate's chosen tuned value (its point's row is one of them)
         seeds = done[(done["key"] == row["key"]) & (done["tuned_json"] == row["tuned_json"])]["seed"]
-        assert trace.x[-1] == 1.0 and len(trace.x) == row["n_layers"]  # depth = layer / n_layers
-        if trace.xaxis == "x":  # the entropy panel: the mean over those seeds
-            assert trace.y[0] == pytest.approx(0.3 + 0.1 / row["n_layers"] + 0.01 * seeds.mean())
-        assert trace.line.dash == ("solid" if row["family"] == "variable_width" else "dash")
-    legend = [t for t in fig.data if t.showlegend is not False]
-    assert len(fig.data) == 4 * len(legend) and {t.line.dash for t in legend} == {"solid", "dash"}
+        assert trace["x"][-1] == 1.0 and len(trace["x"]) == row["n_layers"]  # depth = layer / n_layers
+        if trace["xaxis"] == "x":  # the entropy panel: the mean over those seeds
+            assert trace["y"][0] == pytest.approx(0.3 + 0.1 / row["n_layers"] + 0.01 * seeds.mean())
+        assert trace["line"]["dash"] == ("solid" if row["family"] == "variable_width" else "dash")
+    legend = [t for t in fig.data if t.get("showlegend") is not False]
+    assert len(fig.data) == 4 * len(legend) and {t["line"]["dash"] for t in legend} == {"solid", "dash"}
     ids = [figure_id for figure_id, _ in applicable_figures(trials, load_curves(root), layers)]
     assert "layers" in ids
     assert '"id": "layers"' in build_payload(root)
@@ -285,6 +292,44 @@ def test_user_strings_are_escaped_in_plots_and_payload(store, frames):
     assert spaces["shapes"] == HOSTILE  # the text itself survives, as data
     safe = script_safe(payload)
     assert "<" not in safe and json.loads(safe) == json.loads(payload)
+
+
+def _decoded(value):
+    """A figure's JSON as plotly.js reads it: typed arrays ({"dtype", "bdata"}) and numpy
+    arrays as lists, NaN as None."""
+    if isinstance(value, dict) and set(value) == {"dtype", "bdata"}:
+        value = np.frombuffer(base64.b64decode(value["bdata"]), dtype=np.dtype("<" + value["dtype"]))
+    if isinstance(value, np.ndarray):
+        value = value.tolist()
+    if isinstance(value, dict):
+        return {k: _decoded(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_decoded(v) for v in value]
+    return None if isinstance(value, float) and math.isnan(value) else value
+
+
+def test_every_figure_is_one_plotly_accepts_and_sends_the_same(frames, store):
+    """The figures are plain dicts that nothing checks as they are built: plotly's own Figure
+    takes each (it raises on a property it does not know) and sends the same figure."""
+    trials, curves = frames
+    figures = applicable_figures(trials.assign(budget=budget_labels(trials)), curves, load_layers(store))
+    figures += analysis_views(trials)
+    assert len(figures) >= 10
+    for figure_id, fig in figures:
+        checked = go.Figure(fig.to_dict()).to_dict()
+        assert _decoded(checked) == _decoded(fig.to_dict()), figure_id
+
+
+@pytest.mark.parametrize("rows", [1, 2, 3, 4, 7])
+@pytest.mark.parametrize("cols", [1, 2, 3])
+def test_subplots_are_laid_out_as_plotly_lays_them_out(rows, cols):
+    """`Figure.subplots` (no plotly figure built) gives make_subplots' axes, domains and titles."""
+    for options in (dict(shared_yaxes=True, horizontal_spacing=0.04, vertical_spacing=0.3 / rows),
+                    dict(subplot_titles=[f"panel {i}" for i in range(rows * cols - 1)], vertical_spacing=0.5 / rows),
+                    {}):
+        want = make_subplots(rows=rows, cols=cols, **options).to_dict()["layout"]
+        got = Figure.subplots(rows, cols, **options).layout
+        assert {**got, "template": None} == {**want, "template": None}, options
 
 
 def test_report_is_one_offline_file_written_atomically(store, tmp_path):

@@ -227,8 +227,8 @@ def test_an_iso_budget_sweep_plots_loss_against_the_searched_dimension():
     assert pareto_figure(trials, "params_non_embedding") is None  # x would be rounding noise
     fig = searched_figure(trials)
     (trace,) = fig.data
-    assert sorted(trace.x) == ratios and fig.layout.xaxis.title.text == "width_depth_ratio (log)"
-    assert all(t in ("(1 seed)",) or "±" in t for t in [x.strip() for x in trace.text])
+    assert sorted(trace["x"]) == ratios and fig.layout["xaxis"]["title"]["text"] == "width_depth_ratio (log)"
+    assert all(t in ("(1 seed)",) or "±" in t for t in [x.strip() for x in trace["text"]])
     spread = _iso_budget_frame([100_000, 200_000, 400_000, 800_000, 1_600_000], ratios)
     assert pareto_figure(spread, "params_non_embedding") is not None and searched_figure(spread) is None
 
@@ -242,8 +242,8 @@ def test_one_trial_draws_no_pareto_panels_and_hover_never_says_plus_minus_dash()
     trials = _iso_budget_frame([100_000, 200_000, 400_000, 800_000, 1_600_000], [10.0, 20, 40, 80, 160])
     fig = pareto_figure(trials, "params_non_embedding")
     for trace in fig.data:
-        assert "error_y" not in (trace.hovertemplate or "")
-        assert all("-" not in t for t in (trace.text or []))
+        assert "error_y" not in (trace.get("hovertemplate") or "")
+        assert all("-" not in t for t in (trace.get("text") or []))
 
 
 def test_train_prints_a_plain_line_per_evaluation_and_json_alone_on_stdout(tmp_path, capsys,

@@ -53,29 +53,29 @@ def test_a_large_sweeps_importance_is_fitted_on_a_sample_and_says_so(tmp_path, m
     trials = _grid(tmp_path, lambda config, seed: 2.0 + 0.1 * config.n_layers)
     monkeypatch.setattr(views_module, "FANOVA_SAMPLE", 16)
     views = _views(trials)
-    assert views["views-importance"].layout.title.text.endswith("24 candidates (mean over seeds), a random 16 of them")
+    assert views["views-importance"].layout["title"]["text"].endswith("24 candidates (mean over seeds), a random 16 of them")
     bars = views["views-importance"].data[0]
-    assert sum(bars.x) == pytest.approx(1.0) and bars.y[-1] == "n_layers"  # the top bar
+    assert sum(bars["x"]) == pytest.approx(1.0) and bars["y"][-1] == "n_layers"  # the top bar
 
 
 def test_the_importance_finds_the_field_the_loss_depends_on(tmp_path):
     trials = _grid(tmp_path, lambda config, seed: 2.0 + 0.1 * config.n_layers + 0.001 * (config.d_h == 64))
     views = _views(trials)
     bars = views["views-importance"].data[0]
-    shares = dict(zip(bars.y, bars.x, strict=True))
+    shares = dict(zip(bars["y"], bars["x"], strict=True))
     assert sum(shares.values()) == pytest.approx(1.0)
     assert set(shares) == {"d_model ≡ head_dim", "n_layers", "d_h", "ffn_ratio", "width_depth_ratio"}
     assert shares["n_layers"] > 0.95 and shares["d_h"] > shares["d_model ≡ head_dim"]
     # The slices follow the ranking: the first panel is the top field.
-    assert views["views-slices"].layout.xaxis.title.text == "n_layers"
+    assert views["views-slices"].layout["xaxis"]["title"]["text"] == "n_layers"
 
 
 def test_a_field_missing_for_some_candidates_is_a_category(tmp_path):
     trials = _store(tmp_path, lambda row: 2.0 + (0.3 if row["family"] == "hourglass" else 0.0))
     parallel = _views(trials)["views-parallel"].data[0]
-    k = next(d for d in parallel.dimensions if d.label == "k")
-    assert MISSING in k.ticktext and len(k.values) == len(parallel.dimensions[-1].values)
-    assert parallel.dimensions[-1].label == "validation loss"
+    k = next(d for d in parallel["dimensions"] if d["label"] == "k")
+    assert MISSING in k["ticktext"] and len(k["values"]) == len(parallel["dimensions"][-1]["values"])
+    assert parallel["dimensions"][-1]["label"] == "validation loss"
 
 
 def test_twins_group_the_fields_that_only_relabel_another():
@@ -88,20 +88,20 @@ def test_a_view_with_too_few_candidates_says_so_in_one_line(tmp_path):
     trials = _grid(tmp_path, lambda config, seed: 2.0, n=2)
     for figure_id, fig in sweep_views(0, trials):
         (trace,) = fig.data
-        assert trace.mode == "text" and trace.text == ("2 completed candidates: the views need at least 3",)
-        assert fig.layout.title.text.endswith("s: 2 candidates (mean over seeds)"), figure_id
+        assert trace["mode"] == "text" and trace["text"] == ["2 completed candidates: the views need at least 3"]
+        assert fig.layout["title"]["text"].endswith("s: 2 candidates (mean over seeds)"), figure_id
     few = _grid(tmp_path / "few", lambda config, seed: 2.0 + config.n_layers, n=MIN_IMPORTANCE - 1)
     views = _views(few)
-    assert views["views-importance"].data[0].text == (f"{MIN_IMPORTANCE - 1} candidates: fANOVA needs at "
-                                                      f"least {MIN_IMPORTANCE}",)
-    assert isinstance(views["views-parallel"].data[0].dimensions, tuple)  # still drawn
+    assert views["views-importance"].data[0]["text"] == [f"{MIN_IMPORTANCE - 1} candidates: fANOVA needs at "
+                                                         f"least {MIN_IMPORTANCE}"]
+    assert isinstance(views["views-parallel"].data[0]["dimensions"], list)  # still drawn
 
 
 def test_points_are_candidates_averaged_over_seeds(tmp_path):
     trials = _grid(tmp_path, lambda config, seed: 2.0 + 0.01 * seed, seeds=3)
     slices = _views(trials)["views-slices"].data[0]
-    assert len(slices.y) == 24 and np.allclose(slices.y, 2.01)  # mean of seeds 0, 1, 2
-    assert np.allclose(slices.error_y.array, 0.01)  # their std
+    assert len(slices["y"]) == 24 and np.allclose(slices["y"], 2.01)  # mean of seeds 0, 1, 2
+    assert np.allclose(slices["error_y"]["array"], 0.01)  # their std
 
 
 def test_the_report_payload_carries_every_sweeps_views(tmp_path):
@@ -119,10 +119,11 @@ def test_the_vision_pareto_counts_w_in_and_names_the_trainable_part(tmp_path):
     trials = with_derived(load_trials(str(tmp_path), ["mlp"]))
     assert set(trials["input_projection"]) == {"fixed", "trained"}
     fig = dict(applicable_figures(trials, load_curves(str(tmp_path), ["mlp"])))["pareto-vision-params_incl_frozen"]
-    assert fig.layout.xaxis.title.text == "parameters incl. W_in (trainable + fixed)"
-    points = [t for t in fig.data if t.meta and t.meta.get("rows")
-              and not t.meta.get("other_tuned") and not t.meta.get("stopped")]
-    shown = {int(p[0]): (x, text) for t in points for p, x, text in zip(t.customdata, t.x, t.text, strict=True)}
+    assert fig.layout["xaxis"]["title"]["text"] == "parameters incl. W_in (trainable + fixed)"
+    points = [t for t in fig.data if t.get("meta") and t["meta"].get("rows")
+              and not t["meta"].get("other_tuned") and not t["meta"].get("stopped")]
+    shown = {int(p[0]): (x, text) for t in points
+             for p, x, text in zip(t["customdata"], t["x"], t["text"], strict=True)}
     rows = trials.set_index("row_id")
     fixed = 0
     for row_id, (x, text) in shown.items():
