@@ -343,8 +343,7 @@ def test_sigterm_interrupts_sigkill_leaves_a_dead_lease_resume_takes_it_over(tmp
 
     # A resume takes the dead lease over at once (the heartbeat timeout is an hour here).
     sessions = ray_sessions()
-    third = driver("resume", "killed", "--root", str(root), "--max-concurrent", "2",
-                   env={"SHAPESWEEP_LEASE_TIMEOUT_S": "3600"})  # the rest, two at a time
+    third = driver("resume", "killed", *args, env={"SHAPESWEEP_LEASE_TIMEOUT_S": "3600"})
     code, _, err = third.wait(timeout=300), *third.communicate()
     assert code == 0, err[-2000:]
     trials = load_trials(str(root), ["killed"])
