@@ -60,9 +60,10 @@ def checkout(into: Path) -> Path:
 
 def ready_venv(clone: Path) -> None:
     """clone/.venv with this environment's packages visible and the clone installed editable,
-    marked installed so `make demo` does not set it up again."""
+    marked installed so `make demo` does not set it up again. It gets no pip of its own
+    (ensurepip takes seconds): the shared one installs the clone."""
     venv = clone / ".venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     python = venv / "bin" / "python"
     site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
                           capture_output=True, text=True, check=True).stdout.strip()

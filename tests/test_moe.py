@@ -161,11 +161,12 @@ def _balance(model, x) -> tuple[float, float]:
 
 def test_tiny_moe_trains_and_its_routers_balance(one_torch_thread):
     """Real steps on the built-in data: the loss falls and the load-balancing loss evens out
-    the experts' load (no aux loss: measured CV ~1.0 after 300 steps; with it ~0.4)."""
+    the experts' load (measured after 150 steps: CV 0.76 -> 0.53, aux 1.08; with no aux loss
+    the CV rises to 0.93 and aux to 1.29, so both checks below fail)."""
     config = VariableWidthConfig(d_model=64, n_layers=4, d_h=64, n_experts=8, n_active_experts=2,
                                  n_heads=4, vocab_size=256, activation="swiglu", shape="constant")
-    recipe = TrainConfig(steps=200, seq_len=64, batch_tokens=4096, lr=3e-3, eval_tokens=8192,
-                         eval_every=100)
+    recipe = TrainConfig(steps=150, seq_len=64, batch_tokens=4096, lr=3e-3, eval_tokens=8192,
+                         eval_every=75)
     task, *_ = make_task(config, recipe, None, None)
     x = task.val_x[:64]
     torch.manual_seed(recipe.seed)
