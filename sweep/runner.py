@@ -622,7 +622,7 @@ def _fit(options: SweepOptions, checked: _Checked, plan: Any, catalog: Any,
         raise
     finally:
         catalog.set_status(name, status)
-        # The results are merged while Ray stops (~1 s each): neither waits for the other.
+        # The results are merged while Ray stops: neither waits for the other.
         merging = threading.Thread(target=_compact, args=(options.root, name),
                                    name="shapesweep-compact")
         merging.start()

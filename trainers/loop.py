@@ -253,8 +253,10 @@ def train(model_config, train: TrainConfig, data: str | None = None,
 
     `checkpoint_every_s`: an evaluation saves a checkpoint once this many seconds have passed
     since the last one (0: every evaluation), so a sweep's short trials pay for few saves, yet a
-    lost worker costs at most that long and an evaluation interval. `save_dir`: where to write the trained model (`checkpoint.save_model`).
-    `eval_at`: token counts to evaluate at besides the recipe's cadence (a scheduler's decision points).
+    lost worker costs at most that long and an evaluation interval.
+    `save_dir`: where to write the trained model (`checkpoint.save_model`).
+    `eval_at`: token counts to evaluate at besides the recipe's cadence (a scheduler's
+    decision points).
     `parallel` (in a process group of N > 1): "ddp" replicates the model on every rank,
     "fsdp" shards its parameters, gradients and optimizer state over the ranks.
     """
