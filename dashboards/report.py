@@ -88,8 +88,9 @@ def _clean(value):
 
 
 def build_payload(root: str, sweeps: list[str] | None = None, title: str | None = None,
-                  version: str = "", cache=None) -> str:
-    """The JSON the page renders: sweeps, filter values, per-trial rows, figures."""
+                  version: str = "", cache=None, frames: tuple[pd.DataFrame, pd.DataFrame] | None = None) -> str:
+    """The JSON the page renders: sweeps, filter values, per-trial rows, figures. `frames`:
+    the (trials, curves) `load_frames` gave, where the caller needs them too (the live server)."""
     from shapesweep.dashboards.figures import applicable_figures, metric_for
     from shapesweep.dashboards.frames import (
         LOWER_IS_BETTER,
@@ -101,7 +102,7 @@ def build_payload(root: str, sweeps: list[str] | None = None, title: str | None 
     from shapesweep.dashboards.views import analysis_views
     from shapesweep.results.store import load_layers
 
-    trials, curves = load_frames(root, sweeps, cache)
+    trials, curves = frames if frames is not None else load_frames(root, sweeps, cache)
     trials = with_derived(trials)
     trials["budget"] = budget_labels(trials) if len(trials) else []
     vision = (~trials["family"].isin(language_models())).to_numpy() if len(trials) else np.array([], bool)

@@ -1,91 +1,84 @@
 """The live dashboard: the report page served over every sweep, refreshed as trials land.
 
-Plain `http.server` is enough: the page polls `api/version` (a fingerprint of the store's
-Parquet files and of the running trials' live curves, `shapesweep.results.live`) and re-fetches `api/dashboard` when it changes; the payload is rebuilt
-at most once per store version. `api/config` returns a trial's candidate YAML.
-A `FragmentCache` keeps the fragments already read, so a request reads only the
-fragments that landed since the last one. Requests must name this server in `Host`
-(a DNS-rebinding guard); a store that cannot be read answers 500 with one line.
+The page polls `api/version` and re-fetches `api/dashboard` when it changes. Every answer is
+bytes made before the request came: the payload, its gzip and ETag per store version by a
+builder process (`snapshots.py`), the page and plotly.js once. So a request costs a header
+parse and a copy, and a hundred browsers polling while a sweep writes wait on no build.
+HTTP/1.1 keeps each browser's connection open; `If-None-Match` with the current ETag gets
+304. `api/config` returns a trial's candidate YAML from the same snapshot as the page.
+Requests must name this server in `Host` (a DNS-rebinding guard); a store that cannot be
+read answers 500 with one line; a client that hangs up early is no error.
 """
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import json
-import os
-import posixpath
 import sys
 import threading
+from dataclasses import dataclass
+from functools import lru_cache
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlparse
 
-import pyarrow.fs as pafs
-from shapesweep.results.live import LIVE_FOLDER
-from shapesweep.results.store import DamagedStore, FragmentCache
+from shapesweep.dashboards.snapshots import LiveSnapshots, Snapshot, config_document
 
 from shapesweep.common import UserError
 
+IDLE_S = 60  # a keep-alive connection idle this long is closed (its thread ends)
+
+
+@dataclass(frozen=True)
+class Static:
+    """A response body made once: plain, gzipped, and its ETag."""
+
+    body: bytes
+    gzipped: bytes
+    etag: str
+
+    @classmethod
+    def of(cls, body: bytes) -> Static:
+        return cls(body, gzip.compress(body, 6), '"' + hashlib.sha256(body).hexdigest()[:20] + '"')
+
 
 class DashboardState:
-    """What the handlers share: the store root and the payload of the last store version."""
+    """What the handlers share: the snapshots of the store, the page, plotly.js, the host names."""
 
-    def __init__(self, root: str, poll_s: float = 3.0):
-        self.root, self.poll_s = str(root), poll_s
-        self.cache = FragmentCache()
+    def __init__(self, root: str, poll_s: float = 3.0, refresh_s: float = 0.5):
+        from shapesweep.dashboards.page import render_page
+
+        self.root = str(root)
+        self.snapshots = LiveSnapshots(self.root, refresh_s)
+        self.page = Static.of(render_page(poll_ms=int(poll_s * 1000)).encode())
         self.hosts: set[str] = set()  # the `Host` values naming this server (make_server sets them)
-        self._lock = threading.Lock()
-        self._cached: tuple[str, str] | None = None
-        self._plotly_js: bytes | None = None
+        self._plotly_js: Static | None = None
+        self._plotly_lock = threading.Lock()
 
-    def version(self) -> str:
-        """A hash of every Parquet and live-curve file's path, size and mtime under the root."""
-        if "://" in self.root:
-            fs, base = pafs.FileSystem.from_uri(self.root)
-        else:
-            fs, base = pafs.LocalFileSystem(), os.path.abspath(self.root)
-        infos = fs.get_file_info(pafs.FileSelector(base, recursive=True, allow_not_found=True))
-        digest = hashlib.sha256()
-        for info in sorted(infos, key=lambda i: i.path):
-            if info.path.endswith(".parquet") or (info.path.endswith(".jsonl")
-                                                   and posixpath.basename(posixpath.dirname(info.path)) == LIVE_FOLDER):
-                digest.update(f"{info.path}|{info.size}|{info.mtime_ns}\n".encode())
-        return digest.hexdigest()[:16]
+    def plotly_js(self) -> Static:
+        with self._plotly_lock:  # made once, by the first request (4.6 MB: a second gzip wastes a core)
+            if self._plotly_js is None:
+                import plotly.offline
 
-    def payload(self) -> str:
-        from shapesweep.dashboards.report import build_payload
+                self._plotly_js = Static.of(plotly.offline.get_plotlyjs().encode())
+            return self._plotly_js
 
-        with self._lock:  # one rebuild per version, however many browsers poll
-            version = self.version()
-            if self._cached is None or self._cached[0] != version:
-                self._cached = (version, build_payload(self.root, None, title="shapesweep live dashboard",
-                                                       version=version, cache=self.cache))
-            return self._cached[1]
 
-    def plotly_js(self) -> bytes:
-        if self._plotly_js is None:
-            import plotly.offline
+@lru_cache(maxsize=4096)
+def _config_yaml(document: str) -> str:
+    """A document (JSON text) as YAML, each asked-for one made once, by libyaml where PyYAML
+    has it (4x faster than its Python emitter, which holds the lock request threads share)."""
+    import yaml
 
-            self._plotly_js = plotly.offline.get_plotlyjs().encode()
-        return self._plotly_js
-
-    def config_yaml(self, sweep: str, trial_id: str) -> str:
-        """The trial's candidate document (what `shapesweep train` reads) plus provenance."""
-        import yaml
-        from shapesweep.results.store import load_trials
-
-        trials = load_trials(self.root, [sweep], cache=self.cache)  # UserError for an invalid name
-        match = trials[trials["trial_id"] == trial_id]
-        if match.empty or not isinstance(match["config_json"].iloc[0], str):
-            raise UserError(f"sweep {sweep!r} has no trial {trial_id!r} with a configuration", key="trial_id")
-        row = match.iloc[0]
-        doc = json.loads(row["config_json"])
-        doc["provenance"] = {"sweep": sweep, "trial_id": trial_id, "seed": int(row["seed"])}
-        return yaml.safe_dump(doc, sort_keys=False)
+    return yaml.dump(json.loads(document), Dumper=getattr(yaml, "CSafeDumper", yaml.SafeDumper), sort_keys=False)
 
 
 class Handler(BaseHTTPRequestHandler):
     state: DashboardState  # set on the subclass make_server builds
+    protocol_version = "HTTP/1.1"  # keep-alive: a polling browser reuses its connection
+    timeout = IDLE_S
+    disable_nagle_algorithm = True  # headers and body go out as written (no 40 ms delayed-ACK stall)
 
     def log_message(self, format, *args):  # noqa: A002 - quiet: the terminal is the user's
         pass
@@ -101,6 +94,19 @@ class Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
+    def _send_made(self, made: Static | Snapshot, content_type: str, cache_control: str) -> None:
+        """A body made ahead: 304 when the client holds it, gzipped when the client takes gzip."""
+        headers = {"ETag": made.etag, "Cache-Control": cache_control, "Vary": "Accept-Encoding"}
+        if made.etag in _etags(self.headers.get("If-None-Match", "")):
+            self.send_response(HTTPStatus.NOT_MODIFIED)
+            for name, value in headers.items():
+                self.send_header(name, value)
+            self.end_headers()
+        elif _takes_gzip(self.headers.get("Accept-Encoding", "")):
+            self._send(made.gzipped, content_type, headers={**headers, "Content-Encoding": "gzip"})
+        else:
+            self._send(made.body, content_type, headers=headers)
+
     def do_GET(self):  # noqa: N802 - http.server's naming
         host = self.headers.get("Host", "")
         if host.lower() not in self.state.hosts:  # a page of another site, reached by DNS rebinding
@@ -110,42 +116,54 @@ class Handler(BaseHTTPRequestHandler):
             return
         try:
             self._answer()
-        except (BrokenPipeError, ConnectionResetError):
-            pass  # the browser went away
-        except DamagedStore as error:
-            self._fail(str(error))
         except UserError as error:  # plain text, so a hostile name is never markup
             self._send(f"{error}\n", "text/plain; charset=utf-8", HTTPStatus.NOT_FOUND)
-        except Exception as error:  # noqa: BLE001 - a damaged store or catalog: answer, never drop
+        except (ConnectionError, TimeoutError):
+            raise  # the client went away: the connection ends here (`DashboardServer.handle_error`)
+        except Exception as error:  # noqa: BLE001 - a config the store holds damaged: answer, never drop
             lines = str(error).strip().splitlines()
-            self._fail(f"{type(error).__name__}: {lines[0] if lines else ''}")
-
-    def _fail(self, line: str) -> None:
-        """HTTP 500 with the one line, which the terminal running the server shows too."""
-        print(f"shapesweep serve: {self.path}: {line}", file=sys.stderr, flush=True)
-        self._send(f"{line}\n", "text/plain; charset=utf-8", HTTPStatus.INTERNAL_SERVER_ERROR)
+            line = f"{type(error).__name__}: {lines[0] if lines else ''}"
+            print(f"shapesweep serve: {self.path}: {line}", file=sys.stderr, flush=True)
+            self._send(f"{line}\n", "text/plain; charset=utf-8", HTTPStatus.INTERNAL_SERVER_ERROR)
 
     def _answer(self) -> None:
-        from shapesweep.dashboards.page import render_page
-
         url = urlparse(self.path)
-        query = {k: v[0] for k, v in parse_qs(url.query).items()}
         if url.path == "/":
-            self._send(render_page(poll_ms=int(self.state.poll_s * 1000)), "text/html; charset=utf-8")
-        elif url.path == "/plotly.min.js":
-            self._send(self.state.plotly_js(), "text/javascript; charset=utf-8",
-                       headers={"Cache-Control": "max-age=86400"})
-        elif url.path == "/api/version":
-            self._send(json.dumps({"version": self.state.version()}), "application/json")
-        elif url.path == "/api/dashboard":
-            self._send(self.state.payload(), "application/json")
-        elif url.path == "/api/config":
-            sweep, trial_id = query.get("sweep", ""), query.get("trial_id", "")
-            name = f"{sweep}-{trial_id}".replace("/", "_") + ".yaml"
-            self._send(self.state.config_yaml(sweep, trial_id), "application/x-yaml; charset=utf-8",
-                       headers={"Content-Disposition": f'attachment; filename="{_header_safe(name)}"'})
-        else:
+            self._send_made(self.state.page, "text/html; charset=utf-8", "no-cache")
+            return
+        if url.path == "/plotly.min.js":
+            self._send_made(self.state.plotly_js(), "text/javascript; charset=utf-8", "max-age=86400")
+            return
+        if url.path not in ("/api/version", "/api/dashboard", "/api/config"):
             self._send(f"not found: {url.path}\n", "text/plain; charset=utf-8", HTTPStatus.NOT_FOUND)
+            return
+        snapshot = self.state.snapshots.latest()
+        if snapshot.error is not None:  # the builder's stderr line said it once already
+            self._send(f"{snapshot.error}\n", "text/plain; charset=utf-8", HTTPStatus.INTERNAL_SERVER_ERROR)
+        elif url.path == "/api/version":
+            self._send(json.dumps({"version": snapshot.version}), "application/json",
+                       headers={"Cache-Control": "no-store"})
+        elif url.path == "/api/dashboard":
+            self._send_made(snapshot, "application/json", "no-cache")
+        else:
+            query = {k: v[0] for k, v in parse_qs(url.query).items()}
+            sweep, trial_id = query.get("sweep", ""), query.get("trial_id", "")
+            document = json.dumps(config_document(snapshot, sweep, trial_id))
+            name = f"{sweep}-{trial_id}".replace("/", "_") + ".yaml"
+            self._send(_config_yaml(document), "application/x-yaml; charset=utf-8",
+                       headers={"Content-Disposition": f'attachment; filename="{_header_safe(name)}"'})
+
+
+def _etags(if_none_match: str) -> set[str]:
+    return {tag.strip().removeprefix("W/") for tag in if_none_match.split(",")}
+
+
+def _takes_gzip(accept_encoding: str) -> bool:
+    for part in accept_encoding.lower().split(","):
+        coding, _, params = part.partition(";")
+        if coding.strip() in ("gzip", "*"):
+            return params.replace(" ", "") not in ("q=0", "q=0.0", "q=0.00", "q=0.000")
+    return False
 
 
 def _header_safe(name: str) -> str:
@@ -158,12 +176,33 @@ def _host_names(host: str, port: int) -> set[str]:
     return {f"{name.lower()}:{port}" for name in names} | (names if port == 80 else set())
 
 
-def make_server(root: str, host: str = "127.0.0.1", port: int = 8050, poll_s: float = 3.0) -> ThreadingHTTPServer:
-    """A ready-to-serve HTTP server (port 0 picks a free port; see `server.server_address`)."""
-    state = DashboardState(root, poll_s)
+class DashboardServer(ThreadingHTTPServer):
+    request_queue_size = 1024  # a burst of browsers queues, not refused
+    daemon_threads = True
+    state: DashboardState
+
+    def handle_error(self, request, client_address):
+        """A client that hung up (or went silent) mid-request is no error: no traceback."""
+        if isinstance(sys.exc_info()[1], ConnectionError | TimeoutError):
+            return
+        super().handle_error(request, client_address)
+
+    def server_close(self):
+        super().server_close()
+        self.state.snapshots.close()
+
+
+def make_server(root: str, host: str = "127.0.0.1", port: int = 8050, poll_s: float = 3.0,
+                refresh_s: float = 0.5) -> DashboardServer:
+    """A ready-to-serve HTTP server (port 0 picks a free port; see `server.server_address`).
+    The store is checked for new trials every `refresh_s`."""
+    state = DashboardState(root, poll_s, refresh_s)
     handler = type("DashboardHandler", (Handler,), {"state": state})
-    server_class = type("DashboardServer", (ThreadingHTTPServer,), {"request_queue_size": 128})
-    server = server_class((host, port), handler)  # a burst of browsers queues, not refused
-    server.daemon_threads = True
+    try:
+        server = DashboardServer((host, port), handler)
+    except BaseException:
+        state.snapshots.close()
+        raise
+    server.state = state
     state.hosts = _host_names(host, server.server_address[1])
     return server

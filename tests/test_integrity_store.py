@@ -8,6 +8,7 @@ foreign schema), read through the store, the CLI verbs in-process and a real HTT
 from __future__ import annotations
 
 import http.client
+import json
 import os
 import shutil
 import struct
@@ -337,6 +338,19 @@ def test_server_refuses_other_hosts(live):
         assert status == 421 and f"127.0.0.1:{live}" in body
 
 
+def version(port: int) -> str:
+    return json.loads(get(port, "/api/version")[1])["version"]
+
+
+def refreshed(port: int, before: str) -> str:
+    """The served version once the server has rebuilt its payload after the store changed."""
+    deadline = time.monotonic() + 60
+    while (now := version(port)) == before:
+        assert time.monotonic() < deadline, "the server never saw the store change"
+        time.sleep(0.05)
+    return now
+
+
 def test_server_refreshes_incrementally(store, live):
     assert config(live, "t00001")["provenance"]["trial_id"] == "t00001"
     # A fragment already read is not read again: same path, size and mtime pin its content.
@@ -344,16 +358,20 @@ def test_server_refreshes_incrementally(store, live):
     stat = path.stat()
     path.write_bytes(bytes(stat.st_size))
     os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
-    assert config(live, "t00001")["provenance"]["seed"] == 0
-    # New fragments are read; vanished ones (merged by compaction) forgotten.
+    # New fragments are read (the next payload has them); vanished ones (merged by compaction) forgotten.
+    seen = version(live)
     row, curve = rows(n=N_TRIALS + 1)[N_TRIALS]
     write_trial(store, "s", row, curve)
+    seen = refreshed(live, seen)
     assert config(live, row["trial_id"])["provenance"]["trial_id"] == row["trial_id"]
+    assert config(live, "t00001")["provenance"]["seed"] == 0  # from the cache, not the zeros
     os.utime(path)  # now it looks changed: re-read, found damaged, skipped
+    seen = refreshed(live, seen)
     status, body = get(live, "/api/config?sweep=s&trial_id=t00001")
     assert status == 404 and "no trial 't00001'" in body
     compact(store, "s", grace_s=0)
     assert sorted(p.name.split("-")[0] for p in (store / "s" / "trials").iterdir()) == ["compact"]
+    refreshed(live, seen)
     for trial_id in ("t00000", "t00002", "t00003", row["trial_id"]):
         assert config(live, trial_id)["provenance"]["trial_id"] == trial_id
     assert get(live, "/api/dashboard")[0] == 200
@@ -362,7 +380,11 @@ def test_server_refreshes_incrementally(store, live):
 def test_a_damaged_store_answers_500_with_the_line(store, live):
     for path in (store / "s" / "trials").iterdir():
         truncate(path)
-    for query in ("/api/dashboard", "/api/config?sweep=s&trial_id=t00000"):
+    deadline = time.monotonic() + 60
+    while get(live, "/api/dashboard")[0] != 500:  # a payload built before the damage is served until then
+        assert time.monotonic() < deadline, "the server never saw the damage"
+        time.sleep(0.05)
+    for query in ("/api/dashboard", "/api/config?sweep=s&trial_id=t00000", "/api/version"):
         status, body = get(live, query)
         assert status == 500 and body.count("\n") == 1
         assert body.startswith(f"{store / 's'}: none of its {N_TRIALS} trials fragment")
