@@ -81,6 +81,12 @@ class TrainConfig(_Strict):
     z_loss: Annotated[float, Field(ge=0)] = 0.0
     parametrization: Literal["standard", "mup"] = "standard"
     mup_base_width: PositiveInt = 64
+    # muP's base FFN inner width (the down projection's base fan-in); None: 4 x mup_base_width
+    mup_base_d_h: PositiveInt | None = None
+    # Depth-muP (Tensor Programs VI): residual branches x sqrt(2 mup_base_depth / branches),
+    # their matrices' lr likewise; needs init: mup (shapesweep.trainers.mup)
+    depth_mup: bool = False
+    mup_base_depth: Annotated[int, Field(gt=0, le=MAX_DIM)] = 4
     eval_every: PositiveInt | None = None  # steps; default ~10 evaluations per trial
     eval_tokens: PositiveCount = 32768  # LM validation tokens per evaluation
     seed: Annotated[int, Field(ge=0, lt=MAX_SEED)] = 0
@@ -129,6 +135,13 @@ class TrainConfig(_Strict):
             raise ValueError(f"init {self.init!r} contradicts parametrization "
                              f"{self.parametrization!r} (muP is init: mup with parametrization: "
                              "mup; give one of them)")
+        return self
+
+    @model_validator(mode="after")
+    def _depth_mup_needs_mup(self):
+        """Depth-muP scales muP's rules by depth: without muP there is nothing to scale."""
+        if self.depth_mup and self.init != "mup":
+            raise ValueError(f"depth_mup needs init: mup (this recipe's init is {self.init!r})")
         return self
 
     @model_validator(mode="after")

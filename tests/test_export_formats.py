@@ -51,6 +51,8 @@ STANDALONE = {  # (fields, train overrides) that only the standalone PyTorch exp
     "variable_width-projection": (REFUSED["variable_width"][0] | {"resize": "projection",
                                                                  "shape": "grow"}, {}),
     "conventional-mup": (BASE, {"parametrization": "mup", "mup_base_width": 16}),
+    "hourglass-depth-mup": (REFUSED["hourglass"][0], {"init": "mup", "depth_mup": True,
+                                                      "mup_base_depth": 1}),
     "variable_width-moe": (REFUSED["variable_width"][0] | {"n_experts": 3, "n_active_experts": 2}, {}),
 }
 # Runs model.py where shapesweep cannot be imported, and saves its logits for `tokens.npy`.

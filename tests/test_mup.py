@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 from shapesweep.search_spaces.configs import (
     ConventionalConfig,
+    HourglassConfig,
     TrainConfig,
     VariableWidthConfig,
     VisionMLPConfig,
@@ -34,10 +35,14 @@ def test_groups_variable_width_mup():
     placed = _named_groups(model, groups)
     assert sum(len(g["params"]) for g in groups) == len(placed)  # each param exactly once
     assert set(placed) == {n for n, _ in model.named_parameters()}
+    modules = dict(model.named_modules())
     for name, (wd, lr_scale) in placed.items():
         if name.startswith("blocks.") and name.endswith(".weight") and "norm" not in name:
-            layer = int(name.split(".")[1])
-            assert (wd, lr_scale) == (0.1, BASE / config.widths[layer]), name
+            # muP by fan-in: the down projection against the base d_h (4 x BASE), the rest
+            # against the base width; qkv's fan-in is what it reads (layer 0: the embedding)
+            fan_in = modules[name.removesuffix(".weight")].in_features
+            base_fan_in = 4 * BASE if name.endswith("down.weight") else BASE
+            assert (wd, lr_scale) == (0.1, base_fan_in / fan_in), name
         elif name.startswith("resizers."):
             fan_in = model.resizers[name.split(".")[1]].in_features
             assert (wd, lr_scale) == ((0.1, BASE / fan_in) if name.endswith("weight") else (0.0, 1.0))
@@ -87,50 +92,153 @@ def _corpus() -> torch.Tensor:
         return torch.frombuffer(bytearray(f.read(16384)), dtype=torch.uint8).long()
 
 
-def _activation_rms(parametrization: str, width_mult: int, data: torch.Tensor,
-                    lr: float = 1e-2, steps: int = 5, seq_len: int = 32, batch: int = 4):
-    """RMS of the logits and of block 0's output after a few Adam steps."""
-    d = BASE * width_mult
-    config = ConventionalConfig(d_model=d, n_layers=2, n_heads=4, d_h=4 * d, vocab_size=256)
+def _train_and_probe(config, train: TrainConfig, lr: float = 1e-2, steps: int = 5,
+                     seq_len: int = 32, batch: int = 4) -> dict[str, list[float]]:
+    """A few Adam steps on real bytes; then, on a held probe batch, each block's output RMS
+    (`blocks`), how far each FFN's output moved from its start (`ffn_moved`), how far the
+    last block's output moved (`last_moved`), and the logits' RMS."""
+    data = _corpus()
     torch.manual_seed(0)
     model = build_model(config)
-    train = TrainConfig(parametrization=parametrization, mup_base_width=BASE, lr=lr, weight_decay=0.0)
     groups = configure(model, config, train)
     opt = torch.optim.AdamW([{**g, "lr": lr * g["lr_scale"]} for g in groups], betas=(0.9, 0.95))
     gen = torch.Generator().manual_seed(0)
-    for _ in range(steps):
+    batches = []
+    for _ in range(steps + 1):
         starts = torch.randint(0, len(data) - seq_len - 1, (batch,), generator=gen)
-        x = torch.stack([data[s : s + seq_len] for s in starts])
-        y = torch.stack([data[s + 1 : s + seq_len + 1] for s in starts])
+        batches.append((torch.stack([data[s : s + seq_len] for s in starts]),
+                        torch.stack([data[s + 1 : s + seq_len + 1] for s in starts])))
+    probe = batches[-1][0]
+
+    def probe_outputs():
+        out = []
+        modules = [*model.blocks, *(b.ffn for b in model.blocks)]
+        hooks = [m.register_forward_hook(lambda m, a, o: out.append(o.detach().clone())) for m in modules]
+        with torch.no_grad():
+            out.append(model(probe))
+        for hook in hooks:
+            hook.remove()
+        return out
+
+    before = probe_outputs()
+    for x, y in batches[:steps]:
         loss = F.cross_entropy(model(x).flatten(0, 1), y.flatten())
         opt.zero_grad()
         loss.backward()
         opt.step()
-    hidden = {}
-    hook = model.blocks[0].register_forward_hook(lambda m, a, out: hidden.setdefault("h", out))
-    with torch.no_grad():
-        logits = model(x)
-    hook.remove()
+    after = probe_outputs()
+    n = len(model.blocks)
     rms = lambda t: t.pow(2).mean().sqrt().item()  # noqa: E731
-    return rms(logits), rms(hidden["h"])
+    return {"blocks": [rms(t) for t in after[:n]],
+            "ffn_moved": [rms(b - a) for a, b in zip(before[n:2 * n], after[n:2 * n], strict=True)],
+            "last_moved": [rms(after[n - 1] - before[n - 1])], "logits": [rms(after[-1])]}
 
 
 def _spread(values: list[float]) -> float:
     return max(values) / min(values)
 
 
-def test_coordinate_check_mup_flat_standard_drifts():
-    """Widths x1..x8 at one lr: muP keeps activation scales flat, standard blows up.
+def _spreads(runs: list[dict[str, list[float]]], what: str) -> list[float]:
+    """max/min across the runs of `what`, per layer."""
+    return [_spread([r[what][i] for r in runs]) for i in range(len(runs[0][what]))]
 
-    Measured (lr 1e-2, 5 steps): muP spreads ~1.1 (logits) and ~1.5-1.9 (hidden);
-    standard ~4 (logits) and ~300 (hidden).
-    """
-    data = _corpus()
+
+def test_coordinate_check_mup_flat_standard_drifts():
+    """Widths x1..x8 at one lr: muP keeps every layer's activation scale flat, standard
+    blows up. Measured (lr 1e-2, 5 steps): muP spreads ~1.05 (logits), 1.4-3.1 (blocks);
+    standard ~3.4 (logits), 72-122 (blocks)."""
     spreads = {}
-    for parametrization in ("standard", "mup"):
-        rms = [_activation_rms(parametrization, m, data) for m in (1, 2, 4, 8)]
-        spreads[parametrization] = [_spread([r[i] for r in rms]) for i in range(2)]
-    mup_logits, mup_hidden = spreads["mup"]
-    sp_logits, sp_hidden = spreads["standard"]
-    assert mup_logits < 1.5 and mup_hidden < 3.0, spreads
-    assert sp_logits > 2.5 and sp_hidden > 20.0, spreads
+    for init in ("normal", "mup"):
+        runs = [_train_and_probe(ConventionalConfig(d_model=BASE * m, n_layers=2, n_heads=4,
+                                                    d_h=4 * BASE * m, vocab_size=256),
+                                 TrainConfig(init=init, mup_base_width=BASE, weight_decay=0.0))
+                for m in (1, 2, 4, 8)]
+        spreads[init] = (_spreads(runs, "logits")[0], max(_spreads(runs, "blocks")))
+    assert spreads["mup"][0] < 1.5 and spreads["mup"][1] < 4.0, spreads
+    assert spreads["normal"][0] > 2.5 and spreads["normal"][1] > 20.0, spreads
+
+
+def test_coordinate_check_ffn_ratio_by_the_down_projections_fan_in():
+    """d_h from d_model/2 to 8 d_model at one width: with the down projection scaled by its
+    own fan-in (d_h), how far each FFN's output moves in a few steps stays flat; scaled by
+    d_model (as standard, and as muP did before) it grows with d_h. Measured (lr 1e-2, 5
+    steps): muP spreads 2.7 (layer 0) and 1.5 (layer 1); standard 27 and 2.4."""
+    spreads = {}
+    for init in ("normal", "mup"):
+        runs = [_train_and_probe(ConventionalConfig(d_model=BASE, n_layers=2, n_heads=4, d_h=d_h,
+                                                    vocab_size=256),
+                                 TrainConfig(init=init, mup_base_width=BASE, weight_decay=0.0))
+                for d_h in (16, 32, 64, 128, 256)]
+        spreads[init] = _spreads(runs, "ffn_moved")
+    assert max(spreads["mup"]) < 4.0, spreads
+    assert spreads["normal"][0] > 10.0, spreads
+
+
+def test_coordinate_check_depth_mup_flat_over_depth():
+    """L 2..16 (branches 4..32) at one width: under depth-muP how far the last block's output
+    moves in a few steps stays flat; muP by width alone lets it grow with depth. Measured
+    (lr 1e-2, 5 steps): depth-muP spread 1.7, width-only muP 13."""
+    spreads = {}
+    for depth_mup in (False, True):
+        runs = [_train_and_probe(ConventionalConfig(d_model=BASE, n_layers=L, n_heads=4,
+                                                    d_h=4 * BASE, vocab_size=256),
+                                 TrainConfig(init="mup", mup_base_width=BASE, weight_decay=0.0,
+                                             depth_mup=depth_mup, mup_base_depth=2))
+                for L in (2, 4, 8, 16)]
+        spreads[depth_mup] = _spreads(runs, "last_moved")[0]
+    assert spreads[True] < 2.5 and spreads[False] > 5.0, spreads
+
+
+def _lr_scales(model, groups) -> dict[str, float]:
+    return {name: lr for name, (_, lr) in _named_groups(model, groups).items()}
+
+
+def test_hourglass_sub_blocks_by_fan_in_and_as_branches():
+    """Each hourglass sub-block's down projection reads d_h (base 4 x BASE), its gate|up the
+    stream (base BASE); depth-muP counts its k sub-blocks as residual branches."""
+    config = HourglassConfig(d_model=2 * BASE, n_layers=3, n_heads=4, d_h=24, k=4, vocab_size=256)
+    model = build_model(config)
+    groups = configure(model, config, TrainConfig(init="mup", mup_base_width=BASE, weight_decay=0.1))
+    lrs = _lr_scales(model, groups)
+    assert lrs["blocks.0.ffn.subs.3.down.weight"] == pytest.approx(4 * BASE / 24)
+    assert lrs["blocks.0.ffn.subs.3.gate_up.weight"] == pytest.approx(1 / 2)
+    assert lrs["blocks.2.attn.o.weight"] == pytest.approx(1 / 2)
+    assert {b.branch_mult for b in model.blocks} == {1.0}
+
+    model = build_model(config)
+    groups = configure(model, config, TrainConfig(init="mup", mup_base_width=BASE, depth_mup=True,
+                                                  mup_base_depth=2))
+    branches = 3 * (1 + 4)  # each layer: attention + 4 sub-blocks
+    mult = (2 * 2 / branches) ** 0.5
+    assert [b.branch_mult for b in model.blocks] == pytest.approx([mult] * 3)
+    assert [b.ffn.branch_mult for b in model.blocks] == pytest.approx([mult] * 3)
+    lrs = _lr_scales(model, groups)
+    assert lrs["blocks.0.ffn.subs.3.down.weight"] == pytest.approx(mult * 4 * BASE / 24)
+    assert lrs["blocks.1.attn.qkv.weight"] == pytest.approx(mult / 2)
+    assert lrs["wte.weight"] == 1.0 and lrs["blocks.0.ffn.norms.0.weight"] == 1.0
+    # the writers start at the base depth's 1/sqrt(2 x 2), whatever the depth
+    down = model.blocks[1].ffn.subs[0].down.weight
+    expected = 0.02 * (4 * BASE / 24) ** 0.5 / 2
+    assert down.std().item() == pytest.approx(expected, rel=0.1)
+
+
+def test_depth_mup_at_its_base_depth_is_mup():
+    config = ConventionalConfig(d_model=2 * BASE, n_layers=3, n_heads=4, d_h=5 * BASE, vocab_size=256)
+    idx = torch.randint(0, 256, (2, 16))
+    outputs, states = [], []
+    for depth_mup in (False, True):
+        torch.manual_seed(3)
+        model = build_model(config)
+        groups = configure(model, config, TrainConfig(init="mup", mup_base_width=BASE,
+                                                      depth_mup=depth_mup, mup_base_depth=3))
+        states.append((model.state_dict(), sorted(g["lr_scale"] for g in groups)))
+        outputs.append(model(idx))
+    assert states[0][1] == states[1][1]
+    for key, value in states[0][0].items():
+        torch.testing.assert_close(states[1][0][key], value)
+    torch.testing.assert_close(outputs[1], outputs[0])
+
+
+def test_depth_mup_needs_mup():
+    with pytest.raises(ValueError, match="depth_mup needs init: mup"):
+        TrainConfig(depth_mup=True)

@@ -25,9 +25,9 @@ class MLP(nn.Module):
         self.down = nn.Linear(d_h, d_out, bias=bias)
         self.act = _ACT[activation]
 
-    def init_roles(self) -> tuple[list[nn.Linear], dict[nn.Linear, list[int]]]:
-        """For `shapesweep.trainers.mup`: `down` writes the residual stream."""
-        return [self.down], {}
+    def init_roles(self) -> tuple[list[nn.Linear], dict[nn.Linear, list[int]], list[nn.Linear]]:
+        """For `shapesweep.trainers.mup`: `down` writes the residual stream and reads d_h."""
+        return [self.down], {}, [self.down]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.down(self.act(self.up(x)))
@@ -48,9 +48,10 @@ class GatedFFN(nn.Module):
         self.act = _ACT[activation]
         self.alpha = nn.Parameter(torch.tensor(0.1)) if residual_scale else None
 
-    def init_roles(self) -> tuple[list[nn.Linear], dict[nn.Linear, list[int]]]:
-        """For `shapesweep.trainers.mup`: `down` writes the residual stream; gate|up is fused."""
-        return [self.down], {self.gate_up: [self.down.in_features] * 2}
+    def init_roles(self) -> tuple[list[nn.Linear], dict[nn.Linear, list[int]], list[nn.Linear]]:
+        """For `shapesweep.trainers.mup`: `down` writes the residual stream and reads d_h;
+        gate|up is fused."""
+        return [self.down], {self.gate_up: [self.down.in_features] * 2}, [self.down]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         gate, up = self.gate_up(x).chunk(2, dim=-1)
@@ -65,6 +66,8 @@ class HourglassFFN(nn.Module):
 
     Pre-norm: x = x + sub_j(norm_j(x)); post-norm (OLMo-2 order): x = x + norm_j(sub_j(x)).
     It maps the stream to the updated stream (`updates_stream`), so its block adds no norm.
+    Each sub-block is a residual branch of its own (depth-muP counts k of them, and scales
+    each write by `branch_mult`).
     """
 
     updates_stream = True
@@ -76,12 +79,16 @@ class HourglassFFN(nn.Module):
             GatedFFN(self.width, int(s.d_h), self.width, s.activation, s.bias) for _ in range(s.k)
         )
         self.norms = nn.ModuleList(nn.RMSNorm(self.width) for _ in range(s.k))
+        self.n_branches = len(self.subs)
+        self.branch_mult = 1.0  # depth-muP's (shapesweep.trainers.mup)
 
     def forward(self, stream: torch.Tensor) -> torch.Tensor:
         pad = stream.shape[-1] - self.width
         for sub, norm in zip(self.subs, self.norms, strict=True):
             x = stream[..., : self.width]
             delta = sub(norm(x)) if self.pre else norm(sub(x))
+            if self.branch_mult != 1.0:
+                delta = delta * self.branch_mult
             stream = stream + F.pad(delta, (0, pad))
         return stream
 

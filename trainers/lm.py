@@ -60,9 +60,10 @@ class Attention(nn.Module):
         self.rotary = rotary or Rotary(self.head_dim)  # layers of one head_dim share tables
         self.scale: float | None = None  # None = 1/sqrt(head_dim); muP sets its own
 
-    def init_roles(self) -> tuple[list[nn.Linear], dict[nn.Linear, list[int]]]:
-        """For `shapesweep.trainers.mup`: `o` writes the residual stream; q|k|v is fused."""
-        return [self.o], {self.qkv: [self.q_dim, self.kv_dim, self.kv_dim]}
+    def init_roles(self) -> tuple[list[nn.Linear], dict[nn.Linear, list[int]], list[nn.Linear]]:
+        """For `shapesweep.trainers.mup`: `o` writes the residual stream; q|k|v is fused;
+        nothing reads an FFN's inner width."""
+        return [self.o], {self.qkv: [self.q_dim, self.kv_dim, self.kv_dim]}, []
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         B, T, _ = x.shape
@@ -77,7 +78,11 @@ class Attention(nn.Module):
 
 
 class Block(nn.Module):
-    """Attention then FFN, pre-norm or OLMo-2 post-norm (norm on the output, before the add)."""
+    """Attention then FFN, pre-norm or OLMo-2 post-norm (norm on the output, before the add).
+
+    `branch_mult` (depth-muP's, 1 otherwise) scales each residual write: the attention's and
+    the FFN's (an hourglass FFN scales its own sub-blocks' writes).
+    """
 
     def __init__(self, s: LayerShape, rotary: Rotary | None = None):
         super().__init__()
@@ -89,17 +94,28 @@ class Block(nn.Module):
         # An FFN that maps the stream itself (hourglass: its own norms and residual adds) needs no norm.
         self.ffn_norm = (None if getattr(self.ffn, "updates_stream", False)
                          else nn.RMSNorm(self.width if self.pre else self.ffn_out))
+        self.n_branches = 1 + getattr(self.ffn, "n_branches", 1)  # residual writes
+        self.branch_mult = 1.0
+
+    def set_branch_mult(self, mult: float) -> None:
+        """Scale every residual write of this block by `mult` (depth-muP)."""
+        self.branch_mult = mult
+        if self.ffn_norm is None:
+            self.ffn.branch_mult = mult
+
+    def _scaled(self, h: torch.Tensor) -> torch.Tensor:
+        return h * self.branch_mult if self.branch_mult != 1.0 else h
 
     def forward(self, stream: torch.Tensor) -> torch.Tensor:
         S = stream.shape[-1]
         x = stream[..., : self.attn_in]
         h = self.attn(self.attn_norm(x)) if self.pre else self.attn_norm(self.attn(x))
-        stream = stream + _widen(h, S)
+        stream = stream + _widen(self._scaled(h), S)
         if self.ffn_norm is None:
             return self.ffn(stream)
         x = stream[..., : self.width]
         h = self.ffn(self.ffn_norm(x)) if self.pre else self.ffn_norm(self.ffn(x))
-        return stream + _widen(h, S)
+        return stream + _widen(self._scaled(h), S)
 
 
 class LM(nn.Module):

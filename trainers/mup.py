@@ -9,27 +9,48 @@ models with the same attention shapes start with the same attention weights:
   It counts layers (an attention and an FFN write per layer), never FFN sub-blocks.
 - `xavier` (seed 003): every projection matrix xavier-uniform with gain 1, the same at
   every depth (a fused q|k|v or gate|up matrix as its separate parts); embeddings normal.
-- `mup`: `scaled` plus muP's width rules (below).
+- `mup`: `scaled` at muP's base shape, plus muP's rules below.
 
-muP (Yang et al., "Tensor Programs V"; the Adam column of their table 3), relative to
-a base width `b` at which it coincides with `scaled`:
+muP (Yang et al., "Tensor Programs V", the Adam column of their table 3) is a rule *per
+matrix*, by that matrix's own fan-in relative to the same matrix in a base model (`Base`:
+residual width b = `mup_base_width`, FFN inner width b_h = `mup_base_d_h`, default 4b).
+At the base shape every rule below reduces to `scaled`:
 
-- hidden matrices of a layer of width w (attention, FFN, seed 002's resize
-  projections): init std ~ sqrt(b / w), Adam lr scaled by b / w. Every matrix of a
-  variable-width layer uses that layer's own width (a projection, its fan-in).
-- embeddings, norms, biases, scalars, a vision input projection: width-independent.
-- the readout: its output is multiplied by b / width (`model.output_mult`); attention
-  logits are scaled by 1/head_dim instead of 1/sqrt(head_dim) (`Attention.scale`), both
-  equal to the standard values at the base width. The 1/head_dim rule assumes head_dim
-  grows with width (n_heads fixed across the sweep).
+| matrix                                   | fan-in            | base fan-in | init std                  | Adam lr x   |
+|------------------------------------------|-------------------|-------------|---------------------------|-------------|
+| q/k/v (fused qkv)                        | attn_in           | b           | 0.02 sqrt(b / fan_in)     | b / fan_in  |
+| attention output o (writes the stream)   | n_heads head_dim  | b           | 0.02 sqrt(b / fan_in) r   | b / fan_in  |
+| FFN up / gate (each hourglass sub-block, | width             | b           | 0.02 sqrt(b / fan_in)     | b / fan_in  |
+|   each expert), MoE router               |                   |             |                           |             |
+| FFN down (writes the stream)             | d_h               | b_h         | 0.02 sqrt(b_h / fan_in) r | b_h / fan_in|
+| ><former resize projection               | its input width   | b           | 0.02 sqrt(b / fan_in)     | b / fan_in  |
+| embedding, norms, biases, scalars        | -                 | -           | as `normal`               | 1           |
+| readout                                  | readout width     | b           | 0.02; logits x b / fan_in | 1           |
+
+r is the residual-write factor: 1/sqrt(2 n_layers) (`scaled`). Attention logits are scaled
+by 1/head_dim instead of 1/sqrt(head_dim) (`Attention.scale`: 1/sqrt(head_dim x q_dim / b),
+equal to the standard value at the base width; the rule assumes head_dim grows with width,
+n_heads fixed across the sweep). Before this table, every matrix of a block was scaled by
+the block's residual width, the down projection included, so an FFN whose d_h/d_model
+differed from the base's trained its down projection at another effective rate.
+
+Depth-muP (`train.depth_mup`; Yang et al., "Tensor Programs VI", the Adam row): the model's
+residual branches are counted, B = sum over layers of (1 attention + the FFN's branches: 1,
+or k for an hourglass FFN, whose k sub-blocks each write the stream), against the base's
+B_base = 2 x `mup_base_depth` (a conventional model of that depth). Every branch's output is
+multiplied by sqrt(B_base / B) (`Block.branch_mult`, `HourglassFFN.branch_mult`), every
+matrix inside a branch trains at lr x sqrt(B_base / B), and r is fixed at the base's
+1/sqrt(B_base) (the multiplier carries the depth). At B = B_base it is plain muP.
 
 Vision (seed 004, which states no init beyond a random Gaussian W_in): each matrix's
 `normal` std is 1/sqrt(fan_in) instead of 0.02, and a block's one residual write counts
-once per layer (1/sqrt(n_layers) under `scaled` / `mup`).
+once per layer (1/sqrt(n_layers) under `scaled` / `mup`); muP's lr and depth rules as above,
+W1 reading d_z (base b) and W2 reading d_h (base b_h), one branch per block.
 
 Each family's spec names its rules (`init=`): `lm_rules` here for every LM family, which
-asks each block's modules for their roles (`init_roles()`: the residual writers and the
-fused matrices); seed 004's in `shapesweep.trainers.vision.init_rules`.
+asks each block's modules for their roles (`init_roles()`: the residual writers, the fused
+matrices and the matrices that read the FFN's inner width); seed 004's in
+`shapesweep.trainers.vision.init_rules`.
 
 Weight decay applies to matrices only; norms, biases, embeddings and scalars get none.
 """
@@ -92,45 +113,84 @@ def linear_rules(layer: nn.Linear, std: float, lr_scale: float, mode: InitMode,
         yield layer.bias, _const(0.0), False, 1.0
 
 
-def _roles(block: nn.Module) -> tuple[set[int], dict[int, list[int]]]:
-    """The block's matrices that write the residual stream, and the fused ones with the
-    matrices they stand for (q|k|v, gate|up), as its modules declare in `init_roles()`."""
+@dataclass(frozen=True)
+class Base:
+    """muP's base shape: the model at which every rule reduces to `scaled` (see the table)."""
+
+    width: int  # b: residual width (and attention width, n_heads x head_dim)
+    d_h: int  # b_h: FFN inner width
+    depth: int | None  # layers of a conventional base model; None: no depth-muP
+
+    @classmethod
+    def of(cls, train) -> Base:
+        return cls(width=train.mup_base_width,
+                   d_h=train.mup_base_d_h or 4 * train.mup_base_width,
+                   depth=train.mup_base_depth if train.depth_mup else None)
+
+    def fan_in_mult(self, fan_in: int, reads_inner: bool, mode: InitMode) -> float:
+        """fan_in / the base's fan-in of the same matrix (1 outside muP)."""
+        return fan_in / (self.d_h if reads_inner else self.width) if mode.mup else 1.0
+
+    def branches(self, per_layer: int) -> int:
+        """B_base: the residual branches of a base model with `per_layer` writes a layer."""
+        return per_layer * (self.depth or 0)
+
+    def depth_mult(self, branches: int, mode: InitMode, per_layer: int = 2) -> float:
+        """Depth-muP's branch multiplier sqrt(B_base / B); 1 without it."""
+        if not (mode.mup and self.depth):
+            return 1.0
+        return math.sqrt(self.branches(per_layer) / branches)
+
+
+def _roles(block: nn.Module) -> tuple[set[int], dict[int, list[int]], set[int]]:
+    """The block's matrices that write the residual stream, the fused ones with the
+    matrices they stand for (q|k|v, gate|up), and those whose fan-in is the FFN's inner
+    width, as its modules declare in `init_roles()`."""
     writers: set[int] = set()
     fused: dict[int, list[int]] = {}
+    inner: set[int] = set()
     for module in block.modules():
         if hasattr(module, "init_roles"):
-            residual, parts = module.init_roles()
+            residual, parts, reads_inner = module.init_roles()
             writers |= {id(layer) for layer in residual}
             fused |= {id(layer): p for layer, p in parts.items()}
-    return writers, fused
+            inner |= {id(layer) for layer in reads_inner}
+    return writers, fused, inner
 
 
-def lm_rules(model: LM, mode: InitMode, base: int) -> Iterator[Rule]:
+def lm_rules(model: LM, mode: InitMode, base: Base) -> Iterator[Rule]:
     """The rules of the decoder-only LM (`shapesweep.trainers.lm.LM`), every LM family's."""
-    depth = 1 / math.sqrt(2 * len(model.blocks))  # an attention and an FFN write per layer
-    residual = depth if mode.depth_scaled else 1.0
+    branches = sum(block.n_branches for block in model.blocks)
+    branch_mult = base.depth_mult(branches, mode)
+    if mode.mup and base.depth:  # depth-muP: the multiplier carries the depth, r is the base's
+        residual = 1 / math.sqrt(base.branches(2))
+    else:
+        residual = 1 / math.sqrt(2 * len(model.blocks)) if mode.depth_scaled else 1.0
     yield model.wte.weight, _normal(LM_STD), False, 1.0
     for layer, block in enumerate(model.blocks):
-        width_mult = block.width / base if mode.mup else 1.0
-        writers, fused = _roles(block)
+        block.set_branch_mult(branch_mult)
+        writers, fused, inner = _roles(block)
         for module in block.modules():
             if isinstance(module, nn.Linear):
-                std = LM_STD / math.sqrt(width_mult) * (residual if id(module) in writers else 1.0)
-                yield from linear_rules(module, std, 1.0 / width_mult, mode, fused.get(id(module)))
+                mult = base.fan_in_mult(module.in_features, id(module) in inner, mode)
+                std = LM_STD / math.sqrt(mult) * (residual if id(module) in writers else 1.0)
+                yield from linear_rules(module, std, branch_mult / mult, mode,
+                                        fused.get(id(module)))
             elif isinstance(module, nn.RMSNorm):
                 yield module.weight, _const(1.0), False, 1.0
             elif isinstance(module, GatedFFN) and module.alpha is not None:
                 yield module.alpha, _const(0.1), False, 1.0
             elif isinstance(module, Attention):  # standard: None = 1/sqrt(head_dim)
+                width_mult = base.fan_in_mult(module.q_dim, False, mode)
                 module.scale = 1 / math.sqrt(module.head_dim * width_mult) if mode.mup else None
         if str(layer) in model.resizers:
             proj = model.resizers[str(layer)]
-            fan_in_mult = proj.in_features / base if mode.mup else 1.0
-            yield from linear_rules(proj, LM_STD / math.sqrt(fan_in_mult), 1.0 / fan_in_mult, mode)
+            mult = base.fan_in_mult(proj.in_features, False, mode)
+            yield from linear_rules(proj, LM_STD / math.sqrt(mult), 1.0 / mult, mode)
     yield model.final_norm.weight, _const(1.0), False, 1.0
     if model.lm_head is not None:
         yield from linear_rules(model.lm_head, LM_STD, 1.0, mode)
-    model.output_mult = base / model.readout if mode.mup else 1.0  # the readout's fan-in
+    model.output_mult = base.width / model.readout if mode.mup else 1.0  # the readout's fan-in
 
 
 def configure(model: nn.Module, config, train) -> list[dict]:
@@ -140,7 +200,7 @@ def configure(model: nn.Module, config, train) -> list[dict]:
     `lr_scale` (the loop uses lr = schedule * train.lr * lr_scale). Frozen parameters
     (a fixed vision W_in) are initialised but left out of the groups.
     """
-    rules = load(of(config).init)(model, MODES[train.init], train.mup_base_width)  # the family's
+    rules = load(of(config).init)(model, MODES[train.init], Base.of(train))  # the family's
     groups: dict[tuple[float, float], list[nn.Parameter]] = {}
     seen: set[int] = set()
     with torch.no_grad():

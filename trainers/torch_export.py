@@ -3,7 +3,7 @@
 `model.py` is shapesweep's own model code (`trainers/ffn.py`, `trainers/moe.py`, `trainers/lm.py` and
 `LayerShape`), copied verbatim at export time so it cannot drift from what was trained,
 with the shapesweep imports replaced by `config.json`: the solved per-layer shapes, the
-embedding/readout widths and muP's two multipliers. It needs only torch (and
+embedding/readout widths and muP's multipliers. It needs only torch (and
 safetensors for weights), and reads a `train --save` model.safetensors unchanged: the
 parameter names are shapesweep's.
 """
@@ -68,6 +68,8 @@ def load(folder: str | Path = ".") -> LM:
     model.output_mult = config.output_mult
     for block, scale in zip(model.blocks, config.attention_scales, strict=True):
         block.attn.scale = scale
+    for block, mult in zip(model.blocks, config.branch_mults, strict=True):
+        block.set_branch_mult(mult)
     if (folder / "model.safetensors").exists():
         from safetensors.torch import load_file
 
@@ -110,6 +112,7 @@ def resolved(model_config, train) -> dict:
         "layers": [asdict(s) for s in model_config.layer_shapes()],
         "output_mult": model.output_mult,
         "attention_scales": [block.attn.scale for block in model.blocks],
+        "branch_mults": [block.branch_mult for block in model.blocks],  # depth-muP's
     }
 
 

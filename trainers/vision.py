@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import torch
 import torch.nn.functional as F
-from shapesweep.trainers.mup import InitMode, Rule, linear_rules
+from shapesweep.trainers.mup import Base, InitMode, Rule, linear_rules
 from torch import nn
 
 from shapesweep.families.vision_mlp import VisionMLPConfig
@@ -19,13 +19,15 @@ class ResidualMLPBlock(nn.Module):
 
     def __init__(self, d_z: int, d_h: int, activation: str, bias: bool):
         super().__init__()
+        self.branch_mult = 1.0  # depth-muP's (shapesweep.trainers.mup)
         self.norm = nn.RMSNorm(d_z, elementwise_affine=False)
         self.w1 = nn.Linear(d_z, d_h, bias=bias)
         self.w2 = nn.Linear(d_h, d_z, bias=bias)
         self.act = F.gelu if activation == "gelu" else F.relu
 
     def forward(self, z: torch.Tensor) -> torch.Tensor:
-        return z + self.w2(self.act(self.w1(self.norm(z))))
+        h = self.w2(self.act(self.w1(self.norm(z))))
+        return z + (h * self.branch_mult if self.branch_mult != 1.0 else h)
 
 
 class VisionMLP(nn.Module):
@@ -56,16 +58,22 @@ class VisionMLP(nn.Module):
         return out * self.output_mult if self.output_mult != 1.0 else out
 
 
-def init_rules(model: VisionMLP, mode: InitMode, base: int) -> Iterator[Rule]:
+def init_rules(model: VisionMLP, mode: InitMode, base: Base) -> Iterator[Rule]:
     """Seed 004 states no init beyond a random Gaussian W_in: each matrix's `normal` std is
-    1/sqrt(fan_in), and a block's one residual write counts once per layer (`mup` module)."""
+    1/sqrt(fan_in), and a block's one residual write counts once per layer (`mup` module:
+    W1 reads d_z, W2 reads d_h, each block is one residual branch)."""
     c = model.config
-    width_mult = c.d_z / base if mode.mup else 1.0
-    residual = 1 / math.sqrt(c.n_layers) if mode.depth_scaled else 1.0  # one write per block
+    branch_mult = base.depth_mult(c.n_layers, mode, per_layer=1)
+    if mode.mup and base.depth:  # depth-muP: the multiplier carries the depth
+        residual = 1 / math.sqrt(base.branches(1))
+    else:
+        residual = 1 / math.sqrt(c.n_layers) if mode.depth_scaled else 1.0
+    up, down = base.fan_in_mult(c.d_z, False, mode), base.fan_in_mult(c.d_h, True, mode)
     # Seed 004's fixed projection is a Gaussian / sqrt(d_x); the trained one starts the same.
     yield from linear_rules(model.w_in, 1 / math.sqrt(c.d_x), 1.0, mode)
     for block in model.blocks:
-        yield from linear_rules(block.w1, 1 / math.sqrt(c.d_z), 1.0 / width_mult, mode)
-        yield from linear_rules(block.w2, residual / math.sqrt(c.d_h), 1.0 / width_mult, mode)
+        block.branch_mult = branch_mult
+        yield from linear_rules(block.w1, 1 / math.sqrt(c.d_z), branch_mult / up, mode)
+        yield from linear_rules(block.w2, residual / math.sqrt(c.d_h), branch_mult / down, mode)
     yield from linear_rules(model.w_out, 1 / math.sqrt(c.d_z), 1.0, mode)
-    model.output_mult = base / c.d_z if mode.mup else 1.0
+    model.output_mult = base.width / c.d_z if mode.mup else 1.0
