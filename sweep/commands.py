@@ -576,6 +576,9 @@ def add_arguments_export(parser: argparse.ArgumentParser) -> None:
                         help="--format hf/torch: the trained weights go with each config; bare: "
                              "from the sweep's last checkpoints (run --keep-checkpoints); DIR: "
                              "a `train --save` folder, with the config of its shape (repeatable)")
+    parser.add_argument("--tokenizer", metavar="JSON", default=None,
+                        help="--format hf: the tokenizer.json the model was trained with "
+                             "(default: the byte-level one of the built-in corpus and text data)")
     parser.add_argument("--out", required=True, help="folder for the config files")
     parser.add_argument("--include-stopped", action="store_true",
                         help="rank stopped-early trials too (default: completed only)")
@@ -603,6 +606,8 @@ def export(args: argparse.Namespace) -> int:
         raise UserError("must be at least 1", key="--top")
     if args.weights and args.format not in FOLDER_FORMATS:
         raise UserError("only with --format hf or torch", key="--weights")
+    if args.tokenizer is not None and args.format != "hf":
+        raise UserError("only with --format hf", key="--tokenizer")
     if args.metric not in TRIAL_COLUMNS.names:
         raise UserError(f"unknown column {args.metric!r}", key="--metric")
     trials = load_trials(args.root, [args.name])
@@ -647,7 +652,8 @@ def export(args: argparse.Namespace) -> int:
     if args.format in FOLDER_FORMATS:
         exporter = importlib.import_module(FOLDER_FORMATS[args.format])
         folders = _weight_folders(args.root, args.name, documents, args.weights or [])
-        return _export_folders(documents, Path(args.out), folders, exporter)
+        tokenizer = _tokenizer_source(args) if args.format == "hf" else None
+        return _export_folders(documents, Path(args.out), folders, exporter, tokenizer)
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -732,9 +738,31 @@ def _weights(configs: dict[str, tuple], folders: list[str], exporter) -> dict[st
     return found
 
 
+def _tokenizer_source(args: argparse.Namespace) -> tuple[str | None] | None:
+    """The tokenizer an hf export carries: (`--tokenizer`,), (None,) for bytes when the sweep
+    read bytes (the built-in corpus or text), or None (with a notice) when it trained on
+    token files whose tokenizer shapesweep never saw."""
+    import sys
+
+    from shapesweep.results.store import read_sweep_file
+    from shapesweep.trainers.data import is_pretokenized
+
+    if args.tokenizer is not None:
+        return (args.tokenizer,)
+    text = read_sweep_file(args.root, args.name, "sweep.json")  # runner.OPTIONS_FILE
+    data = json.loads(text).get("data") if text else None
+    if data and is_pretokenized(data):
+        print(f"export: sweep {args.name!r} trained on token files ({data}); no tokenizer "
+              "written (--tokenizer JSON adds the one they were made with)", file=sys.stderr)
+        return None
+    return (None,)
+
+
 def _export_folders(documents: list[tuple[str, dict]], out: Path, weight_folders: list[str],
-                    exporter) -> int:
-    """One folder per config (`exporter.write_folder`); every check runs before anything is written."""
+                    exporter, tokenizer_source: tuple[str | None] | None = None) -> int:
+    """One folder per config (`exporter.write_folder`, and the tokenizer when
+    `tokenizer_source` names one: (path,) or (None,) for bytes); every check runs before
+    anything is written."""
     import shutil
 
     import yaml
@@ -749,6 +777,11 @@ def _export_folders(documents: list[tuple[str, dict]], out: Path, weight_folders
             raise UserError(f"{stem}: {reason}", key="--format")
         configs[config_key(config)] = (stem, document, config, train)
     weights = _weights(configs, weight_folders, exporter)
+    tokenizer = None
+    if tokenizer_source is not None:
+        tokenizer = exporter.read_tokenizer(tokenizer_source[0])
+        for _, _, config, _ in configs.values():
+            exporter.check_vocab(tokenizer, config.vocab_size, tokenizer_source[0])
 
     out.mkdir(parents=True, exist_ok=True)
     written = []
@@ -759,6 +792,8 @@ def _export_folders(documents: list[tuple[str, dict]], out: Path, weight_folders
         try:
             (tmp / "shapesweep.yaml").write_text(yaml.safe_dump(document, sort_keys=False))
             exporter.write_folder(tmp, config, trained, state)
+            if tokenizer is not None:
+                exporter.write_tokenizer(tmp, tokenizer)
             if path.exists():  # a previous export of the same config: swap it out whole
                 old = out / f".{stem}.{os.getpid()}.old"
                 os.replace(path, old)
