@@ -18,7 +18,7 @@ from typing import Any
 from shapesweep.search_spaces.cadence import CHECKPOINT_EVERY_S
 from shapesweep.sweep.strategies import SAMPLERS, STRATEGIES
 
-from shapesweep.common import UserError, duration, human
+from shapesweep.common import UserError, duration, human, write_csv
 from shapesweep.families import base as families
 
 PARALLEL = ("ddp", "fsdp")  # how N > 1 workers share a model (shapesweep.trainers.loop.train)
@@ -118,7 +118,12 @@ def parse_seeds(text: str | None) -> list[int] | None:
     return check_seeds_option(seeds)
 
 
+EXIT_FAILED_TRIALS = 1  # the sweep ran, and some of its trials failed (2 is bad input, refused)
+
+
 def _report(outcome: Any, root: str) -> int:
+    """The sweep's one-line summary; the exit code: 0 when every trial completed or was
+    stopped by the scheduler, EXIT_FAILED_TRIALS when the sweep holds failed ones."""
     from rich.console import Console
     from shapesweep.results.store import sweep_dir
 
@@ -128,7 +133,7 @@ def _report(outcome: Any, root: str) -> int:
         f"sweep [bold]{outcome.name}[/]: {outcome.status} - {c['completed']} completed, "
         f"{c['stopped_early']} stopped early, {c['failed']} failed "
         f"({outcome.launched} trials this run); results in {sweep_dir(root, outcome.name)}")
-    return 0
+    return EXIT_FAILED_TRIALS if c["failed"] else 0
 
 
 def run(args: argparse.Namespace) -> int:
@@ -227,7 +232,8 @@ def add_arguments_status(parser: argparse.ArgumentParser) -> None:
     # Checked in `status`, not by argparse: a bad value is then one line (argparse adds usage).
     parser.add_argument("--format", default="table",
                         help="table, json or csv: one sweep's candidates with mean, std and "
-                        "the difference to the baseline with its 95%% interval")
+                        "the difference to the baseline with its 95%% interval; without NAME, "
+                        "the sweeps with their trial counts")
     parser.add_argument("--baseline", default=None,
                         help="the variant the others are compared with (default: baseline, "
                         "when the sweep has it)")
@@ -273,8 +279,8 @@ def _check_status_args(args: argparse.Namespace) -> None:
         raise UserError(f"{args.format!r} is not one of {', '.join(STATUS_FORMATS)}", key="--format")
     if args.metric not in STATUS_METRICS:
         raise UserError(f"{args.metric!r} is not one of {', '.join(STATUS_METRICS)}", key="--metric")
-    if args.name is None and (args.format != "table" or args.baseline is not None):
-        raise UserError("needs one sweep NAME", key="--format" if args.format != "table" else "--baseline")
+    if args.name is None and args.baseline is not None:
+        raise UserError("needs one sweep NAME", key="--baseline")
 
 
 def _reduction_factor(root: str, name: str) -> float | None:
@@ -335,23 +341,16 @@ def _status_document(args: argparse.Namespace, trials, curves) -> dict:
 
 
 def _flat(candidate: dict) -> dict:
-    """A candidate as one CSV row: tuned values as `tuned.NAME` columns, widths space-joined."""
+    """A candidate as one CSV row: tuned values as `tuned.NAME` columns."""
     row = {k: v for k, v in candidate.items() if k != "tuned"}
     row.update({f"tuned.{k}": v for k, v in candidate["tuned"].items()})
-    if row["widths"] is not None:
-        row["widths"] = " ".join(str(w) for w in row["widths"])
     return row
 
 
 def _print_csv(document: dict) -> None:
-    import csv
     import sys
 
-    rows = [_flat(c) for c in document["candidates"]]
-    columns = list(dict.fromkeys(k for row in rows for k in row)) or ["key"]
-    writer = csv.DictWriter(sys.stdout, columns, lineterminator="\n")
-    writer.writeheader()
-    writer.writerows(rows)
+    write_csv([_flat(c) for c in document["candidates"]], sys.stdout)
 
 
 def _interval(candidate: dict) -> str:
@@ -435,26 +434,40 @@ def _asha_line(document: dict) -> str | None:
             "finished outside the top 1/reduction_factor")
 
 
-def _sweeps_table(args: argparse.Namespace, records: dict, names: list[str], trials, running):
+def _sweep_records(records: dict, names: list[str], trials, running) -> list[dict]:
+    """One record per sweep: what `status` lists, as `status --format json` prints it."""
+    out = []
+    for name in names:
+        record = records.get(name)
+        rows = trials[trials["sweep"] == name] if trials is not None else None
+        counts = rows["status"].value_counts() if rows is not None else {}
+        best = rows["val_loss"][rows["status"] == "completed"].min() if rows is not None else None
+        out.append({
+            "name": name, "space": record.space_name if record else None,
+            "space_hash": record.space_hash if record else None,
+            "status": record.status if record else None,
+            "trials": record.n_candidates if record else None,  # the catalog counts trials
+            **{state: int(counts.get(state, 0)) for state in ("completed", "stopped_early", "failed")},
+            "running": int((running["sweep"] == name).sum()),
+            "best_val_loss": _clean(best),
+        })
+    return out
+
+
+def _sweeps_table(args: argparse.Namespace, sweeps: list[dict]):
     """One line per sweep; counts in one column, so the table fits 80 columns."""
     from rich.table import Table
 
     table = Table(title=f"sweeps under {args.root}")
     for column in ("name", "space", "status", "trials", "best val_loss"):
         table.add_column(column, overflow="fold", justify="right" if column == "best val_loss" else "left")
-    for name in names:
-        record = records.get(name)
-        rows = trials[trials["sweep"] == name] if trials is not None else None
-        counts = rows["status"].value_counts() if rows is not None else {}
-        best = rows["val_loss"][rows["status"] == "completed"].min() if rows is not None else None
-        parts = [f"{int(counts.get(s, 0))} {label}" for s, label in
-                 (("completed", "completed"), ("stopped_early", "stopped"), ("failed", "failed"))
-                 if counts.get(s, 0)]
-        live = int((running["sweep"] == name).sum())
-        parts += [f"{live} running"] if live else []
-        of = f" (of {record.n_candidates})" if record else ""  # the catalog counts trials
-        table.add_row(name, record.space_name if record else "-", record.status if record else "-",
-                      (", ".join(parts) or "none") + of, _fmt(None if best is None else float(best)))
+    for sweep in sweeps:
+        parts = [f"{sweep[state]} {label}" for state, label in
+                 (("completed", "completed"), ("stopped_early", "stopped"), ("failed", "failed"),
+                  ("running", "running")) if sweep[state]]
+        of = f" (of {sweep['trials']})" if sweep["trials"] is not None else ""
+        table.add_row(sweep["name"], sweep["space"] or "-", sweep["status"] or "-",
+                      (", ".join(parts) or "none") + of, _fmt(sweep["best_val_loss"]))
     return table
 
 
@@ -498,6 +511,8 @@ def _running_table(name: str, running):
 
 
 def status(args: argparse.Namespace) -> int:
+    import sys
+
     from rich.console import Console
     from shapesweep.results.live import live_sweeps, load_live
     from shapesweep.results.store import FragmentCache, list_sweeps, load_curves, load_trials
@@ -509,8 +524,13 @@ def status(args: argparse.Namespace) -> int:
     if args.name is None:
         names = list(dict.fromkeys([*records, *list_sweeps(args.root), *live_sweeps(args.root)]))
         trials = load_trials(args.root, names) if names else None
-        running = load_live(args.root)[0]
-        console.print(_sweeps_table(args, records, names, trials, running))
+        sweeps = _sweep_records(records, names, trials, load_live(args.root)[0])
+        if args.format == "json":
+            print(json.dumps(sweeps, indent=2))
+        elif args.format == "csv":
+            write_csv(sweeps, sys.stdout)
+        else:
+            console.print(_sweeps_table(args, sweeps))
         return 0
 
     record = records.get(args.name)

@@ -67,10 +67,10 @@ def test_each_tracker_run_is_tagged_with_how_its_trial_ended(local_ray, tmp_path
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_DIR", str(tmp_path))
     root = tmp_path / "sweeps"
-    run("run", str(write_space(tmp_path, ENDINGS)), "--root", str(root), "--scheduler", "asha",
-        "--grace-tokens", "1024", "--reduction-factor", "2", "--max-concurrent", "1",
-        "--max-failures", "0", "--log-to", "mlflow", "--log-to", "tensorboard",
-        "--log-to", "wandb")
+    assert run("run", str(write_space(tmp_path, ENDINGS)), "--root", str(root), "--scheduler",
+               "asha", "--grace-tokens", "1024", "--reduction-factor", "2", "--max-concurrent",
+               "1", "--max-failures", "0", "--log-to", "mlflow", "--log-to", "tensorboard",
+               "--log-to", "wandb") == 1  # the sweep ran; its poison trials failed
     rows = load_trials(str(root), ["endings"]).set_index("trial_id")
     assert sorted(rows["status"]) == ["completed", "failed", "failed", "stopped_early"]
 
