@@ -190,3 +190,8 @@ def test_asha_optuna_sweep_as_optuna_and_ray_tools_read_it(local_ray, tmp_path):
     histories = analysis.trial_dataframes.values()
     assert sorted(h["tokens"].max() for h in histories) == sorted(rows["tokens"])
     assert all(h["val_loss"].notna().sum() >= 2 for h in histories)
+    # Tune's own restore, given the trainable the sweep ran (README), reads the same run.
+    from shapesweep.sweep.trainable import run_trial
+
+    grid = tune.Tuner.restore(str(run_folder), trainable=run_trial).get_results()
+    assert sorted(r.metrics["trial_key"] for r in grid) == sorted(rows["key"])
