@@ -703,7 +703,8 @@ def _run_config(options: SweepOptions, callbacks: list[Callback]):
         name=f"{options.name}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}",
         storage_path=ray_folder, verbose=0,
         callbacks=[*callbacks, CheckpointCleaner(ray_folder, options.keep_checkpoints),
-                   *_ray_loggers(), *tracker_callbacks(options.log_to, options.name, ray_folder)],
+                   *_ray_loggers(),
+                   *tracker_callbacks(options.log_to, options.name, ray_folder, ended_as)],
         # a trial whose worker died restarts from its last checkpoint (sweep/trainable.py)
         failure_config=tune.FailureConfig(max_failures=options.max_failures),
         checkpoint_config=tune.CheckpointConfig(num_to_keep=1))

@@ -27,6 +27,7 @@ from typing import Any
 
 from shapesweep.common import UserError
 
+Ended = Callable[[Any], str]  # a trial that did not fail -> completed / stopped_early
 STATUS_TAG = "status"  # completed / stopped_early / failed, as the trial's row says
 MLFLOW_CHECK_ENV = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "10"}
 
@@ -35,15 +36,15 @@ MLFLOW_CHECK_ENV = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST
 class Tracker:
     module: str  # what must be importable
     extra: str  # the pip extra that installs it
-    make: Callable[[str, str], Any]  # (sweep name, sweep folder) -> Tune callback
+    # (sweep name, sweep folder, how a trial that did not fail ended) -> Tune callback
+    make: Callable[[str, str, Ended], Any]
     check: Callable[[], None] = lambda: None  # refuses its settings (UserError) before any work
 
 
-def trial_status(trial: Any, failed: bool) -> str:
-    """How the trial ended, as `shapesweep.sweep.runner.ResultsWriter` files it."""
-    from shapesweep.sweep.runner import ended_as
-
-    return "failed" if failed else ended_as(trial)
+def trial_status(ended: Ended, trial: Any, failed: bool) -> str:
+    """How the trial ended, as its row says: `ended` (the driver's own rule,
+    `shapesweep.sweep.runner.ended_as`) tells completed from stopped_early."""
+    return "failed" if failed else ended(trial)
 
 
 def trial_tags(sweep: str, trial: Any) -> dict[str, str]:
@@ -71,7 +72,7 @@ def curve_step(result: dict) -> dict:
     return {**{k: v for k, v in result.items() if k not in drop}, TIMESTEPS_TOTAL: step}
 
 
-def _mlflow(sweep: str, folder: str):
+def _mlflow(sweep: str, folder: str, ended: Ended):
     from ray.air.integrations.mlflow import MLflowLoggerCallback
 
     class MLflowTrials(MLflowLoggerCallback):
@@ -89,7 +90,8 @@ def _mlflow(sweep: str, folder: str):
         def log_trial_end(self, trial, failed=False):
             from mlflow import MlflowClient
 
-            MlflowClient().set_tag(self._trial_runs[trial], STATUS_TAG, trial_status(trial, failed))
+            MlflowClient().set_tag(self._trial_runs[trial], STATUS_TAG,
+                                   trial_status(ended, trial, failed))
             super().log_trial_end(trial, failed)
 
     return MLflowTrials(experiment_name=sweep, tags={"sweep": sweep})
@@ -124,7 +126,7 @@ def _check_mlflow() -> None:
                 os.environ[name] = value
 
 
-def _wandb(sweep: str, folder: str):
+def _wandb(sweep: str, folder: str, ended: Ended):
     from ray.air.integrations.wandb import WandbLoggerCallback
 
     class WandbTrials(WandbLoggerCallback):
@@ -144,7 +146,7 @@ def _wandb(sweep: str, folder: str):
         def log_trial_end(self, trial, failed=False):
             if trial in self._trial_queues:  # a config value: W&B takes no tags after init
                 super().log_trial_result(0, trial, {
-                    "config": {STATUS_TAG: trial_status(trial, failed)}})
+                    "config": {STATUS_TAG: trial_status(ended, trial, failed)}})
             super().log_trial_end(trial, failed)
 
         def __del__(self):  # Ray's own fails when run at exit, after `ray` is torn down
@@ -159,7 +161,7 @@ def _wandb(sweep: str, folder: str):
                        **settings)
 
 
-def _tensorboard(sweep: str, folder: str):
+def _tensorboard(sweep: str, folder: str, ended: Ended):
     from ray.tune.logger import TBXLoggerCallback
 
     class TensorBoardTrials(TBXLoggerCallback):
@@ -169,7 +171,7 @@ def _tensorboard(sweep: str, folder: str):
         def log_trial_end(self, trial, failed=False):
             if trial not in self._trial_writer:  # it ended before its first evaluation
                 self.log_trial_start(trial)
-            self._trial_writer[trial].add_text(STATUS_TAG, trial_status(trial, failed))
+            self._trial_writer[trial].add_text(STATUS_TAG, trial_status(ended, trial, failed))
             super().log_trial_end(trial, failed)
 
     return TensorBoardTrials()
@@ -195,6 +197,7 @@ def check_trackers(names: list[str]) -> None:
         TRACKERS[name].check()
 
 
-def tracker_callbacks(names: list[str], sweep: str, folder: str) -> list[Any]:
-    """One Tune logger callback per `--log-to` target (each named once)."""
-    return [TRACKERS[name].make(sweep, folder) for name in dict.fromkeys(names)]
+def tracker_callbacks(names: list[str], sweep: str, folder: str, ended: Ended) -> list[Any]:
+    """One Tune logger callback per `--log-to` target (each named once); `ended` tells how a
+    trial that did not fail ended (the driver's rule, passed in: trackers never import it)."""
+    return [TRACKERS[name].make(sweep, folder, ended) for name in dict.fromkeys(names)]
