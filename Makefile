@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 TORCH ?= torch==2.13.0
 TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 
-.PHONY: setup demo test test-fast lint browser postgres bench
+.PHONY: setup demo test test-fast lint browser postgres shells bench
 setup: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml
@@ -30,14 +30,18 @@ postgres:
 	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || \
 	  { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q postgresql; }
 
+# zsh, for the shell-completion test (bash is there already; Debian package, root or sudo).
+shells:
+	@command -v zsh >/dev/null || { apt-get update -q && apt-get install -y -q zsh; }
+
 demo: setup
 	$(VENV)/bin/shapesweep demo $(DEMO_ARGS)
 
-test: setup browser postgres
+test: setup browser postgres shells
 	$(PY) -m pytest -q -ra
 
 # The inner loop: everything but the Ray end-to-end tests (marked slow), in a few minutes.
-test-fast: setup browser
+test-fast: setup browser shells
 	$(PY) -m pytest -q -ra -m "not slow"
 
 lint: setup

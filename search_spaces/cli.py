@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import sys
 
-from shapesweep.common import UserError
+from shapesweep.common import UserError, write_csv
 
 TABLE_COLUMNS = ("key", "family", "d_model", "n_layers", "n_heads", "d_h", "k", "ffn_ratio",
                  "width_depth_ratio", "params_non_embedding", "params_total", "flops_per_token",
@@ -23,6 +22,11 @@ DROP_FIRST = ("n_heads", "avg_layer_width", "params_total", "flops_per_token", "
 def add_arguments_spaces(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--fast", action="store_true",
                         help="show raw grid sizes instead of solving each space for its candidate count")
+    parser.add_argument("--format", choices=("table", "json"), default="table",
+                        help="table: one line per space, its description cut to the terminal's "
+                             "width; json: every field, in full")
+    parser.add_argument("--wide", action="store_true",
+                        help="the table with each space's budget and its whole description")
 
 
 def add_arguments_plan(parser: argparse.ArgumentParser) -> None:
@@ -36,26 +40,75 @@ def add_arguments_plan(parser: argparse.ArgumentParser) -> None:
 
 
 def spaces(args: argparse.Namespace) -> int:
-    from rich.console import Console
-    from rich.table import Table
-    from shapesweep.search_spaces.solver import plan
-    from shapesweep.search_spaces.space import list_builtin, load_space
-
-    table = Table(title="built-in search spaces (shapesweep plan NAME)")
-    for name in ("name", "family", "budget", "candidates", "description"):
-        table.add_column(name, overflow="fold", no_wrap=name == "name")
-    for name, description in list_builtin():
-        space = load_space(name)
-        if args.fast:
-            count = f"<= {sum(v.raw_size for v in space.resolved())}"
-        else:
-            try:
-                count = str(plan(space).counts["unique"])
-            except UserError as error:
-                count = f"error: {error.problem}"
-        table.add_row(name, ", ".join(space.families), _budget_text(space), count, description)
-    Console().print(table)  # descriptions fold at the terminal's width
+    records = [_space_record(name, description, args.fast) for name, description in _builtin()]
+    if args.format == "json":
+        print(json.dumps(records, indent=2))
+    else:
+        _spaces_table(records, args.wide, args.fast)
     return 0
+
+
+def _builtin() -> list[tuple[str, str]]:
+    from shapesweep.search_spaces.space import list_builtin
+
+    return list_builtin()
+
+
+def _space_record(name: str, description: str, fast: bool) -> dict:
+    """A built-in space as `spaces --format json` prints it: candidates solved unless `fast`."""
+    from shapesweep.search_spaces.solver import plan
+    from shapesweep.search_spaces.space import load_space
+
+    space = load_space(name)
+    record = {"name": name, "families": space.families,
+              "budget": space.budget.model_dump(mode="json", exclude_none=True),
+              "raw_points": sum(v.raw_size for v in space.resolved()), "candidates": None,
+              "error": None, "description": description}
+    if not fast:
+        try:
+            record["candidates"] = plan(space).counts["unique"]
+        except UserError as error:
+            record["error"] = error.problem
+    return record
+
+
+def _spaces_table(records: list[dict], wide: bool, fast: bool) -> None:
+    """One line per space, its description cut with an ellipsis to fit the terminal (80
+    columns off one); `wide`: a paragraph per space, with its budget and whole description."""
+    from rich import box
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+    from shapesweep.search_spaces.space import load_space
+
+    console = Console()
+    rows = []
+    for record in records:
+        count = (f"<= {record['raw_points']}" if fast else
+                 str(record["candidates"]) if record["error"] is None else "error")
+        rows.append({"name": record["name"], "family": ", ".join(record["families"]),
+                     "candidates": count, "budget": _budget_text(load_space(record["name"])),
+                     "description": record["description"] if record["error"] is None
+                     else f"error: {record['error']}"})
+    if wide:
+        for row in rows:
+            console.print(f"[bold]{escape(row['name'])}[/]  {escape(row['family'])}; "
+                          f"{row['candidates']} candidates; {escape(row['budget'])}")
+            console.print(f"    {escape(row['description'])}", highlight=False)
+        return
+    # one space between columns, none at the edges; the description gets what is left
+    table = Table(title="built-in search spaces (shapesweep plan NAME; --wide: in full)",
+                  title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 0), show_edge=False)
+    widths = {column: max([len(column), *(len(row[column]) for row in rows)])
+              for column in ("name", "family", "candidates")}
+    for column, width in widths.items():
+        table.add_column(column, no_wrap=True, width=width,
+                         justify="right" if column == "candidates" else "left")
+    table.add_column("description", no_wrap=True, overflow="ellipsis",
+                     width=max(11, console.width - sum(widths.values()) - len(widths)))
+    for row in rows:
+        table.add_row(*(row[column] for column in (*widths, "description")))
+    console.print(table)
 
 
 def _budget_text(space) -> str:
@@ -92,11 +145,7 @@ def plan(args: argparse.Namespace) -> int:
         json.dump(rows, sys.stdout, indent=1)
         print()
     elif args.format == "csv":
-        fields = list(dict.fromkeys(k for row in rows for k in row))
-        writer = csv.DictWriter(sys.stdout, fieldnames=fields)
-        writer.writeheader()
-        for row in rows:
-            writer.writerow({k: json.dumps(v) if isinstance(v, list) else v for k, v in row.items()})
+        write_csv(rows, sys.stdout)
     else:
         _print_table(space, result, rows)
     trials = _trials_line(space, len(rows))

@@ -50,3 +50,21 @@ def is_tty(stream) -> bool:
         return bool(stream.isatty())
     except (AttributeError, ValueError):
         return False
+
+
+def csv_cell(value):
+    """One encoding of a list in every CSV shapesweep writes: space-separated (`widths`
+    `64 96 128`), so a spreadsheet shows it as text and `str.split()` reads it back."""
+    if isinstance(value, list | tuple):
+        return " ".join(str(v) for v in value)
+    return value
+
+
+def write_csv(rows: list[dict], stream) -> None:
+    """`rows` as CSV on `stream`: every key any row has, in first-seen order; lists by `csv_cell`."""
+    import csv
+
+    columns = list(dict.fromkeys(k for row in rows for k in row)) or ["key"]
+    writer = csv.DictWriter(stream, columns, lineterminator="\n")
+    writer.writeheader()
+    writer.writerows({k: csv_cell(v) for k, v in row.items()} for row in rows)

@@ -32,12 +32,55 @@ VERBS: dict[str, tuple[str, str]] = {
 }
 
 
+SHELLS = ("bash", "zsh")  # shell completion scripts shtab writes
+
+
+class PrintCompletion(argparse.Action):
+    """`--print-completion SHELL`: the completion script for every verb and option, from
+    this parser (shtab, imported only here); installing it is in the README."""
+
+    def __call__(self, parser, namespace, shell, option_string=None):
+        import shtab
+
+        _print_and_exit(parser, shtab.complete(parser, shell=shell))
+
+
+def version() -> str:
+    from importlib.metadata import version as installed
+
+    return installed("shapesweep")
+
+
+class Version(argparse.Action):
+    """`--version`: the installed package's version (read only when asked for)."""
+
+    def __init__(self, option_strings, dest, **kwargs):
+        super().__init__(option_strings, dest, nargs=0, help="print the version and exit")
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        _print_and_exit(parser, f"shapesweep {version()}")
+
+
+def _print_and_exit(parser: argparse.ArgumentParser, text: str) -> NoReturn:
+    """`text` on stdout, then exit 0, also when the reader has gone (`| head`)."""
+    try:
+        print(text, flush=True)
+    except BrokenPipeError:  # Python's advice: stdout to devnull, so the exit's flush is quiet
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    parser.exit(0)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="shapesweep",
         description="Architecture-search sweeps over the shape of transformer language models "
         "(width, depth, FFN shape, variable width) at a fixed parameter or FLOP budget.",
+        epilog="exit codes: 0 done (every trial completed or was stopped by the scheduler); "
+        "1 a sweep ran and some of its trials failed; 2 bad input, nothing done; 130 interrupted",
     )
+    parser.add_argument("--version", action=Version)
+    parser.add_argument("--print-completion", choices=SHELLS, action=PrintCompletion,
+                        help="print the shell completion script for SHELL and exit")
     subparsers = parser.add_subparsers(dest="verb", metavar="VERB", required=True)
     for verb, (module_name, help_text) in VERBS.items():
         sub = subparsers.add_parser(verb, help=help_text, description=help_text)
@@ -57,6 +100,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"shapesweep {args.verb}: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # the reader has gone (`| head`): what it read is what it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 def entry() -> None:

@@ -18,7 +18,7 @@ from typing import Any
 from shapesweep.search_spaces.cadence import CHECKPOINT_EVERY_S
 from shapesweep.sweep.strategies import SAMPLERS, STRATEGIES
 
-from shapesweep.common import UserError, duration, human
+from shapesweep.common import UserError, duration, human, write_csv
 from shapesweep.families import base as families
 
 PARALLEL = ("ddp", "fsdp")  # how N > 1 workers share a model (shapesweep.trainers.loop.train)
@@ -118,7 +118,12 @@ def parse_seeds(text: str | None) -> list[int] | None:
     return check_seeds_option(seeds)
 
 
+EXIT_FAILED_TRIALS = 1  # the sweep ran, and some of its trials failed (2 is bad input, refused)
+
+
 def _report(outcome: Any, root: str) -> int:
+    """The sweep's one-line summary; the exit code: 0 when every trial completed or was
+    stopped by the scheduler, EXIT_FAILED_TRIALS when the sweep holds failed ones."""
     from rich.console import Console
     from shapesweep.results.store import sweep_dir
 
@@ -128,7 +133,7 @@ def _report(outcome: Any, root: str) -> int:
         f"sweep [bold]{outcome.name}[/]: {outcome.status} - {c['completed']} completed, "
         f"{c['stopped_early']} stopped early, {c['failed']} failed "
         f"({outcome.launched} trials this run); results in {sweep_dir(root, outcome.name)}")
-    return 0
+    return EXIT_FAILED_TRIALS if c["failed"] else 0
 
 
 def run(args: argparse.Namespace) -> int:
@@ -227,7 +232,8 @@ def add_arguments_status(parser: argparse.ArgumentParser) -> None:
     # Checked in `status`, not by argparse: a bad value is then one line (argparse adds usage).
     parser.add_argument("--format", default="table",
                         help="table, json or csv: one sweep's candidates with mean, std and "
-                        "the difference to the baseline with its 95%% interval")
+                        "the difference to the baseline with its 95%% interval; without NAME, "
+                        "the sweeps with their trial counts")
     parser.add_argument("--baseline", default=None,
                         help="the variant the others are compared with (default: baseline, "
                         "when the sweep has it)")
@@ -273,8 +279,8 @@ def _check_status_args(args: argparse.Namespace) -> None:
         raise UserError(f"{args.format!r} is not one of {', '.join(STATUS_FORMATS)}", key="--format")
     if args.metric not in STATUS_METRICS:
         raise UserError(f"{args.metric!r} is not one of {', '.join(STATUS_METRICS)}", key="--metric")
-    if args.name is None and (args.format != "table" or args.baseline is not None):
-        raise UserError("needs one sweep NAME", key="--format" if args.format != "table" else "--baseline")
+    if args.name is None and args.baseline is not None:
+        raise UserError("needs one sweep NAME", key="--baseline")
 
 
 def _reduction_factor(root: str, name: str) -> float | None:
@@ -335,23 +341,16 @@ def _status_document(args: argparse.Namespace, trials, curves) -> dict:
 
 
 def _flat(candidate: dict) -> dict:
-    """A candidate as one CSV row: tuned values as `tuned.NAME` columns, widths space-joined."""
+    """A candidate as one CSV row: tuned values as `tuned.NAME` columns."""
     row = {k: v for k, v in candidate.items() if k != "tuned"}
     row.update({f"tuned.{k}": v for k, v in candidate["tuned"].items()})
-    if row["widths"] is not None:
-        row["widths"] = " ".join(str(w) for w in row["widths"])
     return row
 
 
 def _print_csv(document: dict) -> None:
-    import csv
     import sys
 
-    rows = [_flat(c) for c in document["candidates"]]
-    columns = list(dict.fromkeys(k for row in rows for k in row)) or ["key"]
-    writer = csv.DictWriter(sys.stdout, columns, lineterminator="\n")
-    writer.writeheader()
-    writer.writerows(rows)
+    write_csv([_flat(c) for c in document["candidates"]], sys.stdout)
 
 
 def _interval(candidate: dict) -> str:
@@ -435,26 +434,40 @@ def _asha_line(document: dict) -> str | None:
             "finished outside the top 1/reduction_factor")
 
 
-def _sweeps_table(args: argparse.Namespace, records: dict, names: list[str], trials, running):
+def _sweep_records(records: dict, names: list[str], trials, running) -> list[dict]:
+    """One record per sweep: what `status` lists, as `status --format json` prints it."""
+    out = []
+    for name in names:
+        record = records.get(name)
+        rows = trials[trials["sweep"] == name] if trials is not None else None
+        counts = rows["status"].value_counts() if rows is not None else {}
+        best = rows["val_loss"][rows["status"] == "completed"].min() if rows is not None else None
+        out.append({
+            "name": name, "space": record.space_name if record else None,
+            "space_hash": record.space_hash if record else None,
+            "status": record.status if record else None,
+            "trials": record.n_candidates if record else None,  # the catalog counts trials
+            **{state: int(counts.get(state, 0)) for state in ("completed", "stopped_early", "failed")},
+            "running": int((running["sweep"] == name).sum()),
+            "best_val_loss": _clean(best),
+        })
+    return out
+
+
+def _sweeps_table(args: argparse.Namespace, sweeps: list[dict]):
     """One line per sweep; counts in one column, so the table fits 80 columns."""
     from rich.table import Table
 
     table = Table(title=f"sweeps under {args.root}")
     for column in ("name", "space", "status", "trials", "best val_loss"):
         table.add_column(column, overflow="fold", justify="right" if column == "best val_loss" else "left")
-    for name in names:
-        record = records.get(name)
-        rows = trials[trials["sweep"] == name] if trials is not None else None
-        counts = rows["status"].value_counts() if rows is not None else {}
-        best = rows["val_loss"][rows["status"] == "completed"].min() if rows is not None else None
-        parts = [f"{int(counts.get(s, 0))} {label}" for s, label in
-                 (("completed", "completed"), ("stopped_early", "stopped"), ("failed", "failed"))
-                 if counts.get(s, 0)]
-        live = int((running["sweep"] == name).sum())
-        parts += [f"{live} running"] if live else []
-        of = f" (of {record.n_candidates})" if record else ""  # the catalog counts trials
-        table.add_row(name, record.space_name if record else "-", record.status if record else "-",
-                      (", ".join(parts) or "none") + of, _fmt(None if best is None else float(best)))
+    for sweep in sweeps:
+        parts = [f"{sweep[state]} {label}" for state, label in
+                 (("completed", "completed"), ("stopped_early", "stopped"), ("failed", "failed"),
+                  ("running", "running")) if sweep[state]]
+        of = f" (of {sweep['trials']})" if sweep["trials"] is not None else ""
+        table.add_row(sweep["name"], sweep["space"] or "-", sweep["status"] or "-",
+                      (", ".join(parts) or "none") + of, _fmt(sweep["best_val_loss"]))
     return table
 
 
@@ -498,6 +511,8 @@ def _running_table(name: str, running):
 
 
 def status(args: argparse.Namespace) -> int:
+    import sys
+
     from rich.console import Console
     from shapesweep.results.live import live_sweeps, load_live
     from shapesweep.results.store import FragmentCache, list_sweeps, load_curves, load_trials
@@ -509,8 +524,13 @@ def status(args: argparse.Namespace) -> int:
     if args.name is None:
         names = list(dict.fromkeys([*records, *list_sweeps(args.root), *live_sweeps(args.root)]))
         trials = load_trials(args.root, names) if names else None
-        running = load_live(args.root)[0]
-        console.print(_sweeps_table(args, records, names, trials, running))
+        sweeps = _sweep_records(records, names, trials, load_live(args.root)[0])
+        if args.format == "json":
+            print(json.dumps(sweeps, indent=2))
+        elif args.format == "csv":
+            write_csv(sweeps, sys.stdout)
+        else:
+            console.print(_sweeps_table(args, sweeps))
         return 0
 
     record = records.get(args.name)
@@ -576,6 +596,9 @@ def add_arguments_export(parser: argparse.ArgumentParser) -> None:
                         help="--format hf/torch: the trained weights go with each config; bare: "
                              "from the sweep's last checkpoints (run --keep-checkpoints); DIR: "
                              "a `train --save` folder, with the config of its shape (repeatable)")
+    parser.add_argument("--tokenizer", metavar="JSON", default=None,
+                        help="--format hf: the tokenizer.json the model was trained with "
+                             "(default: the byte-level one of the built-in corpus and text data)")
     parser.add_argument("--out", required=True, help="folder for the config files")
     parser.add_argument("--include-stopped", action="store_true",
                         help="rank stopped-early trials too (default: completed only)")
@@ -603,6 +626,8 @@ def export(args: argparse.Namespace) -> int:
         raise UserError("must be at least 1", key="--top")
     if args.weights and args.format not in FOLDER_FORMATS:
         raise UserError("only with --format hf or torch", key="--weights")
+    if args.tokenizer is not None and args.format != "hf":
+        raise UserError("only with --format hf", key="--tokenizer")
     if args.metric not in TRIAL_COLUMNS.names:
         raise UserError(f"unknown column {args.metric!r}", key="--metric")
     trials = load_trials(args.root, [args.name])
@@ -647,7 +672,8 @@ def export(args: argparse.Namespace) -> int:
     if args.format in FOLDER_FORMATS:
         exporter = importlib.import_module(FOLDER_FORMATS[args.format])
         folders = _weight_folders(args.root, args.name, documents, args.weights or [])
-        return _export_folders(documents, Path(args.out), folders, exporter)
+        tokenizer = _tokenizer_source(args) if args.format == "hf" else None
+        return _export_folders(documents, Path(args.out), folders, exporter, tokenizer)
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -732,9 +758,31 @@ def _weights(configs: dict[str, tuple], folders: list[str], exporter) -> dict[st
     return found
 
 
+def _tokenizer_source(args: argparse.Namespace) -> tuple[str | None] | None:
+    """The tokenizer an hf export carries: (`--tokenizer`,), (None,) for bytes when the sweep
+    read bytes (the built-in corpus or text), or None (with a notice) when it trained on
+    token files whose tokenizer shapesweep never saw."""
+    import sys
+
+    from shapesweep.results.store import read_sweep_file
+    from shapesweep.trainers.data import is_pretokenized
+
+    if args.tokenizer is not None:
+        return (args.tokenizer,)
+    text = read_sweep_file(args.root, args.name, "sweep.json")  # runner.OPTIONS_FILE
+    data = json.loads(text).get("data") if text else None
+    if data and is_pretokenized(data):
+        print(f"export: sweep {args.name!r} trained on token files ({data}); no tokenizer "
+              "written (--tokenizer JSON adds the one they were made with)", file=sys.stderr)
+        return None
+    return (None,)
+
+
 def _export_folders(documents: list[tuple[str, dict]], out: Path, weight_folders: list[str],
-                    exporter) -> int:
-    """One folder per config (`exporter.write_folder`); every check runs before anything is written."""
+                    exporter, tokenizer_source: tuple[str | None] | None = None) -> int:
+    """One folder per config (`exporter.write_folder`, and the tokenizer when
+    `tokenizer_source` names one: (path,) or (None,) for bytes); every check runs before
+    anything is written."""
     import shutil
 
     import yaml
@@ -749,6 +797,11 @@ def _export_folders(documents: list[tuple[str, dict]], out: Path, weight_folders
             raise UserError(f"{stem}: {reason}", key="--format")
         configs[config_key(config)] = (stem, document, config, train)
     weights = _weights(configs, weight_folders, exporter)
+    tokenizer = None
+    if tokenizer_source is not None:
+        tokenizer = exporter.read_tokenizer(tokenizer_source[0])
+        for _, _, config, _ in configs.values():
+            exporter.check_vocab(tokenizer, config.vocab_size, tokenizer_source[0])
 
     out.mkdir(parents=True, exist_ok=True)
     written = []
@@ -759,6 +812,8 @@ def _export_folders(documents: list[tuple[str, dict]], out: Path, weight_folders
         try:
             (tmp / "shapesweep.yaml").write_text(yaml.safe_dump(document, sort_keys=False))
             exporter.write_folder(tmp, config, trained, state)
+            if tokenizer is not None:
+                exporter.write_tokenizer(tmp, tokenizer)
             if path.exists():  # a previous export of the same config: swap it out whole
                 old = out / f".{stem}.{os.getpid()}.old"
                 os.replace(path, old)

@@ -292,12 +292,7 @@ class ResultsWriter(Callback):
                               token_budget(spec["document"]["train"], spec["row"]["family"]))
 
     def on_trial_complete(self, iteration, trials, trial, **info):
-        from shapesweep.sweep.search import reached_budget
-
-        spec = trial.config["spec"]
-        budget = token_budget(spec["document"]["train"], spec["row"]["family"])
-        reached = reached_budget(trial.last_result or {}, budget)
-        self._write(trial, "completed" if reached else "stopped_early", None)
+        self._write(trial, ended_as(trial), None)
 
     def on_trial_error(self, iteration, trials, trial, **info):
         self._write(trial, "failed", _error_text(trial))
@@ -332,6 +327,16 @@ class ResultsWriter(Callback):
         if self.progress is not None:
             self.progress.finished(trial.trial_id, status, spec["trial_id"], error,
                                    record.trial_row())
+
+
+def ended_as(trial: Any) -> str:
+    """A trial that ended without error: `completed` (it reached its token budget) or
+    `stopped_early` (the scheduler stopped it)."""
+    from shapesweep.sweep.search import reached_budget
+
+    spec = trial.config["spec"]
+    budget = token_budget(spec["document"]["train"], spec["row"]["family"])
+    return "completed" if reached_budget(trial.last_result or {}, budget) else "stopped_early"
 
 
 def count_statuses(statuses: dict) -> dict[str, int]:
@@ -698,7 +703,8 @@ def _run_config(options: SweepOptions, callbacks: list[Callback]):
         name=f"{options.name}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}",
         storage_path=ray_folder, verbose=0,
         callbacks=[*callbacks, CheckpointCleaner(ray_folder, options.keep_checkpoints),
-                   *_ray_loggers(), *tracker_callbacks(options.log_to, options.name, ray_folder)],
+                   *_ray_loggers(),
+                   *tracker_callbacks(options.log_to, options.name, ray_folder, ended_as)],
         # a trial whose worker died restarts from its last checkpoint (sweep/trainable.py)
         failure_config=tune.FailureConfig(max_failures=options.max_failures),
         checkpoint_config=tune.CheckpointConfig(num_to_keep=1))

@@ -7,10 +7,14 @@ space with `tune:`, HASH naming the tuned values; so a rerun of the same candida
 values and seed replaces its row instead of adding one).
 
 Optuna proposes points in the space's declarative `search` dimensions; the solver fills
-the free dimensions. A point that cannot meet the budget is told to Optuna as PRUNED
-(user attr `infeasible`) inside `suggest`, and Optuna is asked again, so it never reaches
-Ray and is never reported as a loss. A point whose candidate was already evaluated in
-this study is told the known value (user attr `duplicate_of`) instead of training again.
+the free dimensions. The sampler proposes in an in-memory copy of the study (the
+*proposer*); only what is new goes into the stored study, each point once: a candidate to
+train, or a point that cannot meet the budget (PRUNED, user attr `infeasible`, never
+reaching Ray). A point the sampler repeats, or one whose candidate was already trained
+(two points can solve to one shape), is told to the proposer alone, so the sampler learns
+from it and the stored study holds no duplicate. When the sampler only repeats itself, an
+unseen point is drawn at random; once every point has been seen the search ends, however
+many samples were asked for.
 
 What Optuna's own tools read is kept right: every evaluation is reported as an
 intermediate value at its token count, a trial ASHA stopped is PRUNED (not COMPLETE with
@@ -20,14 +24,19 @@ accounting columns as user attrs, and the study names its objectives.
 
 from __future__ import annotations
 
+import itertools
+import math
+import random
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from ray.tune.search import Searcher
 
 OBJECTIVES = ("params_non_embedding", "flops_per_token")  # second objectives Optuna may trade
-MAX_SUGGEST_TRIES = 500  # fresh points asked of Optuna before calling the space exhausted
+MAX_SUGGEST_TRIES = 500  # points looked at in one `suggest` before Tune is asked to call again
+SAMPLER_REPEATS = 16  # seen points the sampler may propose in a row before one is drawn at random
+LISTED_POINTS = 100_000  # a space this small lists its unseen points; a larger one draws them
 
 
 def trial_id_for(key: str, seed: int, tuned: dict[str, Any] | None = None) -> str:
@@ -160,18 +169,78 @@ class DefineSpace:
         return {"spec": self.make_spec(candidate, tuned) if candidate is not None else None}
 
 
+def point_key(params: dict[str, Any]) -> tuple:
+    """A point (Optuna params) as a hashable, order-free key."""
+    return tuple(sorted(params.items()))
+
+
+class Points:
+    """Every point `DefineSpace` can propose, as Optuna params: for each variant, its
+    dimensions' values and the `tune:` values (a finite set; `size` counts it)."""
+
+    def __init__(self, space: Any):
+        variants = space.resolved()
+        tuned = [(f"tune.{name}", list(dict.fromkeys(values))) for name, values in space.tune.items()]
+        self.axes: list[list[tuple[str, list]]] = []
+        for variant in variants:
+            prefix = f"{variant.name}." if len(variants) > 1 else ""
+            axes = [("variant", [variant.name])] if len(variants) > 1 else []
+            axes += [(prefix + dim, list(dict.fromkeys(values)))
+                     for dim, values in variant.grid_values().items()]
+            self.axes.append(axes + tuned)
+        self.sizes = [math.prod(len(values) for _, values in axes) for axes in self.axes]
+        self.size = sum(self.sizes)
+
+    def unseen(self, seen: set[tuple], rng: random.Random) -> dict[str, Any] | None:
+        """A point not in `seen`, at random; None when there is none (or, in a space too large
+        to list, none turned up in 1000 draws)."""
+        if self.size <= LISTED_POINTS:
+            left = [params for params in self._every() if point_key(params) not in seen]
+            return rng.choice(left) if left else None
+        for _ in range(1000):
+            (axes,) = rng.choices(self.axes, weights=self.sizes)
+            params = {name: rng.choice(values) for name, values in axes}
+            if point_key(params) not in seen:
+                return params
+        return None
+
+    def _every(self) -> Iterator[dict[str, Any]]:
+        for axes in self.axes:
+            names = [name for name, _ in axes]
+            for combo in itertools.product(*(values for _, values in axes)):
+                yield dict(zip(names, combo, strict=True))
+
+
 class OptunaSearcher(Searcher):
     """Tune searcher over an Optuna study through its public ask/tell: launches only
-    feasible, not-yet-evaluated candidates, and files each trial as Optuna's tools expect."""
+    feasible, not-yet-evaluated candidates, files each point of the space in the study at
+    most once, and each trial as Optuna's tools expect (see the module docstring)."""
 
-    def __init__(self, study: Any, define: DefineSpace, metrics: list[str], budget: int | None):
+    def __init__(self, study: Any, define: DefineSpace, metrics: list[str], budget: int | None,
+                 sampler: Any = None):
         super().__init__(metric=metrics[0], mode="min")
         self.study, self.define, self.metrics, self.budget = study, define, metrics, budget
-        self._live: dict[str, Any] = {}  # Tune trial id -> Optuna trial
+        self.sampler, self.points = sampler, Points(define.space)
+        self._proposer: Any = None  # made at the first suggest (a killed run's trials closed by then)
+        self._live: dict[str, tuple[Any, Any]] = {}  # Tune trial id -> (Optuna trial, its draft)
         self._idents: dict[str, str] = {}  # Tune trial id -> candidate key + tuned
         self._steps: dict[str, set[int]] = {}  # Tune trial id -> token counts reported
         self._known: dict[str, Any] = {}  # candidate key + tuned -> its finished FrozenTrial
-        for trial in study.trials:
+        self._launched: set[str] = set()  # candidate key + tuned of every trial this run started
+        self._seen: set[tuple] = set()  # points proposed (FAILed ones may be tried again)
+        self._rng = random.Random(0)
+
+    def _start(self) -> None:
+        """The proposer: an in-memory study with the stored study's finished trials."""
+        import optuna
+        from optuna.trial import TrialState
+
+        self._proposer = optuna.create_study(sampler=self.sampler, directions=self.study.directions)
+        finished = [t for t in self.study.get_trials(deepcopy=False) if t.state.is_finished()]
+        self._proposer.add_trials(finished)
+        for trial in finished:
+            if trial.state != TrialState.FAIL:
+                self._seen.add(point_key(trial.params))
             key = trial.user_attrs.get("key")
             if key and trial.values is not None and "duplicate_of" not in trial.user_attrs:
                 self._known[key + trial.user_attrs.get("tuned_json", "{}")] = trial
@@ -179,26 +248,59 @@ class OptunaSearcher(Searcher):
     def suggest(self, trial_id: str) -> dict | str | None:
         from optuna.trial import TrialState
 
+        if self._proposer is None:
+            self._start()
+        repeats = 0
         for _ in range(MAX_SUGGEST_TRIES):
-            trial = self.study.ask()
-            config = self.define(trial)
-            spec = config["spec"]
+            if len(self._seen) >= self.points.size:
+                return Searcher.FINISHED  # every point seen: the space is exhausted
+            draft = self._draft(random_point=repeats >= SAMPLER_REPEATS)
+            if draft is None:
+                return Searcher.FINISHED
+            config = self.define(draft)
+            spec, point = config["spec"], point_key(draft.params)
             ident = spec and spec["key"] + spec["tuned_json"]
+            fresh = point not in self._seen
+            self._seen.add(point)
+            repeats = 0 if fresh else repeats + 1
             if spec is None:
-                trial.set_user_attr("infeasible", True)
-                self.study.tell(trial, state=TrialState.PRUNED)
+                if fresh:
+                    self._file_infeasible(draft.params)
+                self._proposer.tell(draft, state=TrialState.PRUNED)
             elif ident in self._known:
-                trial.set_user_attr("duplicate_of", spec["key"])
-                self._tell_like(trial, self._known[ident])
-            elif ident in self._idents.values():
-                trial.set_user_attr("duplicate_of", spec["key"])
-                self.study.tell(trial, state=TrialState.PRUNED)
+                self._tell_like(draft, self._known[ident])
+            elif ident in self._launched or not fresh:
+                self._proposer.tell(draft, state=TrialState.FAIL)  # running, or failed this run
             else:
-                self._describe(trial, spec)
-                self._live[trial_id], self._idents[trial_id] = trial, ident
+                self.study.enqueue_trial(draft.params)
+                trial = self.study.ask()
+                config = self.define(trial)  # the same point, now in the stored study
+                self._describe(trial, config["spec"])
+                self._live[trial_id], self._idents[trial_id] = (trial, draft), ident
+                self._launched.add(ident)
                 self._steps[trial_id] = set()
                 return config
-        return Searcher.FINISHED
+        return None  # Tune asks again
+
+    def _draft(self, random_point: bool) -> Any:
+        """The proposer's next trial: the sampler's point, or an unseen one drawn at random
+        when the sampler keeps repeating itself; None when no unseen point is left."""
+        if random_point:
+            params = self.points.unseen(self._seen, self._rng)
+            if params is None:
+                return None
+            self._proposer.enqueue_trial(params)
+        return self._proposer.ask()
+
+    def _file_infeasible(self, params: dict[str, Any]) -> None:
+        """A point that cannot meet the budget, in the stored study once: PRUNED, no values."""
+        from optuna.trial import TrialState
+
+        self.study.enqueue_trial(params)
+        trial = self.study.ask()
+        self.define(trial)
+        trial.set_user_attr("infeasible", True)
+        self.study.tell(trial, state=TrialState.PRUNED)
 
     @staticmethod
     def _describe(trial: Any, spec: dict) -> None:
@@ -208,28 +310,29 @@ class OptunaSearcher(Searcher):
         for name in ("key", "tuned_json", "seed", "trial_id"):
             trial.set_user_attr(name, spec[name])
 
-    def _tell_like(self, trial: Any, known: Any) -> None:
-        """File a duplicate as its original ended: the same values, PRUNED where it was."""
+    def _tell_like(self, draft: Any, known: Any) -> None:
+        """Tell the proposer a repeat as its original ended: the same values, PRUNED where it was."""
         from optuna.trial import TrialState
 
         if known.state != TrialState.PRUNED:
-            self.study.tell(trial, known.values if len(known.values) > 1 else known.values[0])
+            self._proposer.tell(draft, known.values if len(known.values) > 1 else known.values[0])
             return
         if known.last_step is not None:
-            trial.report(known.intermediate_values[known.last_step], known.last_step)
-        self.study.tell(trial, state=TrialState.PRUNED)
+            draft.report(known.intermediate_values[known.last_step], known.last_step)
+        self._proposer.tell(draft, state=TrialState.PRUNED)
 
     def on_trial_result(self, trial_id: str, result: dict) -> None:
         """Each evaluation is an intermediate value at its token count (pruning-aware
         samplers read them); Optuna takes none for a multi-objective study."""
         from shapesweep.sweep.trainable import FINAL_FLAG
 
-        trial = self._live.get(trial_id)
+        pair = self._live.get(trial_id)
         value, tokens = result.get(self.metrics[0]), result.get("tokens")
-        if (trial is None or len(self.metrics) > 1 or result.get(FINAL_FLAG)
+        if (pair is None or len(self.metrics) > 1 or result.get(FINAL_FLAG)
                 or value is None or tokens is None or tokens in self._steps[trial_id]):
             return
-        trial.report(float(value), int(tokens))
+        for trial in pair:
+            trial.report(float(value), int(tokens))
         self._steps[trial_id].add(tokens)
 
     def on_trial_complete(self, trial_id: str, result: dict | None = None,
@@ -238,19 +341,20 @@ class OptunaSearcher(Searcher):
 
         result = result or {}
         self.on_trial_result(trial_id, result)  # Tune withholds the result ASHA stopped on
-        trial = self._live.pop(trial_id, None)
+        pair = self._live.pop(trial_id, None)
         ident = self._idents.pop(trial_id, None)
         self._steps.pop(trial_id, None)
-        if trial is None:
+        if pair is None:
             return
-        values = [result.get(m) for m in self.metrics]
+        (trial, draft), values = pair, [result.get(m) for m in self.metrics]
         if error or None in values:
-            self.study.tell(trial, state=TrialState.FAIL)
-            return
-        if reached_budget(result, self.budget):
-            frozen = self.study.tell(trial, values if len(values) > 1 else values[0])
+            outcome = {"state": TrialState.FAIL}
+        elif reached_budget(result, self.budget):
+            outcome = {"values": values if len(values) > 1 else values[0]}
         else:  # ASHA stopped it: every evaluation is reported above
-            frozen = self.study.tell(trial, state=TrialState.PRUNED)
+            outcome = {"state": TrialState.PRUNED}
+        frozen = self.study.tell(trial, **outcome)
+        self._proposer.tell(draft, **outcome)
         if frozen.values is not None:
             self._known[ident] = frozen
 
@@ -266,12 +370,15 @@ def make_optuna_search(space: Any, study_name: str, storage: Any,
     import optuna
 
     metrics = ["val_loss", multi_objective] if multi_objective else ["val_loss"]
-    study = optuna.create_study(storage=storage, study_name=study_name, sampler=sampler,
+    # The stored study only files points the searcher's proposer chose (enqueued): its own
+    # sampler never chooses, so the cheapest one.
+    study = optuna.create_study(storage=storage, study_name=study_name,
+                                sampler=optuna.samplers.RandomSampler(),
                                 directions=study_directions(bool(multi_objective)),
                                 load_if_exists=True)
     if study.metric_names != metrics:  # names the objectives in optuna-dashboard and plots
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             study.set_metric_names(metrics)
-    searcher = OptunaSearcher(study, DefineSpace(space, make_spec), metrics, budget)
+    searcher = OptunaSearcher(study, DefineSpace(space, make_spec), metrics, budget, sampler)
     return searcher, study

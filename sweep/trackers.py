@@ -4,10 +4,16 @@ Each is Ray Tune's own logger callback, adapted in one way: one tracker run per 
 named by our trial id (`KEY-sSEED`, via Tune's trial name), tagged with the sweep, the
 family and every shape field, whose metric history is the learning curve (one point per
 evaluation, at its token count). The final summary report adds only what the curve lacks
-(tokens_per_s, best_val_loss, ...), so no curve point is logged twice.
+(tokens_per_s, best_val_loss, ...), so no curve point is logged twice. When the trial
+ends, its run is tagged `status` = completed / stopped_early / failed, as its row says
+(an MLflow tag, a W&B config value, a TensorBoard text summary).
 
 Where each one writes is the tracker's own setting: MLFLOW_TRACKING_URI, WANDB_PROJECT /
 WANDB_DIR / WANDB_MODE; TensorBoard event files go to the trial folders under ROOT/NAME/_ray.
+Those settings are checked before the sweep starts (`check_trackers`): MLflow's store is
+opened as the callback will open it, so a bad or file-store URI is one line, not a failed
+sweep. Trackers log in the driver while the trial waits for it (Tune's reporting is
+synchronous); the loop keeps that wait out of the trial's times (`trainers/loop.py`).
 """
 
 from __future__ import annotations
@@ -21,12 +27,24 @@ from typing import Any
 
 from shapesweep.common import UserError
 
+Ended = Callable[[Any], str]  # a trial that did not fail -> completed / stopped_early
+STATUS_TAG = "status"  # completed / stopped_early / failed, as the trial's row says
+MLFLOW_CHECK_ENV = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "10"}
+
 
 @dataclass(frozen=True)
 class Tracker:
     module: str  # what must be importable
     extra: str  # the pip extra that installs it
-    make: Callable[[str, str], Any]  # (sweep name, sweep folder) -> Tune callback
+    # (sweep name, sweep folder, how a trial that did not fail ended) -> Tune callback
+    make: Callable[[str, str, Ended], Any]
+    check: Callable[[], None] = lambda: None  # refuses its settings (UserError) before any work
+
+
+def trial_status(ended: Ended, trial: Any, failed: bool) -> str:
+    """How the trial ended, as its row says: `ended` (the driver's own rule,
+    `shapesweep.sweep.runner.ended_as`) tells completed from stopped_early."""
+    return "failed" if failed else ended(trial)
 
 
 def trial_tags(sweep: str, trial: Any) -> dict[str, str]:
@@ -54,7 +72,7 @@ def curve_step(result: dict) -> dict:
     return {**{k: v for k, v in result.items() if k not in drop}, TIMESTEPS_TOTAL: step}
 
 
-def _mlflow(sweep: str, folder: str):
+def _mlflow(sweep: str, folder: str, ended: Ended):
     from ray.air.integrations.mlflow import MLflowLoggerCallback
 
     class MLflowTrials(MLflowLoggerCallback):
@@ -69,10 +87,46 @@ def _mlflow(sweep: str, folder: str):
         def log_trial_result(self, iteration, trial, result):
             super().log_trial_result(iteration, trial, curve_step(result))
 
+        def log_trial_end(self, trial, failed=False):
+            from mlflow import MlflowClient
+
+            MlflowClient().set_tag(self._trial_runs[trial], STATUS_TAG,
+                                   trial_status(ended, trial, failed))
+            super().log_trial_end(trial, failed)
+
     return MLflowTrials(experiment_name=sweep, tags={"sweep": sweep})
 
 
-def _wandb(sweep: str, folder: str):
+def _check_mlflow() -> None:
+    """Open the tracking store MLFLOW_TRACKING_URI names (MLflow's default without it), as
+    the callback will: MLflow 3 refuses its file store unless MLFLOW_ALLOW_FILE_STORE is set,
+    an unknown scheme has no store, a server must answer (once, within 10 s)."""
+    import mlflow
+    from mlflow import MlflowClient
+
+    uri = mlflow.get_tracking_uri()
+    saved = {name: os.environ.get(name) for name in MLFLOW_CHECK_ENV}
+    os.environ.update(MLFLOW_CHECK_ENV)
+    try:
+        MlflowClient(uri).search_experiments(max_results=1)
+    except Exception as error:  # noqa: BLE001 - MLflow raises many kinds; each is this one line
+        text = str(error).strip()
+        problem = (text.splitlines()[0] if text else type(error).__name__)[:200]
+        if "MLFLOW_ALLOW_FILE_STORE" in text:
+            problem = ("MLflow 3 no longer writes its file store: use a database "
+                       "(sqlite:///mlflow.db) or a server (http://HOST:5000), or set "
+                       "MLFLOW_ALLOW_FILE_STORE=true")
+        raise UserError(f"MLflow cannot log to {uri!r}: {problem}",
+                        key="MLFLOW_TRACKING_URI") from None
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def _wandb(sweep: str, folder: str, ended: Ended):
     from ray.air.integrations.wandb import WandbLoggerCallback
 
     class WandbTrials(WandbLoggerCallback):
@@ -89,6 +143,12 @@ def _wandb(sweep: str, folder: str):
         def log_trial_result(self, iteration, trial, result):
             super().log_trial_result(iteration, trial, curve_step(result))
 
+        def log_trial_end(self, trial, failed=False):
+            if trial in self._trial_queues:  # a config value: W&B takes no tags after init
+                super().log_trial_result(0, trial, {
+                    "config": {STATUS_TAG: trial_status(ended, trial, failed)}})
+            super().log_trial_end(trial, failed)
+
         def __del__(self):  # Ray's own fails when run at exit, after `ray` is torn down
             if not sys.is_finalizing():
                 super().__del__()
@@ -101,25 +161,31 @@ def _wandb(sweep: str, folder: str):
                        **settings)
 
 
-def _tensorboard(sweep: str, folder: str):
+def _tensorboard(sweep: str, folder: str, ended: Ended):
     from ray.tune.logger import TBXLoggerCallback
 
     class TensorBoardTrials(TBXLoggerCallback):
         def log_trial_result(self, iteration, trial, result):
             super().log_trial_result(iteration, trial, curve_step(result))
 
+        def log_trial_end(self, trial, failed=False):
+            if trial not in self._trial_writer:  # it ended before its first evaluation
+                self.log_trial_start(trial)
+            self._trial_writer[trial].add_text(STATUS_TAG, trial_status(ended, trial, failed))
+            super().log_trial_end(trial, failed)
+
     return TensorBoardTrials()
 
 
 TRACKERS = {
-    "mlflow": Tracker("mlflow", "mlflow", _mlflow),
+    "mlflow": Tracker("mlflow", "mlflow", _mlflow, _check_mlflow),
     "wandb": Tracker("wandb", "wandb", _wandb),
     "tensorboard": Tracker("tensorboardX", "tensorboard", _tensorboard),
 }
 
 
 def check_trackers(names: list[str]) -> None:
-    """Refuse an unknown target or one whose package is missing, before any work."""
+    """Refuse an unknown target, one whose package is missing, or its settings, before any work."""
     for name in names:
         tracker = TRACKERS.get(name)
         if tracker is None:
@@ -127,8 +193,11 @@ def check_trackers(names: list[str]) -> None:
         if importlib.util.find_spec(tracker.module) is None:
             raise UserError(f"{name} needs the {tracker.extra} extra: "
                             f"pip install 'shapesweep[{tracker.extra}]'", key="--log-to")
+    for name in dict.fromkeys(names):
+        TRACKERS[name].check()
 
 
-def tracker_callbacks(names: list[str], sweep: str, folder: str) -> list[Any]:
-    """One Tune logger callback per `--log-to` target (each named once)."""
-    return [TRACKERS[name].make(sweep, folder) for name in dict.fromkeys(names)]
+def tracker_callbacks(names: list[str], sweep: str, folder: str, ended: Ended) -> list[Any]:
+    """One Tune logger callback per `--log-to` target (each named once); `ended` tells how a
+    trial that did not fail ended (the driver's rule, passed in: trackers never import it)."""
+    return [TRACKERS[name].make(sweep, folder, ended) for name in dict.fromkeys(names)]

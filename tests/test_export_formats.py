@@ -20,6 +20,7 @@ from shapesweep.search_spaces.accounting import account
 from shapesweep.search_spaces.candidate_file import load_candidate
 from shapesweep.search_spaces.configs import TrainConfig, config_key, make_config
 from shapesweep.sweep.cli import main
+from shapesweep.trainers import lm
 from shapesweep.trainers.checkpoint import save_model
 from shapesweep.trainers.data import builtin_corpus
 from shapesweep.trainers.models import build_model
@@ -43,7 +44,6 @@ REFUSED = {  # what no standard architecture holds, and the words that say why
     "post-norm": ({**BASE, "norm_order": "post"}, {}, "post-norm"),
     "relu": ({**BASE, "activation": "relu"}, {}, "activation relu"),
     "simple_gated": ({**BASE, "activation": "simple_gated"}, {}, "activation simple_gated"),
-    "mup": ({**BASE, "d_h": 64}, {"parametrization": "mup"}, "muP"),
     "moe": ({**BASE, "n_experts": 4, "n_active_experts": 2}, {}, "mixture of experts"),
 }
 STANDALONE = {  # (fields, train overrides) that only the standalone PyTorch export holds
@@ -55,6 +55,7 @@ STANDALONE = {  # (fields, train overrides) that only the standalone PyTorch exp
                                                       "mup_base_depth": 1}),
     "variable_width-moe": (REFUSED["variable_width"][0] | {"n_experts": 3, "n_active_experts": 2}, {}),
 }
+MUP = (BASE, {"init": "mup", "mup_base_width": 16})  # muP at width 32, twice its base
 # Runs model.py where shapesweep cannot be imported, and saves its logits for `tokens.npy`.
 RUN_STANDALONE = """
 import sys, numpy, torch
@@ -137,7 +138,9 @@ def test_config_json_builds_a_llama_of_exactly_params_total(tmp_path, capsys, na
     assert _export(tmp_path / "root", tmp_path / "out") == 0
     folder = tmp_path / "out" / f"01-conventional-{rows[0]['key']}"
     assert capsys.readouterr().out.split() == [str(folder)]
-    assert sorted(p.name for p in folder.iterdir()) == ["config.json", "shapesweep.yaml"]
+    assert sorted(p.name for p in folder.iterdir()) == [
+        "config.json", "generation_config.json", "shapesweep.yaml", "tokenizer.json",
+        "tokenizer_config.json"]
     llama = LlamaForCausalLM(AutoConfig.from_pretrained(folder))
     assert sum(p.numel() for p in llama.parameters()) == rows[0]["params_total"]
     assert (llama.lm_head.weight is llama.model.embed_tokens.weight) == MODELS[name].get(
@@ -165,6 +168,58 @@ def test_trained_weights_give_shapesweeps_logits(tmp_path, capsys, name):
     torch.testing.assert_close(got, expected, atol=1e-4, rtol=0)
 
 
+def test_a_mup_model_exports_with_its_multipliers_folded_in(tmp_path, capsys):
+    """muP's logit multiplier and 1/head_dim attention scale have no Llama setting: folded
+    into the final norm and the query rows, the logits stay equal and the embeddings tied."""
+    weights, ours = _train_saved(tmp_path, *MUP)
+    assert ours.output_mult == 0.5 and ours.blocks[0].attn.scale is not None  # real muP
+    capsys.readouterr()
+    rows = _sweep(tmp_path / "root", [MUP])
+    assert _export(tmp_path / "root", tmp_path / "out", "--weights", str(weights)) == 0
+    theirs, info = LlamaForCausalLM.from_pretrained(
+        tmp_path / "out" / f"01-conventional-{rows[0]['key']}", output_loading_info=True)
+    assert not any(info.values()), info
+    assert theirs.config.tie_word_embeddings
+    assert theirs.lm_head.weight is theirs.model.embed_tokens.weight  # one tensor, tied
+    with torch.no_grad():
+        expected, got = ours.eval()(_tokens()), theirs.eval()(_tokens()).logits
+    assert expected.std() > 0.1
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=0)
+
+
+def branch_scaled_mup_model(mult: float = 0.5):
+    """A muP model (BASE at twice its base width) whose blocks scale each residual write by
+    `mult` (depth-muP's `Block.branch_mult`), with random weights away from their init."""
+    config, train = make_config(MUP[0]), TrainConfig(**TRAIN, **MUP[1])
+    torch.manual_seed(0)
+    model = build_model(config)
+    configure(model, config, train)
+    with torch.no_grad():
+        for param in model.parameters():
+            param.add_(torch.randn_like(param) * 0.2)
+    for block in model.blocks:
+        block.branch_mult = mult
+    return config, train, model.eval()
+
+
+@pytest.mark.xfail(not hasattr(lm.Block, "set_branch_mult"), strict=True, raises=AssertionError,
+                   reason="needs Block.branch_mult (depth-muP) in the model")
+def test_branch_multipliers_fold_into_the_residual_writes():
+    from shapesweep.trainers import hf_export
+
+    config, train, ours = branch_scaled_mup_model()
+    theirs = LlamaForCausalLM(hf_export.llama_config(config, train)).eval()
+    state = hf_export.folded(ours.state_dict(), ours)
+    loaded = theirs.load_state_dict(hf_export.llama_state_dict(state, config), strict=False)
+    assert loaded.missing_keys == ["lm_head.weight"] and not loaded.unexpected_keys  # tied
+    with torch.no_grad():
+        expected = ours(_tokens())
+        torch.testing.assert_close(theirs(_tokens()).logits, expected, atol=1e-5, rtol=0)
+        for block in ours.blocks:  # the multiplier matters: without it the logits differ
+            block.branch_mult = 1.0
+        assert (ours(_tokens()) - expected).abs().max() > 1e-2
+
+
 @pytest.mark.parametrize("name", sorted(STANDALONE))
 def test_standalone_torch_file_gives_shapesweeps_logits(tmp_path, capsys, name):
     fields, train = STANDALONE[name]
@@ -184,6 +239,64 @@ def test_standalone_torch_file_gives_shapesweeps_logits(tmp_path, capsys, name):
     assert expected.std() > 0.1
     torch.testing.assert_close(torch.from_numpy(np.load(tmp_path / "logits.npy")), expected,
                                atol=1e-5, rtol=0)
+
+
+def test_the_hf_folder_generates_text_through_a_pipeline_offline(tmp_path, capsys, monkeypatch):
+    """A byte-level tokenizer (ids = bytes, as the model read its data) and a generation
+    config beside the weights: transformers' own pipeline runs on the folder, nothing fetched."""
+    from transformers import AutoTokenizer, pipeline
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    weights, _ = _train_saved(tmp_path, BASE)
+    rows = _sweep(tmp_path / "root", [(BASE, {})])
+    assert _export(tmp_path / "root", tmp_path / "out", "--weights", str(weights)) == 0
+    folder = tmp_path / "out" / f"01-conventional-{rows[0]['key']}"
+    text = "def f(x):\n    return 'héllo' \u2192 x\n"
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    assert tokenizer(text)["input_ids"] == list(text.encode())
+    assert tokenizer.decode(list(text.encode())) == text
+    generate = pipeline("text-generation", model=str(folder))
+    (out,) = generate("def main(", max_new_tokens=8)
+    assert out["generated_text"].startswith("def main(") and len(out["generated_text"]) > 9
+
+
+def _bpe_tokenizer(path, vocab_size: int):
+    """A real BPE tokenizer.json trained on the built-in corpus' first bytes."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+    tokenizer = Tokenizer(models.BPE(unk_token="[UNK]"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
+    text = bytes(builtin_corpus().train[:20_000]).decode("utf-8", errors="replace")
+    tokenizer.train_from_iterator([text], trainers.BpeTrainer(vocab_size=vocab_size,
+                                                              special_tokens=["[UNK]"]))
+    tokenizer.save(str(path))
+    return tokenizer
+
+
+def test_export_carries_the_tokenizer_json_it_is_given(tmp_path, capsys):
+    from transformers import AutoTokenizer
+
+    ours = _bpe_tokenizer(tmp_path / "tokenizer.json", 200)
+    rows = _sweep(tmp_path / "root", [(BASE, {})])
+    assert _export(tmp_path / "root", tmp_path / "out", "--tokenizer",
+                   str(tmp_path / "tokenizer.json")) == 0
+    theirs = AutoTokenizer.from_pretrained(tmp_path / "out" / f"01-conventional-{rows[0]['key']}")
+    text = "for key, value in items.items():"
+    assert theirs(text)["input_ids"] == ours.encode(text).ids != list(text.encode())
+
+
+def test_a_tokenizer_the_model_cannot_hold_exits_2_and_writes_nothing(tmp_path, capsys):
+    _bpe_tokenizer(tmp_path / "big.json", 300)  # more ids than vocab_size 256
+    _sweep(tmp_path / "root", [(BASE, {})])
+    assert _export(tmp_path / "root", tmp_path / "out", "--tokenizer",
+                   str(tmp_path / "big.json")) == 2
+    _one_line_error(capsys, "big.json", "--tokenizer", "300 ids", "vocab_size=256")
+    assert _export(tmp_path / "root", tmp_path / "out", "--tokenizer", str(tmp_path / "nope")) == 2
+    _one_line_error(capsys, "nope", "--tokenizer", "not found")
+    assert _export(tmp_path / "root", tmp_path / "out", "--tokenizer", str(tmp_path / "big.json"),
+                   format="torch") == 2
+    _one_line_error(capsys, "--tokenizer", "only with --format hf")
+    assert not (tmp_path / "out").exists()
 
 
 @pytest.mark.parametrize("name", sorted(REFUSED))

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import pytest
 import torch
+from shapesweep.trainers import hf_export, litgpt_export, lm
 from shapesweep.trainers.litgpt_export import INSTALL
 from test_export_formats import (  # noqa: F401 - _one_thread is an autouse fixture
     BASE,
     MODELS,
+    MUP,
     TRAIN,
     _export,
     _one_line_error,
@@ -17,6 +19,7 @@ from test_export_formats import (  # noqa: F401 - _one_thread is an autouse fixt
     _sweep,
     _tokens,
     _train_saved,
+    branch_scaled_mup_model,
 )
 
 try:  # make setup installs it; missing is a failure, not a skip
@@ -70,6 +73,34 @@ def test_tied_embeddings_become_a_copied_lm_head_with_the_same_logits(tmp_path, 
     tokens = _tokens()[:, :TRAIN["seq_len"]]
     with torch.no_grad():
         torch.testing.assert_close(theirs.eval()(tokens), ours.eval()(tokens), atol=1e-4, rtol=0)
+
+
+def test_a_mup_model_exports_with_its_multipliers_folded_in(tmp_path, capsys):
+    weights, ours = _train_saved(tmp_path, *MUP)
+    assert ours.output_mult == 0.5 and ours.blocks[0].attn.scale is not None  # real muP
+    capsys.readouterr()
+    rows = _sweep(tmp_path / "root", [MUP])
+    assert _export(tmp_path / "root", tmp_path / "out", "--weights", str(weights), format="litgpt") == 0
+    folder = tmp_path / "out" / f"01-conventional-{rows[0]['key']}"
+    theirs = _gpt(folder)
+    theirs.load_state_dict(torch.load(folder / "lit_model.pth"), strict=True)
+    tokens = _tokens()[:, :TRAIN["seq_len"]]
+    with torch.no_grad():
+        expected = ours.eval()(tokens)
+        assert expected.std() > 0.1
+        torch.testing.assert_close(theirs.eval()(tokens), expected, atol=1e-5, rtol=0)
+
+
+@pytest.mark.xfail(not hasattr(lm.Block, "set_branch_mult"), strict=True, raises=AssertionError,
+                   reason="needs Block.branch_mult (depth-muP) in the model")
+def test_branch_multipliers_fold_into_the_residual_writes():
+    config, train, ours = branch_scaled_mup_model()
+    theirs = litgpt.GPT(litgpt_export.litgpt_config(config, train)).eval()
+    state = hf_export.folded(ours.state_dict(), ours)
+    theirs.load_state_dict(litgpt_export.litgpt_state_dict(state, config), strict=True)
+    tokens = _tokens()[:, :TRAIN["seq_len"]]
+    with torch.no_grad():
+        torch.testing.assert_close(theirs(tokens), ours(tokens), atol=1e-5, rtol=0)
 
 
 def test_what_llama_refuses_exits_2_and_writes_nothing(tmp_path, capsys):

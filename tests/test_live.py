@@ -16,6 +16,7 @@ from shapesweep.dashboards.frames import with_derived
 from shapesweep.dashboards.report import build_payload, expand, write_report
 from shapesweep.results import live
 from shapesweep.results.store import compact, load_curves, load_trials, write_trial
+from shapesweep.search_spaces.space import list_builtin
 from shapesweep.sweep.cli import main as shapesweep
 from synthetic import synthetic_sweep
 
@@ -300,7 +301,8 @@ def test_a_real_sweep_streams_live_curves_and_leaves_none_behind(tmp_path, capsy
 
 @pytest.mark.parametrize("width", [80, 120])
 def test_plan_and_spaces_fit_the_terminal(capsys, monkeypatch, width):
-    """No cell cut to `…`: plan leaves out whole columns (and says which), spaces folds text."""
+    """plan cuts no cell to `…` (it leaves out whole columns and says which); spaces keeps
+    one line a space, names whole, the description cut to fit (whole with --wide)."""
     monkeypatch.setenv("COLUMNS", str(width))
     assert shapesweep(["plan", "demo-ucurve"]) == 0
     out = capsys.readouterr().out
@@ -311,4 +313,8 @@ def test_plan_and_spaces_fit_the_terminal(capsys, monkeypatch, width):
         assert "left out at 80 columns:" in out and "--format csv has them all" in out
     assert shapesweep(["spaces", "--fast"]) == 0
     out = capsys.readouterr().out
-    assert max(len(line) for line in out.splitlines()) <= width and "…" not in out
+    assert max(len(line) for line in out.splitlines()) <= width
+    names = [line.split(" ", 1)[0] for line in out.splitlines()]
+    assert all(name in names for name, _ in list_builtin())
+    assert shapesweep(["spaces", "--fast", "--wide"]) == 0
+    assert "…" not in capsys.readouterr().out

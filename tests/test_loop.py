@@ -65,6 +65,24 @@ def test_callback_metrics_and_result():
     json.dumps(result.to_dict())  # plain data, ready for a results row
 
 
+def test_time_spent_reporting_is_not_the_trials(monkeypatch):
+    """A sweep's trial waits in its callback while the driver logs to trackers: that wait
+    is not the trial's wall time, nor its elapsed time at each evaluation. The clock is
+    the loop's own, advanced 100 s by each report, so the check cannot depend on load."""
+    import time
+
+    clock, offset = time.perf_counter, [0.0]
+    monkeypatch.setattr(time, "perf_counter", lambda: clock() + offset[0])
+
+    def slow_tracker(metrics):
+        offset[0] += 100.0
+
+    result = train(make_config(TINY), TrainConfig(**RECIPE), callback=slow_tracker)
+    assert offset[0] == 300.0 and result.wall_time_s < 100  # 3 reports, none counted
+    assert all(m["elapsed_s"] < 100 for m in result.curve)
+    assert result.tokens / result.tokens_per_s < 100
+
+
 def test_two_runs_are_identical():
     a = train(make_config(TINY), TrainConfig(**RECIPE))
     b = train(make_config(TINY), TrainConfig(**RECIPE))

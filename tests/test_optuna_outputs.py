@@ -70,6 +70,74 @@ def test_searcher_files_completed_pruned_and_failed_trials(tmp_path):
                if t.user_attrs.get("infeasible"))
 
 
+def _exhaust(searcher, asks: int) -> list[dict]:
+    """Ask for up to `asks` trials, completing each at the full budget; the specs launched."""
+    from ray.tune.search import Searcher
+
+    launched = []
+    for n in range(asks):
+        config = searcher.suggest(f"t{n}")
+        if config == Searcher.FINISHED:
+            break
+        assert config is not None  # a space this small is never too slow to search
+        launched.append(config["spec"])
+        searcher.on_trial_complete(f"t{n}", {"val_loss": 4.0 - 0.1 * n, "tokens": BUDGET,
+                                             FINAL_FLAG: True})
+    return launched
+
+
+@pytest.mark.parametrize("sampler", ["tpe", "random", "nsga2"])
+def test_more_samples_than_the_space_holds_file_each_point_once(tmp_path, sampler):
+    """5 points, one infeasible: 4 trials train, the search ends, and the study holds those 4
+    and the infeasible point once each (it held 500 duplicates more)."""
+    space = load_space(write_space(tmp_path, search={"n_layers": [1, 2, 3, 4, 8]}))
+    storage = open_storage(f"sqlite:///{tmp_path / 'optuna.db'}")
+    searcher, study = make_optuna_search(space, "study", storage, SpecMaker(space, 0, None), None,
+                                         BUDGET, make_sampler(sampler, seed=0))
+    launched = _exhaust(searcher, 20)
+    assert sorted(spec["row"]["n_layers"] for spec in launched) == [1, 2, 3, 4]
+    trials = optuna.load_study(study_name="study", storage=storage).trials
+    assert sorted(t.params["n_layers"] for t in trials) == [1, 2, 3, 4, 8]
+    assert [t.params["n_layers"] for t in trials if t.state == TrialState.COMPLETE] != []
+    assert {t.params["n_layers"] for t in trials if t.state == TrialState.PRUNED} == {8}
+    assert not any("duplicate_of" in t.user_attrs for t in trials)
+
+    # The study continued (resume, a second run): nothing left, nothing filed.
+    again, _ = make_optuna_search(space, "study", storage, SpecMaker(space, 0, None), None,
+                                  BUDGET, make_sampler(sampler, seed=1))
+    assert _exhaust(again, 5) == []
+    assert len(optuna.load_study(study_name="study", storage=storage).trials) == 5
+
+
+def test_points_that_solve_to_one_shape_train_it_once(tmp_path):
+    """Two variants of the same shapes: 6 points, 3 candidates, 3 trials in the study."""
+    space = load_space(write_space(tmp_path, search={"n_layers": [1, 2, 3]},
+                                   variants=[{"name": "a"}, {"name": "b"}]))
+    storage = open_storage(f"sqlite:///{tmp_path / 'optuna.db'}")
+    searcher, _ = make_optuna_search(space, "study", storage, SpecMaker(space, 0, None), None,
+                                     BUDGET, make_sampler("tpe", seed=0))
+    launched = _exhaust(searcher, 20)
+    assert sorted(spec["row"]["n_layers"] for spec in launched) == [1, 2, 3]
+    trials = optuna.load_study(study_name="study", storage=storage).trials
+    assert len(trials) == 3 and len({t.user_attrs["key"] for t in trials}) == 3
+
+
+@pytest.mark.slow
+def test_an_optuna_sweep_past_its_space_ends_with_no_duplicate_in_the_catalog(local_ray, tmp_path):
+    """`run --search optuna --num-samples 12` over 3 points (one infeasible): 2 trials, and
+    the study in the catalog's database (the default storage) holds 3 trials."""
+    from shapesweep.results.catalog import default_catalog_url
+
+    root = tmp_path / "sweeps"
+    space_path = write_space(tmp_path, name="few", search={"n_layers": [1, 2, 8]})
+    assert run("run", str(space_path), "--root", str(root), "--search", "optuna",
+               "--num-samples", "12", "--scheduler", "fifo") == 0
+    assert sorted(load_trials(str(root), ["few"])["n_layers"]) == [1, 2]
+    study = optuna.load_study(study_name="few", storage=default_catalog_url(str(root)))
+    assert sorted((t.params["n_layers"], t.state.name) for t in study.trials) == [
+        (1, "COMPLETE"), (2, "COMPLETE"), (8, "PRUNED")]
+
+
 def test_a_multi_objective_study_names_both_objectives(tmp_path):
     _, study = searcher_for(tmp_path, "flops_per_token")
     assert study.metric_names == ["val_loss", "flops_per_token"]
@@ -122,3 +190,8 @@ def test_asha_optuna_sweep_as_optuna_and_ray_tools_read_it(local_ray, tmp_path):
     histories = analysis.trial_dataframes.values()
     assert sorted(h["tokens"].max() for h in histories) == sorted(rows["tokens"])
     assert all(h["val_loss"].notna().sum() >= 2 for h in histories)
+    # Tune's own restore, given the trainable the sweep ran (README), reads the same run.
+    from shapesweep.sweep.trainable import run_trial
+
+    grid = tune.Tuner.restore(str(run_folder), trainable=run_trial).get_results()
+    assert sorted(r.metrics["trial_key"] for r in grid) == sorted(rows["key"])

@@ -150,7 +150,7 @@ def test_retry_failed_reruns_only_failed_trials(local_ray, tmp_path):
     space_path = write_space(tmp_path, name="retry", variants=POISON_VARIANTS)
     root = tmp_path / "sweeps"
     assert run("run", str(space_path), "--root", str(root), "--data", str(data),
-               "--scheduler", "fifo", "--max-concurrent", "2") == 0
+               "--scheduler", "fifo", "--max-concurrent", "2") == 1  # a trial failed
     first = load_trials(str(root), ["retry"])
     assert set(zip(first["key"], first["seed"], strict=True)) == pairs(space_path)
     failed = first[first["status"] == "failed"]
@@ -159,13 +159,14 @@ def test_retry_failed_reruns_only_failed_trials(local_ray, tmp_path):
     assert (first[first["status"] != "failed"]["status"] == "completed").all()
     assert len(raw_trial_rows(root, "retry")) == 3
 
-    # Nothing fixed, no flag: the failed trial counts as done, so nothing runs.
-    assert run("resume", "retry", "--root", str(root)) == 0
+    # Nothing fixed, no flag: the failed trial counts as done, so nothing runs (the sweep
+    # still holds a failed trial: exit 1).
+    assert run("resume", "retry", "--root", str(root)) == 1
     assert len(raw_trial_rows(root, "retry")) == 3
 
     # --retry-failed: only the failed trial runs again; it fails again, and its new row
     # is the one readers see (the driver compacts the sweep when it ends: one row per trial).
-    assert run("resume", "retry", "--root", str(root), "--retry-failed") == 0
+    assert run("resume", "retry", "--root", str(root), "--retry-failed") == 1
     assert len(raw_trial_rows(root, "retry")) == 3
     again = load_trials(str(root), ["retry"])
     assert finished(again, ~again["trial_id"].isin(failed["trial_id"])) == finished(
@@ -237,7 +238,7 @@ def test_status_lists_sweeps_and_one_sweeps_best_trials(local_ray, tmp_path, cap
     space_path = write_space(tmp_path, name="st", variants=POISON_VARIANTS)
     root = tmp_path / "sweeps"
     assert run("run", str(space_path), "--root", str(root), "--scheduler", "fifo",
-               "--max-concurrent", "2") == 0
+               "--max-concurrent", "2") == 1  # the poison variant's trial failed
     trials = load_trials(str(root), ["st"])
     completed = trials[trials["status"] == "completed"].sort_values("val_loss")
     best = completed.iloc[0]

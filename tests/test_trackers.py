@@ -33,6 +33,61 @@ def test_bad_targets_are_one_line_before_any_work(tmp_path, capsys, monkeypatch,
     assert not root.exists()
 
 
+@pytest.mark.parametrize(("uri", "problem"), [
+    ("file:{tmp}/mlruns", "MLflow 3 no longer writes its file store"),
+    ("nowhere://tracking", "nowhere://tracking"),
+])
+def test_mlflow_settings_it_cannot_use_are_one_line_before_ray_starts(tmp_path, capsys, monkeypatch,
+                                                                       uri, problem):
+    import ray
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri.format(tmp=tmp_path))
+    monkeypatch.delenv("MLFLOW_ALLOW_FILE_STORE", raising=False)
+    root = tmp_path / "sweeps"
+    assert run("run", str(write_space(tmp_path, SPACE)), "--root", str(root), "--log-to",
+               "mlflow") == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "MLFLOW_TRACKING_URI" in err and problem in err, err
+    assert not root.exists() and not (tmp_path / "mlruns").exists() and not ray.is_initialized()
+
+
+ENDINGS = {**SPACE, "name": "endings", "search": {"n_layers": [1]},
+           "tune": {"lr": [3.0e-3, 1.0e-5]},  # the second is far worse: ASHA stops it
+           "variants": [{"name": "ok"}, {"name": "poison", "fixed": {"vocab_size": 100}}]}
+
+
+@pytest.mark.slow
+def test_each_tracker_run_is_tagged_with_how_its_trial_ended(local_ray, tmp_path, monkeypatch):
+    """completed, stopped_early (ASHA) and failed (a vocabulary the data overflows), as the
+    trial's row says: an MLflow tag, a TensorBoard text summary, a W&B config value."""
+    from mlflow import MlflowClient
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
+    root = tmp_path / "sweeps"
+    assert run("run", str(write_space(tmp_path, ENDINGS)), "--root", str(root), "--scheduler",
+               "asha", "--grace-tokens", "1024", "--reduction-factor", "2", "--max-concurrent",
+               "1", "--max-failures", "0", "--log-to", "mlflow", "--log-to", "tensorboard",
+               "--log-to", "wandb") == 1  # the sweep ran; its poison trials failed
+    rows = load_trials(str(root), ["endings"]).set_index("trial_id")
+    assert sorted(rows["status"]) == ["completed", "failed", "failed", "stopped_early"]
+
+    client = MlflowClient()
+    (experiment,) = client.search_experiments(filter_string="name = 'endings'")
+    runs = {r.info.run_name: r for r in client.search_runs([experiment.experiment_id])}
+    assert {name: r.data.tags["status"] for name, r in runs.items()} == rows["status"].to_dict()
+    (ray_run,) = (root / "endings" / "_ray").iterdir()
+    for trial_id, row in rows.iterrows():
+        (text,) = EventAccumulator(str(ray_run / trial_id)).Reload().Tensors("status/text_summary")
+        assert text.tensor_proto.string_val == [row.status.encode()]
+    logs = [path.read_bytes() for path in tmp_path.glob("wandb/offline-run-*/*.wandb")]
+    (stopped,) = [log for log in logs if rows.index[rows["status"] == "stopped_early"][0].encode()
+                  in log]
+    assert b"stopped_early" in stopped
+
+
 @pytest.mark.slow
 def test_each_trial_is_one_tracker_run_with_its_curve(local_ray, tmp_path, monkeypatch):
     import mlflow

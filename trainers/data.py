@@ -248,6 +248,12 @@ def _parquet_text(path: Path) -> bytes:
     return "\n".join(t for t in texts if t).encode("utf-8")
 
 
+def is_pretokenized(path: str | Path) -> bool:
+    """Token ids already (a .bin/.npy file, or a folder holding train.bin), not text."""
+    source = Path(path)
+    return (source.is_dir() and (source / "train.bin").exists()) or source.suffix in (".bin", ".npy")
+
+
 def load_lm_data(path: str | None = None, tokenizer: str | None = None) -> TokenData:
     """Any supported source -> a cached, memory-mapped train/val split."""
     if path is None:
@@ -257,12 +263,10 @@ def load_lm_data(path: str | None = None, tokenizer: str | None = None) -> Token
     source = Path(path)
     if not source.exists():
         raise UserError("data path not found", file=str(source))
-    if source.is_dir() and (source / "train.bin").exists():
-        return _pretokenized(source / "train.bin")
-    if source.suffix in (".bin", ".npy"):
+    if is_pretokenized(source):
         if tokenizer is not None:
             raise UserError("a pre-tokenized file takes no --tokenizer", file=str(source))
-        return _pretokenized(source)
+        return _pretokenized(source / "train.bin" if source.is_dir() else source)
     read, vocab, tok_hash = _tokenizer_reader(tokenizer)
     if source.suffix == ".parquet":
         files = [source]

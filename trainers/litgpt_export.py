@@ -25,8 +25,9 @@ Weights (layer i), a fused matrix split along its output rows:
 | blocks.i.ffn.gate_up [gate|up] | transformer.h.i.mlp.fc_1, fc_2       |
 | blocks.i.ffn.down           | transformer.h.i.mlp.proj                |
 
-Refused beyond what Llama refuses (`hf_export.unsupported`): tied embeddings, since
-litgpt's `lm_head` is always a matrix of its own.
+Refused: what Llama refuses (`hf_export.unsupported`). muP's and depth-muP's multipliers
+are folded into the weights as for Llama (`hf_export.folded`). litgpt's `lm_head` is always
+a matrix of its own, so tied embeddings travel as two equal matrices.
 """
 
 from __future__ import annotations
@@ -97,9 +98,11 @@ def litgpt_state_dict(state: dict[str, torch.Tensor], model_config) -> dict[str,
 
 
 def write_folder(folder, model_config, train, state: dict[str, torch.Tensor] | None) -> None:
-    """model_config.yaml (and lit_model.pth when `state` is given) into an existing `folder`."""
+    """model_config.yaml (and lit_model.pth, the multipliers folded in, when `state` is given)
+    into an existing `folder`."""
     from litgpt.utils import save_config
 
     save_config(litgpt_config(model_config, train), folder)
     if state is not None:
+        state = hf_export.folded(state, hf_export._reference(model_config, train))
         torch.save(litgpt_state_dict(state, model_config), folder / "lit_model.pth")

@@ -5,7 +5,9 @@ AdamW with per-group lr (schedule x train.lr x the group's lr_scale from
 clipping, gradient accumulation so every optimizer step sees `batch_tokens` tokens
 (`batch_size` images), cross-entropy + optional z-loss (seed 000), periodic evaluation.
 The loop knows nothing of Ray: it reports through `callback(metrics)` after each
-evaluation, and a callback stops the trial by raising `StopTrial`.
+evaluation, and a callback stops the trial by raising `StopTrial`. The time spent in the
+callback (a sweep's trial waits there while the driver files its result and logs it to
+trackers) is no part of the trial's `elapsed_s` and `wall_time_s`.
 
 On a GPU the step never waits for the device: losses stay on it and are read once per
 evaluation interval (where a NaN is caught and named by its step), batches are pinned and
@@ -63,7 +65,7 @@ class TrainResult:
     train_loss: float  # mean over the steps since the previous evaluation
     tokens: int  # images for vision
     steps: int
-    wall_time_s: float
+    wall_time_s: float  # training, evaluation and checkpoints; not the time in `callback`
     tokens_per_s: float  # training steps only (evaluation excluded)
     params_measured: int  # trainable numel of the built model
     data_hash: str
@@ -319,6 +321,7 @@ def train(model_config, train: TrainConfig, data: str | None = None,
         prior_elapsed, train_time = state["elapsed_s"], state["train_time_s"]
 
     t0 = saved_at = time.perf_counter()
+    reporting = 0.0  # time in `callback`: a sweep's trial waits there on the driver (trackers)
     losses, stopped = [], False  # this interval's per-step losses, on the device
     model.train()
     with _progress(progress) as bar:
@@ -344,7 +347,7 @@ def train(model_config, train: TrainConfig, data: str | None = None,
             losses = []
             metrics = {"step": done, "tokens": done * units_per_step, "train_loss": train_loss,
                        **evaluate(forward, task, eval_batch, dev, autocast), "lr": lr_now,
-                       "elapsed_s": prior_elapsed + time.perf_counter() - t0}
+                       "elapsed_s": prior_elapsed + time.perf_counter() - t0 - reporting}
             curve.append(metrics)
             due = checkpoint_dir is not None and _agreed(
                 time.perf_counter() - saved_at >= checkpoint_every_s, world, dev)
@@ -361,11 +364,14 @@ def train(model_config, train: TrainConfig, data: str | None = None,
                 bar.update(bar_task, description=f"loss {metrics['train_loss']:.4f} "
                                                  f"val {metrics['val_loss']:.4f}")
             if callback is not None:
+                called = time.perf_counter()
                 try:
                     callback(dict(metrics))
                 except StopTrial:
                     stopped = True
                     break
+                finally:
+                    reporting += time.perf_counter() - called
             t_interval = time.perf_counter()
     if save_dir is not None:
         weights = _full_state(model, None, sharded)[0]
@@ -373,7 +379,7 @@ def train(model_config, train: TrainConfig, data: str | None = None,
         checkpoint.save_model(save_dir, weights, model_config, train)
     layers = (analysis.analyse(model, analysis.analysis_tokens(task.val_x).to(dev), autocast)
               if analysed and not stopped else [])
-    result = _result(curve, prior_elapsed + time.perf_counter() - t0, train_time,
+    result = _result(curve, prior_elapsed + time.perf_counter() - t0 - reporting, train_time,
                      params_measured, data_hash, stopped)
     result.layers = layers
     return result
