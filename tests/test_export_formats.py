@@ -20,7 +20,6 @@ from shapesweep.search_spaces.accounting import account
 from shapesweep.search_spaces.candidate_file import load_candidate
 from shapesweep.search_spaces.configs import TrainConfig, config_key, make_config
 from shapesweep.sweep.cli import main
-from shapesweep.trainers import lm
 from shapesweep.trainers.checkpoint import save_model
 from shapesweep.trainers.data import builtin_corpus
 from shapesweep.trainers.models import build_model
@@ -202,8 +201,6 @@ def branch_scaled_mup_model(mult: float = 0.5):
     return config, train, model.eval()
 
 
-@pytest.mark.xfail(not hasattr(lm.Block, "set_branch_mult"), strict=True, raises=AssertionError,
-                   reason="needs Block.branch_mult (depth-muP) in the model")
 def test_branch_multipliers_fold_into_the_residual_writes():
     from shapesweep.trainers import hf_export
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from shapesweep.trainers import hf_export, litgpt_export, lm
+from shapesweep.trainers import hf_export, litgpt_export
 from shapesweep.trainers.litgpt_export import INSTALL
 from test_export_formats import (  # noqa: F401 - _one_thread is an autouse fixture
     BASE,
@@ -91,8 +91,6 @@ def test_a_mup_model_exports_with_its_multipliers_folded_in(tmp_path, capsys):
         torch.testing.assert_close(theirs.eval()(tokens), expected, atol=1e-5, rtol=0)
 
 
-@pytest.mark.xfail(not hasattr(lm.Block, "set_branch_mult"), strict=True, raises=AssertionError,
-                   reason="needs Block.branch_mult (depth-muP) in the model")
 def test_branch_multipliers_fold_into_the_residual_writes():
     config, train, ours = branch_scaled_mup_model()
     theirs = litgpt.GPT(litgpt_export.litgpt_config(config, train)).eval()
