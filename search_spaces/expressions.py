@@ -79,6 +79,7 @@ def compile_expression(text: str, names: set[str] | frozenset[str]) -> Expressio
     for node in nodes:
         if isinstance(node, ast.Compare):
             _check_text_operands([node.left, *node.comparators])
+    for node in nodes:
         if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Pow):
             _check_exponent(node.right)
     return Expression(text, tree)
