@@ -15,14 +15,14 @@ MAX_VALUES = 1_000_000  # values of one searched dimension
 MAX_SEEDS = 1000  # seeds of one sweep (each is one more trial per candidate)
 MAX_VARIANTS = 256  # variants after family lists expand (the built-in spaces have at most 8)
 MAX_RAW = 1_000_000  # raw grid points of a whole space: every variant's, text/flag combinations included
-# Combinations of text, flag and k values (the solver loops over them in Python, ~1 ms each,
-# where numeric values are vectorised).
+# Combinations of text, flag and k values: the solver takes each in one Python pass, where
+# numeric values are numpy columns.
 MAX_COMBOS = 2_000
-# Raw points x depth of a family that solves each config's shape itself (the ><former:
-# its widths by bisection, ~0.4 ms a layer): 10,000 is e.g. 400 (beta, alpha) points at 24 layers.
+# Raw points x depth of a family that solves each config's shape itself (the ><former's
+# widths, by bisection over every layer): 10,000 is e.g. 400 (beta, alpha) points at 24 layers.
 MAX_LAYER_SOLVES = 10_000
-# Distinct shapes within the budget that the solver types and verifies (~0.2 ms each); each is
-# a trial or more, so more is no sweep anyone trains.
+# Distinct shapes within the budget that the solver types and verifies one by one; each is a
+# trial or more, so more is no sweep anyone trains.
 MAX_CANDIDATES = 10_000
 MAX_TRIALS = 100_000  # candidates x tuned combinations x seeds: a sweep of 100,000 trainings
 

@@ -208,8 +208,8 @@ class _Compared(float):
 
 @pytest.mark.parametrize("resize", ["carry", "zero"])
 def test_the_vformer_layer_shapes_take_linear_work_in_depth(resize):
-    """The width solve evaluates every layer's shape ~50 times per config; each layer took a
-    max over all layers before it and after it (quadratic: 4,096 layers planned in 59 s)."""
+    """The width solve evaluates every layer's shape dozens of times per config; each layer
+    took a max over all layers before it and after it (quadratic: 4,096 layers planned in 59 s)."""
     config = make_config({"family": "variable_width", "d_model": 64, "n_layers": 8, "n_heads": 2,
                           "d_h": 128, "resize": resize})
     counts = {}
