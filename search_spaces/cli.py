@@ -130,10 +130,11 @@ def _short(value: float) -> str:
 def plan(args: argparse.Namespace) -> int:
     from shapesweep.search_spaces.cadence import evaluation_line
     from shapesweep.search_spaces.solver import plan as solve
-    from shapesweep.search_spaces.space import load_space
+    from shapesweep.search_spaces.space import check_sweep_trials, load_space
 
     space = load_space(args.space)
     result = solve(space, seq_len=args.seq_len)
+    check_sweep_trials(space, len(result.candidates))
     rows = [c.to_row() for c in result.candidates]
     if args.format == "json":  # each candidate's resolved recipe (its variant's, per size)
         for row, candidate in zip(rows, result.candidates, strict=True):
@@ -161,7 +162,7 @@ def plan(args: argparse.Namespace) -> int:
 
 def _trials_line(space, n_candidates: int) -> str:
     """How many trials a sweep of the space runs: candidates x tuned combinations x seeds."""
-    tuned, seeds = len(space.tuned_settings()), len(space.seeds)
+    tuned, seeds = space.tuned_count, len(space.seeds)
     return (f"{n_candidates} candidates x {tuned} tuned settings x {seeds} seeds = "
             f"{n_candidates * tuned * seeds} trials")
 

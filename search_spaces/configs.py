@@ -62,7 +62,9 @@ FAMILIES: Mapping[str, type[BaseModel]] = _Families()
 
 
 class TrainConfig(_Strict):
-    """The short-trial training recipe (the `train:` block of a space or candidate)."""
+    """The short-trial training recipe (the `train:` block of a space or candidate). Every
+    float is finite (`_Strict`) and in the range the trainer accepts, so a bad value is one
+    line at load, never a failure inside every trial."""
 
     tokens: PositiveCount | None = None  # LM token budget; or give steps
     steps: Annotated[int, Field(gt=0, le=MAX_TOKENS)] | None = None
@@ -75,8 +77,8 @@ class TrainConfig(_Strict):
     decay: Literal["cosine", "linear", "constant", "power"] = "cosine"
     min_lr_frac: Annotated[float, Field(ge=0, le=1)] = 0.1
     weight_decay: Annotated[float, Field(ge=0)] = 0.1
-    beta1: float = 0.9
-    beta2: float = 0.95
+    beta1: Annotated[float, Field(ge=0, lt=1)] = 0.9  # AdamW's moment decays: [0, 1)
+    beta2: Annotated[float, Field(ge=0, lt=1)] = 0.95
     grad_clip: Annotated[float, Field(ge=0)] = 1.0
     z_loss: Annotated[float, Field(ge=0)] = 0.0
     parametrization: Literal["standard", "mup"] = "standard"

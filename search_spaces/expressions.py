@@ -2,11 +2,11 @@
 
 A space's `constraints:` are user text, so they are never `eval`ed. `compile_expression`
 parses one with `ast` and accepts only column names, numbers, arithmetic, comparisons,
-and/or/not, a few named functions, and text only as an operand of a comparison (with a
-categorical column: `task == 'denoise'`); `Expression.evaluate` then walks that tree with
-numpy. Every number is float64, so a power of columns overflows to `inf` instead of
-hanging in Python's unbounded ints, and a constant exponent above MAX_EXPONENT (`9**9**9`)
-is refused outright.
+and/or/not, a few named functions, and text only compared with a column (a categorical
+one: `task == 'denoise'`); `Expression.evaluate` then walks that tree with numpy. Every
+number is float64 (a constant beyond it is refused), so a power of columns overflows to
+`inf` instead of hanging in Python's unbounded ints, and a constant exponent above
+MAX_EXPONENT (`9**9**9`) is refused outright.
 """
 
 from __future__ import annotations
@@ -77,17 +77,33 @@ def compile_expression(text: str, names: set[str] | frozenset[str]) -> Expressio
         if id(node) not in called:
             _check(node, names, id(node) in compared)
     for node in nodes:
+        if isinstance(node, ast.Compare):
+            _check_text_operands([node.left, *node.comparators])
+    for node in nodes:
         if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Pow):
             _check_exponent(node.right)
     return Expression(text, tree)
+
+
+def _check_text_operands(operands: list[ast.AST]) -> None:
+    """Text is compared with a column (`task == 'denoise'`), never with a number or a sum."""
+    for i, operand in enumerate(operands):
+        if isinstance(operand, ast.Constant) and isinstance(operand.value, str):
+            neighbours = operands[max(i - 1, 0):i] + operands[i + 1:i + 2]
+            if not all(isinstance(n, ast.Name) for n in neighbours):
+                raise ExpressionError(f"the text {operand.value!r} can only be compared with a "
+                                      "column (as in task == 'denoise')")
 
 
 def _check_exponent(node: ast.AST) -> None:
     """Refuse a constant exponent above MAX_EXPONENT (evaluated in float64, so it is quick)."""
     if any(isinstance(n, ast.Name) for n in ast.walk(node)):
         return  # a column's exponent: float64 overflows to inf, it cannot hang
-    with np.errstate(all="ignore"):
-        value = float(_eval(node, {}))
+    try:
+        with np.errstate(all="ignore"):
+            value = float(_eval(node, {}))
+    except (TypeError, ValueError, ArithmeticError) as error:
+        raise ExpressionError(f"cannot evaluate the exponent: {error}") from None
     if not abs(value) <= MAX_EXPONENT:
         raise ExpressionError(f"exponent {value:g} is too large (limit {MAX_EXPONENT})")
 
@@ -96,6 +112,11 @@ def _check(node: ast.AST, names, compared: bool) -> None:
     if isinstance(node, STRUCTURE):
         return
     if isinstance(node, ast.Constant) and type(node.value) in (int, float, bool):
+        try:
+            float(node.value)
+        except OverflowError:
+            raise ExpressionError(f"the number {str(node.value)[:12]}... ({len(str(node.value))} "
+                                  "digits) is beyond float64, which every column is") from None
         return
     if isinstance(node, ast.Constant) and type(node.value) is str and compared:
         return

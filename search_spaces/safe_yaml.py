@@ -2,10 +2,11 @@
 
 `yaml.safe_load` never runs code, but it still lets a small file cost a lot: aliases
 expand (a 641-byte "billion laughs" takes seconds and gigabytes), a duplicate key
-silently overrides the first, and non-UTF-8 bytes end in a traceback. Here the file is
-capped in size, decoded strictly, composed into a node tree with aliases refused (so
-nothing expands), checked for duplicate keys (naming their dotted key), and only then
-constructed by PyYAML's safe constructor. Every problem is one `UserError`.
+silently overrides the first, and non-UTF-8 bytes or a NUL end in a traceback. Here the
+file is capped in size, decoded strictly, searched for characters YAML forbids, composed
+into a node tree with aliases refused (so nothing expands), checked for duplicate keys
+(naming their dotted key), and only then constructed by PyYAML's safe constructor.
+Every problem is one `UserError`.
 """
 
 from __future__ import annotations
@@ -67,6 +68,7 @@ def parse_yaml(data: bytes | str, file: str) -> Any:
         except UnicodeDecodeError as error:
             raise UserError(f"not UTF-8 text (byte {error.start}: {data[error.start]:#04x})",
                             file=file) from None
+    _check_printable(data, file)
     loader = _Loader(data)
     try:
         node = loader.get_single_node()
@@ -88,6 +90,18 @@ def parse_yaml(data: bytes | str, file: str) -> Any:
         raise UserError(f"malformed YAML: {error}", file=file) from None
     finally:
         loader.dispose()
+
+
+def _check_printable(text: str, file: str) -> None:
+    """Refuse a character YAML does not allow anywhere (a NUL or another control byte),
+    naming where it is: PyYAML's reader raises it before parsing starts."""
+    found = yaml.reader.Reader.NON_PRINTABLE.search(text)
+    if found:
+        line = text.count("\n", 0, found.start()) + 1
+        column = found.start() - (text.rfind("\n", 0, found.start()) + 1) + 1
+        raise UserError(f"character U+{ord(found.group()):04X} at line {line}, column {column} "
+                        "is not allowed in YAML (a control character: is this a binary file?)",
+                        file=file)
 
 
 def _check_keys(node: yaml.Node, where: str) -> None:

@@ -32,23 +32,26 @@ from shapesweep.search_spaces.configs import (
     parse_count,
 )
 from shapesweep.search_spaces.expressions import compile_expression
+from shapesweep.search_spaces.limits import MAX_CANDIDATES
 from shapesweep.search_spaces.space import (
     INTEGER,
+    NUMERIC,
     POSITIVE,
     Resolved,
     SearchSpace,
     constraint_key,
     constraint_names,
+    is_categorical,
     reference_config,
 )
 
 from shapesweep.common import UserError, human
 from shapesweep.families import base
-from shapesweep.families.base import STORED
+from shapesweep.families.base import MAX_DEPTH, STORED
 
 METRIC_COLUMN = {"non_embedding_params": "params_non_embedding", "total_params": "params_total",
                  "flops_per_token": "flops_per_token", "active_params": "params_active"}
-UPPER = {"d_h": 2.0**20, "d_model": 2.0**17, "n_layers": 2.0**12, "d_z": 2.0**17}
+UPPER = {"d_h": 2.0**20, "d_model": 2.0**17, "n_layers": float(MAX_DEPTH), "d_z": 2.0**17}
 SHAPE_COLUMNS = STORED  # every family's fields marked Stored (live: a family registered later too)
 RATIO_SLACK = float(np.log(np.sqrt(2)))  # a solved d_model/L may miss its target by up to √2x
 MAX_DROPPED = 20  # dropped grid points kept (with reasons) for the user to see
@@ -136,12 +139,13 @@ def plan(space: SearchSpace, seq_len: int | None = None) -> Plan:
     FLOPs count attention over `seq_len`, by default each variant's own train.seq_len."""
     counts = dict.fromkeys(("raw", "feasible", "within_tolerance", "unique"), 0)
     found: dict[str, Candidate] = {}
-    targets, closest, reach, dropped = {}, None, [np.inf, -np.inf], []
+    targets, closest, reach, dropped, built = {}, None, [np.inf, -np.inf], [], 0
     for variant in space.resolved():
         length = seq_len or variant.train.seq_len
         target = _target(space, variant, length)
         targets[variant.name] = target
-        outcome = _solve_variant(space, variant, variant.grid_values(), target, length)
+        outcome = _solve_variant(space, variant, variant.grid_values(), target, length, built)
+        built = outcome["built"]
         for name in ("raw", "feasible"):
             counts[name] += outcome["counts"][name]
         for candidate in outcome["candidates"]:
@@ -220,14 +224,11 @@ def _wide(v: Resolved) -> str:
     return base.get(v.family).width
 
 
-def _is_categorical(dim: str, values: list) -> bool:
-    return dim == "k" or any(isinstance(v, str | bool) or v is None for v in values)
-
-
 def _solve_variant(space: SearchSpace, v: Resolved, values: dict[str, list], target: float,
-                   seq_len: int) -> dict[str, Any]:
-    """Raw grid of one variant -> survivors; also the closest miss and the reachable range."""
-    categorical = {d: vals for d, vals in values.items() if _is_categorical(d, vals)}
+                   seq_len: int, built: int = 0) -> dict[str, Any]:
+    """Raw grid of one variant -> survivors; also the closest miss and the reachable range.
+    `built`: typed configs the space's earlier variants built (MAX_CANDIDATES in all)."""
+    categorical = {d: vals for d, vals in values.items() if is_categorical(d, vals)}
     numeric = {d: np.asarray([_as_number(d, x) for x in vals], dtype=float)
                for d, vals in values.items() if d not in categorical}
     mesh = np.meshgrid(*numeric.values(), indexing="ij") if numeric else []
@@ -237,11 +238,11 @@ def _solve_variant(space: SearchSpace, v: Resolved, values: dict[str, list], tar
     if not base.get(v.family).lm and column == "params_non_embedding":
         column = "params_total"  # no embeddings: the two are one
     out = {"counts": {"raw": 0, "feasible": 0}, "candidates": [], "closest": None,
-           "reach": [np.inf, -np.inf], "dropped": []}
+           "reach": [np.inf, -np.inf], "dropped": [], "built": built}
     tol = v.budget.tolerance
     for combo in itertools.product(*categorical.values()):
         cols = {d: _as_number(d, x) for d, x in v.fixed.items()}
-        cols |= dict(zip(categorical, combo, strict=True)) | numeric_cols
+        cols |= {d: _as_number(d, x) for d, x in zip(categorical, combo, strict=True)} | numeric_cols
         out["counts"]["raw"] += n
         configs = None
         if base.get(v.family).vector_totals is None:  # the config solves its own shape
@@ -276,9 +277,20 @@ def _solve_variant(space: SearchSpace, v: Resolved, values: dict[str, list], tar
             drop(far, lambda i, r=achieved: f"within budget only at {_wide(v)}/n_layers = {r[i]:.3g}, "
                                             "more than a factor √2 from the target")
             met &= ratio_off <= RATIO_SLACK
-        for i in _dedupe(cols, np.flatnonzero(met)):
-            config = configs[i] if configs is not None else None
-            candidate = _build(v, _row_fields(v, cols, i), target, column, seq_len, config)
+        rows = _dedupe(cols, np.flatnonzero(met))
+        # Rows with one config (searched ratios that round to one shape) share one build.
+        first = rows[_first_of_config(v, cols, rows)] if configs is None else rows
+        out["built"] += len(np.unique(first))
+        if out["built"] > MAX_CANDIDATES:
+            raise UserError(f"more than {MAX_CANDIDATES:,} distinct shapes meet the budget (each "
+                            "a trial or more): narrow the search or tighten budget.tolerance",
+                            file=space.source_file, key="search")
+        by_config: dict[int, Candidate | None] = {}
+        for i, same in zip(rows, first, strict=True):
+            if same not in by_config:
+                config = configs[i] if configs is not None else None
+                by_config[same] = _build(v, _row_fields(v, cols, i), target, column, seq_len, config)
+            candidate = by_config[same]
             if candidate is not None and abs(candidate.budget_error) <= tol * (1 + 1e-9):
                 out["candidates"].append(candidate)
             else:
@@ -301,7 +313,8 @@ class _Dropper:
 
 
 def _as_number(dim: str, value: Any) -> Any:
-    if isinstance(value, str) and dim in INTEGER:
+    """A numeric dimension's count ('1.5K', checked when the space was loaded) as a number."""
+    if isinstance(value, str) and dim in NUMERIC:
         return parse_count(value)
     return value
 
@@ -527,6 +540,17 @@ def _row_fields(v: Resolved, cols: dict, i: int) -> dict[str, Any]:
             x = int(round(x))
         fields[dim] = x
     return fields
+
+
+def _first_of_config(v: Resolved, cols: dict, rows: np.ndarray) -> np.ndarray:
+    """For each of `rows`, the position in `rows` of the first row with the same config fields."""
+    fields = FAMILIES[v.family].model_fields
+    arrays = [np.asarray(x, dtype=float)[rows] for d, x in cols.items() if d in fields and _is_array(x)]
+    if not arrays or len(rows) < 2:
+        return np.arange(len(rows))
+    _, first, inverse = np.unique(np.stack(arrays, axis=1), axis=0, return_index=True,
+                                  return_inverse=True)
+    return first[inverse.ravel()]
 
 
 def _dedupe(cols: dict, rows: np.ndarray) -> np.ndarray:

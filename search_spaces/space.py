@@ -31,9 +31,7 @@ from pydantic import (
 from shapesweep.search_spaces.accounting import Accounting
 from shapesweep.search_spaces.configs import (
     FAMILIES,
-    MAX_DIM,
     MAX_SEED,
-    MAX_VOCAB,
     MOE_FIELDS,
     Count,
     TrainConfig,
@@ -42,21 +40,25 @@ from shapesweep.search_spaces.configs import (
     parse_count,
 )
 from shapesweep.search_spaces.expressions import ExpressionError, compile_expression
+from shapesweep.search_spaces.limits import (
+    MAX_SEEDS,
+    MAX_VALUES,
+    check_trials,
+    check_variants,
+    check_work,
+)
 from shapesweep.search_spaces.safe_yaml import MAX_BYTES, parse_yaml, read_bytes, read_yaml
 
 from shapesweep.common import UserError
 from shapesweep.families import base
-from shapesweep.families.base import INTEGER, POSITIVE
+from shapesweep.families.base import INTEGER, MAX_DEPTH, NUMERIC, POSITIVE
 from shapesweep.families.base import SOLVABLE_FIELDS as SOLVABLE
 from shapesweep.families.lm import has_experts
 
 BUILTIN_DIR = Path(__file__).parent / "builtin"
 METRICS = ("non_embedding_params", "total_params", "flops_per_token", "active_params")
 DERIVED = ("ffn_ratio", "width_depth_ratio")  # d_h = ffn_ratio*d_model, d_model = ratio*n_layers
-# SOLVABLE, POSITIVE and INTEGER (shapesweep.families.base) are read off every family's fields.
-MAX_VALUES = 1_000_000  # values of one searched dimension
-MAX_RAW = 50_000_000  # raw grid points of one variant
-MAX_SEEDS = 1000  # seeds of one sweep (each is one more trial per candidate)
+# SOLVABLE, NUMERIC, POSITIVE and INTEGER (shapesweep.families.base) are read off every family's fields.
 
 
 class _Strict(BaseModel):
@@ -191,6 +193,50 @@ class Resolved(BaseModel):
         """At least `raw_size`, from list lengths and range parameters, building nothing."""
         return math.prod(v.count() if isinstance(v, Range) else len(v) for v in self.search.values())
 
+    @property
+    def combo_bound(self) -> float:
+        """How many combinations of categorical values the solver loops over (building nothing)."""
+        return math.prod(v.count() if isinstance(v, Range) else len(v)
+                         for dim, v in self.search.items() if is_categorical(dim, v))
+
+    @property
+    def layer_solves(self) -> float:
+        """Raw points x depth where the family solves each config's shape itself (its cost),
+        else 0; the depth at most MAX_DEPTH (a deeper value is refused on its own)."""
+        spec = base.find(self.family)  # an unknown family is refused on its own
+        if spec is None or spec.vector_totals is not None:
+            return 0
+        depths = self._numbers("n_layers")
+        if not depths:  # derived: the widest width over the smallest width/depth ratio
+            widths, ratios = self._numbers(spec.width), self._numbers("width_depth_ratio")
+            depths = [max(widths) / min(ratios)] if widths and ratios else [MAX_DEPTH]
+        return self.raw_bound * min(max(depths), MAX_DEPTH)
+
+    def _numbers(self, dim: str) -> list[float]:
+        """The positive numbers among `dim`'s fixed value, searched list or range ends."""
+        values = self.search.get(dim, self.fixed.get(dim))
+        if isinstance(values, Range):
+            return [values.min, values.max]
+        numbers = []
+        for value in values if isinstance(values, list) else [values]:
+            try:
+                number = parse_count(value)
+            except ValueError:
+                continue
+            if isinstance(number, int | float) and not isinstance(number, bool) and 0 < number < math.inf:
+                numbers.append(number)
+        return numbers
+
+
+def is_categorical(dim: str, values: list | Range) -> bool:
+    """Whether the solver takes this dimension's values one at a time instead of as a numpy
+    column: k (the hourglass's sub-block count, a Python int in its accounting) and text or
+    flag dimensions; a numeric one is a column even where it is written as a count ('1.5K')."""
+    if isinstance(values, Range):
+        return dim == "k"
+    return dim == "k" or (dim not in NUMERIC
+                          and any(isinstance(x, str | bool) or x is None for x in values))
+
 
 class SearchSpace(_Strict):
     name: str
@@ -226,6 +272,7 @@ class SearchSpace(_Strict):
 
     _source_text: str = PrivateAttr(default="")
     _source_file: str = PrivateAttr(default="")
+    _resolved: tuple | None = PrivateAttr(default=None)  # ids of RESOLVED_FROM + _resolved_once()
 
     @property
     def source_text(self) -> str:
@@ -245,6 +292,11 @@ class SearchSpace(_Strict):
     def families(self) -> list[str]:
         return list(dict.fromkeys(v.family for v in self.resolved()))
 
+    @property
+    def tuned_count(self) -> int:
+        """How many `tune:` combinations there are (1 when nothing is tuned), building none."""
+        return math.prod(len(values) for values in self.tune.values())
+
     def tuned_settings(self) -> list[dict[str, Any]]:
         """Every combination of the `tune:` values (one empty one when nothing is tuned)."""
         return [dict(zip(self.tune, combo, strict=True))
@@ -257,13 +309,25 @@ class SearchSpace(_Strict):
         candidate's params_total (validated)."""
         base = self.train
         if candidate is not None:
-            base = {v.name: v.train for v in self.resolved()}[candidate.variant]
+            base = self._resolved_once()[1][candidate.variant].train
         fields = overlay(base, tuned) | ({} if seed is None else {"seed": seed})
         train = TrainConfig.model_validate(fields)
         return train if candidate is None else train.for_params(candidate.accounting.params_total)
 
     def resolved(self) -> list[Resolved]:
-        """The space as a list of single-family variants (a family list expands to one each)."""
+        """The space as a list of single-family variants (a family list expands to one each),
+        made once: every trial's recipe is read from it (`train_for`)."""
+        return list(self._resolved_once()[0])
+
+    def _resolved_once(self) -> tuple[list[Resolved], dict[str, Resolved]]:
+        """(resolved(), name -> variant), made on first use (and again for a model_copy)."""
+        fields = tuple(id(getattr(self, name)) for name in RESOLVED_FROM)
+        if self._resolved is None or self._resolved[0] != fields:
+            variants = self._resolve()
+            self._resolved = (fields, variants, {v.name: v for v in variants})
+        return self._resolved[1:]
+
+    def _resolve(self) -> list[Resolved]:
         variants = self.variants or [Variant()]
         out = []
         for variant in variants:
@@ -287,6 +351,10 @@ class SearchSpace(_Strict):
                 ))
         return out
 
+
+# The fields `SearchSpace.resolved` reads.
+RESOLVED_FROM = ("family", "budget", "fixed", "search", "solve", "round", "constraints",
+                 "variants", "train")
 
 # Keys that say one thing several ways: a variant giving one replaces the space's others.
 ALTERNATIVES = (("tokens", "tokens_per_param", "steps"), ("warmup_frac", "warmup_tokens"))
@@ -320,6 +388,19 @@ def check_seeds(seeds: list[int]) -> None:
     twice = sorted({s for s in seeds if seeds.count(s) > 1})
     if twice:
         raise ValueError(f"seed {twice[0]} is given twice")
+
+
+def check_sweep_trials(space: SearchSpace, candidates: int | None = None,
+                       seeds: list[int] | None = None) -> None:
+    """Refuse a sweep of more than MAX_TRIALS trials: its candidates (before solving, one per
+    variant) x `tune:` combinations x seeds (`--seeds` when given), counted, not built."""
+    n_candidates = len(space.resolved()) if candidates is None else candidates
+    if seeds is not None:
+        file, key = None, "--seeds"
+    else:
+        file, key = space.source_file, "tune" if space.tuned_count > 1 else "seeds"
+    check_trials(n_candidates, space.tuned_count, len(space.seeds if seeds is None else seeds),
+                 file, key, solved=candidates is not None)
 
 
 def check_seeds_option(seeds: list[int], key: str = "--seeds") -> list[int]:
@@ -405,7 +486,10 @@ def parse_space(doc: Any, text: str = "", file: str = "<space>") -> SearchSpace:
         raise _user_error(error, file) from None
     space._source_text = text or yaml.safe_dump(doc, sort_keys=False)
     space._source_file = file
+    check_variants(sum(len(f) if isinstance(f := v.family or space.family, list) else 1
+                       for v in space.variants or [Variant()]), file)
     _check_variant_trains(space, file)
+    check_work(space.resolved(), file, "variants" if space.variants else "search")
     _check_tune(space, file)
     for variant in space.resolved():
         _check_variant(space, variant, file)
@@ -458,9 +542,6 @@ def _check_variant(space: SearchSpace, v: Resolved, file: str) -> None:
         raise UserError(f"unknown family {v.family!r} (allowed: {', '.join(FAMILIES)})",
                         file=file, key=f"{where}family" if space.variants else "family")
     allowed = _family_fields(v.family) | set(DERIVED)
-    if v.raw_bound > MAX_RAW:  # before any range is expanded into an array
-        raise UserError(f"{v.raw_bound:.4g} raw points is too many (limit {MAX_RAW:.0e})",
-                        file=file, key=f"{where}search")
     for section in ("fixed", "search"):
         values = getattr(v, section)
         for dim, value in values.items():
@@ -498,6 +579,7 @@ def _check_variant(space: SearchSpace, v: Resolved, file: str) -> None:
                         file=file, key="solve")
     if len(v.solve) > 2:
         raise UserError("at most two free dimensions", file=file, key="solve")
+    _check_complete(v, where, file)
     for dim, multiple in v.round.items():
         if multiple <= 0:
             raise UserError("a rounding multiple must be positive", file=file, key=f"round.{dim}")
@@ -509,6 +591,28 @@ def _check_variant(space: SearchSpace, v: Resolved, file: str) -> None:
             raise UserError(str(error), file=file, key=constraint_key(space, v, i)) from None
     if v.budget.match is not None:
         reference_config(space, v, file)
+
+
+def _check_complete(v: Resolved, where: str, file: str) -> None:
+    """Every field the family requires has a value: fixed, searched, solved, or derived from a
+    ratio as the solver derives it (an hourglass solving [d_model, n_layers] with no d_h
+    and no ffn_ratio would otherwise fail inside the accounting)."""
+    given = set(v.fixed) | set(v.search) | set(v.solve)
+    wide = base.get(v.family).width
+    if "width_depth_ratio" in given and given & {wide, "n_layers"}:
+        given |= {wide, "n_layers"}
+    if "ffn_ratio" in given and wide in given:
+        given.add("d_h")
+    required = [name for name, info in FAMILIES[v.family].model_fields.items() if info.is_required()]
+    missing = [name for name in required if name not in given]
+    if missing:
+        dim = missing[0]
+        solvable = dim in SOLVABLE and base.get(v.family).vector_totals is not None
+        ways = "fix it, search it or solve for it" if solvable else "fix it or search it"
+        ratio = {"d_h": f"ffn_ratio (with {wide})", wide: "width_depth_ratio (with n_layers)",
+                 "n_layers": f"width_depth_ratio (with {wide})"}.get(dim)
+        raise UserError(f"{v.family} needs a value for {dim}: {ways}"
+                        + (f", or give {ratio}" if ratio else ""), file=file, key=f"{where}fixed")
 
 
 def moe_families() -> list[str]:
@@ -553,7 +657,9 @@ def tuned_tag(tuned: dict[str, Any]) -> str:
 
 
 def _check_tune(space: SearchSpace, file: str) -> None:
-    """Every `tune:` value must be a valid train setting; store them as TrainConfig reads them."""
+    """Every `tune:` value must be a valid train setting; store them as TrainConfig reads them.
+    The trials the combinations make are counted before any is built."""
+    check_sweep_trials(space)
     normal: dict[str, list[Any]] = {}
     for name, values in space.tune.items():
         if name in UNTUNABLE:
@@ -586,23 +692,26 @@ def _check_tune(space: SearchSpace, file: str) -> None:
 
 
 def _check_value(dim: str, value: Any, file: str, key: str) -> None:
-    if dim in POSITIVE:
-        try:
-            number = parse_count(value)
-        except ValueError as error:
-            raise UserError(str(error), file=file, key=key) from None
-        if isinstance(number, bool) or not isinstance(number, int | float):
-            raise UserError(f"expected a number, got {value!r}", file=file, key=key)
-        if not math.isfinite(number):
-            raise UserError(f"{dim} must be a finite number, got {value!r}", file=file, key=key)
-        if number <= 0:
-            raise UserError(f"{dim} must be positive, got {value!r}", file=file, key=key)
-        if dim in INTEGER and not float(number).is_integer():
-            raise UserError(f"{dim} must be a whole number, got {value!r}", file=file, key=key)
-        limit = MAX_VOCAB if dim == "vocab_size" else MAX_DIM
-        if dim in INTEGER and number > limit:
-            raise UserError(f"{dim} must be at most {limit:,} (2**{limit.bit_length() - 1}), "
-                            f"got {value!r}", file=file, key=key)
+    """A numeric dimension's value is a number (or a count like '1.5K') in its field's range."""
+    if dim not in NUMERIC:
+        return  # text and flags: a value no family takes is a dropped (invalid) point
+    try:
+        number = parse_count(value)
+    except ValueError as error:
+        raise UserError(str(error), file=file, key=key) from None
+    if isinstance(number, bool) or not isinstance(number, int | float):
+        raise UserError(f"expected a number, got {value!r}", file=file, key=key)
+    if not math.isfinite(number):
+        raise UserError(f"{dim} must be a finite number, got {value!r}", file=file, key=key)
+    if dim in POSITIVE and number <= 0:
+        raise UserError(f"{dim} must be positive, got {value!r}", file=file, key=key)
+    if dim in INTEGER and not float(number).is_integer():
+        raise UserError(f"{dim} must be a whole number, got {value!r}", file=file, key=key)
+    low, high = base.bounds(dim)
+    if high is not None and number > high:
+        raise UserError(f"{dim} must be at most {high:,}, got {value!r}", file=file, key=key)
+    if low is not None and number < low:
+        raise UserError(f"{dim} must be at least {low:,}, got {value!r}", file=file, key=key)
 
 
 def reference_config(space: SearchSpace, v: Resolved, file: str | None = None):

@@ -286,11 +286,23 @@ def _check_status_args(args: argparse.Namespace) -> None:
 def _reduction_factor(root: str, name: str) -> float | None:
     """ASHA's reduction factor from the options file `run` writes (shapesweep.sweep.runner.OPTIONS_FILE,
     not imported: it imports Ray); None when the sweep ran without ASHA."""
-    from shapesweep.results.store import read_sweep_file
+    from shapesweep.results.store import read_sweep_file, sweep_dir
 
-    text = read_sweep_file(root, name, "sweep.json")
-    options = json.loads(text) if text else {}
-    return float(options["reduction_factor"]) if options.get("scheduler") == "asha" else None
+    path = f"{sweep_dir(root, name)}/sweep.json"
+    try:
+        text = read_sweep_file(root, name, "sweep.json")
+        options = json.loads(text) if text else {}
+        if not isinstance(options, dict):
+            raise ValueError("not a JSON object")
+        if options.get("scheduler") != "asha":
+            return None
+        factor = float(options["reduction_factor"])
+    except (OSError, ValueError, TypeError, KeyError) as error:  # garbled, truncated, unreadable
+        problem = f"no {error}" if isinstance(error, KeyError) else str(error)
+        raise UserError(f"not a sweep options file ({problem})", file=path) from None
+    if not factor > 1:
+        raise UserError(f"not a sweep options file (reduction_factor {factor})", file=path)
+    return factor
 
 
 def _candidate_records(compared, metric: str) -> list[dict]:

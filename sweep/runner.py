@@ -526,7 +526,7 @@ def _check(options: SweepOptions) -> tuple[SweepOptions, _Checked]:
     the options as the sweep runs them (its name, the strategy's settings)."""
     from shapesweep.results.catalog import default_catalog_url
     from shapesweep.results.store import validate_sweep_name
-    from shapesweep.search_spaces.space import check_seeds_option, load_space
+    from shapesweep.search_spaces.space import check_seeds_option, check_sweep_trials, load_space
     from shapesweep.sweep.strategies import strategy_for
     from shapesweep.sweep.trackers import check_trackers
 
@@ -534,7 +534,11 @@ def _check(options: SweepOptions) -> tuple[SweepOptions, _Checked]:
     space = load_space(options.space)  # an unreadable file is one line (safe_yaml)
     name = validate_sweep_name(options.name or space.name)
     seeds = check_seeds_option(options.seeds or list(space.seeds))
+    given = seeds if options.seeds else None
+    check_sweep_trials(space, seeds=given)  # before the solver, one candidate per variant
     strategy = strategy_for(options, space)
+    if strategy.candidates is not None:
+        check_sweep_trials(space, len(strategy.candidates), given)
     _check_data_parallel(options, space, strategy.candidates)
     budgets = sweep_budgets(space, strategy.candidates)
     step = min((step_tokens(v.train, v.family) for v in space.resolved()), default=1)

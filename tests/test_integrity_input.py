@@ -18,7 +18,7 @@ from shapesweep.search_spaces.space import load_space
 from shapesweep.sweep.cli import main
 
 from shapesweep.common import UserError
-from tests.sweep_helpers import TINY_SPACE, write_space
+from tests.sweep_helpers import TINY_SPACE, TINY_TRAIN, write_space
 
 MARKER = "PWNED"  # the file a payload would create
 
@@ -358,3 +358,175 @@ def test_export_and_status_of_a_missing_sweep_name_it_and_create_nothing(capsys,
         code, _, err = shapesweep(capsys, verb, "nosuch", "--root", str(root), *extra)
         assert_refused(code, err, "nosuch", "name", f"no sweep named 'nosuch' under {root}")
     assert sorted(tmp_path.iterdir()) == []  # no root, no catalog, no export folder
+
+
+# ---------------------------------------------------------------- issue 24: tracebacks owed one line
+
+CONSTRAINT_ERRORS = {
+    "a constant beyond float64": ("d_model ** 1" + "0" * 400 + " > 0", "beyond float64"),  # OverflowError
+    "text compared with a number": ("d_model ** ('a' < 1) > 0", "can only be compared with a column"),
+    "text compared with a sum": ("n_layers + 1 == 'x'", "can only be compared with a column"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CONSTRAINT_ERRORS))
+def test_plan_refuses_constraints_that_cannot_be_evaluated(capsys, tmp_path, case):
+    expr, problem = CONSTRAINT_ERRORS[case]
+    path = write_space(tmp_path, constraints=[expr])
+    code, out, err = shapesweep(capsys, "plan", str(path))
+    assert_refused(code, err, path, "constraints[0]", problem)
+    assert out == ""
+
+
+CONTROL_BYTES = {"NUL in a value": (b"name: tiny\x00depths\n", "U+0000 at line 1, column 11"),
+                 "escape at a line's start": (b"\x1b[31m: 1\n", "U+001B at line 1, column 1")}
+
+
+@pytest.mark.parametrize("case", sorted(CONTROL_BYTES))
+@pytest.mark.parametrize("verb", ["plan", "train"])
+def test_a_control_byte_in_any_yaml_is_one_line(capsys, tmp_path, case, verb):
+    """PyYAML's reader raised on these before the guarded parse: a traceback from every verb."""
+    data, problem = CONTROL_BYTES[case]
+    source = write_space(tmp_path) if verb == "plan" else _candidate(tmp_path, TINY_MODEL)
+    path = tmp_path / "input.yaml"
+    path.write_bytes(data + source.read_bytes())
+    code, out, err = shapesweep(capsys, verb, str(path), *(["--device", "cpu"] if verb == "train" else []))
+    assert_refused(code, err, path, None, problem)
+    assert out == ""
+
+
+MISSING_FIELDS = {
+    "hourglass solving [d_model, n_layers] without d_h": (
+        {"family": "hourglass", "fixed": {"n_heads": 2, "width_depth_ratio": 16}, "search": {},
+         "solve": ["d_model", "n_layers"]}, "fixed", "hourglass needs a value for d_h"),
+    "no n_heads": ({"fixed": {"d_model": 32}}, "fixed", "conventional needs a value for n_heads: fix it or search it"),
+    "a variant without d_model": ({"fixed": {"n_heads": 2}, "variants": [{"name": "a", "fixed": {"d_model": 32}},
+                                                                       {"name": "b"}]},
+                                  "variants[1].fixed", "needs a value for d_model"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(MISSING_FIELDS))
+def test_plan_names_a_field_no_candidate_has(capsys, tmp_path, case):
+    changes, key, problem = MISSING_FIELDS[case]
+    path = write_space(tmp_path, **changes)
+    code, out, err = shapesweep(capsys, "plan", str(path))
+    assert_refused(code, err, path, key, problem)
+    assert out == ""
+
+
+NOT_A_NUMBER = {
+    "n_layers": ({"search": {"n_layers": [1, "two"]}}, "search.n_layers", "cannot read 'two'"),
+    "router_aux_loss": ({"fixed": {**TINY_SPACE["fixed"], "n_experts": 4, "n_active_experts": 2},
+                         "search": {"n_layers": [1, 2], "router_aux_loss": [0.01, "x"]}},
+                        "search.router_aux_loss", "cannot read 'x'"),
+    "beta": ({"family": "variable_width", "solve": [], "fixed": {"n_heads": 2, "d_model": 32, "n_layers": 4, "d_h": 64},
+              "search": {"beta": [0.5, "x"]}}, "search.beta", "cannot read 'x'"),
+    "beta above 1": ({"family": "variable_width", "solve": [],
+                      "fixed": {"n_heads": 2, "d_model": 32, "n_layers": 4, "d_h": 64},
+                      "search": {"beta": [0.5, 1.5]}}, "search.beta", "beta must be at most 1"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(NOT_A_NUMBER))
+def test_plan_refuses_text_in_a_numeric_search_list(capsys, tmp_path, case):
+    """Before, text in these lists was dropped point by point as an invalid shape, or read
+    as a category and multiplied into a traceback."""
+    changes, key, problem = NOT_A_NUMBER[case]
+    path = write_space(tmp_path, **changes)
+    code, out, err = shapesweep(capsys, "plan", str(path))
+    assert_refused(code, err, path, key, problem)
+
+
+NUMBERS_AS_TEXT = {  # each raised TypeError (a str in numpy arithmetic) or solved the wrong shape
+    "searched d_model": {"fixed": {"n_heads": 2, "vocab_size": 256}, "search": {"d_model": [32, "64"], "n_layers": [2]}},
+    "searched ffn_ratio": {"fixed": {"d_model": 32, "n_heads": 2}, "search": {"ffn_ratio": [2, "4"]},
+                           "solve": "n_layers", "budget": {"non_embedding_params": 30912, "tolerance": 0.3}},
+    "fixed ffn_ratio": {"fixed": {"d_model": 32, "n_heads": 2, "ffn_ratio": "4"}, "search": {"n_layers": [1, 2, 3]},
+                        "solve": [], "budget": {"non_embedding_params": 30912, "tolerance": 0.5}},
+    "searched width_depth_ratio": {"fixed": {"n_heads": 2, "ffn_ratio": 4}, "search": {"width_depth_ratio": [16, "8"]},
+                                   "solve": ["d_model", "n_layers"], "budget": {"non_embedding_params": 30912,
+                                                                                "tolerance": 0.3}},
+    "hourglass k": {"family": "hourglass", "search": {"n_layers": [1, 2], "k": [2, "3"]}},
+}
+
+
+@pytest.mark.parametrize("case", sorted(NUMBERS_AS_TEXT))
+def test_a_number_written_as_text_plans_as_the_number(capsys, tmp_path, case):
+    def numbers(value):
+        if isinstance(value, dict):
+            return {k: numbers(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [numbers(v) for v in value]
+        return float(value) if isinstance(value, str) and value[0].isdigit() else value
+
+    outputs = []
+    for folder, changes in (("text", NUMBERS_AS_TEXT[case]), ("numbers", numbers(NUMBERS_AS_TEXT[case]))):
+        (tmp_path / folder).mkdir()
+        path = write_space(tmp_path / folder, **changes)
+        code, out, err = shapesweep(capsys, "plan", str(path), "--format", "json")
+        assert code == 0, err
+        outputs.append(json.loads(out))
+    assert outputs[0] == outputs[1] and outputs[0]
+
+
+@pytest.mark.parametrize("text", ['{"scheduler": "asha", "reduction', "\x00garbage", "[1, 2]",
+                                  '{"scheduler": "asha"}', '{"scheduler": "asha", "reduction_factor": "x"}'])
+def test_status_of_a_damaged_sweep_json_is_one_line(capsys, tmp_path, text):
+    from shapesweep.results.store import sweep_dir
+
+    from tests.synthetic import write_synthetic
+
+    root = tmp_path / "root"
+    write_synthetic(str(root), "damaged", 4)
+    options = Path(sweep_dir(str(root), "damaged")) / "sweep.json"
+    options.write_text('{"scheduler": "asha", "reduction_factor": 3.0}')
+    code, out, err = shapesweep(capsys, "status", "damaged", "--root", str(root))
+    assert code == 0 and out, err  # the control: a whole file is read
+    options.write_text(text)
+    code, out, err = shapesweep(capsys, "status", "damaged", "--root", str(root))
+    assert_refused(code, err, options, None, "not a sweep options file")
+
+
+# ---------------------------------------------------------------- issue 24: training settings
+
+BAD_TRAIN = {
+    "beta1 -1": ("beta1", -1, "greater than or equal to 0"),
+    "beta1 1": ("beta1", 1, "less than 1"),
+    "beta2 1e30": ("beta2", 1e30, "less than 1"),
+    "beta1 nan": ("beta1", float("nan"), "finite number"),
+    "beta2 inf": ("beta2", float("inf"), "finite number"),
+    "lr inf": ("lr", float("inf"), "finite number"),
+    "weight_decay inf": ("weight_decay", float("inf"), "finite number"),
+    "z_loss inf": ("z_loss", float("inf"), "finite number"),
+    "noise_std inf": ("noise_std", float("inf"), "finite number"),
+    "decay_power inf": ("decay_power", float("inf"), "finite number"),
+    "grad_clip nan": ("grad_clip", float("nan"), "finite number"),
+    "min_lr_frac nan": ("min_lr_frac", float("nan"), "finite number"),
+    "tokens_per_param nan": ("tokens_per_param", float("nan"), "finite number"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_TRAIN))
+def test_training_settings_are_checked_by_plan_run_and_train(capsys, tmp_path, case):
+    """Each passed plan and run and then failed inside every Ray trial (train: a traceback)."""
+    key, value, problem = BAD_TRAIN[case]
+    train = {k: v for k, v in TINY_TRAIN.items() if key != "tokens_per_param" or k != "tokens"}
+    space = write_space(tmp_path, train={**train, key: value})
+    code, out, err = shapesweep(capsys, "plan", str(space))
+    assert_refused(code, err, space, f"train.{key}", problem)
+    root = tmp_path / "root"
+    code, _, err = shapesweep(capsys, "run", str(space), "--root", str(root), "--no-progress")
+    assert_refused(code, err, space, f"train.{key}", problem)
+    assert not root.exists()  # refused before the catalog, the sweep folder or Ray
+    candidate = _candidate(tmp_path, TINY_MODEL, {"steps": 2, "seq_len": 32, "batch_tokens": 64, key: value})
+    code, out, err = shapesweep(capsys, "train", str(candidate), "--device", "cpu")
+    assert_refused(code, err, candidate, f"train.{key}", problem)
+    assert out == ""
+
+
+def test_betas_of_zero_are_a_valid_recipe(capsys, tmp_path):
+    """[0, 1) is AdamW's range: no momentum (beta1 0) and beta2 0 train."""
+    space = write_space(tmp_path, train={**TINY_TRAIN, "beta1": 0, "beta2": 0.0})
+    code, _, err = shapesweep(capsys, "plan", str(space))
+    assert code == 0, err

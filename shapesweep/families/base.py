@@ -45,7 +45,12 @@ def parse_count(value: Any) -> Any:
     return int(number) if number.is_integer() else number
 
 
-MAX_DIM = 2**20  # any one dimension (width, depth, heads, ...): far beyond any real model
+MAX_DIM = 2**20  # any one width or count (d_model, d_h, heads, ...): far beyond any real model
+# Blocks in sequence (n_layers; an hourglass FFN's k sub-blocks). The deepest transformer
+# trained so far has 1,000 layers (DeepNet, Wang et al. 2022), and every layer is Python
+# work in the ><former's width solve and in building the torch model, so 2**20 layers only
+# ever meant a stalled command (65,537 planned for 22 minutes).
+MAX_DEPTH = 1024
 MAX_VOCAB = 2**24
 MAX_TOKENS = 10**15  # a trial's token budget
 MAX_SEED = 2**32  # seeds are 0 <= seed < MAX_SEED (torch and numpy take them)
@@ -55,10 +60,14 @@ IntCount = Annotated[int, BeforeValidator(parse_count)]
 PositiveCount = Annotated[int, BeforeValidator(parse_count), Field(gt=0, le=MAX_TOKENS)]
 PositiveInt = Annotated[int, Field(gt=0)]
 Dim = Annotated[int, Field(gt=0, le=MAX_DIM)]
+Depth = Annotated[int, Field(gt=0, le=MAX_DEPTH)]
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    """Unknown keys refused; no float may be nan or inf (an infinite lr or a nan beta would
+    only fail inside every trial)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 # ---------------------------------------------------------------- field markers
@@ -107,6 +116,10 @@ def _constraints(info: FieldInfo) -> list:
 
 def _is_integer(info: FieldInfo) -> bool:
     return field_type(info) is int
+
+
+def _is_number(info: FieldInfo) -> bool:
+    return field_type(info) in (int, float)
 
 
 def _is_positive(info: FieldInfo) -> bool:
@@ -253,9 +266,21 @@ class FieldNames(Set):
 
 INTEGER = FieldNames(_is_integer)
 POSITIVE = FieldNames(_is_positive, extra=("ffn_ratio", "width_depth_ratio"))
+NUMERIC = FieldNames(_is_number, extra=("ffn_ratio", "width_depth_ratio"))  # counts too ('1.5K')
 SOLVABLE_FIELDS = FieldNames(lambda info: _marker(info, _Solvable) is not None)
 STORED = FieldNames(lambda info: _marker(info, Stored) is not None)
 HOVER = FieldNames(lambda info: getattr(_marker(info, Stored), "hover", False))
+
+
+def bounds(name: str) -> tuple[float | None, float | None]:
+    """(ge, le) of field `name`, the widest over the families that have it (None: unbounded):
+    a space's fixed and searched values are held to them before anything is solved."""
+    infos = [spec.config.model_fields[name] for spec in _SPECS.values()
+             if name in spec.config.model_fields]
+    low = [m.ge for info in infos for m in _constraints(info) if isinstance(m, annotated_types.Ge)]
+    high = [m.le for info in infos for m in _constraints(info) if isinstance(m, annotated_types.Le)]
+    return (min(low) if low and len(low) == len(infos) else None,
+            max(high) if high and len(high) == len(infos) else None)
 
 
 def stored_fields() -> list[tuple[str, Any]]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from shapesweep.families.base import Dim, FamilySpec, Stored, lm_shape_text, register, value
+from shapesweep.families.base import Depth, FamilySpec, Stored, lm_shape_text, register, value
 from shapesweep.families.lm import LayerShape, LMBase, uniform_shape
 from shapesweep.search_spaces.accounting import lm_account, uniform_totals
 
@@ -15,7 +15,7 @@ class HourglassConfig(LMBase):
     """Seed 000: each FFN is k residual SwiGLU sub-blocks of bottleneck width d_h."""
 
     family: Literal["hourglass"] = "hourglass"
-    k: Annotated[Dim, Stored()] = 4
+    k: Annotated[Depth, Stored()] = 4  # sub-blocks in sequence: as deep as layers
     activation: Annotated[Literal["swiglu", "geglu"], Stored()] = "swiglu"
 
     @staticmethod

@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_serializer, model_validator
 
-from shapesweep.families.base import MAX_VOCAB, SOLVABLE, Dim, Stored, Strict
+from shapesweep.families.base import MAX_VOCAB, SOLVABLE, Depth, Dim, Stored, Strict
 
 Activation = Literal["relu", "gelu", "swiglu", "geglu", "simple_gated"]
 GATED = ("swiglu", "geglu", "simple_gated")
@@ -67,7 +67,7 @@ class LMBase(Strict):
     """Fields every decoder-only LM family shares."""
 
     d_model: Annotated[Dim, Stored(), SOLVABLE]
-    n_layers: Annotated[Dim, Stored(), SOLVABLE]
+    n_layers: Annotated[Depth, Stored(), SOLVABLE]
     n_heads: Annotated[Dim, Stored()]
     head_dim: Annotated[Dim | None, Stored()] = None  # default d_model // n_heads
     n_kv_heads: Annotated[Dim | None, Stored()] = None  # default n_heads (MHA); fewer gives GQA

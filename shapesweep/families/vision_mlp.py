@@ -7,7 +7,16 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from shapesweep.families.base import SOLVABLE, Dim, FamilySpec, Stored, Strict, register, value
+from shapesweep.families.base import (
+    SOLVABLE,
+    Depth,
+    Dim,
+    FamilySpec,
+    Stored,
+    Strict,
+    register,
+    value,
+)
 from shapesweep.search_spaces.accounting import Accounting
 
 
@@ -18,7 +27,7 @@ class VisionMLPConfig(Strict):
     d_x: Annotated[Dim, Stored()] = 64
     d_z: Annotated[Dim, Stored(), SOLVABLE]
     d_h: Annotated[Dim, Stored(), SOLVABLE]
-    n_layers: Annotated[Dim, Stored(), SOLVABLE]
+    n_layers: Annotated[Depth, Stored(), SOLVABLE]
     d_out: Annotated[Dim, Stored()] = 64
     input_projection: Annotated[Literal["fixed", "trained"], Stored()] = "trained"
     activation: Annotated[Literal["relu", "gelu"], Stored()] = "gelu"
