@@ -182,21 +182,6 @@ def _ray_storage(root: str, name: str) -> Path:
     return Path(local or tempfile.gettempdir()) / (name if local else f"shapesweep-{name}") / "_ray"
 
 
-def _without_password(url: str | None) -> str | None:
-    """A storage URL safe to keep on disk: `resume` then takes the password from the
-    driver's environment (PGPASSWORD, ~/.pgpass) or from `--storage` given again."""
-    if not url:
-        return url
-    from sqlalchemy.engine import URL, make_url
-
-    parsed = make_url(url)
-    if parsed.password is None:
-        return url
-    bare = URL.create(parsed.drivername, parsed.username, None, parsed.host, parsed.port,
-                      parsed.database, parsed.query)  # URL.set(password=None) keeps it
-    return bare.render_as_string(hide_password=False)
-
-
 def load_options(root: str, name: str) -> SweepOptions:
     """The options a sweep was started with (for `resume`), its space resolved under `root`:
     a copied or moved root resumes with its own copy of the space."""
@@ -576,6 +561,7 @@ def _compact(root: str, name: str, stale_s: float = 0.0) -> None:
 def _plan(options: SweepOptions, checked: _Checked, catalog: Any) -> Any:
     """With the lease held: what the strategy runs now (the trials the store lacks), the
     sweep registered, and how it runs saved beside its results for `resume`."""
+    from shapesweep.results.catalog import without_password
     from shapesweep.results.store import completed_keys, read_sweep_file, write_sweep_file
     from shapesweep.sweep.strategies import PlanContext
 
@@ -593,7 +579,7 @@ def _plan(options: SweepOptions, checked: _Checked, catalog: Any) -> Any:
     # Paths in the sweep folder are relative to it (`resume` resolves them under the root it
     # is given); the data path is absolute, so a resume from another folder finds it.
     saved = asdict(options) | {"space": SPACE_FILE, "data": _abs(options.data),
-                               "storage": _without_password(options.storage)}
+                               "storage": without_password(options.storage)}
     write_sweep_file(options.root, name, OPTIONS_FILE, json.dumps(saved, indent=2, sort_keys=True))
     return plan
 

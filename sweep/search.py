@@ -164,9 +164,11 @@ class OptunaSearcher(Searcher):
     """Tune searcher over an Optuna study through its public ask/tell: launches only
     feasible, not-yet-evaluated candidates, and files each trial as Optuna's tools expect."""
 
-    def __init__(self, study: Any, define: DefineSpace, metrics: list[str], budget: int | None):
+    def __init__(self, study: Any, define: DefineSpace, metrics: list[str], budget: int | None,
+                 storage_url: str):
         super().__init__(metric=metrics[0], mode="min")
         self.study, self.define, self.metrics, self.budget = study, define, metrics, budget
+        self.storage_url = storage_url
         self._live: dict[str, Any] = {}  # Tune trial id -> Optuna trial
         self._idents: dict[str, str] = {}  # Tune trial id -> candidate key + tuned
         self._steps: dict[str, set[int]] = {}  # Tune trial id -> token counts reported
@@ -175,6 +177,26 @@ class OptunaSearcher(Searcher):
             key = trial.user_attrs.get("key")
             if key and trial.values is not None and "duplicate_of" not in trial.user_attrs:
                 self._known[key + trial.user_attrs.get("tuned_json", "{}")] = trial
+
+    def __getstate__(self) -> dict:
+        """Tune pickles its searcher into the run's `tuner.pkl` (for an experiment restore,
+        which `resume` never uses: it reads the results store). The study goes as its name
+        and its storage URL without the password, never as the storage object, whose URL
+        holds it: no credential lands on disk. Trials in flight stay behind."""
+        from shapesweep.results.catalog import without_password
+
+        state = {k: v for k, v in self.__dict__.items() if k not in ("study", "_live")}
+        return state | {"study": None, "_live": {}, "_study_name": self.study.study_name,
+                        "storage_url": without_password(self.storage_url)}
+
+    def __setstate__(self, state: dict) -> None:
+        """Reopen the study from its reference; the password comes from the environment
+        (PGPASSWORD, ~/.pgpass), as for `resume`."""
+        import optuna
+
+        name = state.pop("_study_name")
+        self.__dict__.update(state)
+        self.study = optuna.load_study(study_name=name, storage=open_storage(self.storage_url))
 
     def suggest(self, trial_id: str) -> dict | str | None:
         from optuna.trial import TrialState
@@ -255,10 +277,10 @@ class OptunaSearcher(Searcher):
             self._known[ident] = frozen
 
 
-def make_optuna_search(space: Any, study_name: str, storage: Any,
+def make_optuna_search(space: Any, study_name: str, storage_url: str,
                        make_spec: Callable[..., dict], multi_objective: str | None,
                        budget: int | None, sampler: Any) -> tuple[OptunaSearcher, Any]:
-    """The searcher over `space` and its (loaded or created) study.
+    """The searcher over `space` and its (loaded or created) study in `storage_url`.
 
     `multi_objective` is None, or the second objective (`params_non_embedding` or
     `flops_per_token`) the Optuna `sampler` trades against val_loss.
@@ -266,12 +288,13 @@ def make_optuna_search(space: Any, study_name: str, storage: Any,
     import optuna
 
     metrics = ["val_loss", multi_objective] if multi_objective else ["val_loss"]
-    study = optuna.create_study(storage=storage, study_name=study_name, sampler=sampler,
+    study = optuna.create_study(storage=open_storage(storage_url), study_name=study_name,
+                                sampler=sampler,
                                 directions=study_directions(bool(multi_objective)),
                                 load_if_exists=True)
     if study.metric_names != metrics:  # names the objectives in optuna-dashboard and plots
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             study.set_metric_names(metrics)
-    searcher = OptunaSearcher(study, DefineSpace(space, make_spec), metrics, budget)
+    searcher = OptunaSearcher(study, DefineSpace(space, make_spec), metrics, budget, storage_url)
     return searcher, study

@@ -145,12 +145,11 @@ class OptunaStrategy(SearchStrategy):
             SpecMaker,
             launched_count,
             make_optuna_search,
-            open_storage,
         )
 
         options = self.options
         searcher, study = make_optuna_search(
-            self.space, context.name, open_storage(context.storage_url),
+            self.space, context.name, context.storage_url,
             SpecMaker(self.space, context.seeds[0], context.data), options.multi_objective,
             context.budget, sampler=make_sampler(self.sampler, options.sampler_seed))
         self._reconcile(study, context)

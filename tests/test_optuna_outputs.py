@@ -16,7 +16,7 @@ import pytest
 from optuna.trial import TrialState
 from shapesweep.results.store import load_curves, load_trials, sweep_dir
 from shapesweep.search_spaces.space import load_space
-from shapesweep.sweep.search import SpecMaker, make_optuna_search, open_storage
+from shapesweep.sweep.search import SpecMaker, make_optuna_search
 from shapesweep.sweep.strategies import default_sampler, make_sampler
 from shapesweep.sweep.trainable import FINAL_FLAG
 from sweep_helpers import TINY_SPACE, TINY_TRAIN, run, write_space
@@ -26,7 +26,7 @@ BUDGET = TINY_TRAIN["tokens"]
 
 def searcher_for(tmp_path: Path, multi_objective: str | None = None):
     space = load_space(write_space(tmp_path, search={"n_layers": [1, 2, 3, 4, 8]}))
-    storage = open_storage(f"sqlite:///{tmp_path / 'optuna.db'}")
+    storage = f"sqlite:///{tmp_path / 'optuna.db'}"
     return make_optuna_search(space, "study", storage, SpecMaker(space, 0, None),
                               multi_objective, BUDGET, make_sampler(default_sampler(multi_objective)))
 
