@@ -202,7 +202,7 @@ def list_sweeps(root) -> list[str]:
     if fs.get_file_info(base).type != pafs.FileType.Directory:
         return []
     names = []
-    for info in fs.get_file_info(pafs.FileSelector(base)):
+    for info in _listing(fs, base):
         if info.type == pafs.FileType.Directory and _SWEEP_NAME.fullmatch(info.base_name):
             if fs.get_file_info(posixpath.join(info.path, "trials")).type == pafs.FileType.Directory:
                 names.append(info.base_name)
@@ -237,6 +237,13 @@ _KINDS = (pa.types.is_integer, pa.types.is_floating, pa.types.is_boolean, pa.typ
 
 class _Damaged(Exception):
     """A fragment that cannot be read as a row of its table; the message says why."""
+
+
+def _unreadable(path: str, error: OSError) -> UserError:
+    """A file or folder we may not open is no damage: one line naming it (exit 2); it is
+    never moved, and its trial never run again."""
+    reason = os.strerror(error.errno).lower() if error.errno else "permission denied"
+    return UserError(f"cannot read ({reason}): give this process access to it", file=path)
 
 
 def _schema_problem(found: pa.Schema, table: _Table) -> str | None:
@@ -296,6 +303,8 @@ def _read_fragment(fs: pafs.FileSystem, path: str, table: _Table, names: list[st
         columns = _conform(found, table.schema, names)
     except FileNotFoundError:
         raise  # a concurrent compaction removed it: `_with_retries` lists again
+    except PermissionError as error:
+        raise _unreadable(path, error) from None
     except (pa.ArrowException, OSError) as error:
         raise _Damaged(_describe(error)) from None
     files = pa.array([posixpath.basename(path)] * found.num_rows, pa.string())
@@ -330,11 +339,19 @@ def _warn(path: str, problem: str) -> None:
 def _fragments(fs: pafs.FileSystem, folder: str) -> list[pafs.FileInfo]:
     """Visible Parquet files of one table folder (temporary names start with '.'), by path."""
     return sorted(
-        (info for info in fs.get_file_info(pafs.FileSelector(folder, allow_not_found=True))
+        (info for info in _listing(fs, folder)
          if info.type == pafs.FileType.File and info.base_name.endswith(".parquet")
          and not info.base_name.startswith((".", "_"))),
         key=lambda info: info.path,
     )
+
+
+def _listing(fs: pafs.FileSystem, folder: str) -> list[pafs.FileInfo]:
+    """A folder's entries (none when it does not exist); one we may not list is one line."""
+    try:
+        return fs.get_file_info(pafs.FileSelector(folder, allow_not_found=True))
+    except PermissionError as error:
+        raise _unreadable(folder, error) from None
 
 
 def _footer(fragment: ds.ParquetFileFragment) -> pa.Schema | None:
@@ -677,15 +694,19 @@ def _merge(fs, folder: str, grace_s: float, local: bool) -> str | None:
 
 
 def _set_aside(fs, folder: str, trials: _Scan, *siblings: _Scan) -> set[str]:
-    """Move damaged fragments (and the curves and layers of a damaged trial) into
-    `folder/damaged/`; returns the paths moved."""
+    """Move damaged fragments into `folder/damaged/`, each with its siblings: a damaged
+    trial takes its curves and layers along, and a damaged curves or layers fragment takes
+    its trial's row, so `resume` runs that trial again rather than keep it without them.
+    Returns the paths moved."""
     lost = {posixpath.basename(p) for p in trials.damaged}
+    lost |= {posixpath.basename(p) for scan in siblings for p in scan.damaged}
     moving = dict(trials.damaged)
     for scan in siblings:
         moving.update(scan.damaged)
+    for scan in (trials, *siblings):
         for path in scan.listed:
             if posixpath.basename(path) in lost:
-                moving.setdefault(path, "its trials fragment is damaged")
+                moving.setdefault(path, "a fragment of the same trial is damaged")
     for path, problem in moving.items():
         target = posixpath.join(folder, "damaged", posixpath.basename(posixpath.dirname(path)))
         fs.create_dir(target, recursive=True)
