@@ -659,7 +659,8 @@ def _merge(fs, folder: str, grace_s: float, local: bool) -> str | None:
         return inputs[0] if inputs else None
     # Only the listed files: on an object store a fragment written meanwhile is neither
     # merged nor deleted.
-    winners = _newest(trials.rows)
+    kept = pa.array(sorted(posixpath.basename(p) for p in inputs), pa.string())
+    winners = _newest(trials.rows.filter(pc.is_in(trials.rows["_file"], kept)))
     merged_tables = {
         "curves": _attempt_curves(curves.rows, curves.listed, winners, missing_ok=True),
         "layers": _attempt_rows(layers.rows, winners, _LAYERS),
