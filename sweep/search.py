@@ -24,7 +24,7 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
-from ray.tune.search import Searcher
+from ray.tune.search import BasicVariantGenerator, Searcher
 
 OBJECTIVES = ("params_non_embedding", "flops_per_token")  # second objectives Optuna may trade
 MAX_SUGGEST_TRIES = 500  # fresh points asked of Optuna before calling the space exhausted
@@ -69,6 +69,16 @@ def grid_specs(space: Any, candidates: list, seeds: list[int], data: str | None,
     specs = [trial_spec(c, space, seed, data, device, tuned)
              for c in candidates for tuned in space.tuned_settings() for seed in seeds]
     return [s for s in specs if trial_triple(s) not in skip], len(specs)
+
+
+class GridVariants(BasicVariantGenerator):
+    """Tune's own grid expansion (what it uses when given no search algorithm), minus the
+    state file it saves for an experiment restore, which `resume` never uses (it reads the
+    results store): that pickle holds Tune's argparse parser, the interpreter's path with it.
+    Returning False is how Tune's own generator skips saving a lazily expanded grid."""
+
+    def save_to_dir(self, dirpath: str, session_str: str) -> bool:
+        return False
 
 
 def open_storage(url: str):

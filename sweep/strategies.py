@@ -103,11 +103,12 @@ class GridStrategy(SearchStrategy):
 
     def plan(self, context: PlanContext) -> TrialPlan:
         from ray import tune
-        from shapesweep.sweep.search import grid_specs
+        from shapesweep.sweep.search import GridVariants, grid_specs
 
         specs, total = grid_specs(self.space, self.candidates, context.seeds, context.data,
                                   context.skip)
-        return TrialPlan({"spec": tune.grid_search(specs)}, 1, None, total, len(specs))
+        variants = GridVariants(max_concurrent=self.options.max_concurrent or 0)
+        return TrialPlan({"spec": tune.grid_search(specs)}, 1, variants, total, len(specs))
 
 
 class OptunaStrategy(SearchStrategy):
