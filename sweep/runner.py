@@ -661,7 +661,8 @@ def _fit(options: SweepOptions, checked: _Checked, plan: Any, catalog: Any,
     progress = SweepProgress(total=plan.launches, console=console, enabled=options.progress,
                              budget=checked.budget)
     writer = ResultsWriter(options.root, name, checked.data_hash, progress)
-    tuner = _tuner(options, checked, plan, _run_config(options, [writer, progress]))
+    tuner = _tuner(options, checked, plan, _run_config(options, [writer, progress]),
+                   state_api=session_dir is None)  # our local Ray runs no dashboard
     catalog.set_status(name, "running")
     status = "failed"
     try:
@@ -705,7 +706,8 @@ def _no_callback_census() -> Iterator[None]:
         usage.tag_callbacks = census
 
 
-def _tuner(options: SweepOptions, checked: _Checked, plan: Any, run_config: Any):
+def _tuner(options: SweepOptions, checked: _Checked, plan: Any, run_config: Any,
+           state_api: bool = True):
     from ray import tune
     from ray.tune.search import Searcher
     from shapesweep.sweep.trainable import run_trial
@@ -714,7 +716,7 @@ def _tuner(options: SweepOptions, checked: _Checked, plan: Any, run_config: Any)
     checkpoints = str(_ray_storage(options.root, options.name).resolve())
     trainable = tune.with_parameters(
         run_trial, checkpoints=checkpoints, workers=options.workers_per_trial, resources=resources,
-        parallel=options.parallel, eval_at=checked.rungs,
+        parallel=options.parallel, eval_at=checked.rungs, state_api=state_api,
         # kept checkpoints are exported as the trial's weights, so each is its final state:
         # a trial stopped by ASHA ends at an evaluation no interval can foresee
         checkpoint_every_s=0.0 if options.keep_checkpoints else options.checkpoint_every_s)
