@@ -638,6 +638,8 @@ def compact(root, sweep: str, grace_s: float = 0.25, stale_s: float = STALE_S) -
     fs, base = _filesystem(root)
     folder = posixpath.join(base, validate_sweep_name(sweep))
     local = isinstance(fs, pafs.LocalFileSystem)
+    if local and not os.path.isdir(folder):
+        return None  # nothing written yet: make nothing
     with versions.locked(folder, exclusive=True) if local else contextlib.nullcontext():
         if local:
             versions.remove_stale(folder)

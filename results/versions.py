@@ -90,8 +90,8 @@ def adopt(folder: str) -> None:
     (atomically where the kernel can). Both show the same files, so a raw glob sees the
     same rows at every step, and a kill midway is finished by the next call."""
     plain = [t for t in TABLES if not os.path.islink(os.path.join(folder, t))]
-    if not plain:
-        return
+    if not plain or not os.path.lexists(os.path.join(folder, "trials")):
+        return  # versioned already, or nothing written yet (`ensure` lays it out then)
     current = os.path.join(folder, CURRENT)
     linked = os.path.islink(current) and os.path.isdir(current)
     version = os.path.realpath(current) if linked else new_version(folder)
