@@ -351,8 +351,6 @@ def _init_ray(options: SweepOptions) -> tuple[bool, str | None]:
     context = ray.init(address=address, log_to_driver=False, logging_level=logging.ERROR,
                        configure_logging=True, **kwargs)
     local = address == "local" and context.address_info.get("session_dir")
-    if local:
-        _record_session(options.root, options.name, local)
     return True, local or None
 
 
@@ -658,6 +656,8 @@ def _fit(options: SweepOptions, checked: _Checked, plan: Any, catalog: Any,
 
     name = options.name
     started_ray, session_dir = _init_ray(options)
+    if session_dir:
+        _record_session(options.root, name, session_dir)
     progress = SweepProgress(total=plan.launches, console=console, enabled=options.progress,
                              budget=checked.budget)
     writer = ResultsWriter(options.root, name, checked.data_hash, progress)
