@@ -42,7 +42,11 @@ def start_head(temp_dir: Path, num_cpus: int, env: dict) -> tuple[subprocess.Pop
     head = _start(["--head", "--port", str(port), "--include-dashboard=false"], temp_dir,
                   num_cpus, env)
     address = f"127.0.0.1:{port}"
-    wait_for_nodes(address, 1, env, head)
+    try:
+        wait_for_nodes(address, 1, env, head)
+    except BaseException:
+        stop_node(head)
+        raise
     return head, address
 
 

@@ -27,9 +27,10 @@ def test_a_trial_on_a_lost_node_continues_on_another_from_its_last_checkpoint(
         tmp_path, one_torch_thread):
     env = {**CHILD_ENV, **TEST_ENV}
     nodes_tmp = Path(tempfile.mkdtemp(prefix="ss-nodes-"))  # short: Ray's socket paths must fit
-    head, address = start_head(nodes_tmp / "head", 0, env)  # no CPU: trials run on workers
-    workers = [start_worker(address, nodes_tmp / f"w{i}", 1, env) for i in range(2)]
+    head, workers = None, []
     try:
+        head, address = start_head(nodes_tmp / "head", 0, env)  # no CPU: trials run on workers
+        workers = [start_worker(address, nodes_tmp / f"w{i}", 1, env) for i in range(2)]
         wait_for_nodes(address, 3, env, head)
         space_path, root = _space(tmp_path, "lost-node"), tmp_path / "sweeps"
         driver = subprocess.Popen(
@@ -60,6 +61,6 @@ def test_a_trial_on_a_lost_node_continues_on_another_from_its_last_checkpoint(
         (survivor,) = [w for w in workers if w is not lost]
         assert survivor.poll() is None and lost.poll() is not None
     finally:
-        for node in (*workers, head):
+        for node in (*workers, *([head] if head else [])):
             stop_node(node)
         shutil.rmtree(nodes_tmp, ignore_errors=True)

@@ -168,8 +168,9 @@ def test_no_file_the_sweep_or_ray_writes_holds_the_storage_password(postgres, tm
     driver_tmp.mkdir()
     ray_tmp = Path(tempfile.mkdtemp(prefix="ss-pw-"))  # short: Ray's socket paths must fit
     env = {**CHILD_ENV, **TEST_ENV, "TMPDIR": str(driver_tmp)}
-    head, address = start_head(ray_tmp, 2, env)
+    head = None
     try:
+        head, address = start_head(ray_tmp, 2, env)
         driver = subprocess.run(
             [sys.executable, "-m", "shapesweep.sweep.cli", "run", str(write_space(tmp_path)),
              "--root", str(root), "--search", "optuna", "--num-samples", "2", "--storage", url,
@@ -179,5 +180,6 @@ def test_no_file_the_sweep_or_ray_writes_holds_the_storage_password(postgres, tm
         assert list((root / "pg-optuna" / "_ray").glob("*/tuner.pkl"))  # Tune's pickles were written
         assert _files_holding(password.encode(), root, ray_tmp, driver_tmp) == []
     finally:
-        stop_node(head)
+        if head is not None:
+            stop_node(head)
         shutil.rmtree(ray_tmp, ignore_errors=True)
