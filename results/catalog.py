@@ -32,7 +32,7 @@ from sqlalchemy import (
     select,
     update,
 )
-from sqlalchemy.engine import make_url
+from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError, SQLAlchemyError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
@@ -171,6 +171,19 @@ class SweepRecord:
         for stamp in ("created_at", "updated_at"):
             values[stamp] = _utc(values[stamp])
         return cls(**values)
+
+
+def without_password(url: str | None) -> str | None:
+    """A storage URL safe to write to disk (sweep.json, Ray's pickles): its password is
+    taken from the environment where it is used (PGPASSWORD, ~/.pgpass), as libpq does."""
+    if not url:
+        return url
+    parsed = make_url(url)
+    if parsed.password is None:
+        return url
+    bare = URL.create(parsed.drivername, parsed.username, None, parsed.host, parsed.port,
+                      parsed.database, parsed.query)  # URL.set(password=None) keeps it
+    return bare.render_as_string(hide_password=False)
 
 
 def _shown(url: str) -> str:

@@ -12,7 +12,9 @@ A fragment is written under a hidden temporary name and renamed into place, so a
 renamed last, and curves or layers files without a trials sibling of the same name are
 ignored. A retried trial writes a new set; readers keep the newest row per (sweep, trial_id)
 by `finished_at` and the curves and layers of that same attempt. `compact` merges the
-fragments into one `compact-<stamp>.parquet` set with the same semantics.
+fragments into one `compact-<stamp>.parquet` set with the same semantics; on a local root
+the table folders are links into one version folder that a compaction replaces whole
+(`shapesweep.results.versions`), so a raw glob never sees a row twice.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
+from shapesweep.results import versions
 from shapesweep.results.schema import (
     CURVE_COLUMNS,
     LAYER_COLUMNS,
@@ -113,9 +116,10 @@ def _write_atomic(fs: pafs.FileSystem, path: str, content: pa.Table | bytes) -> 
             write(handle)
             handle.flush()
             os.fsync(handle.fileno())
-    else:
-        with fs.open_output_stream(temp) as out:
-            write(out)
+        os.replace(temp, path)
+        return
+    with fs.open_output_stream(temp) as out:
+        write(out)
     fs.move(temp, path)
 
 
@@ -169,14 +173,27 @@ def write_trial(root, sweep: str, trial_row: dict, curve_rows: list[dict],
 
     fs, base = _filesystem(root)
     name = f"part-{_safe(row['trial_id'])}-{_stamp()}.parquet"
-    for table_name in ("trials", *(folder for folder, _, _ in siblings)):
-        fs.create_dir(posixpath.join(base, sweep, table_name), recursive=True)
-    for folder, schema, rows in siblings:
-        _write_atomic(fs, posixpath.join(base, sweep, folder, name),
-                      pa.Table.from_pylist(rows, schema=schema))
-    trial_path = posixpath.join(base, sweep, "trials", name)
-    _write_atomic(fs, trial_path, pa.Table.from_pylist([row], schema=TRIAL_COLUMNS))
+    tables = [(folder, pa.Table.from_pylist(rows, schema=schema)) for folder, schema, rows in siblings]
+    with _writing(fs, posixpath.join(base, sweep)):
+        for table_name in ("trials", *(folder for folder, _ in tables)):
+            fs.create_dir(posixpath.join(base, sweep, table_name), recursive=True)
+        for folder, table in tables:
+            _write_atomic(fs, posixpath.join(base, sweep, folder, name), table)
+        trial_path = posixpath.join(base, sweep, "trials", name)
+        _write_atomic(fs, trial_path, pa.Table.from_pylist([row], schema=TRIAL_COLUMNS))
     return trial_path
+
+
+@contextlib.contextmanager
+def _writing(fs: pafs.FileSystem, folder: str):
+    """A writer's hold on a local sweep (`versions`): its folders laid out, and the shared
+    lock that keeps a compaction from retiring the version it writes into."""
+    if not isinstance(fs, pafs.LocalFileSystem):
+        yield
+        return
+    versions.ensure(folder)
+    with versions.locked(folder, exclusive=False):
+        yield
 
 
 def list_sweeps(root) -> list[str]:
@@ -185,7 +202,7 @@ def list_sweeps(root) -> list[str]:
     if fs.get_file_info(base).type != pafs.FileType.Directory:
         return []
     names = []
-    for info in fs.get_file_info(pafs.FileSelector(base)):
+    for info in _listing(fs, base):
         if info.type == pafs.FileType.Directory and _SWEEP_NAME.fullmatch(info.base_name):
             if fs.get_file_info(posixpath.join(info.path, "trials")).type == pafs.FileType.Directory:
                 names.append(info.base_name)
@@ -220,6 +237,13 @@ _KINDS = (pa.types.is_integer, pa.types.is_floating, pa.types.is_boolean, pa.typ
 
 class _Damaged(Exception):
     """A fragment that cannot be read as a row of its table; the message says why."""
+
+
+def _unreadable(path: str, error: OSError) -> UserError:
+    """A file or folder we may not open is no damage: one line naming it (exit 2); it is
+    never moved, and its trial never run again."""
+    reason = os.strerror(error.errno).lower() if error.errno else "permission denied"
+    return UserError(f"cannot read ({reason}): give this process access to it", file=path)
 
 
 def _schema_problem(found: pa.Schema, table: _Table) -> str | None:
@@ -279,6 +303,8 @@ def _read_fragment(fs: pafs.FileSystem, path: str, table: _Table, names: list[st
         columns = _conform(found, table.schema, names)
     except FileNotFoundError:
         raise  # a concurrent compaction removed it: `_with_retries` lists again
+    except PermissionError as error:
+        raise _unreadable(path, error) from None
     except (pa.ArrowException, OSError) as error:
         raise _Damaged(_describe(error)) from None
     files = pa.array([posixpath.basename(path)] * found.num_rows, pa.string())
@@ -313,11 +339,19 @@ def _warn(path: str, problem: str) -> None:
 def _fragments(fs: pafs.FileSystem, folder: str) -> list[pafs.FileInfo]:
     """Visible Parquet files of one table folder (temporary names start with '.'), by path."""
     return sorted(
-        (info for info in fs.get_file_info(pafs.FileSelector(folder, allow_not_found=True))
+        (info for info in _listing(fs, folder)
          if info.type == pafs.FileType.File and info.base_name.endswith(".parquet")
          and not info.base_name.startswith((".", "_"))),
         key=lambda info: info.path,
     )
+
+
+def _listing(fs: pafs.FileSystem, folder: str) -> list[pafs.FileInfo]:
+    """A folder's entries (none when it does not exist); one we may not list is one line."""
+    try:
+        return fs.get_file_info(pafs.FileSelector(folder, allow_not_found=True))
+    except PermissionError as error:
+        raise _unreadable(folder, error) from None
 
 
 def _footer(fragment: ds.ParquetFileFragment) -> pa.Schema | None:
@@ -584,64 +618,98 @@ def compact(root, sweep: str, grace_s: float = 0.25, stale_s: float = STALE_S) -
     """Merge a sweep's fragments into one trials, one curves and (when any trial has layer
     rows) one layers file; returns the trials file.
 
-    Readers may run meanwhile: the merged pair appears (atomically) before the merged inputs
-    are deleted, `grace_s` later so a directory listing in progress sees one or the other;
-    duplicates in between resolve like any retry, and a reader whose file vanished anyway
-    lists and reads again (`_with_retries`); a sweep's end waits out the grace. Fragments
-    written during compaction are left for the next one. Run one compaction per sweep at a
-    time.
+    Readers may run meanwhile, and a raw glob never sees a row twice, even if the
+    compaction is killed at any point: on a local root the merged files and every fragment
+    not merged go into a new version of the table folders, published by one atomic rename
+    (`shapesweep.results.versions`); the old version is deleted `grace_s` later, and a
+    reader whose file vanished lists and reads again (`_with_retries`). On an object store
+    the merged files land before their inputs are deleted, `grace_s` later: a raw listing in
+    between may see a trial twice (`load_trials` and friends never do). Writers wait for a
+    local compaction (a lock); elsewhere fragments written meanwhile are left for the next one.
 
     Damaged or foreign fragments move to `SWEEP/damaged/{trials,curves,layers}/` (a damaged
     trial takes its curves and layers along), one warning line each: the folders stay
     globbable and nothing is lost. Leftovers older than `stale_s` are deleted: temporary
     files of killed writers, curves or layers whose trial never landed, and live curves
-    (`shapesweep.results.live`) no evaluation has appended to since. `stale_s=0` is for a caller that knows no writer
-    of this sweep runs (the driver holding it).
+    (`shapesweep.results.live`) no evaluation has appended to since; so are versions a
+    killed compaction left. `stale_s=0` is for a caller that knows no writer of this sweep
+    runs (the driver holding it).
     """
     fs, base = _filesystem(root)
     folder = posixpath.join(base, validate_sweep_name(sweep))
-    trials_dir, curves_dir, layers_dir = (posixpath.join(folder, t) for t in ("trials", "curves", "layers"))
+    local = isinstance(fs, pafs.LocalFileSystem)
+    if local and not os.path.isdir(folder):
+        return None  # nothing written yet: make nothing
+    with versions.locked(folder, exclusive=True) if local else contextlib.nullcontext():
+        if local:
+            versions.remove_stale(folder)
+            versions.adopt(folder)
+        merged = _merge(fs, folder, grace_s, local)
+        _remove_leftovers(fs, folder, stale_s)
+    return merged
+
+
+def _merge(fs, folder: str, grace_s: float, local: bool) -> str | None:
+    """`compact`'s merge: damaged inputs set aside, the rest published as one file per table."""
+    trials_dir, curves_dir, layers_dir = (posixpath.join(folder, t) for t in versions.TABLES)
     trials = _scan(fs, trials_dir, _TRIALS, warn=False)
     curves = _scan(fs, curves_dir, _CURVES, warn=False)
     layers = _scan(fs, layers_dir, _LAYERS, warn=False)
     moved = _set_aside(fs, folder, trials, curves, layers)
     inputs = [p for p in trials.listed if p not in moved]
-    merged = inputs[0] if len(inputs) == 1 else None
-    if len(inputs) > 1:
-        # Only the listed files: a fragment written meanwhile is neither merged nor deleted.
-        winners = _newest(trials.rows)
-        kept = _attempt_curves(curves.rows, curves.listed, winners, missing_ok=True)
-        analysed = _attempt_rows(layers.rows, winners, _LAYERS)
-        name = f"compact-{_stamp()}.parquet"
-        _write_atomic(fs, posixpath.join(curves_dir, name), kept)
-        if analysed.num_rows:
-            fs.create_dir(layers_dir, recursive=True)
-            _write_atomic(fs, posixpath.join(layers_dir, name), analysed)
-        merged = posixpath.join(trials_dir, name)
-        _write_atomic(fs, merged, winners.select(TRIAL_COLUMNS.names))
+    if len(inputs) < 2:
+        return inputs[0] if inputs else None
+    # Only the listed files: on an object store a fragment written meanwhile is neither
+    # merged nor deleted.
+    kept = pa.array(sorted(posixpath.basename(p) for p in inputs), pa.string())
+    winners = _newest(trials.rows.filter(pc.is_in(trials.rows["_file"], kept)))
+    merged_tables = {
+        "curves": _attempt_curves(curves.rows, curves.listed, winners, missing_ok=True),
+        "layers": _attempt_rows(layers.rows, winners, _LAYERS),
+        "trials": winners.select(TRIAL_COLUMNS.names),  # last: the commit record
+    }
+    name = f"compact-{_stamp()}.parquet"
+    merged_names = {posixpath.basename(p) for p in inputs}
+    if local:
+        version = versions.new_version(folder)
+        for table, rows in merged_tables.items():
+            if rows.num_rows or table != "layers":
+                _write_atomic(fs, posixpath.join(version, table, name), rows)
+            versions.carry(posixpath.join(folder, table), posixpath.join(version, table),
+                           skip=merged_names)
+        retired = versions.publish(folder, version)
         time.sleep(grace_s)
-        merged_names = {posixpath.basename(p) for p in inputs}
-        # Trials first (an orphan curves or layers file is ignored), then their siblings only:
-        # a sibling listed without its trials file is a write in flight, or a crashed one.
-        for path in inputs:
+        versions.retire(retired)
+        return posixpath.join(trials_dir, name)
+    for table, rows in merged_tables.items():
+        if rows.num_rows or table != "layers":
+            fs.create_dir(posixpath.join(folder, table), recursive=True)
+            _write_atomic(fs, posixpath.join(folder, table, name), rows)
+    time.sleep(grace_s)
+    # Trials first (an orphan curves or layers file is ignored), then their siblings only:
+    # a sibling listed without its trials file is a write in flight, or a crashed one.
+    for path in inputs:
+        fs.delete_file(path)
+    for path in [*curves.listed, *layers.listed]:
+        if path not in moved and posixpath.basename(path) in merged_names:
             fs.delete_file(path)
-        for path in [*curves.listed, *layers.listed]:
-            if path not in moved and posixpath.basename(path) in merged_names:
-                fs.delete_file(path)
-    _remove_leftovers(fs, folder, stale_s)
-    return merged
+    return posixpath.join(trials_dir, name)
 
 
 def _set_aside(fs, folder: str, trials: _Scan, *siblings: _Scan) -> set[str]:
-    """Move damaged fragments (and the curves and layers of a damaged trial) into
-    `folder/damaged/`; returns the paths moved."""
+    """Move damaged fragments into `folder/damaged/`, each with its siblings: a damaged
+    trial takes its curves and layers along, and a damaged curves or layers fragment takes
+    its trial's row, so `resume` runs that trial again rather than keep it without them.
+    Returns the paths moved."""
     lost = {posixpath.basename(p) for p in trials.damaged}
+    lost |= {posixpath.basename(p) for scan in siblings for p in scan.damaged}
     moving = dict(trials.damaged)
     for scan in siblings:
         moving.update(scan.damaged)
+    for scan in (trials, *siblings):
         for path in scan.listed:
             if posixpath.basename(path) in lost:
-                moving.setdefault(path, "its trials fragment is damaged")
+                moving.setdefault(path, "a fragment of the same trial is damaged")
     for path, problem in moving.items():
         target = posixpath.join(folder, "damaged", posixpath.basename(posixpath.dirname(path)))
         fs.create_dir(target, recursive=True)

@@ -14,6 +14,7 @@ driver takes the sweep's lease (`shapesweep.sweep.lease`): a second driver of th
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -182,21 +183,6 @@ def _ray_storage(root: str, name: str) -> Path:
     return Path(local or tempfile.gettempdir()) / (name if local else f"shapesweep-{name}") / "_ray"
 
 
-def _without_password(url: str | None) -> str | None:
-    """A storage URL safe to keep on disk: `resume` then takes the password from the
-    driver's environment (PGPASSWORD, ~/.pgpass) or from `--storage` given again."""
-    if not url:
-        return url
-    from sqlalchemy.engine import URL, make_url
-
-    parsed = make_url(url)
-    if parsed.password is None:
-        return url
-    bare = URL.create(parsed.drivername, parsed.username, None, parsed.host, parsed.port,
-                      parsed.database, parsed.query)  # URL.set(password=None) keeps it
-    return bare.render_as_string(hide_password=False)
-
-
 def load_options(root: str, name: str) -> SweepOptions:
     """The options a sweep was started with (for `resume`), its space resolved under `root`:
     a copied or moved root resumes with its own copy of the space."""
@@ -219,6 +205,7 @@ def load_options(root: str, name: str) -> SweepOptions:
     # The space is the copy kept in the sweep folder, named relative to it (sweeps from
     # before this stored an absolute path: only its file name counts).
     options.space = f"{sweep_dir(root, name)}/{PurePosixPath(options.space).name}"
+    options.root = root  # not saved (a moved root resumes); older files named it absolutely
     return options
 
 
@@ -372,7 +359,63 @@ def _init_ray(options: SweepOptions) -> tuple[bool, str | None]:
     return True, local or None
 
 
-def _stop_ray(session_dir: str | None) -> None:
+SESSION_RECORD = "local-ray.json"  # in the sweep's Ray folder while its driver's local Ray runs
+
+
+def _record_session(root: str, name: str, session_dir: str) -> None:
+    """Note which local Ray this driver started, so that if it dies unable to stop it
+    (SIGKILL), the next driver of the sweep removes what it left (`clear_dead_session`)."""
+    folder = _ray_storage(root, name)
+    folder.mkdir(parents=True, exist_ok=True)
+    record = {"session_dir": session_dir, "pid": os.getpid(), "started": _started(os.getpid())}
+    (folder / SESSION_RECORD).write_text(json.dumps(record))
+
+
+def clear_dead_session(root: str, name: str) -> None:
+    """Remove the local Ray a killed driver of this sweep left: its session folder (one per
+    start, in Ray's temp folder) and its processes still running (Ray's agents outlive
+    their raylet for a minute). Ours are known safely: the record names the session, the
+    driver is dead (its pid gone, or another process since), and a process is one of that
+    session's only if it is ours (same user) and its command line names that folder."""
+    path = _ray_storage(root, name) / SESSION_RECORD
+    try:
+        record = json.loads(path.read_text())
+        session_dir, pid, started = record["session_dir"], record["pid"], record["started"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return  # no record (the driver stopped its Ray), or not one we can trust
+    if pid != os.getpid() and started is not None and _started(pid) == started:
+        return  # that driver is alive: its Ray is not ours to touch
+    if isinstance(session_dir, str) and Path(session_dir).name.startswith("session_"):
+        for leftover in _processes_naming(session_dir):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(leftover, signal.SIGKILL)
+        _remove_session(session_dir)
+    path.unlink(missing_ok=True)
+
+
+def _started(pid: int) -> int | None:
+    """When a process started (clock ticks since boot, /proc/PID/stat): with its pid, what
+    tells it from a later process given the same pid. None when there is no such process."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat.rsplit(")", 1)[1].split()[19])  # field 22, counted after the name
+
+
+def _processes_naming(session_dir: str) -> list[int]:
+    """Our processes (this user's) whose command line names `session_dir`."""
+    found, needle = [], os.fsencode(session_dir)
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            if entry.stat().st_uid == os.getuid() and needle in (entry / "cmdline").read_bytes():
+                found.append(int(entry.name))
+        except OSError:  # ended meanwhile
+            continue
+    return [pid for pid in found if pid != os.getpid()]
+
+
+def _stop_ray(session_dir: str | None, record: Path | None = None) -> None:
     """Shut down the Ray `_init_ray` started, and delete its session folder if it was local.
 
     Its autoscaler monitor is killed first: `ray.shutdown` stops it after GCS, when it no
@@ -385,6 +428,8 @@ def _stop_ray(session_dir: str | None) -> None:
         kill_monitor(check_alive=False)
     ray.shutdown()
     _remove_session(session_dir)
+    if record is not None:
+        record.unlink(missing_ok=True)
 
 
 def _remove_session(session_dir: str | None) -> None:
@@ -509,7 +554,8 @@ def run_sweep(options: SweepOptions, console: Any = None) -> SweepOutcome:
     options, checked = _check(options)
     catalog = Catalog(checked.storage_url)
     with sweep_lease(catalog, options.name), _quiet():
-        _compact(options.root, options.name)  # what a killed driver left in fragments
+        clear_dead_session(options.root, options.name)  # what a killed driver left of Ray
+        _compact(options.root, options.name)  # ... and in fragments
         plan = _plan(options, checked, catalog)
         if plan.launches:
             status, launched = _fit(options, checked, plan, catalog, console)  # compacts
@@ -585,6 +631,7 @@ def _compact(root: str, name: str, stale_s: float = 0.0) -> None:
 def _plan(options: SweepOptions, checked: _Checked, catalog: Any) -> Any:
     """With the lease held: what the strategy runs now (the trials the store lacks), the
     sweep registered, and how it runs saved beside its results for `resume`."""
+    from shapesweep.results.catalog import without_password
     from shapesweep.results.store import completed_keys, read_sweep_file, write_sweep_file
     from shapesweep.sweep.strategies import PlanContext
 
@@ -600,9 +647,11 @@ def _plan(options: SweepOptions, checked: _Checked, catalog: Any) -> Any:
     if read_sweep_file(options.root, name, SPACE_FILE) is None:
         write_sweep_file(options.root, name, SPACE_FILE, space.source_text)
     # Paths in the sweep folder are relative to it (`resume` resolves them under the root it
-    # is given); the data path is absolute, so a resume from another folder finds it.
-    saved = asdict(options) | {"space": SPACE_FILE, "data": _abs(options.data),
-                               "storage": _without_password(options.storage)}
+    # is given, and the root is the one it is given); the data path is absolute, so a resume
+    # from another folder finds it.
+    saved = {k: v for k, v in asdict(options).items() if k != "root"} | {
+        "space": SPACE_FILE, "data": _abs(options.data),
+        "storage": without_password(options.storage)}
     write_sweep_file(options.root, name, OPTIONS_FILE, json.dumps(saved, indent=2, sort_keys=True))
     return plan
 
@@ -616,10 +665,13 @@ def _fit(options: SweepOptions, checked: _Checked, plan: Any, catalog: Any,
 
     name = options.name
     started_ray, session_dir = _init_ray(options)
+    if session_dir:
+        _record_session(options.root, name, session_dir)
     progress = SweepProgress(total=plan.launches, console=console, enabled=options.progress,
                              budget=checked.budget)
     writer = ResultsWriter(options.root, name, checked.data_hash, progress)
-    tuner = _tuner(options, checked, plan, _run_config(options, [writer, progress]))
+    tuner = _tuner(options, checked, plan, _run_config(options, [writer, progress]),
+                   state_api=session_dir is None)  # our local Ray runs no dashboard
     catalog.set_status(name, "running")
     status = "failed"
     try:
@@ -637,7 +689,7 @@ def _fit(options: SweepOptions, checked: _Checked, plan: Any, catalog: Any,
         merging.start()
         try:
             if started_ray:
-                _stop_ray(session_dir)
+                _stop_ray(session_dir, _ray_storage(options.root, name) / SESSION_RECORD)
         finally:
             with sigint_deferred():  # the lease is released only after the merge
                 merging.join()
@@ -663,15 +715,17 @@ def _no_callback_census() -> Iterator[None]:
         usage.tag_callbacks = census
 
 
-def _tuner(options: SweepOptions, checked: _Checked, plan: Any, run_config: Any):
+def _tuner(options: SweepOptions, checked: _Checked, plan: Any, run_config: Any,
+           state_api: bool = True):
     from ray import tune
+    from ray.tune.search import Searcher
     from shapesweep.sweep.trainable import run_trial
 
     resources = {"cpu": options.cpus_per_trial, "gpu": options.gpus_per_trial}
     checkpoints = str(_ray_storage(options.root, options.name).resolve())
     trainable = tune.with_parameters(
         run_trial, checkpoints=checkpoints, workers=options.workers_per_trial, resources=resources,
-        parallel=options.parallel, eval_at=checked.rungs,
+        parallel=options.parallel, eval_at=checked.rungs, state_api=state_api,
         # kept checkpoints are exported as the trial's weights, so each is its final state:
         # a trial stopped by ASHA ends at an evaluation no interval can foresee
         checkpoint_every_s=0.0 if options.keep_checkpoints else options.checkpoint_every_s)
@@ -683,7 +737,9 @@ def _tuner(options: SweepOptions, checked: _Checked, plan: Any, run_config: Any)
         param_space=plan.param_space,
         tune_config=tune.TuneConfig(
             scheduler=checked.scheduler, num_samples=plan.num_samples,
-            search_alg=plan.search_alg, max_concurrent_trials=options.max_concurrent,
+            search_alg=plan.search_alg,
+            # a Searcher is limited by Tune; the grid's generator limits itself
+            max_concurrent_trials=options.max_concurrent if isinstance(plan.search_alg, Searcher) else None,
             # A warm worker runs trial after trial (no process start, torch imported once):
             # a stopped trial's thread ends with SystemExit (sweep/trainable.py), so Ray can
             # reset its actor. A data-parallel trial is stopped inside Ray Train's fit, not

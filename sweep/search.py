@@ -31,7 +31,7 @@ import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from ray.tune.search import Searcher
+from ray.tune.search import BasicVariantGenerator, Searcher
 
 OBJECTIVES = ("params_non_embedding", "flops_per_token")  # second objectives Optuna may trade
 MAX_SUGGEST_TRIES = 500  # points looked at in one `suggest` before Tune is asked to call again
@@ -78,6 +78,16 @@ def grid_specs(space: Any, candidates: list, seeds: list[int], data: str | None,
     specs = [trial_spec(c, space, seed, data, device, tuned)
              for c in candidates for tuned in space.tuned_settings() for seed in seeds]
     return [s for s in specs if trial_triple(s) not in skip], len(specs)
+
+
+class GridVariants(BasicVariantGenerator):
+    """Tune's own grid expansion (what it uses when given no search algorithm), minus the
+    state file it saves for an experiment restore, which `resume` never uses (it reads the
+    results store): that pickle holds Tune's argparse parser, the interpreter's path with it.
+    Returning False is how Tune's own generator skips saving a lazily expanded grid."""
+
+    def save_to_dir(self, dirpath: str, session_str: str) -> bool:
+        return False
 
 
 def open_storage(url: str):
@@ -217,9 +227,10 @@ class OptunaSearcher(Searcher):
     most once, and each trial as Optuna's tools expect (see the module docstring)."""
 
     def __init__(self, study: Any, define: DefineSpace, metrics: list[str], budget: int | None,
-                 sampler: Any = None):
+                 sampler: Any, storage_url: str):
         super().__init__(metric=metrics[0], mode="min")
         self.study, self.define, self.metrics, self.budget = study, define, metrics, budget
+        self.storage_url = storage_url
         self.sampler, self.points = sampler, Points(define.space)
         self._proposer: Any = None  # made at the first suggest (a killed run's trials closed by then)
         self._live: dict[str, tuple[Any, Any]] = {}  # Tune trial id -> (Optuna trial, its draft)
@@ -244,6 +255,27 @@ class OptunaSearcher(Searcher):
             key = trial.user_attrs.get("key")
             if key and trial.values is not None and "duplicate_of" not in trial.user_attrs:
                 self._known[key + trial.user_attrs.get("tuned_json", "{}")] = trial
+
+    def __getstate__(self) -> dict:
+        """Tune pickles its searcher into the run's `tuner.pkl` (for an experiment restore,
+        which `resume` never uses: it reads the results store). The study goes as its name
+        and its storage URL without the password, never as the storage object, whose URL
+        holds it: no credential lands on disk. Trials in flight stay behind."""
+        from shapesweep.results.catalog import without_password
+
+        state = {k: v for k, v in self.__dict__.items() if k not in ("study", "_live", "_proposer")}
+        return state | {"study": None, "_live": {}, "_proposer": None,
+                        "_study_name": self.study.study_name,
+                        "storage_url": without_password(self.storage_url)}
+
+    def __setstate__(self, state: dict) -> None:
+        """Reopen the study from its reference; the password comes from the environment
+        (PGPASSWORD, ~/.pgpass), as for `resume`."""
+        import optuna
+
+        name = state.pop("_study_name")
+        self.__dict__.update(state)
+        self.study = optuna.load_study(study_name=name, storage=open_storage(self.storage_url))
 
     def suggest(self, trial_id: str) -> dict | str | None:
         from optuna.trial import TrialState
@@ -359,10 +391,10 @@ class OptunaSearcher(Searcher):
             self._known[ident] = frozen
 
 
-def make_optuna_search(space: Any, study_name: str, storage: Any,
+def make_optuna_search(space: Any, study_name: str, storage_url: str,
                        make_spec: Callable[..., dict], multi_objective: str | None,
                        budget: int | None, sampler: Any) -> tuple[OptunaSearcher, Any]:
-    """The searcher over `space` and its (loaded or created) study.
+    """The searcher over `space` and its (loaded or created) study in `storage_url`.
 
     `multi_objective` is None, or the second objective (`params_non_embedding` or
     `flops_per_token`) the Optuna `sampler` trades against val_loss.
@@ -372,7 +404,7 @@ def make_optuna_search(space: Any, study_name: str, storage: Any,
     metrics = ["val_loss", multi_objective] if multi_objective else ["val_loss"]
     # The stored study only files points the searcher's proposer chose (enqueued): its own
     # sampler never chooses, so the cheapest one.
-    study = optuna.create_study(storage=storage, study_name=study_name,
+    study = optuna.create_study(storage=open_storage(storage_url), study_name=study_name,
                                 sampler=optuna.samplers.RandomSampler(),
                                 directions=study_directions(bool(multi_objective)),
                                 load_if_exists=True)
@@ -380,5 +412,6 @@ def make_optuna_search(space: Any, study_name: str, storage: Any,
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             study.set_metric_names(metrics)
-    searcher = OptunaSearcher(study, DefineSpace(space, make_spec), metrics, budget, sampler)
+    searcher = OptunaSearcher(study, DefineSpace(space, make_spec), metrics, budget, sampler,
+                              storage_url)
     return searcher, study

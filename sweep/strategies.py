@@ -103,11 +103,12 @@ class GridStrategy(SearchStrategy):
 
     def plan(self, context: PlanContext) -> TrialPlan:
         from ray import tune
-        from shapesweep.sweep.search import grid_specs
+        from shapesweep.sweep.search import GridVariants, grid_specs
 
         specs, total = grid_specs(self.space, self.candidates, context.seeds, context.data,
                                   context.skip)
-        return TrialPlan({"spec": tune.grid_search(specs)}, 1, None, total, len(specs))
+        variants = GridVariants(max_concurrent=self.options.max_concurrent or 0)
+        return TrialPlan({"spec": tune.grid_search(specs)}, 1, variants, total, len(specs))
 
 
 class OptunaStrategy(SearchStrategy):
@@ -145,12 +146,11 @@ class OptunaStrategy(SearchStrategy):
             SpecMaker,
             launched_count,
             make_optuna_search,
-            open_storage,
         )
 
         options = self.options
         searcher, study = make_optuna_search(
-            self.space, context.name, open_storage(context.storage_url),
+            self.space, context.name, context.storage_url,
             SpecMaker(self.space, context.seeds[0], context.data), options.multi_objective,
             context.budget, sampler=make_sampler(self.sampler, options.sampler_seed))
         self._reconcile(study, context)

@@ -40,17 +40,20 @@ def trial_result_fields(result: Any) -> dict[str, Any]:
 
 
 def run_trial(config: dict[str, Any], checkpoints: str | None = None, workers: int = 1,
-              resources: dict[str, float] | None = None, **options: Any) -> None:
+              resources: dict[str, float] | None = None, state_api: bool = True,
+              **options: Any) -> None:
     """Train `config['spec']['document']` (a candidate document) and report every evaluation,
     with the checkpoint it saved, if any. `checkpoints`: the sweep's Ray folder, where a
     trial that `resume` runs again finds what an earlier, killed run left. `workers` > 1:
-    data parallel on that many Ray Train workers, each with `resources` ({cpu, gpu}).
+    data parallel on that many Ray Train workers, each with `resources` ({cpu, gpu}), and
+    `state_api` False where Ray serves no State API (`shapesweep.sweep.ray_train_stop`).
     `options`: the loop's own (`shapesweep.trainers.loop.train`): `eval_at` (ASHA's rungs),
     `parallel` (ddp or fsdp), `checkpoint_every_s`."""
     import tempfile
 
     if workers > 1:
-        return _run_data_parallel(config, checkpoints, workers, resources or {}, options)
+        return _run_data_parallel(config, checkpoints, workers, resources or {}, options,
+                                  state_api)
 
     from ray import tune
     from shapesweep.trainers.loop import StopTrial, train
@@ -132,7 +135,8 @@ def _restore(folder: str, trial_id: str, earlier: str | None, this_run: str,
 
 
 def _run_data_parallel(config: dict[str, Any], checkpoints: str | None, workers: int,
-                       resources: dict[str, float], options: dict[str, Any]) -> None:
+                       resources: dict[str, float], options: dict[str, Any],
+                       state_api: bool = True) -> None:
     """One trial as a Ray Train `TorchTrainer` (DDP or FSDP; gloo on CPU, nccl on GPU) whose rank 0
     reports reach Tune (`TuneReportCallback`); its checkpoints land where a one-worker
     trial's do (RAY/RUN/TRIAL_ID/checkpoint_*), so retries, `resume` and cleanup are shared."""
@@ -149,19 +153,23 @@ def _run_data_parallel(config: dict[str, Any], checkpoints: str | None, workers:
                        name=config["spec"]["trial_id"],
                        storage_path=str(Path(checkpoints) / experiment),
                        checkpoint_config=ray_train.CheckpointConfig(num_to_keep=1),
-                       callbacks=[TuneReportCallback()])).fit()
+                       callbacks=[TuneReportCallback()]), state_api).fit()
 
 
 def _torch_trainer(worker: Any, loop_config: dict[str, Any], workers: int,
-                   resources: dict[str, float], run_config: Any) -> Any:
+                   resources: dict[str, float], run_config: Any, state_api: bool = True) -> Any:
     """A Ray Train `TorchTrainer` running `worker(loop_config)` on `workers` workers, each
-    holding `resources` ({cpu, gpu}): nccl between GPU workers, gloo between CPU ones."""
+    holding `resources` ({cpu, gpu}): nccl between GPU workers, gloo between CPU ones.
+    Without a State API (`state_api` False) it runs without Ray Train's placement-group
+    cleaner, which would only wait on it (`shapesweep.sweep.ray_train_stop`)."""
     from ray import train as ray_train
     from ray.train.torch import TorchConfig, TorchTrainer
+    from shapesweep.sweep.ray_train_stop import without_cleaner
 
     gpus = resources.get("gpu", 0.0)
     per_worker = {"CPU": resources.get("cpu", 1.0)} | ({"GPU": gpus} if gpus else {})
-    return TorchTrainer(
+    trainer = TorchTrainer if state_api else without_cleaner(TorchTrainer)
+    return trainer(
         worker, train_loop_config=loop_config,
         torch_config=TorchConfig(backend="nccl" if gpus else "gloo"),
         scaling_config=ray_train.ScalingConfig(num_workers=workers, use_gpu=bool(gpus),

@@ -226,7 +226,7 @@ def test_layer_rows_are_written_with_their_trial_and_read_back(store):
 def test_a_trial_without_layers_writes_no_layers_file(tmp_path):
     row, curve, _ = _trials("plain")[0]
     write_trial(tmp_path, "plain", row, curve)
-    assert not (tmp_path / "plain" / "layers").exists()
+    assert not list((tmp_path / "plain" / "layers").iterdir())  # the folder is laid out empty
     assert load_layers(tmp_path, ["plain"]).empty and len(load_curves(tmp_path, ["plain"])) == 3
 
 

@@ -7,6 +7,7 @@ real drivers as subprocesses with real Ray for the end-to-end tests (marked slow
 
 from __future__ import annotations
 
+import argparse
 import json
 import multiprocessing
 import os
@@ -16,6 +17,7 @@ import socket
 import sqlite3
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -254,8 +256,16 @@ def driver(*argv: str, env: dict | None = None) -> subprocess.Popen:
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def ray_sessions() -> set[Path]:
-    return set(Path(os.environ.get("RAY_TMPDIR", "/tmp"), "ray").glob("session_2*"))
+def ray_sessions(ray_tmp: Path) -> set[Path]:
+    """The session folders of local Rays started with RAY_TMPDIR=ray_tmp."""
+    return set((ray_tmp / "ray").glob("session_2*"))
+
+
+def _cmdline(process: Path) -> bytes:
+    try:
+        return (process / "cmdline").read_bytes()
+    except OSError:  # ended meanwhile
+        return b""
 
 
 def trained_trials(root: Path, sweep: str) -> int:
@@ -268,10 +278,10 @@ def trained_trials(root: Path, sweep: str) -> int:
 def test_concurrent_drivers_one_refused_then_a_moved_root_resumes(tmp_path, capsys):
     space_path = write_space(tmp_path, name="race", train={**TINY_TRAIN, "tokens": 4096})
     root = tmp_path / "sweeps"
-    sessions = ray_sessions()
+    ray_tmp = Path(tempfile.mkdtemp(prefix="ss-race-"))  # this test's alone (short: Ray's sockets)
     args = ("run", str(space_path), "--root", str(root), "--scheduler", "fifo",
             "--max-concurrent", "2")
-    first, second = driver(*args), driver(*args)
+    first, second = (driver(*args, env={"RAY_TMPDIR": str(ray_tmp)}) for _ in range(2))
     outcomes = {p.pid: (p.wait(timeout=300), *p.communicate()) for p in (first, second)}
     codes = sorted(code for code, _, _ in outcomes.values())
     assert codes == [0, 2], outcomes
@@ -288,12 +298,17 @@ def test_concurrent_drivers_one_refused_then_a_moved_root_resumes(tmp_path, caps
     record = Catalog(default_catalog_url(root)).get("race")
     assert record.status == "finished"
     assert Catalog(default_catalog_url(root)).lease("race") is None
-    assert ray_sessions() <= sessions  # the driver removed its local Ray's session folder
+    assert ray_sessions(ray_tmp) == set()  # the driver removed its local Ray's session folder
+    shutil.rmtree(ray_tmp, ignore_errors=True)
 
     # Move the root (the old one is gone), edit nothing: resume reads the moved copy of the
     # space and finds nothing to train.
     saved = json.loads((Path(sweep_dir(str(root), "race")) / "sweep.json").read_text())
-    assert saved["space"] == "space.yaml"
+    assert saved["space"] == "space.yaml" and "root" not in saved  # no absolute path to the root
+    # no file of Tune's names the interpreter (its grid state pickled argparse's module path)
+    interpreter = os.path.dirname(argparse.__file__).encode()
+    assert [p for p in (Path(sweep_dir(str(root), "race")) / "_ray").rglob("*")
+            if p.is_file() and interpreter in p.read_bytes()] == []
     moved = tmp_path / "moved"
     shutil.move(root, moved)
     capsys.readouterr()
@@ -331,7 +346,9 @@ def test_sigterm_interrupts_sigkill_leaves_a_dead_lease_resume_takes_it_over(tmp
     assert catalog.get("killed").status == "interrupted" and catalog.lease("killed") is None
 
     # SIGKILL: the lease stays behind, held by a dead pid; the sweep reads `interrupted`.
-    second = driver("resume", "killed", *args)
+    # Its local Ray runs in a temp folder of this test's own: what it leaves is seen there.
+    ray_tmp = Path(tempfile.mkdtemp(prefix="ss-kill-"))  # short: Ray's socket paths must fit
+    second = driver("resume", "killed", *args, env={"RAY_TMPDIR": str(ray_tmp)})
     deadline = time.monotonic() + 120
     while catalog.get("killed").status != "running":
         assert second.poll() is None and time.monotonic() < deadline, second.communicate()
@@ -340,14 +357,19 @@ def test_sigterm_interrupts_sigkill_leaves_a_dead_lease_resume_takes_it_over(tmp
     second.wait()
     assert catalog.lease("killed").pid == second.pid
     assert catalog.get("killed").status == "interrupted"
+    (dead_session,) = ray_sessions(ray_tmp)  # what Ray cannot remove itself
 
-    # A resume takes the dead lease over at once (the heartbeat timeout is an hour here).
-    sessions = ray_sessions()
-    third = driver("resume", "killed", *args, env={"SHAPESWEEP_LEASE_TIMEOUT_S": "3600"})
+    # A resume takes the dead lease over at once (the heartbeat timeout is an hour here),
+    # and removes the dead driver's Ray: its session folder and any process naming it.
+    third = driver("resume", "killed", *args, env={"SHAPESWEEP_LEASE_TIMEOUT_S": "3600",
+                                                  "RAY_TMPDIR": str(ray_tmp)})
     code, _, err = third.wait(timeout=300), *third.communicate()
     assert code == 0, err[-2000:]
+    assert ray_sessions(ray_tmp) == set()
+    assert [p for p in Path("/proc").glob("[0-9]*")
+            if str(dead_session).encode() in _cmdline(p)] == []
+    shutil.rmtree(ray_tmp, ignore_errors=True)
     trials = load_trials(str(root), ["killed"])
     assert set(zip(trials["key"], trials["seed"], strict=True)) == expected
     assert (trials["status"] == "completed").all()
     assert catalog.get("killed").status == "finished" and catalog.lease("killed") is None
-    assert ray_sessions() <= sessions

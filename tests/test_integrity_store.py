@@ -12,6 +12,8 @@ import json
 import os
 import shutil
 import struct
+import subprocess
+import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -202,6 +204,56 @@ def test_a_wholly_unreadable_sweep_is_one_line_and_exit_2(store, tmp_path, capsy
     assert not (tmp_path / "o").exists() and not (tmp_path / "r.html").exists()
 
 
+# ---------------------------------------------------------------- unreadable, not damaged
+
+DROP_DAC = ["setpriv", "--inh-caps=-dac_override,-dac_read_search",
+            "--bounding-set=-dac_override,-dac_read_search", "--"]
+
+
+def cli_without_access(*argv: str) -> subprocess.CompletedProcess:
+    """`shapesweep ARGV` in a process that file modes bind: root reads a mode-000 file
+    anyway, so as root it runs without the capabilities that let it (setpriv)."""
+    prefix = DROP_DAC if os.geteuid() == 0 else []
+    return subprocess.run([*prefix, sys.executable, "-m", "shapesweep.sweep.cli", *argv],
+                          capture_output=True, text=True, timeout=300)
+
+
+def one_error(done: subprocess.CompletedProcess) -> str:
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and len(lines) == 1, (done.returncode, done.stderr[-2000:])
+    return lines[0]
+
+
+def test_an_unreadable_fragment_is_one_line_never_moved_or_run_again(store, tmp_path):
+    path = fragment(store, "curves", "t00002")
+    path.chmod(0)
+    try:
+        for verb in (["status", "s"], ["dashboard", "s", "--out", str(tmp_path / "r.html")]):
+            line = one_error(cli_without_access(*verb, "--root", str(store)))
+            assert f"{path}: cannot read (permission denied)" in line
+        compacting = subprocess.run(
+            [*(DROP_DAC if os.geteuid() == 0 else []), sys.executable, "-c",
+             "import sys; from shapesweep.results.store import compact; compact(sys.argv[1], 's')",
+             str(store)], capture_output=True, text=True, timeout=300)
+        assert compacting.returncode != 0 and f"{path}: cannot read" in compacting.stderr
+    finally:
+        path.chmod(0o644)
+    assert path.exists() and not (store / "s" / "damaged").exists()  # left where it was
+    assert len(completed_keys(store, "s")) == N_TRIALS  # nothing for resume to run again
+
+
+def test_an_unreadable_curves_folder_is_one_line(store, tmp_path):
+    folder = store / "s" / "curves"
+    folder.chmod(0)
+    try:
+        for verb in (["status", "s"], ["dashboard", "s", "--out", str(tmp_path / "r.html")]):
+            line = one_error(cli_without_access(*verb, "--root", str(store)))
+            assert f"{folder}: cannot read (permission denied)" in line
+    finally:
+        folder.chmod(0o755)
+    assert not (tmp_path / "r.html").exists()
+
+
 # ---------------------------------------------------------------- compaction
 
 
@@ -266,11 +318,15 @@ def test_compaction_sets_damaged_inputs_aside(store, capsys):
 
     compact(store, "s", grace_s=0, stale_s=0)
     moved = [line for line in capsys.readouterr().err.splitlines() if line.startswith("warning: moved")]
-    assert len(moved) == 4
+    assert len(moved) == 5
     damaged = store / "s" / "damaged"
-    assert sorted(p.name for p in (damaged / "trials").iterdir()) == sorted([bad_trial.name, stray.name])
     assert sorted(p.name for p in (damaged / "curves").iterdir()) == sorted([bad_curves.name, sibling.name])
-    assert sorted(raw_ids(store / "s" / "trials")) == ["t00000", "t00002", "t00003"]
+    # t00002's row goes too: kept without its curve, resume would never run it again
+    assert sorted(p.name for p in (damaged / "trials").iterdir()) == sorted(
+        [bad_trial.name, stray.name, bad_curves.name])
+    assert sorted(raw_ids(store / "s" / "trials")) == ["t00000", "t00003"]
+    assert sorted(key for key, _, _ in completed_keys(store, "s")) == sorted(
+        load_trials(store, ["s"])["key"])
     assert len(list((store / "s" / "curves").iterdir())) == 1
     assert sorted(set(load_curves(store, ["s"])["trial_id"])) == ["t00000", "t00003"]
     assert capsys.readouterr().err == ""  # clean folders: nothing left to warn about
@@ -405,8 +461,17 @@ def test_fragment_cache_reads_like_the_store(store):
         assert load_curves(store, ["s"], cache=cache).equals(load_curves(store, ["s"]))
 
 
+def zero_fill(path: Path) -> str:
+    """What a crash of the machine can leave: the file's length in zero bytes."""
+    path.write_bytes(bytes(path.stat().st_size))
+    return "not a Parquet file (truncated?)"
+
+
 @pytest.mark.slow
-def test_resume_reruns_the_trials_of_a_damaged_fragment(local_ray, tmp_path, capsys):
+@pytest.mark.parametrize("table,damage", [("trials", truncate), ("curves", zero_fill)])
+def test_resume_reruns_the_trials_of_a_damaged_fragment(local_ray, tmp_path, capsys, table, damage):
+    """A damaged trials fragment, or a damaged curves fragment (whose trial would otherwise
+    keep its row and never get its curve back): resume runs those trials again."""
     from sweep_helpers import run, write_space
 
     space_path = write_space(tmp_path, name="damaged")
@@ -419,7 +484,8 @@ def test_resume_reruns_the_trials_of_a_damaged_fragment(local_ray, tmp_path, cap
     files = {p: pq.read_table(p, columns=["trial_id"])["trial_id"].to_pylist()
              for p in (root / "damaged" / "trials").glob("*.parquet")}
     path, lost = min(files.items())
-    truncate(path)
+    path = path.parent.parent / table / path.name  # the curves of those trials, or their rows
+    damage(path)
     capsys.readouterr()
     assert run("resume", "damaged", "--root", str(root), "--max-concurrent", "2") == 0
     out, err = capsys.readouterr()
@@ -427,3 +493,5 @@ def test_resume_reruns_the_trials_of_a_damaged_fragment(local_ray, tmp_path, cap
     after = load_trials(root, ["damaged"])
     assert sorted(after["trial_id"]) == sorted(before["trial_id"])
     assert (after["status"] == "completed").all()
+    curves = load_curves(root, ["damaged"])
+    assert set(curves["trial_id"]) == set(after["trial_id"])  # every trial has its curve again

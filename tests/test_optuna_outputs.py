@@ -16,7 +16,7 @@ import pytest
 from optuna.trial import TrialState
 from shapesweep.results.store import load_curves, load_trials, sweep_dir
 from shapesweep.search_spaces.space import load_space
-from shapesweep.sweep.search import SpecMaker, make_optuna_search, open_storage
+from shapesweep.sweep.search import SpecMaker, make_optuna_search
 from shapesweep.sweep.strategies import default_sampler, make_sampler
 from shapesweep.sweep.trainable import FINAL_FLAG
 from sweep_helpers import TINY_SPACE, TINY_TRAIN, run, write_space
@@ -26,7 +26,7 @@ BUDGET = TINY_TRAIN["tokens"]
 
 def searcher_for(tmp_path: Path, multi_objective: str | None = None):
     space = load_space(write_space(tmp_path, search={"n_layers": [1, 2, 3, 4, 8]}))
-    storage = open_storage(f"sqlite:///{tmp_path / 'optuna.db'}")
+    storage = f"sqlite:///{tmp_path / 'optuna.db'}"
     return make_optuna_search(space, "study", storage, SpecMaker(space, 0, None),
                               multi_objective, BUDGET, make_sampler(default_sampler(multi_objective)))
 
@@ -91,7 +91,7 @@ def test_more_samples_than_the_space_holds_file_each_point_once(tmp_path, sample
     """5 points, one infeasible: 4 trials train, the search ends, and the study holds those 4
     and the infeasible point once each (it held 500 duplicates more)."""
     space = load_space(write_space(tmp_path, search={"n_layers": [1, 2, 3, 4, 8]}))
-    storage = open_storage(f"sqlite:///{tmp_path / 'optuna.db'}")
+    storage = f"sqlite:///{tmp_path / 'optuna.db'}"
     searcher, study = make_optuna_search(space, "study", storage, SpecMaker(space, 0, None), None,
                                          BUDGET, make_sampler(sampler, seed=0))
     launched = _exhaust(searcher, 20)
@@ -113,7 +113,7 @@ def test_points_that_solve_to_one_shape_train_it_once(tmp_path):
     """Two variants of the same shapes: 6 points, 3 candidates, 3 trials in the study."""
     space = load_space(write_space(tmp_path, search={"n_layers": [1, 2, 3]},
                                    variants=[{"name": "a"}, {"name": "b"}]))
-    storage = open_storage(f"sqlite:///{tmp_path / 'optuna.db'}")
+    storage = f"sqlite:///{tmp_path / 'optuna.db'}"
     searcher, _ = make_optuna_search(space, "study", storage, SpecMaker(space, 0, None), None,
                                      BUDGET, make_sampler("tpe", seed=0))
     launched = _exhaust(searcher, 20)

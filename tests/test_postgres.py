@@ -9,6 +9,9 @@ its trial rows go to the Parquet store, and `resume` with nothing missing runs n
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -130,3 +133,53 @@ def test_different_space_under_the_same_name_is_refused_on_postgres(postgres, tm
     error = capsys.readouterr().err.strip().splitlines()
     assert len(error) == 1 and "different search space" in error[0]
     assert [row["name"] for row in catalog_rows(url)] == ["pg-optuna"]
+
+
+def _files_holding(secret: bytes, *folders: Path) -> list[str]:
+    """Every regular file under `folders` whose bytes (text, pickles, logs) contain `secret`."""
+    found, seen = [], 0
+    for folder in folders:
+        for path in folder.rglob("*"):
+            if path.is_file() and not path.is_symlink():
+                seen += 1
+                try:
+                    if secret in path.read_bytes():
+                        found.append(str(path))
+                except OSError:  # a socket or a file removed meanwhile
+                    pass
+    assert seen, f"no file to search under {folders}"
+    return found
+
+
+def test_no_file_the_sweep_or_ray_writes_holds_the_storage_password(postgres, tmp_path):
+    """An Optuna sweep with a PostgreSQL URL holding a unique password, on a real `ray start`
+    head whose session folder (logs, pickles, spilled objects) stays for the search: neither
+    the sweep's root, nor Ray's folders, nor the driver's temp folder holds it afterwards."""
+    import tempfile
+
+    from ray_nodes import TEST_ENV, start_head, stop_node
+    from sqlalchemy.engine import make_url
+    from sweep_helpers import CHILD_ENV
+
+    url = postgres.create_database("secret")
+    password = make_url(url).password
+    assert len(password) >= 32  # unique per server: found only if something wrote it
+    root, driver_tmp = tmp_path / "sweeps", tmp_path / "driver-tmp"
+    driver_tmp.mkdir()
+    ray_tmp = Path(tempfile.mkdtemp(prefix="ss-pw-"))  # short: Ray's socket paths must fit
+    env = {**CHILD_ENV, **TEST_ENV, "TMPDIR": str(driver_tmp)}
+    head = None
+    try:
+        head, address = start_head(ray_tmp, 2, env)
+        driver = subprocess.run(
+            [sys.executable, "-m", "shapesweep.sweep.cli", "run", str(write_space(tmp_path)),
+             "--root", str(root), "--search", "optuna", "--num-samples", "2", "--storage", url,
+             "--scheduler", "fifo", "--address", address, "--no-progress"],
+            env=env, capture_output=True, text=True, timeout=300)
+        assert driver.returncode == 0, driver.stderr[-2000:]
+        assert list((root / "pg-optuna" / "_ray").glob("*/tuner.pkl"))  # Tune's pickles were written
+        assert _files_holding(password.encode(), root, ray_tmp, driver_tmp) == []
+    finally:
+        if head is not None:
+            stop_node(head)
+        shutil.rmtree(ray_tmp, ignore_errors=True)

@@ -72,9 +72,10 @@ def test_a_sweep_in_flight_reads_like_the_same_sweep_compacted(tmp_path):
 
 
 def test_a_compaction_killed_midway_loses_and_duplicates_nothing(tmp_path):
-    """The driver compacts while its sweep runs; a kill between writing the merged files and
-    deleting their inputs leaves both on disk, which read as the finished compaction does,
-    through a shared cache (what `status` does) or without, and the next compaction tidies up."""
+    """The driver compacts while its sweep runs; a kill after the new version is published,
+    before the old one is deleted, leaves the merged file alone in view (a raw glob never
+    sees both), which reads as the finished compaction does, through a shared cache (what
+    `status` does) or without, and the next compaction tidies up."""
     pairs = synthetic_sweep("s", 6 + N_LOOSE, families=("hourglass",), seed=5)
     killed, merged = str(tmp_path / "killed"), str(tmp_path / "merged")
     _write(killed, pairs[:6])
@@ -91,12 +92,13 @@ def test_a_compaction_killed_midway_loses_and_duplicates_nothing(tmp_path):
     before = visible()
     child = subprocess.Popen([sys.executable, "-c", "import sys; from shapesweep.results.store import compact; "
                               "compact(sys.argv[1], 's', grace_s=600)", killed], env=os.environ)
-    while visible() == before:  # the merged trials file is renamed in last, then the grace
+    while visible() == before:  # the new version is published, then the grace
         assert child.poll() is None, "the compaction ended before it was killed"
         time.sleep(0.05)
     child.kill()
     child.wait()
-    assert len(visible() - before) == 1 and before <= visible()
+    assert len(visible()) == 1 and not visible() & before
+    assert len(list(Path(killed, "s", ".versions").iterdir())) == 2  # the old one, not yet deleted
 
     for reader in (load_trials, load_curves):
         cache = FragmentCache()
@@ -106,6 +108,7 @@ def test_a_compaction_killed_midway_loses_and_duplicates_nothing(tmp_path):
     pd.testing.assert_frame_equal(_frames(killed)[1], _frames(merged)[1])
     compact(killed, "s", grace_s=0)
     assert [p.name[:8] for p in trials_dir.iterdir()] == ["compact-"]
+    assert len(list(Path(killed, "s", ".versions").iterdir())) == 1
     assert load_curves(killed, ["s"]).equals(load_curves(merged, ["s"]))
 
 

@@ -1,0 +1,93 @@
+"""Real Ray nodes for the cluster tests: `ray start` processes on loopback, each in its own
+process group and temp folder, so a test can stop one node (or kill it, as a lost machine)
+without touching the others."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+RAY = str(Path(sys.executable).parent / "ray")
+# On SIGTERM a node first drains for up to 30 s (for Ray Serve); nothing here needs it.
+NODE_ENV = {"RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0", "RAY_USAGE_STATS_ENABLED": "0"}
+# Loopback test clusters: no token auth (the cluster test in test_sweep_run covers it);
+# the nodes, the probe and the drivers must agree, so callers pass this env to drivers too.
+TEST_ENV = {"RAY_AUTH_MODE": "disabled"}
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _start(args: list[str], temp_dir: Path, num_cpus: int, env: dict) -> subprocess.Popen:
+    """`ray start ... --block` in a new session: its pid is the node's process group."""
+    temp_dir.mkdir(parents=True, exist_ok=True)
+    return subprocess.Popen(
+        [RAY, "start", *args, "--node-ip-address", "127.0.0.1", "--num-cpus", str(num_cpus),
+         "--temp-dir", str(temp_dir), "--disable-usage-stats", "--block"],
+        env={**env, **NODE_ENV, **TEST_ENV}, start_new_session=True,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def start_head(temp_dir: Path, num_cpus: int, env: dict) -> tuple[subprocess.Popen, str]:
+    """A head node (no dashboard) and its address, once it accepts drivers."""
+    port = free_port()
+    head = _start(["--head", "--port", str(port), "--include-dashboard=false"], temp_dir,
+                  num_cpus, env)
+    address = f"127.0.0.1:{port}"
+    try:
+        wait_for_nodes(address, 1, env, head)
+    except BaseException:
+        stop_node(head)
+        raise
+    return head, address
+
+
+def start_worker(address: str, temp_dir: Path, num_cpus: int, env: dict) -> subprocess.Popen:
+    return _start(["--address", address], temp_dir, num_cpus, env)
+
+
+def wait_for_nodes(address: str, count: int, env: dict, process: subprocess.Popen | None = None,
+                   timeout_s: float = 120.0) -> None:
+    """Poll the cluster until `count` nodes are alive in it."""
+    probe = ("import ray, sys; ray.init(address=sys.argv[1], logging_level='ERROR'); "
+             "print(sum(n['Alive'] for n in ray.nodes()))")
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if process is not None and process.poll() is not None:
+            raise AssertionError(f"the Ray node exited with {process.returncode}")
+        done = subprocess.run([sys.executable, "-c", probe, address], env={**env, **TEST_ENV},
+                              capture_output=True, text=True, timeout=120)
+        if done.returncode == 0 and done.stdout.strip().splitlines()[-1:] == [str(count)]:
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"{count} Ray node(s) at {address} were not alive in {timeout_s} s")
+
+
+def kill_node(node: subprocess.Popen) -> None:
+    """SIGKILL a node's whole process group (its raylet, object store, workers): a lost machine."""
+    try:
+        os.killpg(node.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    node.wait(timeout=30)
+
+
+def stop_node(node: subprocess.Popen) -> None:
+    """Stop a node as `--block` expects (SIGTERM to its group), killing it if it lingers."""
+    if node.poll() is None:
+        try:
+            os.killpg(node.pid, signal.SIGTERM)
+            node.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            kill_node(node)
+        except ProcessLookupError:
+            pass
+    kill_node(node)  # whatever of its group outlived it
