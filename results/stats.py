@@ -115,28 +115,31 @@ def tuned_stats(trials: pd.DataFrame, metric: str = "val_loss") -> pd.DataFrame:
     plus `mean`, `std`, `n` over its seeds, `role` (`measure`; `choice` for a value only
     choice seeds ran), `stopped` (a seed of it was stopped early: its mean is of the seeds
     that survived) and `chosen` (the candidate's result; the module docstring says which)."""
-    frame = trials.assign(tuned=canonical_tuned_column(trials["tuned_json"]),
-                          role=np.where(_chooses(trials), "choice", "measure"),
-                          _stopped=trials["status"] == "stopped_early")
+    tuned = canonical_tuned_column(trials["tuned_json"])
+    role = pd.Series(np.where(_chooses(trials), "choice", "measure"), index=trials.index)
     keys = [*CANDIDATE, "role"]
-    done = frame[_ok(frame, metric)]
+    stopped = (trials["status"] == "stopped_early").groupby(
+        [trials["sweep"], trials["key"], tuned, role], sort=False).any().rename_axis(keys)
+    ok = _ok(trials, metric)
+    done = trials[ok].assign(tuned=tuned[ok], role=role[ok])  # one copy of the completed rows
     if done.empty:  # typed, though empty
-        return done.drop(columns="_stopped").assign(mean=np.nan, std=np.nan, n=0, stopped=False,
-                                                    chosen=False)
+        return done.assign(mean=np.nan, std=np.nan, n=0, stopped=False, chosen=False)
     grouped = done.groupby(keys, sort=False)
-    out = _first_rows(done.drop(columns="_stopped"), grouped, keys)
+    out = _first_rows(done, grouped, keys)
     out["mean"] = grouped[metric].mean()
     out["std"] = grouped[metric].std(ddof=1)  # NaN for one seed: no spread to speak of
     out["n"] = grouped[metric].size()
-    out["stopped"] = frame.groupby(keys, sort=False)["_stopped"].any().reindex(out.index).to_numpy()
+    out["stopped"] = stopped.reindex(out.index).to_numpy()
     out = out.reset_index()
     # a value the measure seeds ran is described by them; its choice trials only chose it
     out = out[~(out.duplicated(CANDIDATE, keep=False) & (out["role"] == "choice"))].reset_index(drop=True)
-    picked = choose_tuned(frame[frame["role"] == "choice"])
-    owners = pd.MultiIndex.from_frame(out[["sweep", "key"]])
-    choosing = owners.isin(pd.MultiIndex.from_frame(frame.loc[frame["role"] == "choice", ["sweep", "key"]]))
-    wanted = picked.reindex(owners).to_numpy()
-    eligible = (out["role"] == "measure") & ~out["stopped"] & np.where(choosing, out["tuned"] == wanted, True)
+    eligible = (out["role"] == "measure") & ~out["stopped"]
+    if (role == "choice").any():  # a candidate with choice trials: only the value they chose
+        choice = trials[role == "choice"]
+        owners = pd.MultiIndex.from_frame(out[["sweep", "key"]])
+        choosing = owners.isin(pd.MultiIndex.from_frame(choice[["sweep", "key"]]))
+        wanted = choose_tuned(choice).reindex(owners).to_numpy()
+        eligible &= np.where(choosing, out["tuned"] == wanted, True)
     score = _sign(metric) * out.loc[eligible, "mean"]
     best = score.groupby([out.loc[eligible, "sweep"], out.loc[eligible, "key"]]).idxmin()
     out["chosen"] = out.index.isin(best.to_numpy())
@@ -177,41 +180,45 @@ def candidate_results(trials: pd.DataFrame, metric: str = "val_loss") -> pd.Data
     highest of the sweep's grid: the optimum may lie beyond it)."""
     stats = tuned_stats(trials, metric)
     chosen = stats[stats["chosen"]].set_index(["sweep", "key"])
-    frame = trials.assign(tuned=canonical_tuned_column(trials["tuned_json"]), _choice=_chooses(trials),
-                          _ok=_ok(trials, metric))
-    if frame.empty:
+    if trials.empty:
         return stats.assign(**{c: None for c in RESULT_COLUMNS})
-    grouped = frame.groupby(["sweep", "key"], sort=False)
-    first = _first_rows(frame.drop(columns=["tuned", "_choice", "_ok"]), grouped, ["sweep", "key"])
-    rest = first[~first.index.isin(chosen.index)].assign(mean=np.nan, std=np.nan, n=0, stopped=False,
-                                                         chosen=False, role=None)
-    out = pd.concat([part for part in (chosen.drop(columns="tuned"), rest) if len(part)])
-    picked = choose_tuned(frame[frame["_choice"]])
-    info = _result_info(frame, chosen["tuned"], picked, metric)
-    for column in RESULT_COLUMNS:
-        out[column] = [info[index][column] for index in out.index]
-    out["tuned"] = [info[index]["tuned"] for index in out.index]
+    owners = pd.MultiIndex.from_frame(trials[["sweep", "key"]])
+    rest = trials[~owners.isin(chosen.index)]  # candidates without a result: their first rows
+    parts = [chosen.drop(columns="tuned")]
+    if len(rest):
+        first = _first_rows(rest, rest.groupby(["sweep", "key"], sort=False), ["sweep", "key"])
+        parts.append(first.assign(mean=np.nan, std=np.nan, n=0, stopped=False, chosen=False, role=None))
+    out = pd.concat([part for part in parts if len(part)])
+    picked = choose_tuned(trials[_chooses(trials)])
+    info = _result_info(trials, dict(zip(chosen.index, chosen["tuned"], strict=True)),
+                        dict(zip(picked.index, picked, strict=True)), metric)
+    for column in (*RESULT_COLUMNS, "tuned"):
+        out[column] = [info[owner][column] for owner in out.index]
     out["n"] = out["n"].astype(int)
     return out.reset_index()
 
 
-def _result_info(frame: pd.DataFrame, measured: pd.Series, picked: pd.Series,
+def _result_info(trials: pd.DataFrame, measured: dict[tuple, str], picked: dict[tuple, str],
                  metric: str) -> dict[tuple, dict]:
-    """`candidate_results`' per-candidate columns, from each candidate's trials (plain rows:
-    a few columns of every trial)."""
-    rows = frame[["sweep", "key", "tuned", "seed", "status", "tokens", "error", "_choice", "_ok",
-                  metric]].to_dict("records")
+    """`candidate_results`' per-candidate columns, from each candidate's trials (a few
+    columns of every trial, as plain lists: pandas per row costs seconds at 10,000s)."""
+    columns = {"sweep": trials["sweep"], "key": trials["key"], "seed": trials["seed"],
+               "tuned": canonical_tuned_column(trials["tuned_json"]), "status": trials["status"],
+               "tokens": trials["tokens"] if "tokens" in trials else pd.Series(None, index=trials.index),
+               "error": trials["error"] if "error" in trials else pd.Series(None, index=trials.index),
+               "_choice": _chooses(trials), "_ok": _ok(trials, metric), "value": trials[metric]}
+    rows = [dict(zip(columns, row, strict=True)) for row in zip(*(c.tolist() for c in columns.values()),
+                                                                 strict=True)]
     by_key: dict[tuple, list[dict]] = {}
-    for row in rows:
-        by_key.setdefault((row["sweep"], row["key"]), []).append(row)
     expected: dict[str, set] = {}  # the sweep's measure seeds
     choice_grid: dict[str, set] = {}  # the sweep's (tuned, choice seed) pairs
     for row in rows:
+        by_key.setdefault((row["sweep"], row["key"]), []).append(row)
         if row["_choice"]:
             choice_grid.setdefault(row["sweep"], set()).add((row["tuned"], row["seed"]))
         else:
             expected.setdefault(row["sweep"], set()).add(row["seed"])
-    grids = _tune_grids(frame)
+    grids = _tune_grids(trials)
     info = {}
     for owner, own in by_key.items():
         sweep = owner[0]
@@ -220,10 +227,10 @@ def _result_info(frame: pd.DataFrame, measured: pd.Series, picked: pd.Series,
         at = [r for r in own if not r["_choice"] and (tuned is None or r["tuned"] == tuned)]
         seeds = sorted({int(r["seed"]) for r in at if r["_ok"]})
         failed = sorted({int(r["seed"]) for r in at if r["status"] == "failed"} - set(seeds))
-        if owner in measured.index:
+        if owner in measured:
             state, looked = "measured", at
         elif choice and choice_grid[sweep] - {(r["tuned"], r["seed"]) for r in choice if r["status"] in ENDED}:
-            state, looked = "choosing", choice
+            state, looked, tuned = "choosing", choice, None  # a value ahead now may not be chosen
         else:
             looked = at if tuned is not None else own  # no value chosen: why, from every trial
             statuses = {r["status"] for r in looked}
@@ -232,11 +239,11 @@ def _result_info(frame: pd.DataFrame, measured: pd.Series, picked: pd.Series,
         stopped = [r["tokens"] for r in looked if r["status"] == "stopped_early"]
         errors = [r["error"] for r in looked if r["status"] == "failed" and isinstance(r["error"], str)
                   and r["error"].strip()]
-        chose = [r[metric] for r in choice if r["tuned"] == tuned and r["_ok"]]
+        chose = [r["value"] for r in choice if r["tuned"] == tuned and r["_ok"]]
         info[owner] = {
             "state": state, "tuned": tuned, "seeds": seeds, "failed_seeds": failed,
             "missing_seeds": sorted(int(s) for s in expected.get(sweep, set()) - set(seeds)),
-            "stopped_tokens": max((t for t in stopped if t == t and t is not None), default=None),
+            "stopped_tokens": max((t for t in stopped if t is not None and t == t), default=None),
             "error": errors[-1].strip().splitlines()[-1] if errors else None,
             "choice_mean": float(np.mean(chose)) if chose else None,
             "tuned_edge": _edge(tuned, grids.get(sweep, {})),
@@ -244,10 +251,11 @@ def _result_info(frame: pd.DataFrame, measured: pd.Series, picked: pd.Series,
     return info
 
 
-def _tune_grids(frame: pd.DataFrame) -> dict[str, dict[str, tuple[float, float]]]:
+def _tune_grids(trials: pd.DataFrame) -> dict[str, dict[str, tuple[float, float]]]:
     """Per sweep, each numeric tuned key's lowest and highest value (keys with two or more)."""
     grids: dict[str, dict[str, set]] = {}
-    for sweep, text in frame[["sweep", "tuned"]].drop_duplicates().itertuples(index=False):
+    for sweep, text in trials[["sweep", "tuned_json"]].drop_duplicates().itertuples(index=False):
+        text = canonical_tuned(text)
         for name, value in json.loads(text).items():
             if isinstance(value, int | float) and not isinstance(value, bool):
                 grids.setdefault(sweep, {}).setdefault(name, set()).add(value)
@@ -262,23 +270,39 @@ def _edge(tuned: str | None, grid: dict[str, tuple[float, float]]) -> list[str]:
     return [name for name, value in json.loads(tuned).items() if name in grid and value in grid[name]]
 
 
+def paired_rows(diff: np.ndarray, confidence: float = CONFIDENCE) -> tuple[np.ndarray, ...]:
+    """For each row of paired differences (last axis: seeds, NaN where a side has no
+    completed trial): n, mean, sd (ddof=1) and the Student-t interval's ends (NaN with
+    fewer than 2 pairs). The one formula of every paired comparison here."""
+    valid = ~np.isnan(diff)
+    n = valid.sum(axis=-1)
+    with np.errstate(all="ignore"):
+        mean = np.where(valid, diff, 0.0).sum(axis=-1) / n
+        sd = np.sqrt(np.where(valid, (diff - mean[..., None]) ** 2, 0.0).sum(axis=-1) / (n - 1))
+        critical = sps.t.ppf((1 + confidence) / 2, np.arange(n.max(initial=0) + 1) - 1)  # per n, once
+        half = critical[n] * sd / np.sqrt(n)
+    return n, mean, sd, mean - half, mean + half
+
+
+def _verdicts(n: np.ndarray, low: np.ndarray, high: np.ndarray, metric: str) -> list[str | None]:
+    """better / worse when the interval is on one side of zero, else within noise; None
+    with fewer than 2 pairs (no interval)."""
+    improves, hurts = (high < 0, low > 0) if _sign(metric) > 0 else (low > 0, high < 0)
+    return [None if k < 2 else "better" if up else "worse" if down else "within noise"
+            for k, up, down in zip(n.tolist(), improves.tolist(), hurts.tolist(), strict=True)]
+
+
 def paired_difference(candidate: pd.Series, baseline: pd.Series, metric: str = "val_loss",
                       confidence: float = CONFIDENCE) -> dict[str, Any]:
     """candidate - baseline over the seeds both have (Series indexed by seed): mean, the sd of
     the differences, t-interval, verdict. Fewer than 2 pairs: no interval, no verdict."""
-    diff = (candidate - baseline).dropna()
-    n = len(diff)
-    out = {"delta": float(diff.mean()) if n else None, "sd": None, "ci_low": None, "ci_high": None,
-           "n_paired": n, "verdict": None}
-    if n < 2:
-        return out
-    sd = float(diff.std(ddof=1))
-    half = sps.t.ppf((1 + confidence) / 2, n - 1) * sd / math.sqrt(n)
-    low, high = out["delta"] - half, out["delta"] + half
-    out.update(sd=sd, ci_low=float(low), ci_high=float(high))
-    improves, hurts = (high < 0, low > 0) if _sign(metric) > 0 else (low > 0, high < 0)
-    out["verdict"] = "better" if improves else "worse" if hurts else "within noise"
-    return out
+    diff = (candidate - baseline).dropna().to_numpy(float)
+    n, mean, sd, low, high = (float(x) for x in paired_rows(diff[None, :], confidence))
+    n = int(n)
+    two = n >= 2
+    return {"delta": mean if n else None, "sd": sd if two else None, "ci_low": low if two else None,
+            "ci_high": high if two else None, "n_paired": n,
+            "verdict": _verdicts(np.array([n]), np.array([low]), np.array([high]), metric)[0]}
 
 
 def seeds_for_power(delta: Any, sd: Any, power: float = POWER,
@@ -361,40 +385,51 @@ def compare(trials: pd.DataFrame, metric: str = "val_loss",
         results[column] = None
     measured = results["state"] == "measured"
     results.loc[~measured, "no_verdict"] = results.loc[~measured, "state"]
-    values = _seed_values(trials, metric)
-    found: dict[int, list] = {}  # row -> VERDICT_COLUMNS' values (set at once: fast at 10,000s)
+    pairs: list[tuple[int, int]] = []  # (candidate row, its baseline's row), both with results
     for _, sweep in results.groupby("sweep"):
         own = sweep.index[measured[sweep.index]]
         if baseline is None or not (sweep["variant"] == baseline).any():
-            found.update({index: [None] * 7 + ["no baseline"] for index in own})
+            results.loc[own, "no_verdict"] = "no baseline"
             continue
         base_of = _baseline_of(sweep, baseline)
         for index in own:
             base = base_of.get(index)
             if base is None or base != base:
-                found[index] = [None] * 7 + ["no baseline"]
+                results.at[index, "no_verdict"] = "no baseline"
             elif not measured[int(base)]:
-                found[index] = [None] * 5 + [results.at[int(base), "key"], None, "baseline"]
+                results.loc[index, ["baseline_key", "no_verdict"]] = [results.at[int(base), "key"], "baseline"]
             else:
-                base = int(base)
-                result = paired_difference(values[tuple(results.loc[index, CANDIDATE])],
-                                           values[tuple(results.loc[base, CANDIDATE])], metric)
-                found[index] = [result["delta"], result["ci_low"], result["ci_high"], result["n_paired"],
-                                result["verdict"], results.at[base, "key"],
-                                (result["delta"], result["sd"]) if result["verdict"] == "within noise"
-                                and index != base else None,
-                                None if result["verdict"] else "n<2"]
-    unresolved = [index for index, row in found.items() if row[6] is not None]
-    if unresolved:
-        needed = seeds_for_power(*np.array([found[i][6] for i in unresolved], float).T)
-        for index, n in zip(unresolved, needed, strict=True):
-            found[index][6] = None if n != n else int(n)
-    if found:
-        rows = list(found)
-        for position, column in enumerate(VERDICT_COLUMNS):
-            results.loc[rows, column] = pd.Series([found[i][position] for i in rows], index=rows, dtype=object)
+                pairs.append((index, int(base)))
+    if pairs:
+        _fill_verdicts(results, pairs, trials, metric)
     order = np.argsort(_sign(metric) * results["mean"].to_numpy(float), kind="stable")  # NaN last
     return results.iloc[order].reset_index(drop=True)
+
+
+def _fill_verdicts(results: pd.DataFrame, pairs: list[tuple[int, int]], trials: pd.DataFrame,
+                   metric: str) -> None:
+    """`compare`'s columns for each (candidate row, baseline row) of `results`, at once."""
+    seeds = _seed_values(trials, metric).unstack("seed")  # (sweep, key, tuned) x seed
+    where = pd.MultiIndex.from_frame(results[CANDIDATE])
+    rows, bases = (np.array(side) for side in zip(*pairs, strict=True))
+    matrix = seeds.to_numpy(float)
+    diff = matrix[seeds.index.get_indexer(where[rows])] - matrix[seeds.index.get_indexer(where[bases])]
+    n, mean, sd, low, high = paired_rows(diff)
+    verdicts = _verdicts(n, low, high, metric)
+    open_ = np.array([v == "within noise" for v in verdicts]) & (rows != bases)
+    needed = np.full(len(rows), np.nan)
+    if open_.any():
+        needed[open_] = seeds_for_power(mean[open_], sd[open_])
+    two = n >= 2
+    columns = {"delta_vs_baseline": np.where(n > 0, mean, np.nan), "ci_low": np.where(two, low, np.nan),
+               "ci_high": np.where(two, high, np.nan), "n_paired": n, "verdict": verdicts,
+               "baseline_key": results["key"].to_numpy()[bases], "seeds_for_80pct_power": needed,
+               "no_verdict": [None if v else "n<2" for v in verdicts]}
+    for column, values in columns.items():
+        values = [v if not isinstance(v, float) or v == v else None for v in np.asarray(values, object).tolist()]
+        if column in ("n_paired", "seeds_for_80pct_power"):
+            values = [None if v is None else int(v) for v in values]
+        results.loc[rows, column] = pd.Series(values, index=rows, dtype=object)
 
 
 def rank_fidelity(trials: pd.DataFrame, curves: pd.DataFrame, metric: str = "val_loss",
@@ -453,18 +488,13 @@ def _resolved_pairs(seeds: np.ndarray, confidence: float = CONFIDENCE):
     block = max(1, PAIR_BLOCK // max(1, count * seeds.shape[1]))
     firsts, seconds, signs = [], [], []
     for start in range(0, count, block):
-        diff = seeds[start:start + block, None, :] - seeds[None, :, :]  # rows x all x seeds
-        n = (~np.isnan(diff)).sum(axis=2)
-        with np.errstate(all="ignore"):
-            mean = np.nansum(diff, axis=2) / n
-            sd = np.sqrt(np.nansum((diff - mean[..., None]) ** 2, axis=2) / (n - 1))
-            half = sps.t.ppf((1 + confidence) / 2, n - 1) * sd / np.sqrt(n)
-            resolved = (n >= 2) & (np.abs(mean) > half)
         rows = np.arange(start, min(start + block, count))
-        resolved &= np.arange(count)[None, :] > rows[:, None]  # each pair once
+        later = seeds[start + 1:]  # each pair once: row i against the rows after it
+        n, mean, _, low, high = paired_rows(seeds[rows, None, :] - later[None, :, :], confidence)
+        resolved = (n >= 2) & ((low > 0) | (high < 0)) & (np.arange(start + 1, count)[None, :] > rows[:, None])
         i, j = np.nonzero(resolved)
         firsts.append(rows[i])
-        seconds.append(j)
+        seconds.append(j + start + 1)
         signs.append(np.sign(mean[i, j]))
     if not firsts:
         return np.array([], int), np.array([], int), np.array([], float)

@@ -80,16 +80,18 @@ def warnings(document: dict) -> list[str]:
     return lines
 
 
-def comparisons(trials, name: str, root: str, metric: str = "val_loss",
-                baseline: str = "baseline") -> dict:
-    """One sweep's document: its seeds, candidate records and warnings (`trials` with
-    their seed roles, `shapesweep.results.roles.with_seed_roles`)."""
+def comparisons(trials, name: str, root: str, metric: str = "val_loss", baseline: str = "baseline",
+                compared=None) -> dict:
+    """One sweep's document: its seeds, candidate records and warnings (`trials` with their
+    seed roles, `shapesweep.results.roles.with_seed_roles`; `compared`: their `compare`,
+    when already made)."""
     from shapesweep.results.stats import compare
 
+    compared = compare(trials, metric, baseline) if compared is None else compared
     document = {"sweep": name, "metric": metric,
                 "baseline": baseline if (trials["variant"] == baseline).any() else None,
                 **seed_document(root, name, trials),
-                "candidates": candidate_records(compare(trials, metric, baseline), metric, name, root)}
+                "candidates": candidate_records(compared, metric, name, root)}
     document["warnings"] = warnings(document)
     return document
 

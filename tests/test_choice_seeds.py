@@ -149,6 +149,20 @@ def test_status_says_which_seeds_chose_and_measured_and_why_there_is_no_verdict(
     assert f"(cut): stopped by ASHA at 150 tokens: no mean from the seeds that survived; run: {expected['cut'][1]}" in out
 
 
+def test_the_report_table_says_which_seeds_chose_and_why_a_candidate_has_no_verdict(root):
+    from shapesweep.dashboards.report import build_payload
+
+    (table,) = json.loads(build_payload(root, ["c"]))["comparisons"]
+    assert table["sweep"] == "c" and table["seeds"].startswith("seeds: 100 chose each candidate's tuned value")
+    assert not any("selection bias" in w for w in table["warnings"])
+    rows = {row[0]: dict(zip(table["columns"], row, strict=True)) for row in table["rows"]}
+    assert rows["wide"]["mean ± std (n)"] == "2.9500 ± 0.0200 (3)"  # the measure seeds' mean only
+    assert rows["deep"]["verdict"] == "within noise" and rows["deep"]["seeds for 80% power"].isdigit()
+    assert rows["narrow"]["verdict"] == "stopped" and rows["narrow"]["why no verdict; what to run"].startswith(
+        "stopped by ASHA at 150 tokens")
+    assert rows["tall"]["tuned"] == "-" and rows["tall"]["verdict"] == "choosing"  # nothing chosen yet
+
+
 # --- the space: parsing and refusals ---------------------------------------------------------
 
 def test_choice_seeds_parse_apart_from_the_tuned_keys_and_cost_trials(tmp_path, capsys):

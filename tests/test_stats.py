@@ -330,6 +330,16 @@ def test_status_table_shows_mean_std_the_interval_and_why_none(root, capsys, mon
     assert "rank fidelity (Kendall's tau over the" in out and "ASHA stopped 3 trials" in out
 
 
+def test_the_report_table_warns_of_selection_bias_and_gives_the_seeds_for_power(root, trials):
+    from shapesweep.dashboards.report import build_payload
+
+    (table,) = json.loads(build_payload(root, ["s"]))["comparisons"]
+    assert any("carry selection bias" in w for w in table["warnings"])  # chosen on the measuring seeds
+    power = table["columns"].index("seeds for 80% power")
+    noisy = compare(trials).set_index("key").loc["noisy", "seeds_for_80pct_power"]
+    assert [row[power] for row in table["rows"]].count(str(noisy)) == 1
+
+
 def test_status_bad_format_and_unknown_baseline_exit_2_with_one_line(root, capsys):
     for args, words in ((("--format", "xml"), "--format: 'xml' is not one of table, json, csv"),
                         (("--baseline", "nope"), "--baseline: sweep 's' has no variant 'nope'"),
