@@ -591,6 +591,7 @@ def _budget_groups(trials, record) -> Any:
 
 def export(args: argparse.Namespace) -> int:
     import yaml
+    from shapesweep.results.roles import with_seed_roles
     from shapesweep.results.schema import TRIAL_COLUMNS
     from shapesweep.results.store import load_trials
 
@@ -610,8 +611,7 @@ def export(args: argparse.Namespace) -> int:
             raise UserError(f"no sweep named {args.name!r} {where}", key="name")
         raise UserError(f"sweep {args.name!r} under {args.root} has no trials yet", key="name")
     keep = {"completed", "stopped_early"} if args.include_stopped else {"completed"}
-    trials = trials[trials["status"].isin(keep) & trials[args.metric].notna()]
-    trials = _seed_means(trials, args.metric)
+    trials = _seed_means(with_seed_roles(trials, args.root), args.metric, args.include_stopped)
     if args.per == "family":
         chosen = trials.groupby("family", sort=True).head(args.top)
     elif args.per == "budget":
@@ -660,14 +660,24 @@ def export(args: argparse.Namespace) -> int:
     return 0
 
 
-def _seed_means(trials, metric: str):
-    """One row per candidate at its best tuned value (`shapesweep.results.stats.tuned_stats`), best
-    first: the export metrics are means over its seeds, `std` and `n` those of `metric`."""
-    from shapesweep.results.stats import HIGHER_IS_BETTER, canonical_tuned_column, tuned_stats
+def _seed_means(trials, metric: str, include_stopped: bool = False):
+    """One row per candidate with a result (`shapesweep.results.stats.tuned_stats`: its
+    chosen tuned value, measure seeds only, none stopped unless `include_stopped` ranks
+    stopped trials as if they had ended), best first: the export metrics are means over its
+    measure seeds, `std` and `n` those of `metric`."""
+    from shapesweep.results.stats import (
+        HIGHER_IS_BETTER,
+        ROLE_COLUMN,
+        canonical_tuned_column,
+        tuned_stats,
+    )
 
-    finished = trials.assign(status="completed")  # --include-stopped ranks stopped ones too
+    trials = trials[trials["status"] != "failed"]
+    finished = trials.assign(status="completed") if include_stopped else trials
     chosen = tuned_stats(finished, metric)
     chosen = chosen[chosen["chosen"]]
+    finished = finished[(finished["status"] == "completed") & finished[metric].notna()
+                        & ~finished[ROLE_COLUMN]]  # a choice seed's trial is no measurement
     finished = finished.assign(tuned=canonical_tuned_column(finished["tuned_json"]))
     groups = finished.sort_values("seed").groupby(["key", "tuned"])
     numeric = [m for m in EXPORT_METRICS if m in finished.columns]

@@ -163,6 +163,16 @@ def test_the_report_table_says_which_seeds_chose_and_why_a_candidate_has_no_verd
     assert rows["tall"]["tuned"] == "-" and rows["tall"]["verdict"] == "choosing"  # nothing chosen yet
 
 
+def test_export_ranks_candidates_by_their_measure_seeds_alone(root):
+    from shapesweep.sweep.commands import _seed_means
+
+    ranked = _seed_means(with_seed_roles(load_trials(root, ["c"]), root), "val_loss").set_index("key")
+    assert ranked.loc["lucky", "val_loss"] == pytest.approx(2.95) and ranked.loc["lucky", "n"] == 3
+    assert not any(t.endswith("-s100") for ids in ranked["trial_ids"] for t in ids)
+    assert "cut" not in ranked.index  # a stopped seed: no result to export
+    assert list(ranked.index)[0] == "lucky"
+
+
 # --- the space: parsing and refusals ---------------------------------------------------------
 
 def test_choice_seeds_parse_apart_from_the_tuned_keys_and_cost_trials(tmp_path, capsys):
