@@ -297,7 +297,7 @@ def paired_difference(candidate: pd.Series, baseline: pd.Series, metric: str = "
     """candidate - baseline over the seeds both have (Series indexed by seed): mean, the sd of
     the differences, t-interval, verdict. Fewer than 2 pairs: no interval, no verdict."""
     diff = (candidate - baseline).dropna().to_numpy(float)
-    n, mean, sd, low, high = (float(x) for x in paired_rows(diff[None, :], confidence))
+    n, mean, sd, low, high = (float(x[0]) for x in paired_rows(diff[None, :], confidence))
     n = int(n)
     two = n >= 2
     return {"delta": mean if n else None, "sd": sd if two else None, "ci_low": low if two else None,

@@ -17,6 +17,7 @@ from scipy import stats as sps
 from shapesweep.results.stats import (
     asha_confirmation,
     compare,
+    paired_difference,
     rank_fidelity,
     seeds_for_power,
     stable_fraction,
@@ -143,6 +144,20 @@ def test_higher_is_better_metrics_flip_the_verdict(trials):
         assert compared.loc[key, "ci_low"] == pytest.approx(low)
         assert compared.loc[key, "verdict"] == verdict
     assert list(compared.index)[:4] == ["good", "base", "noisy", "bad"]  # highest PSNR first
+
+
+def test_paired_difference_of_two_series_by_seed():
+    import pandas as pd
+
+    base, cand = pd.Series([3.00, 3.02, 2.98, 3.1], index=[0, 1, 2, 3]), pd.Series([2.95, 3.10, 2.97], index=[0, 1, 2])
+    result = paired_difference(cand, base)  # seed 3: the baseline's alone, unpaired
+    mean, low, high = _t_interval([-0.05, 0.08, -0.01])
+    assert result["n_paired"] == 3 and result["delta"] == pytest.approx(mean)
+    assert (result["ci_low"], result["ci_high"]) == (pytest.approx(low), pytest.approx(high))
+    assert result["verdict"] == "within noise"
+    one = paired_difference(cand[[0]], base)
+    assert one["n_paired"] == 1 and one["delta"] == pytest.approx(-0.05)
+    assert one["ci_low"] is None and one["verdict"] is None  # no interval, no verdict
 
 
 def _seeds_for_power_by_hand(delta: float, sd: float) -> int:
