@@ -328,10 +328,12 @@ def _flat(candidate: dict) -> dict:
 
 
 def _print_csv(document: dict) -> None:
+    """One row per candidate; the sweep's seeds (which chose, which measured) on every row."""
     import csv
     import sys
 
-    rows = [_flat(c) for c in document["candidates"]]
+    seeds = {name: " ".join(map(str, document[name])) for name in ("choice_seeds", "measure_seeds")}
+    rows = [{**_flat(c), **seeds} for c in document["candidates"]]
     columns = list(dict.fromkeys(k for row in rows for k in row)) or ["key"]
     writer = csv.DictWriter(sys.stdout, columns, lineterminator="\n")
     writer.writeheader()

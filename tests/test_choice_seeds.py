@@ -6,6 +6,8 @@ and its measurement, and resumed."""
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import math
 import os
@@ -139,6 +141,11 @@ def test_status_says_which_seeds_chose_and_measured_and_why_there_is_no_verdict(
     assert by_key["flaky"]["verdict"] is not None and by_key["flaky"]["why"] is None
 
     capsys.readouterr()
+    assert run("status", "c", "--root", root, "--format", "csv") == 0
+    rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+    assert {(r["choice_seeds"], r["measure_seeds"]) for r in rows} == {("100", "0 1 2")}
+    assert {r["key"]: r["tuned.lr"] for r in rows}["lucky"] == str(LOW)
+
     monkeypatch.setenv("COLUMNS", "250")
     assert run("status", "c", "--root", root) == 0
     out = capsys.readouterr().out
