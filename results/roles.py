@@ -10,6 +10,7 @@ choice seeds, which `shapesweep.results.stats` keeps out of every mean, interval
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 
 import pandas as pd
@@ -22,7 +23,7 @@ SPACE_FILE, OPTIONS_FILE = "space.yaml", "sweep.json"  # as shapesweep.sweep.run
 class SeedRoles:
     choice: tuple[int, ...]  # empty: the measure seeds chose the tuned values too
     measure: tuple[int, ...]  # empty where the sweep folder does not say
-    tuned: bool  # whether the space tunes anything (`tune:`)
+    tuned: bool  # whether the space's `tune:` has more than one combination to choose from
 
 
 def seed_roles(root: str, sweep: str) -> SeedRoles:
@@ -40,8 +41,8 @@ def seed_roles(root: str, sweep: str) -> SeedRoles:
     options = json.loads(read_sweep_file(root, sweep, OPTIONS_FILE) or "{}")
     measure = options.get("seeds") or document.get("seeds") or [0]
     choice = tune.get(CHOICE_SEEDS) or []
-    return SeedRoles(tuple(int(s) for s in choice), tuple(int(s) for s in measure),
-                     bool(set(tune) - {CHOICE_SEEDS}))
+    combinations = math.prod(len(v) for k, v in tune.items() if k != CHOICE_SEEDS and isinstance(v, list))
+    return SeedRoles(tuple(int(s) for s in choice), tuple(int(s) for s in measure), combinations > 1)
 
 
 def with_seed_roles(trials: pd.DataFrame, root: str,

@@ -180,6 +180,22 @@ def test_export_ranks_candidates_by_their_measure_seeds_alone(root):
     assert list(ranked.index)[0] == "lucky"
 
 
+@pytest.mark.parametrize(("grid", "biased"), [([LOW], False), ([LOW, HIGH], True)])
+def test_selection_bias_is_flagged_only_where_the_measure_seeds_chose(tmp_path, capsys, grid, biased):
+    """A one-value `tune:` (a slice of a grid run in parts) chooses nothing; two values chosen
+    on the seeds that measure them do."""
+    root = str(tmp_path)
+    for seed in MEASURE:
+        for lr in grid:
+            write_trial(root, "plain", {**_row("base", lr, seed, 3.0 + seed / 100 + lr), "trial_id": f"{lr}-{seed}"}, [])
+    write_sweep_file(root, "plain", "space.yaml", yaml.safe_dump({"tune": {"lr": grid}, "seeds": list(MEASURE)}))
+    capsys.readouterr()
+    assert run("status", "plain", "--root", root, "--format", "json") == 0
+    document = json.loads(capsys.readouterr().out)
+    assert document["selection_bias"] is biased and document["choice_seeds"] == []
+    assert any("selection bias" in w for w in document["warnings"]) is biased
+
+
 # --- the space: parsing and refusals ---------------------------------------------------------
 
 def test_choice_seeds_parse_apart_from_the_tuned_keys_and_cost_trials(tmp_path, capsys):
