@@ -14,7 +14,7 @@ from shapesweep.common import UserError
 
 MAX_ROWS = 40  # candidates per table, best first (`status NAME` lists them all)
 COLUMNS = ["variant", "shape", "tuned", "mean ± std (n)", "Δ vs baseline [95% CI]", "verdict",
-           "seeds for 80% power", "why no verdict; what to run"]
+           "seeds for 80% power", "why no verdict or seeds missing; what to run"]
 
 
 def compare_sweeps(trials: pd.DataFrame) -> dict[tuple[str, str], pd.DataFrame | UserError]:
@@ -60,10 +60,23 @@ def comparison_tables(trials: pd.DataFrame, root: str,
         rows = [[c["variant"] or "-", shapes.get(c["key"], c["key"]), tuned_text(c), mean_text(c, metric),
                  "-" if c["key"] == c["baseline_key"] else interval_text(c), verdict_text(c),
                  str(c["seeds_for_80pct_power"] or "-"),
-                 "" if c["why"] is None or (c["no_verdict"] == "no baseline" and document["baseline"] is None)
-                 else c["why"] + (f"; run: {c['to_run']}" if c["to_run"] else "")]
+                 _why(c, document["baseline"] is not None)]
                 for c in document["candidates"]]
+        alone = [] if document["baseline"] is not None else [
+            "no variant named baseline: no candidate has a verdict (status NAME --baseline VARIANT "
+            "compares with another)"]
         tables.append({"sweep": name, "metric": METRIC_LABELS[metric], "seeds": seeds_line(document),
-                       "warnings": document["warnings"], "baseline": document["baseline"] is not None,
+                       "warnings": document["warnings"] + alone, "baseline": document["baseline"] is not None,
                        "columns": COLUMNS, "rows": rows[:MAX_ROWS], "more": max(0, len(rows) - MAX_ROWS)})
     return tables
+
+
+def _why(candidate: dict, has_baseline: bool) -> str:
+    """Why no verdict (a sweep without a baseline variant says it once, above), or which
+    seeds its result lacks, with what to run."""
+    if candidate["why"] and (has_baseline or candidate["no_verdict"] != "no baseline"):
+        return candidate["why"] + (f"; run: {candidate['to_run']}" if candidate["to_run"] else "")
+    if candidate["missing"]:
+        return f"{candidate['missing']}; run: {candidate['to_run_missing']}"
+    return ""
+

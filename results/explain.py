@@ -69,3 +69,18 @@ def why_no_verdict(candidate: dict[str, Any], sweep: str, root: str,
         why, run = why_no_verdict(baseline, sweep, root) or ("no result", "")
         return f"its baseline has no result ({why})", run
     return code, ""
+
+
+def missing_seeds(candidate: dict[str, Any], sweep: str, root: str) -> tuple[str, str] | None:
+    """(what is missing, what to run) for a candidate with a result but not every measure
+    seed (its mean and verdict use the seeds it has); None when it has them all."""
+    missing = candidate.get("missing_seeds") or []
+    if candidate.get("state") != "measured" or not missing:
+        return None
+    failed = [s for s in missing if s in (candidate.get("failed_seeds") or [])]
+    parts = [f"{_seeds(failed)} failed ({candidate.get('error') or 'see its trials'})"] if failed else []
+    parts += [f"{_seeds([s for s in missing if s not in failed])} not run"] if len(failed) < len(missing) else []
+    have = len(candidate.get("seeds") or [])
+    return (f"{'; '.join(parts)}: its mean and verdict use the {have} it has",
+            _command("resume", root, sweep, *(["--retry-failed"] if failed else [])))
+

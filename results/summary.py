@@ -27,9 +27,10 @@ NO_VERDICT_WORDS = {"stopped": "stopped", "failed": "failed", "choosing": "choos
 
 def candidate_records(compared, metric: str, sweep: str, root: str) -> list[dict]:
     """`compare`'s rows as records: shape, chosen tuned values, seed statistics, the baseline
-    comparison, and where a candidate has no verdict, why (`why`) and what to run (`to_run`)."""
+    comparison, and where a candidate has no verdict, why (`why`) and what to run (`to_run`);
+    where its result lacks measure seeds, which (`missing`) and what to run (`to_run_missing`)."""
     import pyarrow as pa
-    from shapesweep.results.explain import why_no_verdict
+    from shapesweep.results.explain import missing_seeds, why_no_verdict
     from shapesweep.results.schema import SHAPE_COLUMNS, TRIAL_COLUMNS
     from shapesweep.results.stats import CHOICE_METRIC
 
@@ -51,6 +52,7 @@ def candidate_records(compared, metric: str, sweep: str, root: str) -> list[dict
         record.update({name: plain(row[name]) for name in RESULT_FIELDS})
         explained = why_no_verdict(row, sweep, root, by_key.get(row["baseline_key"]))
         record["why"], record["to_run"] = explained or (None, None)
+        record["missing"], record["to_run_missing"] = missing_seeds(row, sweep, root) or (None, None)
         records.append(record)
     return records
 

@@ -417,7 +417,7 @@ def _no_verdict_lines(document: dict) -> list[str]:
 def _fidelity_line(document: dict) -> str:
     points = document["rank_fidelity"]
     if not points:
-        return "rank fidelity: no evaluation point shared by 3 or more candidates with a result"
+        return "rank fidelity: no evaluation point shared by 3 or more measured candidates"
     last = points[-1]
     if not last["resolved_pairs"]:
         return (f"rank fidelity: none of the {last['unresolved_pairs']} pairs of candidates is resolved "
@@ -542,11 +542,16 @@ def status(args: argparse.Namespace) -> int:
                   or "no trials yet")
     if document["candidates"]:
         console.print(_candidates_table(document, narrow=console.width < 100))
+        # wrapped at the terminal's width (status fits 80 columns), between words
         for line in [seeds_line(document), *(f"warning: {w}" for w in document["warnings"])]:
-            console.print(line, soft_wrap=True, highlight=False, markup=False)
+            console.print(line, highlight=False, markup=False)
         reasons = _no_verdict_lines(document)
         if reasons:
-            console.print("no verdict:", *reasons, sep="\n", soft_wrap=True, highlight=False, markup=False)
+            console.print("no verdict:", *reasons, sep="\n", highlight=False, markup=False)
+        short = [f"  {c['variant'] or c['key']} ({c['key']}): {c['missing']}; run: {c['to_run_missing']}"
+                 for c in document["candidates"] if c["missing"]]
+        if short:
+            console.print("missing seeds:", *short, sep="\n", highlight=False, markup=False)
         console.print(_fidelity_line(document), soft_wrap=True)
         if _asha_line(document):
             console.print(_asha_line(document), soft_wrap=True)

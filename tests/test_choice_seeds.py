@@ -139,6 +139,10 @@ def test_status_says_which_seeds_chose_and_measured_and_why_there_is_no_verdict(
         assert by_key[key]["to_run"] == to_run
     assert by_key["unsure"]["state"] == "choosing" and by_key["short"]["no_verdict"] == "n<2"
     assert by_key["flaky"]["verdict"] is not None and by_key["flaky"]["why"] is None
+    assert by_key["flaky"]["missing"] == ("seed 1 failed (RuntimeError: CUDA out of memory): its mean "
+                                          "and verdict use the 2 it has")
+    assert by_key["flaky"]["to_run_missing"] == f"shapesweep resume c --retry-failed --root {root}"
+    assert by_key["lucky"]["missing"] is None
 
     capsys.readouterr()
     assert run("status", "c", "--root", root, "--format", "csv") == 0
@@ -154,6 +158,7 @@ def test_status_says_which_seeds_chose_and_measured_and_why_there_is_no_verdict(
            "0, 1, 2 measured it" in out
     assert "warning: optimum at the grid's edge: extend the grid (lr of " in out
     assert f"(cut): stopped by ASHA at 150 tokens: no mean from the seeds that survived; run: {expected['cut'][1]}" in out
+    assert "missing seeds:\n  deep (flaky): seed 1 failed (RuntimeError: CUDA out of memory)" in out
 
 
 def test_the_report_table_says_which_seeds_chose_and_why_a_candidate_has_no_verdict(root):
@@ -165,7 +170,7 @@ def test_the_report_table_says_which_seeds_chose_and_why_a_candidate_has_no_verd
     rows = {row[0]: dict(zip(table["columns"], row, strict=True)) for row in table["rows"]}
     assert rows["wide"]["mean ± std (n)"] == "2.9500 ± 0.0200 (3)"  # the measure seeds' mean only
     assert rows["deep"]["verdict"] == "within noise" and rows["deep"]["seeds for 80% power"].isdigit()
-    assert rows["narrow"]["verdict"] == "stopped" and rows["narrow"]["why no verdict; what to run"].startswith(
+    assert rows["narrow"]["verdict"] == "stopped" and rows["narrow"]["why no verdict or seeds missing; what to run"].startswith(
         "stopped by ASHA at 150 tokens")
     assert rows["tall"]["tuned"] == "-" and rows["tall"]["verdict"] == "choosing"  # nothing chosen yet
 
