@@ -17,6 +17,7 @@ from shapesweep.dashboards.frames import (
     BASELINE,
     LOWER_IS_BETTER,
     METRIC_LABELS,
+    NO_INTERVAL,
     OTHER_TUNED_COLOR,
     VERDICT_COLORS,
     Figure,
@@ -564,29 +565,38 @@ def _labels(frame: pd.DataFrame, n_sweeps: int) -> list[str]:
             for label, key, twin in zip(labels, frame["key"], seen, strict=True)]
 
 
-def baseline_figure(trials: pd.DataFrame, metric: str = "val_loss") -> Figure | None:
+def baseline_figure(trials: pd.DataFrame, metric: str = "val_loss",
+                    compared: dict | None = None) -> Figure | None:
     """Each candidate minus its sweep's `baseline` variant, paired over seeds, with the 95%
-    t-interval (`shapesweep.results.stats.compare`); colour = verdict, n<2 candidates have no bar."""
+    t-interval (`shapesweep.results.stats.compare`); colour = verdict, n<2 candidates have no bar
+    (and no verdict); an unresolved one's hover gives the seeds that would resolve it.
+    `compared`: the sweeps' `compare` already made (`comparisons.compare_sweeps`)."""
     parts = []
-    for _, group in trials.groupby("sweep"):
+    for sweep, group in trials.groupby("sweep"):
+        done = (compared or {}).get((sweep, metric))
         try:
-            compared = compare(group, metric)
+            if done is None:
+                done = compare(group, metric)
+            elif isinstance(done, UserError):
+                raise done
         except UserError:  # several baselines per budget: `status --format table` says why
             continue
-        parts.append(compared[compared["delta_vs_baseline"].notna()
-                              & (compared["key"] != compared["baseline_key"])])
+        parts.append(done[done["delta_vs_baseline"].notna() & (done["key"] != done["baseline_key"])])
     data = pd.concat(parts) if parts else pd.DataFrame()
     if data.empty:
         return None
     data = data.sort_values(["sweep", "delta_vs_baseline"], ascending=[True, LOWER_IS_BETTER[metric]])
-    data = data.assign(label=_labels(data, data["sweep"].nunique()))
+    data = data.assign(label=_labels(data, data["sweep"].nunique()),
+                       verdict=data["verdict"].fillna(NO_INTERVAL))
     delta = data["delta_vs_baseline"].astype(float)
     data["plus"] = (data["ci_high"].astype(float) - delta).fillna(0.0)
     data["minus"] = (delta - data["ci_low"].astype(float)).fillna(0.0)
     data["text"] = [f"Δ {d:+.4f} [{lo:+.4f}, {hi:+.4f}] · {v} · {int(n)} paired seeds"
-                    if lo == lo else f"Δ {d:+.4f} · {v} (n<2: no interval)"
-                    for d, lo, hi, v, n in zip(delta, data["ci_low"].astype(float), data["ci_high"].astype(float),
-                                               data["verdict"], data["n_paired"], strict=True)]
+                    + (f" · {int(need)} would resolve it (80% power)" if need == need and need else "")
+                    if lo == lo else f"Δ {d:+.4f} · {v}"
+                    for d, lo, hi, v, n, need in zip(delta, data["ci_low"].astype(float), data["ci_high"].astype(float),
+                                                     data["verdict"], data["n_paired"],
+                                                     data["seeds_for_80pct_power"].astype(float), strict=True)]
     fig = Figure()
     for verdict, c in VERDICT_COLORS.items():
         group = data[data["verdict"] == verdict]
@@ -635,10 +645,11 @@ def rank_fidelity_figure(trials: pd.DataFrame, curves: pd.DataFrame,
     return fig
 
 
-def applicable_figures(trials: pd.DataFrame, curves: pd.DataFrame,
-                       layers: pd.DataFrame | None = None) -> list[tuple[str, Figure]]:
+def applicable_figures(trials: pd.DataFrame, curves: pd.DataFrame, layers: pd.DataFrame | None = None,
+                       compared: dict | None = None) -> list[tuple[str, Figure]]:
     """(id, figure) for every figure whose columns and families the data has (`layers`:
-    `shapesweep.results.store.load_layers`, for seed 002's representation figure)."""
+    `shapesweep.results.store.load_layers`, for seed 002's representation figure;
+    `compared`: `comparisons.compare_sweeps`, made once for the report's tables too)."""
     is_lm = trials["family"].isin(language_models())
     lm, vision = trials[is_lm], with_input_projection(trials[~is_lm])
     vision_metric = metric_for(vision) if len(vision) else "psnr"
@@ -650,7 +661,7 @@ def applicable_figures(trials: pd.DataFrame, curves: pd.DataFrame,
         ("searched-lm", lambda: searched_figure(lm, points=lm_points())),
         ("ucurve", lambda: ucurve_figure(lm)),
         ("ratio", lambda: ratio_figure(lm)),
-        ("vs-baseline-lm", lambda: baseline_figure(lm, "val_loss")),
+        ("vs-baseline-lm", lambda: baseline_figure(lm, "val_loss", compared)),
         ("rank-fidelity-lm", lambda: rank_fidelity_figure(lm, curves, "val_loss")),
         ("scaling", lambda: scaling_figure(lm, lm_points())),
         *pareto[1:],
@@ -661,7 +672,7 @@ def applicable_figures(trials: pd.DataFrame, curves: pd.DataFrame,
     ]
     builders += [(f"pareto-vision-{x}", lambda x=x: pareto_figure(vision, x, vision_metric, vision_points()))
                  for x in ("params_incl_frozen", "training_flops", "wall_time_s")]
-    builders += [("vs-baseline-vision", lambda: baseline_figure(vision, vision_metric)),
+    builders += [("vs-baseline-vision", lambda: baseline_figure(vision, vision_metric, compared)),
                  ("rank-fidelity-vision", lambda: rank_fidelity_figure(vision, curves, vision_metric)),
                  ("curves-vision", lambda: learning_curves_figure(vision, curves))]
     figures = []

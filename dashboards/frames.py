@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 from shapesweep.results.stats import (
     HIGHER_IS_BETTER,
+    ROLE_COLUMN,
     canonical_tuned,
     canonical_tuned_column,
     tuned_stats,
@@ -30,7 +31,8 @@ from shapesweep.families.base import value as _val
 METRIC_LABELS = {"val_loss": "validation loss", "best_val_loss": "best validation loss",
                  "val_ppl": "validation perplexity", "psnr": "PSNR (dB)", "ssim": "SSIM"}
 LOWER_IS_BETTER = {metric: metric not in HIGHER_IS_BETTER for metric in METRIC_LABELS}
-VERDICT_COLORS = {"better": "#2a9d3a", "worse": "#d62728", "within noise": "#8c8c8c"}
+NO_INTERVAL = "n<2: no verdict"  # a difference over one paired seed: a point, no interval
+VERDICT_COLORS = {"better": "#2a9d3a", "worse": "#d62728", "within noise": "#8c8c8c", NO_INTERVAL: "#c7b9a0"}
 OTHER_TUNED_COLOR = "#b8bcc4"  # a candidate's tuned values that were not its best
 BASELINE = "conventional"  # the family the others are compared to
 PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
@@ -346,16 +348,20 @@ def trial_reason(row: dict) -> str | None:
 
 def tuned_means(frame: pd.DataFrame, metric: str, extra: tuple[str, ...] = ()) -> pd.DataFrame:
     """Completed trials averaged over seeds per (sweep, key, tuned value): `mean`, `std`
-    (ddof=1; 0 for one seed, so error bars stay drawable), `n`, `chosen` (the key's best
-    tuned value, `shapesweep.results.stats.tuned_stats`), and the best seed's row (its row id)."""
+    (ddof=1; 0 for one seed, so error bars stay drawable), `n`, `chosen` (the key's result,
+    `shapesweep.results.stats.tuned_stats`), and the best seed's row (its row id). A tuned
+    value a seed of which ASHA stopped has no mean (the survivors' would flatter it): left out."""
     best_first = frame.sort_values(metric, ascending=LOWER_IS_BETTER[metric])
     out = tuned_stats(best_first, metric)
+    out = out[~out["stopped"].astype(bool)].reset_index(drop=True)
     out["std"] = out["std"].fillna(0.0)
     if extra and len(out):
         done = best_first[(best_first["status"] == "completed") & best_first[metric].notna()]
-        means = done.assign(tuned=canonical_tuned_column(done["tuned_json"])).groupby(
-            ["sweep", "key", "tuned"])[list(extra)].mean()
-        out[list(extra)] = means.reindex(pd.MultiIndex.from_frame(out[["sweep", "key", "tuned"]])).to_numpy()
+        role = np.where(done[ROLE_COLUMN].fillna(False).astype(bool), "choice", "measure") \
+            if ROLE_COLUMN in done else "measure"
+        keys = ["sweep", "key", "tuned", "role"]
+        means = done.assign(tuned=canonical_tuned_column(done["tuned_json"]), role=role).groupby(keys)[list(extra)].mean()
+        out[list(extra)] = means.reindex(pd.MultiIndex.from_frame(out[keys])).to_numpy()
     return out
 
 

@@ -31,6 +31,7 @@ tr.selected { background: #ffeeba !important; }
 .muted { color: #778; font-size: 12px; margin: 6px 8px; }
 button, a.button { background: #1f6feb; color: #fff; border: 0; border-radius: 5px; padding: 6px 12px; font-size: 13px; cursor: pointer; text-decoration: none; display: inline-block; }
 #live { font-size: 12px; margin-left: 10px; opacity: .8; }
+.warning { color: #8a4b00; font-size: 12px; margin: 4px 8px; }
 """
 
 SCRIPT = r"""
@@ -123,6 +124,7 @@ function applyFilters() {
     const orig = S.originals[f.id];
     Plotly.react($("fig-" + f.id), orig.data.map(filterTrace), orig.layout);
   }
+  drawComparisons();
   drawTable();
 }
 function checkboxGroup(name, label, values, labels) {
@@ -152,6 +154,30 @@ function drawHeader() {
     checkboxGroup("sweep", "Sweep", d.sweeps.map((s) => s.name)),
     checkboxGroup("family", "Family", d.families),
     checkboxGroup("budget", "Budget (non-embedding params)", d.budgets));
+}
+function drawComparisons() {  // report.build_payload's `comparisons` (dashboards/comparisons.py)
+  const box = $("comparisons");
+  box.replaceChildren();
+  for (const t of S.data.comparisons || []) {
+    if (S.off.sweep.has(t.sweep)) continue;
+    const section = el("section", null, {class: "card comparison", "data-sweep": t.sweep});
+    section.appendChild(el("h2", "Candidates of " + t.sweep + (t.metric ? " by mean " + t.metric + " over seeds" : "")));
+    if (t.problem) { section.appendChild(el("div", t.problem, {class: "warning"})); box.appendChild(section); continue; }
+    section.appendChild(el("div", t.seeds, {class: "muted"}));
+    for (const w of t.warnings) section.appendChild(el("div", "warning: " + w, {class: "warning"}));
+    const table = el("table"), head = el("tr"), body = el("tbody");
+    for (const h of t.columns) head.appendChild(el("th", h));
+    table.appendChild(el("thead")).appendChild(head);
+    table.appendChild(body);
+    for (const row of t.rows) {
+      const tr = el("tr");
+      for (const cell of row) tr.appendChild(el("td", cell));
+      body.appendChild(tr);
+    }
+    section.appendChild(table);
+    if (t.more) section.appendChild(el("div", "… and " + t.more + " more (shapesweep status " + t.sweep + " lists them all)", {class: "muted"}));
+    box.appendChild(section);
+  }
 }
 function drawTable() {
   const d = S.data, r = d.rows, box = $("top-tables");
@@ -244,6 +270,7 @@ function render(data) {
   S.data = data;
   drawHeader();
   drawFigures();
+  drawComparisons();
   drawTable();
   if (S.selected !== null && S.selected < data.rows.sweep.length) select(S.selected);
   document.body.dataset.version = data.version || "";
@@ -283,6 +310,7 @@ TEMPLATE = """<!DOCTYPE html>
 <main>
   <div>
     <div id="figures"></div>
+    <div id="comparisons"></div>
     <div id="top-tables"></div>
     <section class="card" id="failed-section" style="margin-top:16px">
       <h2>Trials that did not complete: running, stopped, failed</h2>

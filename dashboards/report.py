@@ -26,6 +26,7 @@ def load_frames(root: str, sweeps: list[str] | None, cache=None) -> tuple[pd.Dat
     `running`, their live curves: `shapesweep.results.live`); an unknown sweep is a UserError.
     `cache`: a shapesweep.results.store.FragmentCache (the live server's), to read only new fragments."""
     from shapesweep.results.live import live_sweeps, load_live, with_running
+    from shapesweep.results.roles import with_seed_roles
     from shapesweep.results.store import list_sweeps, load_curves, load_trials, validate_sweep_name
 
     stored = list_sweeps(root)
@@ -38,7 +39,8 @@ def load_frames(root: str, sweeps: list[str] | None, cache=None) -> tuple[pd.Dat
     landed = [s for s in sweeps if s in stored] if sweeps is not None else None
     trials = load_trials(root, landed, cache=cache)
     curves = load_curves(root, landed, cache=cache)
-    return with_running(trials, curves, *load_live(root, sweeps if sweeps is not None else known))
+    trials, curves = with_running(trials, curves, *load_live(root, sweeps if sweeps is not None else known))
+    return with_seed_roles(trials, root), curves  # a choice seed's trials enter no mean
 
 
 def budget_labels(trials: pd.DataFrame, max_groups: int = 8) -> pd.Series:
@@ -91,6 +93,7 @@ def build_payload(root: str, sweeps: list[str] | None = None, title: str | None 
                   version: str = "", cache=None, frames: tuple[pd.DataFrame, pd.DataFrame] | None = None) -> str:
     """The JSON the page renders: sweeps, filter values, per-trial rows, figures. `frames`:
     the (trials, curves) `load_frames` gave, where the caller needs them too (the live server)."""
+    from shapesweep.dashboards.comparisons import compare_sweeps, comparison_tables
     from shapesweep.dashboards.figures import applicable_figures, metric_for
     from shapesweep.dashboards.frames import (
         LOWER_IS_BETTER,
@@ -143,7 +146,9 @@ def build_payload(root: str, sweeps: list[str] | None = None, title: str | None 
     for name in CODED:
         rows[name] = _coded(rows[name])
     curves = python_strings(curves)
-    figures = applicable_figures(trials, curves, load_layers(root, sweeps, cache=cache)) if len(trials) else []
+    compared = compare_sweeps(trials) if len(trials) else {}  # the tables' and the vs-baseline figure's
+    head["comparisons"] = comparison_tables(trials, root, compared)
+    figures = applicable_figures(trials, curves, load_layers(root, sweeps, cache=cache), compared) if len(trials) else []
     figures += analysis_views(trials) if len(trials) else []
     hover = trials["hover"].to_numpy()
     parts = [{"id": fid, "figure": _lean(fig, hover)} for fid, fig in figures]

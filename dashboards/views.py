@@ -209,7 +209,7 @@ def sweep_views(index: int, trials: pd.DataFrame) -> list[tuple[str, Figure]]:
               "slices": f"Slices: {METRIC_LABELS[metric]} vs each shape field · {where}"}
     few = None
     if len(means) < MIN_CANDIDATES:
-        few = f"{len(means)} completed candidates: the views need at least {MIN_CANDIDATES}"
+        few = f"{len(means)} candidates with a result: the views need at least {MIN_CANDIDATES}"
     elif not fields:
         few = "no shape field varies between the candidates"
     if few:

@@ -3,17 +3,32 @@
 Seeds of one model differ by more than most effects the seed papers report, so a verdict
 from one run is noise. Here:
 
+- Seed roles: a space may name `tune.choice_seeds`, the seeds that *choose* each
+  candidate's tuned value, apart from the seeds that *measure* it. A trial of a choice seed
+  carries `chooses` True (`shapesweep.results.roles.with_seed_roles`); its loss picks the
+  value and never enters a mean, interval or verdict. Without choice seeds every trial
+  measures, and the value is chosen on the seeds that then measure it (selection bias:
+  the best of several noisy means is optimistic).
+- `choose_tuned`: from choice trials, per candidate the tuned value whose choice trials
+  all completed with the best mean CHOICE_METRIC (the sweep's objective: what the runner
+  chose the measure trials by, whatever metric a reader compares).
 - `tuned_stats`: per (sweep, key, tuned value) the mean, std (ddof=1) and n over seeds of
-  the final metric of completed trials; per key the tuned value with the best mean is
-  `chosen` (the candidate's result), the others are kept with `chosen` False.
-- `compare`: each candidate at its chosen tuned value against the baseline variant at its
-  own: the paired difference over the seeds both ran (same seed = same data order), its
-  mean and 95% t-interval, and a verdict: `better` / `worse` when the interval lies on one
-  side of zero, else `within noise` (also with fewer than 2 paired seeds: no interval).
-- `rank_fidelity`: how well a short trial ranks candidates. At each evaluation point
-  (tokens) that >= 3 candidates share, Kendall's tau between the candidates' mean metric
-  there and their final mean; `stable_fraction` is the budget fraction from which tau
-  stays >= 0.8 to the end.
+  the final metric of completed trials, and `stopped` when a seed of it was stopped early.
+  `chosen` marks the candidate's result: the chosen value's measure seeds, none stopped.
+  Without choice seeds it is the best mean among the values no seed of which was stopped.
+- `candidate_results`: one row per candidate, its result or its `state` saying why it has
+  none (stopped, failed, its value still being chosen, trials not run), the seeds missing.
+- `compare`: each candidate with a result against the baseline variant: the paired
+  difference over the seeds both completed (same seed = same data order), its mean and
+  95% t-interval, and a verdict: `better` / `worse` when the interval lies on one side of
+  zero, else `within noise`, with `seeds_for_80pct_power` (paired seeds an interval that
+  excludes zero needs at the observed effect, 80% power). Fewer than 2 paired seeds, or
+  no result on either side: no verdict, and `no_verdict` says why.
+- `rank_fidelity`: how well a short trial ranks candidates, over the *resolved* pairs
+  (pairs whose final paired interval excludes zero; the others cannot be swapped, since
+  their order is noise). At each evaluation point that >= 3 candidates share, Kendall's tau
+  over those pairs, the pairs, the swapped ones, and the unresolved pairs counted apart;
+  `stable_fraction` is the budget fraction from which tau stays >= 0.8 to the end.
 - `asha_confirmation`: of ASHA's stop decisions, the fraction a full run confirms. A stopped
   trial is *checkable* when its candidate has a completed trial at the same tuned value (any
   seed); the decision is *confirmed* when that completed mean is outside the top
@@ -35,10 +50,15 @@ from shapesweep.common import UserError
 
 HIGHER_IS_BETTER = frozenset({"psnr", "ssim", "accuracy", "tokens_per_s"})  # the rest: losses
 CONFIDENCE = 0.95
+POWER = 0.8  # `seeds_for_80pct_power`'s
+MAX_POWER_SEEDS = 100_000  # above this the effect is as good as zero: None
 FIDELITY_THRESHOLD = 0.8
 MIN_RANKED = 3  # fewer candidates give no meaningful rank correlation
 BUDGET_GAP = 1.15  # iso-budget candidates sit within a few percent: a wider gap is a new budget
 CANDIDATE = ["sweep", "key", "tuned"]
+CHOICE_METRIC = "val_loss"  # what a sweep with choice seeds chooses by (ASHA's and Optuna's too)
+ROLE_COLUMN = "chooses"  # True on a trial of a choice seed (shapesweep.results.roles)
+ENDED = ("completed", "stopped_early", "failed")
 
 
 def canonical_tuned(text: Any) -> str:
@@ -58,34 +78,80 @@ def _sign(metric: str) -> int:
     return -1 if metric in HIGHER_IS_BETTER else 1
 
 
+def _chooses(trials: pd.DataFrame) -> pd.Series:
+    """Whether each trial is of a choice seed (False where the frame has no roles)."""
+    if ROLE_COLUMN not in trials:
+        return pd.Series(False, index=trials.index)
+    return trials[ROLE_COLUMN].fillna(False).astype(bool)
+
+
+def _ok(trials: pd.DataFrame, metric: str) -> pd.Series:
+    return (trials["status"] == "completed") & trials[metric].notna()
+
+
 def _completed(trials: pd.DataFrame, metric: str) -> pd.DataFrame:
-    done = trials[(trials["status"] == "completed") & trials[metric].notna()]
+    """Completed measure trials (a choice seed's never count), with `tuned`."""
+    done = trials[_ok(trials, metric) & ~_chooses(trials)]
     return done.assign(tuned=canonical_tuned_column(done["tuned_json"]))
 
 
+def choose_tuned(choice: pd.DataFrame, metric: str = CHOICE_METRIC) -> pd.Series:
+    """(sweep, key) -> the tuned text chosen from the choice trials `choice`: among the
+    values whose every choice trial completed, the best mean `metric` (ties: the first
+    text). Candidates with no such value are absent. The runner (shapesweep.sweep.choice)
+    decides with this too, once all of a candidate's choice trials have ended."""
+    if choice.empty:
+        return pd.Series(dtype=object)
+    rows = choice.assign(tuned=canonical_tuned_column(choice["tuned_json"]), ok=_ok(choice, metric),
+                         score=_sign(metric) * choice[metric].astype(float))
+    grouped = rows.groupby(CANDIDATE, sort=False)
+    table = pd.DataFrame({"ok": grouped["ok"].all(), "score": grouped["score"].mean()}).reset_index()
+    table = table[table["ok"]].sort_values(["score", "tuned"], kind="stable")
+    return table.groupby(["sweep", "key"], sort=False)["tuned"].first()
+
+
 def tuned_stats(trials: pd.DataFrame, metric: str = "val_loss") -> pd.DataFrame:
-    """One row per (sweep, key, tuned): the first trial's columns plus `mean`, `std`, `n`
-    over seeds and `chosen` (the key's best mean). Only completed trials count."""
-    done = _completed(trials, metric)
-    if done.empty:
-        return done.assign(mean=np.nan, std=np.nan, n=0, chosen=False)  # typed, though empty
-    grouped = done.groupby(CANDIDATE, sort=False)
-    out = _first_rows(done, grouped)
+    """One row per (sweep, key, tuned) with a completed trial: the first trial's columns
+    plus `mean`, `std`, `n` over its seeds, `role` (`measure`; `choice` for a value only
+    choice seeds ran), `stopped` (a seed of it was stopped early: its mean is of the seeds
+    that survived) and `chosen` (the candidate's result; the module docstring says which)."""
+    tuned = canonical_tuned_column(trials["tuned_json"])
+    role = pd.Series(np.where(_chooses(trials), "choice", "measure"), index=trials.index)
+    keys = [*CANDIDATE, "role"]
+    stopped = (trials["status"] == "stopped_early").groupby(
+        [trials["sweep"], trials["key"], tuned, role], sort=False).any().rename_axis(keys)
+    ok = _ok(trials, metric)
+    done = trials[ok].assign(tuned=tuned[ok], role=role[ok])  # one copy of the completed rows
+    if done.empty:  # typed, though empty
+        return done.assign(mean=np.nan, std=np.nan, n=0, stopped=False, chosen=False)
+    grouped = done.groupby(keys, sort=False)
+    out = _first_rows(done, grouped, keys)
     out["mean"] = grouped[metric].mean()
     out["std"] = grouped[metric].std(ddof=1)  # NaN for one seed: no spread to speak of
     out["n"] = grouped[metric].size()
+    out["stopped"] = stopped.reindex(out.index).to_numpy()
     out = out.reset_index()
-    best = (_sign(metric) * out["mean"]).groupby([out["sweep"], out["key"]]).idxmin()
+    # a value the measure seeds ran is described by them; its choice trials only chose it
+    out = out[~(out.duplicated(CANDIDATE, keep=False) & (out["role"] == "choice"))].reset_index(drop=True)
+    eligible = (out["role"] == "measure") & ~out["stopped"]
+    if (role == "choice").any():  # a candidate with choice trials: only the value they chose
+        choice = trials[role == "choice"]
+        owners = pd.MultiIndex.from_frame(out[["sweep", "key"]])
+        choosing = owners.isin(pd.MultiIndex.from_frame(choice[["sweep", "key"]]))
+        wanted = choose_tuned(choice).reindex(owners).to_numpy()
+        eligible &= np.where(choosing, out["tuned"] == wanted, True)
+    score = _sign(metric) * out.loc[eligible, "mean"]
+    best = score.groupby([out.loc[eligible, "sweep"], out.loc[eligible, "key"]]).idxmin()
     out["chosen"] = out.index.isin(best.to_numpy())
     return out
 
 
-def _first_rows(done: pd.DataFrame, grouped) -> pd.DataFrame:
+def _first_rows(done: pd.DataFrame, grouped, keys: list[str]) -> pd.DataFrame:
     """`grouped.first()` from one take of each group's first row: a per-column first over
     some 70 columns costs a tenth of a second per call at 50,000 trials. Only a column where
     a first row lacks its value takes the first value its group has, as `first` does."""
     numbers, first = np.unique(grouped.ngroup().to_numpy(), return_index=True)
-    out = done.iloc[first[numbers >= 0]].drop(columns=CANDIDATE)  # -1: a key with NaN, dropped
+    out = done.iloc[first[numbers >= 0]].drop(columns=keys)  # -1: a key with NaN, dropped
     out.index = grouped.size().index
     gaps = [c for c in out.columns if out[c].isna().any()]
     if gaps:
@@ -94,26 +160,184 @@ def _first_rows(done: pd.DataFrame, grouped) -> pd.DataFrame:
 
 
 def _seed_values(trials: pd.DataFrame, metric: str) -> pd.Series:
-    """Final metric per (sweep, key, tuned, seed) of completed trials."""
+    """Final metric per (sweep, key, tuned, seed) of completed measure trials."""
     return _completed(trials, metric).groupby([*CANDIDATE, "seed"])[metric].mean()
+
+
+RESULT_COLUMNS = ("state", "seeds", "missing_seeds", "failed_seeds", "stopped_tokens", "error",
+                  "choice_mean", "tuned_edge")
+
+
+def candidate_results(trials: pd.DataFrame, metric: str = "val_loss") -> pd.DataFrame:
+    """One row per candidate (sweep, key): its chosen `tuned_stats` row where it has a result
+    (`state` measured), else its first trial's columns, no mean (`n` 0) and the `state` that
+    says why: `stopped` (ASHA stopped a seed; `stopped_tokens`, the furthest), `failed`
+    (`error`, a failed trial's last line), `choosing` (its choice trials have not all
+    ended) or `pending` (its trials have not run). Also `tuned` (the chosen value's text,
+    None where none is), `seeds` (completed measure seeds), `missing_seeds` (the sweep's
+    measure seeds without one), `failed_seeds`, `choice_mean` (the chosen value's mean over
+    the choice seeds) and `tuned_edge` (tune keys whose chosen value is the lowest or
+    highest of the sweep's grid: the optimum may lie beyond it)."""
+    stats = tuned_stats(trials, metric)
+    chosen = stats[stats["chosen"]].set_index(["sweep", "key"])
+    if trials.empty:
+        return stats.assign(**{c: None for c in RESULT_COLUMNS})
+    owners = pd.MultiIndex.from_frame(trials[["sweep", "key"]])
+    rest = trials[~owners.isin(chosen.index)]  # candidates without a result: their first rows
+    parts = [chosen.drop(columns="tuned")]
+    if len(rest):
+        first = _first_rows(rest, rest.groupby(["sweep", "key"], sort=False), ["sweep", "key"])
+        parts.append(first.assign(mean=np.nan, std=np.nan, n=0, stopped=False, chosen=False, role=None))
+    out = pd.concat([part for part in parts if len(part)])
+    picked = choose_tuned(trials[_chooses(trials)])
+    info = _result_info(trials, dict(zip(chosen.index, chosen["tuned"], strict=True)),
+                        dict(zip(picked.index, picked, strict=True)), metric)
+    for column in (*RESULT_COLUMNS, "tuned"):
+        out[column] = [info[owner][column] for owner in out.index]
+    out["n"] = out["n"].astype(int)
+    return out.reset_index()
+
+
+def _result_info(trials: pd.DataFrame, measured: dict[tuple, str], picked: dict[tuple, str],
+                 metric: str) -> dict[tuple, dict]:
+    """`candidate_results`' per-candidate columns, from each candidate's trials (a few
+    columns of every trial, as plain lists: pandas per row costs seconds at 10,000s)."""
+    columns = {"sweep": trials["sweep"], "key": trials["key"], "seed": trials["seed"],
+               "tuned": canonical_tuned_column(trials["tuned_json"]), "status": trials["status"],
+               "tokens": trials["tokens"] if "tokens" in trials else pd.Series(None, index=trials.index),
+               "error": trials["error"] if "error" in trials else pd.Series(None, index=trials.index),
+               "_choice": _chooses(trials), "_ok": _ok(trials, metric), "value": trials[metric]}
+    rows = [dict(zip(columns, row, strict=True)) for row in zip(*(c.tolist() for c in columns.values()),
+                                                                 strict=True)]
+    by_key: dict[tuple, list[dict]] = {}
+    expected: dict[str, set] = {}  # the sweep's measure seeds
+    choice_grid: dict[str, set] = {}  # the sweep's (tuned, choice seed) pairs
+    for row in rows:
+        by_key.setdefault((row["sweep"], row["key"]), []).append(row)
+        if row["_choice"]:
+            choice_grid.setdefault(row["sweep"], set()).add((row["tuned"], row["seed"]))
+        else:
+            expected.setdefault(row["sweep"], set()).add(row["seed"])
+    grids = _tune_grids(trials)
+    info = {}
+    for owner, own in by_key.items():
+        sweep = owner[0]
+        choice = [r for r in own if r["_choice"]]
+        tuned = measured.get(owner, picked.get(owner) if choice else None)
+        at = [r for r in own if not r["_choice"] and (tuned is None or r["tuned"] == tuned)]
+        seeds = sorted({int(r["seed"]) for r in at if r["_ok"]})
+        failed = sorted({int(r["seed"]) for r in at if r["status"] == "failed"} - set(seeds))
+        if owner in measured:
+            state, looked = "measured", at
+        elif choice and choice_grid[sweep] - {(r["tuned"], r["seed"]) for r in choice if r["status"] in ENDED}:
+            state, looked, tuned = "choosing", choice, None  # a value ahead now may not be chosen
+        else:
+            looked = at if tuned is not None else own  # no value chosen: why, from every trial
+            statuses = {r["status"] for r in looked}
+            state = ("stopped" if "stopped_early" in statuses else
+                     "failed" if "failed" in statuses and not seeds else "pending")
+        stopped = [r["tokens"] for r in looked if r["status"] == "stopped_early"]
+        errors = [r["error"] for r in looked if r["status"] == "failed" and isinstance(r["error"], str)
+                  and r["error"].strip()]
+        chose = [r["value"] for r in choice if r["tuned"] == tuned and r["_ok"]]
+        info[owner] = {
+            "state": state, "tuned": tuned, "seeds": seeds, "failed_seeds": failed,
+            "missing_seeds": sorted(int(s) for s in expected.get(sweep, set()) - set(seeds)),
+            "stopped_tokens": max((t for t in stopped if t is not None and t == t), default=None),
+            "error": errors[-1].strip().splitlines()[-1] if errors else None,
+            "choice_mean": float(np.mean(chose)) if chose else None,
+            "tuned_edge": _edge(tuned, grids.get(sweep, {})),
+        }
+    return info
+
+
+def _tune_grids(trials: pd.DataFrame) -> dict[str, dict[str, tuple[float, float]]]:
+    """Per sweep, each numeric tuned key's lowest and highest value (keys with two or more)."""
+    grids: dict[str, dict[str, set]] = {}
+    for sweep, text in trials[["sweep", "tuned_json"]].drop_duplicates().itertuples(index=False):
+        text = canonical_tuned(text)
+        for name, value in json.loads(text).items():
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                grids.setdefault(sweep, {}).setdefault(name, set()).add(value)
+    return {sweep: {name: (min(values), max(values)) for name, values in keys.items() if len(values) > 1}
+            for sweep, keys in grids.items()}
+
+
+def _edge(tuned: str | None, grid: dict[str, tuple[float, float]]) -> list[str]:
+    """The tuned keys whose value in `tuned` is its grid's lowest or highest."""
+    if tuned is None:
+        return []
+    return [name for name, value in json.loads(tuned).items() if name in grid and value in grid[name]]
+
+
+def paired_rows(diff: np.ndarray, confidence: float = CONFIDENCE) -> tuple[np.ndarray, ...]:
+    """For each row of paired differences (last axis: seeds, NaN where a side has no
+    completed trial): n, mean, sd (ddof=1) and the Student-t interval's ends (NaN with
+    fewer than 2 pairs). The one formula of every paired comparison here."""
+    valid = ~np.isnan(diff)
+    n = valid.sum(axis=-1)
+    with np.errstate(all="ignore"):
+        mean = np.where(valid, diff, 0.0).sum(axis=-1) / n
+        sd = np.sqrt(np.where(valid, (diff - mean[..., None]) ** 2, 0.0).sum(axis=-1) / (n - 1))
+        critical = sps.t.ppf((1 + confidence) / 2, np.arange(n.max(initial=0) + 1) - 1)  # per n, once
+        half = critical[n] * sd / np.sqrt(n)
+    return n, mean, sd, mean - half, mean + half
+
+
+def _verdicts(n: np.ndarray, low: np.ndarray, high: np.ndarray, metric: str) -> list[str | None]:
+    """better / worse when the interval is on one side of zero, else within noise; None
+    with fewer than 2 pairs (no interval)."""
+    improves, hurts = (high < 0, low > 0) if _sign(metric) > 0 else (low > 0, high < 0)
+    return [None if k < 2 else "better" if up else "worse" if down else "within noise"
+            for k, up, down in zip(n.tolist(), improves.tolist(), hurts.tolist(), strict=True)]
 
 
 def paired_difference(candidate: pd.Series, baseline: pd.Series, metric: str = "val_loss",
                       confidence: float = CONFIDENCE) -> dict[str, Any]:
-    """candidate - baseline over the seeds both have (Series indexed by seed): mean, t-interval,
-    verdict. Fewer than 2 pairs: no interval, `within noise`."""
-    diff = (candidate - baseline).dropna()
-    n = len(diff)
-    out = {"delta": float(diff.mean()) if n else None, "ci_low": None, "ci_high": None,
-           "n_paired": n, "verdict": "within noise"}
-    if n < 2:
-        return out
-    half = sps.t.ppf((1 + confidence) / 2, n - 1) * diff.std(ddof=1) / math.sqrt(n)
-    low, high = out["delta"] - half, out["delta"] + half
-    out.update(ci_low=float(low), ci_high=float(high))
-    improves, hurts = (high < 0, low > 0) if _sign(metric) > 0 else (low > 0, high < 0)
-    out["verdict"] = "better" if improves else "worse" if hurts else "within noise"
-    return out
+    """candidate - baseline over the seeds both have (Series indexed by seed): mean, the sd of
+    the differences, t-interval, verdict. Fewer than 2 pairs: no interval, no verdict."""
+    diff = (candidate - baseline).dropna().to_numpy(float)
+    n, mean, sd, low, high = (float(x[0]) for x in paired_rows(diff[None, :], confidence))
+    n = int(n)
+    two = n >= 2
+    return {"delta": mean if n else None, "sd": sd if two else None, "ci_low": low if two else None,
+            "ci_high": high if two else None, "n_paired": n,
+            "verdict": _verdicts(np.array([n]), np.array([low]), np.array([high]), metric)[0]}
+
+
+def seeds_for_power(delta: Any, sd: Any, power: float = POWER,
+                    confidence: float = CONFIDENCE) -> np.ndarray:
+    """Paired seeds a two-sided paired t-test at `confidence` needs to exclude zero with
+    probability `power` when the true mean difference is `delta` and the differences spread
+    by `sd` (arrays): the smallest n >= 2 with P(|T| > t_crit(n-1)) >= power, T noncentral t
+    with n-1 degrees of freedom and noncentrality delta/sd*sqrt(n) (scipy.stats.nct, no
+    normal approximation). NaN where no n up to MAX_POWER_SEEDS does (delta 0, or tiny)."""
+    effect = np.abs(np.asarray(delta, float)) / np.asarray(sd, float)
+    effect = np.where(np.isfinite(effect), effect, np.nan)
+
+    def enough(n: np.ndarray) -> np.ndarray:
+        crit = sps.t.ppf((1 + confidence) / 2, n - 1)
+        noncentral = effect * np.sqrt(n)
+        with np.errstate(all="ignore"):
+            return (sps.nct.sf(crit, n - 1, noncentral) + sps.nct.cdf(-crit, n - 1, noncentral)) >= power
+
+    low = np.ones(effect.shape)  # fails (n = 1 has no test)
+    high = np.full(effect.shape, 2.0)
+    while True:  # double until enough, or past the cap
+        short = ~enough(high) & (high <= MAX_POWER_SEEDS) & ~np.isnan(effect)
+        if not short.any():
+            break
+        low, high = np.where(short, high, low), np.where(short, 2 * high, high)
+    found = enough(high) & (high <= 2 * MAX_POWER_SEEDS)
+    while True:  # the smallest n in (low, high]
+        middle = np.floor((low + high) / 2)
+        open_ = found & (high - low > 1)
+        if not open_.any():
+            break
+        ok = enough(middle)
+        high = np.where(open_ & ok, middle, high)
+        low = np.where(open_ & ~ok, middle, low)
+    return np.where(found & (high <= MAX_POWER_SEEDS), high, np.nan)
 
 
 def budget_clusters(frame: pd.DataFrame) -> pd.Series:
@@ -144,52 +368,137 @@ def _baseline_of(chosen: pd.DataFrame, baseline: str) -> pd.Series:
     return group.map(base_of_group)
 
 
+VERDICT_COLUMNS = ("delta_vs_baseline", "ci_low", "ci_high", "n_paired", "verdict", "baseline_key",
+                   "seeds_for_80pct_power", "no_verdict")
+
+
 def compare(trials: pd.DataFrame, metric: str = "val_loss",
             baseline: str | None = "baseline") -> pd.DataFrame:
-    """The chosen row of every candidate, ordered best first, with `delta_vs_baseline`,
-    `ci_low`, `ci_high`, `n_paired`, `verdict` and `baseline_key` (all None without a
-    candidate of variant `baseline` in its sweep)."""
-    stats = tuned_stats(trials, metric)
-    chosen = stats[stats["chosen"]].copy()
-    columns = ("delta_vs_baseline", "ci_low", "ci_high", "n_paired", "verdict", "baseline_key")
-    for column in columns:
-        chosen[column] = None
-    values = _seed_values(trials, metric)
-    for _, sweep in chosen.groupby("sweep"):
+    """Every candidate (`candidate_results`), those with a result first, best first, with
+    `delta_vs_baseline`, `ci_low`, `ci_high`, `n_paired`, `verdict`, `baseline_key`,
+    `seeds_for_80pct_power` (within noise only) and `no_verdict`: None with a verdict, else
+    why not: the candidate's `state` (stopped, failed, choosing, pending), `n<2` (paired
+    seeds), `no baseline` (none of variant `baseline` in its budget) or `baseline` (its
+    baseline, `baseline_key`, has no result)."""
+    results = candidate_results(trials, metric)
+    for column in VERDICT_COLUMNS:
+        results[column] = None
+    measured = results["state"] == "measured"
+    results.loc[~measured, "no_verdict"] = results.loc[~measured, "state"]
+    pairs: list[tuple[int, int]] = []  # (candidate row, its baseline's row), both with results
+    for _, sweep in results.groupby("sweep"):
+        own = sweep.index[measured[sweep.index]]
         if baseline is None or not (sweep["variant"] == baseline).any():
+            results.loc[own, "no_verdict"] = "no baseline"
             continue
-        base_index = _baseline_of(sweep, baseline)
-        for index, base in base_index.dropna().items():
-            base = chosen.loc[base]
-            result = paired_difference(values[tuple(chosen.loc[index, CANDIDATE])],
-                                       values[tuple(base[CANDIDATE])], metric)
-            chosen.loc[index, list(columns)] = [result["delta"], result["ci_low"], result["ci_high"],
-                                                result["n_paired"], result["verdict"], base["key"]]
-    return chosen.sort_values("mean", ascending=_sign(metric) > 0).reset_index(drop=True)
+        base_of = _baseline_of(sweep, baseline)
+        for index in own:
+            base = base_of.get(index)
+            if base is None or base != base:
+                results.at[index, "no_verdict"] = "no baseline"
+            elif not measured[int(base)]:
+                results.loc[index, ["baseline_key", "no_verdict"]] = [results.at[int(base), "key"], "baseline"]
+            else:
+                pairs.append((index, int(base)))
+    if pairs:
+        _fill_verdicts(results, pairs, trials, metric)
+    order = np.argsort(_sign(metric) * results["mean"].to_numpy(float), kind="stable")  # NaN last
+    return results.iloc[order].reset_index(drop=True)
 
 
-def rank_fidelity(trials: pd.DataFrame, curves: pd.DataFrame,
-                  metric: str = "val_loss") -> pd.DataFrame:
-    """Per sweep and evaluation point shared by >= MIN_RANKED candidates: `tokens`,
-    `budget_fraction` (of the longest curve), `n_candidates` and `kendall_tau` between the
-    candidates' mean metric there and their final mean (completed trials, chosen tuned value)."""
-    columns = ["sweep", "tokens", "budget_fraction", "n_candidates", "kendall_tau"]
-    if metric not in curves:  # e.g. val_ppl: final only, no curve to rank by
+def _fill_verdicts(results: pd.DataFrame, pairs: list[tuple[int, int]], trials: pd.DataFrame,
+                   metric: str) -> None:
+    """`compare`'s columns for each (candidate row, baseline row) of `results`, at once."""
+    seeds = _seed_values(trials, metric).unstack("seed")  # (sweep, key, tuned) x seed
+    where = pd.MultiIndex.from_frame(results[CANDIDATE])
+    rows, bases = (np.array(side) for side in zip(*pairs, strict=True))
+    matrix = seeds.to_numpy(float)
+    diff = matrix[seeds.index.get_indexer(where[rows])] - matrix[seeds.index.get_indexer(where[bases])]
+    n, mean, sd, low, high = paired_rows(diff)
+    verdicts = _verdicts(n, low, high, metric)
+    open_ = np.array([v == "within noise" for v in verdicts]) & (rows != bases)
+    needed = np.full(len(rows), np.nan)
+    if open_.any():
+        needed[open_] = seeds_for_power(mean[open_], sd[open_])
+    two = n >= 2
+    columns = {"delta_vs_baseline": np.where(n > 0, mean, np.nan), "ci_low": np.where(two, low, np.nan),
+               "ci_high": np.where(two, high, np.nan), "n_paired": n, "verdict": verdicts,
+               "baseline_key": results["key"].to_numpy()[bases], "seeds_for_80pct_power": needed,
+               "no_verdict": [None if v else "n<2" for v in verdicts]}
+    for column, values in columns.items():
+        values = [v if not isinstance(v, float) or v == v else None for v in np.asarray(values, object).tolist()]
+        if column in ("n_paired", "seeds_for_80pct_power"):
+            values = [None if v is None else int(v) for v in values]
+        results.loc[rows, column] = pd.Series(values, index=rows, dtype=object)
+
+
+def rank_fidelity(trials: pd.DataFrame, curves: pd.DataFrame, metric: str = "val_loss",
+                  curve_metric: str | None = None) -> pd.DataFrame:
+    """Per sweep and evaluation point shared by >= MIN_RANKED candidates with a result:
+    `tokens`, `budget_fraction` (of the longest curve), `n_candidates`, `kendall_tau` over
+    the resolved pairs there (NaN with none), `resolved_pairs`, `swapped_resolved_pairs`
+    and `unresolved_pairs`. A pair is resolved when the paired 95% interval of its final
+    `metric` difference excludes zero. At a point a resolved pair is concordant when its two
+    candidates' seed means of `curve_metric` (default `metric`; e.g. a cooled loss) are in
+    their final order, swapped when in the other (a tie there is neither):
+    tau = (concordant - swapped) / resolved pairs. Unresolved pairs are never swaps."""
+    column = curve_metric or metric
+    columns = ["sweep", "tokens", "budget_fraction", "n_candidates", "kendall_tau", "resolved_pairs",
+               "swapped_resolved_pairs", "unresolved_pairs"]
+    if column not in curves:  # e.g. val_ppl: final only, no curve to rank by
         return pd.DataFrame(columns=columns)
     stats = tuned_stats(trials, metric)
-    chosen = stats.loc[stats["chosen"], CANDIDATE + ["mean"]]
-    done = _completed(trials, metric).merge(chosen, on=CANDIDATE)[["sweep", "trial_id", "key", "mean"]]
-    points = curves[curves[metric].notna()].merge(done, on=["sweep", "trial_id"])
+    chosen = stats.loc[stats["chosen"], CANDIDATE]
+    done = _completed(trials, metric).merge(chosen, on=CANDIDATE)
+    points = curves[curves[column].notna()].merge(done[["sweep", "trial_id", "key"]], on=["sweep", "trial_id"])
     if points.empty:
         return pd.DataFrame(columns=columns)
-    at = points.groupby(["sweep", "tokens", "key"]).agg(value=(metric, "mean"), final=("mean", "first"))
-    longest = points.groupby("sweep")["tokens"].max()
+    finals = done.pivot_table(index=["sweep", "key"], columns="seed", values=metric, aggfunc="mean")
+    at = points.pivot_table(index=["sweep", "tokens"], columns="key", values=column, aggfunc="mean")
     rows = []
-    for (sweep, tokens), group in at.groupby(level=["sweep", "tokens"]):
-        if len(group) >= MIN_RANKED:
-            tau = sps.kendalltau(group["value"], group["final"]).statistic
-            rows.append((sweep, int(tokens), tokens / longest[sweep], len(group), float(tau)))
+    for sweep, at_points in at.groupby(level="sweep"):
+        keys = at_points.columns[at_points.notna().any()]
+        seeds = finals.loc[sweep].reindex(keys).to_numpy(float)
+        first, second, order = _resolved_pairs(seeds)
+        longest = at_points.index.get_level_values("tokens").max()
+        for (_, tokens), values in at_points[keys].iterrows():
+            value = values.to_numpy(float)
+            present = ~np.isnan(value)
+            if present.sum() < MIN_RANKED:
+                continue
+            both = present[first] & present[second]
+            agree = np.sign(value[first[both]] - value[second[both]]) * order[both]
+            resolved, swapped = int(both.sum()), int((agree < 0).sum())
+            unresolved = int(present.sum() * (present.sum() - 1) // 2) - resolved
+            tau = float((agree > 0).sum() - swapped) / resolved if resolved else np.nan
+            rows.append((sweep, int(tokens), tokens / longest, int(present.sum()), tau, resolved,
+                         swapped, unresolved))
     return pd.DataFrame(rows, columns=columns)
+
+
+PAIR_BLOCK = 4_000_000  # differences computed at once (memory: 8 bytes each)
+
+
+def _resolved_pairs(seeds: np.ndarray, confidence: float = CONFIDENCE):
+    """The pairs (i < j) of rows of `seeds` (candidates x seeds, NaN where not completed)
+    whose paired difference has a `confidence` t-interval that excludes zero: index arrays
+    and the sign of their mean difference (row i minus row j). Computed a block of rows at
+    a time: a sweep of K candidates has K(K-1)/2 pairs."""
+    count = len(seeds)
+    block = max(1, PAIR_BLOCK // max(1, count * seeds.shape[1]))
+    firsts, seconds, signs = [], [], []
+    for start in range(0, count, block):
+        rows = np.arange(start, min(start + block, count))
+        later = seeds[start + 1:]  # each pair once: row i against the rows after it
+        n, mean, _, low, high = paired_rows(seeds[rows, None, :] - later[None, :, :], confidence)
+        resolved = (n >= 2) & ((low > 0) | (high < 0)) & (np.arange(start + 1, count)[None, :] > rows[:, None])
+        i, j = np.nonzero(resolved)
+        firsts.append(rows[i])
+        seconds.append(j + start + 1)
+        signs.append(np.sign(mean[i, j]))
+    if not firsts:
+        return np.array([], int), np.array([], int), np.array([], float)
+    return np.concatenate(firsts), np.concatenate(seconds), np.concatenate(signs)
 
 
 def stable_fraction(fidelity: pd.DataFrame, threshold: float = FIDELITY_THRESHOLD) -> float | None:

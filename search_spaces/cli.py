@@ -161,10 +161,12 @@ def plan(args: argparse.Namespace) -> int:
 
 
 def _trials_line(space, n_candidates: int) -> str:
-    """How many trials a sweep of the space runs: candidates x tuned combinations x seeds."""
-    tuned, seeds = space.tuned_count, len(space.seeds)
-    return (f"{n_candidates} candidates x {tuned} tuned settings x {seeds} seeds = "
-            f"{n_candidates * tuned * seeds} trials")
+    """How many trials a sweep of the space runs: candidates x tuned combinations x seeds
+    (with choice seeds: the combinations on those, then the chosen one on the seeds)."""
+    tuned, seeds, choice = space.tuned_count, len(space.seeds), len(space.choice_seeds)
+    per = (f"({tuned} tuned settings x {choice} choice seeds + {seeds} measure seeds)" if choice
+           else f"{tuned} tuned settings x {seeds} seeds")
+    return f"{n_candidates} candidates x {per} = {n_candidates * space.trials_per_candidate()} trials"
 
 
 def _write_candidates(out: str, space, candidates) -> None:

@@ -273,6 +273,13 @@ class SearchSpace(_Strict):
     _source_text: str = PrivateAttr(default="")
     _source_file: str = PrivateAttr(default="")
     _resolved: tuple | None = PrivateAttr(default=None)  # ids of RESOLVED_FROM + _resolved_once()
+    _choice_seeds: list[int] = PrivateAttr(default_factory=list)  # `tune.choice_seeds`
+
+    @property
+    def choice_seeds(self) -> list[int]:
+        """The seeds that choose each candidate's tuned values (`tune.choice_seeds`), apart
+        from the `seeds` that measure them; empty when both are the same seeds."""
+        return self._choice_seeds
 
     @property
     def source_text(self) -> str:
@@ -285,7 +292,10 @@ class SearchSpace(_Strict):
     @property
     def space_hash(self) -> str:
         """A 12-hex hash of the parsed space (YAML formatting and comments do not change it)."""
-        payload = json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+        dumped = self.model_dump(mode="json")
+        if self.choice_seeds:  # kept out of `tune` once parsed (`_check_tune`)
+            dumped["tune"] = {**dumped["tune"], CHOICE_SEEDS: self.choice_seeds}
+        payload = json.dumps(dumped, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(payload.encode()).hexdigest()[:12]
 
     @property
@@ -295,7 +305,14 @@ class SearchSpace(_Strict):
     @property
     def tuned_count(self) -> int:
         """How many `tune:` combinations there are (1 when nothing is tuned), building none."""
-        return math.prod(len(values) for values in self.tune.values())
+        return math.prod(len(values) for name, values in self.tune.items() if name != CHOICE_SEEDS)
+
+    def trials_per_candidate(self, seeds: list[int] | None = None) -> int:
+        """Trials one candidate costs: every tuned combination on each choice seed, then the
+        chosen one on each measure seed (`seeds`, default the space's); without choice
+        seeds every combination on every seed."""
+        measure, tuned = len(seeds or self.seeds), self.tuned_count
+        return tuned * len(self.choice_seeds) + measure if self.choice_seeds else tuned * measure
 
     def tuned_settings(self) -> list[dict[str, Any]]:
         """Every combination of the `tune:` values (one empty one when nothing is tuned)."""
@@ -399,7 +416,10 @@ def check_sweep_trials(space: SearchSpace, candidates: int | None = None,
         file, key = None, "--seeds"
     else:
         file, key = space.source_file, "tune" if space.tuned_count > 1 else "seeds"
-    check_trials(n_candidates, space.tuned_count, len(space.seeds if seeds is None else seeds),
+    # choice seeds run every combination, the measure seeds one: counted as if all ran all
+    choice = space.choice_seeds or space.tune.get(CHOICE_SEEDS) or []
+    check_trials(n_candidates, space.tuned_count,
+                 len(space.seeds if seeds is None else seeds) + len(choice),
                  file, key, solved=candidates is not None)
 
 
@@ -656,12 +676,19 @@ def tuned_tag(tuned: dict[str, Any]) -> str:
     return hashlib.sha256(tuned_json(tuned).encode()).hexdigest()[:6]
 
 
+CHOICE_SEEDS = "choice_seeds"  # the `tune:` key naming the seeds that choose, not train key
+
+
 def _check_tune(space: SearchSpace, file: str) -> None:
     """Every `tune:` value must be a valid train setting; store them as TrainConfig reads them.
-    The trials the combinations make are counted before any is built."""
+    The trials the combinations make are counted before any is built;
+    `tune.choice_seeds` is taken out of the train keys (`SearchSpace.choice_seeds`)."""
     check_sweep_trials(space)
     normal: dict[str, list[Any]] = {}
+    choice = space.tune.get(CHOICE_SEEDS)
     for name, values in space.tune.items():
+        if name == CHOICE_SEEDS:
+            continue
         if name in UNTUNABLE:
             raise UserError(f"{name!r} cannot be tuned ({UNTUNABLE[name]})", file=file,
                             key=f"tune.{name}")
@@ -683,12 +710,44 @@ def _check_tune(space: SearchSpace, file: str) -> None:
                 raise UserError(f"{value!r} is listed twice", file=file, key=f"tune.{name}[{i}]")
             normal[name].append(value)
     object.__setattr__(space, "tune", normal)
+    if choice is not None:
+        space._choice_seeds = _check_choice_seeds(space, choice, file)
     for tuned, v in itertools.product(space.tuned_settings(), space.resolved()):
         try:
             TrainConfig.model_validate(overlay(v.train, tuned))
         except ValidationError as error:
             problem = error.errors()[0]["msg"].removeprefix("Value error, ")
             raise UserError(f"{tuned_json(tuned)}: {problem}", file=file, key="tune") from None
+
+
+def _check_choice_seeds(space: SearchSpace, seeds: list[Any], file: str) -> list[int]:
+    """Choice seeds choose among two or more tuned values and are never measure seeds (a
+    seed that chose a value would measure it favourably: selection bias)."""
+    key = f"tune.{CHOICE_SEEDS}"
+    if any(isinstance(s, bool) or not isinstance(s, int) for s in seeds):
+        raise UserError(f"seeds are whole numbers, got {seeds!r}", file=file, key=key)
+    try:
+        check_seeds(seeds)
+    except ValueError as error:
+        raise UserError(str(error), file=file, key=key) from None
+    if not space.tune:
+        raise UserError("choice seeds choose tuned values, and tune: names none (add a key "
+                        "such as lr: [...])", file=file, key=key)
+    for name, values in space.tune.items():
+        if len(values) < 2:
+            raise UserError(f"one value: nothing to choose (a fixed {name} belongs in train:)",
+                            file=file, key=f"tune.{name}")
+    check_disjoint_seeds(seeds, space.seeds, file=file, key=key)
+    return list(seeds)
+
+
+def check_disjoint_seeds(choice: list[int], measure: list[int], file: str | None = None,
+                         key: str = f"tune.{CHOICE_SEEDS}") -> None:
+    """The seeds that choose a tuned value never measure it."""
+    both = sorted(set(choice) & set(measure))
+    if both:
+        raise UserError(f"seed {both[0]} would both choose the tuned values and measure them: "
+                        "choice seeds and seeds must be disjoint", file=file, key=key)
 
 
 def _check_value(dim: str, value: Any, file: str, key: str) -> None:

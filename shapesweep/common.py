@@ -33,6 +33,20 @@ def human(n: float | None, digits: int = 3) -> str:
     return f"{n:.{digits}g}"
 
 
+def plain(value):
+    """A pandas/numpy scalar as plain Python (NaN and NA -> None): what JSON and tables print."""
+    if value is None:
+        return None
+    if hasattr(value, "item"):
+        value = value.item()
+    try:
+        if value != value:  # NaN
+            return None
+    except (TypeError, ValueError):
+        return None
+    return value
+
+
 def require(modules: tuple[str, ...], install: str, key: str) -> None:
     """One line naming how to install the first of `modules` that is missing (optional extras)."""
     import importlib

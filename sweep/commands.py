@@ -19,6 +19,7 @@ from shapesweep.search_spaces.cadence import CHECKPOINT_EVERY_S
 from shapesweep.sweep.strategies import SAMPLERS, STRATEGIES
 
 from shapesweep.common import UserError, duration, human, write_csv
+from shapesweep.common import plain as _clean
 from shapesweep.families import base as families
 
 PARALLEL = ("ddp", "fsdp")  # how N > 1 workers share a model (shapesweep.trainers.loop.train)
@@ -305,31 +306,11 @@ def _reduction_factor(root: str, name: str) -> float | None:
     return factor
 
 
-def _candidate_records(compared, metric: str) -> list[dict]:
-    """`status` candidates: shape, chosen tuned values, seed statistics, the baseline comparison."""
-    import pyarrow as pa
-    from shapesweep.results.schema import SHAPE_COLUMNS, TRIAL_COLUMNS
-
-    fields = ["key", "family", "variant", *(name for name, _ in SHAPE_COLUMNS),
-              "params_non_embedding", "params_total", "params_active", "flops_per_token"]
-    whole = {name for name in fields if pa.types.is_integer(TRIAL_COLUMNS.field(name).type)}
-    records = []
-    for row in compared.to_dict("records"):
-        record = {name: _clean(row.get(name)) for name in fields if name != "widths"}
-        record.update({name: int(record[name]) for name in whole if record[name] is not None})
-        widths = row.get("widths")
-        record["widths"] = None if widths is None else [int(w) for w in widths]
-        record.update({"tuned": json.loads(row["tuned"]), "n_seeds": int(row["n"]),
-                       f"{metric}_mean": _clean(row["mean"]), f"{metric}_std": _clean(row["std"])})
-        record.update({name: _clean(row[name]) for name in (
-            "delta_vs_baseline", "ci_low", "ci_high", "n_paired", "verdict", "baseline_key")})
-        records.append(record)
-    return records
-
-
 def _status_document(args: argparse.Namespace, trials, curves) -> dict:
     """The one object `status NAME --format json` prints."""
-    from shapesweep.results.stats import asha_confirmation, compare, rank_fidelity, stable_fraction
+    from shapesweep.results.roles import with_seed_roles
+    from shapesweep.results.stats import asha_confirmation, rank_fidelity, stable_fraction
+    from shapesweep.results.summary import comparisons
 
     variants = set(trials["variant"].dropna())
     baseline = args.baseline or "baseline"
@@ -337,15 +318,17 @@ def _status_document(args: argparse.Namespace, trials, curves) -> dict:
         known = ", ".join(sorted(variants)) or "none recorded"
         raise UserError(f"sweep {args.name!r} has no variant {baseline!r} (its variants: {known})",
                         key="--baseline")
-    compared = compare(trials, args.metric, baseline)
+    trials = with_seed_roles(trials, args.root)
+    document = comparisons(trials, args.name, args.root, args.metric, baseline)
     fidelity = rank_fidelity(trials, curves, args.metric)
     factor = _reduction_factor(args.root, args.name)
     return {
-        "sweep": args.name, "metric": args.metric,
-        "baseline": baseline if baseline in variants else None,
-        "candidates": _candidate_records(compared, args.metric),
+        **document,
         "rank_fidelity": [{"tokens": int(r.tokens), "budget_fraction": float(r.budget_fraction),
-                           "n_candidates": int(r.n_candidates), "kendall_tau": _clean(r.kendall_tau)}
+                           "n_candidates": int(r.n_candidates), "kendall_tau": _clean(r.kendall_tau),
+                           "resolved_pairs": int(r.resolved_pairs),
+                           "swapped_resolved_pairs": int(r.swapped_resolved_pairs),
+                           "unresolved_pairs": int(r.unresolved_pairs)}
                           for r in fidelity.itertuples()],
         "rank_fidelity_stable_fraction": stable_fraction(fidelity) if len(fidelity) else None,
         "asha": asha_confirmation(trials, factor, args.metric) if factor else None,
@@ -355,23 +338,16 @@ def _status_document(args: argparse.Namespace, trials, curves) -> dict:
 def _flat(candidate: dict) -> dict:
     """A candidate as one CSV row: tuned values as `tuned.NAME` columns."""
     row = {k: v for k, v in candidate.items() if k != "tuned"}
-    row.update({f"tuned.{k}": v for k, v in candidate["tuned"].items()})
+    row.update({f"tuned.{k}": v for k, v in (candidate["tuned"] or {}).items()})
     return row
 
 
 def _print_csv(document: dict) -> None:
+    """One row per candidate; the sweep's seeds (which chose, which measured) on every row."""
     import sys
 
-    write_csv([_flat(c) for c in document["candidates"]], sys.stdout)
-
-
-def _interval(candidate: dict) -> str:
-    delta = candidate["delta_vs_baseline"]
-    if delta is None:
-        return "-"
-    if candidate["ci_low"] is None:
-        return f"{delta:+.4f} (n<2)"
-    return f"{delta:+.4f} [{candidate['ci_low']:+.4f}, {candidate['ci_high']:+.4f}]"
+    seeds = {name: document[name] for name in ("choice_seeds", "measure_seeds")}
+    write_csv([{**_flat(c), **seeds} for c in document["candidates"]], sys.stdout)
 
 
 SHAPE_DETAILS = ("d_h", "k", "shape", "beta", "alpha", "resize", "activation", "input_projection")
@@ -395,43 +371,71 @@ def _varying(candidates: list[dict]) -> tuple[str, ...]:
 
 
 def _candidates_table(document: dict, narrow: bool = False):
-    """Candidates ordered by their mean over seeds, with the difference to the baseline;
-    `narrow` (under 100 columns) leaves out the key (the trials table names it)."""
+    """Candidates ordered by their mean over seeds, with the difference to the baseline and
+    the seeds an unresolved one needs; `narrow` (under 100 columns) leaves out the key (the
+    trials table names it)."""
     from rich.table import Table
+    from shapesweep.results.summary import interval_text, mean_text, tuned_text, verdict_text
 
     metric, baseline = document["metric"], document["baseline"]
+    chosen_by = (f"the tuned value seeds {', '.join(map(str, document['choice_seeds']))} chose"
+                 if document["choice_seeds"] else "its best tuned value")
     table = Table(title=f"candidates of {document['sweep']} by mean {metric} over seeds "
-                  "(each at its best tuned value)")
+                  f"(each at {chosen_by})")
     tuned = any(c["tuned"] for c in document["candidates"])
+    power = any(c["seeds_for_80pct_power"] for c in document["candidates"])
     details = _varying(document["candidates"])
     columns = [*([] if narrow else ["key"]), "variant", "shape", *(["tuned"] if tuned else []),
                f"{metric} mean ± std (n)"]
     # narrow: the verdict under the interval, and lines broken between numbers, never inside one
     columns += ([f"Δ vs {baseline} [95% CI], verdict"] if narrow
-                else [f"Δ vs {baseline} [95% CI]", "verdict"]) if baseline else []
+                else [f"Δ vs {baseline} [95% CI]", "verdict", *(["seeds for 80% power"] if power else [])]
+                ) if baseline else []
     for column in columns:  # narrow terminals wrap cells at spaces instead of cutting them
         table.add_column(column, no_wrap=column == "key", overflow="fold")
     gap = "\n" if narrow else " "
     for c in document["candidates"]:
-        std = "-" if c[f"{metric}_std"] is None else f"{c[f'{metric}_std']:.4f}"
         cells = [*([] if narrow else [c["key"]]), c["variant"] or "-", _shape(c, details),
-                 *([" ".join(f"{k}={v}" for k, v in c["tuned"].items()) or "-"] if tuned else []),
-                 f"{c[f'{metric}_mean']:.4f}{gap}± {std} ({c['n_seeds']})"]
+                 *([tuned_text(c)] if tuned else []), mean_text(c, metric, gap)]
+        needed = c["seeds_for_80pct_power"]
         anchor = c["key"] == c["baseline_key"]
-        verdict = ["-", "(the baseline)"] if anchor else [_interval(c).replace(" [", gap + "["),
-                                                          c["verdict"] or "-"]
-        cells += ([gap.join(verdict)] if narrow else verdict) if baseline else []
+        verdict = ["-" if anchor else interval_text(c).replace(" [", gap + "["), verdict_text(c)]
+        if narrow:
+            cells += [gap.join(verdict) + (f"{gap}{needed} seeds for 80%" if needed else "")] if baseline else []
+        else:
+            cells += [*verdict, *([str(needed) if needed else "-"] if power else [])] if baseline else []
         table.add_row(*cells)
     return table
+
+
+def _no_verdict_lines(document: dict) -> list[str]:
+    """Why each candidate without a verdict has none, and what to run (one line for a sweep
+    without a baseline variant, where no candidate has one)."""
+    details = _varying(document["candidates"])
+    lines = [f"  {c['variant'] or c['key']} {_shape(c, details)} ({c['key']}): {c['why']}"
+             + (f"; run: {c['to_run']}" if c["to_run"] else "")
+             for c in document["candidates"] if c["why"] and c["key"] != c["baseline_key"]
+             and (document["baseline"] or c["no_verdict"] != "no baseline")]
+    if document["baseline"] is None:
+        variants = sorted({c["variant"] for c in document["candidates"] if c["variant"]})
+        lines.append(f"  every candidate: the sweep has no variant named baseline to compare with "
+                     f"(its variants: {', '.join(variants) or 'none recorded'}; status "
+                     f"{document['sweep']} --baseline VARIANT picks one)")
+    return lines
 
 
 def _fidelity_line(document: dict) -> str:
     points = document["rank_fidelity"]
     if not points:
-        return "rank fidelity: no evaluation point shared by 3 or more completed candidates"
+        return "rank fidelity: no evaluation point shared by 3 or more measured candidates"
+    last = points[-1]
+    if not last["resolved_pairs"]:
+        return (f"rank fidelity: none of the {last['unresolved_pairs']} pairs of candidates is resolved "
+                "at the end (each paired 95% interval includes zero): no order to keep")
     taus = ", ".join(f"{p['budget_fraction']:.0%}: {_fmt(p['kendall_tau'], 2)}" for p in points)
     stable = document["rank_fidelity_stable_fraction"]
-    line = f"rank fidelity (Kendall's tau vs the final ranking, by budget fraction): {taus}"
+    line = (f"rank fidelity (Kendall's tau over the {last['resolved_pairs']} pairs whose final difference "
+            f"is resolved; {last['unresolved_pairs']} within noise, not counted; by budget fraction): {taus}")
     return line + (f"; stays >= 0.8 from {stable:.0%} of the budget" if stable is not None
                    else "; never stays >= 0.8")
 
@@ -528,6 +532,7 @@ def status(args: argparse.Namespace) -> int:
     from rich.console import Console
     from shapesweep.results.live import live_sweeps, load_live
     from shapesweep.results.store import FragmentCache, list_sweeps, load_curves, load_trials
+    from shapesweep.results.summary import seeds_line
 
     _check_status_args(args)
     console = Console()
@@ -568,6 +573,16 @@ def status(args: argparse.Namespace) -> int:
                   or "no trials yet")
     if document["candidates"]:
         console.print(_candidates_table(document, narrow=console.width < 100))
+        # wrapped at the terminal's width (status fits 80 columns), between words
+        for line in [seeds_line(document), *(f"warning: {w}" for w in document["warnings"])]:
+            console.print(line, highlight=False, markup=False)
+        reasons = _no_verdict_lines(document)
+        if reasons:
+            console.print("no verdict:", *reasons, sep="\n", highlight=False, markup=False)
+        short = [f"  {c['variant'] or c['key']} ({c['key']}): {c['missing']}; run: {c['to_run_missing']}"
+                 for c in document["candidates"] if c["missing"]]
+        if short:
+            console.print("missing seeds:", *short, sep="\n", highlight=False, markup=False)
         console.print(_fidelity_line(document), soft_wrap=True)
         if _asha_line(document):
             console.print(_asha_line(document), soft_wrap=True)
@@ -576,20 +591,6 @@ def status(args: argparse.Namespace) -> int:
     if not trials.empty:
         console.print(_trials_table(args.name, trials, args.top))
     return 0
-
-
-def _clean(value: Any) -> Any:
-    """pandas/numpy scalars -> plain Python (NaN and NA -> None)."""
-    if value is None:
-        return None
-    if hasattr(value, "item"):
-        value = value.item()
-    try:
-        if value != value:  # NaN
-            return None
-    except (TypeError, ValueError):
-        return None
-    return value
 
 
 def add_arguments_export(parser: argparse.ArgumentParser) -> None:
@@ -631,6 +632,7 @@ def _budget_groups(trials, record) -> Any:
 
 def export(args: argparse.Namespace) -> int:
     import yaml
+    from shapesweep.results.roles import with_seed_roles
     from shapesweep.results.schema import TRIAL_COLUMNS
     from shapesweep.results.store import load_trials
 
@@ -652,8 +654,7 @@ def export(args: argparse.Namespace) -> int:
             raise UserError(f"no sweep named {args.name!r} {where}", key="name")
         raise UserError(f"sweep {args.name!r} under {args.root} has no trials yet", key="name")
     keep = {"completed", "stopped_early"} if args.include_stopped else {"completed"}
-    trials = trials[trials["status"].isin(keep) & trials[args.metric].notna()]
-    trials = _seed_means(trials, args.metric)
+    trials = _seed_means(with_seed_roles(trials, args.root), args.metric, args.include_stopped)
     if args.per == "family":
         chosen = trials.groupby("family", sort=True).head(args.top)
     elif args.per == "budget":
@@ -703,14 +704,24 @@ def export(args: argparse.Namespace) -> int:
     return 0
 
 
-def _seed_means(trials, metric: str):
-    """One row per candidate at its best tuned value (`shapesweep.results.stats.tuned_stats`), best
-    first: the export metrics are means over its seeds, `std` and `n` those of `metric`."""
-    from shapesweep.results.stats import HIGHER_IS_BETTER, canonical_tuned_column, tuned_stats
+def _seed_means(trials, metric: str, include_stopped: bool = False):
+    """One row per candidate with a result (`shapesweep.results.stats.tuned_stats`: its
+    chosen tuned value, measure seeds only, none stopped unless `include_stopped` ranks
+    stopped trials as if they had ended), best first: the export metrics are means over its
+    measure seeds, `std` and `n` those of `metric`."""
+    from shapesweep.results.stats import (
+        HIGHER_IS_BETTER,
+        ROLE_COLUMN,
+        canonical_tuned_column,
+        tuned_stats,
+    )
 
-    finished = trials.assign(status="completed")  # --include-stopped ranks stopped ones too
+    trials = trials[trials["status"] != "failed"]
+    finished = trials.assign(status="completed") if include_stopped else trials
     chosen = tuned_stats(finished, metric)
     chosen = chosen[chosen["chosen"]]
+    finished = finished[(finished["status"] == "completed") & finished[metric].notna()
+                        & ~finished[ROLE_COLUMN]]  # a choice seed's trial is no measurement
     finished = finished.assign(tuned=canonical_tuned_column(finished["tuned_json"]))
     groups = finished.sort_values("seed").groupby(["key", "tuned"])
     numeric = [m for m in EXPORT_METRICS if m in finished.columns]

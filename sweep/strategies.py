@@ -91,24 +91,47 @@ class GridStrategy(SearchStrategy):
 
     def __init__(self, options: Any, space: Any):
         from shapesweep.search_spaces.solver import plan
+        from shapesweep.search_spaces.space import check_disjoint_seeds
 
         super().__init__(options, space)
         for flag, what, value in (("--multi-objective", "a second objective", options.multi_objective),
                                   ("--sampler", "a sampler", options.sampler)):
             if value:
                 raise UserError(f"{what} needs --search optuna", key=flag)
+        if space.choice_seeds and options.seeds:
+            check_disjoint_seeds(space.choice_seeds, options.seeds, key="--seeds")
         solved = plan(space)
         self.candidates = solved.candidates
-        self.notices = [f"{space.name}: {solved.counts_line()}", *solved.dropped_lines()]
+        self.notices = [f"{space.name}: {solved.counts_line()}", *solved.dropped_lines(),
+                        *tuning_lines(space, options.seeds or space.seeds)]
 
     def plan(self, context: PlanContext) -> TrialPlan:
         from ray import tune
         from shapesweep.sweep.search import GridVariants, grid_specs
 
+        if self.space.choice_seeds:  # the chosen value's measure trials wait for its choice trials
+            from shapesweep.sweep.choice import choice_plan
+
+            return choice_plan(self.space, self.candidates, context)
         specs, total = grid_specs(self.space, self.candidates, context.seeds, context.data,
                                   context.skip)
         variants = GridVariants(max_concurrent=self.options.max_concurrent or 0)
         return TrialPlan({"spec": tune.grid_search(specs)}, 1, variants, total, len(specs))
+
+
+def tuning_lines(space: Any, seeds: list[int]) -> list[str]:
+    """Which seeds choose the tuned values and which measure them, or the warning that the
+    same seeds do both."""
+    if not space.tune:
+        return []
+    names = ", ".join(space.tune)
+    if space.choice_seeds:
+        return [f"tune: seeds {', '.join(map(str, space.choice_seeds))} choose each candidate's {names}; "
+                f"seeds {', '.join(map(str, seeds))} measure the chosen value"]
+    if len(space.tuned_settings()) < 2:
+        return []
+    return [f"warning: tune: each candidate's {names} is chosen on the seeds that measure it, so its "
+            "comparisons carry selection bias (tune.choice_seeds names seeds to choose on)"]
 
 
 class OptunaStrategy(SearchStrategy):
@@ -122,6 +145,10 @@ class OptunaStrategy(SearchStrategy):
         from shapesweep.sweep.search import OBJECTIVES
 
         super().__init__(options, space)
+        if space.choice_seeds:
+            raise UserError("an Optuna study proposes each trial's tuned values itself; choice seeds "
+                            "(tune.choice_seeds) choose them per candidate in a grid: use --search grid",
+                            key="--search")
         second = options.multi_objective
         if second not in (None, *OBJECTIVES):
             raise UserError(f"unknown objective {second!r} ({' or '.join(OBJECTIVES)})",

@@ -10,13 +10,16 @@ import csv
 import io
 import json
 import math
+import re
 
 import pytest
 from scipy import stats as sps
 from shapesweep.results.stats import (
     asha_confirmation,
     compare,
+    paired_difference,
     rank_fidelity,
+    seeds_for_power,
     stable_fraction,
     tuned_stats,
 )
@@ -105,7 +108,9 @@ def test_best_tuned_value_is_the_lowest_mean_over_seeds(trials):
                 assert row["std"] == pytest.approx(math.sqrt(sum((f - mean) ** 2 for f in done) / (len(done) - 1)))
             else:
                 assert math.isnan(row["std"])
-            assert row["chosen"] == (lr == chosen_lr)
+            assert row["stopped"] == (key == "lonely" or (key, lr) == ("bad", 0.003))
+            # lonely's one value had a seed stopped: the survivor's mean is no result
+            assert row["chosen"] == (lr == chosen_lr and key != "lonely")
     assert "ghost" not in set(table["key"])  # no completed trial: no statistics
 
 
@@ -118,10 +123,16 @@ def test_paired_interval_and_verdicts_equal_a_hand_computation(trials):
         assert row["delta_vs_baseline"] == pytest.approx(mean)
         assert (row["ci_low"], row["ci_high"]) == (pytest.approx(low), pytest.approx(high))
         assert row["n_paired"] == 3 and row["verdict"] == verdict and row["baseline_key"] == "base"
-    lonely = compared.loc["lonely"]  # one paired seed: a difference, no interval
-    assert lonely["delta_vs_baseline"] == pytest.approx(2.50 - 3.00)
-    assert lonely["ci_low"] is None and lonely["n_paired"] == 1 and lonely["verdict"] == "within noise"
-    assert list(compared.index) == ["lonely", "good", "base", "noisy", "bad"]  # best mean first
+        assert row["no_verdict"] is None and row["state"] == "measured"
+    # lonely: seed 0 completed (2.50, the best loss of all), seed 1 failed, seed 2 stopped by
+    # ASHA. Its mean would be the survivor's: no mean, no interval, no verdict, and why.
+    lonely = compared.loc["lonely"]
+    assert lonely["state"] == "stopped" and lonely["no_verdict"] == "stopped"
+    assert math.isnan(lonely["mean"]) and lonely["n"] == 0 and lonely["verdict"] is None
+    assert lonely["delta_vs_baseline"] is None and lonely["ci_low"] is None
+    assert list(compared.index)[:4] == ["good", "base", "noisy", "bad"]  # best mean first, then no mean
+    assert set(compared.index[4:]) == {"lonely", "ghost"}
+    assert compared.loc["ghost", "state"] == "stopped"  # only a stopped trial: listed, and why
 
 
 def test_higher_is_better_metrics_flip_the_verdict(trials):
@@ -132,23 +143,91 @@ def test_higher_is_better_metrics_flip_the_verdict(trials):
         assert compared.loc[key, "delta_vs_baseline"] == pytest.approx(mean)
         assert compared.loc[key, "ci_low"] == pytest.approx(low)
         assert compared.loc[key, "verdict"] == verdict
-    assert list(compared.index)[0] == "lonely"  # highest PSNR first
+    assert list(compared.index)[:4] == ["good", "base", "noisy", "bad"]  # highest PSNR first
 
 
-def test_rank_fidelity_is_kendalls_tau_against_the_final_ranking(root, trials):
+def test_paired_difference_of_two_series_by_seed():
+    import pandas as pd
+
+    base, cand = pd.Series([3.00, 3.02, 2.98, 3.1], index=[0, 1, 2, 3]), pd.Series([2.95, 3.10, 2.97], index=[0, 1, 2])
+    result = paired_difference(cand, base)  # seed 3: the baseline's alone, unpaired
+    mean, low, high = _t_interval([-0.05, 0.08, -0.01])
+    assert result["n_paired"] == 3 and result["delta"] == pytest.approx(mean)
+    assert (result["ci_low"], result["ci_high"]) == (pytest.approx(low), pytest.approx(high))
+    assert result["verdict"] == "within noise"
+    one = paired_difference(cand[[0]], base)
+    assert one["n_paired"] == 1 and one["delta"] == pytest.approx(-0.05)
+    assert one["ci_low"] is None and one["verdict"] is None  # no interval, no verdict
+
+
+def _seeds_for_power_by_hand(delta: float, sd: float) -> int:
+    """The smallest n >= 2 whose two-sided paired t-test at 95% rejects zero with probability
+    >= 0.8 at this true difference: scipy's noncentral t, one n after another."""
+    n = 2
+    while True:
+        crit, nc = sps.t.ppf(0.975, n - 1), delta / sd * math.sqrt(n)
+        if sps.nct.sf(crit, n - 1, nc) + sps.nct.cdf(-crit, n - 1, nc) >= 0.8:
+            return n
+        n += 1
+
+
+def test_seeds_for_80pct_power_recomputed_by_hand_from_the_stored_rows(trials):
+    """noisy - base per seed: -0.05, +0.08, -0.01 (stored rows); its interval holds zero, so
+    it carries the paired seeds that would resolve that difference at 80% power."""
+    diffs = _paired("noisy")
+    mean, sd = sum(diffs) / 3, math.sqrt(sum((d - sum(diffs) / 3) ** 2 for d in diffs) / 2)
+    row = compare(trials).set_index("key").loc["noisy"]
+    assert row["verdict"] == "within noise"
+    assert row["seeds_for_80pct_power"] == _seeds_for_power_by_hand(mean, sd)
+    resolved = compare(trials).set_index("key")
+    assert resolved.loc["good", "seeds_for_80pct_power"] is None  # resolved: nothing to add
+    # Cohen's textbook values for a paired t-test (two-sided, 5%, 80% power): d = 0.5 needs
+    # 34 pairs, d = 0.8 needs 15, d = 1.0 needs 10; no difference needs infinitely many.
+    assert seeds_for_power([0.5, 0.8, 1.0], [1.0, 1.0, 1.0]).tolist() == [34, 15, 10]
+    assert math.isnan(seeds_for_power(0.0, 1.0)) and seeds_for_power(5.0, 1.0) == _seeds_for_power_by_hand(5.0, 1.0)
+
+
+def test_rank_fidelity_counts_only_pairs_whose_final_difference_is_resolved(root, trials):
+    """Kendall's tau over the pairs of candidates whose paired 95% interval at the end
+    excludes zero, recomputed from the stored rows; unresolved pairs are counted apart and
+    never as swaps. lonely (stopped) has no result and takes no part."""
     fidelity = rank_fidelity(trials, load_curves(root, ["s"])).set_index("tokens")
-    chosen = {key: spec[3][spec[4]] for key, spec in CANDIDATES.items()}
-    finals = {key: sum(f for f in runs if f is not None) / sum(f is not None for f in runs)
-              for key, runs in chosen.items()}
+    finals = {key: spec[3][spec[4]] for key, spec in CANDIDATES.items() if key != "lonely"}
     keys = sorted(finals)
+    resolved = {}
+    for i, a in enumerate(keys):
+        for b in keys[i + 1:]:
+            mean, low, high = _t_interval([x - y for x, y in zip(finals[a], finals[b], strict=True)])
+            if low > 0 or high < 0:
+                resolved[(a, b)] = math.copysign(1, mean)
+    assert 0 < len(resolved) < 6  # some pairs resolved, some not: the test tells them apart
     assert list(fidelity.index) == list(TOKENS)
     for tokens in TOKENS:
-        at = [finals[k] + HEAD_START[k] * (1 - tokens / TOKENS[-1]) for k in keys]  # seed mean there
-        expected = sps.kendalltau(at, [finals[k] for k in keys]).statistic
-        assert fidelity.loc[tokens, "kendall_tau"] == pytest.approx(expected)
-        assert fidelity.loc[tokens, "n_candidates"] == len(keys)
-        assert fidelity.loc[tokens, "budget_fraction"] == pytest.approx(tokens / TOKENS[-1])
+        at = {k: sum(finals[k]) / 3 + HEAD_START[k] * (1 - tokens / TOKENS[-1]) for k in keys}  # seed means there
+        signs = [math.copysign(1, at[a] - at[b]) * order for (a, b), order in resolved.items()]
+        row = fidelity.loc[tokens]
+        assert row["resolved_pairs"] == len(resolved) and row["unresolved_pairs"] == 6 - len(resolved)
+        assert row["swapped_resolved_pairs"] == signs.count(-1)
+        assert row["kendall_tau"] == pytest.approx((signs.count(1) - signs.count(-1)) / len(resolved))
+        assert row["n_candidates"] == 4 and row["budget_fraction"] == pytest.approx(tokens / TOKENS[-1])
     assert fidelity.loc[TOKENS[-1], "kendall_tau"] == pytest.approx(1.0)
+    # Over all pairs (Kendall's tau of every candidate) some point ranks differently: there an
+    # unresolved pair is out of its final order, and here that is not a swap.
+    final = [sum(finals[k]) / 3 for k in keys]
+    everyone = [sps.kendalltau([f + HEAD_START[k] * (1 - t / TOKENS[-1]) for k, f in zip(keys, final, strict=True)],
+                               final).statistic for t in TOKENS]
+    assert everyone != pytest.approx(fidelity["kendall_tau"].tolist())
+
+
+def test_rank_fidelity_ranks_on_another_curve_column(root, trials):
+    """A curve column other than the metric (a cooled loss) ranks the points; the pairs
+    are still resolved by the final metric."""
+    curves = load_curves(root, ["s"])
+    flipped = curves.assign(val_loss_cooled=-curves["val_loss"])  # every order reversed
+    cooled = rank_fidelity(trials, flipped, curve_metric="val_loss_cooled").set_index("tokens")
+    plain = rank_fidelity(trials, curves).set_index("tokens")
+    assert cooled.loc[TOKENS[-1], "kendall_tau"] == pytest.approx(-1.0)
+    assert (cooled["resolved_pairs"] == plain["resolved_pairs"]).all()
 
 
 def test_stable_fraction_is_where_tau_stays_above_the_threshold():
@@ -202,26 +281,38 @@ def test_status_json_is_one_object_with_typed_candidates(root, capsys):
     code, out, _ = _status(root, "--format", "json", capsys=capsys)
     assert code == 0
     document = json.loads(out)
-    assert {"sweep", "candidates", "rank_fidelity"} <= set(document) and document["sweep"] == "s"
+    assert {"sweep", "candidates", "rank_fidelity", "choice_seeds", "measure_seeds"} <= set(document)
+    assert document["sweep"] == "s" and document["choice_seeds"] == [] and document["measure_seeds"] == [0, 1, 2, 3]
+    assert document["selection_bias"] and any("selection bias" in w for w in document["warnings"])
     candidates = {c["key"]: c for c in document["candidates"]}
-    assert set(candidates) == set(CANDIDATES)
+    assert set(candidates) == {*CANDIDATES, "ghost"}  # ghost: one stopped trial, no result
     for key, c in candidates.items():
+        if key in ("lonely", "ghost"):
+            continue
         assert c["family"] == CANDIDATES[key][1] and c["variant"] == CANDIDATES[key][0]
         assert c["d_model"] == CANDIDATES[key][2] and isinstance(c["n_layers"], int)
         assert (c["params_total"], c["params_active"]) == (1_200_000, 900_000)  # MoE pairs differ here
-        assert c["tuned"] == {"lr": CANDIDATES[key][4]}
+        assert c["tuned"] == {"lr": CANDIDATES[key][4]} and c["tuned_edge"] == ["lr"]  # a 2-value grid
         assert isinstance(c["n_seeds"], int) and isinstance(c["val_loss_mean"], float)
         assert c["val_loss_std"] is None or isinstance(c["val_loss_std"], float)
-        assert c["verdict"] in ("better", "worse", "within noise")
-        for name in ("delta_vs_baseline", "ci_low", "ci_high"):
+        assert c["verdict"] in ("better", "worse", "within noise") and c["state"] == "measured"
+        assert c["why"] is None and c["to_run"] is None
+        for name in ("delta_vs_baseline", "ci_low", "ci_high", "seeds_for_80pct_power"):
             assert name in c
     mean, low, high = _t_interval(_paired("good"))
     good = candidates["good"]
     assert (good["delta_vs_baseline"], good["ci_low"], good["ci_high"]) == (
         pytest.approx(mean), pytest.approx(low), pytest.approx(high))
-    assert good["verdict"] == "better" and candidates["lonely"]["ci_low"] is None
+    assert good["verdict"] == "better" and good["seeds_for_80pct_power"] is None
+    assert isinstance(candidates["noisy"]["seeds_for_80pct_power"], int)
+    lonely = candidates["lonely"]
+    assert lonely["ci_low"] is None and lonely["verdict"] is None and lonely["val_loss_mean"] is None
+    assert lonely["state"] == "stopped" and lonely["no_verdict"] == "stopped"
+    assert lonely["why"].startswith("stopped by ASHA") and "--scheduler fifo" in lonely["to_run"]
     assert [p["tokens"] for p in document["rank_fidelity"]] == list(TOKENS)
-    assert all(isinstance(p["kendall_tau"], float) for p in document["rank_fidelity"])
+    for point in document["rank_fidelity"]:
+        assert isinstance(point["kendall_tau"], float)
+        assert {"resolved_pairs", "swapped_resolved_pairs", "unresolved_pairs"} <= set(point)
     assert document["asha"] == {"stopped": 3, "checkable": 2, "confirmed": 1, "fraction": 0.5}
 
 
@@ -229,23 +320,39 @@ def test_status_csv_has_one_flat_row_per_candidate(root, capsys):
     code, out, _ = _status(root, "--format", "csv", capsys=capsys)
     assert code == 0
     rows = list(csv.DictReader(io.StringIO(out)))
-    assert sorted(r["key"] for r in rows) == sorted(CANDIDATES)
+    assert sorted(r["key"] for r in rows) == sorted([*CANDIDATES, "ghost"])
     by_key = {r["key"]: r for r in rows}
     assert float(by_key["bad"]["tuned.lr"]) == 0.001 and by_key["bad"]["verdict"] == "worse"
     assert float(by_key["good"]["val_loss_mean"]) == pytest.approx(2.90)
-    assert by_key["lonely"]["ci_low"] == ""
+    assert by_key["good"]["seeds"] == "0 1 2" and by_key["good"]["missing_seeds"] == "3"
+    assert by_key["lonely"]["ci_low"] == "" and by_key["lonely"]["state"] == "stopped"
 
 
-def test_status_table_shows_mean_std_and_the_interval(root, capsys, monkeypatch):
+def test_status_table_shows_mean_std_the_interval_and_why_none(root, capsys, monkeypatch):
     monkeypatch.setenv("COLUMNS", "300")
     code, out, _ = _status(root, capsys=capsys)
     assert code == 0
     line = next(li for li in out.splitlines() if "│ good" in li)
     mean, low, high = _t_interval(_paired("good"))
     assert "2.9000 ± 0.0300 (3)" in line and f"{mean:+.4f} [{low:+.4f}, {high:+.4f}]" in line
-    assert "better" in line
-    assert "(n<2)" in next(li for li in out.splitlines() if "│ lonely" in li)
-    assert "rank fidelity" in out and "ASHA stopped 3 trials" in out
+    assert "better" in line and "lr=0.003 (edge)" in line
+    noisy = compare(load_trials(root, ["s"])).set_index("key").loc["noisy", "seeds_for_80pct_power"]
+    assert re.search(rf"within noise +│ {noisy} +│", next(li for li in out.splitlines() if "│ noisy" in li))
+    assert "stopped" in next(li for li in out.splitlines() if "│ lonely" in li)
+    assert "warning: its tuned values were chosen on the seeds that measure them" in out
+    why = next(li for li in out.splitlines() if "(lonely): " in li)
+    assert f"stopped by ASHA: no mean from the seeds that survived; run: shapesweep run {root}/s/space.yaml --scheduler fifo" in why
+    assert "rank fidelity (Kendall's tau over the" in out and "ASHA stopped 3 trials" in out
+
+
+def test_the_report_table_warns_of_selection_bias_and_gives_the_seeds_for_power(root, trials):
+    from shapesweep.dashboards.report import build_payload
+
+    (table,) = json.loads(build_payload(root, ["s"]))["comparisons"]
+    assert any("carry selection bias" in w for w in table["warnings"])  # chosen on the measuring seeds
+    power = table["columns"].index("seeds for 80% power")
+    noisy = compare(trials).set_index("key").loc["noisy", "seeds_for_80pct_power"]
+    assert [row[power] for row in table["rows"]].count(str(noisy)) == 1
 
 
 def test_status_bad_format_and_unknown_baseline_exit_2_with_one_line(root, capsys):

@@ -256,7 +256,7 @@ def test_status_lists_sweeps_and_one_sweeps_best_trials(local_ray, tmp_path, cap
     assert shapesweep(["status", "st", "--root", str(root)]) == 0
     out = capsys.readouterr().out
     assert f"space st ({space.space_hash})" in out and "status finished" in out
-    assert "2 candidates, 3 trials" in out  # the failed one has no loss, so no candidate row
+    assert "3 candidates, 3 trials" in out  # the failed one is listed too, with why it has no verdict
     assert "completed: 2  failed: 1" in out
     rows = [line for line in out.splitlines() if re.match(r"^[│┃]\s*[0-9a-f]{12}-s0", line)]
     order = [line.strip("│┃ ").split()[0] for line in rows]

@@ -88,7 +88,7 @@ def test_a_view_with_too_few_candidates_says_so_in_one_line(tmp_path):
     trials = _grid(tmp_path, lambda config, seed: 2.0, n=2)
     for figure_id, fig in sweep_views(0, trials):
         (trace,) = fig.data
-        assert trace["mode"] == "text" and trace["text"] == ["2 completed candidates: the views need at least 3"]
+        assert trace["mode"] == "text" and trace["text"] == ["2 candidates with a result: the views need at least 3"]
         assert fig.layout["title"]["text"].endswith("s: 2 candidates (mean over seeds)"), figure_id
     few = _grid(tmp_path / "few", lambda config, seed: 2.0 + config.n_layers, n=MIN_IMPORTANCE - 1)
     views = _views(few)

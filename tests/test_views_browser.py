@@ -65,9 +65,12 @@ def test_views_in_the_report(synthetic_store, browser, tmp_path):  # noqa: F811 
         _check_lm_views(browser, index)
     # k of a conventional model is the category "–" beside the hourglass k values.
     assert "–" in _texts(browser, "views-parallel-2", ".parcoords .tick text")
-    # mlp has 4 candidates: its views draw what they can, the importance says why it cannot.
-    assert _texts(browser, "views-importance-0", ".textpoint text") == ["4 candidates: fANOVA needs at least 8"]
-    assert METRIC_LABELS["psnr"] in _texts(browser, "views-parallel-0", ".parcoords .axis-title")
+    # mlp has 4 candidates, 2 of them with a seed ASHA stopped (no result): its views say why
+    # they draw nothing.
+    for kind in ("parallel", "importance", "slices"):
+        assert _texts(browser, f"views-{kind}-0", ".textpoint text") == [
+            "2 candidates with a result: the views need at least 3"]
+    assert METRIC_LABELS["psnr"] in _texts(browser, "pareto-vision-params_incl_frozen", ".ytitle")
     # Seed 004's Pareto counts W_in; its table names the trainable count.
     assert _texts(browser, "pareto-vision-params_incl_frozen", ".xtitle") == [
         "parameters incl. W_in (trainable + fixed)"]

@@ -1,0 +1,82 @@
+"""The report's comparison tables: per sweep, its candidates against their baseline as
+`shapesweep status NAME` shows them (`shapesweep.results.summary`): mean ± std over the
+measure seeds, the paired difference with its 95% interval and verdict, the seeds an
+unresolved one needs, why a candidate has none and what to run; above each table, which
+seeds chose the tuned values and which measured them, and the warnings (selection bias,
+an optimum at a grid's edge). Texts are made here; the page only lays them out.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from shapesweep.common import UserError
+
+MAX_ROWS = 40  # candidates per table, best first (`status NAME` lists them all)
+COLUMNS = ["variant", "shape", "tuned", "mean ± std (n)", "Δ vs baseline [95% CI]", "verdict",
+           "seeds for 80% power", "why no verdict or seeds missing; what to run"]
+
+
+def compare_sweeps(trials: pd.DataFrame) -> dict[tuple[str, str], pd.DataFrame | UserError]:
+    """`compare` of each sweep of `trials` (not running) on its metric (`figures.metric_for`),
+    by (sweep, metric): made once for the tables and the vs-baseline figure; a sweep whose
+    baselines are ambiguous holds its UserError."""
+    from shapesweep.dashboards.figures import metric_for
+    from shapesweep.results.stats import compare
+
+    out: dict[tuple[str, str], pd.DataFrame | UserError] = {}
+    for name, group in trials[trials["status"] != "running"].groupby("sweep", sort=True):
+        metric = metric_for(group)
+        try:
+            out[(name, metric)] = compare(group, metric)
+        except UserError as error:
+            out[(name, metric)] = error
+    return out
+
+
+def comparison_tables(trials: pd.DataFrame, root: str,
+                      compared: dict[tuple[str, str], pd.DataFrame | UserError] | None = None) -> list[dict]:
+    """One table per sweep of `trials` (with `shape_text`, `frames.with_derived`, and seed
+    roles): {sweep, metric, seeds, warnings, columns, rows, more}; a sweep whose baselines
+    are ambiguous gets its one-line problem instead. `compared`: `compare_sweeps(trials)`."""
+    from shapesweep.dashboards.frames import METRIC_LABELS
+    from shapesweep.results.summary import (
+        comparisons,
+        interval_text,
+        mean_text,
+        seeds_line,
+        tuned_text,
+        verdict_text,
+    )
+
+    tables = []
+    for (name, metric), done in (compared if compared is not None else compare_sweeps(trials)).items():
+        if isinstance(done, UserError):
+            tables.append({"sweep": name, "problem": done.problem})
+            continue
+        group = trials[trials["sweep"] == name]
+        document = comparisons(group, name, root, metric, compared=done)
+        shapes = group.drop_duplicates("key").set_index("key")["shape_text"]
+        rows = [[c["variant"] or "-", shapes.get(c["key"], c["key"]), tuned_text(c), mean_text(c, metric),
+                 "-" if c["key"] == c["baseline_key"] else interval_text(c), verdict_text(c),
+                 str(c["seeds_for_80pct_power"] or "-"),
+                 _why(c, document["baseline"] is not None)]
+                for c in document["candidates"]]
+        alone = [] if document["baseline"] is not None else [
+            "no variant named baseline: no candidate has a verdict (status NAME --baseline VARIANT "
+            "compares with another)"]
+        tables.append({"sweep": name, "metric": METRIC_LABELS[metric], "seeds": seeds_line(document),
+                       "warnings": document["warnings"] + alone, "baseline": document["baseline"] is not None,
+                       "columns": COLUMNS, "rows": rows[:MAX_ROWS], "more": max(0, len(rows) - MAX_ROWS)})
+    return tables
+
+
+def _why(candidate: dict, has_baseline: bool) -> str:
+    """Why no verdict (a sweep without a baseline variant says it once, above), or which
+    seeds its result lacks, with what to run."""
+    if candidate["why"] and (has_baseline or candidate["no_verdict"] != "no baseline"):
+        return candidate["why"] + (f"; run: {candidate['to_run']}" if candidate["to_run"] else "")
+    if candidate["missing"]:
+        return f"{candidate['missing']}; run: {candidate['to_run_missing']}"
+    return ""
+

@@ -1,0 +1,54 @@
+"""Which seeds of a sweep chose its tuned values and which measured them.
+
+A space's `tune.choice_seeds` (`shapesweep.search_spaces.space.SearchSpace.choice_seeds`)
+run every tuned value to choose one per candidate; its `seeds` (or `run --seeds`) then
+measure the chosen value. The sweep folder keeps both (`space.yaml`, `sweep.json`), so a
+reader of the store alone knows each trial's role: `with_seed_roles` marks the trials of
+choice seeds, which `shapesweep.results.stats` keeps out of every mean, interval and verdict.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+
+import pandas as pd
+from shapesweep.results.stats import ROLE_COLUMN
+
+SPACE_FILE, OPTIONS_FILE = "space.yaml", "sweep.json"  # as shapesweep.sweep.runner writes them
+
+
+@dataclass(frozen=True)
+class SeedRoles:
+    choice: tuple[int, ...]  # empty: the measure seeds chose the tuned values too
+    measure: tuple[int, ...]  # empty where the sweep folder does not say
+    tuned: bool  # whether the space's `tune:` has more than one combination to choose from
+
+
+def seed_roles(root: str, sweep: str) -> SeedRoles:
+    """The roles the sweep's folder records; none where it keeps no space (a store written
+    by hand, a sweep of an older version)."""
+    from shapesweep.results.store import read_sweep_file
+    from shapesweep.search_spaces.safe_yaml import parse_yaml
+    from shapesweep.search_spaces.space import CHOICE_SEEDS
+
+    text = read_sweep_file(root, sweep, SPACE_FILE)
+    document = parse_yaml(text, f"{sweep}/{SPACE_FILE}") if text else None
+    if not isinstance(document, dict):
+        return SeedRoles((), (), False)
+    tune = document.get("tune") if isinstance(document.get("tune"), dict) else {}
+    options = json.loads(read_sweep_file(root, sweep, OPTIONS_FILE) or "{}")
+    measure = options.get("seeds") or document.get("seeds") or [0]
+    choice = tune.get(CHOICE_SEEDS) or []
+    combinations = math.prod(len(v) for k, v in tune.items() if k != CHOICE_SEEDS and isinstance(v, list))
+    return SeedRoles(tuple(int(s) for s in choice), tuple(int(s) for s in measure), combinations > 1)
+
+
+def with_seed_roles(trials: pd.DataFrame, root: str,
+                    roles: dict[str, SeedRoles] | None = None) -> pd.DataFrame:
+    """`trials` with ROLE_COLUMN: True on a trial of its sweep's choice seeds."""
+    roles = roles if roles is not None else {s: seed_roles(root, s) for s in trials["sweep"].unique()}
+    choice = {(sweep, seed) for sweep, r in roles.items() for seed in r.choice}
+    marks = [(sweep, seed) in choice for sweep, seed in zip(trials["sweep"], trials["seed"], strict=True)]
+    return trials.assign(**{ROLE_COLUMN: pd.Series(marks, index=trials.index, dtype=bool)})

@@ -1,0 +1,141 @@
+"""One sweep's comparisons as plain records: what `status` prints (table, JSON, CSV) and the
+report's comparison tables show, from `shapesweep.results.stats.compare`.
+
+A record is a candidate (shape, chosen tuned value, mean, std and seeds, the paired
+difference to its baseline with its interval and verdict, the seeds an unresolved one
+needs, and where it has no verdict, why and what to run); a sweep's document adds which
+seeds chose the tuned values and which measured them, and the warnings every reader of the
+comparisons needs (selection bias, an optimum at a grid's edge).
+"""
+
+from __future__ import annotations
+
+import json
+
+from shapesweep.common import human, plain
+
+RESULT_FIELDS = ("state", "seeds", "missing_seeds", "failed_seeds", "stopped_tokens", "error",
+                 "tuned_edge", "delta_vs_baseline", "ci_low", "ci_high", "n_paired", "verdict",
+                 "baseline_key", "seeds_for_80pct_power", "no_verdict")
+SELECTION_BIAS = ("its tuned values were chosen on the seeds that measure them: the best of several "
+                  "noisy means is optimistic, so its comparisons carry selection bias (name "
+                  "tune.choice_seeds in the space to choose on other seeds)")
+NO_VERDICT_WORDS = {"stopped": "stopped", "failed": "failed", "choosing": "choosing",
+                    "pending": "not run", "n<2": "n<2", "no baseline": "no baseline",
+                    "baseline": "baseline has no result"}
+
+
+def candidate_records(compared, metric: str, sweep: str, root: str) -> list[dict]:
+    """`compare`'s rows as records: shape, chosen tuned values, seed statistics, the baseline
+    comparison, and where a candidate has no verdict, why (`why`) and what to run (`to_run`);
+    where its result lacks measure seeds, which (`missing`) and what to run (`to_run_missing`)."""
+    import pyarrow as pa
+    from shapesweep.results.explain import missing_seeds, why_no_verdict
+    from shapesweep.results.schema import SHAPE_COLUMNS, TRIAL_COLUMNS
+    from shapesweep.results.stats import CHOICE_METRIC
+
+    fields = ["key", "family", "variant", *(name for name, _ in SHAPE_COLUMNS),
+              "params_non_embedding", "params_total", "params_active", "flops_per_token"]
+    whole = {name for name in fields if pa.types.is_integer(TRIAL_COLUMNS.field(name).type)}
+    rows = compared.to_dict("records")
+    by_key = {row["key"]: row for row in rows}
+    records = []
+    for row in rows:
+        record = {name: plain(row.get(name)) for name in fields if name != "widths"}
+        record.update({name: int(record[name]) for name in whole if record[name] is not None})
+        widths = row.get("widths")
+        record["widths"] = None if widths is None else [int(w) for w in widths]
+        record.update({"tuned": json.loads(row["tuned"]) if isinstance(row["tuned"], str) else None,
+                       "n_seeds": int(row["n"]),
+                       f"{metric}_mean": plain(row["mean"]), f"{metric}_std": plain(row["std"]),
+                       f"choice_{CHOICE_METRIC}_mean": plain(row["choice_mean"])})
+        record.update({name: plain(row[name]) for name in RESULT_FIELDS})
+        explained = why_no_verdict(row, sweep, root, by_key.get(row["baseline_key"]))
+        record["why"], record["to_run"] = explained or (None, None)
+        record["missing"], record["to_run_missing"] = missing_seeds(row, sweep, root) or (None, None)
+        records.append(record)
+    return records
+
+
+def seed_document(root: str, name: str, trials) -> dict:
+    """Which seeds chose the tuned values and which measured them (the sweep folder's word,
+    else the trials'), and whether the same seeds did both for a tuned space."""
+    from shapesweep.results.roles import seed_roles
+    from shapesweep.results.stats import canonical_tuned_column
+
+    roles = seed_roles(root, name)
+    choice = list(roles.choice)
+    seeds = sorted({int(s) for s in trials["seed"].dropna()} - set(choice))
+    tuned = len(trials) > 0 and canonical_tuned_column(trials["tuned_json"]).nunique() > 1
+    return {"choice_seeds": choice, "measure_seeds": list(roles.measure) or seeds,
+            "selection_bias": bool((roles.tuned or tuned) and not choice)}
+
+
+def warnings(document: dict) -> list[str]:
+    """Lines every reader of the comparisons should see."""
+    lines = [SELECTION_BIAS] if document["selection_bias"] else []
+    edge = [c for c in document["candidates"] if c["tuned_edge"]]
+    if edge:
+        names = sorted({n for c in edge for n in c["tuned_edge"]})
+        lines.append(f"optimum at the grid's edge: extend the grid ({', '.join(names)} of "
+                     f"{len(edge)} candidate{'s' if len(edge) > 1 else ''})")
+    return lines
+
+
+def comparisons(trials, name: str, root: str, metric: str = "val_loss", baseline: str = "baseline",
+                compared=None) -> dict:
+    """One sweep's document: its seeds, candidate records and warnings (`trials` with their
+    seed roles, `shapesweep.results.roles.with_seed_roles`; `compared`: their `compare`,
+    when already made)."""
+    from shapesweep.results.stats import compare
+
+    compared = compare(trials, metric, baseline) if compared is None else compared
+    document = {"sweep": name, "metric": metric,
+                "baseline": baseline if (trials["variant"] == baseline).any() else None,
+                **seed_document(root, name, trials),
+                "candidates": candidate_records(compared, metric, name, root)}
+    document["warnings"] = warnings(document)
+    return document
+
+
+def seeds_line(document: dict) -> str:
+    measure = ", ".join(map(str, document["measure_seeds"])) or "-"
+    if document["choice_seeds"]:
+        return (f"seeds: {', '.join(map(str, document['choice_seeds']))} chose each candidate's tuned "
+                f"value (never in a mean, interval or verdict); {measure} measured it")
+    return f"seeds: {measure}"
+
+
+def interval_text(candidate: dict) -> str:
+    delta = candidate["delta_vs_baseline"]
+    if delta is None:
+        return "-"
+    if candidate["ci_low"] is None:
+        return f"{delta:+.4f} (n<2)"
+    return f"{delta:+.4f} [{candidate['ci_low']:+.4f}, {candidate['ci_high']:+.4f}]"
+
+
+def mean_text(candidate: dict, metric: str, gap: str = " ") -> str:
+    """mean ± std (n), or the state of a candidate without a result."""
+    if candidate[f"{metric}_mean"] is None:
+        tokens = candidate["stopped_tokens"]
+        return {"stopped": f"stopped at {human(tokens)}" if tokens else "stopped",
+                "pending": "not run"}.get(candidate["state"], candidate["state"])
+    std = "-" if candidate[f"{metric}_std"] is None else f"{candidate[f'{metric}_std']:.4f}"
+    return f"{candidate[f'{metric}_mean']:.4f}{gap}± {std} ({candidate['n_seeds']})"
+
+
+def tuned_text(candidate: dict) -> str:
+    """`lr=0.003 (edge)`: the chosen values, each at its grid's edge marked."""
+    if not candidate["tuned"]:
+        return "-"
+    return " ".join(f"{k}={v}" + (" (edge)" if k in candidate["tuned_edge"] else "")
+                    for k, v in candidate["tuned"].items())
+
+
+def verdict_text(candidate: dict) -> str:
+    """The verdict, `(the baseline)`, or a word for why there is none."""
+    if candidate["key"] == candidate["baseline_key"]:
+        return "(the baseline)"
+    return candidate["verdict"] or NO_VERDICT_WORDS.get(candidate["no_verdict"], "-")
+
