@@ -65,11 +65,14 @@ CURVE_COLUMNS = pa.schema(
 )
 
 # Seed 002 §4's representation analysis (`shapesweep.trainers.analysis`): one row per (layer, threshold);
-# `matrix_entropy` (the residual stream's) repeats across a layer's threshold rows.
+# `matrix_entropy` (the residual stream's) and the logit lens's `lens_*` (Fig. 8: the target's log
+# probability, the decoded entropy, the symmetrized KL to the layer before) repeat across a
+# layer's threshold rows.
 LAYER_COLUMNS = pa.schema(
     [
         ("sweep", _STR), ("trial_id", _STR), ("layer", _INT), ("width", _INT),
         ("matrix_entropy", _FLOAT), ("activation_density", _FLOAT), ("threshold", _FLOAT),
+        ("lens_logprob", _FLOAT), ("lens_entropy", _FLOAT), ("lens_kl", _FLOAT),
     ]
 )
 

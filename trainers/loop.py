@@ -371,7 +371,7 @@ def train(model_config, train: TrainConfig, data: str | None = None,
         weights = _full_state(model, None, sharded)[0]
     if save_dir is not None and rank == 0:
         checkpoint.save_model(save_dir, weights, model_config, train)
-    layers = (analysis.analyse(model, analysis.analysis_tokens(task.val_x).to(dev), autocast)
+    layers = (analysis.analyse(model, *analysis.sequences(task.val_x, task.val_y, model), autocast)
               if analysed and not stopped else [])
     result = _result(curve, prior_elapsed + time.perf_counter() - t0, train_time,
                      params_measured, data_hash, stopped)
