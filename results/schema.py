@@ -47,6 +47,9 @@ TRIAL_COLUMNS = pa.schema(
         ("status", _STR), ("error", _STR),
         ("val_loss", _FLOAT), ("best_val_loss", _FLOAT), ("val_ppl", _FLOAT),
         ("train_loss", _FLOAT), ("psnr", _FLOAT), ("ssim", _FLOAT),
+        # `val_loss_se`: the final val_loss's standard error over its held-out sequences (images);
+        # `train_loss_tail`: seed 002's reported loss, the training loss over the last steps.
+        ("val_loss_se", _FLOAT), ("train_loss_tail", _FLOAT),
         ("tokens", _INT), ("steps", _INT), ("wall_time_s", _FLOAT), ("tokens_per_s", _FLOAT),
         *ACCOUNTING_COLUMNS,
         *SHAPE_COLUMNS,

@@ -10,6 +10,12 @@ from one run is noise. Here:
   own: the paired difference over the seeds both ran (same seed = same data order), its
   mean and 95% t-interval, and a verdict: `better` / `worse` when the interval lies on one
   side of zero, else `within noise` (also with fewer than 2 paired seeds: no interval).
+  For val_loss, `eval_se` bounds the evaluation's own noise in that difference: over the
+  paired seeds, the mean of sqrt(se_c^2 + se_b^2) from each trial's `val_loss_se` (both models
+  read the same held-out sequences, so their losses correlate and the difference's standard
+  error is smaller; and a fixed set's error is shared by the seeds, so it does not shrink
+  with them), and `eval_noise` flags a `better`/`worse` within EVAL_Z x `eval_se` of zero:
+  a difference the evaluation set alone could make (evaluate more tokens to settle it).
 - `rank_fidelity`: how well a short trial ranks candidates. At each evaluation point
   (tokens) that >= 3 candidates share, Kendall's tau between the candidates' mean metric
   there and their final mean; `stable_fraction` is the budget fraction from which tau
@@ -35,6 +41,7 @@ from shapesweep.common import UserError
 
 HIGHER_IS_BETTER = frozenset({"psnr", "ssim", "accuracy", "tokens_per_s"})  # the rest: losses
 CONFIDENCE = 0.95
+EVAL_Z = 1.96  # a normal's 95% two-sided quantile, for the evaluation-noise flag
 FIDELITY_THRESHOLD = 0.8
 MIN_RANKED = 3  # fewer candidates give no meaningful rank correlation
 BUDGET_GAP = 1.15  # iso-budget candidates sit within a few percent: a wider gap is a new budget
@@ -151,21 +158,46 @@ def compare(trials: pd.DataFrame, metric: str = "val_loss",
     candidate of variant `baseline` in its sweep)."""
     stats = tuned_stats(trials, metric)
     chosen = stats[stats["chosen"]].copy()
-    columns = ("delta_vs_baseline", "ci_low", "ci_high", "n_paired", "verdict", "baseline_key")
+    columns = ("delta_vs_baseline", "ci_low", "ci_high", "n_paired", "verdict", "baseline_key",
+               "eval_se", "eval_noise")
     for column in columns:
         chosen[column] = None
     values = _seed_values(trials, metric)
+    errors = _eval_errors(trials, metric)
     for _, sweep in chosen.groupby("sweep"):
         if baseline is None or not (sweep["variant"] == baseline).any():
             continue
         base_index = _baseline_of(sweep, baseline)
         for index, base in base_index.dropna().items():
             base = chosen.loc[base]
-            result = paired_difference(values[tuple(chosen.loc[index, CANDIDATE])],
-                                       values[tuple(base[CANDIDATE])], metric)
+            mine, theirs = tuple(chosen.loc[index, CANDIDATE]), tuple(base[CANDIDATE])
+            result = paired_difference(values[mine], values[theirs], metric)
+            noise = _eval_se(errors, mine, theirs)
+            flagged = None if noise is None or result["delta"] is None else bool(
+                result["verdict"] != "within noise" and abs(result["delta"]) <= EVAL_Z * noise)
             chosen.loc[index, list(columns)] = [result["delta"], result["ci_low"], result["ci_high"],
-                                                result["n_paired"], result["verdict"], base["key"]]
+                                                result["n_paired"], result["verdict"], base["key"],
+                                                noise, flagged]
     return chosen.sort_values("mean", ascending=_sign(metric) > 0).reset_index(drop=True)
+
+
+def _eval_errors(trials: pd.DataFrame, metric: str) -> dict[tuple, pd.Series] | None:
+    """`val_loss_se` by seed per (sweep, key, tuned) of completed trials, for val_loss only
+    (None for other metrics, or trials that predate the column)."""
+    if metric != "val_loss" or "val_loss_se" not in trials or trials["val_loss_se"].isna().all():
+        return None
+    done = _completed(trials, metric)
+    done = done[done["val_loss_se"].notna()]
+    return {key: group.groupby("seed")["val_loss_se"].mean() for key, group in done.groupby(CANDIDATE)}
+
+
+def _eval_se(errors: dict[tuple, pd.Series] | None, candidate: tuple, baseline: tuple) -> float | None:
+    """The mean over the paired seeds of sqrt(se_candidate^2 + se_baseline^2) (the module
+    docstring says why); None without both trials' standard errors at some seed."""
+    if errors is None or candidate not in errors or baseline not in errors:
+        return None
+    both = pd.concat([errors[candidate], errors[baseline]], axis=1).dropna()
+    return float(np.sqrt(both.pow(2).sum(axis=1)).mean()) if len(both) else None
 
 
 def rank_fidelity(trials: pd.DataFrame, curves: pd.DataFrame,

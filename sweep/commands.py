@@ -232,7 +232,8 @@ def add_arguments_status(parser: argparse.ArgumentParser) -> None:
                         help="the variant the others are compared with (default: baseline, "
                         "when the sweep has it)")
     parser.add_argument("--metric", default="val_loss",
-                        help="final metric to compare (val_loss; psnr or ssim for vision)")
+                        help="final metric to compare (val_loss; train_loss_tail, seed 002's "
+                        "reported loss; psnr or ssim for vision)")
 
 
 def _catalog(args: argparse.Namespace):
@@ -265,7 +266,7 @@ def _fmt(value: Any, digits: int = 4) -> str:
     return str(value)
 
 
-STATUS_METRICS = ("val_loss", "best_val_loss", "val_ppl", "train_loss", "psnr", "ssim")
+STATUS_METRICS = ("val_loss", "best_val_loss", "val_ppl", "train_loss", "train_loss_tail", "psnr", "ssim")
 
 
 def _check_status_args(args: argparse.Namespace) -> None:
@@ -304,7 +305,8 @@ def _candidate_records(compared, metric: str) -> list[dict]:
         record.update({"tuned": json.loads(row["tuned"]), "n_seeds": int(row["n"]),
                        f"{metric}_mean": _clean(row["mean"]), f"{metric}_std": _clean(row["std"])})
         record.update({name: _clean(row[name]) for name in (
-            "delta_vs_baseline", "ci_low", "ci_high", "n_paired", "verdict", "baseline_key")})
+            "delta_vs_baseline", "ci_low", "ci_high", "n_paired", "verdict", "baseline_key",
+            "eval_se", "eval_noise", "budget_error")})
         records.append(record)
     return records
 
@@ -393,8 +395,10 @@ def _candidates_table(document: dict, narrow: bool = False):
                   "(each at its best tuned value)")
     tuned = any(c["tuned"] for c in document["candidates"])
     details = _varying(document["candidates"])
+    # off budget by more than 1% (a Pareto sweep, an ablation): each candidate's miss, beside its verdict
+    missed = any(abs(c.get("budget_error") or 0.0) > BUDGET_SHOWN for c in document["candidates"])
     columns = [*([] if narrow else ["key"]), "variant", "shape", *(["tuned"] if tuned else []),
-               f"{metric} mean ± std (n)"]
+               *(["budget err"] if missed else []), f"{metric} mean ± std (n)"]
     # narrow: the verdict under the interval, and lines broken between numbers, never inside one
     columns += ([f"Δ vs {baseline} [95% CI], verdict"] if narrow
                 else [f"Δ vs {baseline} [95% CI]", "verdict"]) if baseline else []
@@ -405,13 +409,34 @@ def _candidates_table(document: dict, narrow: bool = False):
         std = "-" if c[f"{metric}_std"] is None else f"{c[f'{metric}_std']:.4f}"
         cells = [*([] if narrow else [c["key"]]), c["variant"] or "-", _shape(c, details),
                  *([" ".join(f"{k}={v}" for k, v in c["tuned"].items()) or "-"] if tuned else []),
+                 *([_percent(c.get("budget_error"))] if missed else []),
                  f"{c[f'{metric}_mean']:.4f}{gap}± {std} ({c['n_seeds']})"]
         anchor = c["key"] == c["baseline_key"]
         verdict = ["-", "(the baseline)"] if anchor else [_interval(c).replace(" [", gap + "["),
-                                                          c["verdict"] or "-"]
+                                                          _verdict(c)]
         cells += ([gap.join(verdict)] if narrow else verdict) if baseline else []
         table.add_row(*cells)
     return table
+
+
+BUDGET_SHOWN = 0.01  # a budget error above this is shown beside the verdicts
+
+
+def _percent(value: float | None) -> str:
+    return "-" if value is None else f"{value:+.1%}"
+
+
+def _verdict(candidate: dict) -> str:
+    """The verdict, starred when the evaluation's own noise could have made it."""
+    return (candidate["verdict"] or "-") + ("*" if candidate.get("eval_noise") else "")
+
+
+def _eval_noise_line(document: dict) -> str | None:
+    """The footnote of the starred verdicts."""
+    if not any(c.get("eval_noise") for c in document["candidates"]):
+        return None
+    return ("* within 1.96 x eval_se of zero: the held-out set's own noise could make this "
+            "difference (raise train.eval_tokens to settle it)")
 
 
 def _fidelity_line(document: dict) -> str:
@@ -536,6 +561,8 @@ def status(args: argparse.Namespace) -> int:
                   or "no trials yet")
     if document["candidates"]:
         console.print(_candidates_table(document, narrow=console.width < 100))
+        if _eval_noise_line(document):
+            console.print(_eval_noise_line(document), soft_wrap=True)
         console.print(_fidelity_line(document), soft_wrap=True)
         if _asha_line(document):
             console.print(_asha_line(document), soft_wrap=True)
