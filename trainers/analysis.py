@@ -104,7 +104,7 @@ def sequences(val_x: torch.Tensor, val_y: torch.Tensor, model: nn.Module) -> tup
 
 class _Lens:
     """Logit-lens sums of one batch: each layer's stream decoded in chunks of tokens, with the
-    previous layer's log probabilities kept for the KL."""
+    previous layer's (log) probabilities kept for the KL."""
 
     def __init__(self, model: nn.Module, targets: torch.Tensor, sums: torch.Tensor):
         self.model, self.targets, self.sums = model, targets.flatten(), sums
@@ -116,14 +116,15 @@ class _Lens:
         current = []
         for i, h in enumerate(stream.flatten(0, -2).split(self.chunk)):
             logp = F.log_softmax(self.model.decode(h).float(), dim=-1)
-            current.append(logp)
+            p = logp.exp()
+            current.append((logp, p))
             if layer is None:
                 continue
             start = i * self.chunk
             target = logp.gather(1, self.targets[start:start + len(h), None].to(logp.device))
-            entropy = -(logp.exp() * logp).sum(-1)
-            before = self.previous[i]
-            kl = 0.5 * ((logp.exp() - before.exp()) * (logp - before)).sum(-1)
+            entropy = -(p * logp).sum(-1)
+            logq, q = self.previous[i]
+            kl = 0.5 * ((p - q) * (logp - logq)).sum(-1)
             self.sums[layer] += torch.stack([target.sum(), entropy.sum(), kl.sum()]).double().cpu()
         self.previous = current
 
@@ -140,7 +141,7 @@ def analyse(model: nn.Module, x: torch.Tensor, y: torch.Tensor, autocast=context
     lens = torch.zeros(n_layers, len(LENS), dtype=torch.float64)
     counts = torch.zeros(n_layers, len(thresholds), dtype=torch.float64)
     sizes = [0] * n_layers
-    per_batch = max(1, LOGIT_ELEMENTS * 16 // (x.shape[1] * model.config.vocab_size))
+    per_batch = max(1, LOGIT_ELEMENTS * 4 // (x.shape[1] * model.config.vocab_size))
     state: dict = {}
 
     def before_first(module, inputs):
