@@ -69,7 +69,10 @@ def test_the_evaluation_states_its_standard_error_over_held_out_sequences():
     torch.manual_seed(0)
     model = build_model(config)
     task = make_task(config, recipe, None, None)[0]
+    grads = []
+    model.register_forward_hook(lambda *_: grads.append(torch.is_grad_enabled()))
     metrics = evaluate(model, task, 16, torch.device("cpu"), contextlib.nullcontext)
+    assert grads and not any(grads)  # evaluation builds no autograd graph
     with torch.no_grad():
         per_token = F.cross_entropy(model(task.val_x).flatten(0, 1), task.val_y.flatten(), reduction="none")
     per_sequence = per_token.double().view(task.val_y.shape).mean(1)

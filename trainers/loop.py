@@ -207,7 +207,6 @@ def _cuda_speedups() -> None:
     torch.set_float32_matmul_precision("high")
 
 
-@torch.no_grad()
 def _example_losses(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """Each held-out example's loss: a sequence's mean cross-entropy, an image's MSE (their
     mean is `_loss`'s reported loss: every example has as many tokens or pixels)."""
@@ -216,6 +215,7 @@ def _example_losses(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return F.cross_entropy(out.float().flatten(0, 1), y.flatten(), reduction="none").view(y.shape).mean(1)
 
 
+@torch.no_grad()
 def evaluate(model, task, batch: int, device, autocast) -> dict[str, float]:
     """Validation loss (and ppl, or image metrics) on the task's fixed held-out set, and its
     standard error over the held-out sequences (images): std / sqrt(n) of their losses, so a
