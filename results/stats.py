@@ -154,8 +154,9 @@ def _baseline_of(chosen: pd.DataFrame, baseline: str) -> pd.Series:
 def compare(trials: pd.DataFrame, metric: str = "val_loss",
             baseline: str | None = "baseline") -> pd.DataFrame:
     """The chosen row of every candidate, ordered best first, with `delta_vs_baseline`,
-    `ci_low`, `ci_high`, `n_paired`, `verdict` and `baseline_key` (all None without a
-    candidate of variant `baseline` in its sweep)."""
+    `ci_low`, `ci_high`, `n_paired`, `verdict`, `baseline_key`, `eval_se` and `eval_noise`
+    (all None without a candidate of variant `baseline` in its sweep; the last two also
+    without `val_loss_se`)."""
     stats = tuned_stats(trials, metric)
     chosen = stats[stats["chosen"]].copy()
     columns = ("delta_vs_baseline", "ci_low", "ci_high", "n_paired", "verdict", "baseline_key",

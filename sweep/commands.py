@@ -433,9 +433,11 @@ def _verdict(candidate: dict) -> str:
 
 def _eval_noise_line(document: dict) -> str | None:
     """The footnote of the starred verdicts."""
+    from shapesweep.results.stats import EVAL_Z
+
     if not any(c.get("eval_noise") for c in document["candidates"]):
         return None
-    return ("* within 1.96 x eval_se of zero: the held-out set's own noise could make this "
+    return (f"* within {EVAL_Z} x eval_se of zero: the held-out set's own noise could make this "
             "difference (raise train.eval_tokens to settle it)")
 
 
