@@ -109,7 +109,7 @@ class _Lens:
     def __init__(self, model: nn.Module, targets: torch.Tensor, sums: torch.Tensor):
         self.model, self.targets, self.sums = model, targets.flatten(), sums
         self.chunk = max(1, LOGIT_ELEMENTS // model.config.vocab_size)
-        self.previous: list[torch.Tensor] = []
+        self.previous: list[tuple[torch.Tensor, torch.Tensor]] = []  # per chunk: (log p, p)
 
     def __call__(self, layer: int | None, stream: torch.Tensor) -> None:
         """Decode `stream` (after block `layer`; None: the embedding) and add its sums."""
@@ -141,6 +141,7 @@ def analyse(model: nn.Module, x: torch.Tensor, y: torch.Tensor, autocast=context
     lens = torch.zeros(n_layers, len(LENS), dtype=torch.float64)
     counts = torch.zeros(n_layers, len(thresholds), dtype=torch.float64)
     sizes = [0] * n_layers
+    # sequences per forward: the lens holds 4 tensors of tokens x vocab (log p and p, twice)
     per_batch = max(1, LOGIT_ELEMENTS * 4 // (x.shape[1] * model.config.vocab_size))
     state: dict = {}
 
