@@ -53,4 +53,5 @@ bench: setup
 	$(PY) benchmarks/bench_train_step.py --quick
 	$(PY) -m benchmarks.bench_sweep_overhead
 	$(PY) -m benchmarks.bench_asha_efficiency
+	$(PY) benchmarks/bench_analysis.py
 	$(PY) benchmarks/bench_report.py --trials 2000

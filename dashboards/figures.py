@@ -424,11 +424,12 @@ def _constant_width(row) -> bool:
     return row["family"] != "variable_width" or row["shape"] == "constant"
 
 
-def layers_figure(trials: pd.DataFrame, layers: pd.DataFrame | None, top: int = 12) -> Figure | None:
-    """Seed 002 Fig. 7: the residual stream's matrix entropy and the MLP activation density at
-    each threshold against depth (layer / n_layers), one line per candidate (its completed
-    seeds at its best tuned value, averaged; the `top` best by loss), constant width dashed."""
-    if layers is None or layers.empty:
+def _layer_means(trials: pd.DataFrame, layers: pd.DataFrame | None, columns: list[str],
+                 top: int) -> tuple[pd.DataFrame, pd.DataFrame] | None:
+    """Per candidate (its completed seeds at its best tuned value, averaged; the `top` best by
+    loss) and layer: the mean of `columns`, with `depth` = layer / n_layers; and the candidates'
+    seed means. None without layer rows holding those columns."""
+    if layers is None or layers.empty or layers[columns].isna().all().all():
         return None
     means = seed_means(trials[trials["family"].isin(language_models())], "val_loss").nsmallest(top, "mean")
     done = trials[trials["status"] == "completed"]
@@ -438,24 +439,26 @@ def layers_figure(trials: pd.DataFrame, layers: pd.DataFrame | None, top: int = 
     data = layers.merge(runs[["sweep", "trial_id", "point", "n_layers"]], on=["sweep", "trial_id"])
     if data.empty:
         return None
-    data = data.groupby(["point", "n_layers", "layer", "threshold"], as_index=False)[
-        ["matrix_entropy", "activation_density"]].mean()
+    data = data.groupby(["point", "n_layers", "layer", "threshold"], as_index=False)[columns].mean()
     data["depth"] = data["layer"] / data["n_layers"]
-    thresholds = sorted(data["threshold"].unique())
-    titles = ["matrix entropy of the residual stream",
-              *(f"MLP activation density, |a| > {t:g}" for t in thresholds)]
-    n_rows = (len(titles) + 1) // 2
-    fig = Figure.subplots(n_rows, 2, subplot_titles=titles, vertical_spacing=0.14)
+    return data, means
+
+
+def _by_depth(trials: pd.DataFrame, data: pd.DataFrame, means: pd.DataFrame,
+              panels: list[tuple[str, str, float | None]], title: str) -> Figure:
+    """One panel per (column, subplot title, threshold or None: any one of a layer's rows), one
+    line per candidate against depth, constant width dashed."""
+    n_rows = (len(panels) + 1) // 2
+    fig = Figure.subplots(n_rows, 2, subplot_titles=[name for _, name, _ in panels], vertical_spacing=0.14)
     rows = trials.set_index("row_id")
     n_sweeps = means["sweep"].nunique()
     for i, (point, group) in enumerate(data.groupby("point", sort=False)):
         row = rows.loc[point]
         name = _series_name([design(row), shape_text(row)], n_sweeps, row["sweep"])
         c, dash = color("", i), "dash" if _constant_width(row) else "solid"
-        panels = [("matrix_entropy", group.drop_duplicates("layer"))]
-        panels += [("activation_density", group[group["threshold"] == t]) for t in thresholds]
-        for panel, (column, points) in enumerate(panels):
-            points = points.sort_values("depth")
+        for panel, (column, _, threshold) in enumerate(panels):
+            points = (group.drop_duplicates("layer") if threshold is None
+                      else group[group["threshold"] == threshold]).sort_values("depth")
             fig.add_trace(Scatter(
                 x=points["depth"], y=points[column], mode="lines+markers", name=name,
                 legendgroup=name, showlegend=panel == 0, line=dict(color=c, dash=dash, width=2),
@@ -464,11 +467,46 @@ def layers_figure(trials: pd.DataFrame, layers: pd.DataFrame | None, top: int = 
                 hovertemplate="layer %{x:.2f} of depth: %{y:.3f}<br>%{customdata[1]}<extra></extra>",
                 meta={"rows": True, "sweep": row["sweep"], "family": row["family"]}),
                 row=panel // 2 + 1, col=panel % 2 + 1)
-    fig = layout(fig, "Representations by depth (seed 002 Fig. 7): mean over seeds; constant width dashed",
-                 "", "")
+    fig = layout(fig, title, "", "")
     fig.update_xaxes(title=dict(text="depth (layer / n_layers)"), row=n_rows)  # clear of the titles below
-    fig.update_yaxes(rangemode="tozero")
     fig.update_layout(height=fig.layout["height"] + 330 * (n_rows - 1), margin=dict(t=80))
+    return fig
+
+
+def layers_figure(trials: pd.DataFrame, layers: pd.DataFrame | None, top: int = 12) -> Figure | None:
+    """Seed 002 Fig. 7: the residual stream's matrix entropy and the MLP activation density at
+    each threshold against depth (layer / n_layers), one line per candidate (its completed
+    seeds at its best tuned value, averaged; the `top` best by loss), constant width dashed."""
+    found = _layer_means(trials, layers, ["matrix_entropy", "activation_density"], top)
+    if found is None:
+        return None
+    data, means = found
+    thresholds = sorted(data["threshold"].unique())
+    panels = [("matrix_entropy", "matrix entropy of the residual stream", None)]
+    panels += [("activation_density", f"MLP activation density, |a| > {t:g}", t) for t in thresholds]
+    fig = _by_depth(trials, data, means, panels,
+                    "Representations by depth (seed 002 Fig. 7): mean over seeds; constant width dashed")
+    fig.update_yaxes(rangemode="tozero")
+    return fig
+
+
+LENS_PANELS = [("lens_logprob", "log probability of the target token (nats)", None),
+               ("lens_entropy", "entropy of the decoded distribution (nats)", None),
+               ("lens_kl", "symmetrized KL to the layer before (nats)", None)]
+
+
+def lens_figure(trials: pd.DataFrame, layers: pd.DataFrame | None, top: int = 12) -> Figure | None:
+    """Seed 002 Fig. 8, the logit lens: each layer's residual stream decoded through the final
+    norm and unembedding; the target's log probability, the decoded entropy and the
+    symmetrized KL to the previous layer's decoding against depth, as `layers_figure` draws."""
+    found = _layer_means(trials, layers, [column for column, _, _ in LENS_PANELS], top)
+    if found is None:
+        return None
+    data, means = found
+    fig = _by_depth(trials, data, means, LENS_PANELS,
+                    "Logit lens by depth (seed 002 Fig. 8): mean over seeds; constant width dashed")
+    fig.update_yaxes(rangemode="tozero", row=1, col=2)
+    fig.update_yaxes(rangemode="tozero", row=2, col=1)
     return fig
 
 
@@ -667,6 +705,7 @@ def applicable_figures(trials: pd.DataFrame, curves: pd.DataFrame, layers: pd.Da
         *pareto[1:],
         ("widths", lambda: width_profile_figure(lm)),
         ("layers", lambda: layers_figure(lm, layers)),
+        ("lens", lambda: lens_figure(lm, layers)),
         ("param-split", lambda: param_split_figure(lm, points=lm_points())),
         ("curves-lm", lambda: learning_curves_figure(lm, curves)),
     ]

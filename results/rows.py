@@ -20,7 +20,7 @@ from shapesweep.results.store import write_trial
 CURVE_FIELDS = tuple(name for name in CURVE_COLUMNS.names if name not in ("sweep", "trial_id"))
 # A trial's final metrics (`final_metrics`).
 METRIC_FIELDS = ("val_loss", "best_val_loss", "val_ppl", "train_loss", "psnr", "ssim", "tokens",
-                 "steps", "wall_time_s", "tokens_per_s")
+                 "steps", "wall_time_s", "tokens_per_s", "val_loss_se", "train_loss_tail")
 
 
 @dataclass
@@ -89,6 +89,8 @@ def final_metrics(last: dict[str, Any], curve: list[dict[str, Any]], status: str
         "best_val_loss": last.get("best_val_loss", min(finite) if finite else None),
         "val_ppl": last.get("val_ppl", math.exp(min(val_loss, 700)) if val_loss else None),
         "train_loss": last.get("train_loss"),
+        "val_loss_se": last.get("val_loss_se"),
+        "train_loss_tail": last.get("train_loss_tail"),  # only a finished run's final report has it
         "psnr": last.get("psnr"),
         "ssim": last.get("ssim"),
         "tokens": tokens,

@@ -47,6 +47,9 @@ TRIAL_COLUMNS = pa.schema(
         ("status", _STR), ("error", _STR),
         ("val_loss", _FLOAT), ("best_val_loss", _FLOAT), ("val_ppl", _FLOAT),
         ("train_loss", _FLOAT), ("psnr", _FLOAT), ("ssim", _FLOAT),
+        # `val_loss_se`: the final val_loss's standard error over its held-out sequences (images);
+        # `train_loss_tail`: seed 002's reported loss, the training loss over the last steps.
+        ("val_loss_se", _FLOAT), ("train_loss_tail", _FLOAT),
         ("tokens", _INT), ("steps", _INT), ("wall_time_s", _FLOAT), ("tokens_per_s", _FLOAT),
         *ACCOUNTING_COLUMNS,
         *SHAPE_COLUMNS,
@@ -65,11 +68,14 @@ CURVE_COLUMNS = pa.schema(
 )
 
 # Seed 002 §4's representation analysis (`shapesweep.trainers.analysis`): one row per (layer, threshold);
-# `matrix_entropy` (the residual stream's) repeats across a layer's threshold rows.
+# `matrix_entropy` (the residual stream's) and the logit lens's `lens_*` (Fig. 8: the target's log
+# probability, the decoded entropy, the symmetrized KL to the layer before) repeat across a
+# layer's threshold rows.
 LAYER_COLUMNS = pa.schema(
     [
         ("sweep", _STR), ("trial_id", _STR), ("layer", _INT), ("width", _INT),
         ("matrix_entropy", _FLOAT), ("activation_density", _FLOAT), ("threshold", _FLOAT),
+        ("lens_logprob", _FLOAT), ("lens_entropy", _FLOAT), ("lens_kl", _FLOAT),
     ]
 )
 

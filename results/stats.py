@@ -24,6 +24,12 @@ from one run is noise. Here:
   zero, else `within noise`, with `seeds_for_80pct_power` (paired seeds an interval that
   excludes zero needs at the observed effect, 80% power). Fewer than 2 paired seeds, or
   no result on either side: no verdict, and `no_verdict` says why.
+  For val_loss, `eval_se` bounds the evaluation's own noise in that difference: over the
+  paired seeds, the mean of sqrt(se_c^2 + se_b^2) from each trial's `val_loss_se` (both models
+  read the same held-out sequences, so their losses correlate and the difference's standard
+  error is smaller; and a fixed set's error is shared by the seeds, so it does not shrink
+  with them), and `eval_noise` flags a `better`/`worse` within EVAL_Z x `eval_se` of zero:
+  a difference the evaluation set alone could make (evaluate more tokens to settle it).
 - `rank_fidelity`: how well a short trial ranks candidates, over the *resolved* pairs
   (pairs whose final paired interval excludes zero; the others cannot be swapped, since
   their order is noise). At each evaluation point that >= 3 candidates share, Kendall's tau
@@ -40,6 +46,7 @@ from __future__ import annotations
 
 import json
 import math
+import warnings
 from typing import Any
 
 import numpy as np
@@ -51,6 +58,7 @@ from shapesweep.common import UserError
 HIGHER_IS_BETTER = frozenset({"psnr", "ssim", "accuracy", "tokens_per_s"})  # the rest: losses
 CONFIDENCE = 0.95
 POWER = 0.8  # `seeds_for_80pct_power`'s
+EVAL_Z = 1.96  # a normal's 95% two-sided quantile, for the evaluation-noise flag
 MAX_POWER_SEEDS = 100_000  # above this the effect is as good as zero: None
 FIDELITY_THRESHOLD = 0.8
 MIN_RANKED = 3  # fewer candidates give no meaningful rank correlation
@@ -159,9 +167,10 @@ def _first_rows(done: pd.DataFrame, grouped, keys: list[str]) -> pd.DataFrame:
     return out
 
 
-def _seed_values(trials: pd.DataFrame, metric: str) -> pd.Series:
-    """Final metric per (sweep, key, tuned, seed) of completed measure trials."""
-    return _completed(trials, metric).groupby([*CANDIDATE, "seed"])[metric].mean()
+def _seed_values(trials: pd.DataFrame, metric: str, column: str | None = None) -> pd.Series:
+    """Final metric (or another `column` of the same trials) per (sweep, key, tuned, seed) of
+    completed measure trials."""
+    return _completed(trials, metric).groupby([*CANDIDATE, "seed"])[column or metric].mean()
 
 
 RESULT_COLUMNS = ("state", "seeds", "missing_seeds", "failed_seeds", "stopped_tokens", "error",
@@ -369,7 +378,7 @@ def _baseline_of(chosen: pd.DataFrame, baseline: str) -> pd.Series:
 
 
 VERDICT_COLUMNS = ("delta_vs_baseline", "ci_low", "ci_high", "n_paired", "verdict", "baseline_key",
-                   "seeds_for_80pct_power", "no_verdict")
+                   "seeds_for_80pct_power", "no_verdict", "eval_se", "eval_noise")
 
 
 def compare(trials: pd.DataFrame, metric: str = "val_loss",
@@ -421,15 +430,35 @@ def _fill_verdicts(results: pd.DataFrame, pairs: list[tuple[int, int]], trials: 
     if open_.any():
         needed[open_] = seeds_for_power(mean[open_], sd[open_])
     two = n >= 2
+    noise = _eval_se(trials, metric, seeds.index, seeds.columns, where[rows], where[bases], diff)
+    flagged = [None if e != e or v is None else bool(v != "within noise" and abs(d) <= EVAL_Z * e)
+               for v, d, e in zip(verdicts, mean, noise, strict=True)]
     columns = {"delta_vs_baseline": np.where(n > 0, mean, np.nan), "ci_low": np.where(two, low, np.nan),
                "ci_high": np.where(two, high, np.nan), "n_paired": n, "verdict": verdicts,
                "baseline_key": results["key"].to_numpy()[bases], "seeds_for_80pct_power": needed,
-               "no_verdict": [None if v else "n<2" for v in verdicts]}
+               "no_verdict": [None if v else "n<2" for v in verdicts], "eval_se": noise,
+               "eval_noise": flagged}
     for column, values in columns.items():
         values = [v if not isinstance(v, float) or v == v else None for v in np.asarray(values, object).tolist()]
         if column in ("n_paired", "seeds_for_80pct_power"):
             values = [None if v is None else int(v) for v in values]
         results.loc[rows, column] = pd.Series(values, index=rows, dtype=object)
+
+
+def _eval_se(trials: pd.DataFrame, metric: str, index: pd.Index, seeds: pd.Index,
+             candidates: pd.Index, bases: pd.Index, diff: np.ndarray) -> np.ndarray:
+    """Per (candidate, baseline) pair, the mean over the seeds both completed of
+    sqrt(se_c^2 + se_b^2) from each trial's `val_loss_se` (the module docstring says why); NaN
+    for other metrics, or where a trial predates the column."""
+    if metric != "val_loss" or "val_loss_se" not in trials or trials["val_loss_se"].isna().all():
+        return np.full(len(candidates), np.nan)
+    se = _seed_values(trials, metric, "val_loss_se").unstack("seed").reindex(index=index, columns=seeds)
+    matrix = se.to_numpy(float)
+    both = np.sqrt(matrix[index.get_indexer(candidates)] ** 2 + matrix[index.get_indexer(bases)] ** 2)
+    both[np.isnan(diff)] = np.nan  # only the seeds the difference pairs
+    with np.errstate(invalid="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # a row of NaNs: no SE
+        return np.nanmean(both, axis=1)
 
 
 def rank_fidelity(trials: pd.DataFrame, curves: pd.DataFrame, metric: str = "val_loss",

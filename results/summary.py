@@ -16,7 +16,8 @@ from shapesweep.common import human, plain
 
 RESULT_FIELDS = ("state", "seeds", "missing_seeds", "failed_seeds", "stopped_tokens", "error",
                  "tuned_edge", "delta_vs_baseline", "ci_low", "ci_high", "n_paired", "verdict",
-                 "baseline_key", "seeds_for_80pct_power", "no_verdict")
+                 "baseline_key", "seeds_for_80pct_power", "no_verdict", "eval_se", "eval_noise",
+                 "budget_error")
 SELECTION_BIAS = ("its tuned values were chosen on the seeds that measure them: the best of several "
                   "noisy means is optimistic, so its comparisons carry selection bias (name "
                   "tune.choice_seeds in the space to choose on other seeds)")
@@ -49,7 +50,7 @@ def candidate_records(compared, metric: str, sweep: str, root: str) -> list[dict
                        "n_seeds": int(row["n"]),
                        f"{metric}_mean": plain(row["mean"]), f"{metric}_std": plain(row["std"]),
                        f"choice_{CHOICE_METRIC}_mean": plain(row["choice_mean"])})
-        record.update({name: plain(row[name]) for name in RESULT_FIELDS})
+        record.update({name: plain(row.get(name)) for name in RESULT_FIELDS})
         explained = why_no_verdict(row, sweep, root, by_key.get(row["baseline_key"]))
         record["why"], record["to_run"] = explained or (None, None)
         record["missing"], record["to_run_missing"] = missing_seeds(row, sweep, root) or (None, None)

@@ -91,6 +91,8 @@ class TrainConfig(_Strict):
     mup_base_depth: Annotated[int, Field(gt=0, le=MAX_DIM)] = 4
     eval_every: PositiveInt | None = None  # steps; default ~10 evaluations per trial
     eval_tokens: PositiveCount = 32768  # LM validation tokens per evaluation
+    # seed 002's reported loss: the training loss over the last this-many steps (every 10th)
+    loss_tail_steps: PositiveInt = 1000
     seed: Annotated[int, Field(ge=0, lt=MAX_SEED)] = 0
     compile: bool = False  # torch.compile (CUDA only)
     noise_std: Annotated[float, Field(gt=0)] = 0.25  # vision denoising

@@ -5,9 +5,11 @@ free dimension(s) the budget metric is a polynomial (degree <= 3) in one unknown
 (d_h = t; d_model = t; n_layers = t; or n_layers = t, d_model = ratio * t), so we
 evaluate the exact accounting (each family spec's `vector_totals` on arrays)
 at t = 0..3, fit that polynomial exactly and bisect it. Each free dimension is then
-rounded to its multiple (floor or ceil, whichever misses the budget less; for a
-(d_model, L) pair also L fixed at floor/ceil with d_model solved alone, keeping the
-shape nearest the target ratio within the tolerance), checked against validity, the
+rounded to its multiple (floor or ceil, whichever misses the budget less; for a pair,
+also its coarse dim fixed at floor/ceil with the other solved alone, keeping the shape
+nearest the target ratio within the tolerance: (d_model, L) from width_depth_ratio with L
+coarse, or (d_model, d_h) from ffn_ratio with d_model coarse, so d_h absorbs d_model's
+rounding and the budget is met to a parameter or so), checked against validity, the
 space's constraints and the tolerance, deduplicated, and only the survivors become
 typed configs, verified once more by `account()`. Every dropped point keeps its reason.
 """
@@ -273,9 +275,10 @@ def _solve_variant(space: SearchSpace, v: Resolved, values: dict[str, list], tar
         ratio_off = _ratio_off(v, cols)
         if ratio_off is not None:
             far = np.flatnonzero(met & (ratio_off > RATIO_SLACK))
-            achieved = np.asarray(cols[_wide(v)], float) / cols["n_layers"]
-            drop(far, lambda i, r=achieved: f"within budget only at {_wide(v)}/n_layers = {r[i]:.3g}, "
-                                            "more than a factor √2 from the target")
+            coarse, fine, _ = _pair(v)
+            name, achieved = f"{fine}/{coarse}", _achieved(v, cols)
+            drop(far, lambda i, n=name, r=achieved: f"within budget only at {n} = {r[i]:.3g}, "
+                                                    "more than a factor √2 from the target")
             met &= ratio_off <= RATIO_SLACK
         rows = _dedupe(cols, np.flatnonzero(met))
         # Rows with one config (searched ratios that round to one shape) share one build.
@@ -347,7 +350,9 @@ def _with_free(v: Resolved, cols: dict, t, rounding: tuple[str, ...] | None) -> 
     per free dim) and the dependent dims derived (rounded to nearest)."""
     cols = dict(cols)
     wide = _wide(v)
-    if len(v.solve) == 2:
+    if len(v.solve) == 2 and "d_h" in v.solve:
+        values = {wide: t, "d_h": cols.get("ffn_ratio", 1.0) * t}
+    elif len(v.solve) == 2:
         values = {"n_layers": t, wide: cols.get("width_depth_ratio", 1.0) * t}
     else:
         values = {dim: t for dim in v.solve}
@@ -396,26 +401,41 @@ def _solve_free(v: Resolved, cols: dict, n: int, target: float, column: str, seq
     return _best_option(v, options, target, column, n)
 
 
+def _pair(v: Resolved) -> tuple[str, str, str]:
+    """A solved pair's (coarse dim, fine dim, the ratio fine / coarse it targets):
+    (n_layers, width, width_depth_ratio), or (width, d_h, ffn_ratio)."""
+    wide = _wide(v)
+    return (wide, "d_h", "ffn_ratio") if "d_h" in v.solve else ("n_layers", wide, "width_depth_ratio")
+
+
 def _whole_depth_options(v: Resolved, cols: dict, t, n: int, target: float, column: str,
                          seq_len: int) -> list[tuple[dict, dict]]:
-    """For a (width, depth) pair: fix the depth at floor(t) and ceil(t) and solve the width
-    alone, so the budget is met even where rounding both dims together misses it (few layers)."""
-    wide = _wide(v)
-    alone = v.model_copy(update={"solve": [wide]})
+    """For a pair: fix the coarse dim (the depth; or the width, which moves in steps of
+    2 x n_heads) at its floor and ceil and solve the fine one alone, so the budget is met even
+    where rounding both dims together misses it."""
+    coarse, fine, _ = _pair(v)
+    alone = v.model_copy(update={"solve": [fine]})
     options = []
-    for whole in (np.maximum(np.floor(t), 1.0), np.ceil(t)):
-        fixed = {d: x for d, x in cols.items() if d != wide} | {"n_layers": whole}
+    for how in ("floor", "ceil"):
+        whole = _round_to(t, _multiple(v, cols, coarse), how)
+        fixed = {d: x for d, x in cols.items() if d != fine} | {coarse: whole}
         options.append(_solve_free(alone, fixed, n, target, column, seq_len))
     return options
 
 
-def _ratio_off(v: Resolved, cols: dict) -> np.ndarray | None:
-    """|log(achieved d_model/L ÷ target ratio)| when (width, depth) are solved from a ratio."""
-    if len(v.solve) != 2 or cols.get("width_depth_ratio") is None:
-        return None
-    wide = _wide(v)
+def _achieved(v: Resolved, cols: dict) -> np.ndarray:
+    """A solved pair's achieved ratio: d_model/L, or d_h/d_model."""
+    coarse, fine, _ = _pair(v)
     with np.errstate(all="ignore"):
-        off = np.abs(np.log(np.asarray(cols[wide], float) / cols["n_layers"] / cols["width_depth_ratio"]))
+        return np.asarray(cols[fine], float) / cols[coarse]
+
+
+def _ratio_off(v: Resolved, cols: dict) -> np.ndarray | None:
+    """|log(achieved ratio ÷ target ratio)| when a pair is solved from a ratio."""
+    if len(v.solve) != 2 or cols.get(_pair(v)[2]) is None:
+        return None
+    with np.errstate(all="ignore"):
+        off = np.abs(np.log(_achieved(v, cols) / cols[_pair(v)[2]]))
     return np.nan_to_num(off, nan=np.inf)
 
 

@@ -594,9 +594,13 @@ def _check_variant(space: SearchSpace, v: Resolved, file: str) -> None:
     if base.get(v.family).vector_totals is None and v.solve:
         raise UserError(f"{v.family} solves its own shape; leave solve empty",
                         file=file, key="solve")
-    if len(v.solve) == 2 and set(v.solve) != {"d_model", "n_layers"}:
-        raise UserError("two free dimensions must be [d_model, n_layers] (with width_depth_ratio)",
-                        file=file, key="solve")
+    wide = base.get(v.family).width
+    pairs = {frozenset({wide, "n_layers"}): "width_depth_ratio", frozenset({wide, "d_h"}): "ffn_ratio"}
+    if len(v.solve) == 2 and frozenset(v.solve) not in pairs:
+        raise UserError(f"two free dimensions must be [{wide}, n_layers] (with width_depth_ratio) "
+                        f"or [{wide}, d_h] (with ffn_ratio)", file=file, key="solve")
+    if len(v.solve) == 2 and "d_h" in v.solve and "ffn_ratio" not in {*v.fixed, *v.search}:
+        raise UserError(f"solve {v.solve} needs ffn_ratio, fixed or searched", file=file, key="solve")
     if len(v.solve) > 2:
         raise UserError("at most two free dimensions", file=file, key="solve")
     _check_complete(v, where, file)

@@ -239,7 +239,8 @@ def add_arguments_status(parser: argparse.ArgumentParser) -> None:
                         help="the variant the others are compared with (default: baseline, "
                         "when the sweep has it)")
     parser.add_argument("--metric", default="val_loss",
-                        help="final metric to compare (val_loss; psnr or ssim for vision)")
+                        help="final metric to compare (val_loss; train_loss_tail, seed 002's "
+                        "reported loss; psnr or ssim for vision)")
 
 
 def _catalog(args: argparse.Namespace):
@@ -272,7 +273,7 @@ def _fmt(value: Any, digits: int = 4) -> str:
     return str(value)
 
 
-STATUS_METRICS = ("val_loss", "best_val_loss", "val_ppl", "train_loss", "psnr", "ssim")
+STATUS_METRICS = ("val_loss", "best_val_loss", "val_ppl", "train_loss", "train_loss_tail", "psnr", "ssim")
 
 
 def _check_status_args(args: argparse.Namespace) -> None:
@@ -385,8 +386,10 @@ def _candidates_table(document: dict, narrow: bool = False):
     tuned = any(c["tuned"] for c in document["candidates"])
     power = any(c["seeds_for_80pct_power"] for c in document["candidates"])
     details = _varying(document["candidates"])
+    # off budget by more than 1% (a Pareto sweep, an ablation): each candidate's miss, beside its verdict
+    missed = any(abs(c.get("budget_error") or 0.0) > BUDGET_SHOWN for c in document["candidates"])
     columns = [*([] if narrow else ["key"]), "variant", "shape", *(["tuned"] if tuned else []),
-               f"{metric} mean ± std (n)"]
+               *(["budget err"] if missed else []), f"{metric} mean ± std (n)"]
     # narrow: the verdict under the interval, and lines broken between numbers, never inside one
     columns += ([f"Δ vs {baseline} [95% CI], verdict"] if narrow
                 else [f"Δ vs {baseline} [95% CI]", "verdict", *(["seeds for 80% power"] if power else [])]
@@ -396,10 +399,12 @@ def _candidates_table(document: dict, narrow: bool = False):
     gap = "\n" if narrow else " "
     for c in document["candidates"]:
         cells = [*([] if narrow else [c["key"]]), c["variant"] or "-", _shape(c, details),
-                 *([tuned_text(c)] if tuned else []), mean_text(c, metric, gap)]
+                 *([tuned_text(c)] if tuned else []),
+                 *([_percent(c.get("budget_error"))] if missed else []), mean_text(c, metric, gap)]
         needed = c["seeds_for_80pct_power"]
         anchor = c["key"] == c["baseline_key"]
-        verdict = ["-" if anchor else interval_text(c).replace(" [", gap + "["), verdict_text(c)]
+        star = "*" if c.get("eval_noise") else ""
+        verdict = ["-" if anchor else interval_text(c).replace(" [", gap + "["), verdict_text(c) + star]
         if narrow:
             cells += [gap.join(verdict) + (f"{gap}{needed} seeds for 80%" if needed else "")] if baseline else []
         else:
@@ -422,6 +427,23 @@ def _no_verdict_lines(document: dict) -> list[str]:
                      f"(its variants: {', '.join(variants) or 'none recorded'}; status "
                      f"{document['sweep']} --baseline VARIANT picks one)")
     return lines
+
+
+BUDGET_SHOWN = 0.01  # a budget error above this is shown beside the verdicts
+
+
+def _percent(value: float | None) -> str:
+    return "-" if value is None else f"{value:+.1%}"
+
+
+def _eval_noise_line(document: dict) -> str | None:
+    """The footnote of the starred verdicts."""
+    from shapesweep.results.stats import EVAL_Z
+
+    if not any(c.get("eval_noise") for c in document["candidates"]):
+        return None
+    return (f"* within {EVAL_Z} x eval_se of zero: the held-out set's own noise could make this "
+            "difference (raise train.eval_tokens to settle it)")
 
 
 def _fidelity_line(document: dict) -> str:
@@ -583,6 +605,8 @@ def status(args: argparse.Namespace) -> int:
                  for c in document["candidates"] if c["missing"]]
         if short:
             console.print("missing seeds:", *short, sep="\n", highlight=False, markup=False)
+        if _eval_noise_line(document):
+            console.print(_eval_noise_line(document), soft_wrap=True)
         console.print(_fidelity_line(document), soft_wrap=True)
         if _asha_line(document):
             console.print(_asha_line(document), soft_wrap=True)

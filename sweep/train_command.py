@@ -66,12 +66,17 @@ def _print_summary(result, config, train) -> None:
     table.add_column("metric")
     table.add_column("value", justify="right")
     rows = [("val_loss", f"{result.val_loss:.4f}"), ("best_val_loss", f"{result.best_val_loss:.4f}")]
+    if result.val_loss_se is not None and result.val_loss_se == result.val_loss_se:  # not NaN
+        rows.append(("val_loss_se", f"{result.val_loss_se:.4f}"))
     if result.val_ppl is not None:
         rows.append(("val_ppl", f"{result.val_ppl:.3f}"))
     for name in ("psnr", "ssim", "accuracy"):
         if getattr(result, name) is not None:
             rows.append((name, f"{getattr(result, name):.4f}"))
-    rows += [("train_loss", f"{result.train_loss:.4f}"), ("steps", f"{result.steps:,}"),
+    rows += [("train_loss", f"{result.train_loss:.4f}")]
+    if result.train_loss_tail is not None:
+        rows.append(("train_loss_tail", f"{result.train_loss_tail:.4f}"))
+    rows += [("steps", f"{result.steps:,}"),
              ("tokens_per_s", f"{result.tokens_per_s:,.0f}"),
              ("params_measured", f"{result.params_measured:,}"),
              ("wall_time_s", f"{result.wall_time_s:.1f}"), ("data_hash", result.data_hash[:16])]

@@ -43,41 +43,45 @@ TRAIN = {"steps": 3, "seq_len": 32, "batch_tokens": 256, "eval_tokens": 1024}
 
 
 def _orthonormal(rows: int, cols: int, seed: int = 0) -> torch.Tensor:
-    """`cols` orthonormal columns of length `rows`, each orthogonal to the all-ones vector
-    (so the matrix is already centered over its rows)."""
+    """`cols` orthonormal columns of length `rows`."""
     g = torch.Generator().manual_seed(seed)
-    a = torch.cat([torch.ones(rows, 1, dtype=torch.float64),
-                   torch.randn(rows, cols, generator=g, dtype=torch.float64)], 1)
-    return torch.linalg.qr(a)[0][:, 1:]
+    return torch.linalg.qr(torch.randn(rows, cols, generator=g, dtype=torch.float64))[0]
 
 
 def _basis(n: int, k: int, seed: int = 1) -> torch.Tensor:
     """`k` orthonormal rows of length `n`."""
-    g = torch.Generator().manual_seed(seed)
-    return torch.linalg.qr(torch.randn(n, k, generator=g, dtype=torch.float64))[0].T
+    return _orthonormal(n, k, seed).T
+
+
+def _entropy(z: torch.Tensor) -> float:
+    return float(analysis.matrix_entropy(z))
 
 
 # ---------------------------------------------------------------- the measures by hand
 
 
 def test_matrix_entropy_by_hand():
+    """Seed 002's Eq. 2 as Queipo-de-Llano et al. define it: the singular values of the
+    tokens x features matrix itself (not centred), over log of the rank it can have."""
     tokens, features = 50, 4
     u, v = _orthonormal(tokens, features), _basis(features, features)
-    # equal variance in every direction: the maximum, 1
-    assert analysis.matrix_entropy(3.0 * u @ v) == pytest.approx(1.0, abs=1e-12)
+    # equal energy in every direction: the maximum, 1
+    assert _entropy(3.0 * u @ v) == pytest.approx(1.0, abs=1e-12)
     # singular values 3, 2, 1, 0: p = 9/14, 4/14, 1/14, 0, over log of the rank bound (4)
     z = u @ torch.diag(torch.tensor([3.0, 2.0, 1.0, 0.0], dtype=torch.float64)) @ v
     p = [9 / 14, 4 / 14, 1 / 14]
-    assert analysis.matrix_entropy(z) == pytest.approx(-sum(q * math.log(q) for q in p) / math.log(4))
-    # rank 1 after centering (tokens on one line, shifted anywhere): 0
-    line = torch.outer(torch.randn(tokens, dtype=torch.float64), torch.randn(features, dtype=torch.float64))
-    assert analysis.matrix_entropy(line + 5.0) == pytest.approx(0.0, abs=1e-12)
-    # centered over tokens: a common offset changes nothing; all tokens equal is collapse
-    assert analysis.matrix_entropy(z + 100.0) == pytest.approx(analysis.matrix_entropy(z))
-    assert analysis.matrix_entropy(torch.ones(tokens, features)) == 0.0
-    # the rank bound is min(tokens - 1, features): 3 tokens in 8 features span at most 2 directions
-    two = _orthonormal(3, 2) @ _basis(8, 2)
-    assert analysis.matrix_entropy(two) == pytest.approx(1.0, abs=1e-12)
+    assert _entropy(z) == pytest.approx(-sum(q * math.log(q) for q in p) / math.log(4))
+    # not centred: every token the same nonzero point is rank one (0), and a large common
+    # offset (a massive activation shared by the tokens) collapses the entropy
+    assert _entropy(torch.ones(tokens, features)) == pytest.approx(0.0, abs=1e-12)
+    assert _entropy(z + 100.0) < 0.01 < _entropy(z)
+    assert _entropy(torch.zeros(tokens, features)) == 0.0
+    # the rank bound is min(tokens, features): 3 tokens in 8 features span at most 3 directions
+    assert _entropy(_orthonormal(3, 3) @ _basis(8, 3)) == pytest.approx(1.0, abs=1e-12)
+    assert math.isnan(_entropy(torch.ones(1, 8)))  # one token: no spread to measure
+    # batched: one value per matrix
+    both = analysis.matrix_entropy(torch.stack([3.0 * u @ v, torch.ones(tokens, features, dtype=torch.float64)]))
+    assert both.tolist() == pytest.approx([1.0, 0.0], abs=1e-12)
 
 
 def test_density_counts_magnitudes_above_each_threshold():
@@ -95,37 +99,75 @@ def _model(name: str):
     return config, build_model(config)
 
 
-def _tokens(n_seq: int = 4, seq_len: int = 32) -> torch.Tensor:
-    return torch.randint(0, 256, (n_seq, seq_len), generator=torch.Generator().manual_seed(0))
+def _windows(n_seq: int = 4, seq_len: int = 32) -> tuple[torch.Tensor, torch.Tensor]:
+    """Held-out-like sequences and their next tokens."""
+    chunk = torch.randint(0, 256, (n_seq, seq_len + 1), generator=torch.Generator().manual_seed(0))
+    return chunk[:, :-1], chunk[:, 1:]
 
 
 @pytest.mark.parametrize("name", sorted(CONFIGS))
 def test_one_row_per_layer_and_threshold(name):
     config, model = _model(name)
-    rows = analysis.analyse(model, _tokens())
+    rows = analysis.analyse(model, *_windows())
     widths = [int(s.width) for s in config.layer_shapes()]
     assert [(r["layer"], r["threshold"]) for r in rows] == [
         (layer, t) for layer in range(1, config.n_layers + 1) for t in analysis.THRESHOLDS]
     assert [r["width"] for r in rows[:: len(analysis.THRESHOLDS)]] == widths
     for r in rows:
         assert 0.0 < r["matrix_entropy"] <= 1.0 and 0.0 <= r["activation_density"] <= 1.0
+        assert r["lens_logprob"] < 0 and r["lens_entropy"] > 0 and r["lens_kl"] >= 0
     densities = [r["activation_density"] for r in rows[: len(analysis.THRESHOLDS)]]
     assert densities == sorted(densities, reverse=True) and densities[0] > 0
     assert model.training and not model.blocks[0]._forward_hooks  # left as it was found
 
 
-def test_the_residual_stream_is_the_whole_global_stream():
+def test_the_residual_stream_is_the_whole_global_stream_one_matrix_per_sequence():
     """The last layer's entropy is that of the stream the final norm reads (a constant-width
-    model), and for the ><former that of the stream as wide as its widest layer."""
+    model), and for the ><former that of the stream as wide as its widest layer; each
+    sequence is its own matrix, and the layer's value their mean (not the pooled tokens')."""
     for name in ("conventional-swiglu", "variable_width"):
         _, model = _model(name)
         seen = {}
         handle = model.blocks[-1].register_forward_hook(lambda m, i, out, seen=seen: seen.update(stream=out))
-        rows = analysis.analyse(model, _tokens())
+        rows = analysis.analyse(model, *_windows())
         handle.remove()
-        assert seen["stream"].shape[-1] == model.stream_width
-        assert rows[-1]["matrix_entropy"] == pytest.approx(
-            analysis.matrix_entropy(seen["stream"].flatten(0, 1)), rel=1e-12)
+        stream = seen["stream"]
+        assert stream.shape[-1] == model.stream_width
+        per_sequence = [_entropy(s) for s in stream]
+        assert rows[-1]["matrix_entropy"] == pytest.approx(sum(per_sequence) / len(per_sequence), rel=1e-12)
+        assert rows[-1]["matrix_entropy"] != pytest.approx(_entropy(stream.flatten(0, 1)), rel=1e-3)
+
+
+def test_logit_lens_decodes_every_layer_as_the_model_decodes_its_last():
+    """The last layer's lens is the model's own prediction (mean log probability of the
+    targets = minus its cross-entropy); a layer that writes nothing decodes as the layer
+    before it (KL 0, the same log probability and entropy)."""
+    for name in ("conventional-swiglu", "variable_width"):
+        _, model = _model(name)
+        x, y = _windows()
+        rows = analysis.analyse(model, x, y)[:: len(analysis.THRESHOLDS)]
+        with torch.no_grad():
+            cross_entropy = torch.nn.functional.cross_entropy(model(x).flatten(0, 1), y.flatten())
+        assert rows[-1]["lens_logprob"] == pytest.approx(-cross_entropy.item(), rel=1e-5)
+        with torch.no_grad():  # layer 2 writes nothing: attention and FFN outputs zero
+            model.blocks[1].attn.o.weight.zero_()
+            model.blocks[1].ffn.down.weight.zero_()
+        rows = analysis.analyse(model, x, y)[:: len(analysis.THRESHOLDS)]
+        assert rows[1]["lens_kl"] == pytest.approx(0.0, abs=1e-9) and rows[0]["lens_kl"] > 1e-6
+        for column in ("lens_logprob", "lens_entropy"):
+            assert rows[1][column] == pytest.approx(rows[0][column], rel=1e-6)
+
+
+def test_the_analysed_tokens_grow_with_the_stream_width():
+    """At least TOKENS_PER_FEATURE tokens per stream feature (and MIN_TOKENS), in whole
+    sequences; all the held-out ones when fewer are held out."""
+    _, model = _model("variable_width")
+    val = torch.zeros(1000, 64, dtype=torch.long)
+    x, y = analysis.sequences(val, val, model)
+    assert len(x) == len(y) == math.ceil(analysis.MIN_TOKENS / 64)
+    model.stream_width = 4096  # as wide as a full-size ><former's stream: 32,768 tokens
+    assert len(analysis.sequences(val, val, model)[0]) == 512
+    assert len(analysis.sequences(val[:10], val[:10], model)[0]) == 10
 
 
 def test_density_reads_the_inner_activation_before_the_down_projection():
@@ -136,7 +178,7 @@ def test_density_reads_the_inner_activation_before_the_down_projection():
         for block in model.blocks:
             block.ffn.up.weight.zero_()
             block.ffn.up.bias.fill_(0.5)
-    rows = analysis.analyse(model, _tokens(), thresholds=(0.1, 0.5, 1.0))
+    rows = analysis.analyse(model, *_windows(), thresholds=(0.1, 0.5, 1.0))
     assert [r["activation_density"] for r in rows] == [1.0, 0.0, 0.0] * config.n_layers
 
 
@@ -146,7 +188,7 @@ def test_hourglass_density_pools_its_sub_blocks():
     with torch.no_grad():  # sub-block 2 of every layer: all inner activations zero
         for block in model.blocks:
             block.ffn.subs[1].gate_up.weight.zero_()
-    rows = analysis.analyse(model, _tokens(), thresholds=(0.0,))
+    rows = analysis.analyse(model, *_windows(), thresholds=(0.0,))
     assert all(r["activation_density"] == pytest.approx(0.5, abs=0.01) for r in rows)
 
 
@@ -214,7 +256,8 @@ def test_layer_rows_are_written_with_their_trial_and_read_back(store):
     n_layers = dict(zip(trials["trial_id"], trials["n_layers"], strict=True))
     assert len(layers) == sum(n_layers.values()) * len(analysis.THRESHOLDS)
     assert list(layers.columns) == ["sweep", "trial_id", "layer", "width", "matrix_entropy",
-                                    "activation_density", "threshold"]
+                                    "activation_density", "threshold", "lens_logprob",
+                                    "lens_entropy", "lens_kl"]
     one = layers[layers["trial_id"] == "t00001"]
     assert one["layer"].is_monotonic_increasing and set(one["matrix_entropy"]) == {0.51}
     # one fragment per table, under the trial's one name

@@ -19,6 +19,7 @@ from shapesweep.dashboards.figures import (
     baseline_figure,
     layers_figure,
     learning_curves_figure,
+    lens_figure,
     pareto_figure,
     pareto_front,
     rank_fidelity_figure,
@@ -268,7 +269,10 @@ def _analysed_store(root) -> str:
         row["status"] = "completed" if row["status"] == "stopped_early" else row["status"]
         layers = [{"layer": layer, "width": row["d_model"], "threshold": t,
                    "matrix_entropy": 0.3 + 0.1 * layer / row["n_layers"] + 0.01 * row["seed"],
-                   "activation_density": (1 - 0.1 * row["seed"]) / (1 + t)}
+                   "activation_density": (1 - 0.1 * row["seed"]) / (1 + t),
+                   "lens_logprob": -5.0 + 4.0 * layer / row["n_layers"] - 0.1 * row["seed"],
+                   "lens_entropy": 5.0 - 3.0 * layer / row["n_layers"],
+                   "lens_kl": 0.5 / layer}
                   for layer in range(1, row["n_layers"] + 1) for t in (0.01, 0.1, 1.0)]
         write_trial(root, "fig7", row, curve, layers if row["status"] != "failed" else [])
     return str(root)
@@ -299,6 +303,34 @@ def test_layers_figure_draws_seed_means_by_depth(tmp_path, frames):
     plain, curves = frames
     assert "layers" not in [figure_id for figure_id, _ in applicable_figures(plain, curves)]
     assert layers_figure(plain, layers.iloc[0:0]) is None
+
+
+def test_lens_figure_draws_seed_002_figure_8_beside_figure_7(tmp_path, frames):
+    """The logit lens's three measures against depth, one line per candidate (its seeds'
+    mean), constant width dashed; a store without lens columns (older trials) has none."""
+    root = _analysed_store(tmp_path)
+    trials, layers = with_derived(load_trials(root)), load_layers(root)
+    fig = lens_figure(trials, layers)
+    assert [a["text"] for a in fig.layout["annotations"]] == [
+        "log probability of the target token (nats)", "entropy of the decoded distribution (nats)",
+        "symmetrized KL to the layer before (nats)"]
+    done = trials[trials["status"] == "completed"]
+    for trace in fig.data:
+        row = trials.loc[trace["customdata"][0][0]]
+        seeds = done[(done["key"] == row["key"]) & (done["tuned_json"] == row["tuned_json"])]["seed"]
+        assert trace["x"][-1] == 1.0 and len(trace["x"]) == row["n_layers"]
+        if trace["xaxis"] == "x":  # the target's log probability: the mean over those seeds
+            assert trace["y"][-1] == pytest.approx(-1.0 - 0.1 * seeds.mean())
+        if trace["xaxis"] == "x3":  # the KL to the layer before
+            assert trace["y"][0] == pytest.approx(0.5)
+        assert trace["line"]["dash"] == ("solid" if row["family"] == "variable_width" else "dash")
+    legend = [t for t in fig.data if t.get("showlegend") is not False]
+    assert len(fig.data) == 3 * len(legend)
+    ids = [figure_id for figure_id, _ in applicable_figures(trials, load_curves(root), layers)]
+    assert ids.index("lens") == ids.index("layers") + 1
+    assert '"id": "lens"' in build_payload(root)
+    older = layers.assign(lens_logprob=np.nan, lens_entropy=np.nan, lens_kl=np.nan)
+    assert lens_figure(trials, older) is None and layers_figure(trials, older) is not None
 
 
 def test_budget_labels_cluster_iso_budget_sweeps():

@@ -182,3 +182,28 @@ def test_a_sharded_sweep_trial_equals_a_one_process_run(tmp_path, one_torch_thre
     logged = [json.loads(line) for path in (tmp_path / "sweeps" / "sharded" / "_ray").glob(
         "*/*/result.json") for line in path.read_text().splitlines()]
     assert logged and {(r[WORKERS_FIELD], r[PARALLEL_FIELD]) for r in logged} == {(2, "fsdp")}
+
+
+def _analysed_rank(rank: int, world: int, port: int, out: Path) -> None:
+    """Train sharded with the representation analysis on; write this rank's layer rows."""
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                            world_size=world)
+    try:
+        result = train(make_config(TIED), TrainConfig(**RECIPE, analysis=True), parallel="fsdp")
+        (out / f"layers{rank}.json").write_text(json.dumps(result.layers))
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.slow
+def test_the_analysis_of_a_sharded_model_is_the_one_process_analysis(tmp_path, one_torch_thread):
+    """The logit lens decodes with the root's (sharded) norm and unembedding: inside the
+    forward pass, where FSDP has gathered them, every rank measures what one process does."""
+    whole = train(make_config(TIED), TrainConfig(**RECIPE, analysis=True)).layers
+    torch.multiprocessing.spawn(_analysed_rank, args=(2, free_port(), tmp_path), nprocs=2)
+    for rank in (0, 1):
+        rows = json.loads((tmp_path / f"layers{rank}.json").read_text())
+        assert len(rows) == len(whole)
+        for mine, one in zip(rows, whole, strict=True):
+            assert mine == pytest.approx(one, rel=1e-4, abs=1e-6)

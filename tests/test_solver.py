@@ -99,6 +99,31 @@ def test_width_depth_pair_follows_the_ratio_and_the_budget():
         assert abs(c.budget_error) <= 0.03
 
 
+def test_width_and_d_h_pair_meets_a_tight_budget_near_the_searched_ratio():
+    """solve [d_model, d_h] from ffn_ratio: d_model moves in steps of 24, so solving it alone
+    misses 113.2M by up to 2.3% on seed 000 Fig. 3's grid at L 12; with d_h solved again at the
+    rounded d_model every point meets 1%, near its ratio."""
+    grid = {"k": [2, 4, 8], "ffn_ratio": [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.8, 1.0]}
+    common = dict(family="hourglass", fixed={**LM, "n_layers": 12}, search=grid)
+    alone = plan(space(**common, budget={"non_embedding_params": "113.2M", "tolerance": 0.04},
+                       solve="d_model"))
+    assert max(abs(c.budget_error) for c in alone.candidates) > 0.02
+    pair = plan(space(**common, budget={"non_embedding_params": "113.2M", "tolerance": 0.01},
+                      solve=["d_model", "d_h"]))
+    assert pair.counts["within_tolerance"] == 24 and not pair.dropped
+    for c in pair.candidates:
+        assert c.accounting == account(c.config, 128) and abs(c.budget_error) <= 0.01
+        closest = min(grid["ffn_ratio"], key=lambda r: abs(np.log(c.config.ffn_ratio / r)))
+        assert abs(np.log(c.config.ffn_ratio / closest)) < 0.1 and c.config.d_model % 24 == 0
+    with pytest.raises(UserError, match="needs ffn_ratio"):
+        space(family="hourglass", budget={"non_embedding_params": "113.2M"},
+              fixed={**LM, "n_layers": 12, "k": 2}, solve=["d_model", "d_h"])
+    with pytest.raises(UserError, match=r"\[d_model, n_layers\] \(with width_depth_ratio\) or "
+                                         r"\[d_model, d_h\] \(with ffn_ratio\)"):
+        space(family="hourglass", budget={"non_embedding_params": "113.2M"},
+              fixed={**LM, "d_model": 768, "k": 2}, solve=["n_layers", "d_h"])
+
+
 def test_ranges_expand_as_documented():
     assert Range(min=1, max=10, step=3).values(integer=True) == [1, 4, 7, 10]
     assert Range(min=0.1, max=0.5, num=5).values() == pytest.approx([0.1, 0.2, 0.3, 0.4, 0.5])

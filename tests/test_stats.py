@@ -382,3 +382,63 @@ def test_status_without_a_baseline_variant_has_no_deltas(tmp_path, capsys):
     assert document["baseline"] is None and document["rank_fidelity"] == []
     assert candidate["delta_vs_baseline"] is None and candidate["verdict"] is None
     assert candidate["val_loss_std"] == pytest.approx(0.01)
+
+
+def _eval_store(root: str) -> dict[str, tuple]:
+    """Baseline and two better candidates, each trial with its evaluation's standard error:
+    `near` beats the baseline by less than the evaluation could, `far` by more."""
+    runs = {  # key -> (variant, val_loss per seed, val_loss_se per seed, budget_error)
+        "base": ("baseline", (3.000, 3.020, 2.980), (0.004, 0.005, 0.006), 0.0),
+        "near": ("hourglass", (2.986, 3.004, 2.965), (0.008, 0.007, 0.009), 0.0),
+        "far": ("hourglass", (2.900, 2.921, 2.879), (0.008, 0.007, 0.009), 0.02),
+    }
+    for key, (variant, losses, errors, budget_error) in runs.items():
+        for seed, loss, error in zip(SEEDS, losses, errors, strict=True):
+            write_trial(root, "e", _row(key, 0.003, seed, "completed", loss, variant=variant,
+                                        val_loss_se=error, budget_error=budget_error,
+                                        train_loss_tail=loss + 0.05), [])
+    return runs
+
+
+def test_a_verdict_the_evaluation_alone_could_make_is_flagged(tmp_path, capsys, monkeypatch):
+    """eval_se: over the paired seeds, the mean of sqrt(se_c^2 + se_b^2); a better/worse within
+    1.96 x that of zero is flagged (starred in the table, with its footnote)."""
+    root = str(tmp_path)
+    runs = _eval_store(root)
+    compared = compare(load_trials(root, ["e"])).set_index("key")
+    base_errors = runs["base"][2]
+    for key, flagged in (("near", True), ("far", False)):
+        errors = runs[key][2]
+        expected = sum(math.hypot(a, b) for a, b in zip(errors, base_errors, strict=True)) / 3
+        row = compared.loc[key]
+        assert row["verdict"] == "better"  # the seeds agree ...
+        assert row["eval_se"] == pytest.approx(expected)
+        assert row["eval_noise"] is flagged  # ... but near's 0.015 is within 1.96 x 0.0096
+    assert compare(load_trials(root, ["e"]), "psnr")["eval_se"].isna().all()  # val_loss only
+    capsys.readouterr()
+    assert shapesweep(["status", "e", "--root", root, "--format", "json"]) == 0
+    candidates = {c["key"]: c for c in json.loads(capsys.readouterr().out)["candidates"]}
+    assert candidates["near"]["eval_noise"] is True and candidates["far"]["eval_noise"] is False
+    assert candidates["far"]["budget_error"] == pytest.approx(0.02)
+    monkeypatch.setenv("COLUMNS", "300")
+    assert shapesweep(["status", "e", "--root", root]) == 0
+    out = capsys.readouterr().out
+    assert "better*" in next(li for li in out.splitlines() if "│ near" in li)
+    assert "better*" not in next(li for li in out.splitlines() if "│ far" in li)
+    assert "* within 1.96 x eval_se of zero" in out
+    assert "budget err" in out and "+2.0%" in next(li for li in out.splitlines() if "│ far" in li)
+
+
+def test_status_compares_seed_002s_reported_loss(tmp_path, capsys):
+    """`status --metric train_loss_tail`: the training loss over the last steps, compared as
+    any final metric."""
+    root = str(tmp_path)
+    _eval_store(root)
+    capsys.readouterr()
+    assert shapesweep(["status", "e", "--root", root, "--format", "json",
+                       "--metric", "train_loss_tail"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    candidates = {c["key"]: c for c in document["candidates"]}
+    assert document["metric"] == "train_loss_tail"
+    assert candidates["base"]["train_loss_tail_mean"] == pytest.approx(3.05)
+    assert candidates["far"]["verdict"] == "better" and candidates["far"]["eval_se"] is None

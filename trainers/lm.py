@@ -174,7 +174,12 @@ class LM(nn.Module):
             stream = self._grow(stream, layer, prev, block.width)
             stream = block(stream)
             prev = block.width
-        # ... and the last layer's state is read only where it can be non-zero on the way out.
+        return self.decode(stream)
+
+    def decode(self, stream: torch.Tensor) -> torch.Tensor:
+        """Logits of a residual stream: the final norm over the coordinates the readout sees
+        (the last layer's state is read only where it can be non-zero on the way out), then the
+        unembedding. The forward pass's last step, and the logit lens's decoder for every layer."""
         x = self.final_norm(stream[..., : self.readout])
         logits = (self.lm_head(x) if self.lm_head is not None
                   else F.linear(x, self.wte.weight[:, : self.readout]))

@@ -41,6 +41,7 @@ from shapesweep.search_spaces.configs import (
     config_key,
 )
 from shapesweep.trainers import checkpoint
+from shapesweep.trainers.loss_tail import LossTail
 from shapesweep.trainers.parallel import check_shardable, check_split, sequences_per_step
 
 from shapesweep.common import UserError
@@ -63,6 +64,7 @@ class TrainResult:
     best_val_loss: float
     val_ppl: float | None  # LM only
     train_loss: float  # mean over the steps since the previous evaluation
+    val_loss_se: float | None  # standard error of val_loss over its held-out sequences (images)
     tokens: int  # images for vision
     steps: int
     wall_time_s: float  # training, evaluation and checkpoints; not the time in `callback`
@@ -75,6 +77,7 @@ class TrainResult:
     ssim: float | None = None
     accuracy: float | None = None  # vision genclass only
     layers: list[dict[str, Any]] = field(default_factory=list)  # shapesweep.trainers.analysis rows, if run
+    train_loss_tail: float | None = None  # seed 002's reported loss (shapesweep.trainers.loss_tail)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -206,21 +209,34 @@ def _cuda_speedups() -> None:
     torch.set_float32_matmul_precision("high")
 
 
+def _example_losses(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Each held-out example's loss: a sequence's mean cross-entropy, an image's MSE (their
+    mean is `_loss`'s reported loss: every example has as many tokens or pixels)."""
+    if y.is_floating_point():
+        return (out.float() - y).square().flatten(1).mean(1)
+    return F.cross_entropy(out.float().flatten(0, 1), y.flatten(), reduction="none").view(y.shape).mean(1)
+
+
 @torch.no_grad()
 def evaluate(model, task, batch: int, device, autocast) -> dict[str, float]:
-    """Validation loss (and ppl, or image metrics) on the task's fixed held-out set."""
+    """Validation loss (and ppl, or image metrics) on the task's fixed held-out set, and its
+    standard error over the held-out sequences (images): std / sqrt(n) of their losses, so a
+    comparison can tell an effect from the sampling noise of a finite evaluation set."""
     model.eval()
-    total, count, preds = torch.zeros((), dtype=torch.float64, device=device), 0, []
+    sums, count, preds = torch.zeros(2, dtype=torch.float64, device=device), 0, []
     for x, y in zip(task.val_x.split(batch), task.val_y.split(batch), strict=True):
         with autocast():
             out = model(x.to(device))
-        _, loss = _loss(out, y.to(device), 0.0)
-        total += loss.double() * len(x)  # float64 on the device, read once below
+        losses = _example_losses(out, y.to(device)).double()
+        sums += torch.stack([losses.sum(), losses.square().sum()])  # on the device, read once below
         count += len(x)
         if y.is_floating_point():
             preds.append(out.float())
     model.train()
-    metrics = {"val_loss": total.item() / count}
+    total, squares = sums.tolist()
+    mean = total / count
+    spread = max(squares - count * mean * mean, 0.0) / (count - 1) if count > 1 else math.nan
+    metrics = {"val_loss": mean, "val_loss_se": math.sqrt(spread / count)}
     if preds:
         metrics.update(task.metrics(torch.cat(preds).cpu()))
     else:
@@ -319,6 +335,7 @@ def train(model_config, train: TrainConfig, data: str | None = None,
         checkpoint.set_rng_state(state["rng"])
         start, curve = state["step"], state["curve"]
         prior_elapsed, train_time = state["elapsed_s"], state["train_time_s"]
+    tail = LossTail(steps, train.loss_tail_steps, state and state.get("loss_tail"))
 
     t0 = saved_at = time.perf_counter()
     reporting = 0.0  # time in `callback`: a sweep's trial waits there on the driver (trackers)
@@ -343,6 +360,7 @@ def train(model_config, train: TrainConfig, data: str | None = None,
                 continue
             losses = _over_ranks(losses, world)
             train_loss = _interval_loss(losses, done, steps, train.lr)  # waits for the device
+            tail.add(losses, done)
             train_time += time.perf_counter() - t_interval
             losses = []
             metrics = {"step": done, "tokens": done * units_per_step, "train_loss": train_loss,
@@ -358,7 +376,7 @@ def train(model_config, train: TrainConfig, data: str | None = None,
                 checkpoint.save(checkpoint_dir, weights, model_config, train, {
                     "identity": identity,
                     "optimizer": moments, "scheduler": scheduler.state_dict(),
-                    "rng": checkpoint.rng_state(), "step": done, "curve": curve,
+                    "rng": checkpoint.rng_state(), "step": done, "curve": curve, "loss_tail": tail.values,
                     "elapsed_s": metrics["elapsed_s"], "train_time_s": train_time})
             if bar:
                 bar.update(bar_task, description=f"loss {metrics['train_loss']:.4f} "
@@ -377,11 +395,11 @@ def train(model_config, train: TrainConfig, data: str | None = None,
         weights = _full_state(model, None, sharded)[0]
     if save_dir is not None and rank == 0:
         checkpoint.save_model(save_dir, weights, model_config, train)
-    layers = (analysis.analyse(model, analysis.analysis_tokens(task.val_x).to(dev), autocast)
+    layers = (analysis.analyse(model, *analysis.sequences(task.val_x, task.val_y, model), autocast)
               if analysed and not stopped else [])
     result = _result(curve, prior_elapsed + time.perf_counter() - t0 - reporting, train_time,
                      params_measured, data_hash, stopped)
-    result.layers = layers
+    result.layers, result.train_loss_tail = layers, tail.mean()
     return result
 
 
@@ -524,7 +542,8 @@ def _result(curve, wall, train_time, params_measured, data_hash, stopped) -> Tra
     return TrainResult(
         val_loss=last["val_loss"], best_val_loss=min(m["val_loss"] for m in curve),
         val_ppl=None if vision else math.exp(min(last["val_loss"], 700.0)),
-        train_loss=last["train_loss"], tokens=last["tokens"], steps=last["step"],
+        train_loss=last["train_loss"], val_loss_se=last.get("val_loss_se"),
+        tokens=last["tokens"], steps=last["step"],
         wall_time_s=wall, tokens_per_s=last["tokens"] / max(train_time, 1e-9),
         params_measured=params_measured, data_hash=data_hash, stopped=stopped, curve=list(curve),
         psnr=last.get("psnr"), ssim=last.get("ssim"), accuracy=last.get("accuracy"))
