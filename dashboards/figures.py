@@ -20,9 +20,9 @@ from shapesweep.dashboards.frames import (
     OTHER_TUNED_COLOR,
     VERDICT_COLORS,
     Figure,
+    candidate_label,
     chosen_and_others,
     color,
-    design,
     esc,
     human,
     language_models,
@@ -30,7 +30,6 @@ from shapesweep.dashboards.frames import (
     point_data,
     present,
     seed_means,
-    shape_text,
     trace_type,
 )
 from shapesweep.dashboards.scaling import scaling_figure
@@ -449,7 +448,7 @@ def layers_figure(trials: pd.DataFrame, layers: pd.DataFrame | None, top: int = 
     n_sweeps = means["sweep"].nunique()
     for i, (point, group) in enumerate(data.groupby("point", sort=False)):
         row = rows.loc[point]
-        name = _series_name([design(row), shape_text(row)], n_sweeps, row["sweep"])
+        name = _series_name([candidate_label(row)], n_sweeps, row["sweep"])
         c, dash = color("", i), "dash" if _constant_width(row) else "solid"
         panels = [("matrix_entropy", group.drop_duplicates("layer"))]
         panels += [("activation_density", group[group["threshold"] == t]) for t in thresholds]
@@ -480,7 +479,7 @@ def param_split_figure(trials: pd.DataFrame, top: int = 30,
     if means.empty:
         return None
     best = means.nsmallest(top, "mean").reset_index(drop=True)
-    labels = [f"#{i + 1} {esc(r['family'])} {esc(shape_text(r))}" for i, r in best.iterrows()]
+    labels = [f"#{i + 1} {esc(candidate_label(r))}" for i, r in best.iterrows()]
     points = point_data(best)
     fig = Figure()
     for column, name, c in (("params_attention", "attention", "#ff7f0e"), ("params_ffn", "FFN", "#1f77b4"),
@@ -512,7 +511,7 @@ def learning_curves_figure(trials: pd.DataFrame, curves: pd.DataFrame) -> Figure
     metric = "psnr" if metric_for(trials) == "psnr" and present(curves, "psnr") else "val_loss"
     if curves.empty or not present(curves, metric):
         return None
-    columns = ["row_id", "hover", "design", "status", "family", "key", "shape_text"]
+    columns = ["row_id", "hover", "design", "status", "family", "key", "label"]
     rows = trials.set_index(["sweep", "trial_id"])[columns]
     data = curves[curves[metric].notna()].join(rows, on=["sweep", "trial_id"], how="inner")
     if data.empty:
@@ -535,7 +534,7 @@ def learning_curves_figure(trials: pd.DataFrame, curves: pd.DataFrame) -> Figure
         joined = pd.concat([group, gaps]).sort_values(["trial_id", "tokens"], na_position="last")
         dash, opacity = STATUS_STYLES.get(status, ("solid", 1.0))
         c = colours[tuple(which)] if per_candidate or n_sweeps > 1 else color(which[1], len(fig.data))
-        label = group["design"].iloc[0] + (" " + group["shape_text"].iloc[0] if per_candidate else "")
+        label = group["label"].iloc[0] if per_candidate else group["design"].iloc[0]
         name = _series_name([label, "" if status == "completed" else f"({status.replace('_', ' ')})"],
                             n_sweeps, sweep)
         fig.add_trace(trace(
@@ -555,10 +554,8 @@ def learning_curves_figure(trials: pd.DataFrame, curves: pd.DataFrame) -> Figure
 
 
 def _labels(frame: pd.DataFrame, n_sweeps: int) -> list[str]:
-    """One distinct x label per candidate: variant and shape (sweep and key when needed)."""
-    labels = [_series_name([row["variant"] if isinstance(row["variant"], str) else row["design"],
-                            shape_text(row)], n_sweeps, row["sweep"])
-              for row in frame.to_dict("records")]
+    """One distinct x label per candidate: its name (sweep and key when needed)."""
+    labels = [_series_name([candidate_label(row)], n_sweeps, row["sweep"]) for row in frame.to_dict("records")]
     seen = pd.Series(labels).duplicated(keep=False).to_numpy()
     return [f"{label} #{key[:6]}" if twin else label
             for label, key, twin in zip(labels, frame["key"], seen, strict=True)]

@@ -29,6 +29,7 @@ from shapesweep.search_spaces.configs import TrainConfig, make_config
 from synthetic import synthetic_sweep
 
 from shapesweep.common import human
+from shapesweep.families.base import candidate_label
 
 HOSTILE = "<script>alert(1)</script>"
 ARTIFACTS = Path(__file__).parent / "artifacts"
@@ -347,7 +348,7 @@ def _live_store(root: str):
             live.append_point(root, "watch", spec, point, budget)
         del points[:n]
 
-    return add, stopped["tokens"]
+    return add, stopped["tokens"], candidate_label(spec["row"] | {"tuned_json": "{}"})
 
 
 def _running_points(driver) -> int:
@@ -362,7 +363,7 @@ def test_serve_draws_a_running_trials_curve_as_it_grows(browser, tmp_path):
     appear after a poll; the stopped trial says where ASHA stopped it."""
 
     root = str(tmp_path / "store")
-    add, stopped_at = _live_store(root)
+    add, stopped_at, running_label = _live_store(root)
     add(2)
     server = make_server(root, "127.0.0.1", 0, poll_s=0.3)
     threading.Thread(target=server.serve_forever, daemon=True).start()
@@ -373,7 +374,7 @@ def test_serve_draws_a_running_trials_curve_as_it_grows(browser, tmp_path):
         assert _running_points(browser) == 2
         assert "1 running" in browser.find_element(By.ID, "subtitle").text
         table = browser.find_element(By.ID, "failed-body").text
-        assert "running-1" in table and "running:" in table
+        assert running_label in table and "running:" in table  # named, not by its trial id
         assert f"stopped by ASHA at {human(stopped_at)} tokens" in table
         add(2)
         deadline = time.time() + 20

@@ -365,3 +365,15 @@ def test_hover_leaves_out_beta_and_alpha_of_a_constant_width_model():
                flops_per_token=1)
     assert "beta=" not in hover_text({**row, "shape": "constant"})
     assert "beta=0.5 alpha=0.3" in hover_text({**row, "shape": "bottleneck"})
+
+
+def test_hover_names_the_trial_by_its_candidate_and_seed():
+    """The hover title says which candidate (variant and shape) and seed, not a hash key
+    (the page builds the same title: `test_dashboard_browser` compares the two)."""
+    row = dict(sweep="s", family="hourglass", variant="hourglass", trial_id="f4893ea6c483-s2",
+               key="f4893ea6c483", seed=2, d_model=80, n_layers=6, d_h=37, k=2, params_total=1,
+               params_non_embedding=1, flops_per_token=1)
+    title = hover_text(row).split("<br>")[0]
+    assert title == "<b>s</b> · hourglass 80×6L d_h=37 k=2 · seed 2"
+    frame = with_derived(pd.DataFrame([{**row, "tuned_json": "{}", "status": "completed", "tokens": 1}]))
+    assert frame["hover"][0].split("<br>")[0] == title and frame["label"][0] == "hourglass 80×6L d_h=37 k=2"
