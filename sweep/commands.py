@@ -11,6 +11,7 @@ import importlib
 import json
 import math
 import os
+import re
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -465,7 +466,7 @@ def _trials_table(name: str, trials, top: int):
     table = Table(title=f"trials of {name}, best first (by val_loss)")
     errors = trials["error"].fillna("").astype(str).str.strip() if not trials.empty else None
     failed = bool(errors is not None and errors.ne("").any())
-    columns = ("trial_id", "status", "seed", "val_loss", "tokens", *(["error"] if failed else []))
+    columns = ("candidate", "status", "seed", "val_loss", "tokens", *(["error"] if failed else []))
     for column in columns:
         table.add_column(column, overflow="fold",
                          justify="right" if column in ("seed", "val_loss", "tokens") else "left")
@@ -474,11 +475,17 @@ def _trials_table(name: str, trials, top: int):
         seed, loss, tokens = (_clean(row.get(c)) for c in ("seed", "val_loss", "tokens"))
         state = row["status"].replace("_", " ") + (f" at {human(tokens)}" if row["status"] == "stopped_early"
                                                     and tokens is not None else "")
-        cells = [row["trial_id"], state, _fmt(None if seed is None else int(seed)),
+        cells = [_candidate_name(row), state, _fmt(None if seed is None else int(seed)),
                  _fmt(loss), "-" if tokens is None else human(tokens)]
         error = row.get("error") if isinstance(row.get("error"), str) else ""
         table.add_row(*cells, *([error[:60]] if failed else []))
     return table
+
+
+def _candidate_name(row: dict) -> str:
+    """A trial's candidate as tables name it (`candidate_label`: variant, shape, tuned values);
+    the key stays in `--format json`."""
+    return families.candidate_label({k: _clean(v) for k, v in row.items() if k != "widths"})
 
 
 def _running_table(name: str, running):
@@ -486,14 +493,14 @@ def _running_table(name: str, running):
     from rich.table import Table
 
     table = Table(title=f"running now in {name} (latest evaluation)")
-    for column in ("trial_id", "val_loss", "tokens", "elapsed", "ETA"):
-        table.add_column(column, overflow="fold", justify="left" if column == "trial_id" else "right")
+    for column in ("candidate", "seed", "val_loss", "tokens", "elapsed", "ETA"):
+        table.add_column(column, overflow="fold", justify="left" if column == "candidate" else "right")
     for row in running.sort_values("trial_id").to_dict("records"):
         tokens, budget, elapsed = (_clean(row.get(c)) for c in ("tokens", "train_tokens_budget", "wall_time_s"))
         done = "-" if tokens is None else human(tokens) + (f" of {human(budget)}" if budget else "")
         eta = (budget - tokens) * elapsed / tokens if tokens and budget and elapsed else None
-        table.add_row(row["trial_id"], _fmt(_clean(row.get("val_loss"))), done,
-                      duration(elapsed), duration(eta))
+        table.add_row(_candidate_name(row), _fmt(_clean(row.get("seed"))), _fmt(_clean(row.get("val_loss"))),
+                      done, duration(elapsed), duration(eta))
     return table
 
 
@@ -576,7 +583,12 @@ def add_arguments_export(parser: argparse.ArgumentParser) -> None:
                         help="--format hf/torch: the trained weights go with each config; bare: "
                              "from the sweep's last checkpoints (run --keep-checkpoints); DIR: "
                              "a `train --save` folder, with the config of its shape (repeatable)")
-    parser.add_argument("--out", required=True, help="folder for the config files")
+    parser.add_argument("--out", required=True,
+                        help="folder for the config files: empty, new, or holding only what an "
+                             "earlier export wrote there (replaced)")
+    parser.add_argument("--force", action="store_true",
+                        help="write into an --out that holds other files too (they stay; an "
+                             "earlier export's files are replaced)")
     parser.add_argument("--include-stopped", action="store_true",
                         help="rank stopped-early trials too (default: completed only)")
 
@@ -605,6 +617,8 @@ def export(args: argparse.Namespace) -> int:
         raise UserError("only with --format hf or torch", key="--weights")
     if args.metric not in TRIAL_COLUMNS.names:
         raise UserError(f"unknown column {args.metric!r}", key="--metric")
+    out = Path(args.out)
+    previous = _previous_export(out, args.force)
     trials = load_trials(args.root, [args.name])
     if trials.empty:
         from shapesweep.results.store import list_sweeps
@@ -643,13 +657,12 @@ def export(args: argparse.Namespace) -> int:
             "key": row["key"], "code_version": row.get("code_version"),
             "data_hash": row.get("data_hash"), "rank": rank, "ranked_by": args.metric,
         }
-        documents.append((f"{rank:02d}-{row['family']}-{row['key']}", document))
+        documents.append((f"{rank:02d}-{_file_name(row)}", document))
     if args.format in FOLDER_FORMATS:
         exporter = importlib.import_module(FOLDER_FORMATS[args.format])
         folders = _weight_folders(args.root, args.name, documents, args.weights or [])
-        return _export_folders(documents, Path(args.out), folders, exporter)
+        return _export_folders(documents, out, folders, exporter, previous)
 
-    out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     written = []
     for stem, document in documents:
@@ -660,9 +673,57 @@ def export(args: argparse.Namespace) -> int:
         tmp.write_text(text)
         os.replace(tmp, path)
         written.append(path)
+    _replace_previous(out, written, previous)
     for path in written:
         print(path)
     return 0
+
+
+EXPORT_MANIFEST = ".shapesweep-export.json"  # what an export wrote into its --out
+
+
+def _file_name(row: dict) -> str:
+    """An exported config's name after its rank: its variant (`01-baseline.yaml`), else its
+    family; the rank keeps two of one variant apart. The key stays in its provenance."""
+    name = row.get("variant") if isinstance(row.get("variant"), str) else ""
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-.") or row["family"]
+
+
+def _previous_export(out: Path, force: bool) -> set[str]:
+    """The names an earlier export wrote into `out` (its manifest), which this one replaces.
+    Checked before any work: an `out` holding anything else is refused unless `force`, so a
+    folder never mixes two exports (`train best/01-*.yaml` then matches one file)."""
+    if out.exists() and not out.is_dir():
+        raise UserError("is a file, not a folder", file=str(out), key="--out")
+    if not out.is_dir():
+        return set()
+    try:
+        listed = json.loads((out / EXPORT_MANIFEST).read_text())["files"]
+        previous = {name for name in listed if isinstance(name, str) and "/" not in name}
+    except (OSError, ValueError, KeyError, TypeError):
+        previous = set()
+    others = sorted(p.name for p in out.iterdir() if p.name not in previous | {EXPORT_MANIFEST})
+    if others and not force:
+        shown = ", ".join(others[:3]) + (f" and {len(others) - 3} more" if len(others) > 3 else "")
+        raise UserError(f"holds files no earlier export wrote ({shown}): give an empty or new "
+                        "folder, or --force to write beside them", file=str(out), key="--out")
+    return previous
+
+
+def _replace_previous(out: Path, written: list[Path], previous: set[str]) -> None:
+    """Once the new files are in place: remove what the earlier export wrote that this one did
+    not overwrite, and record what this one wrote."""
+    import shutil
+
+    for name in previous - {path.name for path in written}:
+        path = out / name
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+    tmp = out / f".{EXPORT_MANIFEST}.{os.getpid()}.tmp"
+    tmp.write_text(json.dumps({"files": sorted(path.name for path in written)}, indent=1))
+    os.replace(tmp, out / EXPORT_MANIFEST)
 
 
 def _seed_means(trials, metric: str):
@@ -733,7 +794,7 @@ def _weights(configs: dict[str, tuple], folders: list[str], exporter) -> dict[st
 
 
 def _export_folders(documents: list[tuple[str, dict]], out: Path, weight_folders: list[str],
-                    exporter) -> int:
+                    exporter, previous: set[str] = frozenset()) -> int:
     """One folder per config (`exporter.write_folder`); every check runs before anything is written."""
     import shutil
 
@@ -769,6 +830,7 @@ def _export_folders(documents: list[tuple[str, dict]], out: Path, weight_folders
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
         written.append(path)
+    _replace_previous(out, written, previous)
     for path in written:
         print(path)
     return 0

@@ -607,8 +607,10 @@ def _fit(options: SweepOptions, checked: _Checked, plan: Any, catalog: Any,
 
     name = options.name
     started_ray, session_dir = _init_ray(options)
+    grid = plan.param_space.get("spec")  # a grid's trials are known now: `tune.grid_search(specs)`
     progress = SweepProgress(total=plan.launches, console=console, enabled=options.progress,
-                             budget=checked.budget)
+                             budget=checked.budget,
+                             planned=grid.get("grid_search") if isinstance(grid, dict) else None)
     writer = ResultsWriter(options.root, name, checked.data_hash, progress)
     tuner = _tuner(options, checked, plan, _run_config(options, [writer, progress]))
     catalog.set_status(name, "running")
