@@ -26,7 +26,7 @@ from shapesweep.dashboards.server import make_server
 from shapesweep.dashboards.views import analysis_views
 from shapesweep.results.store import load_layers, write_trial
 from shapesweep.search_spaces.configs import TrainConfig, make_config
-from synthetic import synthetic_sweep
+from synthetic import synthetic_sweep, write_demo_like
 
 from shapesweep.common import human
 from shapesweep.families.base import candidate_label
@@ -275,7 +275,9 @@ def _figure_problems(driver) -> list[str]:
         const items = legend ? [...legend.querySelectorAll(".traces")] : [];
         if (full.showlegend && items.length < entries) problems.push(id + ": legend shows " + items.length + " of " + entries);
         if (legend) {
-          const box = legend.querySelector(".bg").getBoundingClientRect();
+          const box = legend.querySelector(".bg").getBoundingClientRect(), fig = gd.getBoundingClientRect();
+          if (box.top < fig.top - 1 || box.bottom > fig.bottom + 1 || box.left < fig.left - 1 || box.right > fig.right + 1)
+            problems.push(id + ": legend outside the figure");  // drawn where no one sees it
           const hidden = items.filter((it) => { const r = it.getBoundingClientRect();
             return r.height === 0 || r.top < box.top - 1 || r.bottom > box.bottom + 1; });
           if (hidden.length) problems.push(id + ": " + hidden.length + " legend entries hidden");
@@ -315,6 +317,21 @@ def test_figures_are_complete_and_labelled_at_1024_px(store, browser, tmp_path):
         browser.save_screenshot(str(ARTIFACTS / "report-1024.png"))
     finally:
         browser.set_window_size(size["width"], size["height"])
+
+
+def test_the_demos_report_for_two_sweeps_of_its_space(browser, tmp_path):
+    """Two runs of the demo's space in one report: one iso-budget figure (the U-curve), every
+    figure complete with its legend in view (the parameter split and the comparison with the
+    baseline had theirs drawn above the figure)."""
+    root = str(tmp_path / "store")
+    write_demo_like(root, ("demo-ucurve", "demo-ucurve-2"))
+    _open(browser, write_report(root, ["demo-ucurve", "demo-ucurve-2"], tmp_path / "demo.html").as_uri())
+    ids = [f.get_attribute("id") for f in browser.find_elements(By.CSS_SELECTOR, "div.figure")]
+    assert "fig-ucurve" in ids and "fig-searched-lm" not in ids
+    assert {"fig-param-split", "fig-vs-baseline-lm"} <= set(ids)
+    assert _figure_problems(browser) == []
+    ARTIFACTS.mkdir(exist_ok=True)
+    browser.save_screenshot(str(ARTIFACTS / "report-demo.png"))
 
 
 def test_one_trial_sweep_draws_no_one_dot_panels(browser, tmp_path):
