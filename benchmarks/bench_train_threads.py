@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -89,8 +90,9 @@ def main() -> None:
     parser.add_argument("--load-procs", type=int, default=1, help="cores the load holds (default 1)")
     parser.add_argument("--warmup", type=float, default=75.0, help="seconds of load before measuring")
     parser.add_argument("--pairs", type=int, default=3)
-    parser.add_argument("--steps", type=int, default=60)
+    parser.add_argument("--steps", type=int, default=20)
     args = parser.parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # a `kill` stops the load too
 
     old_threads = torch_default_threads()
     with tempfile.TemporaryDirectory() as tmp:
