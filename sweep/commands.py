@@ -12,6 +12,10 @@ import json
 import math
 import os
 import re
+import shlex
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -19,7 +23,7 @@ from typing import Any
 from shapesweep.search_spaces.cadence import CHECKPOINT_EVERY_S
 from shapesweep.sweep.strategies import SAMPLERS, STRATEGIES
 
-from shapesweep.common import UserError, duration, human
+from shapesweep.common import UserError, command_name, duration, human
 from shapesweep.families import base as families
 
 PARALLEL = ("ddp", "fsdp")  # how N > 1 workers share a model (shapesweep.trainers.loop.train)
@@ -156,7 +160,25 @@ def run(args: argparse.Namespace) -> int:
         keep_checkpoints=args.keep_checkpoints, fresh_workers=args.fresh_workers,
         workers_per_trial=args.workers_per_trial, parallel=args.parallel,
     )
-    return _report(run_sweep(options), args.root)
+    with _resume_hint(args.name, args.space, args.root):
+        return _report(run_sweep(options), args.root)
+
+
+@contextmanager
+def _resume_hint(name: str | None, space: str, root: str) -> Iterator[None]:
+    """On Ctrl-C (or SIGTERM, SIGHUP: the runner turns them into one), the exact command that
+    finishes the sweep, once it is one `resume` can find (its options file is written)."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        from shapesweep.results.store import read_sweep_file
+        from shapesweep.search_spaces.space import load_space
+
+        name = name or load_space(space).name  # it loaded before: the sweep started
+        if read_sweep_file(root, name, "sweep.json") is not None:
+            print(f"interrupted; to finish the sweep: {command_name()} resume {shlex.quote(name)} "
+                  f"--root {shlex.quote(root)}", file=sys.stderr, flush=True)
+        raise
 
 
 def _check_resources(args: argparse.Namespace) -> None:
@@ -215,7 +237,8 @@ def resume(args: argparse.Namespace) -> int:
              if getattr(args, name) is not None}
     options = replace(load_options(args.root, args.name), root=args.root,
                       retry_failed=args.retry_failed, progress=not args.no_progress, **given)
-    return _report(run_sweep(options), args.root)
+    with _resume_hint(args.name, options.space, args.root):
+        return _report(run_sweep(options), args.root)
 
 
 STATUS_FORMATS = ("table", "json", "csv")
@@ -346,7 +369,6 @@ def _flat(candidate: dict) -> dict:
 
 def _print_csv(document: dict) -> None:
     import csv
-    import sys
 
     rows = [_flat(c) for c in document["candidates"]]
     columns = list(dict.fromkeys(k for row in rows for k in row)) or ["key"]
@@ -507,7 +529,13 @@ def _running_table(name: str, running):
 def status(args: argparse.Namespace) -> int:
     from rich.console import Console
     from shapesweep.results.live import live_sweeps, load_live
-    from shapesweep.results.store import FragmentCache, list_sweeps, load_curves, load_trials
+    from shapesweep.results.store import (
+        FragmentCache,
+        list_sweeps,
+        load_curves,
+        load_trials,
+        unknown_sweep,
+    )
 
     _check_status_args(args)
     console = Console()
@@ -525,7 +553,7 @@ def status(args: argparse.Namespace) -> int:
     trials = load_trials(args.root, [args.name], cache=cache)
     running = load_live(args.root, [args.name])[0]
     if record is None and trials.empty and running.empty:
-        raise UserError(f"no sweep named {args.name!r} under {args.root}", key="name")
+        raise unknown_sweep(args.name, args.root, [*records, *live_sweeps(args.root)])
     document = _status_document(args, trials, load_curves(args.root, [args.name], cache=cache))
     if args.format == "json":
         print(json.dumps(document, indent=2))
@@ -610,6 +638,7 @@ def export(args: argparse.Namespace) -> int:
     import yaml
     from shapesweep.results.schema import TRIAL_COLUMNS
     from shapesweep.results.store import load_trials
+    from shapesweep.search_spaces.configs import train_document
 
     if args.top < 1:
         raise UserError("must be at least 1", key="--top")
@@ -621,12 +650,10 @@ def export(args: argparse.Namespace) -> int:
     previous = _previous_export(out, args.force)
     trials = load_trials(args.root, [args.name])
     if trials.empty:
-        from shapesweep.results.store import list_sweeps
+        from shapesweep.results.store import list_sweeps, unknown_sweep
 
-        known = list_sweeps(args.root)
-        if args.name not in known:
-            where = f"under {args.root}" if known else f"under {args.root} (no sweeps there; --root names another)"
-            raise UserError(f"no sweep named {args.name!r} {where}", key="name")
+        if args.name not in list_sweeps(args.root):
+            raise unknown_sweep(args.name, args.root)
         raise UserError(f"sweep {args.name!r} under {args.root} has no trials yet", key="name")
     keep = {"completed", "stopped_early"} if args.include_stopped else {"completed"}
     trials = trials[trials["status"].isin(keep) & trials[args.metric].notna()]
@@ -649,6 +676,8 @@ def export(args: argparse.Namespace) -> int:
     documents = []
     for rank, row in enumerate(chosen.to_dict("records"), start=1):
         document = json.loads(row["config_json"])
+        # rows filed before candidate documents left out keys their family never reads
+        document["train"] = train_document(document.get("train") or {}, row["family"])
         document["metrics"] = {m: _clean(row.get(m)) for m in EXPORT_METRICS} | {
             f"{args.metric}_std": _clean(row["std"]), "n_seeds": int(row["n"])}
         document["provenance"] = {

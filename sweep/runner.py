@@ -201,13 +201,16 @@ def load_options(root: str, name: str) -> SweepOptions:
     """The options a sweep was started with (for `resume`), its space resolved under `root`:
     a copied or moved root resumes with its own copy of the space."""
     from pydantic import ValidationError
-    from shapesweep.results.store import read_sweep_file, sweep_dir
+    from shapesweep.results.store import list_sweeps, read_sweep_file, sweep_dir, unknown_sweep
 
     path = f"{sweep_dir(root, name)}/{OPTIONS_FILE}"
     try:
         text = read_sweep_file(root, name, OPTIONS_FILE)
+        if text is None and name in list_sweeps(root):
+            raise UserError("the sweep has results but no options file to resume it with: "
+                            "`run` its space again under the same --name", file=path)
         if text is None:
-            raise UserError(f"no sweep named {name!r} under {root} (nothing to resume)", file=path)
+            raise unknown_sweep(name, root)
         options = TypeAdapter(SweepOptions).validate_json(text)
     except ValidationError as error:
         first = error.errors()[0]

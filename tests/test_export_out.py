@@ -87,3 +87,31 @@ def test_an_out_that_is_a_file_is_one_line(tmp_path, capsys):
     assert _export(tmp_path, 1) == 2
     assert capsys.readouterr().err.strip().splitlines() == [
         f"shapesweep export: error: {tmp_path / 'best'}: --out: is a file, not a folder"]
+
+
+def test_a_language_models_export_carries_no_image_task_keys(tmp_path, capsys):
+    """`batch_size` (images per step) and `noise_std` (denoising) are settings no language model
+    reads: its export leaves them out, also from rows filed with them; a vision one keeps them."""
+    from shapesweep.search_spaces.configs import TrainConfig, train_document
+    from shapesweep.search_spaces.solver import candidate_document, plan
+    from shapesweep.search_spaces.space import load_space
+
+    root = tmp_path / "root"
+    config = make_config(CANDIDATES[0][1])
+    filed = {"family": config.family, "model": config.model_dump(mode="json", exclude={"family"}),
+             "train": TrainConfig(**TRAIN).model_dump(mode="json", exclude_none=True)}  # every key
+    assert {"batch_size", "noise_std"} <= set(filed["train"])
+    write_trial(str(root), "s", {"trial_id": "t0", "key": config_key(config), "family": config.family,
+                                 "variant": "baseline", "seed": 0, "status": "completed", "val_loss": 2.0,
+                                 "config_json": json.dumps(filed), **account(config, seq_len=32).to_dict()}, [])
+    assert _export(tmp_path, 1) == 0
+    exported = yaml.safe_load((tmp_path / "best" / "01-baseline.yaml").read_text())
+    assert not {"batch_size", "noise_std"} & set(exported["train"]) and exported["train"]["lr"] == 1e-2
+    capsys.readouterr()
+
+    space = load_space("demo-ucurve")
+    candidate = plan(space).candidates[0]
+    document = candidate_document(candidate, space.train_for(candidate=candidate))
+    assert not {"batch_size", "noise_std"} & set(document["train"])
+    assert train_document({"batch_size": 64, "noise_std": 0.1}, "vision_mlp") == {"batch_size": 64,
+                                                                                  "noise_std": 0.1}

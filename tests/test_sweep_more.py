@@ -88,6 +88,8 @@ def test_ctrl_c_stops_cleanly_and_resume_finishes_each_trial_once(tmp_path):
     assert driver.returncode == 130, stderr[-2000:]
     assert took < 30, f"took {took:.0f}s to stop"
     assert "shapesweep run: interrupted" in stderr
+    assert re.search(rf"^interrupted; to finish the sweep: \S*shapesweep resume ctrlc --root {re.escape(str(root))}$",
+                     stderr, re.M), stderr[-2000:]
     assert Catalog(default_catalog_url(root)).get("ctrlc").status == "interrupted"
     assert leftovers(root) == []
     options = json.loads((Path(sweep_dir(str(root), "ctrlc")) / "sweep.json").read_text())
