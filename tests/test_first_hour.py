@@ -27,7 +27,7 @@ pytestmark = pytest.mark.slow
 # The demo's flow on two tiny shapes and two seeds: a baseline and one other, so status has
 # a comparison to print.
 QUICK_SPACE = {
-    "name": "demo-ucurve",
+    "name": "demo-quick",
     "family": "conventional",
     "budget": {"match": {"n_layers": 2, "d_h": 64}, "tolerance": 0.05},
     "fixed": {"d_model": 32, "n_heads": 2, "vocab_size": 256, "activation": "swiglu"},
@@ -99,7 +99,7 @@ def test_the_readme_first_hour_runs_in_order_on_a_fresh_checkout(tmp_path):
                                          f"{run.stdout[-3000:]}\n{run.stderr[-3000:]}")
             outputs.append(run.stdout)
         demo, _, status, export, train = outputs
-        assert "Next:" in demo and ".venv/bin/shapesweep status demo-ucurve" in demo
+        assert "Next:" in demo and ".venv/bin/shapesweep status demo-quick" in demo
         assert (clone / "sweeps" / "demo-report.html").stat().st_size > 100_000  # plotly inlined
         assert "baseline" in status and "deep" in status
         (best,) = (clone / "best").glob("01-*.yaml")  # one file, named by its variant
