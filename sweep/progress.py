@@ -49,6 +49,7 @@ class CandidateProgress:
     stopped: int = 0
     failed: int = 0
     losses: list[float] = field(default_factory=list)  # completed seeds' val_loss
+    tokens: dict[str, int] = field(default_factory=dict)  # latest tokens of each of its trials
 
     def seeds_text(self) -> str:
         ended = self.done + self.stopped + self.failed
@@ -95,7 +96,7 @@ class SweepProgress(Callback):
         self.live: Live | None = None
         self.tokens: dict[str, int] = {}  # the latest tokens of every trial of this run
         self.candidates: dict[tuple[str, str], CandidateProgress] = {}  # by (key, tuned_json)
-        self.trial_candidate: dict[str, tuple[str, str]] = {}  # Tune's trial id -> candidate
+        self.trial_candidate: dict[str, CandidateProgress] = {}  # by Tune's trial id
         for spec in planned or []:
             self._candidate(spec["key"], spec.get("tuned_json"), spec["row"]).planned += 1
 
@@ -186,8 +187,8 @@ class SweepProgress(Callback):
         order = sorted(self.candidates.items(), key=lambda item: (not item[1].running,
                                                                    not (item[1].done or item[1].stopped
                                                                         or item[1].failed)))
-        for which, c in order[:MAX_CANDIDATE_ROWS]:
-            trained = sum(self.tokens.get(t, 0) for t, w in self.trial_candidate.items() if w == which)
+        for _, c in order[:MAX_CANDIDATE_ROWS]:
+            trained = sum(c.tokens.values())
             loss = f"{sum(c.losses) / len(c.losses):.4f}" if c.losses else "-"
             table.add_row(escape(c.name), c.seeds_text(), human(trained) if trained else "-", loss)
         if len(order) > MAX_CANDIDATE_ROWS:
@@ -196,12 +197,11 @@ class SweepProgress(Callback):
 
     def _count(self, trial_id: str, status: str, row: dict[str, Any]) -> None:
         """The trial's candidate: one seed more ended as `status`, its loss and tokens."""
-        which = (row["key"], row.get("tuned_json") or "{}")
-        candidate = self._candidate(*which, row)
+        candidate = self._candidate(row["key"], row.get("tuned_json"), row)
         candidate.running.discard(trial_id)
-        self.trial_candidate[trial_id] = which
+        self.trial_candidate[trial_id] = candidate
         if isinstance(row.get("tokens"), int | float):
-            self.tokens[trial_id] = int(row["tokens"])
+            self.tokens[trial_id] = candidate.tokens[trial_id] = int(row["tokens"])
         loss = row.get("val_loss")
         if status == "completed":
             candidate.done += 1
@@ -229,9 +229,9 @@ class SweepProgress(Callback):
         self.running.add(trial.trial_id)
         spec = self._spec(trial)
         if "row" in spec:
-            which = (spec["key"], spec.get("tuned_json") or "{}")
-            self._candidate(*which, spec["row"]).running.add(trial.trial_id)
-            self.trial_candidate[trial.trial_id] = which
+            candidate = self._candidate(spec["key"], spec.get("tuned_json"), spec["row"])
+            candidate.running.add(trial.trial_id)
+            self.trial_candidate[trial.trial_id] = candidate
         self._refresh()
 
     def on_trial_result(self, iteration, trials, trial, result, **info):
@@ -240,6 +240,8 @@ class SweepProgress(Callback):
             self.best = (float(loss), self._name(trial))
         if isinstance(result.get("tokens"), int | float):
             self.tokens[trial.trial_id] = int(result["tokens"])
+            if trial.trial_id in self.trial_candidate:
+                self.trial_candidate[trial.trial_id].tokens[trial.trial_id] = int(result["tokens"])
         self._refresh()
         if self.mode == "plain" and time.monotonic() - self.last_line >= self.every_s:
             self.last_line = time.monotonic()
