@@ -709,6 +709,8 @@ def export(args: argparse.Namespace) -> int:
 
 
 EXPORT_MANIFEST = ".shapesweep-export.json"  # what an export wrote into its --out
+EXPORTED = re.compile(r"\d{2,}-[A-Za-z0-9._-]+")  # an exported file or folder's name (`_file_name`)
+LEFT_OVER = re.compile(r"\..+\.\d+\.(tmp|old)")  # what an export killed midway leaves
 
 
 def _file_name(row: dict) -> str:
@@ -728,10 +730,11 @@ def _previous_export(out: Path, force: bool) -> set[str]:
         return set()
     try:
         listed = json.loads((out / EXPORT_MANIFEST).read_text())["files"]
-        previous = {name for name in listed if isinstance(name, str) and "/" not in name}
+        previous = {name for name in listed if isinstance(name, str) and EXPORTED.fullmatch(name)}
     except (OSError, ValueError, KeyError, TypeError):
         previous = set()
-    others = sorted(p.name for p in out.iterdir() if p.name not in previous | {EXPORT_MANIFEST})
+    others = sorted(p.name for p in out.iterdir()
+                    if p.name not in previous | {EXPORT_MANIFEST} and not LEFT_OVER.fullmatch(p.name))
     if others and not force:
         shown = ", ".join(others[:3]) + (f" and {len(others) - 3} more" if len(others) > 3 else "")
         raise UserError(f"holds files no earlier export wrote ({shown}): give an empty or new "

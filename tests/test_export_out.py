@@ -115,3 +115,16 @@ def test_a_language_models_export_carries_no_image_task_keys(tmp_path, capsys):
     assert not {"batch_size", "noise_std"} & set(document["train"])
     assert train_document({"batch_size": 64, "noise_std": 0.1}, "vision_mlp") == {"batch_size": 64,
                                                                                   "noise_std": 0.1}
+
+
+def test_a_manifest_naming_paths_outside_the_folder_removes_nothing_there(tmp_path, capsys):
+    """The manifest is read, never trusted: only names an export writes count as its files."""
+    _sweep(tmp_path / "root")
+    best = tmp_path / "best"
+    best.mkdir()
+    (tmp_path / "keep.txt").write_text("mine")
+    (best / ".shapesweep-export.json").write_text(json.dumps({"files": ["..", "../keep.txt", "/etc"]}))
+    assert _export(tmp_path, 1) == 0
+    capsys.readouterr()
+    assert (tmp_path / "keep.txt").read_text() == "mine" and (tmp_path / "root").is_dir()
+    assert _files(best) == ["01-baseline.yaml"]
