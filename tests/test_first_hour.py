@@ -68,7 +68,10 @@ def ready_venv(clone: Path) -> None:
     python = venv / "bin" / "python"
     site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
                           capture_output=True, text=True, check=True).stdout.strip()
-    Path(site, "shared-env.pth").write_text(sysconfig.get_path("purelib") + "\n")
+    # every site-packages folder this interpreter reads: an environment that itself sees a shared
+    # one through a .pth line passes that one on (a .pth line's folder reads no .pth of its own)
+    shared = [p for p in dict.fromkeys([sysconfig.get_path("purelib"), *sys.path]) if p.endswith("site-packages")]
+    Path(site, "shared-env.pth").write_text("".join(f"{p}\n" for p in shared))
     subprocess.run([str(python), "-m", "pip", "install", "-qq", "--no-deps", "-e", str(clone)],
                    check=True, cwd=clone)
     (venv / ".installed").touch()

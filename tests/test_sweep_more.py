@@ -28,6 +28,8 @@ from shapesweep.sweep.cli import main as shapesweep
 from sweep_helpers import CHILD_ENV, TINY_SPACE, TINY_TRAIN, pairs, raw_trial_rows, run
 from sweep_helpers import write_space as write_tiny_space
 
+from shapesweep.families.base import candidate_label
+
 pytestmark = pytest.mark.slow
 
 # Conventional LM, d_model 32: each depth gets the d_h that meets the budget.
@@ -262,11 +264,13 @@ def test_status_lists_sweeps_and_one_sweeps_best_trials(local_ray, tmp_path, cap
     assert f"space st ({space.space_hash})" in out and "status finished" in out
     assert "2 candidates, 3 trials" in out  # the failed one has no loss, so no candidate row
     assert "completed: 2  failed: 1" in out
-    rows = [line for line in out.splitlines() if re.match(r"^[│┃]\s*[0-9a-f]{12}-s0", line)]
-    order = [line.strip("│┃ ").split()[0] for line in rows]
-    # Best first by val_loss, the failed trial (no loss) last, with its error.
-    failed = trials[trials["status"] == "failed"]["trial_id"].iloc[0]
-    assert order == [*completed["trial_id"], failed]
+    rows = [line for line in out.splitlines() if re.match(r"^[│┃]\s*(ok|poison) ", line)]
+    order = [line.strip("│┃ ").split("│")[0].strip() for line in rows]
+    # Best first by val_loss, the failed trial (no loss) last, with its error; named by
+    # variant and shape, not by trial id.
+    failed = trials[trials["status"] == "failed"]
+    assert order == [candidate_label(row) for row in [*completed.to_dict("records"), *failed.to_dict("records")]]
+    assert order[-1].startswith("poison 32×2L")
     assert "failed" in rows[-1] and "UserError" in rows[-1]  # the error, cut to 60 characters
 
     assert shapesweep(["status", "nope", "--root", str(root)]) == 2
