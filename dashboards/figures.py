@@ -21,9 +21,9 @@ from shapesweep.dashboards.frames import (
     OTHER_TUNED_COLOR,
     VERDICT_COLORS,
     Figure,
+    candidate_label,
     chosen_and_others,
     color,
-    design,
     esc,
     human,
     language_models,
@@ -31,7 +31,6 @@ from shapesweep.dashboards.frames import (
     point_data,
     present,
     seed_means,
-    shape_text,
     trace_type,
 )
 from shapesweep.dashboards.scaling import scaling_figure
@@ -169,8 +168,9 @@ def searched_figure(trials: pd.DataFrame, metric: str = "val_loss",
     dim = max(varying)[1]
     numeric = pd.api.types.is_numeric_dtype(means[dim])
     fig, n_sweeps = Figure(), means["sweep"].nunique()
+    sweeps_per_design = means.groupby("design")["sweep"].nunique()
     for i, ((sweep, series), group) in enumerate(means.sort_values(dim).groupby(["sweep", "design"], sort=True)):
-        c = color(series, i)
+        c = color(series if sweeps_per_design[series] == 1 else "", i)  # two sweeps, two colours
         fig.add_trace(Scatter(
             x=group[dim], y=group["mean"], mode="lines+markers" if numeric else "markers",
             name=_series_name([series], n_sweeps, sweep), marker=dict(color=c, size=8), line=dict(color=c),
@@ -235,6 +235,10 @@ def _stopped_trace(fig: Figure, trials: pd.DataFrame, x: str, metric: str = "val
 
 
 STOPPED_COLOR = "#9a9aa6"
+# Each sweep's conventional baseline: the baseline's colour, dashed, for the first sweep; other
+# shades of it and other dashes for the next (two sweeps of one space are told apart).
+OTHER_BASELINE_SHADES = ["#c08fdc", "#46225c", "#9c6bb8"]
+BASELINE_DASHES = ["dash", "dot", "dashdot", "longdash"]
 
 
 def _baseline_traces(fig: Figure, trials: pd.DataFrame, x: str, x_span: tuple[float, float],
@@ -242,8 +246,10 @@ def _baseline_traces(fig: Figure, trials: pd.DataFrame, x: str, x_span: tuple[fl
     """The conventional baseline of `sweeps` dashed: along x when it varies; else a horizontal
     line over `x_span`, or (`own_x`) its points at their own x."""
     base = seed_means(trials[(trials["family"] == BASELINE) & trials["sweep"].isin(sweeps)], "val_loss")
-    for sweep, group in base.groupby("sweep"):
+    for j, (sweep, group) in enumerate(base.groupby("sweep")):
         group = _best_per_bin(group, x)[0]
+        c = color(BASELINE) if j == 0 else OTHER_BASELINE_SHADES[(j - 1) % len(OTHER_BASELINE_SHADES)]
+        dash = BASELINE_DASHES[j % len(BASELINE_DASHES)]
         varies = group[x].nunique() >= 3
         points = varies or own_x
         xs = group[x] if points else list(x_span)
@@ -251,8 +257,7 @@ def _baseline_traces(fig: Figure, trials: pd.DataFrame, x: str, x_span: tuple[fl
         label = "conventional baseline" + ("" if varies else " (at its own ratio)" if own_x else " (best)")
         fig.add_trace(Scatter(
             x=xs, y=ys, mode="lines+markers" if points else "lines",
-            line=dict(color=color(BASELINE), dash="dash", width=2),
-            marker=dict(symbol="diamond", size=10, color=color(BASELINE)),
+            line=dict(color=c, dash=dash, width=2), marker=dict(symbol="diamond", size=10, color=c),
             name=_series_name([label], n_sweeps, sweep),
             error_y=_errors(group) if points else None,
             customdata=point_data(group) if points else None,
@@ -276,24 +281,27 @@ def _best_per_bin(group: pd.DataFrame, x: str, bins: int = 10) -> tuple[pd.DataF
     return line, group.drop(line.index)
 
 
+SHAPED = ("hourglass", "variable_width")  # the families a U-curve compares with the conventional baseline
+
+
 def ucurve_figure(trials: pd.DataFrame, tolerance: float = 0.005) -> Figure | None:
-    """Seed 000 Fig. 4: loss vs d_model/L (log), one series per (k, d_h/d_model), best region shaded."""
-    lm = trials[trials["family"].isin(("hourglass", "variable_width"))]
-    means, others = chosen_and_others(lm, "val_loss")
-    if means.empty or means["width_depth_ratio"].nunique() < 3:
-        lm = trials[trials["family"] == BASELINE]  # a conventional-only U-curve
-        means, others = chosen_and_others(lm, "val_loss")
+    """Seed 000 Fig. 4: loss vs d_model/L (log), one series per design (hourglass: per k and
+    d_h/d_model), best region shaded. It is the iso-budget figure of a width/depth sweep:
+    `applicable_figures` draws `searched_figure` only where there is no U-curve. The shaped
+    families are compared with the conventional baseline (dashed); where they sample fewer
+    than 3 ratios, each language-model family is a series of its own (none left out)."""
+    means, others = chosen_and_others(lm := trials[trials["family"].isin(SHAPED)], "val_loss")
+    shaped = not means.empty and means["width_depth_ratio"].nunique() >= 3
+    if not shaped:
+        means, others = chosen_and_others(lm := trials[trials["family"].isin(language_models())], "val_loss")
         if means.empty or means["width_depth_ratio"].nunique() < 3:
             return None
     fig, n_sweeps = Figure(), means["sweep"].nunique()
     _other_tuned_trace(fig, others, "width_depth_ratio")
     _stopped_trace(fig, lm, "width_depth_ratio")
-    means = means.assign(ratio_group=_ratio_groups(means)).sort_values("width_depth_ratio")
-    keys = ["sweep", "family", "k", "ratio_group", "shape"]
-    groups = [(gk, g) for gk, g in means.groupby(keys, dropna=False, sort=True)
-              if g["width_depth_ratio"].nunique() >= 2]  # one ratio is a point, not a curve
-    if not groups:
-        return None
+    groups = _ucurve_groups(means.sort_values("width_depth_ratio"))
+    if not any(g["width_depth_ratio"].nunique() >= 2 for _, g in groups):
+        return None  # points, no curve
     for i, (group_key, group) in enumerate(groups):
         sweep, family, k, ratio, shape = group_key
         hourglass = family == "hourglass"
@@ -309,11 +317,11 @@ def ucurve_figure(trials: pd.DataFrame, tolerance: float = 0.005) -> Figure | No
                 error_y=_errors(others, c),
                 hovertemplate="%{customdata[1]}<br>%{y:.4g}<extra></extra>", meta={"rows": True}))
         fig.add_trace(Scatter(
-            x=line["width_depth_ratio"], y=line["mean"], mode="lines+markers", name=name, legendgroup=name,
+            x=line["width_depth_ratio"], y=line["mean"], name=name, legendgroup=name,
+            mode="lines+markers" if len(line) > 1 else "markers",  # one ratio: a point, still shown
             marker=dict(size=7, color=c), line=dict(color=c, width=1.5), error_y=_errors(line),
             customdata=point_data(line), hovertemplate="%{customdata[1]}<br>%{y:.4g}<extra></extra>",
             meta={"rows": True}))
-    shaped = lm["family"].iloc[0] != BASELINE
     if shaped:
         span = (means["width_depth_ratio"].min(), means["width_depth_ratio"].max())
         _baseline_traces(fig, trials, "width_depth_ratio", span, n_sweeps, means["sweep"].unique(), own_x=True)
@@ -322,6 +330,18 @@ def ucurve_figure(trials: pd.DataFrame, tolerance: float = 0.005) -> Figure | No
         _best_region(fig, trials, group, sweep, tolerance, i, n_sweeps, shaped)
     return layout(fig, "U-curve: validation loss vs width/depth ratio d_model / n_layers",
                    "d_model / n_layers (log)", METRIC_LABELS["val_loss"], log_x=True)
+
+
+def _ucurve_groups(means: pd.DataFrame) -> list[tuple[tuple, pd.DataFrame]]:
+    """The U-curve's series: (sweep, family, k, d_h/d_model, shape). The d_h/d_model split is a
+    designed series (seed 000 Fig. 4: 0.25, 0.5) only where it leaves each hourglass series
+    more than one ratio; a d_h solved per shape gives each its own d_h/d_model, and is no split."""
+    keys = ["sweep", "family", "k", "ratio_group", "shape"]
+    split = means.assign(ratio_group=_ratio_groups(means))
+    groups = list(split.groupby(keys, dropna=False, sort=True))
+    if any(key[1] == "hourglass" and g["width_depth_ratio"].nunique() < 2 for key, g in groups):
+        groups = list(means.assign(ratio_group=np.nan).groupby(keys, dropna=False, sort=True))
+    return groups
 
 
 def _best_region(fig: Figure, trials: pd.DataFrame, group: pd.DataFrame, sweep: str,
@@ -454,7 +474,7 @@ def _by_depth(trials: pd.DataFrame, data: pd.DataFrame, means: pd.DataFrame,
     n_sweeps = means["sweep"].nunique()
     for i, (point, group) in enumerate(data.groupby("point", sort=False)):
         row = rows.loc[point]
-        name = _series_name([design(row), shape_text(row)], n_sweeps, row["sweep"])
+        name = _series_name([candidate_label(row)], n_sweeps, row["sweep"])
         c, dash = color("", i), "dash" if _constant_width(row) else "solid"
         for panel, (column, _, threshold) in enumerate(panels):
             points = (group.drop_duplicates("layer") if threshold is None
@@ -510,6 +530,11 @@ def lens_figure(trials: pd.DataFrame, layers: pd.DataFrame | None, top: int = 12
     return fig
 
 
+# A legend of a few entries in one row above the plot, at its right (clear of the title): its
+# y is the plot area's (`paper`), not the figure's, whose top it would be drawn beyond.
+TOP_LEGEND = dict(orientation="h", yref="paper", y=1.02, yanchor="bottom", xanchor="right", x=1)
+
+
 def param_split_figure(trials: pd.DataFrame, top: int = 30,
                        points: tuple[pd.DataFrame, pd.DataFrame] | None = None) -> Figure | None:
     """Seed 000's reallocation story: attention vs FFN parameters of the best candidates
@@ -519,7 +544,7 @@ def param_split_figure(trials: pd.DataFrame, top: int = 30,
     if means.empty:
         return None
     best = means.nsmallest(top, "mean").reset_index(drop=True)
-    labels = [f"#{i + 1} {esc(r['family'])} {esc(shape_text(r))}" for i, r in best.iterrows()]
+    labels = [f"#{i + 1} {esc(candidate_label(r))}" for i, r in best.iterrows()]
     points = point_data(best)
     fig = Figure()
     for column, name, c in (("params_attention", "attention", "#ff7f0e"), ("params_ffn", "FFN", "#1f77b4"),
@@ -530,7 +555,7 @@ def param_split_figure(trials: pd.DataFrame, top: int = 30,
     fig = layout(fig, f"Parameter split of the {len(best)} best candidates (by validation loss)",
                   "", "non-embedding parameters")
     fig.update_layout(barmode="stack", height=540,
-                      legend=dict(orientation="h", yanchor="bottom", y=1.0, xanchor="right", x=1))
+                      legend=TOP_LEGEND)
     fig.update_xaxes(tickangle=-40, tickfont=dict(size=9))
     return fig
 
@@ -551,7 +576,7 @@ def learning_curves_figure(trials: pd.DataFrame, curves: pd.DataFrame) -> Figure
     metric = "psnr" if metric_for(trials) == "psnr" and present(curves, "psnr") else "val_loss"
     if curves.empty or not present(curves, metric):
         return None
-    columns = ["row_id", "hover", "design", "status", "family", "key", "shape_text"]
+    columns = ["row_id", "hover", "design", "status", "family", "key", "label"]
     rows = trials.set_index(["sweep", "trial_id"])[columns]
     data = curves[curves[metric].notna()].join(rows, on=["sweep", "trial_id"], how="inner")
     if data.empty:
@@ -574,7 +599,7 @@ def learning_curves_figure(trials: pd.DataFrame, curves: pd.DataFrame) -> Figure
         joined = pd.concat([group, gaps]).sort_values(["trial_id", "tokens"], na_position="last")
         dash, opacity = STATUS_STYLES.get(status, ("solid", 1.0))
         c = colours[tuple(which)] if per_candidate or n_sweeps > 1 else color(which[1], len(fig.data))
-        label = group["design"].iloc[0] + (" " + group["shape_text"].iloc[0] if per_candidate else "")
+        label = group["label"].iloc[0] if per_candidate else group["design"].iloc[0]
         name = _series_name([label, "" if status == "completed" else f"({status.replace('_', ' ')})"],
                             n_sweeps, sweep)
         fig.add_trace(trace(
@@ -594,10 +619,8 @@ def learning_curves_figure(trials: pd.DataFrame, curves: pd.DataFrame) -> Figure
 
 
 def _labels(frame: pd.DataFrame, n_sweeps: int) -> list[str]:
-    """One distinct x label per candidate: variant and shape (sweep and key when needed)."""
-    labels = [_series_name([row["variant"] if isinstance(row["variant"], str) else row["design"],
-                            shape_text(row)], n_sweeps, row["sweep"])
-              for row in frame.to_dict("records")]
+    """One distinct x label per candidate: its name (sweep and key when needed)."""
+    labels = [_series_name([candidate_label(row)], n_sweeps, row["sweep"]) for row in frame.to_dict("records")]
     seen = pd.Series(labels).duplicated(keep=False).to_numpy()
     return [f"{label} #{key[:6]}" if twin else label
             for label, key, twin in zip(labels, frame["key"], seen, strict=True)]
@@ -652,7 +675,7 @@ def baseline_figure(trials: pd.DataFrame, metric: str = "val_loss",
                  "", f"Δ {METRIC_LABELS[metric]} vs the baseline variant")
     fig.update_xaxes(tickangle=-40, tickfont=dict(size=9), categoryorder="array",
                      categoryarray=data["label"].tolist())
-    fig.update_layout(height=560, legend=dict(orientation="h", yanchor="bottom", y=1.0, xanchor="right", x=1))
+    fig.update_layout(height=560, legend=TOP_LEGEND)
     return fig
 
 
@@ -695,9 +718,11 @@ def applicable_figures(trials: pd.DataFrame, curves: pd.DataFrame, layers: pd.Da
     lm_points = functools.cache(lambda: pareto_points(lm))
     vision_points = functools.cache(lambda: pareto_points(vision, vision_metric))
     pareto = [(f"pareto-lm-{x}", lambda x=x: pareto_figure(lm, x, "val_loss", lm_points())) for x in LM_X_AXES]
+    ucurve = functools.cache(lambda: ucurve_figure(lm))
     builders = pareto[:1] + [
-        ("searched-lm", lambda: searched_figure(lm, points=lm_points())),
-        ("ucurve", lambda: ucurve_figure(lm)),
+        # a width/depth sweep's iso-budget figure is its U-curve: the two plotted the same points
+        ("searched-lm", lambda: None if ucurve() else searched_figure(lm, points=lm_points())),
+        ("ucurve", ucurve),
         ("ratio", lambda: ratio_figure(lm)),
         ("vs-baseline-lm", lambda: baseline_figure(lm, "val_loss", compared)),
         ("rank-fidelity-lm", lambda: rank_fidelity_figure(lm, curves, "val_loss")),

@@ -25,7 +25,7 @@ from shapesweep.results.stats import (
 
 from shapesweep.common import human  # noqa: F401 (figures and scaling take it from here)
 from shapesweep.families import base
-from shapesweep.families.base import HOVER
+from shapesweep.families.base import HOVER, candidate_label, shape_text  # noqa: F401 (figures take them from here)
 from shapesweep.families.base import value as _val
 
 METRIC_LABELS = {"val_loss": "validation loss", "best_val_loss": "best validation loss",
@@ -226,30 +226,28 @@ def color(name: str, index: int = 0) -> str:
     return colors.get(name, PALETTE[index % len(PALETTE)])
 
 
-def shape_text(row: dict) -> str:
-    """A compact one-line description of a candidate's shape (legend and table labels)."""
-    spec = base.find(row["family"])
-    return spec.shape_text(row) if spec else base.lm_shape_text(row)
-
-
 DERIVED_HOVER = ("ffn_ratio", "width_depth_ratio", "avg_layer_width")  # after the fields marked
 # Stored(hover=True) in any registered family (`shapesweep.families.base.HOVER`)
 
 
 def hover_text(row: dict) -> str:
     """The full shape of a candidate plus its costs, for plot hover labels (escaped)."""
-    return _hover_title(row, design(row)) + "<br>" + _hover_body(row)
+    return _hover_title(row, candidate_label(row)) + "<br>" + _hover_body(row)
 
 
-def _hover_title(row: dict, series: str) -> str:
-    """The line that names the trial."""
-    return _hover_title_start(row["sweep"], series) + esc(row["trial_id"])
+def _hover_title(row: dict, label: str) -> str:
+    """The line that names the trial: its sweep, its candidate's name (`candidate_label`), its seed."""
+    return _hover_title_start(row["sweep"], label) + esc(_seed_text(row.get("seed")))
+
+
+def _seed_text(seed: Any) -> str:
+    return str(int(seed)) if seed is not None and seed == seed else "-"
 
 
 @functools.lru_cache(maxsize=4096)
-def _hover_title_start(sweep: str, series: str) -> str:
-    """`_hover_title` up to the trial id: the same for a sweep's trials of one series."""
-    return f"<b>{esc(sweep)}</b> · {esc(series)} · trial "
+def _hover_title_start(sweep: str, label: str) -> str:
+    """`_hover_title` up to the seed: the same for a sweep's trials of one candidate."""
+    return f"<b>{esc(sweep)}</b> · {esc(label)} · seed "
 
 
 def _hover_body(row: dict) -> str:
@@ -301,12 +299,15 @@ def with_derived(trials: pd.DataFrame) -> pd.DataFrame:
     bodies = np.array([_hover_body(row) for row in records], dtype=object)
     frame["design"] = series[of]
     frame["hover_body"] = bodies[of]
-    frame["hover"] = [_hover_title({"sweep": sweep, "trial_id": trial_id}, name) + "<br>" + body
-                      for sweep, trial_id, name, body in zip(frame["sweep"], frame["trial_id"], series[of],
-                                                              bodies[of], strict=True)]
+    labels = np.array([candidate_label(row) for row in records], dtype=object)
+    frame["hover"] = [_hover_title({"sweep": sweep, "seed": seed}, label) + "<br>" + body
+                      for sweep, seed, label, body in zip(frame["sweep"], frame["seed"].tolist(), labels[of],
+                                                          bodies[of], strict=True)]
     frame["shape_text"] = np.array([shape_text(row) for row in records], dtype=object)[of]
+    frame["label"] = labels[of]
     frame["reason"] = trial_reasons(frame)
-    return frame.astype({name: object for name in ("design", "hover", "hover_body", "shape_text", "reason")})
+    return frame.astype({name: object for name in ("design", "hover", "hover_body", "shape_text", "label",
+                                                   "reason")})
 
 
 def _records(frame: pd.DataFrame) -> list[dict]:

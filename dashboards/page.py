@@ -59,9 +59,9 @@ function esc(text) {  // as Python's html.escape(text, quote=False): frames.esc
 }
 function expand(rows) {  // columns of few values arrive as {values, codes} (report._coded), numbers typed
   for (const [k, v] of Object.entries(rows)) rows[k] = decode(v);
-  // The hover title names the trial, the rest is its candidate's (frames.with_derived: hover_body).
-  rows.hover = rows.hover.map((body, i) => "<b>" + esc(rows.sweep[i]) + "</b> · " + esc(rows.design[i]) +
-    " · trial " + esc(rows.trial_id[i]) + "<br>" + body);
+  // The hover title names the trial (frames._hover_title), the rest is its candidate's (hover_body).
+  rows.hover = rows.hover.map((body, i) => "<b>" + esc(rows.sweep[i]) + "</b> · " + esc(rows.label[i]) +
+    " · seed " + esc(rows.seed[i] === null ? "-" : rows.seed[i]) + "<br>" + body);
 }
 function human(n) {
   if (n === null || n === undefined) return "–";
@@ -193,13 +193,13 @@ function drawTable() {
       " completed trials that match the filters", {class: "muted top-count"}));
     const table = el("table"), head = el("tr"), body = el("tbody");
     const params = m.name === "val_loss" ? "non-emb params" : "trainable params";  // vision: W_in only if trained
-    for (const h of ["#", "sweep", "family", "shape", params, "train FLOPs", m.label, "seed", "trial"]) head.appendChild(el("th", h));
+    for (const h of ["#", "sweep", "family", "candidate", params, "train FLOPs", m.label, "seed"]) head.appendChild(el("th", h));
     table.appendChild(el("thead")).appendChild(head);
     table.appendChild(body);
     idx.slice(0, TOP_ROWS).forEach((i, rank) => {
       const tr = el("tr", null, {"data-row": i});
-      for (const cell of [rank + 1, r.sweep[i], r.design[i], r.shape[i], human(r.params_non_embedding[i]),
-                          human(r.training_flops[i]), r.metric[i].toFixed(4), r.seed[i], r.trial_id[i]]) tr.appendChild(el("td", cell));
+      for (const cell of [rank + 1, r.sweep[i], r.design[i], r.label[i], human(r.params_non_embedding[i]),
+                          human(r.training_flops[i]), r.metric[i].toFixed(4), r.seed[i]]) tr.appendChild(el("td", cell));
       if (S.selected === i) tr.classList.add("selected");
       tr.addEventListener("click", () => select(i));
       body.appendChild(tr);
@@ -214,7 +214,7 @@ function drawTable() {
   open.sort((a, b) => (order[r.status[a]] ?? 3) - (order[r.status[b]] ?? 3));
   open.slice(0, UNFINISHED_ROWS).forEach((i) => {
     const tr = el("tr", null, {"data-status": r.status[i]});
-    for (const cell of [r.sweep[i], r.trial_id[i], r.design[i], r.status[i].replace("_", " "), r.reason[i] || ""]) tr.appendChild(el("td", cell));
+    for (const cell of [r.sweep[i], r.label[i], r.seed[i], r.status[i].replace("_", " "), r.reason[i] || ""]) tr.appendChild(el("td", cell));
     failed.appendChild(tr);
   });
   if (open.length > UNFINISHED_ROWS) failed.appendChild(el("tr")).appendChild(el("td", "… and " + (open.length - UNFINISHED_ROWS) + " more", {colspan: "5"}));
@@ -250,7 +250,8 @@ function fileName(i) {
 function select(i) {
   S.selected = i;
   const r = S.data.rows;
-  $("config-title").textContent = r.sweep[i] + " · trial " + r.trial_id[i] + " · " + r.design[i] + " · " + r.status[i];
+  $("config-title").textContent = r.sweep[i] + " · " + r.label[i] + " · seed " + r.seed[i] + " · " + r.status[i] +
+    " (trial " + r.trial_id[i] + ")";
   const yaml = r.doc[i] !== null ? toYaml(candidateDocument(i)) + "\n" : "";
   $("config-yaml").textContent = yaml || "this trial has no stored configuration";
   const link = $("download");
@@ -314,7 +315,7 @@ TEMPLATE = """<!DOCTYPE html>
     <div id="top-tables"></div>
     <section class="card" id="failed-section" style="margin-top:16px">
       <h2>Trials that did not complete: running, stopped, failed</h2>
-      <table><thead><tr><th>sweep</th><th>trial</th><th>family</th><th>status</th><th>why</th></tr></thead><tbody id="failed-body"></tbody></table>
+      <table><thead><tr><th>sweep</th><th>candidate</th><th>seed</th><th>status</th><th>why</th></tr></thead><tbody id="failed-body"></tbody></table>
     </section>
   </div>
   <aside><div class="card">

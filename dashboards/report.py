@@ -124,7 +124,7 @@ def build_payload(root: str, sweeps: list[str] | None = None, title: str | None 
         "val_ppl": _typed(trials["val_ppl"].to_numpy(np.float32, na_value=np.nan)),
         "params_non_embedding": _typed(trials["params_non_embedding"].to_numpy(np.float32, na_value=np.nan)),
         "training_flops": _typed(trials["training_flops"].to_numpy(np.float32, na_value=np.nan)),
-        "shape": trials["shape_text"].tolist(),
+        "label": trials["label"].tolist(),
         "error": [None if not isinstance(e, str) else e for e in trials["error"]],
         "reason": trials["reason"].tolist(),
     }
@@ -167,8 +167,8 @@ def _metric_values(trials: pd.DataFrame, metric_names: np.ndarray) -> np.ndarray
     return values
 
 
-CODED = ("sweep", "family", "design", "budget", "status", "metric_name", "hover", "shape", "error",
-         "reason")  # columns of few distinct values: seeds and tuned values share them
+CODED = ("sweep", "family", "design", "budget", "status", "metric_name", "hover", "label",
+         "error", "reason")  # columns of few distinct values: seeds and tuned values share them
 
 
 def _coded(values: list) -> dict:

@@ -48,7 +48,7 @@ from shapesweep.results.schema import (
     normalize_trial_row,
 )
 
-from shapesweep.common import UserError
+from shapesweep.common import UserError, did_you_mean
 
 _SWEEP_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
 _READ_RETRIES = 20  # a concurrent `compact` may delete a fragment between listing and reading
@@ -194,6 +194,19 @@ def _writing(fs: pafs.FileSystem, folder: str):
     versions.ensure(folder)
     with versions.locked(folder, exclusive=False):
         yield
+
+
+def unknown_sweep(name: str, root, known=()) -> UserError:
+    """The one line for a sweep `name` not found under `root`: the name meant and the sweeps
+    there, or, where there are none (a command run from another folder), that `--root` names
+    the folder the sweep was run with. `known`: names found elsewhere (the catalog, live files)."""
+    names = sorted(set(known) | set(list_sweeps(root)))
+    if not names:
+        return UserError(f"no sweep named {name!r} under {root}, and no sweeps there: give --root, "
+                         "the folder the sweep was run with (./sweeps where `run` ran)", key="name")
+    shown = ", ".join(names[:10]) + (f" and {len(names) - 10} more" if len(names) > 10 else "")
+    return UserError(f"no sweep named {name!r} under {root} ({did_you_mean(name, names)}sweeps there: "
+                     f"{shown}; --root names another folder)", key="name")
 
 
 def list_sweeps(root) -> list[str]:

@@ -10,14 +10,18 @@ from shapesweep.search_spaces.accounting import account
 from shapesweep.search_spaces.configs import FAMILIES, TrainConfig, make_config
 from shapesweep.search_spaces.safe_yaml import read_yaml
 
-from shapesweep.common import UserError
+from shapesweep.common import UserError, did_you_mean
 
 
-def _validation_error(error, file: str, prefix: str) -> UserError:
+def _validation_error(error, file: str, prefix: str, fields) -> UserError:
+    """The first problem as one line; a typo'd key (not one of `fields`) with the field meant."""
     errors = error.errors()  # a typo'd key explains its "field required" twin, so report it first
     first = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
     loc = ".".join(str(part) for part in first["loc"])
     problem = first["msg"].removeprefix("Value error, ")
+    if first["type"] == "extra_forbidden":
+        name = str(first["loc"][-1])
+        problem = f"unknown key {name!r} ({did_you_mean(name, fields)}allowed: {', '.join(fields)})"
     return UserError(problem, file=file, key=f"{prefix}.{loc}" if loc else prefix)
 
 
@@ -38,8 +42,8 @@ def load_candidate(path: str | Path):
     model = doc.get("model", None)
     family = doc.get("family") or (model.get("family") if isinstance(model, dict) else None)
     if family not in FAMILIES:
-        raise UserError(f"unknown family {family!r}; expected one of {', '.join(FAMILIES)}",
-                        file=file, key="family")
+        raise UserError(f"unknown family {family!r}; {did_you_mean(family, FAMILIES)}expected one "
+                        f"of {', '.join(FAMILIES)}", file=file, key="family")
     if model is None:
         model = {k: v for k, v in doc.items() if k in FAMILIES[family].model_fields}
     elif not isinstance(model, dict):
@@ -50,9 +54,10 @@ def load_candidate(path: str | Path):
     try:
         config = make_config({**model, "family": family})
     except ValidationError as error:
-        raise _validation_error(error, file, "model") from error
+        fields = [f for f in FAMILIES[family].model_fields if f != "family"]
+        raise _validation_error(error, file, "model", fields) from error
     try:
         recipe = TrainConfig.model_validate(train_fields)
     except ValidationError as error:
-        raise _validation_error(error, file, "train") from error
+        raise _validation_error(error, file, "train", list(TrainConfig.model_fields)) from error
     return config, recipe.for_params(account(config, recipe.seq_len).params_total)

@@ -8,7 +8,7 @@ import sys
 
 from shapesweep.common import UserError, write_csv
 
-TABLE_COLUMNS = ("key", "family", "d_model", "n_layers", "n_heads", "d_h", "k", "ffn_ratio",
+TABLE_COLUMNS = ("variant", "key", "family", "d_model", "n_layers", "n_heads", "d_h", "k", "ffn_ratio",
                  "width_depth_ratio", "params_non_embedding", "params_total", "flops_per_token",
                  "avg_layer_width", "budget_error")
 VARYING_EXTRA = ("shape", "beta", "alpha", "activation", "resize", "d_x", "d_z", "input_projection", "task")
@@ -16,7 +16,7 @@ HEADERS = {"n_layers": "L", "n_heads": "heads", "ffn_ratio": "d_h/d", "width_dep
            "params_non_embedding": "non-emb", "params_total": "total", "flops_per_token": "FLOPs/tok",
            "avg_layer_width": "avg width", "budget_error": "budget err"}
 # Left out in this order until the table fits the terminal (`--format csv` has every column).
-DROP_FIRST = ("n_heads", "avg_layer_width", "params_total", "flops_per_token", "ffn_ratio", "family")
+DROP_FIRST = ("n_heads", "avg_layer_width", "key", "params_total", "flops_per_token", "ffn_ratio", "family")
 
 
 def add_arguments_spaces(parser: argparse.ArgumentParser) -> None:
@@ -209,7 +209,7 @@ def _print_table(space, result, rows: list[dict]) -> None:
                         f"tolerance {space.budget.tolerance:g}")
     for column in shown:
         table.add_column(HEADERS.get(column, column), no_wrap=True,
-                         justify="left" if column in ("key", "family") else "right")
+                         justify="left" if column in ("variant", "key", "family") else "right")
     for row in cells:
         table.add_row(*(cell for column, cell in zip(columns, row, strict=True) if column in shown))
     console.print(table)

@@ -162,6 +162,18 @@ class TrainConfig(_Strict):
     analysis: bool | None = None
 
 
+# Train keys only an image task reads (images per step, the denoising noise): a language model's
+# candidate document leaves them out (they would read as settings it trains with).
+VISION_ONLY = ("batch_size", "noise_std")
+
+
+def train_document(train: Mapping[str, Any], family: str) -> dict[str, Any]:
+    """A candidate document's `train:` block for `family`: `train` (a recipe's set keys) less
+    the keys that family never reads."""
+    unread = VISION_ONLY if base.get(family).lm else ()
+    return {k: v for k, v in train.items() if k not in unread}
+
+
 def config_key(config: BaseModel) -> str:
     """A stable 12-hex hash of a model config's shape (what makes two candidates the same)."""
     payload = json.dumps(config.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))

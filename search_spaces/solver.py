@@ -32,10 +32,12 @@ from shapesweep.search_spaces.configs import (
     config_key,
     make_config,
     parse_count,
+    train_document,
 )
 from shapesweep.search_spaces.expressions import compile_expression
 from shapesweep.search_spaces.limits import MAX_CANDIDATES
 from shapesweep.search_spaces.space import (
+    BASELINE_VARIANT,
     INTEGER,
     NUMERIC,
     POSITIVE,
@@ -126,14 +128,25 @@ class Plan:
         lines += [f"  {d}" for d in self.dropped[:limit]]
         if total > min(limit, len(self.dropped)):
             lines.append(f"  ... and {total - min(limit, len(self.dropped))} more")
-        return lines
+        return lines + self.baseline_warning()
+
+    def baseline_warning(self) -> list[str]:
+        """A warning line when the space has a baseline variant and none of its points became a
+        candidate: every comparison with it (`status`, the report) would be missing."""
+        names = {v.name for v in self.space.resolved()}
+        if BASELINE_VARIANT not in names or any(c.variant == BASELINE_VARIANT for c in self.candidates):
+            return []
+        why = next((d.reason for d in self.dropped if d.variant == BASELINE_VARIANT),
+                   f"none within the tolerance {self.space.budget.tolerance:g}")
+        return [f"warning: variant {BASELINE_VARIANT!r} has no candidate ({why}): no other "
+                "candidate will be compared with it; widen budget.tolerance or put the baseline on budget"]
 
 
 def candidate_document(candidate: Candidate, train: TrainConfig) -> dict[str, Any]:
     """The YAML/JSON document `shapesweep train CONFIG` accepts for this candidate."""
-    model = candidate.config.model_dump(mode="json", exclude={"family"})
-    return {"family": candidate.config.family, "model": model,
-            "train": train.model_dump(mode="json", exclude_none=True)}
+    model, family = candidate.config.model_dump(mode="json", exclude={"family"}), candidate.config.family
+    return {"family": family, "model": model,
+            "train": train_document(train.model_dump(mode="json", exclude_none=True), family)}
 
 
 def plan(space: SearchSpace, seq_len: int | None = None) -> Plan:

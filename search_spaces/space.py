@@ -49,7 +49,7 @@ from shapesweep.search_spaces.limits import (
 )
 from shapesweep.search_spaces.safe_yaml import MAX_BYTES, parse_yaml, read_bytes, read_yaml
 
-from shapesweep.common import UserError
+from shapesweep.common import UserError, did_you_mean
 from shapesweep.families import base
 from shapesweep.families.base import INTEGER, MAX_DEPTH, NUMERIC, POSITIVE
 from shapesweep.families.base import SOLVABLE_FIELDS as SOLVABLE
@@ -59,6 +59,7 @@ BUILTIN_DIR = Path(__file__).parent / "builtin"
 METRICS = ("non_embedding_params", "total_params", "flops_per_token", "active_params")
 DERIVED = ("ffn_ratio", "width_depth_ratio")  # d_h = ffn_ratio*d_model, d_model = ratio*n_layers
 # SOLVABLE, NUMERIC, POSITIVE and INTEGER (shapesweep.families.base) are read off every family's fields.
+BASELINE_VARIANT = "baseline"  # the variant `status` and the report compare the others with
 
 
 class _Strict(BaseModel):
@@ -167,6 +168,7 @@ class Resolved(BaseModel):
 
     model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
     index: int
+    origin: int  # the entry of the space's `variants:` it comes from (0 without variants)
     name: str
     family: str
     budget: Budget
@@ -347,7 +349,7 @@ class SearchSpace(_Strict):
     def _resolve(self) -> list[Resolved]:
         variants = self.variants or [Variant()]
         out = []
-        for variant in variants:
+        for origin, variant in enumerate(variants):
             family = variant.family or self.family
             families = family if isinstance(family, list) else [family]
             for fam in families:
@@ -359,7 +361,7 @@ class SearchSpace(_Strict):
                 fixed = {k: x for k, x in self.fixed.items() if k not in own_search} | own_fixed
                 search = {k: x for k, x in self.search.items() if k not in own_fixed} | own_search
                 out.append(Resolved(
-                    index=len(out), name=name, family=fam, budget=variant.budget or self.budget,
+                    index=len(out), origin=origin, name=name, family=fam, budget=variant.budget or self.budget,
                     fixed=fixed, search=search,
                     solve=[solve] if isinstance(solve, str) else list(solve),
                     round={**self.round, **(variant.round or {})},
@@ -456,9 +458,9 @@ def _locate(name_or_path: str | Path) -> Path:
         return path
     builtin = BUILTIN_DIR / f"{name_or_path}.yaml"
     if not builtin.is_file():
-        names = ", ".join(n for n, _ in list_builtin())
-        raise UserError(f"not a file and not a built-in space (built-ins: {names})",
-                        file=str(name_or_path))
+        names = [n for n, _ in list_builtin()]
+        raise UserError(f"not a file and not a built-in space ({did_you_mean(name_or_path, names)}"
+                        f"built-ins: {', '.join(names)})", file=str(name_or_path))
     return builtin
 
 
@@ -537,7 +539,8 @@ def _user_error(error: ValidationError, file: str, prefix: str = "") -> UserErro
     if first["type"] == "extra_forbidden":
         model = TrainConfig if prefix else _model_at(loc[:-1])
         allowed = ", ".join(model.model_fields) if model else "see DESIGN.md"
-        return UserError(f"unknown key {loc[-1]!r} (allowed: {allowed})", file=file, key=key)
+        hint = did_you_mean(loc[-1], model.model_fields) if model else ""
+        return UserError(f"unknown key {loc[-1]!r} ({hint}allowed: {allowed})", file=file, key=key)
     return UserError(first["msg"].removeprefix("Value error, "), file=file, key=key)
 
 
@@ -556,57 +559,71 @@ def _family_fields(family: str) -> set[str]:
     return set(FAMILIES[family].model_fields) - {"family"}
 
 
+def written_at(space: SearchSpace, v: Resolved, section: str, name: str | None = None) -> str:
+    """The key where the user wrote `section` (or `section.name`) of resolved variant `v`: in
+    its own entry of `variants:` (`variants[1].fixed.d_model`), or at the top of the space,
+    where a variant that does not set it inherits it from (`family`, `fixed.d_model`)."""
+    path = section if name is None else f"{section}.{name}"
+    if not space.variants:
+        return path
+    own = getattr(space.variants[v.origin], section)
+    written = own is not None and (name is None or (isinstance(own, dict) and name in own))
+    return f"variants[{v.origin}].{path}" if written else path
+
+
 def _check_variant(space: SearchSpace, v: Resolved, file: str) -> None:
-    where = "" if not space.variants else f"variants[{v.index}]."
     if v.family not in FAMILIES:
-        raise UserError(f"unknown family {v.family!r} (allowed: {', '.join(FAMILIES)})",
-                        file=file, key=f"{where}family" if space.variants else "family")
+        raise UserError(f"unknown family {v.family!r} ({did_you_mean(v.family, FAMILIES)}"
+                        f"allowed: {', '.join(FAMILIES)})", file=file, key=written_at(space, v, "family"))
     allowed = _family_fields(v.family) | set(DERIVED)
     for section in ("fixed", "search"):
         values = getattr(v, section)
         for dim, value in values.items():
-            key = f"{section}.{dim}"
+            key = written_at(space, v, section, dim)
             if dim in MOE_FIELDS and v.family not in moe_families():
                 raise UserError(f"a mixture of experts is for the {' and '.join(moe_families())} "
                                 f"families, not {v.family}", file=file, key=key)
             if dim not in allowed:
                 raise UserError(f"unknown dimension {dim!r} for family {v.family} "
-                                f"(allowed: {', '.join(sorted(allowed))})", file=file, key=key)
+                                f"({did_you_mean(dim, allowed)}allowed: {', '.join(sorted(allowed))})",
+                                file=file, key=key)
             options = value.values(dim in INTEGER) if isinstance(value, Range) else (
                 value if section == "search" else [value])
             if section == "search" and not options:
                 raise UserError("empty list of values", file=file, key=key)
             for option in options:
                 _check_value(dim, option, file, key)
-    _check_experts(v, file)
+    _check_experts(space, v, file)
     both = set(v.fixed) & set(v.search)
     if both and not space.variants:
         dim = sorted(both)[0]
         raise UserError(f"{dim!r} is both fixed and searched", file=file, key=f"search.{dim}")
+    solve = written_at(space, v, "solve")
     for dim in v.solve:
         if dim not in SOLVABLE or dim not in allowed:
             ok = [d for d in SOLVABLE if d in allowed]
-            raise UserError(f"cannot solve for {dim!r} in family {v.family} (solvable: "
-                            f"{', '.join(ok)})", file=file, key="solve")
+            raise UserError(f"cannot solve for {dim!r} in family {v.family} ({did_you_mean(dim, ok)}"
+                            f"solvable: {', '.join(ok)})", file=file, key=solve)
         if dim in v.fixed or dim in v.search:
             raise UserError(f"{dim!r} is solved, so it cannot also be fixed or searched",
-                            file=file, key="solve")
+                            file=file, key=solve)
     if base.get(v.family).vector_totals is None and v.solve:
         raise UserError(f"{v.family} solves its own shape; leave solve empty",
-                        file=file, key="solve")
+                        file=file, key=solve)
     wide = base.get(v.family).width
     pairs = {frozenset({wide, "n_layers"}): "width_depth_ratio", frozenset({wide, "d_h"}): "ffn_ratio"}
     if len(v.solve) == 2 and frozenset(v.solve) not in pairs:
         raise UserError(f"two free dimensions must be [{wide}, n_layers] (with width_depth_ratio) "
-                        f"or [{wide}, d_h] (with ffn_ratio)", file=file, key="solve")
+                        f"or [{wide}, d_h] (with ffn_ratio)", file=file, key=solve)
     if len(v.solve) == 2 and "d_h" in v.solve and "ffn_ratio" not in {*v.fixed, *v.search}:
-        raise UserError(f"solve {v.solve} needs ffn_ratio, fixed or searched", file=file, key="solve")
+        raise UserError(f"solve {v.solve} needs ffn_ratio, fixed or searched", file=file, key=solve)
     if len(v.solve) > 2:
-        raise UserError("at most two free dimensions", file=file, key="solve")
-    _check_complete(v, where, file)
+        raise UserError("at most two free dimensions", file=file, key=solve)
+    _check_complete(v, written_at(space, v, "fixed"), file)
     for dim, multiple in v.round.items():
         if multiple <= 0:
-            raise UserError("a rounding multiple must be positive", file=file, key=f"round.{dim}")
+            raise UserError("a rounding multiple must be positive", file=file,
+                            key=written_at(space, v, "round", dim))
     names = constraint_names(v.family)
     for i, expr in enumerate(v.constraints):
         try:
@@ -617,7 +634,7 @@ def _check_variant(space: SearchSpace, v: Resolved, file: str) -> None:
         reference_config(space, v, file)
 
 
-def _check_complete(v: Resolved, where: str, file: str) -> None:
+def _check_complete(v: Resolved, key: str, file: str) -> None:
     """Every field the family requires has a value: fixed, searched, solved, or derived from a
     ratio as the solver derives it (an hourglass solving [d_model, n_layers] with no d_h
     and no ffn_ratio would otherwise fail inside the accounting)."""
@@ -636,7 +653,7 @@ def _check_complete(v: Resolved, where: str, file: str) -> None:
         ratio = {"d_h": f"ffn_ratio (with {wide})", wide: "width_depth_ratio (with n_layers)",
                  "n_layers": f"width_depth_ratio (with {wide})"}.get(dim)
         raise UserError(f"{v.family} needs a value for {dim}: {ways}"
-                        + (f", or give {ratio}" if ratio else ""), file=file, key=f"{where}fixed")
+                        + (f", or give {ratio}" if ratio else ""), file=file, key=key)
 
 
 def moe_families() -> list[str]:
@@ -644,7 +661,7 @@ def moe_families() -> list[str]:
     return [name for name in base.names() if has_experts(base.get(name).config)]
 
 
-def _check_experts(v: Resolved, file: str) -> None:
+def _check_experts(space: SearchSpace, v: Resolved, file: str) -> None:
     """Fixed MoE settings that no candidate could have are refused here, not dropped one by one."""
     names = ("n_experts", "n_active_experts", "activation")
     if v.family not in moe_families() or any(name in v.search for name in names):
@@ -653,14 +670,14 @@ def _check_experts(v: Resolved, file: str) -> None:
                                        for name in names)
     problem = moe_problem(parse_count(n_experts), parse_count(n_active), activation)
     if problem:
-        raise UserError(problem[1], file=file, key=f"fixed.{problem[0]}")
+        raise UserError(problem[1], file=file, key=written_at(space, v, "fixed", problem[0]))
 
 
 def constraint_key(space: SearchSpace, v: Resolved, i: int) -> str:
     """Where constraint i of a resolved variant was written: the space's, then the variant's."""
     if i < len(space.constraints):
         return f"constraints[{i}]"
-    return f"variants[{v.index}].constraints[{i - len(space.constraints)}]"
+    return f"variants[{v.origin}].constraints[{i - len(space.constraints)}]"
 
 
 # train keys no tuned value may change: the seeds list, and the budget ASHA and the
@@ -697,9 +714,9 @@ def _check_tune(space: SearchSpace, file: str) -> None:
             raise UserError(f"{name!r} cannot be tuned ({UNTUNABLE[name]})", file=file,
                             key=f"tune.{name}")
         if name not in TrainConfig.model_fields:
-            allowed = ", ".join(n for n in TrainConfig.model_fields if n not in UNTUNABLE)
-            raise UserError(f"unknown train key {name!r} (allowed: {allowed})", file=file,
-                            key=f"tune.{name}")
+            allowed = [n for n in TrainConfig.model_fields if n not in UNTUNABLE]
+            raise UserError(f"unknown train key {name!r} ({did_you_mean(name, allowed)}allowed: "
+                            f"{', '.join(allowed)})", file=file, key=f"tune.{name}")
         if not values:
             raise UserError("empty list of values", file=file, key=f"tune.{name}")
         normal[name] = []

@@ -1,6 +1,9 @@
 """What every part shares: the one error type users see (exit code 2, one line naming file,
-key and problem), and how every output writes a count (`human`) and a time span (`duration`)."""
+key and problem), how a message suggests the name meant (`did_you_mean`), how it names the
+`shapesweep` command to run next, and how every output writes a count (`human`) and a time
+span (`duration`)."""
 
+import difflib
 import math
 
 
@@ -10,6 +13,24 @@ class UserError(Exception):
     def __init__(self, problem: str, file: str | None = None, key: str | None = None):
         self.file, self.key, self.problem = file, key, problem
         super().__init__(": ".join(str(p) for p in (file, key, problem) if p))
+
+
+def did_you_mean(word: object, choices) -> str:
+    """`did you mean 'd_model'? ` for the choice closest to a mistyped `word` (difflib), else ''."""
+    close = difflib.get_close_matches(str(word), [str(c) for c in choices], n=1, cutoff=0.6)
+    return f"did you mean {close[0]!r}? " if close else ""
+
+
+def command_name() -> str:
+    """How to call shapesweep again, as a line to copy: `shapesweep` where that is this very
+    command on PATH, else its full path (a venv not activated)."""
+    import shutil
+    import sys
+    from pathlib import Path
+
+    script = Path(sys.executable).with_name("shapesweep")
+    on_path = shutil.which("shapesweep")
+    return "shapesweep" if on_path and Path(on_path).resolve() == script.resolve() else str(script)
 
 
 def duration(seconds: float | None) -> str:

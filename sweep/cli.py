@@ -15,7 +15,7 @@ import sys
 import threading
 from typing import NoReturn
 
-from shapesweep.common import UserError
+from shapesweep.common import UserError, did_you_mean
 
 # verb -> (module, one-line help). Each module defines add_arguments_<verb>(parser) and <verb>(args) -> int.
 VERBS: dict[str, tuple[str, str]] = {
@@ -90,6 +90,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and not argv[0].startswith("-") and argv[0] not in VERBS:  # argparse lists, never guesses
+        print(f"shapesweep: error: unknown verb {argv[0]!r} ({did_you_mean(argv[0], VERBS)}verbs: "
+              f"{', '.join(VERBS)})", file=sys.stderr)
+        return 2
     args = build_parser().parse_args(argv)
     module = importlib.import_module(VERBS[args.verb][0])
     try:

@@ -11,6 +11,11 @@ import importlib
 import json
 import math
 import os
+import re
+import shlex
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -18,7 +23,7 @@ from typing import Any
 from shapesweep.search_spaces.cadence import CHECKPOINT_EVERY_S
 from shapesweep.sweep.strategies import SAMPLERS, STRATEGIES
 
-from shapesweep.common import UserError, duration, human, write_csv
+from shapesweep.common import UserError, command_name, duration, human, write_csv
 from shapesweep.common import plain as _clean
 from shapesweep.families import base as families
 
@@ -161,7 +166,25 @@ def run(args: argparse.Namespace) -> int:
         keep_checkpoints=args.keep_checkpoints, fresh_workers=args.fresh_workers,
         workers_per_trial=args.workers_per_trial, parallel=args.parallel,
     )
-    return _report(run_sweep(options), args.root)
+    with _resume_hint(args.name, args.space, args.root):
+        return _report(run_sweep(options), args.root)
+
+
+@contextmanager
+def _resume_hint(name: str | None, space: str, root: str) -> Iterator[None]:
+    """On Ctrl-C (or SIGTERM, SIGHUP: the runner turns them into one), the exact command that
+    finishes the sweep, once it is one `resume` can find (its options file is written)."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        from shapesweep.results.store import read_sweep_file
+        from shapesweep.search_spaces.space import load_space
+
+        name = name or load_space(space).name  # it loaded before: the sweep started
+        if read_sweep_file(root, name, "sweep.json") is not None:
+            print(f"interrupted; to finish the sweep: {command_name()} resume {shlex.quote(name)} "
+                  f"--root {shlex.quote(root)}", file=sys.stderr, flush=True)
+        raise
 
 
 def _check_resources(args: argparse.Namespace) -> None:
@@ -220,7 +243,8 @@ def resume(args: argparse.Namespace) -> int:
              if getattr(args, name) is not None}
     options = replace(load_options(args.root, args.name), root=args.root,
                       retry_failed=args.retry_failed, progress=not args.no_progress, **given)
-    return _report(run_sweep(options), args.root)
+    with _resume_hint(args.name, options.space, args.root):
+        return _report(run_sweep(options), args.root)
 
 
 STATUS_FORMATS = ("table", "json", "csv")
@@ -516,7 +540,7 @@ def _trials_table(name: str, trials, top: int):
     table = Table(title=f"trials of {name}, best first (by val_loss)")
     errors = trials["error"].fillna("").astype(str).str.strip() if not trials.empty else None
     failed = bool(errors is not None and errors.ne("").any())
-    columns = ("trial_id", "status", "seed", "val_loss", "tokens", *(["error"] if failed else []))
+    columns = ("candidate", "status", "seed", "val_loss", "tokens", *(["error"] if failed else []))
     for column in columns:
         table.add_column(column, overflow="fold",
                          justify="right" if column in ("seed", "val_loss", "tokens") else "left")
@@ -525,11 +549,17 @@ def _trials_table(name: str, trials, top: int):
         seed, loss, tokens = (_clean(row.get(c)) for c in ("seed", "val_loss", "tokens"))
         state = row["status"].replace("_", " ") + (f" at {human(tokens)}" if row["status"] == "stopped_early"
                                                     and tokens is not None else "")
-        cells = [row["trial_id"], state, _fmt(None if seed is None else int(seed)),
+        cells = [_candidate_name(row), state, _fmt(None if seed is None else int(seed)),
                  _fmt(loss), "-" if tokens is None else human(tokens)]
         error = row.get("error") if isinstance(row.get("error"), str) else ""
         table.add_row(*cells, *([error[:60]] if failed else []))
     return table
+
+
+def _candidate_name(row: dict) -> str:
+    """A trial's candidate as tables name it (`candidate_label`: variant, shape, tuned values);
+    the key stays in `--format json`."""
+    return families.candidate_label({k: _clean(v) for k, v in row.items() if k != "widths"})
 
 
 def _running_table(name: str, running):
@@ -537,14 +567,14 @@ def _running_table(name: str, running):
     from rich.table import Table
 
     table = Table(title=f"running now in {name} (latest evaluation)")
-    for column in ("trial_id", "val_loss", "tokens", "elapsed", "ETA"):
-        table.add_column(column, overflow="fold", justify="left" if column == "trial_id" else "right")
+    for column in ("candidate", "seed", "val_loss", "tokens", "elapsed", "ETA"):
+        table.add_column(column, overflow="fold", justify="left" if column == "candidate" else "right")
     for row in running.sort_values("trial_id").to_dict("records"):
         tokens, budget, elapsed = (_clean(row.get(c)) for c in ("tokens", "train_tokens_budget", "wall_time_s"))
         done = "-" if tokens is None else human(tokens) + (f" of {human(budget)}" if budget else "")
         eta = (budget - tokens) * elapsed / tokens if tokens and budget and elapsed else None
-        table.add_row(row["trial_id"], _fmt(_clean(row.get("val_loss"))), done,
-                      duration(elapsed), duration(eta))
+        table.add_row(_candidate_name(row), _fmt(_clean(row.get("seed"))), _fmt(_clean(row.get("val_loss"))),
+                      done, duration(elapsed), duration(eta))
     return table
 
 
@@ -553,7 +583,13 @@ def status(args: argparse.Namespace) -> int:
 
     from rich.console import Console
     from shapesweep.results.live import live_sweeps, load_live
-    from shapesweep.results.store import FragmentCache, list_sweeps, load_curves, load_trials
+    from shapesweep.results.store import (
+        FragmentCache,
+        list_sweeps,
+        load_curves,
+        load_trials,
+        unknown_sweep,
+    )
     from shapesweep.results.summary import seeds_line
 
     _check_status_args(args)
@@ -577,7 +613,7 @@ def status(args: argparse.Namespace) -> int:
     trials = load_trials(args.root, [args.name], cache=cache)
     running = load_live(args.root, [args.name])[0]
     if record is None and trials.empty and running.empty:
-        raise UserError(f"no sweep named {args.name!r} under {args.root}", key="name")
+        raise unknown_sweep(args.name, args.root, [*records, *live_sweeps(args.root)])
     document = _status_document(args, trials, load_curves(args.root, [args.name], cache=cache))
     if args.format == "json":
         print(json.dumps(document, indent=2))
@@ -636,7 +672,12 @@ def add_arguments_export(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tokenizer", metavar="JSON", default=None,
                         help="--format hf: the tokenizer.json the model was trained with "
                              "(default: the byte-level one of the built-in corpus and text data)")
-    parser.add_argument("--out", required=True, help="folder for the config files")
+    parser.add_argument("--out", required=True,
+                        help="folder for the config files: empty, new, or holding only what an "
+                             "earlier export wrote there (replaced)")
+    parser.add_argument("--force", action="store_true",
+                        help="write into an --out that holds other files too (they stay; an "
+                             "earlier export's files are replaced)")
     parser.add_argument("--include-stopped", action="store_true",
                         help="rank stopped-early trials too (default: completed only)")
 
@@ -659,6 +700,7 @@ def export(args: argparse.Namespace) -> int:
     from shapesweep.results.roles import with_seed_roles
     from shapesweep.results.schema import TRIAL_COLUMNS
     from shapesweep.results.store import load_trials
+    from shapesweep.search_spaces.configs import train_document
 
     if args.top < 1:
         raise UserError("must be at least 1", key="--top")
@@ -668,14 +710,14 @@ def export(args: argparse.Namespace) -> int:
         raise UserError("only with --format hf", key="--tokenizer")
     if args.metric not in TRIAL_COLUMNS.names:
         raise UserError(f"unknown column {args.metric!r}", key="--metric")
+    out = Path(args.out)
+    previous = _previous_export(out, args.force)
     trials = load_trials(args.root, [args.name])
     if trials.empty:
-        from shapesweep.results.store import list_sweeps
+        from shapesweep.results.store import list_sweeps, unknown_sweep
 
-        known = list_sweeps(args.root)
-        if args.name not in known:
-            where = f"under {args.root}" if known else f"under {args.root} (no sweeps there; --root names another)"
-            raise UserError(f"no sweep named {args.name!r} {where}", key="name")
+        if args.name not in list_sweeps(args.root):
+            raise unknown_sweep(args.name, args.root)
         raise UserError(f"sweep {args.name!r} under {args.root} has no trials yet", key="name")
     keep = {"completed", "stopped_early"} if args.include_stopped else {"completed"}
     trials = _seed_means(with_seed_roles(trials, args.root), args.metric, args.include_stopped)
@@ -697,6 +739,8 @@ def export(args: argparse.Namespace) -> int:
     documents = []
     for rank, row in enumerate(chosen.to_dict("records"), start=1):
         document = json.loads(row["config_json"])
+        # rows filed before candidate documents left out keys their family never reads
+        document["train"] = train_document(document.get("train") or {}, row["family"])
         document["metrics"] = {m: _clean(row.get(m)) for m in EXPORT_METRICS} | {
             f"{args.metric}_std": _clean(row["std"]), "n_seeds": int(row["n"])}
         document["provenance"] = {
@@ -705,14 +749,13 @@ def export(args: argparse.Namespace) -> int:
             "key": row["key"], "code_version": row.get("code_version"),
             "data_hash": row.get("data_hash"), "rank": rank, "ranked_by": args.metric,
         }
-        documents.append((f"{rank:02d}-{row['family']}-{row['key']}", document))
+        documents.append((f"{rank:02d}-{_file_name(row)}", document))
     if args.format in FOLDER_FORMATS:
         exporter = importlib.import_module(FOLDER_FORMATS[args.format])
         folders = _weight_folders(args.root, args.name, documents, args.weights or [])
         tokenizer = _tokenizer_source(args) if args.format == "hf" else None
-        return _export_folders(documents, Path(args.out), folders, exporter, tokenizer)
+        return _export_folders(documents, out, folders, exporter, previous, tokenizer)
 
-    out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     written = []
     for stem, document in documents:
@@ -723,9 +766,60 @@ def export(args: argparse.Namespace) -> int:
         tmp.write_text(text)
         os.replace(tmp, path)
         written.append(path)
+    _replace_previous(out, written, previous)
     for path in written:
         print(path)
     return 0
+
+
+EXPORT_MANIFEST = ".shapesweep-export.json"  # what an export wrote into its --out
+EXPORTED = re.compile(r"\d{2,}-[A-Za-z0-9._-]+")  # an exported file or folder's name (`_file_name`)
+LEFT_OVER = re.compile(r"\..+\.\d+\.(tmp|old)")  # what an export killed midway leaves
+
+
+def _file_name(row: dict) -> str:
+    """An exported config's name after its rank: its variant (`01-baseline.yaml`), else its
+    family; the rank keeps two of one variant apart. The key stays in its provenance."""
+    name = row.get("variant") if isinstance(row.get("variant"), str) else ""
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-.") or row["family"]
+
+
+def _previous_export(out: Path, force: bool) -> set[str]:
+    """The names an earlier export wrote into `out` (its manifest), which this one replaces.
+    Checked before any work: an `out` holding anything else is refused unless `force`, so a
+    folder never mixes two exports (`train best/01-*.yaml` then matches one file)."""
+    if out.exists() and not out.is_dir():
+        raise UserError("is a file, not a folder", file=str(out), key="--out")
+    if not out.is_dir():
+        return set()
+    try:
+        listed = json.loads((out / EXPORT_MANIFEST).read_text())["files"]
+        previous = {name for name in listed if isinstance(name, str) and EXPORTED.fullmatch(name)}
+    except (OSError, ValueError, KeyError, TypeError):
+        previous = set()
+    others = sorted(p.name for p in out.iterdir()
+                    if p.name not in previous | {EXPORT_MANIFEST} and not LEFT_OVER.fullmatch(p.name))
+    if others and not force:
+        shown = ", ".join(others[:3]) + (f" and {len(others) - 3} more" if len(others) > 3 else "")
+        raise UserError(f"holds files no earlier export wrote ({shown}): give an empty or new "
+                        "folder, or --force to write beside them", file=str(out), key="--out")
+    return previous
+
+
+def _replace_previous(out: Path, written: list[Path], previous: set[str]) -> None:
+    """Once the new files are in place: remove what the earlier export wrote that this one did
+    not overwrite, and record what this one wrote."""
+    import shutil
+
+    for name in previous - {path.name for path in written}:
+        path = out / name
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+    tmp = out / f".{EXPORT_MANIFEST}.{os.getpid()}.tmp"
+    tmp.write_text(json.dumps({"files": sorted(path.name for path in written)}, indent=1))
+    os.replace(tmp, out / EXPORT_MANIFEST)
 
 
 def _seed_means(trials, metric: str, include_stopped: bool = False):
@@ -826,10 +920,11 @@ def _tokenizer_source(args: argparse.Namespace) -> tuple[str | None] | None:
 
 
 def _export_folders(documents: list[tuple[str, dict]], out: Path, weight_folders: list[str],
-                    exporter, tokenizer_source: tuple[str | None] | None = None) -> int:
+                    exporter, previous: set[str] = frozenset(),
+                    tokenizer_source: tuple[str | None] | None = None) -> int:
     """One folder per config (`exporter.write_folder`, and the tokenizer when
     `tokenizer_source` names one: (path,) or (None,) for bytes); every check runs before
-    anything is written."""
+    anything is written; what an earlier export wrote there (`previous`) is replaced."""
     import shutil
 
     import yaml
@@ -871,6 +966,7 @@ def _export_folders(documents: list[tuple[str, dict]], out: Path, weight_folders
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
         written.append(path)
+    _replace_previous(out, written, previous)
     for path in written:
         print(path)
     return 0

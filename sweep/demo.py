@@ -8,32 +8,24 @@ a second `demo` finishes what is missing instead of repeating work.
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 # The built-in demo space: width vs depth at one budget, conventional and hourglass FFNs
-# against the conventional baseline, 3 seeds each, so every comparison has its CI.
-DEMO_SPACE = "demo-ucurve"
+# against the conventional baseline, 3 seeds each, so every comparison has its CI; small
+# enough to finish in minutes on 2 cores. FULL_DEMO_SPACE is the full comparison.
+DEMO_SPACE = "demo-quick"
+FULL_DEMO_SPACE = "demo-ucurve"
 
 
 def add_arguments_demo(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--root", default="./sweeps", help="results root (default ./sweeps)")
     parser.add_argument("--space", default=DEMO_SPACE,
-                        help=f"the space to sweep (default the built-in {DEMO_SPACE}; a quicker "
-                        "space file shows the same flow in less time)")
+                        help=f"the space to sweep (default the built-in {DEMO_SPACE}, a few minutes; "
+                        f"{FULL_DEMO_SPACE} is the full comparison, ~10 min on 2 cores)")
     parser.add_argument("--out", default=None,
                         help="report path (default ROOT/demo-report.html)")
     parser.add_argument("--max-concurrent", type=int, default=2,
                         help="trials at once (default 2, one per core here)")
-
-
-def _command() -> str:
-    """How to call shapesweep again: by name if it is on PATH, else by its full path."""
-    import shutil
-
-    script = Path(sys.executable).with_name("shapesweep")
-    on_path = shutil.which("shapesweep")
-    return "shapesweep" if on_path and Path(on_path).resolve() == script.resolve() else str(script)
 
 
 def first_hour(exe: str, root: Path, name: str) -> list[str]:
@@ -47,6 +39,8 @@ def demo(args: argparse.Namespace) -> int:
     from rich.console import Console
     from shapesweep.search_spaces.space import load_space
     from shapesweep.sweep.cli import main as shapesweep
+
+    from shapesweep.common import command_name
 
     console = Console()
     name = load_space(args.space).name  # bad input stops here, before anything is written
@@ -72,6 +66,6 @@ def demo(args: argparse.Namespace) -> int:
     console.print(f"\n[bold green]Report:[/] {report.resolve()} (open it in any browser; it works offline)")
     console.print(f"[bold green]Best configs:[/] {best.resolve()}")
     console.print("[bold]Next:[/]", soft_wrap=True)
-    for line in first_hour(_command(), root, name):
+    for line in first_hour(command_name(), root, name):
         console.print(f"  {line}", soft_wrap=True, highlight=False, markup=False)
     return 0

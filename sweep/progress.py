@@ -8,7 +8,9 @@ a one-line summary; while trials run, a plain `progress:` line every `every_s` s
 says how far the sweep is (tokens trained, the rate, the ETA).
 
 The ETA is the tokens still to train (every trial to its budget: an upper bound when ASHA
-stops some) over the token rate so far.
+stops some) over the token rate so far. Trials and candidates are named as a person reads
+them (`shapesweep.families.base.candidate_label`: variant and shape, then the seed); the
+live table lists each candidate with its seeds done and running and the tokens it trained.
 """
 
 from __future__ import annotations
@@ -16,14 +18,46 @@ from __future__ import annotations
 import math
 import sys
 import time
+from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 from ray.tune import Callback
-from rich.console import Console
+from rich.console import Console, Group
 from rich.live import Live
+from rich.markup import escape
 from rich.table import Table
 
 from shapesweep.common import duration, human, is_tty
+from shapesweep.families.base import candidate_label
+
+MAX_CANDIDATE_ROWS = 12  # the live table's candidates: running ones first, then the rest
+
+
+def trial_name(row: dict[str, Any], seed: Any) -> str:
+    """A trial as the progress names it: its candidate's name and its seed."""
+    return f"{candidate_label(row)}, seed {seed}"
+
+
+@dataclass
+class CandidateProgress:
+    """One candidate's trials in this run: seeds planned, running, ended; tokens; losses."""
+
+    name: str
+    planned: int = 0
+    running: set[str] = field(default_factory=set)
+    done: int = 0
+    stopped: int = 0
+    failed: int = 0
+    losses: list[float] = field(default_factory=list)  # completed seeds' val_loss
+    tokens: dict[str, int] = field(default_factory=dict)  # latest tokens of each of its trials
+
+    def seeds_text(self) -> str:
+        ended = self.done + self.stopped + self.failed
+        parts = [f"{self.done}/{max(self.planned, ended + len(self.running))} done"]
+        parts += [f"{len(self.running)} running"] if self.running else []
+        parts += [f"{self.stopped} stopped"] if self.stopped else []
+        parts += [f"[red]{self.failed} failed[/]"] if self.failed else []
+        return ", ".join(parts)
 
 
 def _num(value: Any, fmt: str) -> str:
@@ -41,7 +75,10 @@ class SweepProgress(Callback):
     """
 
     def __init__(self, total: int, console: Console | None = None, enabled: bool = True,
-                 out: TextIO | None = None, budget: int | None = None, every_s: float = 30.0):
+                 out: TextIO | None = None, budget: int | None = None, every_s: float = 30.0,
+                 planned: list[dict[str, Any]] | None = None):
+        """`planned`: the trial specs this run launches (`shapesweep.sweep.search.trial_spec`),
+        when known up front (a grid), so each candidate shows how many seeds it has."""
         self.total, self.budget, self.every_s = total, budget, every_s
         self.console = console or Console(stderr=True)
         self.out = out
@@ -58,10 +95,20 @@ class SweepProgress(Callback):
         self.started = self.last_line = time.monotonic()
         self.live: Live | None = None
         self.tokens: dict[str, int] = {}  # the latest tokens of every trial of this run
+        self.candidates: dict[tuple[str, str], CandidateProgress] = {}  # by (key, tuned_json)
+        self.trial_candidate: dict[str, CandidateProgress] = {}  # by Tune's trial id
+        for spec in planned or []:
+            self._candidate(spec["key"], spec.get("tuned_json"), spec["row"]).planned += 1
 
     @property
     def enabled(self) -> bool:
         return self.mode != "off"
+
+    def _candidate(self, key: str, tuned_json: str | None, row: dict[str, Any]) -> CandidateProgress:
+        which = (key, tuned_json or "{}")
+        if which not in self.candidates:
+            self.candidates[which] = CandidateProgress(candidate_label({**row, "tuned_json": tuned_json}))
+        return self.candidates[which]
 
     def __getstate__(self) -> dict:
         # Tune pickles callbacks for experiment restore (unused here); the terminal stays.
@@ -114,9 +161,8 @@ class SweepProgress(Callback):
                 f"tokens {tokens} at {human(rate or 0)}/s; ETA {duration(left)}; "
                 f"best val_loss {best}; elapsed {duration(time.monotonic() - self.started)}")
 
-    def render(self) -> Table:
-        """A narrow layout (label, value): it fits 80 columns and keeps the best key whole."""
-
+    def render(self) -> Group:
+        """A narrow layout (label, value), then one row per candidate: it fits 80 columns."""
         done, planned, rate, left = self.eta()
         table = Table.grid(padding=(0, 2))
         table.add_column(style="bold", no_wrap=True)
@@ -129,18 +175,63 @@ class SweepProgress(Callback):
         tokens = f"{human(done)} of {human(planned)}" if planned else human(done)
         table.add_row("tokens", f"{tokens} at {human(rate or 0)}/s")
         table.add_row("elapsed", f"{duration(time.monotonic() - self.started)}, ETA {duration(left)}")
+        return Group(table, self._candidates_table()) if self.candidates else Group(table)
+
+    def _candidates_table(self) -> Table:
+        """Each candidate by name: its seeds done and running, tokens trained, mean val_loss of
+        its completed seeds; running ones first, at most MAX_CANDIDATE_ROWS."""
+        table = Table(box=None, padding=(0, 1), show_edge=False, header_style="bold")
+        for column, justify in (("candidate", "left"), ("seeds", "left"), ("tokens", "right"),
+                                ("val_loss", "right")):
+            table.add_column(column, justify=justify, overflow="fold", no_wrap=column != "candidate")
+        order = sorted(self.candidates.items(), key=lambda item: (not item[1].running,
+                                                                   not (item[1].done or item[1].stopped
+                                                                        or item[1].failed)))
+        for _, c in order[:MAX_CANDIDATE_ROWS]:
+            trained = sum(c.tokens.values())
+            loss = f"{sum(c.losses) / len(c.losses):.4f}" if c.losses else "-"
+            table.add_row(escape(c.name), c.seeds_text(), human(trained) if trained else "-", loss)
+        if len(order) > MAX_CANDIDATE_ROWS:
+            table.add_row(f"... and {len(order) - MAX_CANDIDATE_ROWS} more", "", "", "")
         return table
+
+    def _count(self, trial_id: str, status: str, row: dict[str, Any]) -> None:
+        """The trial's candidate: one seed more ended as `status`, its loss and tokens."""
+        candidate = self._candidate(row["key"], row.get("tuned_json"), row)
+        candidate.running.discard(trial_id)
+        self.trial_candidate[trial_id] = candidate
+        if isinstance(row.get("tokens"), int | float):
+            self.tokens[trial_id] = candidate.tokens[trial_id] = int(row["tokens"])
+        loss = row.get("val_loss")
+        if status == "completed":
+            candidate.done += 1
+            if loss is not None and math.isfinite(loss):
+                candidate.losses.append(float(loss))
+        elif status == "stopped_early":
+            candidate.stopped += 1
+        else:
+            candidate.failed += 1
 
     def _refresh(self) -> None:
         if self.live is not None:
             self.live.update(self.render())
 
+    def _spec(self, trial: Any) -> dict[str, Any]:
+        return trial.config.get("spec") or {}
+
     def _name(self, trial: Any) -> str:
-        spec = trial.config.get("spec") or {}
-        return spec.get("trial_id", trial.trial_id)
+        spec = self._spec(trial)
+        if "row" not in spec:
+            return spec.get("trial_id", trial.trial_id)
+        return trial_name({**spec["row"], "tuned_json": spec.get("tuned_json")}, spec.get("seed"))
 
     def on_trial_start(self, iteration, trials, trial, **info):
         self.running.add(trial.trial_id)
+        spec = self._spec(trial)
+        if "row" in spec:
+            candidate = self._candidate(spec["key"], spec.get("tuned_json"), spec["row"])
+            candidate.running.add(trial.trial_id)
+            self.trial_candidate[trial.trial_id] = candidate
         self._refresh()
 
     def on_trial_result(self, iteration, trials, trial, result, **info):
@@ -149,6 +240,8 @@ class SweepProgress(Callback):
             self.best = (float(loss), self._name(trial))
         if isinstance(result.get("tokens"), int | float):
             self.tokens[trial.trial_id] = int(result["tokens"])
+            if trial.trial_id in self.trial_candidate:
+                self.trial_candidate[trial.trial_id].tokens[trial.trial_id] = int(result["tokens"])
         self._refresh()
         if self.mode == "plain" and time.monotonic() - self.last_line >= self.every_s:
             self.last_line = time.monotonic()
@@ -158,7 +251,8 @@ class SweepProgress(Callback):
                  row: dict[str, Any] | None = None) -> None:
         """Called by the results writer once it has filed the trial under `status`.
 
-        `row` is the trial's results row (key, seed, val_loss, tokens, wall_time_s).
+        `row` is the trial's results row (key, seed, variant and shape, val_loss, tokens,
+        wall_time_s); `name` what to call the trial without one.
         """
         self.running.discard(trial_id)
         if status == "completed":
@@ -169,16 +263,18 @@ class SweepProgress(Callback):
             self.failed += 1
         row = row or {}
         loss = row.get("val_loss")
+        if "key" in row:
+            name = trial_name(row, row.get("seed", "-"))
+            self._count(trial_id, status, row)
         if (status == "completed" and loss is not None and math.isfinite(loss)
                 and (self.best_completed is None or loss < self.best_completed[0])):
             self.best_completed = (float(loss), name or trial_id)
         if self.mode == "plain":
             ended = self.done + self.stopped + self.failed
-            line = (f"trial {ended}/{self.total} {status} key={row.get('key', '-')} "
-                    f"seed={row.get('seed', '-')} val_loss={_num(loss, '.4f')} "
-                    f"tokens={_num(row.get('tokens'), 'd')} "
-                    f"elapsed={_num(row.get('wall_time_s'), '.1f')}s")
+            line = (f"trial {ended}/{self.total} {status}: {name or trial_id}: "
+                    f"val_loss={_num(loss, '.4f')} tokens={_num(row.get('tokens'), 'd')} "
+                    f"elapsed={_num(row.get('wall_time_s'), '.1f')}s key={row.get('key', '-')}")
             self._line(line + (f" error={error}" if error else ""))
         elif error:
-            self.console.print(f"[red]trial {name or trial_id} failed:[/] {error}")
+            self.console.print(f"[red]trial {escape(name or trial_id)} failed:[/] {escape(error)}")
         self._refresh()

@@ -187,13 +187,16 @@ def load_options(root: str, name: str) -> SweepOptions:
     """The options a sweep was started with (for `resume`), its space resolved under `root`:
     a copied or moved root resumes with its own copy of the space."""
     from pydantic import ValidationError
-    from shapesweep.results.store import read_sweep_file, sweep_dir
+    from shapesweep.results.store import list_sweeps, read_sweep_file, sweep_dir, unknown_sweep
 
     path = f"{sweep_dir(root, name)}/{OPTIONS_FILE}"
     try:
         text = read_sweep_file(root, name, OPTIONS_FILE)
+        if text is None and name in list_sweeps(root):
+            raise UserError("the sweep has results but no options file to resume it with: "
+                            "`run` its space again under the same --name", file=path)
         if text is None:
-            raise UserError(f"no sweep named {name!r} under {root} (nothing to resume)", file=path)
+            raise unknown_sweep(name, root)
         options = TypeAdapter(SweepOptions).validate_json(text)
     except ValidationError as error:
         first = error.errors()[0]
@@ -667,8 +670,10 @@ def _fit(options: SweepOptions, checked: _Checked, plan: Any, catalog: Any,
     started_ray, session_dir = _init_ray(options)
     if session_dir:
         _record_session(options.root, name, session_dir)
+    grid = plan.param_space.get("spec")  # a grid's trials are known now: `tune.grid_search(specs)`
     progress = SweepProgress(total=plan.launches, console=console, enabled=options.progress,
-                             budget=checked.budget)
+                             budget=checked.budget,
+                             planned=grid.get("grid_search") if isinstance(grid, dict) else None)
     writer = ResultsWriter(options.root, name, checked.data_hash, progress)
     tuner = _tuner(options, checked, plan, _run_config(options, [writer, progress]),
                    state_api=session_dir is None)  # our local Ray runs no dashboard

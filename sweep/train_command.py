@@ -28,7 +28,8 @@ def _count(text: str) -> int:
 
 
 def add_arguments_train(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("config", metavar="CONFIG",
+    # Several files (a glob such as best/01-*.yaml matching two) are refused in one line.
+    parser.add_argument("config", metavar="CONFIG", nargs="+",
                         help="candidate YAML/JSON: {family, model: {...}, train: {...}}")
     parser.add_argument("--steps", type=_count, help="optimizer steps (overrides train.steps/tokens)")
     parser.add_argument("--tokens", type=_count,
@@ -39,6 +40,9 @@ def add_arguments_train(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tokenizer", metavar="JSON",
                         help="a Hugging Face tokenizer.json for text data (default: bytes)")
     parser.add_argument("--device", help="cpu, cuda, cuda:1 (default: cuda if available)")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch threads (default: the cores not busy now, from the load "
+                             "average, at least 1; with --workers, each worker's CPU)")
     parser.add_argument("--checkpoint-dir", metavar="DIR",
                         help="checkpoint every evaluation; resume from it if it holds one")
     parser.add_argument("--save", metavar="DIR",
@@ -57,7 +61,7 @@ def add_arguments_train(parser: argparse.ArgumentParser) -> None:
                              "$RAY_ADDRESS when set, else start Ray locally")
 
 
-def _print_summary(result, config, train) -> None:
+def _print_summary(result, config, train, threads: int | None) -> None:
     from rich.console import Console
     from rich.table import Table
 
@@ -80,6 +84,7 @@ def _print_summary(result, config, train) -> None:
              ("tokens_per_s", f"{result.tokens_per_s:,.0f}"),
              ("params_measured", f"{result.params_measured:,}"),
              ("wall_time_s", f"{result.wall_time_s:.1f}"), ("data_hash", result.data_hash[:16])]
+    rows += [("threads", str(threads))] if threads else []
     if result.stopped:
         rows.append(("stopped", "early"))
     for name, value in rows:
@@ -184,13 +189,42 @@ def _train_on_workers(args: argparse.Namespace, config, recipe, resources: dict[
                 _stop_ray(session)
 
 
+def _one_config(configs: list[str]) -> str:
+    """The one CONFIG `train` takes; several (a glob that matched more) is one line."""
+    if len(configs) > 1:
+        shown = ", ".join(configs[:3]) + (f" and {len(configs) - 3} more" if len(configs) > 3 else "")
+        raise UserError(f"train takes one config file, got {len(configs)}: {shown}", key="CONFIG")
+    return configs[0]
+
+
+def _threads(args: argparse.Namespace) -> int | None:
+    """Torch threads for a one-process run: --threads, else the free cores; never more than
+    this process may use. None with --workers (each worker uses its own CPU)."""
+    from shapesweep.trainers.threads import free_cores, usable_cores
+
+    if args.workers > 1:
+        if args.threads is not None:
+            raise UserError("with --workers each worker trains on the one CPU it holds",
+                            key="--threads")
+        return None
+    if args.threads is None:
+        return free_cores()
+    if not 1 <= args.threads <= usable_cores():
+        raise UserError(f"must be 1 to {usable_cores()} (the cores this process may use), "
+                        f"got {args.threads}", key="--threads")
+    return args.threads
+
+
 def train(args: argparse.Namespace) -> int:
     from shapesweep.search_spaces.candidate_file import load_candidate
     from shapesweep.trainers.loop import train as run_training
     from shapesweep.trainers.parallel import check_shardable, check_split, sequences_per_step
+    from shapesweep.trainers.threads import use_threads
 
+    args.config = _one_config(args.config)
     check_device(args.device)
     resources = _check_workers(args)
+    threads = _threads(args)
     refuse_space(args.config)
     config, recipe = load_candidate(args.config)
     if args.workers > 1 and args.parallel == "fsdp":
@@ -211,6 +245,7 @@ def train(args: argparse.Namespace) -> int:
     bar = not args.json and is_tty(sys.stderr) and args.workers == 1
     try:
         if args.workers == 1:
+            use_threads(threads)
             result = run_training(config, recipe, data=args.data,
                                   checkpoint_dir=args.checkpoint_dir, device=args.device,
                                   progress=bar, tokenizer=args.tokenizer, save_dir=args.save,
@@ -223,7 +258,7 @@ def train(args: argparse.Namespace) -> int:
     if args.json:
         summary = result.to_dict()
         summary.pop("curve")
-        print(json.dumps({"family": config.family, **summary}))
+        print(json.dumps({"family": config.family, **summary, **({"threads": threads} if threads else {})}))
     else:
-        _print_summary(result, config, recipe)
+        _print_summary(result, config, recipe, threads)
     return 0

@@ -23,6 +23,7 @@ from typing import Any
 FINAL_FLAG = "final"  # set on the one report made after the loop returns
 LAYERS_FIELD = "layers_json"  # the final report's analysis rows, as JSON text (loggers skip text)
 START_FIELD = "start_step"  # on every report: the step this attempt of the trial started from
+THREADS_FIELD = "threads"  # on every report: the torch threads the trial trains on
 WORKERS_FIELD = "workers"  # on a data-parallel trial's reports: its Ray Train workers
 PARALLEL_FIELD = "parallel"  # ... and how they share the model (ddp or fsdp)
 RESULT_FIELD = "result_json"  # `train_on_workers`: rank 0's TrainResult, as JSON text
@@ -48,7 +49,8 @@ def run_trial(config: dict[str, Any], checkpoints: str | None = None, workers: i
     data parallel on that many Ray Train workers, each with `resources` ({cpu, gpu}), and
     `state_api` False where Ray serves no State API (`shapesweep.sweep.ray_train_stop`).
     `options`: the loop's own (`shapesweep.trainers.loop.train`): `eval_at` (ASHA's rungs),
-    `parallel` (ddp or fsdp), `checkpoint_every_s`."""
+    `parallel` (ddp or fsdp), `checkpoint_every_s`. Torch trains on as many threads as the
+    trial (or each worker) holds CPUs, at least one (`shapesweep.trainers.threads`)."""
     import tempfile
 
     if workers > 1:
@@ -57,6 +59,9 @@ def run_trial(config: dict[str, Any], checkpoints: str | None = None, workers: i
 
     from ray import tune
     from shapesweep.trainers.loop import StopTrial, train
+    from shapesweep.trainers.threads import use_threads
+
+    use_threads(cpu_threads(resources))
 
     spec = config["spec"]
     with tempfile.TemporaryDirectory(prefix="shapesweep-trial-") as folder:
@@ -84,6 +89,12 @@ def run_trial(config: dict[str, Any], checkpoints: str | None = None, workers: i
         tune.report({**trial_result_fields(result), **tags, FINAL_FLAG: True})
 
 
+def cpu_threads(resources: dict[str, float] | None) -> int:
+    """Torch threads for a trial or worker holding `resources` ({cpu, gpu}): its whole CPUs,
+    at least one (a fraction of a CPU still needs a thread)."""
+    return max(1, int((resources or {}).get("cpu", 1.0)))
+
+
 def _configs(spec: dict[str, Any]) -> tuple:
     """(model config, TrainConfig) of the trial's candidate document."""
     from shapesweep.search_spaces.configs import TrainConfig, make_config
@@ -103,11 +114,13 @@ def _saved_at(folder: str, step: int) -> bool:
 def _tags(spec: dict[str, Any], folder: str) -> dict[str, Any]:
     """Fields on every report: the driver files results by trial, a multi-objective Optuna
     search reads its second objective from the same report, and START_FIELD shows where a
-    restored trial picked up (`folder` holds what it continues from)."""
+    restored trial picked up (`folder` holds what it continues from); THREADS_FIELD says how
+    many torch threads it trains on."""
+    import torch
     from shapesweep.trainers import checkpoint
 
     return {"trial_key": spec["key"], "seed": spec["seed"], **spec["objectives"],
-            START_FIELD: checkpoint.saved_step(folder) or 0}
+            START_FIELD: checkpoint.saved_step(folder) or 0, THREADS_FIELD: torch.get_num_threads()}
 
 
 def _restore(folder: str, trial_id: str, earlier: str | None, this_run: str,
@@ -148,7 +161,8 @@ def _run_data_parallel(config: dict[str, Any], checkpoints: str | None, workers:
 
     experiment = tune.get_context().get_experiment_name()
     _torch_trainer(_worker, {"config": config, "checkpoints": checkpoints,
-                             "experiment": experiment, "options": options},
+                             "experiment": experiment, "options": options,
+                             "threads": cpu_threads(resources)},
                    workers, resources, ray_train.RunConfig(
                        name=config["spec"]["trial_id"],
                        storage_path=str(Path(checkpoints) / experiment),
@@ -184,7 +198,9 @@ def _worker(loop_config: dict[str, Any]) -> None:
     from ray import train as ray_train
     from ray.train.torch import get_device
     from shapesweep.trainers.loop import train
+    from shapesweep.trainers.threads import use_threads
 
+    use_threads(loop_config["threads"])
     spec = loop_config["config"]["spec"]
     context = ray_train.get_context()
     with tempfile.TemporaryDirectory(prefix="shapesweep-trial-") as folder:
@@ -224,7 +240,7 @@ def train_on_workers(model_config: Any, recipe: Any, workers: int, resources: di
     try:
         trainer = _torch_trainer(
             _train_worker, {"configs": (model_config, recipe), "parallel": parallel,
-                            "options": options},
+                            "options": options, "threads": cpu_threads(resources)},
             workers, resources, ray_train.RunConfig(name="train", storage_path=folder))
         try:
             result = trainer.fit()
@@ -247,7 +263,9 @@ def _train_worker(loop_config: dict[str, Any]) -> None:
     from ray import train as ray_train
     from ray.train.torch import get_device
     from shapesweep.trainers.loop import train
+    from shapesweep.trainers.threads import use_threads
 
+    use_threads(loop_config["threads"])
     result = train(*loop_config["configs"], device=str(get_device()),
                    parallel=loop_config["parallel"], **loop_config["options"])
     with tempfile.TemporaryDirectory(prefix="shapesweep-result-") as folder:

@@ -277,3 +277,28 @@ def write_synthetic(root: str, sweep: str, n_trials: int, **kwargs) -> int:
     for trial_row, curve_rows in trials:
         write_trial(root, sweep, trial_row, curve_rows)
     return len(trials)
+
+
+# The README demo's mean losses (3 seeds of demo-ucurve), per variant.
+DEMO_LOSSES = {"baseline": 1.664, "deep": 1.701, "wide": 1.717, "hourglass-wide": 1.735, "hourglass": 1.767}
+
+
+def write_demo_like(root: str, sweeps: tuple[str, ...] = ("demo-ucurve",)) -> None:
+    """Sweeps of demo-ucurve's real candidates (the plan's rows and documents), 3 seeds each,
+    the README's losses with seeded noise (each further sweep 0.02 worse), through the store."""
+    from shapesweep.results.store import write_trial
+    from shapesweep.search_spaces.solver import candidate_document, plan
+    from shapesweep.search_spaces.space import load_space
+
+    space, rng = load_space("demo-ucurve"), np.random.default_rng(0)
+    for n, sweep in enumerate(sweeps):
+        for c in plan(space).candidates:
+            for seed in range(3):
+                loss = DEMO_LOSSES[c.variant] + 0.02 * n + rng.normal(0, 0.02)
+                row = c.to_row() | {
+                    "trial_id": f"{c.key}-s{seed}", "seed": seed, "status": "completed", "val_loss": loss,
+                    "tokens": 1228800, "wall_time_s": 70.0, "tuned_json": "{}",
+                    "config_json": json.dumps(candidate_document(c, space.train_for(seed=seed, candidate=c)))}
+                curve = [{"step": s, "tokens": s * 2048, "val_loss": loss + (600 - s) / 300}
+                         for s in (100, 300, 600)]
+                write_trial(root, sweep, row, curve)

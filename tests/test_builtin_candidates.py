@@ -21,7 +21,7 @@ def _one_thread(one_torch_thread):
 
 
 def test_every_full_space_has_its_cpu_twin_listed():
-    assert len(CPU_SPACES) == 15  # 14 small twins + the demo space
+    assert len(CPU_SPACES) == 16  # 14 small twins + the two demo spaces (quick and full)
 
 
 @pytest.mark.parametrize("name", CPU_SPACES)

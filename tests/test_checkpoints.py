@@ -118,6 +118,20 @@ def _check_curve(root: Path, sweep: str, save_dir: Path | None = None):
     assert list(curve["val_loss"]) == pytest.approx([m["val_loss"] for m in whole.curve], abs=1e-6)
 
 
+def _check_continued(reports: list[dict]) -> None:
+    """Every attempt of the trial after the first continued from the evaluation reported just
+    before it: each evaluation is reported once, in order, and a report's start is its
+    attempt's (the one before's) or, for a new attempt, the step reported last. On a busy
+    machine the retry may itself be retried (`[0, 0, 40, 80, ...]`), each from its last
+    evaluation; an attempt that started over, or from an older checkpoint, repeats steps."""
+    steps = [report["step"] for report in reports]
+    starts = [report[START_FIELD] for report in reports]
+    assert steps == POINTS, steps  # none repeated: no attempt went back
+    assert starts[0] == 0 and starts[-1] >= POINTS[1], starts  # it continued, past 2 evaluations
+    for i in range(1, len(reports)):
+        assert starts[i] in (starts[i - 1], steps[i - 1]), (i, steps, starts)
+
+
 def _resumed_at(starts: list[int]) -> int:
     """Where an attempt that continued from a checkpoint started (one value, past 2 evaluations)."""
     assert len(set(starts)) == 1 and starts[0] >= POINTS[1], starts
@@ -135,10 +149,7 @@ def test_a_trial_whose_worker_is_killed_continues_from_its_last_evaluation(tmp_p
 
     _check_curve(root, "lost-worker", save_dir=tmp_path / "whole")
     (reports,) = _reports(root, "lost-worker").values()
-    starts = [report[START_FIELD] for report in reports]
-    resumed = _resumed_at(starts[-1:])  # the retry picked up at its last evaluation, not at 0
-    before = sum(point <= resumed for point in POINTS)
-    assert starts == [0] * before + [resumed] * (len(POINTS) - before)
+    _check_continued(reports)
 
     # --keep-checkpoints: the exported weights are the trial's last, those of the whole run.
     assert run("export", "lost-worker", "--root", str(root), "--top", "1", "--format", "torch",

@@ -26,9 +26,10 @@ from shapesweep.dashboards.server import make_server
 from shapesweep.dashboards.views import analysis_views
 from shapesweep.results.store import load_layers, write_trial
 from shapesweep.search_spaces.configs import TrainConfig, make_config
-from synthetic import synthetic_sweep
+from synthetic import synthetic_sweep, write_demo_like
 
 from shapesweep.common import human
+from shapesweep.families.base import candidate_label
 
 HOSTILE = "<script>alert(1)</script>"
 ARTIFACTS = Path(__file__).parent / "artifacts"
@@ -274,7 +275,9 @@ def _figure_problems(driver) -> list[str]:
         const items = legend ? [...legend.querySelectorAll(".traces")] : [];
         if (full.showlegend && items.length < entries) problems.push(id + ": legend shows " + items.length + " of " + entries);
         if (legend) {
-          const box = legend.querySelector(".bg").getBoundingClientRect();
+          const box = legend.querySelector(".bg").getBoundingClientRect(), fig = gd.getBoundingClientRect();
+          if (box.top < fig.top - 1 || box.bottom > fig.bottom + 1 || box.left < fig.left - 1 || box.right > fig.right + 1)
+            problems.push(id + ": legend outside the figure");  // drawn where no one sees it
           const hidden = items.filter((it) => { const r = it.getBoundingClientRect();
             return r.height === 0 || r.top < box.top - 1 || r.bottom > box.bottom + 1; });
           if (hidden.length) problems.push(id + ": " + hidden.length + " legend entries hidden");
@@ -316,6 +319,21 @@ def test_figures_are_complete_and_labelled_at_1024_px(store, browser, tmp_path):
         browser.set_window_size(size["width"], size["height"])
 
 
+def test_the_demos_report_for_two_sweeps_of_its_space(browser, tmp_path):
+    """Two runs of the demo's space in one report: one iso-budget figure (the U-curve), every
+    figure complete with its legend in view (the parameter split and the comparison with the
+    baseline had theirs drawn above the figure)."""
+    root = str(tmp_path / "store")
+    write_demo_like(root, ("demo-ucurve", "demo-ucurve-2"))
+    _open(browser, write_report(root, ["demo-ucurve", "demo-ucurve-2"], tmp_path / "demo.html").as_uri())
+    ids = [f.get_attribute("id") for f in browser.find_elements(By.CSS_SELECTOR, "div.figure")]
+    assert "fig-ucurve" in ids and "fig-searched-lm" not in ids
+    assert {"fig-param-split", "fig-vs-baseline-lm"} <= set(ids)
+    assert _figure_problems(browser) == []
+    ARTIFACTS.mkdir(exist_ok=True)
+    browser.save_screenshot(str(ARTIFACTS / "report-demo.png"))
+
+
 def test_one_trial_sweep_draws_no_one_dot_panels(browser, tmp_path):
     root = str(tmp_path / "store")
     row, curves = synthetic_sweep("single", 1, families=("hourglass",), seed=4)[0]
@@ -347,7 +365,7 @@ def _live_store(root: str):
             live.append_point(root, "watch", spec, point, budget)
         del points[:n]
 
-    return add, stopped["tokens"]
+    return add, stopped["tokens"], candidate_label(spec["row"] | {"tuned_json": "{}"})
 
 
 def _running_points(driver) -> int:
@@ -362,7 +380,7 @@ def test_serve_draws_a_running_trials_curve_as_it_grows(browser, tmp_path):
     appear after a poll; the stopped trial says where ASHA stopped it."""
 
     root = str(tmp_path / "store")
-    add, stopped_at = _live_store(root)
+    add, stopped_at, running_label = _live_store(root)
     add(2)
     server = make_server(root, "127.0.0.1", 0, poll_s=0.3)
     threading.Thread(target=server.serve_forever, daemon=True).start()
@@ -373,7 +391,7 @@ def test_serve_draws_a_running_trials_curve_as_it_grows(browser, tmp_path):
         assert _running_points(browser) == 2
         assert "1 running" in browser.find_element(By.ID, "subtitle").text
         table = browser.find_element(By.ID, "failed-body").text
-        assert "running-1" in table and "running:" in table
+        assert running_label in table and "running:" in table  # named, not by its trial id
         assert f"stopped by ASHA at {human(stopped_at)} tokens" in table
         add(2)
         deadline = time.time() + 20

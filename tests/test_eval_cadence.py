@@ -83,7 +83,7 @@ def test_run_states_the_evaluation_share_and_flags_more_than_a_tenth(tmp_path, c
         == ("eval_tokens" not in changes)
 
 
-@pytest.mark.parametrize("path", sorted(BUILTIN_DIR.glob("*-small.yaml")) + [BUILTIN_DIR / "demo-ucurve.yaml"],
+@pytest.mark.parametrize("path", sorted(BUILTIN_DIR.glob("*-small.yaml")) + sorted(BUILTIN_DIR.glob("demo-*.yaml")),
                          ids=lambda path: path.stem)
 def test_the_built_in_cpu_spaces_keep_evaluation_under_a_tenth_of_training(path):
     space = load_space(str(path))

@@ -125,7 +125,7 @@ def _one_line_error(capsys, *words) -> str:
 def test_file_formats_are_candidates_train_reads(tmp_path, capsys, format):
     rows = _sweep(tmp_path / "root", [(BASE, {}), (REFUSED["hourglass"][0], {})])
     assert _export(tmp_path / "root", tmp_path / "out", format=format) == 0
-    paths = [tmp_path / "out" / f"0{r}-{row['family']}-{row['key']}.{format}"
+    paths = [tmp_path / "out" / f"0{r}-{row['family']}.{format}"
              for r, row in enumerate(rows, 1)]
     assert capsys.readouterr().out.split() == [str(p) for p in paths]
     assert [config_key(load_candidate(p)[0]) for p in paths] == [row["key"] for row in rows]
@@ -135,7 +135,7 @@ def test_file_formats_are_candidates_train_reads(tmp_path, capsys, format):
 def test_config_json_builds_a_llama_of_exactly_params_total(tmp_path, capsys, name):
     rows = _sweep(tmp_path / "root", [(MODELS[name], {})])
     assert _export(tmp_path / "root", tmp_path / "out") == 0
-    folder = tmp_path / "out" / f"01-conventional-{rows[0]['key']}"
+    folder = tmp_path / "out" / "01-conventional"
     assert capsys.readouterr().out.split() == [str(folder)]
     assert sorted(p.name for p in folder.iterdir()) == [
         "config.json", "generation_config.json", "shapesweep.yaml", "tokenizer.json",
@@ -155,7 +155,7 @@ def test_trained_weights_give_shapesweeps_logits(tmp_path, capsys, name):
     other = {**BASE, "d_h": 64}  # ranked second, exported without weights
     rows = _sweep(tmp_path / "root", [(MODELS[name], {}), (other, {})])
     assert _export(tmp_path / "root", tmp_path / "out", "--weights", str(weights)) == 0
-    folders = [tmp_path / "out" / f"0{r}-conventional-{row['key']}" for r, row in enumerate(rows, 1)]
+    folders = [tmp_path / "out" / f"0{r}-conventional" for r, row in enumerate(rows, 1)]
     assert capsys.readouterr().out.split() == [str(f) for f in folders]
     assert not (folders[1] / "model.safetensors").exists()
 
@@ -225,7 +225,7 @@ def test_standalone_torch_file_gives_shapesweeps_logits(tmp_path, capsys, name):
     rows = _sweep(tmp_path / "root", [(fields, train)])
     assert _export(tmp_path / "root", tmp_path / "out", "--weights", str(weights),
                    format="torch") == 0
-    folder = tmp_path / "out" / f"01-{rows[0]['family']}-{rows[0]['key']}"
+    folder = tmp_path / "out" / f"01-{rows[0]['family']}"
     assert sorted(p.name for p in folder.iterdir()) == [
         "config.json", "model.py", "model.safetensors", "shapesweep.yaml"]
     np.save(tmp_path / "tokens.npy", _tokens().numpy())

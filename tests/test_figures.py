@@ -8,6 +8,7 @@ import math
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -23,6 +24,7 @@ from shapesweep.dashboards.figures import (
     pareto_figure,
     pareto_front,
     rank_fidelity_figure,
+    searched_figure,
     ucurve_figure,
     width_profile_figure,
 )
@@ -39,6 +41,7 @@ from shapesweep.dashboards.scaling import fit_power_law, flops_to_match, match_s
 from shapesweep.dashboards.views import analysis_views
 from shapesweep.results.stats import FIDELITY_THRESHOLD, compare, rank_fidelity
 from shapesweep.results.store import load_curves, load_layers, load_trials, write_trial
+from synthetic import write_demo_like
 
 from shapesweep.common import UserError
 
@@ -425,3 +428,55 @@ def test_hover_leaves_out_beta_and_alpha_of_a_constant_width_model():
                flops_per_token=1)
     assert "beta=" not in hover_text({**row, "shape": "constant"})
     assert "beta=0.5 alpha=0.3" in hover_text({**row, "shape": "bottleneck"})
+
+
+def test_hover_names_the_trial_by_its_candidate_and_seed():
+    """The hover title says which candidate (variant and shape) and seed, not a hash key
+    (the page builds the same title: `test_dashboard_browser` compares the two)."""
+    row = dict(sweep="s", family="hourglass", variant="hourglass", trial_id="f4893ea6c483-s2",
+               key="f4893ea6c483", seed=2, d_model=80, n_layers=6, d_h=37, k=2, params_total=1,
+               params_non_embedding=1, flops_per_token=1)
+    title = hover_text(row).split("<br>")[0]
+    assert title == "<b>s</b> · hourglass 80×6L d_h=37 k=2 · seed 2"
+    frame = with_derived(pd.DataFrame([{**row, "tuned_json": "{}", "status": "completed", "tokens": 1}]))
+    assert frame["hover"][0].split("<br>")[0] == title and frame["label"][0] == "hourglass 80×6L d_h=37 k=2"
+
+
+def _demo_frames(root: Path, sweeps: tuple[str, ...] = ("demo-ucurve",)):
+    """demo-ucurve's candidates with the README's losses (`synthetic.write_demo_like`), as the
+    report gives them to the figures."""
+    write_demo_like(str(root), sweeps)
+    return with_derived(load_trials(str(root))), load_curves(str(root))
+
+
+def test_a_width_depth_sweep_draws_one_iso_budget_figure_its_u_curve_with_every_design(tmp_path):
+    """The iso-budget and U-curve figures drew the same points against d_model / n_layers (the
+    U-curve without the hourglass, which sampled 2 ratios): now the U-curve is the one figure,
+    every candidate in it, and the searched-dimension figure is for other sweeps."""
+    trials, curves = _demo_frames(tmp_path)
+    figures = dict(applicable_figures(trials, curves))
+    assert "ucurve" in figures and "searched-lm" not in figures
+    points = {t["name"]: len(t["x"]) for t in figures["ucurve"].data if t.get("meta", {}).get("rows")}
+    assert points == {"conventional": 3, "hourglass k=2": 2}  # all 5 candidates
+
+
+def _sweep_colours(fig) -> dict[str, set[str]]:
+    """Trace name less its ` · SWEEP` suffix -> the colours its sweeps are drawn in."""
+    colours: dict[str, set[str]] = {}
+    for t in fig.data:
+        name, _, sweep = (t.get("name") or "").rpartition(" · ")
+        c = (t.get("line") or {}).get("color") or (t.get("marker") or {}).get("color")
+        if name and sweep and isinstance(c, str):
+            colours.setdefault(name, set()).add(c)
+    return colours
+
+
+def test_two_sweeps_of_one_space_are_drawn_in_two_colours(tmp_path):
+    trials, curves = _demo_frames(tmp_path, ("demo-ucurve", "demo-ucurve-2"))
+    figures = [*applicable_figures(trials, curves), ("searched-lm", searched_figure(trials))]
+    checked = 0
+    for figure_id, fig in figures:
+        for name, colours in _sweep_colours(fig).items():
+            assert len(colours) == 2, (figure_id, name, colours)
+            checked += 1
+    assert checked >= 8  # the baseline's dashed line, the iso-budget series, the curves, ...

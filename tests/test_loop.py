@@ -163,7 +163,7 @@ def test_load_candidate_nested_and_flat(tmp_path):
     ("family: conventional\nmodel: {d_model: 30, n_layers: 2, n_heads: 4, d_h: 8}\n", "model",
      "not divisible"),
     ("family: conventional\nmodel: {d_modl: 32, n_layers: 2, n_heads: 2, d_h: 8}\n", "model.d_modl",
-     "Extra inputs"),
+     "unknown key 'd_modl' \\(did you mean 'd_model'\\? allowed: d_model, "),
     ("family: transformer\nmodel: {}\n", "family", "unknown family"),
     ("family: conventional\nmodel: {d_model: 32, n_layers: 2, n_heads: 2, d_h: 8}\ntrain: {lr: -1}\n",
      "train.lr", "greater than 0"),

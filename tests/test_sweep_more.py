@@ -28,6 +28,8 @@ from shapesweep.sweep.cli import main as shapesweep
 from sweep_helpers import CHILD_ENV, TINY_SPACE, TINY_TRAIN, pairs, raw_trial_rows, run
 from sweep_helpers import write_space as write_tiny_space
 
+from shapesweep.families.base import candidate_label
+
 pytestmark = pytest.mark.slow
 
 # Conventional LM, d_model 32: each depth gets the d_h that meets the budget.
@@ -36,8 +38,9 @@ TINY = {**TINY_SPACE, "name": "tiny-more", "search": {"n_layers": [1, 2]}, "trai
 # A second variant whose model reads only 100 token ids: it fails on data that uses more.
 POISON_VARIANTS = [{"name": "ok"},
                    {"name": "poison", "fixed": {"vocab_size": 100}, "search": {"n_layers": [2]}}]
-TRIAL_LINE = re.compile(r"^trial (\d+)/(\d+) (completed|stopped_early|failed) key=(\S+) "
-                        r"seed=(\d+) val_loss=(\S+) tokens=(\S+) elapsed=(\S+)s")
+# trial N/TOTAL STATUS: NAME, seed S: val_loss=... tokens=... elapsed=...s key=KEY
+TRIAL_LINE = re.compile(r"^trial (\d+)/(\d+) (completed|stopped_early|failed): (.+), seed (\d+): "
+                        r"val_loss=(\S+) tokens=(\S+) elapsed=(\S+)s key=(\S+)")
 
 
 def write_space(folder: Path, **changes) -> Path:
@@ -87,6 +90,8 @@ def test_ctrl_c_stops_cleanly_and_resume_finishes_each_trial_once(tmp_path):
     assert driver.returncode == 130, stderr[-2000:]
     assert took < 30, f"took {took:.0f}s to stop"
     assert "shapesweep run: interrupted" in stderr
+    assert re.search(rf"^interrupted; to finish the sweep: \S*shapesweep resume ctrlc --root {re.escape(str(root))}$",
+                     stderr, re.M), stderr[-2000:]
     assert Catalog(default_catalog_url(root)).get("ctrlc").status == "interrupted"
     assert leftovers(root) == []
     options = json.loads((Path(sweep_dir(str(root), "ctrlc")) / "sweep.json").read_text())
@@ -97,9 +102,10 @@ def test_ctrl_c_stops_cleanly_and_resume_finishes_each_trial_once(tmp_path):
     assert (landed["status"] == "completed").all(), landed[["trial_id", "status", "error"]]
     # Plain progress (stdout is a pipe): one line per trial that ended, then a summary.
     lines = trial_lines(stdout)
-    assert sorted(m[4] for m in lines) == sorted(landed["key"])
+    assert sorted(m[9] for m in lines) == sorted(landed["key"])
     for m in lines:
-        row = landed[landed["key"] == m[4]].iloc[0]
+        row = landed[landed["key"] == m[9]].iloc[0]
+        assert m[4] == f"conventional 32×{row['n_layers']}L d_h={row['d_h']}"  # named, not keyed
         assert (m[2], m[3], int(m[5])) == (str(len(expected)), "completed", 0)
         assert float(m[6]) == pytest.approx(row["val_loss"], abs=1e-4)
         assert int(m[7]) == 32768 and float(m[8]) > 0
@@ -116,12 +122,13 @@ def test_ctrl_c_stops_cleanly_and_resume_finishes_each_trial_once(tmp_path):
     assert Catalog(default_catalog_url(root)).get("ctrlc").status == "finished"
     missing = len(expected) - len(landed)
     lines = trial_lines(stdout)
-    assert sorted(m[4] for m in lines) == sorted({k for k, _ in expected} - set(landed["key"]))
+    assert sorted(m[9] for m in lines) == sorted({k for k, _ in expected} - set(landed["key"]))
     assert [int(m[1]) for m in lines] == list(range(1, missing + 1))
     best = raw[~raw["key"].isin(landed["key"])].sort_values("val_loss").iloc[0]
     assert re.search(rf"^sweep done: {missing} of {missing} trials ended this run \({missing} "
                      rf"completed, 0 stopped early, 0 failed\); best val_loss "
-                     rf"{best['val_loss']:.4f} \({best['trial_id']}\)", stdout, re.M)
+                     rf"{best['val_loss']:.4f} \(conventional 32×{best['n_layers']}L d_h={best['d_h']}, "
+                     rf"seed 0\)", stdout, re.M)
     # The closing report is one line (no wrapping at 80 columns in a log).
     assert re.search(rf"^sweep ctrlc: finished - {len(expected)} completed, 0 stopped early, "
                      rf"0 failed \({missing} trials this run\); results in \S+$", stdout, re.M)
@@ -258,11 +265,13 @@ def test_status_lists_sweeps_and_one_sweeps_best_trials(local_ray, tmp_path, cap
     assert f"space st ({space.space_hash})" in out and "status finished" in out
     assert "3 candidates, 3 trials" in out  # the failed one is listed too, with why it has no verdict
     assert "completed: 2  failed: 1" in out
-    rows = [line for line in out.splitlines() if re.match(r"^[│┃]\s*[0-9a-f]{12}-s0", line)]
-    order = [line.strip("│┃ ").split()[0] for line in rows]
-    # Best first by val_loss, the failed trial (no loss) last, with its error.
-    failed = trials[trials["status"] == "failed"]["trial_id"].iloc[0]
-    assert order == [*completed["trial_id"], failed]
+    rows = [line for line in out.splitlines() if re.match(r"^[│┃]\s*(ok|poison) ", line)]
+    order = [line.strip("│┃ ").split("│")[0].strip() for line in rows]
+    # Best first by val_loss, the failed trial (no loss) last, with its error; named by
+    # variant and shape, not by trial id.
+    failed = trials[trials["status"] == "failed"]
+    assert order == [candidate_label(row) for row in [*completed.to_dict("records"), *failed.to_dict("records")]]
+    assert order[-1].startswith("poison 32×2L")
     assert "failed" in rows[-1] and "UserError" in rows[-1]  # the error, cut to 60 characters
 
     assert shapesweep(["status", "nope", "--root", str(root)]) == 2
@@ -295,12 +304,16 @@ def test_progress_is_a_live_table_on_a_terminal_and_plain_lines_elsewhere(on_ter
     try:
         progress = SweepProgress(total=2, console=Console(file=stream, width=100), out=stream)
         assert progress.mode == ("live" if on_terminal else "plain")
+        baseline = {"family": "conventional", "variant": "baseline", "d_model": 64, "n_layers": 4,
+                    "d_h": 256}
+        hourglass = {"family": "hourglass", "variant": "hourglass", "d_model": 80, "n_layers": 6,
+                     "d_h": 37, "k": 2}
         with progress:
             progress.finished("t1", "completed", "abc-s0", None,
                               {"key": "abc", "seed": 0, "val_loss": 4.5, "tokens": 4096,
-                               "wall_time_s": 1.25})
+                               "wall_time_s": 1.25, **baseline})
             progress.finished("t2", "failed", "def-s0", "ValueError: boom",
-                              {"key": "def", "seed": 0})
+                              {"key": "def", "seed": 0, **hourglass})
         print("sweep X: finished", file=stream, flush=True)
         text = _read_pty(master) if on_terminal else stream.getvalue()
     finally:
@@ -310,18 +323,20 @@ def test_progress_is_a_live_table_on_a_terminal_and_plain_lines_elsewhere(on_ter
         plain = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", text)  # cursor and colour codes
         before, _, _ = plain.partition("sweep X: finished")
         assert "shapesweep" in before and before.endswith("\n"), repr(before[-80:])
-        assert "failed:" in before and "ValueError: boom" in before
+        assert "trial hourglass 80×6L d_h=37 k=2, seed 0 failed:" in before
+        assert "ValueError: boom" in before
     else:
         assert text.splitlines() == [
-            "trial 1/2 completed key=abc seed=0 val_loss=4.5000 tokens=4096 elapsed=1.2s",
-            "trial 2/2 failed key=def seed=0 val_loss=- tokens=- elapsed=-s "
-            "error=ValueError: boom",
+            "trial 1/2 completed: baseline 64×4L d_h=256, seed 0: val_loss=4.5000 tokens=4096 "
+            "elapsed=1.2s key=abc",
+            "trial 2/2 failed: hourglass 80×6L d_h=37 k=2, seed 0: val_loss=- tokens=- "
+            "elapsed=-s key=def error=ValueError: boom",
             text.splitlines()[2],
             "sweep X: finished",
         ]
         assert re.fullmatch(r"sweep done: 2 of 2 trials ended this run \(1 completed, 0 stopped "
-                            r"early, 1 failed\); best val_loss 4\.5000 \(abc-s0\); \d+s",
-                            text.splitlines()[2])
+                            r"early, 1 failed\); best val_loss 4\.5000 \(baseline 64×4L d_h=256, "
+                            r"seed 0\); \d+s", text.splitlines()[2])
 
 
 def test_ctrl_c_while_a_row_is_filed_lands_after_it():

@@ -115,3 +115,51 @@ def test_user_data_text_and_tokens(tmp_path, capsys):
     assert _train_json(capsys, wide, "--data", str(tmp_path / "ids.npy"))["steps"] == 3
     assert main(["train", path, "--data", str(tmp_path / "ids.npy")]) == 2  # vocab 1000 > 256
     assert "vocab_size=256" in capsys.readouterr().err
+
+
+def _train_subprocess(*argv: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "shapesweep.sweep.cli", "train", *argv],
+                          capture_output=True, text=True, timeout=300, env={**os.environ, **(env or {})})
+
+
+def test_train_uses_the_threads_it_is_given_and_the_free_cores_by_default(tmp_path):
+    """`--threads N` is what torch trains on, whatever OMP_NUM_THREADS says; the default is
+    the free cores, never more than this process may use (`trainers.threads`)."""
+    from shapesweep.trainers.threads import usable_cores
+
+    path = _candidate(tmp_path, "conventional", LM_MODELS["conventional"], {**LM_TRAIN, "steps": 2})
+    run = _train_subprocess(path, "--threads", "1", "--json", env={"OMP_NUM_THREADS": "8"})
+    assert run.returncode == 0, run.stderr
+    assert json.loads(run.stdout)["threads"] == 1
+    run = _train_subprocess(path, "--json", env={"OMP_NUM_THREADS": "64"})
+    assert run.returncode == 0, run.stderr
+    assert 1 <= json.loads(run.stdout)["threads"] <= usable_cores()
+
+
+@pytest.mark.parametrize(("cores", "load", "free"), [(2, 0.0, 2), (2, 0.3, 2), (2, 0.7, 1), (2, 1.2, 1),
+                                                     (2, 7.5, 1), (16, 4.2, 12)])
+def test_free_cores_are_the_usable_ones_less_the_load_at_least_one(cores, load, free):
+    from shapesweep.trainers.threads import free_cores
+
+    assert free_cores(cores, load) == free
+
+
+@pytest.mark.parametrize("threads", ["0", "100000"])
+def test_threads_beyond_this_machine_are_one_line(tmp_path, capsys, threads):
+    from shapesweep.trainers.threads import usable_cores
+
+    path = _candidate(tmp_path, "conventional", LM_MODELS["conventional"], LM_TRAIN)
+    assert main(["train", path, "--threads", threads]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"shapesweep train: error: --threads: must be 1 to {usable_cores()} (the cores this process "
+        f"may use), got {threads}"]
+
+
+def test_train_given_several_files_says_so_in_one_line(tmp_path, capsys):
+    """`train best/01-*.yaml` when the glob matches two files: one line, exit 2, nothing trained."""
+    first = _candidate(tmp_path, "conventional", LM_MODELS["conventional"], LM_TRAIN)
+    second = _candidate(tmp_path, "hourglass", LM_MODELS["hourglass"], LM_TRAIN)
+    assert main(["train", first, second, "--steps", "2"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.strip().splitlines() == [
+        f"shapesweep train: error: CONFIG: train takes one config file, got 2: {first}, {second}"]

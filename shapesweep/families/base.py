@@ -295,6 +295,29 @@ def stored_fields() -> list[tuple[str, Any]]:
 # ---------------------------------------------------------------- row helpers
 
 
+def shape_text(row: dict) -> str:
+    """A candidate's shape in one line, as its family's spec writes it (`80×6L d_h=37 k=2`)."""
+    spec = find(row.get("family"))
+    return spec.shape_text(row) if spec else lm_shape_text(row)
+
+
+def candidate_label(row: dict) -> str:
+    """What a person calls a candidate: its variant's name and its shape, then the tuned
+    values of a trial row (`hourglass 80×6L d_h=37 k=2 lr=0.003`), wherever a table, log line,
+    legend or hover text would otherwise show its key. The key stays in the data."""
+    name = row.get("variant")
+    name = name if isinstance(name, str) and name else row.get("family") or "?"
+    return " ".join(filter(None, [name, shape_text(row), tuned_text(row.get("tuned_json"))]))
+
+
+def tuned_text(tuned_json: Any) -> str:
+    """`lr=0.003` for a trial's tuned values ('' when nothing is tuned)."""
+    import json
+
+    tuned = json.loads(tuned_json) if isinstance(tuned_json, str) and tuned_json else {}
+    return " ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in tuned.items())
+
+
 def value(row: dict, column: str) -> Any:
     """A row's value for labels: None for missing / NaN; whole floats as ints (nullable int
     columns arrive as floats)."""

@@ -1,0 +1,169 @@
+"""Messages that point the right way: an error is located where the user wrote the key, a typo
+gets the name meant (difflib), a dropped baseline is warned about, a sweep looked for in the
+wrong folder names `--root`, and an interrupted sweep says the exact command that finishes it.
+Each through the real `shapesweep` entry point."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from shapesweep.results.store import sweep_dir
+from shapesweep.sweep.cli import main
+from sweep_helpers import CHILD_ENV, TINY_TRAIN, write_space
+
+VARIANTS = {
+    "name": "typos",
+    "family": "conventional",
+    "budget": {"non_embedding_params": 30912, "tolerance": 0.05},
+    "fixed": {"d_model": 32, "n_heads": 2, "vocab_size": 256},
+    "solve": "d_h",
+    "variants": [{"name": "baseline", "fixed": {"n_layers": 2}},
+                 {"name": "deep", "fixed": {"n_layers": 4}}],
+    "train": TINY_TRAIN,
+}
+
+
+def shapesweep(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def one_line(code: int, err: str) -> str:
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1, (code, err)
+    return lines[0]
+
+
+def _plan(capsys, tmp_path, doc: dict) -> str:
+    path = tmp_path / "space.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return one_line(*shapesweep(capsys, "plan", str(path))[::2])
+
+
+def test_a_typo_in_the_top_level_family_is_reported_at_family_with_the_name_meant(capsys, tmp_path):
+    """Every variant inherits it, but the user wrote it once, at the top."""
+    line = _plan(capsys, tmp_path, {**VARIANTS, "family": "convetional"})
+    assert line.endswith(": family: unknown family 'convetional' (did you mean 'conventional'? "
+                         "allowed: conventional, hourglass, variable_width, vision_mlp)"), line
+
+
+def test_a_typo_inside_a_variant_is_reported_at_that_variant(capsys, tmp_path):
+    variants = [VARIANTS["variants"][0], {"name": "deep", "fixed": {"n_layers": 4, "d_modle": 40}}]
+    line = _plan(capsys, tmp_path, {**VARIANTS, "variants": variants})
+    assert ": variants[1].fixed.d_modle: unknown dimension 'd_modle' for family conventional " \
+           "(did you mean 'd_model'? allowed: " in line, line
+
+
+def test_a_typo_a_variant_inherits_is_reported_where_it_was_written(capsys, tmp_path):
+    line = _plan(capsys, tmp_path, {**VARIANTS, "fixed": {**VARIANTS["fixed"], "n_haeds": 2}})
+    assert ": fixed.n_haeds: unknown dimension 'n_haeds' for family conventional (did you mean " \
+           "'n_heads'?" in line, line
+
+
+def test_an_unknown_key_gets_the_key_meant(capsys, tmp_path):
+    line = _plan(capsys, tmp_path, {**VARIANTS, "rount": {"d_h": 8}})
+    assert ": rount: unknown key 'rount' (did you mean 'round'? allowed: name, " in line, line
+
+
+def test_an_unknown_space_name_gets_the_built_in_meant(capsys):
+    line = one_line(*shapesweep(capsys, "plan", "demo-ucurv")[::2])
+    assert line.startswith("shapesweep plan: error: demo-ucurv: not a file and not a built-in space "
+                           "(did you mean 'demo-ucurve'? built-ins: "), line
+
+
+def test_an_unknown_verb_gets_the_verb_meant(capsys):
+    line = one_line(*shapesweep(capsys, "stauts")[::2])
+    assert line == ("shapesweep: error: unknown verb 'stauts' (did you mean 'status'? verbs: spaces, plan, "
+                    "train, run, resume, status, export, dashboard, serve, demo)")
+
+
+def _a_sweep(root: Path, name: str) -> None:
+    """A sweep's results folder with one trial (the real store; no Ray)."""
+    from shapesweep.results.store import write_trial
+    from synthetic import synthetic_sweep
+
+    row, curve = synthetic_sweep(name, 1, families=("conventional",), seed=1)[0]
+    write_trial(str(root), name, row, curve)
+
+
+@pytest.mark.parametrize("verb", ["status", "export", "resume"])
+def test_a_mistyped_sweep_name_gets_the_name_meant_and_the_sweeps_there(capsys, tmp_path, verb):
+    root = tmp_path / "sweeps"
+    for name in ("tiny-depths", "other"):
+        _a_sweep(root, name)
+    extra = ["--top", "1", "--out", str(tmp_path / "best")] if verb == "export" else []
+    line = one_line(*shapesweep(capsys, verb, "tiny-deptsh", "--root", str(root), *extra)[::2])
+    assert line == (f"shapesweep {verb}: error: name: no sweep named 'tiny-deptsh' under {root} (did you "
+                    "mean 'tiny-depths'? sweeps there: other, tiny-depths; --root names another folder)")
+
+
+@pytest.mark.parametrize("verb", ["status", "export", "resume"])
+def test_a_sweep_looked_for_from_another_folder_suggests_root(capsys, tmp_path, monkeypatch, verb):
+    """`status NAME` (default root ./sweeps) run where there is no ./sweeps: `--root` is the
+    answer; resume's line is that one line too, not "…/sweep.json: no sweep named …"."""
+    monkeypatch.chdir(tmp_path)
+    extra = ["--top", "1", "--out", "best"] if verb == "export" else []
+    line = one_line(*shapesweep(capsys, verb, "demo-ucurve", *extra)[::2])
+    assert line == (f"shapesweep {verb}: error: name: no sweep named 'demo-ucurve' under ./sweeps, and no "
+                    "sweeps there: give --root, the folder the sweep was run with (./sweeps where `run` ran)")
+    assert list(tmp_path.iterdir()) == []  # nothing made
+
+
+def test_a_tolerance_that_drops_the_baseline_is_warned_about_by_plan_and_run(capsys, tmp_path):
+    """The baseline's fixed shape is 5% off the budget: with a 1% tolerance it is dropped,
+    and nothing would be compared with it."""
+    from shapesweep.search_spaces.space import load_space
+    from shapesweep.sweep.runner import SweepOptions
+    from shapesweep.sweep.strategies import strategy_for
+
+    doc = {**VARIANTS, "budget": {"match": {"d_model": 64, "n_layers": 4, "d_h": 256}, "tolerance": 0.01},
+           "fixed": {"n_heads": 2, "vocab_size": 256, "activation": "swiglu"},
+           "variants": [{"name": "baseline", "fixed": {"d_model": 64, "n_layers": 4, "d_h": 240}, "solve": []},
+                        {"name": "deep", "fixed": {"d_model": 40, "n_layers": 10}}]}
+    path = tmp_path / "space.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    warning = ("warning: variant 'baseline' has no candidate (closest budget error -4.7% is outside the "
+               "tolerance 0.01): no other candidate will be compared with it; widen budget.tolerance or "
+               "put the baseline on budget")
+    code, out, _ = shapesweep(capsys, "plan", str(path))
+    assert code == 0 and warning in out.splitlines()
+    strategy = strategy_for(SweepOptions(space=str(path)), load_space(path))  # what `run` prints first
+    assert warning in strategy.notices
+    doc["budget"]["tolerance"] = 0.05  # within tolerance: no warning
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    assert shapesweep(capsys, "plan", str(path))[0] == 0
+    assert "warning" not in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_sigterm_prints_the_exact_resume_command_and_that_command_finishes_the_sweep(tmp_path):
+    space = write_space(tmp_path, name="term", search={"n_layers": [1, 2, 3, 4]},
+                        train={**TINY_TRAIN, "tokens": 32768})
+    root = tmp_path / "my sweeps"  # a root that needs quoting
+    driver = subprocess.Popen([sys.executable, "-m", "shapesweep.sweep.cli", "run", str(space), "--root",
+                               str(root), "--scheduler", "fifo", "--max-concurrent", "1", "--no-progress"],
+                              env=CHILD_ENV, start_new_session=True, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.PIPE, text=True)
+    trials = Path(sweep_dir(str(root), "term")) / "trials"
+    deadline = time.monotonic() + 240
+    while not (trials.is_dir() and list(trials.glob("*.parquet"))):
+        assert driver.poll() is None and time.monotonic() < deadline, "no trial landed"
+        time.sleep(0.2)
+    os.kill(driver.pid, signal.SIGTERM)
+    _, err = driver.communicate(timeout=120)
+    assert driver.returncode == 130, err[-2000:]
+    (hint,) = [line for line in err.splitlines() if line.startswith("interrupted; to finish the sweep: ")]
+    command = hint.removeprefix("interrupted; to finish the sweep: ")
+    assert command.endswith(f"resume term --root {shlex.quote(str(root))}"), command
+    resumed = subprocess.run(shlex.split(command), env=CHILD_ENV, capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert "sweep term: finished - 4 completed" in resumed.stdout
