@@ -38,7 +38,7 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
-from shapesweep.results import versions
+import shapesweep.results.versions as versions
 from shapesweep.results.schema import (
     CURVE_COLUMNS,
     LAYER_COLUMNS,

@@ -50,6 +50,17 @@ def step_tokens(train: Any, family: str) -> int:
     return train.batch_tokens if families.get(family).lm else train.batch_size
 
 
+
+def token_budget(train: Any, family: str) -> int:
+    """What a trial that runs to the end has trained on (images for vision), under its
+    resolved recipe `train` (a TrainConfig or its JSON)."""
+    from shapesweep.search_spaces.configs import TrainConfig
+
+    train = TrainConfig.model_validate(train)
+    if train.steps:
+        return int(train.steps * step_tokens(train, family))
+    return int(train.tokens)
+
 # A sweep trial saves a checkpoint at its first evaluation this many seconds after its last
 # (`run --checkpoint-every`): a lost worker costs this much training and an evaluation
 # interval at most, and a trial shorter than this pays no saves (on 2 CPU cores, a save and

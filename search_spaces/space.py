@@ -619,7 +619,8 @@ def _check_variant(space: SearchSpace, v: Resolved, file: str) -> None:
         raise UserError(f"solve {v.solve} needs ffn_ratio, fixed or searched", file=file, key=solve)
     if len(v.solve) > 2:
         raise UserError("at most two free dimensions", file=file, key=solve)
-    _check_complete(v, written_at(space, v, "fixed"), file)
+    # A missing value belongs to the variant that lacks it, wherever its other values come from.
+    _check_complete(v, f"variants[{v.origin}].fixed" if space.variants else "fixed", file)
     for dim, multiple in v.round.items():
         if multiple <= 0:
             raise UserError("a rounding multiple must be positive", file=file,

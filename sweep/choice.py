@@ -17,6 +17,7 @@ from typing import Any
 import pandas as pd
 from ray.tune.search import Searcher
 from shapesweep.results.stats import CHOICE_METRIC, choose_tuned
+from shapesweep.search_spaces.cadence import token_budget
 from shapesweep.sweep.search import reached_budget, trial_spec, trial_triple
 
 
@@ -76,8 +77,6 @@ class ChoiceSearcher(Searcher):
         return None if self.live or self.waiting else Searcher.FINISHED
 
     def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
-        from shapesweep.sweep.runner import token_budget
-
         spec = self.live.pop(trial_id, None)
         if spec is None or spec["seed"] not in self.choice_seeds:
             return
@@ -96,12 +95,12 @@ class ChoiceSearcher(Searcher):
             self.queue.extendleft(reversed(self.measure(key, tuned)))
 
 
-def choice_plan(space: Any, candidates: list, context: Any):
-    """The `TrialPlan` of a grid with choice seeds (`shapesweep.sweep.strategies`), from the
-    trials the store holds: choice trials missing, and measure trials of every candidate
+def choice_plan(space: Any, candidates: list, context: Any) -> tuple[Searcher, int, int]:
+    """What `shapesweep.sweep.strategies` makes the `TrialPlan` of a grid with choice seeds
+    from (searcher, trials of the sweep, trials this run starts at most), from the trials the
+    store holds: choice trials missing, and measure trials of every candidate
     whose choice is already made; the searcher adds the rest as choices are made."""
     from shapesweep.results.store import load_trials
-    from shapesweep.sweep.strategies import TrialPlan
 
     measure = MeasureSpecs(space, candidates, context.seeds, context.data, context.skip)
     stored = _stored_choices(load_trials(context.root, [context.name]), space.choice_seeds, context.skip)
@@ -122,7 +121,7 @@ def choice_plan(space: Any, candidates: list, context: Any):
     searcher = ChoiceSearcher(queue, waiting, rows, measure, space.choice_seeds)
     launches = len(queue) + undecided * len(context.seeds)  # at most: the choices decide
     total = len(candidates) * space.trials_per_candidate(context.seeds)
-    return TrialPlan({}, max(launches, 1), searcher, total, launches)
+    return searcher, total, launches
 
 
 def _stored_choices(trials: pd.DataFrame, choice_seeds: list[int],

@@ -39,7 +39,12 @@ from ray.tune import Callback
 from shapesweep.results import live
 from shapesweep.results.rows import CURVE_FIELDS, TrialRecord, final_metrics
 from shapesweep.results.store import STALE_S
-from shapesweep.search_spaces.cadence import CHECKPOINT_EVERY_S, evaluation_line, step_tokens
+from shapesweep.search_spaces.cadence import (
+    CHECKPOINT_EVERY_S,
+    evaluation_line,
+    step_tokens,
+    token_budget,
+)
 
 from shapesweep.common import UserError, human
 from shapesweep.families import base as families
@@ -150,17 +155,6 @@ def _vocab_sizes(space: Any, candidates: list | None) -> set[int]:
     return {v for variant in space.resolved()
             for v in variant.grid_values().get("vocab_size")
             or [variant.fixed.get("vocab_size", default)]}
-
-
-def token_budget(train: Any, family: str) -> int:
-    """What a trial that runs to the end has trained on (images for vision), under its
-    resolved recipe `train` (a TrainConfig or its JSON)."""
-    from shapesweep.search_spaces.configs import TrainConfig
-
-    train = TrainConfig.model_validate(train)
-    if train.steps:
-        return int(train.steps * step_tokens(train, family))
-    return int(train.tokens)
 
 
 def sweep_budgets(space: Any, candidates: list | None) -> set[int] | None:

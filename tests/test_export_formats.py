@@ -173,10 +173,10 @@ def test_a_mup_model_exports_with_its_multipliers_folded_in(tmp_path, capsys):
     weights, ours = _train_saved(tmp_path, *MUP)
     assert ours.output_mult == 0.5 and ours.blocks[0].attn.scale is not None  # real muP
     capsys.readouterr()
-    rows = _sweep(tmp_path / "root", [MUP])
+    _sweep(tmp_path / "root", [MUP])
     assert _export(tmp_path / "root", tmp_path / "out", "--weights", str(weights)) == 0
     theirs, info = LlamaForCausalLM.from_pretrained(
-        tmp_path / "out" / f"01-conventional-{rows[0]['key']}", output_loading_info=True)
+        tmp_path / "out" / "01-conventional", output_loading_info=True)
     assert not any(info.values()), info
     assert theirs.config.tie_word_embeddings
     assert theirs.lm_head.weight is theirs.model.embed_tokens.weight  # one tensor, tied
@@ -245,9 +245,9 @@ def test_the_hf_folder_generates_text_through_a_pipeline_offline(tmp_path, capsy
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     weights, _ = _train_saved(tmp_path, BASE)
-    rows = _sweep(tmp_path / "root", [(BASE, {})])
+    _sweep(tmp_path / "root", [(BASE, {})])
     assert _export(tmp_path / "root", tmp_path / "out", "--weights", str(weights)) == 0
-    folder = tmp_path / "out" / f"01-conventional-{rows[0]['key']}"
+    folder = tmp_path / "out" / "01-conventional"
     text = "def f(x):\n    return 'héllo' \u2192 x\n"
     tokenizer = AutoTokenizer.from_pretrained(folder)
     assert tokenizer(text)["input_ids"] == list(text.encode())
@@ -274,10 +274,10 @@ def test_export_carries_the_tokenizer_json_it_is_given(tmp_path, capsys):
     from transformers import AutoTokenizer
 
     ours = _bpe_tokenizer(tmp_path / "tokenizer.json", 200)
-    rows = _sweep(tmp_path / "root", [(BASE, {})])
+    _sweep(tmp_path / "root", [(BASE, {})])
     assert _export(tmp_path / "root", tmp_path / "out", "--tokenizer",
                    str(tmp_path / "tokenizer.json")) == 0
-    theirs = AutoTokenizer.from_pretrained(tmp_path / "out" / f"01-conventional-{rows[0]['key']}")
+    theirs = AutoTokenizer.from_pretrained(tmp_path / "out" / "01-conventional")
     text = "for key, value in items.items():"
     assert theirs(text)["input_ids"] == ours.encode(text).ids != list(text.encode())
 

@@ -37,7 +37,7 @@ def _gpt(folder):
 def test_model_config_builds_a_gpt_of_exactly_params_total(tmp_path, capsys, name):
     rows = _sweep(tmp_path / "root", [(UNTIED[name], {})])
     assert _export(tmp_path / "root", tmp_path / "out", format="litgpt") == 0
-    folder = tmp_path / "out" / f"01-conventional-{rows[0]['key']}"
+    folder = tmp_path / "out" / "01-conventional"
     assert capsys.readouterr().out.split() == [str(folder)]
     assert sorted(p.name for p in folder.iterdir()) == ["model_config.yaml", "shapesweep.yaml"]
     assert sum(p.numel() for p in _gpt(folder).parameters()) == rows[0]["params_total"]
@@ -47,9 +47,9 @@ def test_model_config_builds_a_gpt_of_exactly_params_total(tmp_path, capsys, nam
 def test_trained_weights_give_shapesweeps_logits(tmp_path, capsys, name):
     weights, ours = _train_saved(tmp_path, UNTIED[name])
     capsys.readouterr()
-    rows = _sweep(tmp_path / "root", [(UNTIED[name], {})])
+    _sweep(tmp_path / "root", [(UNTIED[name], {})])
     assert _export(tmp_path / "root", tmp_path / "out", "--weights", str(weights), format="litgpt") == 0
-    folder = tmp_path / "out" / f"01-conventional-{rows[0]['key']}"
+    folder = tmp_path / "out" / "01-conventional"
     theirs = _gpt(folder)
     theirs.load_state_dict(torch.load(folder / "lit_model.pth"), strict=True)  # every weight named
     tokens = _tokens()[:, :TRAIN["seq_len"]]  # litgpt refuses sequences beyond block_size (seq_len)
@@ -65,7 +65,7 @@ def test_tied_embeddings_become_a_copied_lm_head_with_the_same_logits(tmp_path, 
     capsys.readouterr()
     rows = _sweep(tmp_path / "root", [(MODELS["tied"], {})])
     assert _export(tmp_path / "root", tmp_path / "out", "--weights", str(weights), format="litgpt") == 0
-    folder = tmp_path / "out" / f"01-conventional-{rows[0]['key']}"
+    folder = tmp_path / "out" / "01-conventional"
     theirs = _gpt(folder)
     extra = MODELS["tied"].get("vocab_size", 256) * MODELS["tied"]["d_model"]
     assert sum(p.numel() for p in theirs.parameters()) == rows[0]["params_total"] + extra
@@ -79,9 +79,9 @@ def test_a_mup_model_exports_with_its_multipliers_folded_in(tmp_path, capsys):
     weights, ours = _train_saved(tmp_path, *MUP)
     assert ours.output_mult == 0.5 and ours.blocks[0].attn.scale is not None  # real muP
     capsys.readouterr()
-    rows = _sweep(tmp_path / "root", [MUP])
+    _sweep(tmp_path / "root", [MUP])
     assert _export(tmp_path / "root", tmp_path / "out", "--weights", str(weights), format="litgpt") == 0
-    folder = tmp_path / "out" / f"01-conventional-{rows[0]['key']}"
+    folder = tmp_path / "out" / "01-conventional"
     theirs = _gpt(folder)
     theirs.load_state_dict(torch.load(folder / "lit_model.pth"), strict=True)
     tokens = _tokens()[:, :TRAIN["seq_len"]]
