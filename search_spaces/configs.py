@@ -84,7 +84,9 @@ class TrainConfig(_Strict):
     eval_every: PositiveInt | None = None  # steps; default ~10 evaluations per trial
     eval_tokens: PositiveCount = 32768  # LM validation tokens per evaluation
     seed: Annotated[int, Field(ge=0, lt=MAX_SEED)] = 0
-    compile: bool = False  # torch.compile (CUDA only)
+    compile: bool = False  # torch.compile of the training forward (any device: inductor on CPU)
+    # bf16 autocast of the forward; auto: bfloat16 on CUDA, none elsewhere
+    autocast: Literal["auto", "bfloat16", "none"] = "auto"
     noise_std: Annotated[float, Field(gt=0)] = 0.25  # vision denoising
     # How weights start (shapesweep.trainers.mup): normal | scaled | xavier | mup. Unset: mup under
     # `parametrization: mup`, else normal; `init: mup` alone turns muP on.
