@@ -1,20 +1,28 @@
-"""GPU training-step benchmark on the sweep's real shapes, the loop next to a plain loop.
+"""Training-step benchmark of the GPU recipe (torch.compile, and bf16 autocast on CUDA) on
+the sweep's real shapes: the loop next to a plain loop, and compiled next to eager.
 
-For seed 000's 113M pair (conventional 768x12 d_h 3072, hourglass k=4 1032x12 d_h 418;
-vocab 50304, seq 2048) and the 500M ><former pair of `vformer-shapes-500m` (constant
-width and its first bottleneck candidate, at the space's seq_len): tokens/s, MFU, peak
-memory, and the ratio of `shapesweep.trainers.loop.train` to the plain PyTorch loop of
-`bench_train_step` on the same model, set up and compiled the same way. The two alternate
-(ABBA), several repeats, medians. MFU follows PaLM: `account(config).flops_per_token` x
-tokens/s / the device's dense bf16 peak (`PEAK_TFLOPS` by device name, or --peak-tflops).
+On CUDA, for seed 000's 113M pair (conventional 768x12 d_h 3072, hourglass k=4 1032x12
+d_h 418; vocab 50304, seq 2048) and the 500M ><former pair of `vformer-shapes-500m`
+(constant width and its first bottleneck candidate, at the space's seq_len): tokens/s, MFU,
+peak memory, the ratio of `shapesweep.trainers.loop.train` to the plain PyTorch loop of
+`bench_train_step` on the same model, set up and compiled the same way, and the ratio of the
+loop compiled to the loop eager. Each pair alternates (ABBA), several repeats, medians.
+MFU follows PaLM: `account(config).flops_per_token` x tokens/s / the device's dense bf16
+peak (`PEAK_TFLOPS` by device name, or --peak-tflops). Each row also says what torch.compile
+did in the loop's runs (`compiled`, graph breaks, recompiles).
+
+On CPU (`--device cpu`, the default without CUDA) the same measurement runs on a small LM
+(conventional 128x4, d_h 512, seq 128; one torch thread, process CPU time, Inductor's C++
+kernels, no autocast): the figures that can be had without a GPU, and the CUDA path's twin.
 
 `--sweep` also runs one real `shapesweep run` of a few short trials (two shapes, two seeds
 each, one at a time) and prints per trial: start-up (Ray, actor, data), the first
 interval's compile time, and steady throughput; a repeated shape should compile faster
-(the shared Inductor cache, `shapesweep.trainers.loop.compile_cache`).
+(the shared Inductor cache, `shapesweep.trainers.compiled.compile_cache`).
 
-`--quick --device cpu` runs tiny shapes (no compile, no MFU unless --peak-tflops) so the
-script itself is tested without a GPU.
+`--quick` runs tiny shapes and few steps (its test traces them with dynamo alone:
+TORCH_COMPILE_OVERRIDE_BACKENDS=">=0:eager"). On a GPU machine, all of it is one command,
+`.venv/bin/python benchmarks/bench_gpu.py --sweep` (docs/gpu.md).
 
     .venv/bin/python benchmarks/bench_gpu.py [--quick] [--device cuda|cpu] [--peak-tflops T]
                                              [--repeats N] [--sweep]
@@ -49,8 +57,12 @@ def vformer_pair(space_name: str):
     return pick, space.train.seq_len
 
 
-def shapes(quick: bool) -> list[tuple[str, object, int]]:
-    """(name, config, seq_len) of each benchmarked shape; tiny stand-ins with --quick."""
+def shapes(quick: bool, device: str) -> list[tuple[str, object, int]]:
+    """(name, config, seq_len) of each benchmarked shape; tiny stand-ins with --quick, one
+    small LM on CPU."""
+    if device == "cpu" and not quick:
+        return [("conventional 128x4 d_h 512", make_config(dict(
+            family="conventional", d_model=128, n_layers=4, n_heads=4, d_h=512)), 128)]
     if quick:
         lm = dict(vocab_size=256, n_heads=2)
         pair = [("conventional tiny", make_config(dict(family="conventional", d_model=32,
@@ -70,14 +82,16 @@ def shapes(quick: bool) -> list[tuple[str, object, int]]:
 
 
 def measure(config, seq_len: int, device: str, quick: bool, repeats: int, peak: float | None):
-    """One shape: loop and plain tokens/s (median of alternating repeats), ratio, MFU, memory."""
+    """One shape, compiled: loop and plain tokens/s (median of alternating repeats), their
+    ratio, MFU, memory; then the loop compiled vs eager."""
     cuda = device == "cuda"
-    micro = max(1, (256 if quick else TOKENS_PER_MICRO_BATCH) // seq_len)
+    micro = max(1, (256 if quick else TOKENS_PER_MICRO_BATCH if cuda else 2048) // seq_len)
     recipe = TrainConfig(seq_len=seq_len, batch_tokens=micro * seq_len, micro_batch_size=micro,
-                         lr=1e-3, eval_tokens=seq_len, compile=cuda, steps=1)
+                         lr=1e-3, eval_tokens=seq_len, compile=True, steps=1)
     warmup, measured = (2, 4) if quick else (10, 30)
     clock = time.perf_counter if cuda else time.process_time
     memory = {"loop": [], "plain": []}
+    compiled_runs = []
 
     def peak_memory(side, run):
         def wrapped():
@@ -90,18 +104,28 @@ def measure(config, seq_len: int, device: str, quick: bool, repeats: int, peak: 
             return value
         return wrapped
 
+    def loop(recipe):
+        return lambda: ours_tokens_per_s(config, recipe, warmup, measured, device, clock,
+                                         compiled_runs if recipe.compile else None)
+
     ratio, low, high, ours, plain = paired_ratio(
-        peak_memory("loop", lambda: ours_tokens_per_s(config, recipe, warmup, measured, device,
-                                                      clock)),
+        peak_memory("loop", loop(recipe)),
         peak_memory("plain", lambda: plain_tokens_per_s(config, recipe, warmup, measured, device,
                                                         clock)), repeats)
+    speedup, speedup_low, speedup_high, _, eager = paired_ratio(
+        loop(recipe), loop(recipe.model_copy(update={"compile": False})), repeats)
     flops = account(config, seq_len).flops_per_token
+    did = {(r.compiled, r.graph_breaks, r.recompiles, r.autocast_dtype) for r in compiled_runs}
     return {"tokens/s": f"{ours:,.0f}", "plain tokens/s": f"{plain:,.0f}",
             "ratio": f"{ratio:.3f} [{low:.2f}-{high:.2f}]",
+            "eager tokens/s": f"{eager:,.0f}",
+            "compiled/eager": f"{speedup:.3f} [{speedup_low:.2f}-{speedup_high:.2f}]",
             "MFU": f"{flops * ours / peak:.1%}" if peak else "n/a (no peak for this device)",
             "peak memory": (f"{max(memory['loop']) / 2**30:.1f} GiB (plain "
                             f"{max(memory['plain']) / 2**30:.1f})") if cuda else "n/a (CPU)",
-            "micro-batch": f"{micro} x {seq_len}"}
+            "micro-batch": f"{micro} x {seq_len}",
+            "compile": "; ".join(f"compiled {c}, {b} graph breaks, {r} recompiles, autocast {a}"
+                                 for c, b, r, a in sorted(did, key=str))}
 
 
 def tiny_space(tokens: int) -> dict:
@@ -157,7 +181,9 @@ def time_sweep(quick: bool, device: str) -> list[str]:
         compile_s = max(0.0, first.elapsed_s - first.tokens / steady)
         lines.append(f"  trial n_layers={trial.n_layers} seed={trial.seed}: first interval "
                      f"{first.elapsed_s:.1f} s (compile ~{compile_s:.1f} s), steady "
-                     f"{steady:,.0f} tok/s, trial {trial.wall_time_s:.1f} s")
+                     f"{steady:,.0f} tok/s, trial {trial.wall_time_s:.1f} s; compiled "
+                     f"{trial.compiled}, {trial.graph_breaks} graph breaks, {trial.recompiles} "
+                     f"recompiles, autocast {trial.autocast_dtype}")
     return lines
 
 
@@ -181,7 +207,7 @@ def main() -> None:
         peak_flops(name) if args.device == "cuda" else None)
     repeats = args.repeats or (2 if args.quick else 4)
     print(f"device: {name}, peak {peak / 1e12:.0f} TFLOP/s" if peak else f"device: {name}")
-    for shape, config, seq_len in shapes(args.quick):
+    for shape, config, seq_len in shapes(args.quick, args.device):
         row = measure(config, seq_len, args.device, args.quick, repeats, peak)
         print(f"{shape}: " + ", ".join(f"{key} {value}" for key, value in row.items()))
     if args.sweep:

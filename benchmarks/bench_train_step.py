@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 from shapesweep.search_spaces.accounting import account
 from shapesweep.search_spaces.configs import TrainConfig, make_config
-from shapesweep.trainers.loop import make_task, train
+from shapesweep.trainers.loop import autocast_dtype, make_task, train
 from shapesweep.trainers.models import build_model
 from shapesweep.trainers.mup import configure
 
@@ -48,13 +48,18 @@ def synchronize(device: str) -> None:
 
 
 def ours_tokens_per_s(config, recipe: TrainConfig, warmup: int, measured: int,
-                      device: str = "cpu", clock=time.process_time) -> float:
+                      device: str = "cpu", clock=time.process_time,
+                      results: list | None = None) -> float:
     """Tokens/s of `train()` between its evaluation callback after `warmup` steps (compilation
-    done) and its last one. Evaluations run on a one-sequence val set: a <1% handicap."""
+    done) and its last one. Evaluations run on a one-sequence val set: a <1% handicap.
+    `results` (a list) gets the run's TrainResult."""
     marks: list[tuple[float, int]] = []
     recipe = recipe.model_copy(update={"steps": warmup + measured, "tokens": None,
                                        "eval_every": warmup, "eval_tokens": recipe.seq_len})
-    train(config, recipe, callback=lambda m: marks.append((clock(), m["tokens"])), device=device)
+    result = train(config, recipe, callback=lambda m: marks.append((clock(), m["tokens"])),
+                   device=device)
+    if results is not None:
+        results.append(result)
     (t0, n0), (t1, n1) = marks[0], marks[-1]
     return (n1 - n0) / (t1 - t0)
 
@@ -62,9 +67,10 @@ def ours_tokens_per_s(config, recipe: TrainConfig, warmup: int, measured: int,
 def plain_tokens_per_s(config, recipe: TrainConfig, warmup: int, measured: int,
                        device: str = "cpu", clock=time.process_time) -> float:
     """The minimal nanoGPT-style loop on the same batches and init, timed after `warmup` steps.
-    On CUDA it gets what the loop gets: bf16 autocast, fused AdamW, pinned non-blocking
-    copies and, with `recipe.compile`, torch.compile."""
+    It gets what the loop gets: the recipe's autocast, with `recipe.compile` torch.compile,
+    and on CUDA fused AdamW and pinned non-blocking copies."""
     cuda = device == "cuda"
+    dtype = autocast_dtype(recipe, torch.device(device))
     task, n_seq, tokens_per_step, _ = make_task(config, recipe, None, None)
     torch.manual_seed(recipe.seed)
     model = build_model(config)
@@ -72,14 +78,14 @@ def plain_tokens_per_s(config, recipe: TrainConfig, warmup: int, measured: int,
     model.to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=recipe.lr, weight_decay=recipe.weight_decay,
                                   betas=(recipe.beta1, recipe.beta2), fused=cuda or None)
-    forward = torch.compile(model) if cuda and recipe.compile else model
+    forward = torch.compile(model) if recipe.compile else model
     for step in range(warmup + measured):
         if step == warmup:
             synchronize(device)
             start = clock()
         x, y = (t.pin_memory().to(device, non_blocking=True) if cuda else t
                 for t in task.train_batch(step, n_seq))
-        with torch.autocast(device, dtype=torch.bfloat16, enabled=cuda):
+        with torch.autocast(device, dtype=dtype or torch.bfloat16, enabled=dtype is not None):
             logits = forward(x)
         loss = F.cross_entropy(logits.float().flatten(0, 1), y.flatten())
         loss.backward()

@@ -18,9 +18,12 @@ from shapesweep.results.store import write_trial
 
 # What one evaluation reports (a curve row without its sweep and trial id).
 CURVE_FIELDS = tuple(name for name in CURVE_COLUMNS.names if name not in ("sweep", "trial_id"))
+# How a trial's step ran: the loop's final report has them (`TrainResult`), a curve does not.
+COMPILE_FIELDS = ("compiled", "graph_breaks", "recompiles", "autocast_dtype")
 # A trial's final metrics (`final_metrics`).
 METRIC_FIELDS = ("val_loss", "best_val_loss", "val_ppl", "train_loss", "psnr", "ssim", "tokens",
-                 "steps", "wall_time_s", "tokens_per_s", "val_loss_se", "train_loss_tail")
+                 "steps", "wall_time_s", "tokens_per_s", "val_loss_se", "train_loss_tail",
+                 *COMPILE_FIELDS)
 
 
 @dataclass
@@ -97,4 +100,5 @@ def final_metrics(last: dict[str, Any], curve: list[dict[str, Any]], status: str
         "steps": last.get("steps", last.get("step")),
         "wall_time_s": elapsed,
         "tokens_per_s": last.get("tokens_per_s", tokens / elapsed if tokens and elapsed else None),
+        **{name: last.get(name) for name in COMPILE_FIELDS},
     }

@@ -51,6 +51,9 @@ TRIAL_COLUMNS = pa.schema(
         # `train_loss_tail`: seed 002's reported loss, the training loss over the last steps.
         ("val_loss_se", _FLOAT), ("train_loss_tail", _FLOAT),
         ("tokens", _INT), ("steps", _INT), ("wall_time_s", _FLOAT), ("tokens_per_s", _FLOAT),
+        # how the step ran (shapesweep.trainers.compiled): torch.compile's counts are null
+        # without train.compile; autocast_dtype is bfloat16 | none
+        ("compiled", _BOOL), ("graph_breaks", _INT), ("recompiles", _INT), ("autocast_dtype", _STR),
         *ACCOUNTING_COLUMNS,
         *SHAPE_COLUMNS,
         ("train_tokens_budget", _INT), ("seq_len", _INT), ("lr", _FLOAT),

@@ -94,7 +94,9 @@ class TrainConfig(_Strict):
     # seed 002's reported loss: the training loss over the last this-many steps (every 10th)
     loss_tail_steps: PositiveInt = 1000
     seed: Annotated[int, Field(ge=0, lt=MAX_SEED)] = 0
-    compile: bool = False  # torch.compile (CUDA only)
+    compile: bool = False  # torch.compile of the training forward (any device: inductor on CPU)
+    # bf16 autocast of the forward; auto: bfloat16 on CUDA, none elsewhere
+    autocast: Literal["auto", "bfloat16", "none"] = "auto"
     noise_std: Annotated[float, Field(gt=0)] = 0.25  # vision denoising
     # How weights start (shapesweep.trainers.mup): normal | scaled | xavier | mup. Unset: mup under
     # `parametrization: mup`, else normal; `init: mup` alone turns muP on.

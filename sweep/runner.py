@@ -600,11 +600,19 @@ def _check(options: SweepOptions) -> tuple[SweepOptions, _Checked]:
 def _check_data_parallel(options: SweepOptions, space: Any, candidates: list | None) -> None:
     """With N > 1 workers per trial: every language model's step splits evenly over them,
     and under fsdp no candidate is a mixture of experts (an Optuna search's candidates are
-    not known yet; its trials are checked as they start)."""
-    from shapesweep.trainers.parallel import check_shardable, check_split, sequences_per_step
+    not known yet; its trials are checked as they start) and no recipe compiles."""
+    from shapesweep.trainers.parallel import (
+        check_compilable,
+        check_shardable,
+        check_split,
+        sequences_per_step,
+    )
 
     if options.workers_per_trial < 2:
         return
+    if options.parallel == "fsdp":
+        for variant in space.resolved():
+            check_compilable(variant.train, "--parallel")
     for candidate in candidates or []:
         if families.get(candidate.config.family).lm:
             train = space.train_for(candidate=candidate)

@@ -218,7 +218,12 @@ def _threads(args: argparse.Namespace) -> int | None:
 def train(args: argparse.Namespace) -> int:
     from shapesweep.search_spaces.candidate_file import load_candidate
     from shapesweep.trainers.loop import train as run_training
-    from shapesweep.trainers.parallel import check_shardable, check_split, sequences_per_step
+    from shapesweep.trainers.parallel import (
+        check_compilable,
+        check_shardable,
+        check_split,
+        sequences_per_step,
+    )
     from shapesweep.trainers.threads import use_threads
 
     args.config = _one_config(args.config)
@@ -229,6 +234,7 @@ def train(args: argparse.Namespace) -> int:
     config, recipe = load_candidate(args.config)
     if args.workers > 1 and args.parallel == "fsdp":
         check_shardable(config)
+        check_compilable(recipe)
     if args.workers > 1 and of(config).lm:  # before Ray starts (images: once they are read)
         check_split(sequences_per_step(recipe), args.workers, "--workers")
     if args.steps is not None or args.tokens is not None:

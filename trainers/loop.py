@@ -11,9 +11,11 @@ trackers) is no part of the trial's `elapsed_s` and `wall_time_s`.
 
 On a GPU the step never waits for the device: losses stay on it and are read once per
 evaluation interval (where a NaN is caught and named by its step), batches are pinned and
-the next one is copied ahead; bf16 autocast, fused AdamW and TF32 matmuls, and with
-`train.compile` torch.compile, its kernels cached for every trial (`compile_cache`). On CPU
-the arithmetic is exactly that of a plain loop.
+the next one is copied ahead; bf16 autocast (`train.autocast`), fused AdamW and TF32 matmuls.
+`train.compile` runs the training forward under torch.compile on any device (inductor on
+CPU too; `shapesweep.trainers.compiled`: a fresh cache per trial, graph breaks and recompiles
+counted into the result). On CPU, uncompiled and in fp32, the arithmetic is exactly that of
+a plain loop.
 
 Data parallel: run in N processes of a torch.distributed group (Ray Train's workers), the
 loop wraps the model in DDP, or shards it with FSDP2 (`parallel="fsdp"`: each rank holds
@@ -27,7 +29,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import os
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
@@ -42,7 +43,12 @@ from shapesweep.search_spaces.configs import (
 )
 from shapesweep.trainers import checkpoint
 from shapesweep.trainers.loss_tail import LossTail
-from shapesweep.trainers.parallel import check_shardable, check_split, sequences_per_step
+from shapesweep.trainers.parallel import (
+    check_compilable,
+    check_shardable,
+    check_split,
+    sequences_per_step,
+)
 
 from shapesweep.common import UserError
 from shapesweep.families.base import of
@@ -78,6 +84,12 @@ class TrainResult:
     accuracy: float | None = None  # vision genclass only
     layers: list[dict[str, Any]] = field(default_factory=list)  # shapesweep.trainers.analysis rows, if run
     train_loss_tail: float | None = None  # seed 002's reported loss (shapesweep.trainers.loss_tail)
+    # torch.compile and autocast as they ran (shapesweep.trainers.compiled): compiled is
+    # whether dynamo compiled the training forward; the counts are None without train.compile
+    compiled: bool = False
+    graph_breaks: int | None = None
+    recompiles: int | None = None  # graphs compiled after the forward's first call
+    autocast_dtype: str = "none"  # bfloat16 | none
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -195,13 +207,19 @@ def prefetched(train_batch: Callable, steps: range, per_step: int, dev) -> Itera
         yield step, *batch
 
 
-def compile_cache() -> str:
-    """Point Inductor's cache (Triton's follows it) at one folder under `cache_dir()` shared by
-    every trial of every sweep on this machine, so a repeated shape reuses compiled kernels
-    instead of compiling again. An explicit TORCHINDUCTOR_CACHE_DIR wins."""
-    from shapesweep.trainers.data import cache_dir
+def autocast_dtype(train: TrainConfig, dev: torch.device) -> torch.dtype | None:
+    """The forward's autocast dtype: `train.autocast`, whose `auto` is bf16 on CUDA only.
+    Losses, norms and the router's softmax stay in fp32 under it (`_loss`, RMSNorm's opmath)."""
+    if train.autocast == "auto":
+        return torch.bfloat16 if dev.type == "cuda" else None
+    return torch.bfloat16 if train.autocast == "bfloat16" else None
 
-    return os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache_dir() / "inductor"))
+
+def adamw(groups: list[dict], train: TrainConfig, fused: bool) -> torch.optim.AdamW:
+    """AdamW over the muP groups, each at train.lr x its lr_scale; `fused` on CUDA (one
+    kernel for all parameters), torch's default (foreach) implementation elsewhere."""
+    return torch.optim.AdamW([{**g, "lr": train.lr * g.get("lr_scale", 1.0)} for g in groups],
+                             lr=train.lr, betas=(train.beta1, train.beta2), fused=fused or None)
 
 
 def _cuda_speedups() -> None:
@@ -291,6 +309,7 @@ def train(model_config, train: TrainConfig, data: str | None = None,
     sharded = world > 1 and parallel == "fsdp"
     if sharded:
         check_shardable(model_config)
+        check_compilable(train)
     # refuse a model too large before torch allocates it
     check_fits(model_config, train, dev, shards=world if sharded else 1)
     cuda = dev.type == "cuda"
@@ -311,19 +330,16 @@ def train(model_config, train: TrainConfig, data: str | None = None,
     if sharded:
         groups = _fully_shard(model, groups, per_step)
     params_measured = sum(p.numel() for p in model.parameters() if p.requires_grad)  # sharded: whole
-    optimizer = torch.optim.AdamW(
-        [{**g, "lr": train.lr * g.get("lr_scale", 1.0)} for g in groups],
-        lr=train.lr, betas=(train.beta1, train.beta2), fused=cuda or None)
+    optimizer = adamw(groups, train, fused=cuda)
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda s: lr_multiplier(s, steps, train, units_per_step))
     params = [p for g in groups for p in g["params"]]
     forward = _data_parallel(model, per_step, dev) if world > 1 and not sharded else model
-    if cuda and train.compile:
-        compile_cache()
-        forward = torch.compile(forward)
+    stepper = _compiled(forward) if train.compile else forward  # evaluation stays eager
+    dtype = autocast_dtype(train, dev)
 
     def autocast():
-        return torch.autocast("cuda", dtype=torch.bfloat16) if cuda else contextlib.nullcontext()
+        return torch.autocast(dev.type, dtype=dtype) if dtype else contextlib.nullcontext()
 
     identity = {"config_key": config_key(model_config), "family": model_config.family,
                 "train": train.model_dump(mode="json"), "data_hash": data_hash}
@@ -346,7 +362,7 @@ def train(model_config, train: TrainConfig, data: str | None = None,
         t_interval = time.perf_counter()
         batches = _shard(task.train_batch, rank, world)
         for step, x, y in prefetched(batches, range(start, steps), per_step, dev):
-            losses.append(_backward(forward, x, y, micro, dev, autocast, train.z_loss))
+            losses.append(_backward(stepper, x, y, micro, dev, autocast, train.z_loss))
             if train.grad_clip > 0:  # no sync: a non-finite norm is caught with the loss
                 torch.nn.utils.clip_grad_norm_(params, train.grad_clip)
             lr_now = train.lr * lr_multiplier(step, steps, train, units_per_step)
@@ -400,7 +416,18 @@ def train(model_config, train: TrainConfig, data: str | None = None,
     result = _result(curve, prior_elapsed + time.perf_counter() - t0 - reporting, train_time,
                      params_measured, data_hash, stopped)
     result.layers, result.train_loss_tail = layers, tail.mean()
+    result.autocast_dtype = str(dtype).removeprefix("torch.") if dtype else "none"
+    if train.compile:
+        for name, value in stepper.report().items():
+            setattr(result, name, value)
     return result
+
+
+def _compiled(forward: torch.nn.Module):
+    """The training steps' forward under torch.compile (`shapesweep.trainers.compiled`)."""
+    from shapesweep.trainers.compiled import CompiledForward
+
+    return CompiledForward(forward)
 
 
 def _process_group() -> tuple[int, int]:

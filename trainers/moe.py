@@ -17,6 +17,13 @@ factor), no FLOP is spent on padding (the measured FLOPs equal the accounting's 
 FLOPs), and each expert is an ordinary `GatedFFN`, so muP, init and export treat it like
 any FFN. The price is one host sync per layer (the per-expert counts) and n_experts small
 matmuls instead of one grouped one, which torch has no stable public kernel for.
+
+The same code compiles without a graph break: the counts come from a scatter-add (not
+`bincount`, whose output size depends on the data), and `tolist()` gives them to
+torch.compile as symbolic sizes (`capture_scalar_outputs`, set by
+`shapesweep.trainers.compiled`). Every expert runs on its slice, empty or not, so a graph
+does not branch on a count: an expert no token reached does no FLOPs and gets a zero
+gradient (AdamW then applies its momentum and weight decay, as in a grouped-matmul MoE).
 """
 
 from __future__ import annotations
@@ -43,18 +50,18 @@ class MoEFFN(nn.Module):
         tokens = x.reshape(-1, x.shape[-1])
         probs = self.router(tokens).float().softmax(-1)  # [N, E]
         weight, chosen = probs.topk(self.n_active, dim=-1)  # [N, k]
-        order = chosen.flatten().argsort()  # assignments grouped by expert
-        load = chosen.flatten().bincount(minlength=len(self.experts))
+        assigned = chosen.flatten()
+        order = assigned.argsort()  # assignments grouped by expert
+        load = torch.zeros(len(self.experts), dtype=torch.long, device=x.device).scatter_add_(
+            0, assigned, torch.ones_like(assigned))
+        counts = load.tolist()  # the one host sync
         token = order // self.n_active
         weight = weight.flatten()[order]
         out = tokens.new_zeros(len(tokens), self.d_out)
-        start = 0
-        for expert, count in zip(self.experts, load.tolist(), strict=True):
-            if count:
-                rows, end = token[start:start + count], start + count
-                y = expert(tokens.index_select(0, rows)) * weight[start:end, None]
-                out.index_add_(0, rows, y.to(out.dtype))
-                start = end
+        for expert, rows, w in zip(self.experts, token.split(counts), weight.split(counts),
+                                   strict=True):
+            y = expert(tokens.index_select(0, rows)) * w[:, None]
+            out.index_add_(0, rows, y.to(out.dtype))
         share = load.float() / chosen.numel()
         self.aux_loss = len(self.experts) * (share * probs.mean(0)).sum()
         self.load = load.detach()

@@ -20,6 +20,16 @@ def check_shardable(model_config) -> None:
                         "expert); use --parallel ddp", key="--parallel")
 
 
+def check_compilable(train: Any, flag: str = "--parallel") -> None:
+    """Refuse torch.compile of an FSDP2-sharded model: FSDP2's hooks run outside dynamo's
+    graph, so a sharded model compiles block by block (each of a ><former's widths one more
+    recompile of the same forward) and what ran compiled is not what `compiled` reports."""
+    if train.compile:
+        raise UserError("fsdp cannot run a recipe with compile: true (a sharded model's hooks "
+                        "stay out of torch.compile's graph); use --parallel ddp, or compile: "
+                        "false", key=flag)
+
+
 def check_split(per_step: int, world: int, flag: str = "--workers-per-trial") -> None:
     """Each rank trains an equal slice of every step's batch, so the step is the one-process
     step: refuse a batch that does not split evenly over the ranks."""
