@@ -20,7 +20,7 @@ from shapesweep.results.store import write_trial
 CURVE_FIELDS = tuple(name for name in CURVE_COLUMNS.names if name not in ("sweep", "trial_id"))
 # A trial's final metrics (`final_metrics`).
 METRIC_FIELDS = ("val_loss", "best_val_loss", "val_ppl", "train_loss", "psnr", "ssim", "tokens",
-                 "steps", "wall_time_s", "tokens_per_s")
+                 "steps", "wall_time_s", "tokens_per_s", "cooldown_tokens")
 
 
 @dataclass
@@ -95,4 +95,5 @@ def final_metrics(last: dict[str, Any], curve: list[dict[str, Any]], status: str
         "steps": last.get("steps", last.get("step")),
         "wall_time_s": elapsed,
         "tokens_per_s": last.get("tokens_per_s", tokens / elapsed if tokens and elapsed else None),
+        "cooldown_tokens": last.get("cooldown_tokens"),
     }

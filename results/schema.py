@@ -48,6 +48,7 @@ TRIAL_COLUMNS = pa.schema(
         ("val_loss", _FLOAT), ("best_val_loss", _FLOAT), ("val_ppl", _FLOAT),
         ("train_loss", _FLOAT), ("psnr", _FLOAT), ("ssim", _FLOAT),
         ("tokens", _INT), ("steps", _INT), ("wall_time_s", _FLOAT), ("tokens_per_s", _FLOAT),
+        ("cooldown_tokens", _INT),  # trained by cooldown evaluations' branches, not in `tokens`
         *ACCOUNTING_COLUMNS,
         *SHAPE_COLUMNS,
         ("train_tokens_budget", _INT), ("seq_len", _INT), ("lr", _FLOAT),
@@ -61,6 +62,7 @@ CURVE_COLUMNS = pa.schema(
         ("sweep", _STR), ("trial_id", _STR), ("step", _INT), ("tokens", _INT),
         ("train_loss", _FLOAT), ("val_loss", _FLOAT), ("lr", _FLOAT), ("elapsed_s", _FLOAT),
         ("psnr", _FLOAT), ("ssim", _FLOAT),
+        ("val_loss_cooled", _FLOAT),  # after a cooldown branched here (trainers/cooldown.py)
     ]
 )
 

@@ -38,8 +38,13 @@ def eval_steps(train: Any, steps: int, units_per_step: int,
     points = {*range(every, steps + 1, every), steps}
     if every >= 10:
         points.add(min(steps, every // 5))
-    points |= {min(steps, max(1, math.ceil(t / units_per_step))) for t in at_tokens}
-    return sorted(points)
+    return sorted(points | at_steps(at_tokens, steps, units_per_step))
+
+
+def at_steps(at_tokens: Iterable[float], steps: int, units_per_step: int) -> set[int]:
+    """The first step (a count done) that reaches each of `at_tokens`: where a scheduler's
+    rung is evaluated."""
+    return {min(steps, max(1, math.ceil(t / units_per_step))) for t in at_tokens}
 
 
 def step_tokens(train: Any, family: str) -> int:
