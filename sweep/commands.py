@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from shapesweep.search_spaces.cadence import CHECKPOINT_EVERY_S
+from shapesweep.sweep.scheduling import SCHEDULERS
 from shapesweep.sweep.strategies import SAMPLERS, STRATEGIES
 
 from shapesweep.common import UserError, duration, human
@@ -62,7 +63,11 @@ def add_arguments_run(parser: argparse.ArgumentParser) -> None:
                         help="optuna: trials to complete in total (default 8)")
     parser.add_argument("--seeds", default=None,
                         help="N (seeds 0..N-1) or a comma list like 0,3,7 (default: the space's)")
-    parser.add_argument("--scheduler", choices=("asha", "fifo"), default="asha")
+    parser.add_argument("--scheduler", choices=SCHEDULERS, default="auto",
+                        help="asha: the noise-aware ASHA, each candidate judged on its seed mean "
+                             "(Ray's per-trial ASHA under --search optuna); fifo: every trial to "
+                             "its budget; auto (default): asha for 9+ candidates with 2+ seeds "
+                             "and cooldown rungs (train.decay wsd), else fifo")
     parser.add_argument("--grace-tokens", type=int, default=None,
                         help="ASHA grace period in tokens (default: an eighth of the budget, at "
                         "least 100 optimizer steps, at most half the budget)")

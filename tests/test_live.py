@@ -183,7 +183,7 @@ def test_progress_prints_plain_lines_with_an_eta(monkeypatch):
     (1_000_000_000, 65_536, 125_000_000),  # 1/8 of the budget beats 100 steps
 ])
 def test_asha_grace_is_100_steps_and_an_eighth_of_the_budget(budget, step, grace):
-    from shapesweep.sweep.runner import asha_grace
+    from shapesweep.sweep.scheduling import asha_grace
 
     assert asha_grace(budget, step) == grace
 

@@ -16,17 +16,13 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import torch
+from shapesweep.search_spaces.cadence import cooldown_steps
 from shapesweep.trainers import checkpoint
-
-
-def length(train: Any, steps: int) -> int:
-    """Steps of the cooldown that ends a run (or a branch taken after) `steps` steps."""
-    return max(1, round(train.cooldown_frac * steps))
 
 
 def factor(train: Any, start: float, step: int, cool: int) -> float:
@@ -35,22 +31,6 @@ def factor(train: Any, start: float, step: int, cool: int) -> float:
     progress = step / cool
     left = 1 - progress if train.cooldown_shape == "linear" else 1 - math.sqrt(progress)
     return train.min_lr_frac + (start - train.min_lr_frac) * left
-
-
-def points(train: Any, evals: Iterable[int], rungs: Iterable[int], steps: int) -> set[int]:
-    """The evaluations (steps done) that record `val_loss_cooled`: the rungs' or every one,
-    and the last (its loss is cooled already)."""
-    if train.cooldown_evals == "off":
-        return set()
-    chosen = rungs if train.cooldown_evals == "rungs" else evals
-    return {*chosen, steps} & set(evals)
-
-
-def tokens_through(train: Any, cooled: Iterable[int], done: int, steps: int,
-                   units_per_step: int) -> int:
-    """Tokens (images) the branches at `cooled` points up to step `done` have trained: a
-    count, not a tally, so a trial resumed from a checkpoint reports the same."""
-    return sum(length(train, p) for p in cooled if p <= done and p < steps) * units_per_step
 
 
 @dataclass
@@ -76,7 +56,7 @@ class Brancher:
         model_state = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
         optimizer_state = copy.deepcopy(self.optimizer.state_dict())
         rng = checkpoint.rng_state()
-        start, cool = self.schedule(done), length(self.train, done)
+        start, cool = self.schedule(done), cooldown_steps(self.train, done)
         try:
             for j in range(cool):
                 lr_factor = factor(self.train, start, j, cool)

@@ -33,7 +33,14 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from shapesweep.search_spaces.cadence import at_steps, eval_steps, total_steps
+from shapesweep.search_spaces.cadence import (
+    at_steps,
+    cooldown_points,
+    cooldown_steps,
+    cooldown_tokens,
+    eval_steps,
+    total_steps,
+)
 from shapesweep.search_spaces.configs import (
     TrainConfig,
     config_key,
@@ -102,7 +109,7 @@ def lr_multiplier(step: int, total: int, train: TrainConfig,
     if step < warmup:
         return (step + 1) / warmup
     if train.decay == "wsd":
-        cool = cooldown.length(train, total)
+        cool = cooldown_steps(train, total)
         return 1.0 if step < total - cool else cooldown.factor(train, 1.0, step - (total - cool), cool)
     progress = min(1.0, (step - warmup) / max(1, total - warmup))
     floor = train.min_lr_frac
@@ -287,7 +294,7 @@ def train(model_config, train: TrainConfig, data: str | None = None,
     steps = total_steps(train, units_per_step)
     evals = set(eval_steps(train, steps, units_per_step, eval_at))
     rungs = at_steps(eval_at, steps, units_per_step)  # a scheduler may pause a trial there
-    cooled = cooldown.points(train, evals, rungs, steps)
+    cooled = cooldown_points(train, evals, rungs, steps)
     micro = train.micro_batch_size or per_step
     eval_batch = micro if of(model_config).lm else EVAL_IMAGES_PER_BATCH
 
@@ -365,8 +372,8 @@ def train(model_config, train: TrainConfig, data: str | None = None,
             if cooled:
                 if done in cooled:
                     metrics["val_loss_cooled"] = brancher.cooled_loss(done, metrics["val_loss"])
-                metrics["cooldown_tokens"] = cooldown.tokens_through(train, cooled, done, steps,
-                                                                     units_per_step)
+                metrics["cooldown_tokens"] = cooldown_tokens(train, cooled, done, steps,
+                                                             units_per_step)
             curve.append(metrics)
             due = checkpoint_dir is not None and _agreed(
                 done in rungs or time.perf_counter() - saved_at >= checkpoint_every_s, world, dev)
