@@ -192,6 +192,15 @@ def rank_fidelity(trials: pd.DataFrame, curves: pd.DataFrame,
     return pd.DataFrame(rows, columns=columns)
 
 
+def cooled_rank_fidelity(trials: pd.DataFrame, curves: pd.DataFrame) -> pd.DataFrame:
+    """`rank_fidelity` of the cooled evaluations (`val_loss_cooled`, trainers/cooldown.py)
+    against each candidate's final val_loss: how well a short run cooled down ranks them.
+    Empty when no curve point has one."""
+    if "val_loss_cooled" not in curves:
+        return rank_fidelity(trials, curves.iloc[:0])
+    return rank_fidelity(trials, curves.assign(val_loss=curves["val_loss_cooled"]))
+
+
 def stable_fraction(fidelity: pd.DataFrame, threshold: float = FIDELITY_THRESHOLD) -> float | None:
     """The budget fraction from which Kendall's tau stays >= threshold to the last point (one
     sweep's `rank_fidelity`); None when the last point is below it."""

@@ -112,3 +112,21 @@ def test_a_cosine_recipe_round_trips_with_the_cooldown_defaults():
     """A dumped recipe carries the cooldown fields' defaults; reading it back is no error."""
     dumped = TrainConfig(steps=10).model_dump(mode="json", exclude_none=True)
     assert TrainConfig.model_validate(dumped).cooldown_evals == "off"
+
+
+def test_cooled_rank_fidelity_ranks_on_the_cooled_losses_against_the_final_ones():
+    import pandas as pd
+    from shapesweep.results.stats import cooled_rank_fidelity, rank_fidelity
+
+    finals = {"a": 3.0, "b": 3.1, "c": 3.2}  # the final ranking: a, b, c
+    trials = pd.DataFrame([{"sweep": "s", "trial_id": f"{k}-s{seed}", "key": k, "seed": seed,
+                            "tuned_json": "{}", "status": "completed", "variant": k,
+                            "val_loss": v + seed * 0.01}
+                           for k, v in finals.items() for seed in (0, 1)])
+    # at 100 tokens the plain losses rank c, b, a (a high lr's noise), the cooled ones a, b, c
+    curves = pd.DataFrame([{"sweep": "s", "trial_id": f"{k}-s{seed}", "tokens": 100,
+                            "val_loss": 4.0 - v, "val_loss_cooled": v + 0.5}
+                           for k, v in finals.items() for seed in (0, 1)])
+    assert rank_fidelity(trials, curves)["kendall_tau"].tolist() == [-1.0]
+    assert cooled_rank_fidelity(trials, curves)["kendall_tau"].tolist() == [1.0]
+    assert cooled_rank_fidelity(trials, curves.drop(columns="val_loss_cooled")).empty

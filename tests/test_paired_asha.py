@@ -62,6 +62,13 @@ def test_the_noise_aware_asha_stops_clearly_worse_candidates_whole(local_ray, tm
     assert near_ties and all(d["ci_low"] <= 0 <= d["ci_high"] for d in near_ties)
     assert any(d["protected"] and not d["stop"] for d in decisions)
 
+    # status reports the stopped candidates with their evidence, and the cooled fidelity
+    capsys.readouterr()
+    assert run("status", "paired", "--root", str(root), "--format", "json") == 0
+    document = json.loads(capsys.readouterr().out)
+    assert [d["key"] for d in document["asha_stopped"]] == [d["key"] for d in stopped]
+    assert [p["tokens"] for p in document["rank_fidelity_cooled"]] == [*RUNGS, 8192]
+
     # the rung losses judged are the cooled ones the curves hold at the rungs
     curves = load_curves(str(root), ["paired"]).merge(trials[["trial_id", "key", "tuned_json",
                                                               "seed"]])

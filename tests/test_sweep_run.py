@@ -105,12 +105,15 @@ def test_different_space_under_the_same_name_is_refused(tmp_path, capsys):
 
 
 def test_asha_stops_some_trials_and_a_poisoned_candidate_fails(local_ray, tmp_path):
-    # Two variants: the `poison` one has vocab_size 100 but the byte corpus uses 256 ids,
-    # so its trials raise inside the trainable; the sweep must record them and go on.
+    # The `poison` variant has vocab_size 100 but the byte corpus uses 256 ids, so its
+    # trials raise inside the trainable; the sweep must record them and go on. The `slow`
+    # one trains at lr 1e-5, clearly worse than the others, for ASHA to stop.
     space_path = write_space(tmp_path, name="asha-poison", search={"n_layers": [1, 2, 3]},
                              variants=[{"name": "ok"},
                                        {"name": "poison", "fixed": {"vocab_size": 100},
-                                        "search": {"n_layers": [2]}}])
+                                        "search": {"n_layers": [2]}},
+                                       {"name": "slow", "search": {"n_layers": [4]},
+                                        "train": {"lr": 1.0e-5}}])
     root = tmp_path / "sweeps"
     assert run("run", str(space_path), "--root", str(root), "--seeds", "2",
                "--scheduler", "asha", "--grace-tokens", "1024", "--reduction-factor", "4",
