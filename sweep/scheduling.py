@@ -82,6 +82,11 @@ def choose(requested: str, space: Any, candidates: list | None, seeds: list[int]
     budgets = sweep_budgets(space, candidates)
     n = None if candidates is None else len(candidates) * len(space.tuned_settings())
     cooled = cooled_rungs(space, candidates)
+    if not reduction_factor > 1:  # ASHA's settings are checked whichever `auto` picks
+        raise UserError("must be more than 1", key="--reduction-factor")
+    if grace_tokens and budgets and grace_tokens >= max(budgets):
+        raise UserError(f"grace period {grace_tokens} tokens is not below the trial budget "
+                        f"{max(budgets)}", key="--grace-tokens")
     if requested == "auto":
         why = _fifo_reason(budgets, n, len(seeds), cooled, workers_per_trial)
         if why:
@@ -92,14 +97,9 @@ def choose(requested: str, space: Any, candidates: list | None, seeds: list[int]
         raise UserError(f"ASHA compares trials at one token budget; this space's trials train "
                         f"{many} budgets (per-variant recipes or tokens_per_param): use "
                         "--scheduler fifo", key="--scheduler")
-    if not reduction_factor > 1:
-        raise UserError("must be more than 1", key="--reduction-factor")
     (budget,) = budgets
     per_step = min((step_tokens(v.train, v.family) for v in space.resolved()), default=1)
-    grace = grace_tokens or asha_grace(budget, per_step)
-    if grace >= budget:
-        raise UserError(f"grace period {grace} tokens is not below the trial budget {budget}",
-                        key="--grace-tokens")
+    grace = grace_tokens or asha_grace(budget, per_step)  # below the budget (checked above)
     rungs = rung_tokens(grace, reduction_factor, budget)
     if candidates is not None:  # a rung at the budget is the trial's end: nothing to save
         rungs = [r for r in rungs if r < budget]
