@@ -23,7 +23,7 @@ COMPILE_FIELDS = ("compiled", "graph_breaks", "recompiles", "autocast_dtype")
 # A trial's final metrics (`final_metrics`).
 METRIC_FIELDS = ("val_loss", "best_val_loss", "val_ppl", "train_loss", "psnr", "ssim", "tokens",
                  "steps", "wall_time_s", "tokens_per_s", "val_loss_se", "train_loss_tail",
-                 *COMPILE_FIELDS)
+                 "cooldown_tokens", *COMPILE_FIELDS)
 
 
 @dataclass
@@ -101,4 +101,5 @@ def final_metrics(last: dict[str, Any], curve: list[dict[str, Any]], status: str
         "wall_time_s": elapsed,
         "tokens_per_s": last.get("tokens_per_s", tokens / elapsed if tokens and elapsed else None),
         **{name: last.get(name) for name in COMPILE_FIELDS},
+        "cooldown_tokens": last.get("cooldown_tokens"),
     }

@@ -54,6 +54,7 @@ TRIAL_COLUMNS = pa.schema(
         # how the step ran (shapesweep.trainers.compiled): torch.compile's counts are null
         # without train.compile; autocast_dtype is bfloat16 | none
         ("compiled", _BOOL), ("graph_breaks", _INT), ("recompiles", _INT), ("autocast_dtype", _STR),
+        ("cooldown_tokens", _INT),  # trained by cooldown evaluations' branches, not in `tokens`
         *ACCOUNTING_COLUMNS,
         *SHAPE_COLUMNS,
         ("train_tokens_budget", _INT), ("seq_len", _INT), ("lr", _FLOAT),
@@ -67,6 +68,7 @@ CURVE_COLUMNS = pa.schema(
         ("sweep", _STR), ("trial_id", _STR), ("step", _INT), ("tokens", _INT),
         ("train_loss", _FLOAT), ("val_loss", _FLOAT), ("lr", _FLOAT), ("elapsed_s", _FLOAT),
         ("psnr", _FLOAT), ("ssim", _FLOAT),
+        ("val_loss_cooled", _FLOAT),  # after a cooldown branched here (trainers/cooldown.py)
     ]
 )
 

@@ -530,6 +530,13 @@ def _resolved_pairs(seeds: np.ndarray, confidence: float = CONFIDENCE):
     return np.concatenate(firsts), np.concatenate(seconds), np.concatenate(signs)
 
 
+def cooled_rank_fidelity(trials: pd.DataFrame, curves: pd.DataFrame) -> pd.DataFrame:
+    """`rank_fidelity` of the cooled evaluations (`val_loss_cooled`, trainers/cooldown.py)
+    against each candidate's final val_loss: how well a short run cooled down ranks them.
+    Empty when no curve point has one."""
+    return rank_fidelity(trials, curves, curve_metric="val_loss_cooled")
+
+
 def stable_fraction(fidelity: pd.DataFrame, threshold: float = FIDELITY_THRESHOLD) -> float | None:
     """The budget fraction from which Kendall's tau stays >= threshold to the last point (one
     sweep's `rank_fidelity`); None when the last point is below it."""

@@ -38,17 +38,13 @@ def eval_steps(train: Any, steps: int, units_per_step: int,
     points = {*range(every, steps + 1, every), steps}
     if every >= 10:
         points.add(min(steps, every // 5))
-    points |= {min(steps, max(1, math.ceil(t / units_per_step))) for t in at_tokens}
-    return sorted(points)
+    return sorted(points | at_steps(at_tokens, steps, units_per_step))
 
 
-def step_tokens(train: Any, family: str) -> int:
-    """Tokens (images for vision) one optimizer step trains on."""
-    from shapesweep.search_spaces.configs import TrainConfig
-
-    train = TrainConfig.model_validate(train)
-    return train.batch_tokens if families.get(family).lm else train.batch_size
-
+def at_steps(at_tokens: Iterable[float], steps: int, units_per_step: int) -> set[int]:
+    """The first step (a count done) that reaches each of `at_tokens`: where a scheduler's
+    rung is evaluated."""
+    return {min(steps, max(1, math.ceil(t / units_per_step))) for t in at_tokens}
 
 
 def token_budget(train: Any, family: str) -> int:
@@ -60,6 +56,49 @@ def token_budget(train: Any, family: str) -> int:
     if train.steps:
         return int(train.steps * step_tokens(train, family))
     return int(train.tokens)
+
+
+def sweep_budgets(space: Any, candidates: list | None) -> set[int] | None:
+    """The token budgets the sweep's trials train: one per grid candidate's recipe; for an
+    Optuna search each variant's, or None when tokens_per_param makes it per candidate."""
+    if candidates is not None:
+        return {token_budget(space.train_for(candidate=c), c.config.family) for c in candidates}
+    variants = space.resolved()
+    if any(v.train.tokens_per_param is not None and v.train.steps is None for v in variants):
+        return None
+    return {token_budget(v.train, v.family) for v in variants}
+
+
+def step_tokens(train: Any, family: str) -> int:
+    """Tokens (images for vision) one optimizer step trains on."""
+    from shapesweep.search_spaces.configs import TrainConfig
+
+    train = TrainConfig.model_validate(train)
+    return train.batch_tokens if families.get(family).lm else train.batch_size
+
+
+def cooldown_steps(train: Any, steps: int) -> int:
+    """Steps of the cooldown that ends a run of `steps` steps under `decay: wsd`, or of the
+    cooldown branched after `steps` steps (`shapesweep.trainers.cooldown`): cooldown_frac
+    of them, at least one."""
+    return max(1, round(train.cooldown_frac * steps))
+
+
+def cooldown_points(train: Any, evals: Iterable[int], rungs: Iterable[int], steps: int) -> set[int]:
+    """The evaluations (steps done) that record `val_loss_cooled`: the rungs' or every one,
+    and the last (its loss is cooled already)."""
+    if train.cooldown_evals == "off":
+        return set()
+    chosen = rungs if train.cooldown_evals == "rungs" else evals
+    return {*chosen, steps} & set(evals)
+
+
+def cooldown_tokens(train: Any, cooled: Iterable[int], done: int, steps: int,
+                    units_per_step: int) -> int:
+    """Tokens (images) the branches at `cooled` points up to step `done` have trained: a
+    count, not a tally, so a trial resumed from a checkpoint reports the same."""
+    return sum(cooldown_steps(train, p) for p in cooled if p <= done and p < steps) * units_per_step
+
 
 # A sweep trial saves a checkpoint at its first evaluation this many seconds after its last
 # (`run --checkpoint-every`): a lost worker costs this much training and an evaluation
@@ -102,3 +141,28 @@ def evaluation_line(space: Any, candidates: list | None, rungs: list[float]) -> 
         line += (f"; above the {EVAL_SHARE_TARGET:.0%} target: lower train.eval_tokens or raise "
                  "train.eval_every")
     return line
+
+
+def cooldown_line(space: Any, candidates: list | None, rungs: list[float]) -> str | None:
+    """What cooldown evaluations cost: the tokens their branches train, as a share of the
+    tokens a trial trains, for the sweep's costliest recipe; None when no trial branches
+    one (cooldowns off, or `rungs` with no scheduler rungs)."""
+    recipes = ([(space.train_for(candidate=c), c.config.family) for c in candidates]
+               if candidates is not None else [(v.train, v.family) for v in space.resolved()])
+    costs = []
+    for train, family in recipes:
+        if train.cooldown_evals == "off" or (train.tokens is None and train.steps is None):
+            continue
+        per_step = step_tokens(train, family)
+        steps = total_steps(train, per_step)
+        evals = eval_steps(train, steps, per_step, rungs)
+        points = cooldown_points(train, evals, at_steps(rungs, steps, per_step), steps) - {steps}
+        if points:
+            cost = cooldown_tokens(train, points, steps, steps, per_step)
+            costs.append((cost / (steps * per_step), len(points), train.cooldown_evals))
+    if not costs:
+        return None
+    share, n, where = max(costs)
+    at = "at each of ASHA's rungs" if where == "rungs" else "at every evaluation"
+    return (f"cooldown evaluations: {n} per trial ({at}), each cooldown_frac x the steps so far: "
+            f"+{share:.1%} tokens on top of a trial's training")

@@ -128,9 +128,10 @@ def _short(value: float) -> str:
 
 
 def plan(args: argparse.Namespace) -> int:
-    from shapesweep.search_spaces.cadence import evaluation_line
+    from shapesweep.search_spaces.cadence import cooldown_line, evaluation_line
     from shapesweep.search_spaces.solver import plan as solve
     from shapesweep.search_spaces.space import check_sweep_trials, load_space
+    from shapesweep.sweep.scheduling import choose
 
     space = load_space(args.space)
     result = solve(space, seq_len=args.seq_len)
@@ -150,8 +151,10 @@ def plan(args: argparse.Namespace) -> int:
     else:
         _print_table(space, result, rows)
     trials = _trials_line(space, len(rows))
-    # what evaluation costs at the recipe's own cadence (run adds ASHA's rungs)
-    cost = [line] if (line := evaluation_line(space, result.candidates, [])) else []
+    # which scheduler `run` picks and why, and what evaluation and cooldowns cost there
+    choice = choose("auto", space, result.candidates, list(space.seeds))
+    cost = [line for line in (choice.line, evaluation_line(space, result.candidates, choice.rungs),
+                              cooldown_line(space, result.candidates, choice.rungs)) if line]
     if args.format != "table":  # stdout holds only the data; the summary goes to stderr
         print(result.counts_line(), *result.dropped_lines(), trials, *cost, sep="\n",
               file=sys.stderr)

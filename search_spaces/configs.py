@@ -74,7 +74,7 @@ class TrainConfig(_Strict):
     batch_size: PositiveInt = 128  # images per step (vision)
     lr: Annotated[float, Field(gt=0)] = 3e-3
     warmup_frac: Annotated[float, Field(ge=0, lt=1)] | None = 0.05  # None with warmup_tokens
-    decay: Literal["cosine", "linear", "constant", "power"] = "cosine"
+    decay: Literal["cosine", "linear", "constant", "power", "wsd"] = "cosine"
     min_lr_frac: Annotated[float, Field(ge=0, le=1)] = 0.1
     weight_decay: Annotated[float, Field(ge=0)] = 0.1
     beta1: Annotated[float, Field(ge=0, lt=1)] = 0.9  # AdamW's moment decays: [0, 1)
@@ -162,6 +162,29 @@ class TrainConfig(_Strict):
     # Seed 002 §4's representation analysis at the end of an LM trial (shapesweep.trainers.analysis):
     # true | false; unset: on for variable_width models (constant width included), else off.
     analysis: bool | None = None
+    # Warmup-stable-decay (`decay: wsd`; Hägele et al. 2024, MiniCPM): after the warmup the lr
+    # stays at train.lr, then the last cooldown_frac of the steps cool it to min_lr_frac in
+    # cooldown_shape. cooldown_evals: at each scheduler rung (`rungs`, the default under wsd)
+    # or at every evaluation (`all`) a trial also branches such a cooldown, cooldown_frac x the
+    # steps so far, from a copy of itself and records `val_loss_cooled` (trainers/cooldown.py).
+    cooldown_frac: Annotated[float, Field(gt=0, le=0.5)] = 0.2
+    cooldown_shape: Literal["linear", "1-sqrt"] = "1-sqrt"
+    cooldown_evals: Literal["off", "rungs", "all"] | None = None
+
+    @model_validator(mode="after")
+    def _cooldown_needs_wsd(self):
+        """A cooldown is the end of a warmup-stable-decay schedule: branched from a cosine (or
+        any decaying) schedule it would cool an lr that is already cooling. Unset, the
+        cooldown evaluations are `rungs` under wsd and `off` otherwise."""
+        given = [name for name in ("cooldown_frac", "cooldown_shape")  # a dumped recipe has the defaults
+                 if getattr(self, name) != type(self).model_fields[name].default]
+        given += ["cooldown_evals"] if self.cooldown_evals not in (None, "off") else []
+        if self.decay != "wsd" and given:
+            raise ValueError(f"{', '.join(given)} set with decay {self.decay!r}: "
+                             "cooldowns and cooldown evaluations need decay: wsd")
+        if self.cooldown_evals is None:
+            object.__setattr__(self, "cooldown_evals", "rungs" if self.decay == "wsd" else "off")
+        return self
 
 
 # Train keys only an image task reads (images per step, the denoising noise): a language model's

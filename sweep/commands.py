@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from shapesweep.search_spaces.cadence import CHECKPOINT_EVERY_S
+from shapesweep.sweep.scheduling import SCHEDULERS
 from shapesweep.sweep.strategies import SAMPLERS, STRATEGIES
 
 from shapesweep.common import UserError, command_name, duration, human, write_csv
@@ -68,7 +69,11 @@ def add_arguments_run(parser: argparse.ArgumentParser) -> None:
                         help="optuna: trials to complete in total (default 8)")
     parser.add_argument("--seeds", default=None,
                         help="N (seeds 0..N-1) or a comma list like 0,3,7 (default: the space's)")
-    parser.add_argument("--scheduler", choices=("asha", "fifo"), default="asha")
+    parser.add_argument("--scheduler", choices=SCHEDULERS, default="auto",
+                        help="asha: the noise-aware ASHA, each candidate judged on its seed mean "
+                             "(Ray's per-trial ASHA under --search optuna); fifo: every trial to "
+                             "its budget; auto (default): asha for 9+ candidates with 2+ seeds "
+                             "and cooldown rungs (train.decay wsd), else fifo")
     parser.add_argument("--grace-tokens", type=int, default=None,
                         help="ASHA grace period in tokens (default: an eighth of the budget, at "
                         "least 100 optimizer steps, at most half the budget)")
@@ -349,15 +354,37 @@ def _status_document(args: argparse.Namespace, trials, curves) -> dict:
     factor = _reduction_factor(args.root, args.name)
     return {
         **document,
-        "rank_fidelity": [{"tokens": int(r.tokens), "budget_fraction": float(r.budget_fraction),
-                           "n_candidates": int(r.n_candidates), "kendall_tau": _clean(r.kendall_tau),
-                           "resolved_pairs": int(r.resolved_pairs),
-                           "swapped_resolved_pairs": int(r.swapped_resolved_pairs),
-                           "unresolved_pairs": int(r.unresolved_pairs)}
-                          for r in fidelity.itertuples()],
+        **_with_cooldowns(args, trials, curves),
+        "rank_fidelity": _fidelity_points(fidelity),
         "rank_fidelity_stable_fraction": stable_fraction(fidelity) if len(fidelity) else None,
         "asha": asha_confirmation(trials, factor, args.metric) if factor else None,
     }
+
+
+def _fidelity_points(fidelity) -> list[dict]:
+    return [{"tokens": int(r.tokens), "budget_fraction": float(r.budget_fraction),
+             "n_candidates": int(r.n_candidates), "kendall_tau": _clean(r.kendall_tau),
+             "resolved_pairs": int(r.resolved_pairs),
+             "swapped_resolved_pairs": int(r.swapped_resolved_pairs),
+             "unresolved_pairs": int(r.unresolved_pairs)}
+            for r in fidelity.itertuples()]
+
+
+def _with_cooldowns(args: argparse.Namespace, trials, curves) -> dict:
+    """The cooled evaluations' rank fidelity (when the curves have them, for val_loss) and
+    the noise-aware ASHA's stop decisions (when it ran): `status`'s cooldown part."""
+    from shapesweep.results.stats import cooled_rank_fidelity, stable_fraction
+    from shapesweep.results.store import read_sweep_file
+
+    out: dict[str, Any] = {}
+    if args.metric == "val_loss" and "val_loss_cooled" in curves and curves["val_loss_cooled"].notna().any():
+        cooled = cooled_rank_fidelity(trials, curves)
+        out["rank_fidelity_cooled"] = _fidelity_points(cooled)
+        out["rank_fidelity_cooled_stable_fraction"] = stable_fraction(cooled) if len(cooled) else None
+    decisions = json.loads(read_sweep_file(args.root, args.name, "asha.json") or "[]")
+    if decisions:  # shapesweep.sweep.paired_asha.DECISIONS_FILE (not imported: it imports Ray)
+        out["asha_stopped"] = [d for d in decisions if d["stop"]]
+    return out
 
 
 def _flat(candidate: dict) -> dict:
@@ -470,20 +497,34 @@ def _eval_noise_line(document: dict) -> str | None:
             "difference (raise train.eval_tokens to settle it)")
 
 
-def _fidelity_line(document: dict) -> str:
-    points = document["rank_fidelity"]
+def _fidelity_line(document: dict, which: str = "rank_fidelity") -> str:
+    """`which`: rank_fidelity, or rank_fidelity_cooled (the cooled evaluations')."""
+    points = document[which]
+    label = "rank fidelity" + (" of the cooled evaluations" if which.endswith("cooled") else "")
     if not points:
-        return "rank fidelity: no evaluation point shared by 3 or more measured candidates"
+        return f"{label}: no evaluation point shared by 3 or more measured candidates"
     last = points[-1]
     if not last["resolved_pairs"]:
-        return (f"rank fidelity: none of the {last['unresolved_pairs']} pairs of candidates is resolved "
+        return (f"{label}: none of the {last['unresolved_pairs']} pairs of candidates is resolved "
                 "at the end (each paired 95% interval includes zero): no order to keep")
     taus = ", ".join(f"{p['budget_fraction']:.0%}: {_fmt(p['kendall_tau'], 2)}" for p in points)
-    stable = document["rank_fidelity_stable_fraction"]
-    line = (f"rank fidelity (Kendall's tau over the {last['resolved_pairs']} pairs whose final difference "
+    stable = document[f"{which}_stable_fraction"]
+    line = (f"{label} (Kendall's tau over the {last['resolved_pairs']} pairs whose final difference "
             f"is resolved; {last['unresolved_pairs']} within noise, not counted; by budget fraction): {taus}")
     return line + (f"; stays >= 0.8 from {stable:.0%} of the budget" if stable is not None
                    else "; never stays >= 0.8")
+
+
+def _stopped_lines(document: dict) -> list[str]:
+    """The noise-aware ASHA's stopped candidates, each with the evidence it was stopped on."""
+    lines = []
+    for d in document.get("asha_stopped", []):
+        tuned = " ".join(f"{k}={v}" for k, v in json.loads(d["tuned_json"]).items())
+        cut = " ".join([d["cut_key"], *(f"{k}={v}" for k, v in json.loads(d["cut_tuned_json"]).items())])
+        lines.append(f"stopped at {human(d['rung_tokens'])} tokens, all {len(d['losses'])} seeds: "
+                     f"{' '.join(filter(None, [d['key'], tuned]))}, worse than {cut} by "
+                     f"{d['delta']:+.4f} [{d['ci_low']:+.4f}, {d['ci_high']:+.4f}]")
+    return lines
 
 
 def _asha_line(document: dict) -> str | None:
@@ -644,7 +685,11 @@ def status(args: argparse.Namespace) -> int:
         if _eval_noise_line(document):
             console.print(_eval_noise_line(document), soft_wrap=True)
         console.print(_fidelity_line(document), soft_wrap=True)
-        if _asha_line(document):
+        if "rank_fidelity_cooled" in document:
+            console.print(_fidelity_line(document, "rank_fidelity_cooled"), soft_wrap=True)
+        for line in _stopped_lines(document):
+            console.print(line, soft_wrap=True)
+        if _asha_line(document) and "asha_stopped" not in document:  # Ray's per-trial ASHA
             console.print(_asha_line(document), soft_wrap=True)
     if len(running):
         console.print(_running_table(args.name, running))

@@ -33,7 +33,6 @@ from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-import numpy as np
 from pydantic import TypeAdapter
 from ray.tune import Callback
 from shapesweep.results import live
@@ -41,12 +40,14 @@ from shapesweep.results.rows import CURVE_FIELDS, TrialRecord, final_metrics
 from shapesweep.results.store import STALE_S
 from shapesweep.search_spaces.cadence import (
     CHECKPOINT_EVERY_S,
+    cooldown_line,
     evaluation_line,
-    step_tokens,
+    sweep_budgets,
     token_budget,
 )
+from shapesweep.sweep.scheduling import Choice, choose
 
-from shapesweep.common import UserError, human
+from shapesweep.common import UserError
 from shapesweep.families import base as families
 
 OPTIONS_FILE = "sweep.json"  # how the sweep was run, so `resume NAME` can run it again
@@ -76,7 +77,7 @@ class SweepOptions:
     search: str = "grid"
     num_samples: int = 8
     seeds: list[int] | None = None
-    scheduler: str = "asha"
+    scheduler: str = "auto"  # auto | asha | fifo (shapesweep.sweep.scheduling.choose); saved resolved
     grace_tokens: int | None = None
     reduction_factor: float = 3.0
     storage: str | None = None
@@ -155,17 +156,6 @@ def _vocab_sizes(space: Any, candidates: list | None) -> set[int]:
     return {v for variant in space.resolved()
             for v in variant.grid_values().get("vocab_size")
             or [variant.fixed.get("vocab_size", default)]}
-
-
-def sweep_budgets(space: Any, candidates: list | None) -> set[int] | None:
-    """The token budgets the sweep's trials train: one per grid candidate's recipe; for an
-    Optuna search each variant's, or None when tokens_per_param makes it per candidate."""
-    if candidates is not None:
-        return {token_budget(space.train_for(candidate=c), c.config.family) for c in candidates}
-    variants = space.resolved()
-    if any(v.train.tokens_per_param is not None and v.train.steps is None for v in variants):
-        return None
-    return {token_budget(v.train, v.family) for v in variants}
 
 
 def _ray_storage(root: str, name: str) -> Path:
@@ -482,49 +472,22 @@ def _use_cluster_token() -> None:
     maybe_enable_token_auth_if_token_available(warn_if_disabled=False)
 
 
-ASHA_MIN_STEPS, ASHA_MIN_FRACTION = 100, 1 / 8  # a loss after a few steps ranks nothing
-
-
-def asha_grace(budget: int, per_step: int) -> int:
-    """ASHA's default grace period: at least ASHA_MIN_STEPS optimizer steps (of `per_step`
-    tokens) and ASHA_MIN_FRACTION of the budget, at most half of it (a rung to stop at)."""
-    return max(1, min(max(int(budget * ASHA_MIN_FRACTION), ASHA_MIN_STEPS * per_step), budget // 2))
-
-
-def _scheduler(options: SweepOptions, budgets: set[int] | None, per_step: int = 1):
-    """Tune's scheduler, the line that announces when ASHA may first stop a trial, and
-    the token counts at which it compares trials (`rung_tokens`; none under FIFO)."""
+def _scheduler(options: SweepOptions, space: Any, candidates: list | None,
+               seeds: list[int]) -> tuple[Any, Choice]:
+    """Tune's scheduler for the sweep, and the choice it comes from (`scheduling.choose`:
+    which, why, and the token counts of ASHA's rungs, where trials evaluate)."""
     from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
+    from shapesweep.sweep.paired_asha import PairedASHA
 
-    if options.scheduler == "fifo":
-        return FIFOScheduler(), None, []
-    if budgets is None or len(budgets) != 1:
-        many = "per-candidate" if budgets is None else f"{len(budgets)} different"
-        raise UserError(f"ASHA compares trials at one token budget; this space's trials train "
-                        f"{many} budgets (per-variant recipes or tokens_per_param): use "
-                        "--scheduler fifo", key="--scheduler")
-    (budget,) = budgets
-    grace = options.grace_tokens or asha_grace(budget, per_step)
-    if grace >= budget:
-        raise UserError(f"grace period {grace} tokens is not below the trial budget {budget}",
-                        key="--grace-tokens")
-    if not options.reduction_factor > 1:
-        raise UserError("must be more than 1", key="--reduction-factor")
-
-    line = (f"ASHA will stop trials from {human(grace)} tokens ({grace / per_step:.0f} steps, "
-            f"{grace / budget:.0%} of the {human(budget)}-token budget; --grace-tokens sets it); "
-            "the rank-fidelity view (status, dashboard) shows whether that is early enough")
-    scheduler = ASHAScheduler(time_attr="tokens", metric="val_loss", mode="min", max_t=budget,
-                              grace_period=grace, reduction_factor=options.reduction_factor)
-    return scheduler, line, rung_tokens(grace, options.reduction_factor, budget)
-
-
-def rung_tokens(grace: float, reduction_factor: float, max_t: float) -> list[float]:
-    """The token counts at which a one-bracket ASHA compares trials, so a trial evaluates
-    exactly where a decision is made: grace_period x reduction_factor^i, as many as Ray's
-    ASHAScheduler fits below max_t (its rule, rounding included)."""
-    count = int(np.log(max_t / grace) / np.log(reduction_factor) + 1)
-    return [grace * reduction_factor**i for i in range(count)]
+    choice = choose(options.scheduler, space, candidates, seeds, options.grace_tokens,
+                    options.reduction_factor, options.workers_per_trial)
+    if choice.kind == "fifo":
+        return FIFOScheduler(), choice
+    if choice.per_trial:
+        return ASHAScheduler(time_attr="tokens", metric="val_loss", mode="min", max_t=choice.budget,
+                             grace_period=choice.rungs[0],
+                             reduction_factor=options.reduction_factor), choice
+    return PairedASHA(choice.rungs, options.reduction_factor), choice
 
 
 @dataclass
@@ -584,16 +547,15 @@ def _check(options: SweepOptions) -> tuple[SweepOptions, _Checked]:
         check_sweep_trials(space, len(strategy.candidates), given)
     _check_data_parallel(options, space, strategy.candidates)
     budgets = sweep_budgets(space, strategy.candidates)
-    step = min((step_tokens(v.train, v.family) for v in space.resolved()), default=1)
-    scheduler, asha_line, rungs = _scheduler(options, budgets, step)
-    eval_line = evaluation_line(space, strategy.candidates, rungs)
+    scheduler, choice = _scheduler(options, space, strategy.candidates, seeds)
+    lines = [choice.line, evaluation_line(space, strategy.candidates, choice.rungs),
+             cooldown_line(space, strategy.candidates, choice.rungs)]
     data_hash, data_notices = data_hash_for(space, strategy.candidates, _abs(options.data))
     storage_url = options.storage or default_catalog_url(options.root)  # makes a local root
     budget = next(iter(budgets)) if budgets and len(budgets) == 1 else None
-    options = replace(options, name=name, **strategy.settings())
-    return options, _Checked(space, strategy, storage_url, seeds, scheduler, rungs,
-                             [*strategy.notices, *[line for line in (asha_line, eval_line) if line],
-                              *data_notices],
+    options = replace(options, name=name, scheduler=choice.kind, **strategy.settings())
+    return options, _Checked(space, strategy, storage_url, seeds, scheduler, choice.rungs,
+                             [*strategy.notices, *filter(None, lines), *data_notices],
                              data_hash, budget)
 
 
@@ -677,6 +639,9 @@ def _fit(options: SweepOptions, checked: _Checked, plan: Any, catalog: Any,
                              budget=checked.budget,
                              planned=grid.get("grid_search") if isinstance(grid, dict) else None)
     writer = ResultsWriter(options.root, name, checked.data_hash, progress)
+    if hasattr(checked.scheduler, "expect"):  # the noise-aware ASHA: each candidate's seeds
+        _record_decisions(checked.scheduler, options.root, name)
+        checked.scheduler.expect(plan.specs)
     tuner = _tuner(options, checked, plan, _run_config(options, [writer, progress]),
                    state_api=session_dir is None)  # our local Ray runs no dashboard
     catalog.set_status(name, "running")
@@ -701,6 +666,16 @@ def _fit(options: SweepOptions, checked: _Checked, plan: Any, catalog: Any,
             with sigint_deferred():  # the lease is released only after the merge
                 merging.join()
     return status, len(writer.written)
+
+
+def _record_decisions(scheduler: Any, root: str, name: str) -> None:
+    """Keep the noise-aware ASHA's decisions beside the results, an earlier run's first."""
+    from shapesweep.results.store import read_sweep_file, write_sweep_file
+    from shapesweep.sweep.paired_asha import DECISIONS_FILE
+
+    scheduler.decisions = json.loads(read_sweep_file(root, name, DECISIONS_FILE) or "[]")
+    scheduler.on_decision = lambda decisions: write_sweep_file(
+        root, name, DECISIONS_FILE, json.dumps(decisions, indent=1))
 
 
 @contextmanager

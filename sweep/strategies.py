@@ -52,6 +52,7 @@ class TrialPlan:
     search_alg: Any  # a Tune Searcher, or None (the grid is in param_space)
     total: int  # trials of the whole sweep (the catalog's n_candidates)
     launches: int  # trials this run starts; 0: the sweep is already done
+    specs: list[dict[str, Any]] | None = None  # the grid's trial specs this run starts
 
 
 @dataclass
@@ -117,7 +118,7 @@ class GridStrategy(SearchStrategy):
         specs, total = grid_specs(self.space, self.candidates, context.seeds, context.data,
                                   context.skip)
         variants = GridVariants(max_concurrent=self.options.max_concurrent or 0)
-        return TrialPlan({"spec": tune.grid_search(specs)}, 1, variants, total, len(specs))
+        return TrialPlan({"spec": tune.grid_search(specs)}, 1, variants, total, len(specs), specs)
 
 
 def tuning_lines(space: Any, seeds: list[int]) -> list[str]:

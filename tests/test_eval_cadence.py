@@ -13,7 +13,7 @@ from shapesweep.search_spaces.cadence import eval_steps, evaluation_line
 from shapesweep.search_spaces.configs import TrainConfig, make_config
 from shapesweep.search_spaces.solver import plan
 from shapesweep.search_spaces.space import BUILTIN_DIR, load_space
-from shapesweep.sweep.runner import SweepOptions, _scheduler, rung_tokens
+from shapesweep.sweep.scheduling import rung_tokens
 from shapesweep.trainers.loop import train
 from sweep_helpers import TINY_TRAIN, run, write_space
 
@@ -21,26 +21,25 @@ STEP = TINY_TRAIN["batch_tokens"]  # 512 tokens a step; the tiny recipe trains 1
 BUDGET = TINY_TRAIN["tokens"]
 
 
-def _asha(grace: int, factor: float, budget: int = BUDGET):
-    """(Ray's ASHAScheduler, the rungs `run` evaluates at) for these settings."""
-    scheduler, _, rungs = _scheduler(SweepOptions(space="-", grace_tokens=grace,
-                                                  reduction_factor=factor), {budget}, STEP)
-    return scheduler, rungs
+def _ray_rungs(grace: int, factor: float, budget: int) -> list[float]:
+    """The milestones Ray's own ASHAScheduler builds for these settings."""
+    from ray.tune.schedulers import ASHAScheduler
+
+    scheduler = ASHAScheduler(time_attr="tokens", metric="val_loss", mode="min", max_t=budget,
+                              grace_period=grace, reduction_factor=factor)
+    return sorted(milestone for bracket in scheduler._brackets for milestone, _ in bracket._rungs)
 
 
 def test_rungs_are_the_grace_period_times_powers_of_the_reduction_factor():
-    assert _asha(1024, 2)[1] == [1024, 2048, 4096, 8192]
-    assert _asha(1000, 3)[1] == [1000, 3000]
-    assert _scheduler(SweepOptions(space="-", scheduler="fifo"), {BUDGET})[2] == []
+    assert rung_tokens(1024, 2, BUDGET) == [1024, 2048, 4096, 8192]
+    assert rung_tokens(1000, 3, BUDGET) == [1000, 3000]
 
 
 @pytest.mark.parametrize("grace, factor, budget", [
     (1024, 2, 8192), (1000, 3, 8192), (910, 3, 8192), (3641, 3, 32768), (100, 3, 8100),
     (100, 4, 6400), (512, 1.5, 8192), (7, 2.5, 1000), (4096, 2, 8192)])
 def test_the_rungs_from_asha_s_documented_settings_are_the_ones_ray_builds(grace, factor, budget):
-    scheduler, rungs = _asha(grace, factor, budget)
-    built = sorted(milestone for bracket in scheduler._brackets for milestone, _ in bracket._rungs)
-    assert rungs == built == rung_tokens(grace, factor, budget)
+    assert rung_tokens(grace, factor, budget) == _ray_rungs(grace, factor, budget)
 
 
 def test_evaluation_steps_are_the_cadence_the_last_step_and_the_first_step_past_each_rung():
@@ -102,16 +101,17 @@ def _worker_pids(root: Path, sweep: str) -> dict[str, set[int]]:
 
 @pytest.mark.slow
 def test_an_asha_sweep_evaluates_at_its_rungs_and_reuses_its_workers(local_ray, tmp_path, capsys):
-    every = 3  # steps 3, 6, ... 15 and 16; the rungs fall at steps 2, 4, 8 and 16
-    space_path = write_space(tmp_path, name="asha-warm",
+    every = 3  # steps 3, 6, ... 15 and 16; the rungs fall at steps 2, 4 and 8
+    space_path = write_space(tmp_path, name="asha-warm", search={"n_layers": [1, 2]},
+                             tune={"lr": [3e-3, 1e-5]},  # at 1e-5 a candidate is clearly worse
                              train={**TINY_TRAIN, "eval_every": every})
     root = tmp_path / "sweeps"
     assert run("run", str(space_path), "--root", str(root), "--seeds", "2", "--scheduler", "asha",
                "--grace-tokens", "1024", "--reduction-factor", "2", "--max-concurrent", "2") == 0
-    assert "evaluation: 9 per trial (the recipe's cadence and ASHA's 4 rungs)" \
+    assert "evaluation: 9 per trial (the recipe's cadence and ASHA's 3 rungs)" \
         in capsys.readouterr().err
 
-    rungs = [1024, 2048, 4096, 8192]
+    rungs = [1024, 2048, 4096]  # 8192 is the budget: no decision there
     points = sorted({*range(every * STEP, BUDGET + 1, every * STEP), BUDGET, *rungs})
     trials = load_trials(str(root), ["asha-warm"]).set_index("trial_id")
     curves = load_curves(str(root), ["asha-warm"]).groupby("trial_id")["tokens"].apply(list)
@@ -121,9 +121,8 @@ def test_an_asha_sweep_evaluates_at_its_rungs_and_reuses_its_workers(local_ray, 
         if trials.loc[trial_id, "status"] == "stopped_early":
             assert tokens[-1] in rungs  # stopped where a decision was made, on a fresh loss
 
-    pids = _worker_pids(root, "asha-warm")
-    assert all(len(p) == 1 for p in pids.values()) and len(pids) == 8
-    assert len(set().union(*pids.values())) < 8  # workers ran trial after trial
+    pids = _worker_pids(root, "asha-warm")  # a paused trial may resume in another worker
+    assert len(pids) == 8 and len(set().union(*pids.values())) < 8  # workers ran trial after trial
 
 
 @pytest.mark.slow

@@ -206,6 +206,12 @@ BAD_FIELDS = {
                              "train.eval_tokens", "greater than 0"),
     "absurd tokens": ({"train": {**TINY_SPACE["train"], "tokens": "1e18"}}, "train.tokens", "less than"),
     "no training budget": ({"train": {"seq_len": 32, "batch_tokens": 512}}, "train", "train.tokens or train.steps"),
+    "cooldown_frac above a half": ({"train": {**TINY_SPACE["train"], "decay": "wsd", "cooldown_frac": 0.6}},
+                                   "train.cooldown_frac", "less than or equal to 0.5"),
+    "cooldown_frac 0": ({"train": {**TINY_SPACE["train"], "decay": "wsd", "cooldown_frac": 0}},
+                        "train.cooldown_frac", "greater than 0"),
+    "cooldown evaluations under cosine": ({"train": {**TINY_SPACE["train"], "cooldown_evals": "rungs"}},
+                                          "train", "need decay: wsd"),
     "no train block": ({"train": None}, "train", None),
     "vocab_size 1e12": ({"fixed": {**TINY_SPACE["fixed"], "vocab_size": 1e12}}, "fixed.vocab_size", "at most"),
     "d_model 2**21": ({"fixed": {**TINY_SPACE["fixed"], "d_model": 2**21}}, "fixed.d_model", "at most"),
@@ -248,8 +254,10 @@ RUN_CASES = {
     # Ray would wait forever for resources the local cluster does not have
     "more CPUs per trial than the machine": lambda folder: (write_space(folder), ["--cpus-per-trial", "100000"]),
     "negative GPUs per trial": lambda folder: (write_space(folder), ["--gpus-per-trial", "-1"]),
+    "a noise-aware ASHA with one seed": lambda folder: (write_space(folder), ["--scheduler", "asha"]),
 }
-FLAG_OF = {"more CPUs per trial than the machine": "--cpus-per-trial", "negative GPUs per trial": "--gpus-per-trial"}
+FLAG_OF = {"more CPUs per trial than the machine": "--cpus-per-trial", "negative GPUs per trial": "--gpus-per-trial",
+           "a noise-aware ASHA with one seed": "--scheduler"}
 
 
 @pytest.mark.parametrize("case", sorted(RUN_CASES))

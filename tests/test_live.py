@@ -225,7 +225,7 @@ def test_the_live_box_names_each_candidate_with_its_seeds_and_tokens():
     (1_000_000_000, 65_536, 125_000_000),  # 1/8 of the budget beats 100 steps
 ])
 def test_asha_grace_is_100_steps_and_an_eighth_of_the_budget(budget, step, grace):
-    from shapesweep.sweep.runner import asha_grace
+    from shapesweep.sweep.scheduling import asha_grace
 
     assert asha_grace(budget, step) == grace
 
@@ -307,8 +307,9 @@ def test_train_prints_a_plain_line_per_evaluation_and_json_alone_on_stdout(tmp_p
 
 @pytest.mark.slow
 def test_a_real_sweep_streams_live_curves_and_leaves_none_behind(tmp_path, capsys):
-    """Real Ray + ASHA: the grace period is announced before the sweep starts; while trials
-    run their live files exist (a reader sees them); when the sweep ends none is left."""
+    """Real Ray, the default scheduler: which one and why is announced before the sweep
+    starts; while trials run their live files exist (a reader sees them); when the sweep
+    ends none is left."""
     import threading
     import time
 
@@ -333,8 +334,8 @@ def test_a_real_sweep_streams_live_curves_and_leaves_none_behind(tmp_path, capsy
         done.set()
         watcher.join()
     err = capsys.readouterr().err
-    assert re.search(r"ASHA will stop trials from 4\.1K tokens \(8 steps, 50% of the 8\.19K-token "
-                     r"budget; --grace-tokens sets it\); the rank-fidelity view", err)
+    assert "scheduler: FIFO, every trial to its whole budget (one seed: no seed mean to judge " \
+           "on; --scheduler asha overrides)" in err
     landed = load_trials(str(root), ["tiny-depths"])
     assert seen and set(seen) <= set(landed["trial_id"])
     assert live.load_live(str(root))[0].empty and not list((root / "tiny-depths" / "live").iterdir())

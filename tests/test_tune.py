@@ -59,8 +59,9 @@ def test_plan_counts_trials(tmp_path, capsys):
     path = write_space(tmp_path, tune={"lr": [1.0e-3, 3.0e-3]}, seeds=[0, 1, 2])
     n = len(plan(load_space(path)).candidates)
     assert run("plan", str(path), "--format", "json") == 0
-    trials, cost = capsys.readouterr().err.strip().splitlines()[-2:]
+    trials, scheduler, cost = capsys.readouterr().err.strip().splitlines()[-3:]
     assert trials == f"{n} candidates x 2 tuned settings x 3 seeds = {n * 6} trials"
+    assert scheduler.startswith("scheduler: FIFO")
     assert cost.startswith("evaluation: 16 per trial (the recipe's cadence)")
 
 
@@ -69,7 +70,7 @@ def test_plan_counts_trials(tmp_path, capsys):
     ({"lr": []}, "tune.lr", "empty list of values"),
     ({"lr": [1e-3, 3e-3, -1.0]}, "tune.lr[2]", "greater than 0"),
     ({"lr": [1e-3, 1.0e-3]}, "tune.lr[1]", "listed twice"),
-    ({"decay": ["cosine", "step"]}, "tune.decay[1]", "'cosine', 'linear', 'constant' or 'power'"),
+    ({"decay": ["cosine", "step"]}, "tune.decay[1]", "'cosine', 'linear', 'constant', 'power' or 'wsd'"),
     ({"seed": [1, 2]}, "tune.seed", "cannot be tuned"),
     ({"tokens": [4096, 8192]}, "tune.tokens", "cannot be tuned"),
     ({"init": ["normal"], "parametrization": ["mup"]}, "tune", "contradicts"),

@@ -36,12 +36,19 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from shapesweep.search_spaces.cadence import eval_steps, total_steps
+from shapesweep.search_spaces.cadence import (
+    at_steps,
+    cooldown_points,
+    cooldown_steps,
+    cooldown_tokens,
+    eval_steps,
+    total_steps,
+)
 from shapesweep.search_spaces.configs import (
     TrainConfig,
     config_key,
 )
-from shapesweep.trainers import checkpoint
+from shapesweep.trainers import checkpoint, cooldown
 from shapesweep.trainers.loss_tail import LossTail
 from shapesweep.trainers.parallel import (
     check_compilable,
@@ -90,6 +97,7 @@ class TrainResult:
     graph_breaks: int | None = None
     recompiles: int | None = None  # graphs compiled after the forward's first call
     autocast_dtype: str = "none"  # bfloat16 | none
+    cooldown_tokens: int = 0  # trained by cooldown branches (trainers/cooldown.py), not in `tokens`
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -109,13 +117,17 @@ def lr_multiplier(step: int, total: int, train: TrainConfig,
     """Schedule factor for optimizer step `step` (0-based): linear warmup over W steps
     (`warmup_steps`), then decay to min_lr_frac. `power` (seed 002): with t = step + 1,
     t/W while t < W, then max(min_lr_frac, (W/t)^decay_power), an inverse-power decay
-    (p = 0.5 is the inverse square root)."""
+    (p = 0.5 is the inverse square root). `wsd`: 1 until the last cooldown_frac of the
+    steps, which cool down as `cooldown.factor` says."""
     warmup = warmup_steps(train, total, units_per_step)
     if train.decay == "power":
         t, w = step + 1, max(warmup, 1)
         return t / w if t < w else max(train.min_lr_frac, (w / t) ** train.decay_power)
     if step < warmup:
         return (step + 1) / warmup
+    if train.decay == "wsd":
+        cool = cooldown_steps(train, total)
+        return 1.0 if step < total - cool else cooldown.factor(train, 1.0, step - (total - cool), cool)
     progress = min(1.0, (step - warmup) / max(1, total - warmup))
     floor = train.min_lr_frac
     if train.decay == "cosine":
@@ -318,6 +330,8 @@ def train(model_config, train: TrainConfig, data: str | None = None,
     task, per_step, units_per_step, data_hash = make_task(model_config, train, data, tokenizer)
     steps = total_steps(train, units_per_step)
     evals = set(eval_steps(train, steps, units_per_step, eval_at))
+    rungs = at_steps(eval_at, steps, units_per_step)  # a scheduler may pause a trial there
+    cooled = cooldown_points(train, evals, rungs, steps)
     micro = train.micro_batch_size or per_step
     eval_batch = micro if of(model_config).lm else EVAL_IMAGES_PER_BATCH
 
@@ -341,6 +355,15 @@ def train(model_config, train: TrainConfig, data: str | None = None,
     def autocast():
         return torch.autocast(dev.type, dtype=dtype) if dtype else contextlib.nullcontext()
 
+    def optimizer_step(x, y) -> torch.Tensor:
+        """One step's gradient, clipped and applied (the main run's and a cooldown branch's)."""
+        loss = _backward(stepper, x, y, micro, dev, autocast, train.z_loss)
+        if train.grad_clip > 0:  # no sync: a non-finite norm is caught with the loss
+            torch.nn.utils.clip_grad_norm_(params, train.grad_clip)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        return loss
+
     identity = {"config_key": config_key(model_config), "family": model_config.family,
                 "train": train.model_dump(mode="json"), "data_hash": data_hash}
     start, curve, prior_elapsed, train_time = 0, [], 0.0, 0.0
@@ -361,14 +384,15 @@ def train(model_config, train: TrainConfig, data: str | None = None,
         bar_task = bar.add_task("", total=steps, completed=start) if bar else None
         t_interval = time.perf_counter()
         batches = _shard(task.train_batch, rank, world)
+        brancher = cooldown.Brancher(
+            train, steps, model, optimizer, scheduler.base_lrs, optimizer_step,
+            lambda step: batches(step, per_step),
+            lambda: evaluate(forward, task, eval_batch, dev, autocast),
+            lambda step: lr_multiplier(step, steps, train, units_per_step))
         for step, x, y in prefetched(batches, range(start, steps), per_step, dev):
-            losses.append(_backward(stepper, x, y, micro, dev, autocast, train.z_loss))
-            if train.grad_clip > 0:  # no sync: a non-finite norm is caught with the loss
-                torch.nn.utils.clip_grad_norm_(params, train.grad_clip)
             lr_now = train.lr * lr_multiplier(step, steps, train, units_per_step)
-            optimizer.step()
+            losses.append(optimizer_step(x, y))
             scheduler.step()
-            optimizer.zero_grad(set_to_none=True)
             done = step + 1
             if bar:
                 bar.update(bar_task, completed=done)
@@ -382,9 +406,14 @@ def train(model_config, train: TrainConfig, data: str | None = None,
             metrics = {"step": done, "tokens": done * units_per_step, "train_loss": train_loss,
                        **evaluate(forward, task, eval_batch, dev, autocast), "lr": lr_now,
                        "elapsed_s": prior_elapsed + time.perf_counter() - t0 - reporting}
+            if cooled:
+                if done in cooled:
+                    metrics["val_loss_cooled"] = brancher.cooled_loss(done, metrics["val_loss"])
+                metrics["cooldown_tokens"] = cooldown_tokens(train, cooled, done, steps,
+                                                             units_per_step)
             curve.append(metrics)
             due = checkpoint_dir is not None and _agreed(
-                time.perf_counter() - saved_at >= checkpoint_every_s, world, dev)
+                done in rungs or time.perf_counter() - saved_at >= checkpoint_every_s, world, dev)
             if due:
                 weights, moments = _full_state(model, optimizer, sharded)  # collective if sharded
                 saved_at = time.perf_counter()
@@ -573,4 +602,5 @@ def _result(curve, wall, train_time, params_measured, data_hash, stopped) -> Tra
         tokens=last["tokens"], steps=last["step"],
         wall_time_s=wall, tokens_per_s=last["tokens"] / max(train_time, 1e-9),
         params_measured=params_measured, data_hash=data_hash, stopped=stopped, curve=list(curve),
-        psnr=last.get("psnr"), ssim=last.get("ssim"), accuracy=last.get("accuracy"))
+        psnr=last.get("psnr"), ssim=last.get("ssim"), accuracy=last.get("accuracy"),
+        cooldown_tokens=last.get("cooldown_tokens", 0))
