@@ -117,3 +117,14 @@ def test_the_plan_says_which_scheduler_and_why(tmp_path, capsys):
     assert any(line.startswith("scheduler: noise-aware ASHA (12 candidates x 3 seeds") for line in out)
     assert any(line.startswith("cooldown evaluations: 1 per trial (at each of ASHA's rungs)")
                for line in out), out
+
+
+def test_a_grid_with_choice_seeds_runs_fifo_and_refuses_the_noise_aware_asha(tmp_path):
+    """Its measure trials are planned as choices end, so no scheduler knows them up front."""
+    lr = {"lr": [1e-3, 2e-3, 3e-3], "choice_seeds": [100]}  # 12 candidates: auto's ASHA size
+    space, candidates = _space(tmp_path, tune=lr)
+    auto = choose("auto", space, candidates, [0, 1, 2])
+    assert auto.kind == "fifo" and "tune.choice_seeds" in auto.line
+    with pytest.raises(UserError, match="needs every candidate's trials up front") as refused:
+        choose("asha", space, candidates, [0, 1, 2])
+    assert refused.value.key == "--scheduler"
