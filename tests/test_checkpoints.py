@@ -105,12 +105,13 @@ def _space(tmp_path: Path, name: str) -> Path:
     return write_space(tmp_path, name=name, search={"n_layers": [2]}, train=LONG_TRAIN)
 
 
-def _check_curve(root: Path, sweep: str, save_dir: Path | None = None):
-    """The sweep's one trial completed with the curve and final loss of an uninterrupted run."""
+def _check_curve(root: Path, sweep: str, save_dir: Path | None = None, points: list[int] = POINTS):
+    """The sweep's one trial completed with the curve (evaluations at `points`) and final loss
+    of an uninterrupted run."""
     (row,) = load_trials(str(root), [sweep]).itertuples()
     assert row.status == "completed"
     curve = load_curves(str(root), [sweep])
-    assert list(curve["step"]) == POINTS  # none repeated or missing
+    assert list(curve["step"]) == points  # none repeated or missing
     document = json.loads(row.config_json)
     whole = train(make_config(document["model"] | {"family": document["family"]}),
                   TrainConfig(**document["train"]), save_dir=save_dir)

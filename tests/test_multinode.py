@@ -16,11 +16,19 @@ from pathlib import Path
 
 import pytest
 from ray_nodes import TEST_ENV, kill_node, start_head, start_worker, stop_node, wait_for_nodes
+from shapesweep.search_spaces.cadence import eval_steps
+from shapesweep.search_spaces.configs import TrainConfig
 from shapesweep.sweep.trainable import START_FIELD
-from sweep_helpers import CHILD_ENV
-from test_checkpoints import POINTS, _check_curve, _reports, _space, _wait_for_reports
+from sweep_helpers import CHILD_ENV, TINY_TRAIN, write_space
+from test_checkpoints import _check_curve, _reports, _wait_for_reports
 
 pytestmark = pytest.mark.slow
+
+# A trial long enough (seconds even on a quiet fast machine) that the node is lost while it
+# trains: the test sees a report only after the driver has it, and the trial trains on.
+STEPS, BATCH = 1000, 2048
+TRAIN = {**TINY_TRAIN, "batch_tokens": BATCH, "tokens": STEPS * BATCH, "eval_every": STEPS // 10}
+POINTS = eval_steps(TrainConfig(**TRAIN), STEPS, BATCH)
 
 
 def test_a_trial_on_a_lost_node_continues_on_another_from_its_last_checkpoint(
@@ -32,7 +40,8 @@ def test_a_trial_on_a_lost_node_continues_on_another_from_its_last_checkpoint(
         head, address = start_head(nodes_tmp / "head", 0, env)  # no CPU: trials run on workers
         workers = [start_worker(address, nodes_tmp / f"w{i}", 1, env) for i in range(2)]
         wait_for_nodes(address, 3, env, head)
-        space_path, root = _space(tmp_path, "lost-node"), tmp_path / "sweeps"
+        space_path = write_space(tmp_path, name="lost-node", search={"n_layers": [2]}, train=TRAIN)
+        root = tmp_path / "sweeps"
         driver = subprocess.Popen(
             [sys.executable, "-m", "shapesweep.sweep.cli", "run", str(space_path), "--root",
              str(root), "--address", address, "--scheduler", "fifo", "--checkpoint-every", "0",
@@ -47,7 +56,7 @@ def test_a_trial_on_a_lost_node_continues_on_another_from_its_last_checkpoint(
         code, _, err = driver.wait(timeout=420), *driver.communicate()
         assert code == 0, err[-3000:]
 
-        _check_curve(root, "lost-node")  # each step once; the loss of an uninterrupted run
+        _check_curve(root, "lost-node", points=POINTS)  # each step once; the loss of an uninterrupted run
         (reports,) = _reports(root, "lost-node").values()
         retried = [r for r in reports if r["pid"] != trial_pid]
         assert retried
