@@ -8,6 +8,7 @@ left out of nav, each of which must be named and fail the build.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -53,3 +54,13 @@ def test_broken_link_broken_anchor_and_page_missing_from_nav_fail(tmp_path):
     assert "no-such-page.md" in result.stderr
     assert "no-such-section" in result.stderr
     assert "orphan.md" in result.stderr
+
+
+def test_docs_pages_named_in_code_exist():
+    """A docstring or comment that sends the reader to docs/PAGE.md names a page that exists."""
+    tracked = subprocess.run(["git", "ls-files", "*.py"], cwd=REPO, capture_output=True, text=True,
+                             check=True).stdout.split()
+    named = {(source, page) for source in tracked if source not in {"tests/test_docs_site.py", "mkdocs_hooks.py"}
+             for page in re.findall(r"docs/[\w.-]+\.md", (REPO / source).read_text(encoding="utf-8"))}
+    assert named
+    assert [f"{source}: {page}" for source, page in sorted(named) if not (REPO / page).is_file()] == []
