@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 TORCH ?= torch==2.13.0
 TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 
-.PHONY: setup demo test test-fast lint browser postgres shells bench
+.PHONY: setup demo test test-fast lint docs browser postgres shells bench
 setup: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml
@@ -47,7 +47,12 @@ test-fast: setup browser shells
 lint: setup
 	$(VENV)/bin/ruff check .
 
-# Each prints its figures as ratios taken side by side in one run (see README, Development).
+# The documentation site (mkdocs.yml) into site/: strict, so a broken link or anchor, or a page
+# missing from nav, fails the build.
+docs: setup
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
+
+# Each prints its figures as ratios taken side by side in one run (docs/benchmarks.md).
 bench: setup
 	$(PY) benchmarks/bench_solver.py
 	$(PY) benchmarks/bench_train_step.py --quick

@@ -1,7 +1,7 @@
 """The lr-transfer experiment's table: each shape's best learning rate under each muP rule.
 
-The sweeps are `docs/spaces/lr-transfer*.yaml` (docs/lr-transfer.md says how they were run:
-the width-rules sweep with the code before fan-in muP). This reads their stores and prints,
+The sweeps are `docs/spaces/lr-transfer*.yaml` (the width-rules sweep was run with the code
+before fan-in muP; no page reports them yet). This reads their stores and prints,
 per shape and rule, the final validation loss at every learning rate of the grid, the best
 one, and whether it lies within one grid step (a factor 2) of the base shape's best.
 
@@ -17,7 +17,6 @@ import json
 import math
 
 import pandas as pd
-
 from shapesweep.results.store import load_trials
 
 

@@ -1,1 +1,1 @@
-"""dashboards: see DESIGN in README."""
+"""dashboards: figures, the report and the live server; where they sit: docs/architecture.md."""

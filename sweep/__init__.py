@@ -1,1 +1,1 @@
-"""sweep: see DESIGN in README."""
+"""sweep: the CLI and the Ray Tune driver; where it sits in the data flow: docs/architecture.md."""

@@ -37,7 +37,7 @@ SHELLS = ("bash", "zsh")  # shell completion scripts shtab writes
 
 class PrintCompletion(argparse.Action):
     """`--print-completion SHELL`: the completion script for every verb and option, from
-    this parser (shtab, imported only here); installing it is in the README."""
+    this parser (shtab, imported only here); installing it is in docs/cli.md."""
 
     def __call__(self, parser, namespace, shell, option_string=None):
         import shtab

@@ -1,1 +1,1 @@
-"""trainers: see DESIGN in README."""
+"""trainers: torch models, data and the training loop; where they sit: docs/architecture.md."""

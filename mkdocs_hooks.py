@@ -1,0 +1,27 @@
+"""mkdocs hooks: the README is the site's home page, so the overview has one source.
+
+The README links into docs/ as `docs/PAGE.md` (what works on GitHub); from the site's root
+that page is `PAGE.md`. Pages link back to the README as `../README.md`, which the site
+serves as `index.md`. Only link targets are rewritten; the text is the README's own.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from mkdocs.structure.files import File
+
+README_LINK = re.compile(r"\]\(\.\./README\.md")
+DOCS_LINK = re.compile(r"\]\(docs/")
+
+
+def on_files(files, config):
+    readme = Path(config.config_file_path).parent / "README.md"
+    home = DOCS_LINK.sub("](", readme.read_text(encoding="utf-8"))
+    files.append(File.generated(config, "index.md", content=home))
+    return files
+
+
+def on_page_markdown(markdown, page, config, files):
+    return README_LINK.sub("](index.md", markdown)
