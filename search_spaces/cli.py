@@ -101,14 +101,18 @@ def _spaces_table(records: list[dict], wide: bool, fast: bool) -> None:
                   title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 0), show_edge=False)
     widths = {column: max([len(column), *(len(row[column]) for row in rows)])
               for column in ("name", "family", "candidates")}
+    widths["family"] = min(widths["family"], FAMILY_COLUMN)  # the description needs the room
     for column, width in widths.items():
-        table.add_column(column, no_wrap=True, width=width,
+        table.add_column(column, no_wrap=True, width=width, overflow="ellipsis",
                          justify="right" if column == "candidates" else "left")
     table.add_column("description", no_wrap=True, overflow="ellipsis",
                      width=max(11, console.width - sum(widths.values()) - len(widths)))
     for row in rows:
         table.add_row(*(row[column] for column in (*widths, "description")))
     console.print(table)
+
+
+FAMILY_COLUMN = 14  # `spaces`' family column at most (a mixed space's list is cut: --wide has it)
 
 
 def _budget_text(space) -> str:

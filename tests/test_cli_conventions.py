@@ -90,6 +90,9 @@ def test_spaces_fits_80_columns_one_line_a_space(capsys, monkeypatch):
     for name in BUILTINS:
         (line,) = [line for line in lines if line.split(" ", 1)[0] == name]
         assert "…" in line or BUILTINS[name] in line  # cut to fit, or whole
+        assert len(line.rstrip().rsplit(" ", 1)[-1]) >= 1  # the description column is there
+    header = next(line for line in lines if line.startswith("name "))
+    assert len(header) - header.index("description") >= 20  # room for words, not a stub
     # --wide: every description in full (wrapped at the terminal, so compared word by word)
     assert main(["spaces", "--fast", "--wide"]) == 0
     words = capsys.readouterr().out.split()
