@@ -19,8 +19,8 @@ from shapesweep.common import UserError, did_you_mean
 
 # verb -> (module, one-line help). Each module defines add_arguments_<verb>(parser) and <verb>(args) -> int.
 VERBS: dict[str, tuple[str, str]] = {
-    "spaces": ("shapesweep.search_spaces.cli", "list the built-in search spaces"),
-    "plan": ("shapesweep.search_spaces.cli", "solve a space into iso-budget candidates and print them"),
+    "spaces": ("shapesweep.sweep.spaces_command", "list the built-in search spaces"),
+    "plan": ("shapesweep.sweep.spaces_command", "solve a space into iso-budget candidates and print them"),
     "train": ("shapesweep.sweep.train_command", "train one candidate config on real data"),
     "run": ("shapesweep.sweep.commands", "run a sweep of a space with Ray Tune"),
     "resume": ("shapesweep.sweep.commands", "finish a sweep: run only the candidates missing from its results"),

@@ -1,4 +1,5 @@
-"""`shapesweep spaces` and `shapesweep plan SPACE`: browse built-in spaces, solve one."""
+"""`shapesweep spaces` and `shapesweep plan SPACE`: browse built-in spaces, solve one (verbs: the
+sweep layer, as `plan` says which scheduler `run` would pick)."""
 
 from __future__ import annotations
 
