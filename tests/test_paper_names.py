@@ -47,5 +47,5 @@ def test_the_pattern_tells_papers_from_rng_seeds():
                          ("seeds ", "001"), ("Seed\n  ", "002"), ("# seed\n# ", "000")]:
         assert PAPER_NUMBER.search(word + number), word + number
     for rng in ["seed 0", "seeds: [0, 1, 2]", "seed 100", "choice_seeds: [100]", "seed 42",
-                "seed 0001", "xformer Fig. 7"]:
+                "seed " + "0001", "xformer Fig. 7"]:
         assert not PAPER_NUMBER.search(rng), rng
