@@ -1,4 +1,4 @@
-"""What seed 002's end-of-trial analysis adds to a `vformer-vs-constant-small` trial, side by side.
+"""What xformer's end-of-trial analysis adds to a `vformer-vs-constant-small` trial, side by side.
 
 For each of the space's ><formers: the analysis (`shapesweep.trainers.analysis.analyse` on the
 sequences a trial analyses) against the trial's training steps, both timed on one torch

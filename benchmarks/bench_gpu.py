@@ -1,7 +1,7 @@
 """Training-step benchmark of the GPU recipe (torch.compile, and bf16 autocast on CUDA) on
 the sweep's real shapes: the loop next to a plain loop, and compiled next to eager.
 
-On CUDA, for seed 000's 113M pair (conventional 768x12 d_h 3072, hourglass k=4 1032x12
+On CUDA, for hourglass-ffn's 113M pair (conventional 768x12 d_h 3072, hourglass k=4 1032x12
 d_h 418; vocab 50304, seq 2048) and the 500M ><former pair of `vformer-shapes-500m`
 (constant width and its first bottleneck candidate, at the space's seq_len): tokens/s, MFU,
 peak memory, the ratio of `shapesweep.trainers.loop.train` to the plain PyTorch loop of

@@ -3,9 +3,9 @@
 1. Loop overhead: `shapesweep.trainers.loop.train` vs a minimal plain-PyTorch loop (same model, same
    init, same batches, AdamW, no schedule/clipping/accumulation/NaN check) on CPU.
    Target: tokens/s ratio >= 0.95.
-2. Hourglass k=4 vs conventional at matched non-embedding parameters (seed 000): the
+2. Hourglass k=4 vs conventional at matched non-embedding parameters (hourglass-ffn): the
    hourglass step time relative to the conventional one.
-3. On CUDA only: MFU of seed 000's 113M conventional and hourglass shapes in bf16 with
+3. On CUDA only: MFU of hourglass-ffn's 113M conventional and hourglass shapes in bf16 with
    torch.compile (PaLM accounting from `account`; dense bf16 peak from PEAK_TFLOPS).
    `bench_gpu.py` measures more on a GPU (the 500M shapes, memory, the plain-loop ratio).
 

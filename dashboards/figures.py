@@ -54,7 +54,7 @@ X_AXES = {
     "training_flops": "training FLOPs",
     "kv_cache_per_token": "KV cache per token (elements)",
     "wall_time_s": "wall time (s)",
-    # Seed 004 counts W_in in its Pareto parameters, trained or fixed (`params_total` holds the trainable ones).
+    # hourglass-mlp counts W_in in its Pareto parameters, trained or fixed (`params_total` holds the trainable ones).
     "params_incl_frozen": "parameters incl. W_in (trainable + fixed)",
 }
 LM_X_AXES = [x for x in X_AXES if x != "params_incl_frozen"]  # an LM freezes nothing
@@ -71,7 +71,7 @@ def _series_name(parts: list, sweeps: int, sweep: str) -> str:
 
 
 def metric_for(trials: pd.DataFrame) -> str:
-    """PSNR for image-MLP sweeps (seed 004), validation loss for language models."""
+    """PSNR for image-MLP sweeps (hourglass-mlp), validation loss for language models."""
     lm = trials["family"].isin(language_models()).any()
     return "val_loss" if lm or not present(trials, "psnr") else "psnr"
 
@@ -99,7 +99,7 @@ def pareto_points(trials: pd.DataFrame, metric: str = "val_loss") -> tuple[pd.Da
 
 def pareto_figure(trials: pd.DataFrame, x: str = "params_non_embedding", metric: str = "val_loss",
                   points: tuple[pd.DataFrame, pd.DataFrame] | None = None) -> Figure | None:
-    """Seed 004's frontier: metric vs a cost, one frontier per family, mean ± std over seeds
+    """hourglass-mlp's frontier: metric vs a cost, one frontier per family, mean ± std over seeds
     (`points`: `pareto_points(trials, metric)`, when several figures share them)."""
     means, others = points or pareto_points(trials, metric)
     means = means[means[x].notna() & (means[x] > 0)] if x in means else means.iloc[0:0]
@@ -185,7 +185,7 @@ def searched_figure(trials: pd.DataFrame, metric: str = "val_loss",
 
 
 def with_input_projection(trials: pd.DataFrame) -> pd.DataFrame:
-    """`params_incl_frozen`: the trainable parameters plus a fixed W_in (seed 004's count)."""
+    """`params_incl_frozen`: the trainable parameters plus a fixed W_in (hourglass-mlp's count)."""
     return trials.assign(params_incl_frozen=trials["params_total"] + trials["params_frozen"].fillna(0))
 
 
@@ -195,7 +195,7 @@ def _trainable(frame: pd.DataFrame) -> list[str]:
 
 
 def _hover_extra(frame: pd.DataFrame, counted: bool) -> list[str]:
-    """Hover text after the mean: its spread, and (seed 004) the parameters with W_in."""
+    """Hover text after the mean: its spread, and (hourglass-mlp) the parameters with W_in."""
     spread = _spread_text(frame)
     return [s + f"<br>{p}" for s, p in zip(spread, _trainable(frame), strict=True)] if counted else spread
 
@@ -266,7 +266,7 @@ def _baseline_traces(fig: Figure, trials: pd.DataFrame, x: str, x_span: tuple[fl
 
 
 def _ratio_groups(frame: pd.DataFrame) -> pd.Series:
-    """Hourglass d_h/d_model as a series key (seed 000 Fig. 4); none when solved continuously."""
+    """Hourglass d_h/d_model as a series key (hourglass-ffn Fig. 4); none if solved continuously."""
     ratio = frame["ffn_ratio"].round(2).where(frame["family"] == "hourglass")
     return ratio if ratio.nunique() <= 6 else pd.Series(np.nan, index=frame.index)
 
@@ -285,7 +285,7 @@ SHAPED = ("hourglass", "variable_width")  # the families a U-curve compares with
 
 
 def ucurve_figure(trials: pd.DataFrame, tolerance: float = 0.005) -> Figure | None:
-    """Seed 000 Fig. 4: loss vs d_model/L (log), one series per design (hourglass: per k and
+    """hourglass-ffn Fig. 4: loss vs d_model/L (log), one series per design (hourglass: per k and
     d_h/d_model), best region shaded. It is the iso-budget figure of a width/depth sweep:
     `applicable_figures` draws `searched_figure` only where there is no U-curve. The shaped
     families are compared with the conventional baseline (dashed); where they sample fewer
@@ -334,7 +334,7 @@ def ucurve_figure(trials: pd.DataFrame, tolerance: float = 0.005) -> Figure | No
 
 def _ucurve_groups(means: pd.DataFrame) -> list[tuple[tuple, pd.DataFrame]]:
     """The U-curve's series: (sweep, family, k, d_h/d_model, shape). The d_h/d_model split is a
-    designed series (seed 000 Fig. 4: 0.25, 0.5) only where it leaves each hourglass series
+    designed series (hourglass-ffn Fig. 4: 0.25, 0.5) only where it leaves each hourglass series
     more than one ratio; a d_h solved per shape gives each its own d_h/d_model, and is no split."""
     keys = ["sweep", "family", "k", "ratio_group", "shape"]
     split = means.assign(ratio_group=_ratio_groups(means))
@@ -373,7 +373,7 @@ def _best_region(fig: Figure, trials: pd.DataFrame, group: pd.DataFrame, sweep: 
 
 
 def ratio_figure(trials: pd.DataFrame) -> Figure | None:
-    """Seed 000 Fig. 3: loss vs d_h/d_model, one series per k (the best shape at each ratio;
+    """hourglass-ffn Fig. 3: loss vs d_h/d_model, one series per k (the best shape at each ratio;
     the other shapes faint behind it), the baseline dashed."""
     means, others = chosen_and_others(trials[trials["family"] == "hourglass"], "val_loss")
     if means.empty or means["ffn_ratio"].round(3).nunique() < 2:
@@ -403,7 +403,7 @@ def ratio_figure(trials: pd.DataFrame) -> Figure | None:
 
 
 def width_profile_figure(trials: pd.DataFrame, top: int = 10) -> Figure | None:
-    """Seed 002 Fig. 2's shapes: per-layer widths of the best variable-width candidates, and
+    """xformer Fig. 2's shapes: per-layer widths of the best variable-width candidates, and
     dashed each sweep's own constant-width model (its `constant` shape, else its conventional one)."""
     means = seed_means(trials[trials["family"] == "variable_width"], "val_loss")
     if means.empty:
@@ -494,7 +494,7 @@ def _by_depth(trials: pd.DataFrame, data: pd.DataFrame, means: pd.DataFrame,
 
 
 def layers_figure(trials: pd.DataFrame, layers: pd.DataFrame | None, top: int = 12) -> Figure | None:
-    """Seed 002 Fig. 7: the residual stream's matrix entropy and the MLP activation density at
+    """xformer Fig. 7: the residual stream's matrix entropy and the MLP activation density at
     each threshold against depth (layer / n_layers), one line per candidate (its completed
     seeds at its best tuned value, averaged; the `top` best by loss), constant width dashed."""
     found = _layer_means(trials, layers, ["matrix_entropy", "activation_density"], top)
@@ -505,7 +505,7 @@ def layers_figure(trials: pd.DataFrame, layers: pd.DataFrame | None, top: int = 
     panels = [("matrix_entropy", "matrix entropy of the residual stream", None)]
     panels += [("activation_density", f"MLP activation density, |a| > {t:g}", t) for t in thresholds]
     fig = _by_depth(trials, data, means, panels,
-                    "Representations by depth (seed 002 Fig. 7): mean over seeds; constant width dashed")
+                    "Representations by depth (xformer Fig. 7): mean over seeds; constant width dashed")
     fig.update_yaxes(rangemode="tozero")
     return fig
 
@@ -516,7 +516,7 @@ LENS_PANELS = [("lens_logprob", "log probability of the target token (nats)", No
 
 
 def lens_figure(trials: pd.DataFrame, layers: pd.DataFrame | None, top: int = 12) -> Figure | None:
-    """Seed 002 Fig. 8, the logit lens: each layer's residual stream decoded through the final
+    """xformer Fig. 8, the logit lens: each layer's residual stream decoded through the final
     norm and unembedding; the target's log probability, the decoded entropy and the
     symmetrized KL to the previous layer's decoding against depth, as `layers_figure` draws."""
     found = _layer_means(trials, layers, [column for column, _, _ in LENS_PANELS], top)
@@ -524,7 +524,7 @@ def lens_figure(trials: pd.DataFrame, layers: pd.DataFrame | None, top: int = 12
         return None
     data, means = found
     fig = _by_depth(trials, data, means, LENS_PANELS,
-                    "Logit lens by depth (seed 002 Fig. 8): mean over seeds; constant width dashed")
+                    "Logit lens by depth (xformer Fig. 8): mean over seeds; constant width dashed")
     fig.update_yaxes(rangemode="tozero", row=1, col=2)
     fig.update_yaxes(rangemode="tozero", row=2, col=1)
     return fig
@@ -537,7 +537,7 @@ TOP_LEGEND = dict(orientation="h", yref="paper", y=1.02, yanchor="bottom", xanch
 
 def param_split_figure(trials: pd.DataFrame, top: int = 30,
                        points: tuple[pd.DataFrame, pd.DataFrame] | None = None) -> Figure | None:
-    """Seed 000's reallocation story: attention vs FFN parameters of the best candidates
+    """hourglass-ffn's reallocation story: attention vs FFN parameters of the best candidates
     (`points`: `pareto_points` of the language models, when other figures share them)."""
     lm = trials[trials["family"].isin(language_models())]
     means = points[0] if points else seed_means(lm, "val_loss")
@@ -709,7 +709,7 @@ def rank_fidelity_figure(trials: pd.DataFrame, curves: pd.DataFrame,
 def applicable_figures(trials: pd.DataFrame, curves: pd.DataFrame, layers: pd.DataFrame | None = None,
                        compared: dict | None = None) -> list[tuple[str, Figure]]:
     """(id, figure) for every figure whose columns and families the data has (`layers`:
-    `shapesweep.results.store.load_layers`, for seed 002's representation figure;
+    `shapesweep.results.store.load_layers`, for xformer's representation figure;
     `compared`: `comparisons.compare_sweeps`, made once for the report's tables too)."""
     is_lm = trials["family"].isin(language_models())
     lm, vision = trials[is_lm], with_input_projection(trials[~is_lm])

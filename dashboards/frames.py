@@ -215,8 +215,8 @@ def language_models() -> list[str]:
 
 
 def design(row: dict) -> str:
-    """The series a candidate belongs to: its family, split as its spec says (seed 004's two
-    MLP designs, seed 002's width shapes and non-default resize methods)."""
+    """The series a candidate belongs to: its family, split as its spec says (hourglass-mlp's two
+    MLP designs, xformer's width shapes and non-default resize methods)."""
     spec = base.find(row["family"])
     return spec.series(row) if spec else str(row["family"])
 

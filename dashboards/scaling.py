@@ -1,4 +1,4 @@
-"""Seed 002 Fig. 4: power laws of loss in training FLOPs, and the FLOPs one family needs
+"""xformer Fig. 4: power laws of loss in training FLOPs, and the FLOPs one family needs
 to reach another's loss ("reaches the baseline's loss with 78% of its FLOPs").
 """
 
@@ -73,8 +73,8 @@ def _fit_means(means: pd.DataFrame) -> dict[str, PowerLaw]:
 def flops_to_match(fits: dict[str, PowerLaw], baseline: str = BASELINE) -> dict[str, tuple[float, float]]:
     """For each other series: (FLOPs it needs / FLOPs the baseline used, the loss matched).
 
-    The reference loss is the baseline fit at its largest training run, as seed 002 compares
-    against its largest constant-width model.
+    The reference loss is the baseline fit at its largest training run, as the xformer paper
+    compares against its largest constant-width model.
     """
     if baseline not in fits:
         return {}

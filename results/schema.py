@@ -48,7 +48,7 @@ TRIAL_COLUMNS = pa.schema(
         ("val_loss", _FLOAT), ("best_val_loss", _FLOAT), ("val_ppl", _FLOAT),
         ("train_loss", _FLOAT), ("psnr", _FLOAT), ("ssim", _FLOAT),
         # `val_loss_se`: the final val_loss's standard error over its held-out sequences (images);
-        # `train_loss_tail`: seed 002's reported loss, the training loss over the last steps.
+        # `train_loss_tail`: xformer's reported loss, the training loss over the last steps.
         ("val_loss_se", _FLOAT), ("train_loss_tail", _FLOAT),
         ("tokens", _INT), ("steps", _INT), ("wall_time_s", _FLOAT), ("tokens_per_s", _FLOAT),
         # how the step ran (shapesweep.trainers.compiled): torch.compile's counts are null
@@ -72,7 +72,7 @@ CURVE_COLUMNS = pa.schema(
     ]
 )
 
-# Seed 002 §4's representation analysis (`shapesweep.trainers.analysis`): one row per (layer, threshold);
+# xformer §4's representation analysis (`shapesweep.trainers.analysis`): one row per (layer, threshold);
 # `matrix_entropy` (the residual stream's) and the logit lens's `lens_*` (Fig. 8: the target's log
 # probability, the decoded entropy, the symmetrized KL to the layer before) repeat across a
 # layer's threshold rows.

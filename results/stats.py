@@ -1,6 +1,6 @@
 """Seed-level statistics of a sweep: every comparison with its uncertainty.
 
-Seeds of one model differ by more than most effects the seed papers report, so a verdict
+Seeds of one model differ by more than most effects the papers report, so a verdict
 from one run is noise. Here:
 
 - Seed roles: a space may name `tune.choice_seeds`, the seeds that *choose* each

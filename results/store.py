@@ -4,7 +4,7 @@ Layout (plain Parquet; DuckDB `read_parquet('ROOT/*/trials/*.parquet')` and Pola
 
     ROOT/SWEEP/trials/part-<trial_id>-<stamp>.parquet     one trial row
     ROOT/SWEEP/curves/part-<trial_id>-<stamp>.parquet     that attempt's curve rows
-    ROOT/SWEEP/layers/part-<trial_id>-<stamp>.parquet     its per-layer analysis rows (seed 002
+    ROOT/SWEEP/layers/part-<trial_id>-<stamp>.parquet     its per-layer analysis rows (xformer
                                                           §4), only for a trial that has them
 
 A fragment is written under a hidden temporary name and renamed into place, so a reader

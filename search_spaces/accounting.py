@@ -1,17 +1,17 @@
 """Exact parameter, FLOP and KV-cache accounting: the one place these numbers come from.
 
-Counting convention (seed 000): attention = Q, K, V, O (+ biases); FFN = every FFN
-matrix (+ biases, seed 003's residual scale, and the hourglass sub-block norms);
+Counting convention (hourglass-ffn): attention = Q, K, V, O (+ biases); FFN = every FFN
+matrix (+ biases, simple-gated's residual scale, and the hourglass sub-block norms);
 norms = the remaining RMSNorm weights (per-layer attention/FFN norms and the final
-norm); non-embedding = attention + FFN + norms (+ seed 002's resize projections);
+norm); non-embedding = attention + FFN + norms (+ xformer's resize projections);
 total adds the token embedding and, if untied, the unembedding. Both ends are D wide
-except in seed 002's zero/projection resize modes, where `widths.end_widths` drops
+except in xformer's zero/projection resize modes, where `widths.end_widths` drops
 the embedding columns and readout coordinates that can never affect the output.
 
 Training FLOPs per token follow PaLM's MFU convention:
 6 * (matmul weights, unembedding included) + 12 * sum_layers(n_heads * head_dim) * seq_len.
 
-Mixture of experts (seed 002's MoE): the FFN counts all `n_experts` experts plus the
+Mixture of experts (xformer's MoE): the FFN counts all `n_experts` experts plus the
 router (width x n_experts, no bias); `params_active` counts only `n_active_experts`
 experts per layer (+ the router), and the matmul weights behind the FLOPs are the active ones.
 
@@ -92,8 +92,8 @@ class Accounting:
     params_ffn: int
     params_norms: int
     params_embedding: int
-    params_other: int  # resize projections (seed 002) or vision W_in / W_out
-    params_frozen: int  # not trained (seed 004's fixed input projection)
+    params_other: int  # resize projections (xformer) or vision W_in / W_out
+    params_frozen: int  # not trained (hourglass-mlp's fixed input projection)
     flops_per_token: int  # training (forward + backward); per image for vision
     kv_cache_per_token: int  # elements, all layers
     avg_layer_width: float

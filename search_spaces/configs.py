@@ -91,7 +91,7 @@ class TrainConfig(_Strict):
     mup_base_depth: Annotated[int, Field(gt=0, le=MAX_DIM)] = 4
     eval_every: PositiveInt | None = None  # steps; default ~10 evaluations per trial
     eval_tokens: PositiveCount = 32768  # LM validation tokens per evaluation
-    # seed 002's reported loss: the training loss over the last this-many steps (every 10th)
+    # xformer's reported loss: the training loss over the last this-many steps (every 10th)
     loss_tail_steps: PositiveInt = 1000
     seed: Annotated[int, Field(ge=0, lt=MAX_SEED)] = 0
     compile: bool = False  # torch.compile of the training forward (any device: inductor on CPU)
@@ -101,11 +101,11 @@ class TrainConfig(_Strict):
     # How weights start (shapesweep.trainers.mup): normal | scaled | xavier | mup. Unset: mup under
     # `parametrization: mup`, else normal; `init: mup` alone turns muP on.
     init: Literal["normal", "scaled", "xavier", "mup"] | None = None
-    # Paper recipes. tokens_per_param (seed 002: 50): the budget is this x the candidate's
+    # Paper recipes. tokens_per_param (xformer: 50): the budget is this x the candidate's
     # params_total, embeddings included (SearchSpace.train_for resolves it into `tokens`).
     tokens_per_param: Annotated[float, Field(gt=0, le=MAX_TOKENS)] | None = None
     warmup_tokens: Annotated[int, BeforeValidator(parse_count), Field(ge=0, le=MAX_TOKENS)] | None = None
-    # ^ seed 000: warmup in tokens (images for vision), an alternative to warmup_frac
+    # ^ hourglass-ffn: warmup in tokens (images for vision), an alternative to warmup_frac
     decay_power: Annotated[float, Field(gt=0)] = 0.5  # `decay: power`'s exponent p
 
     @model_validator(mode="after")
@@ -159,7 +159,7 @@ class TrainConfig(_Strict):
                              f"(seq_len={self.seq_len})")
         return self
 
-    # Seed 002 §4's representation analysis at the end of an LM trial (shapesweep.trainers.analysis):
+    # xformer §4's representation analysis at the end of an LM trial (shapesweep.trainers.analysis):
     # true | false; unset: on for variable_width models (constant width included), else off.
     analysis: bool | None = None
     # Warmup-stable-decay (`decay: wsd`; Hägele et al. 2024, MiniCPM): after the warmup the lr

@@ -1,4 +1,4 @@
-"""Seed 002's per-layer width schedule and which residual coordinates each layer really uses.
+"""xformer's per-layer width schedule and which residual coordinates each layer really uses.
 
 The ><former keeps one global residual stream as wide as its widest layer; layer l
 reads and writes the leading `widths[l]` coordinates. Between layers the stream is
@@ -14,7 +14,7 @@ resized without parameters (or with a learned projection, the paper's ablation):
 
 `layer_shapes_for` turns widths into `LayerShape`s whose `attn_in` / `ffn_out` leave
 out coordinates that are provably zero on input or never read on output, so no
-parameter is allocated that cannot affect the output (seed 002's "valid" count).
+parameter is allocated that cannot affect the output (xformer's "valid" count).
 `end_widths` does the same for the two ends (embedding, final norm, unembedding).
 The same closed forms work on floats, which is what the parameter-matching solve uses.
 """
@@ -136,9 +136,9 @@ def _valid_params(cfg: VariableWidthConfig, widths) -> float:
 
 
 def solve_widths(cfg: VariableWidthConfig) -> list[int]:
-    """Widths that match the constant-width baseline's parameters (seed 002, Appendix A).
+    """Widths that match the constant-width baseline's parameters (xformer, Appendix A).
 
-    A mixture of experts matches total parameters (as seed 002 does) unless `width_match`
+    A mixture of experts matches total parameters (as the xformer paper does) unless `width_match`
     is active_params. The endpoint width is found by bisection on the exact (continuous) valid-parameter
     count, which already contains the paper's endpoint corrections; widths are then
     rounded to `width_multiple`.

@@ -268,7 +268,7 @@ def add_arguments_status(parser: argparse.ArgumentParser) -> None:
                         help="the variant the others are compared with (default: baseline, "
                         "when the sweep has it)")
     parser.add_argument("--metric", default="val_loss",
-                        help="final metric to compare (val_loss; train_loss_tail, seed 002's "
+                        help="final metric to compare (val_loss; train_loss_tail, xformer's "
                         "reported loss; psnr or ssim for vision)")
 
 

@@ -5,8 +5,8 @@ sweeps (test and benchmark data: it is not shipped; benchmarks import it as
 `tests.synthetic`). Rows are built by the results' row contract (`TrialRecord`). Every row is a real typed config run through `account()`, so every shape and
 accounting column is exactly what a real sweep would record; only the losses are
 modelled: a power law in training FLOPs (variable-width bottlenecks reach the same loss
-with `VW_FLOP_FRACTION` of the FLOPs, as in seed 002), a U-shaped penalty in
-log(d_model / n_layers) centred near 150 (seed 000), a learning-rate penalty around a
+with `VW_FLOP_FRACTION` of the FLOPs, as in the xformer paper), a U-shaped penalty in
+log(d_model / n_layers) centred near 150 (hourglass-ffn), a learning-rate penalty around a
 width-dependent optimum (so candidates choose different `tune:` values), a noise term
 shared by every trial of one seed (same seed = same data order, so seeds pair) plus a
 trial's own noise, ASHA-stopped and failed trials. Grid sweeps name one conventional
@@ -37,7 +37,7 @@ def _round_to(x: float, multiple: int) -> int:
     return max(multiple, int(round(x / multiple)) * multiple)
 
 
-# The variants a grid sweep crosses with width/depth ratios (seed 000 Fig. 4, seed 002 Fig. 2).
+# The variants a grid sweep crosses with width/depth ratios (hourglass-ffn Fig. 4, xformer Fig. 2).
 VARIANTS = {
     "conventional": [{}],
     "hourglass": [{"k": 2, "ffn_ratio": 0.5}, {"k": 4, "ffn_ratio": 0.25}, {"k": 4, "ffn_ratio": 0.5},
@@ -73,7 +73,7 @@ def _lm_config(family: str, budget: float, ratio: float, variant: dict[str, Any]
 
 
 def _vision_config(budget: float, rng: np.random.Generator):
-    """Seed 004: wide-narrow-wide (d_h < d_z) or narrow-wide-narrow (d_h > d_z) residual MLPs."""
+    """hourglass-mlp: wide-narrow-wide (d_h < d_z) or narrow-wide-narrow (d_h > d_z) MLPs."""
     hourglass = bool(rng.random() < 0.5)
     d_z = int(rng.choice([256, 512, 768, 1024] if hourglass else [64, 128, 192]))
     d_h = int(rng.choice([32, 64, 128])) if hourglass else 4 * d_z
@@ -225,7 +225,7 @@ def _trial(sweep: str, trial_id: str, config, trial_seed: int, points: int,
     early = np.random.default_rng(int(config_key(config)[:8], 16)).normal(0, 0.04)
     luck = seed_luck + float(rng.normal(0, 0.004)) - penalty
     luck = luck + rng.normal(0, 0.002, len(tokens)) + early * (1 - tokens / budget_tokens) ** 2
-    if vision:  # PSNR grows with log params; wide-narrow-wide designs sit higher (seed 004)
+    if vision:  # PSNR grows with log params; wide-narrow-wide designs sit higher (hourglass-mlp)
         bonus = 1.2 if config.d_h < config.d_z else 0.0
         psnr = 12 + 2.2 * np.log10(row["params_total"]) + bonus + 40 * luck
         curve_psnr = psnr - 3.0 * (1 - tokens / budget_tokens) ** 2

@@ -27,10 +27,10 @@ def _rows(name: str) -> list[dict]:
 # ------------------------------------------------------------------ published tables
 
 
-@pytest.mark.parametrize("row", _rows("seed000_table3.yaml"), ids=lambda r: f"{r['size']}-{r['model']}")
-def test_seed000_table3_non_embedding_params(row):
-    """Seed 000 counts attention 4*d^2*L and FFN 3*d*d_h*k*L, rounded to 1M (norms not counted)."""
-    n_heads = 12 if row["size"] == "113M" else 16  # seed 000 Table 7
+@pytest.mark.parametrize("row", _rows("hourglass_ffn_table3.yaml"), ids=lambda r: f"{r['size']}-{r['model']}")
+def test_hourglass_ffn_table3_non_embedding_params(row):
+    """hourglass-ffn counts attention 4*d^2*L and FFN 3*d*d_h*k*L, to 1M (norms not counted)."""
+    n_heads = 12 if row["size"] == "113M" else 16  # hourglass-ffn Table 7
     common = dict(d_model=row["d_model"], n_layers=row["n_layers"], n_heads=n_heads, d_h=row["d_h"],
                   vocab_size=50304)
     config = (ConventionalConfig(**common) if row["model"] == "conventional"
@@ -45,13 +45,13 @@ def test_seed000_table3_non_embedding_params(row):
         assert abs(acc.params_ffn / 1e6 - row["ffn"]) <= 1.0
 
 
-@pytest.mark.parametrize("row", _rows("seed004_table1.yaml"), ids=lambda r: f"{r['model']}-{r['params']}")
-def test_seed004_table1_params(row):
+@pytest.mark.parametrize("row", _rows("hourglass_mlp_table1.yaml"), ids=lambda r: f"{r['model']}-{r['params']}")
+def test_hourglass_mlp_table1_params(row):
     config = VisionMLPConfig(d_x=3072, d_out=3072, d_z=row["d_z"], d_h=row["d_h"], n_layers=row["L"])
     assert abs(account(config).params_total / 1e6 - row["params"]) <= 0.0051
 
 
-def test_seed004_fixed_input_projection_trainable_params():
+def test_hourglass_mlp_fixed_input_projection_trainable_params():
     kwargs = dict(d_x=3072, d_out=3072, d_z=3546, d_h=270, n_layers=5)
     fixed = account(VisionMLPConfig(**kwargs, input_projection="fixed"))
     trained = account(VisionMLPConfig(**kwargs, input_projection="trained"))
@@ -60,11 +60,11 @@ def test_seed004_fixed_input_projection_trainable_params():
     assert fixed.params_frozen == 3072 * 3546 == trained.params_total - fixed.params_total
 
 
-SEED002_SIZES = [(640, 16, 576), (960, 24, 855), (1280, 32, 1145), (1600, 40, 1426)]
+XFORMER_SIZES = [(640, 16, 576), (960, 24, 855), (1280, 32, 1145), (1600, 40, 1426)]
 
 
-@pytest.mark.parametrize("d_model,n_layers,avg_width", SEED002_SIZES)
-def test_seed002_table2_average_layer_width(d_model, n_layers, avg_width):
+@pytest.mark.parametrize("d_model,n_layers,avg_width", XFORMER_SIZES)
+def test_xformer_table2_average_layer_width(d_model, n_layers, avg_width):
     """The default (beta, alpha) reproduces the ><former's average layer widths within 2%
     while matching the constant-width model's parameters within 1%."""
     common = dict(d_model=d_model, n_layers=n_layers, n_heads=16, d_h=round(d_model * 8 / 3),
@@ -83,7 +83,7 @@ def test_seed002_table2_average_layer_width(d_model, n_layers, avg_width):
 
 
 def _hand_lm(c, family: str, seq_len: int) -> dict:
-    """Independent per-model formulas (seed 000/001 counting) for uniform-width LMs."""
+    """Independent per-model formulas (hourglass-ffn/ffn-chapter counting) for uniform-width LMs."""
     d, L, h, kv, hd = c.d_model, c.n_layers, c.n_heads, c.n_kv_heads, c.head_dim
     attn_matmul = d * h * hd + 2 * d * kv * hd + h * hd * d
     attn = attn_matmul + (h * hd + 2 * kv * hd + d if c.bias else 0)
@@ -148,7 +148,7 @@ def test_vision_accounting_matches_hand_formulas():
 
 
 def _hand_variable_width(c: VariableWidthConfig, seq_len: int) -> dict:
-    """Seed 002 valid parameters for every resize mode, written out per layer.
+    """The xformer paper's valid parameters for every resize mode, written out per layer.
 
     carry: a layer reads what any earlier layer (or the embedding) wrote and writes what any
     later layer (or the unembedding) reads. zero: only what the previous layer left

@@ -1,4 +1,4 @@
-"""Seed 002 §4's representation analysis: the two measures by hand, the hooks on every LM
+"""xformer §4's representation analysis: the two measures by hand, the hooks on every LM
 family, the end-of-trial hook of the real loop, the `layers` table through the real store,
 and a real sweep that lands layer rows (slow)."""
 
@@ -61,7 +61,7 @@ def _entropy(z: torch.Tensor) -> float:
 
 
 def test_matrix_entropy_by_hand():
-    """Seed 002's Eq. 2 as Queipo-de-Llano et al. define it: the singular values of the
+    """The xformer paper's Eq. 2 as Queipo-de-Llano et al. define it: the singular values of the
     tokens x features matrix itself (not centred), over log of the rank it can have."""
     tokens, features = 50, 4
     u, v = _orthonormal(tokens, features), _basis(features, features)

@@ -156,7 +156,7 @@ def test_digits_builtin():
     assert len(images.train) + len(images.val) == 1797 and images.max_value == 16
     task = vision_data.VisionTask(images, "superres", 0.25, 0, 10_000)
     assert task.d_x == 16 and task.d_out == 64
-    _, targets = task.train_batch(0, 64)  # flipped 3 times in 4 (seed 004's augmentation)
+    _, targets = task.train_batch(0, 64)  # flipped 3 times in 4 (hourglass-mlp's augmentation)
     as_stored = torch.cdist(targets, images.train.flatten(1).float() / 16).min(1).values < 1e-6
     assert 5 < int(as_stored.sum()) < 40
     genclass = vision_data.VisionTask(images, "genclass", 0.25, 0, 10_000)

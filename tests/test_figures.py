@@ -144,7 +144,7 @@ def test_pareto_points_are_seed_means_at_the_best_tuned_value_with_spread(frames
 
 
 def test_variable_width_shapes_are_separate_series_with_their_own_colours(frames):
-    """Seed 002 compares width schedules within one family: each shape is its own frontier."""
+    """xformer compares width schedules within one family: each shape is its own frontier."""
     trials, _ = frames
     vw = trials[(trials["family"] == "variable_width") & (trials["status"] == "completed")]
     shapes = sorted(vw["shape"].unique())
@@ -263,7 +263,7 @@ def test_width_profiles_show_avg_width_and_flops(frames):
 
 
 def _analysed_store(root) -> str:
-    """A sweep of constant-width and ><former trials, each with seed 002 §4 layer rows."""
+    """A sweep of constant-width and ><former trials, each with xformer §4 layer rows."""
     from synthetic import synthetic_sweep
 
     for row, curve in synthetic_sweep("fig7", 24, families=("conventional", "variable_width"),
@@ -308,7 +308,7 @@ def test_layers_figure_draws_seed_means_by_depth(tmp_path, frames):
     assert layers_figure(plain, layers.iloc[0:0]) is None
 
 
-def test_lens_figure_draws_seed_002_figure_8_beside_figure_7(tmp_path, frames):
+def test_lens_figure_draws_xformer_figure_8_beside_figure_7(tmp_path, frames):
     """The logit lens's three measures against depth, one line per candidate (its seeds'
     mean), constant width dashed; a store without lens columns (older trials) has none."""
     root = _analysed_store(tmp_path)

@@ -121,7 +121,7 @@ def test_mup_matches_the_previous_rule_where_it_had_no_confound():
         assert model.output_mult == base / model.readout
 
 
-def test_vision_scaled_is_seed_004_fan_in_gaussian():
+def test_vision_scaled_is_hourglass_mlp_fan_in_gaussian():
     c = VisionMLPConfig(d_x=64, d_z=256, d_h=64, n_layers=4)
     scaled, normal = _built(c, init="scaled"), _built(c, init="normal")
     assert scaled.w_in.weight.std().item() == pytest.approx(64 ** -0.5, rel=0.05)

@@ -108,7 +108,7 @@ TOO_MUCH_WORK = {
     "variants from family lists": ({"family": None, "variants": [{"family": ["conventional", "hourglass"]}
                                                                  for _ in range(129)]},
                                    "variants", "258 variants"),
-    # seed 002's width solve is Python work per layer and point: 5,000 points x 12 layers
+    # xformer's width solve is Python work per layer and point: 5,000 points x 12 layers
     "><former layer solves": ({"family": "variable_width", "fixed": {"n_heads": 2, "d_model": 32, "n_layers": 12,
                                                                      "d_h": 64},
                                "search": {"alpha": {"min": 0.1, "max": 0.9, "num": 5000}}, "solve": []},

@@ -77,7 +77,7 @@ def random_config(rng: random.Random):
 
 
 def _dead_weights(model, logits: torch.Tensor) -> list[str]:
-    """Parameters with a whole row or column that gets no gradient (seed 002's "valid" count:
+    """Parameters with a whole row or column that gets no gradient (xformer's "valid" count:
     nothing is allocated that cannot affect the output)."""
     logits.logsumexp(-1).sum().backward()
     dead = []

@@ -1,4 +1,4 @@
-"""Mixture of experts: accounting by hand, numel and FLOPs of the built model, seed 002's
+"""Mixture of experts: accounting by hand, numel and FLOPs of the built model, xformer's
 3B/1B pair, a tiny MoE that trains and balances its routers, and the inputs refused."""
 
 from __future__ import annotations
@@ -134,8 +134,8 @@ def test_aux_loss_reaches_the_objective():
     assert all(m.router.weight.grad.abs().sum() > 0 for m in _moe(model))
 
 
-def test_seed002_moe_pair_totals():
-    """Seed 002's MoE: ~3B total and ~1B active; the ><former matched on total parameters."""
+def test_xformer_moe_pair_totals():
+    """xformer's MoE: ~3B total and ~1B active; the ><former matched on total parameters."""
     candidates = {c.config.shape: c for c in plan(load_space("vformer-moe")).candidates}
     constant, vformer = candidates["constant"].accounting, candidates["bottleneck"].accounting
     print(f"\nconstant: {constant.params_total:,} total, {constant.params_active:,} active; "
@@ -146,7 +146,7 @@ def test_seed002_moe_pair_totals():
     assert abs(vformer.params_total / constant.params_total - 1) < 0.02
     assert vformer.params_active < constant.params_active  # fewer active, as the paper says
     assert vformer.flops_per_token < constant.flops_per_token
-    assert abs(vformer.avg_layer_width / 1426 - 1) <= 0.02  # seed 002 Table 2's MoE row
+    assert abs(vformer.avg_layer_width / 1426 - 1) <= 0.02  # xformer Table 2's MoE row
 
 
 def _balance(model, x) -> tuple[float, float]:
@@ -239,7 +239,7 @@ def test_active_params_budget():
 
 
 def test_vformer_widths_match_active_params_when_the_budget_asks():
-    """Seed 002 matches the ><former MoE on total parameters (it then has fewer active ones);
+    """xformer matches the ><former MoE on total parameters (it then has fewer active ones);
     an active_params budget solves its widths for the active count instead."""
     import yaml
     from shapesweep.search_spaces.space import BUILTIN_DIR, parse_space

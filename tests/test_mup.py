@@ -48,7 +48,7 @@ def test_groups_variable_width_mup():
             assert (wd, lr_scale) == ((0.1, BASE / fan_in) if name.endswith("weight") else (0.0, 1.0))
         elif name == "lm_head.weight":
             assert (wd, lr_scale) == (0.1, 1.0)
-        else:  # embedding, norms, biases, seed 003's alpha
+        else:  # embedding, norms, biases, simple-gated's alpha
             assert (wd, lr_scale) == (0.0, 1.0), name
     assert model.output_mult == BASE / config.d_model
     # 1/head_dim attention, equal to 1/sqrt(head_dim) at the base width: layer 1 is 2x base.

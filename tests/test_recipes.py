@@ -159,10 +159,10 @@ def test_warmup_tokens_converts_to_whole_optimizer_steps():
 # ------------------------------------------------------------------ the papers' recipes
 
 
-def test_hourglass_scale_ladder_trains_seed000_recipe_per_size(capsys):
+def test_hourglass_scale_ladder_trains_hourglass_ffn_recipe_per_size(capsys):
     rows = _plan_json(capsys, "hourglass-scale-ladder")
     assert len(rows) == 8
-    expected = {  # seed 000 Tables 3 and 7: tokens, batch tokens, warmup tokens, seq len
+    expected = {  # hourglass-ffn Tables 3 and 7: tokens, batch tokens, warmup tokens, seq len
         "113m": (2.5e9, 0.5 * 2**20, 50e6, 2048), "403m": (7e9, 0.5 * 2**20, 50e6, 2048),
         "906m": (16e9, 2 * 2**20, 50e6, 2048), "1074m": (21e9, 4 * 2**20, 200e6, 4096)}
     for row in rows:
@@ -176,7 +176,7 @@ def test_hourglass_scale_ladder_trains_seed000_recipe_per_size(capsys):
     assert (hourglass["k"], hourglass["d_model"], hourglass["n_layers"]) == (1, 2848, 20)
 
 
-def test_seed000_113m_spaces_train_the_113m_recipe():
+def test_hourglass_ffn_113m_spaces_train_the_113m_recipe():
     for name in FULL_SPACES:
         if name.startswith("hourglass") and name != "hourglass-scale-ladder":
             for v in load_space(name).resolved():
@@ -186,7 +186,7 @@ def test_seed000_113m_spaces_train_the_113m_recipe():
                 assert t.decay == "cosine" and t.z_loss > 0, name
 
 
-NOMINAL = {"200m": 200e6, "500m": 500e6, "1b": 1e9, "2b": 2e9}  # seed 002 Table 1's sizes
+NOMINAL = {"200m": 200e6, "500m": 500e6, "1b": 1e9, "2b": 2e9}  # xformer Table 1's sizes
 
 
 def _vformer_size(name: str, row: dict) -> str:
@@ -198,9 +198,9 @@ def _vformer_size(name: str, row: dict) -> str:
 
 @pytest.mark.parametrize("name", [n for n in FULL_SPACES if n.startswith("vformer")])
 def test_vformer_spaces_train_50_tokens_per_nominal_parameter_with_power_decay(capsys, name):
-    """Seed 002 trains 50 x the *nominal* size (10/25/50/100B; the MoE 100B), whatever the
+    """The xformer paper trains 50 x the *nominal* size (10/25/50/100B; the MoE 100B), whatever the
     candidate's exact count."""
-    batches = {"200m": 512, "500m": 1024, "1b": 2048, "2b": 4096}  # seed 002 Table 1, sequences
+    batches = {"200m": 512, "500m": 1024, "1b": 2048, "2b": 4096}  # xformer Table 1, sequences
     for row in _plan_json(capsys, name):
         train, size = row["train"], _vformer_size(name, row)
         assert train["tokens"] == 50 * NOMINAL[size]
@@ -209,13 +209,13 @@ def test_vformer_spaces_train_50_tokens_per_nominal_parameter_with_power_decay(c
         assert train["batch_tokens"] == batches[size] * 4096
 
 
-# Seed 002 Table 2: the constant-width transformers' pre-training PFLOP/s-days.
+# xformer Table 2: the constant-width transformers' pre-training PFLOP/s-days.
 TABLE2_PF_DAYS = {"200m": 0.18, "500m": 1.11, "1b": 4.52, "2b": 16.92}
 PF_DAY = 1e15 * 86400  # FLOPs in one PFLOP/s-day
 
 
-def test_vformer_baselines_fit_seed002_table2_compute(capsys):
-    """The seed does not state the FFN width. SwiGLU with d_h = 4 D and untied embeddings
+def test_vformer_baselines_fit_xformer_table2_compute(capsys):
+    """The paper does not state the FFN width. SwiGLU with d_h = 4 D and untied embeddings
     gives 233M/546M/1.10B/1.96B parameters, and 6N + attention + readout FLOPs x Table 1's
     tokens gives Table 2's compute within 5% (0.176/1.11/4.52/16.1 PF-days; 8/3 D gave 3.8 at
     1B). The ><formers save compute, as Table 2's do."""
@@ -233,7 +233,7 @@ def test_vformer_baselines_fit_seed002_table2_compute(capsys):
         assert 0.95 < compute[size, "bottleneck"] / compute[size, "constant"] < 0.99
 
 
-def test_ffn_variants_trains_seed003_recipe(capsys):
+def test_ffn_variants_trains_simple_gated_recipe(capsys):
     for row in _plan_json(capsys, "ffn-variants-124m"):
         train = row["train"]
         assert (train["steps"], train["batch_tokens"], train["seq_len"]) == (50000, 512 * 2048, 2048)
@@ -241,7 +241,7 @@ def test_ffn_variants_trains_seed003_recipe(capsys):
     assert load_space("ffn-variants-124m").seeds == [42]
 
 
-def test_vision_pareto_trains_seed004_recipe():
+def test_vision_pareto_trains_hourglass_mlp_recipe():
     space = load_space("vision-pareto-digits")
     assert space.tune == {"lr": [1.0e-4, 5.0e-4, 1.0e-3, 5.0e-3]} and len(space.seeds) == 5
     for v in space.resolved():

@@ -1,4 +1,4 @@
-"""Seed 002's reported loss (the training loss over a run's last steps, every 10th) and the
+"""The xformer paper's reported loss (the training loss over a run's last steps, every 10th) and the
 standard error of the evaluation, through the real loop on the built-in corpus and the real
 results store."""
 

@@ -1,4 +1,4 @@
-"""The iso-budget solver: seed 000's worked examples, ranges, constraints, dedupe, solve_point."""
+"""Iso-budget solver: hourglass-ffn's worked examples, ranges, constraints, dedupe, solve_point."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ def space(**doc):
     return parse_space(yaml.safe_load(yaml.safe_dump(doc)), file="test.yaml")
 
 
-def test_fixed_attention_k_sweep_reproduces_seed000_table1():
+def test_fixed_attention_k_sweep_reproduces_hourglass_ffn_table1():
     result = plan(load_space("hourglass-fixed-attention-113m"))
     d_h = {c.config.k: c.config.d_h for c in result.candidates if c.config.family == "hourglass"}
     assert d_h == {5: 614, 6: 512, 8: 384, 10: 307}
@@ -101,7 +101,7 @@ def test_width_depth_pair_follows_the_ratio_and_the_budget():
 
 def test_width_and_d_h_pair_meets_a_tight_budget_near_the_searched_ratio():
     """solve [d_model, d_h] from ffn_ratio: d_model moves in steps of 24, so solving it alone
-    misses 113.2M by up to 2.3% on seed 000 Fig. 3's grid at L 12; with d_h solved again at the
+    misses 113.2M by up to 2.3% on hourglass-ffn Fig. 3's grid at L 12; with d_h solved again at the
     rounded d_model every point meets 1%, near its ratio."""
     grid = {"k": [2, 4, 8], "ffn_ratio": [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.8, 1.0]}
     common = dict(family="hourglass", fixed={**LM, "n_layers": 12}, search=grid)

@@ -429,7 +429,7 @@ def test_a_verdict_the_evaluation_alone_could_make_is_flagged(tmp_path, capsys, 
     assert "budget err" in out and "+2.0%" in next(li for li in out.splitlines() if "│ far" in li)
 
 
-def test_status_compares_seed_002s_reported_loss(tmp_path, capsys):
+def test_status_compares_xformers_reported_loss(tmp_path, capsys):
     """`status --metric train_loss_tail`: the training loss over the last steps, compared as
     any final metric."""
     root = str(tmp_path)

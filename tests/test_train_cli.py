@@ -72,7 +72,7 @@ def test_steps_and_tokens_override_and_table_output(tmp_path, capsys):
     assert main(["train", path, "--steps", "2"]) == 0
     out = capsys.readouterr().out
     assert "val_loss" in out and "params_measured" in out and "conventional" in out
-    assert "val_loss_se" in out and "train_loss_tail" in out  # seed 002's reported loss, 2 steps in
+    assert "val_loss_se" in out and "train_loss_tail" in out  # xformer's reported loss, 2 steps in
     assert TrainConfig(**{**LM_TRAIN, "steps": None, "tokens": "10M"}).tokens == 10_000_000
 
 

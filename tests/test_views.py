@@ -114,7 +114,7 @@ def test_the_report_payload_carries_every_sweeps_views(tmp_path):
 
 
 def test_the_vision_pareto_counts_w_in_and_names_the_trainable_part(tmp_path):
-    """Seed 004 counts W_in, fixed or trained, in its Pareto parameters."""
+    """The hourglass-mlp paper counts W_in, fixed or trained, in its Pareto parameters."""
     write_synthetic(str(tmp_path), "mlp", 48, families=("vision_mlp",), budgets=(3e8,), seeds=1, seed=2)
     trials = with_derived(load_trials(str(tmp_path), ["mlp"]))
     assert set(trials["input_projection"]) == {"fixed", "trained"}

@@ -1,4 +1,4 @@
-"""The analysis views (parallel coordinates, fANOVA importance, slices) and seed 002's
+"""The analysis views (parallel coordinates, fANOVA importance, slices) and xformer's
 Figure 7 from a real small sweep, in real headless Chromium (the report and `serve`)."""
 
 from __future__ import annotations
@@ -71,7 +71,7 @@ def test_views_in_the_report(synthetic_store, browser, tmp_path):  # noqa: F811 
         assert _texts(browser, f"views-{kind}-0", ".textpoint text") == [
             "2 candidates with a result: the views need at least 3"]
     assert METRIC_LABELS["psnr"] in _texts(browser, "pareto-vision-params_incl_frozen", ".ytitle")
-    # Seed 004's Pareto counts W_in; its table names the trainable count.
+    # The hourglass-mlp paper's Pareto counts W_in; its table names the trainable count.
     assert _texts(browser, "pareto-vision-params_incl_frozen", ".xtitle") == [
         "parameters incl. W_in (trainable + fixed)"]
     heads = [th.text for th in browser.find_elements(By.CSS_SELECTOR, "section.top[data-metric='psnr'] th")]
@@ -108,7 +108,7 @@ def test_views_in_the_live_dashboard(browser, live):  # noqa: F811 - the fixture
 
 @pytest.mark.slow
 def test_figure_7_from_a_real_sweep(local_ray, browser, tmp_path):  # noqa: F811 - the fixture
-    """Seed 002 Fig. 7 drawn from a real sweep's `layers` rows: a constant-width model and a
+    """xformer Fig. 7 drawn from a real sweep's `layers` rows: a constant-width model and a
     ><former, analysed at the end of real training, entropy and density against depth."""
     from sweep_helpers import run, write_space
 

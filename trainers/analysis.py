@@ -1,9 +1,9 @@
-"""Seed 002 §4's representation analysis of a trained LM, per layer, on held-out sequences.
+"""xformer §4's representation analysis of a trained LM, per layer, on held-out sequences.
 
 - **Matrix entropy of the residual stream** after each block (§4.2, Fig. 7). The stream is the
   model's whole global residual stream: d_model wide for a constant-width model, as wide as the
-  widest layer for the ><former, whose wide stream seed 002 takes as its hidden state. Seed
-  002's Eq. 2 was lost from the seed text; it follows Queipo-de-Llano et al. (2025, "Attention
+  widest layer for the ><former, whose wide stream the xformer paper takes as its hidden state.
+  The paper's Eq. 2 was lost from its text; it follows Queipo-de-Llano et al. (2025, "Attention
   sinks and compression valleys in LLMs are two sides of the same coin"), whose matrix entropy
   is that of Skean et al. (2025, "Layer by layer"): for one sequence's tokens x features
   matrix Z itself (not centred: a massive activation on one token is exactly what makes a
@@ -12,7 +12,7 @@
   direction carries the same energy; 0: one direction carries all of it. Each sequence is its
   own matrix; a layer's value is the mean over sequences.
 - **MLP activation density** (§4.1): the fraction of inner FFN activations with |a| > threshold,
-  for each of `THRESHOLDS` (seed 002 counts a SwiGLU dimension active above a threshold;
+  for each of `THRESHOLDS` (xformer counts a SwiGLU dimension active above a threshold;
   its Fig. 5 uses 0.1). The inner activation is the input of the FFN's down projection:
   act(gate) * up for swiglu, geglu and simple_gated, act(up) for relu and gelu, and for the
   hourglass FFN the k sub-blocks' inner activations pooled. Any FFN module names that
@@ -26,7 +26,7 @@
 
 Tokens: whole held-out sequences holding at least `TOKENS_PER_FEATURE` tokens per stream
 feature in all (and at least `MIN_TOKENS`), so the wider ><former stream is analysed on more
-of them; one forward pass per batch of sequences, with hooks on the blocks. Seed 002 used
+of them; one forward pass per batch of sequences, with hooks on the blocks. The xformer paper used
 WikiText-2's 253K tokens; a few per feature keep it a small part of a trial. Every measure is
 taken inside the forward pass, where a sharded (FSDP) model's decoder weights are gathered.
 """
@@ -51,7 +51,7 @@ LENS = ("lens_logprob", "lens_entropy", "lens_kl")
 
 def wanted(model_config, train) -> bool:
     """Whether a trial ends with the analysis: `train.analysis`, else on for variable-width
-    models (seed 002's family: its constant-width baseline is `shape: constant`), off otherwise."""
+    models (xformer's family: its constant-width baseline is `shape: constant`), off otherwise."""
     language_model = hasattr(model_config, "layer_shapes")
     if train.analysis and not language_model:
         raise UserError("the representation analysis needs a language model (residual stream "

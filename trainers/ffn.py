@@ -1,7 +1,7 @@
 """Feed-forward networks of every family, sized by one `LayerShape`.
 
 Each FFN reads the `width` leading residual coordinates and returns `ffn_out` of them
-(fewer when nothing downstream reads the rest, seed 002). The hourglass FFN is itself
+(fewer when nothing downstream reads the rest, xformer). The hourglass FFN is itself
 residual, so it maps the stream to the updated stream instead of returning a delta.
 """
 
@@ -17,7 +17,7 @@ _ACT = {"relu": F.relu, "gelu": F.gelu, "swiglu": F.silu, "geglu": F.gelu, "simp
 
 
 class MLP(nn.Module):
-    """Seed 001's narrow-wide-narrow FFN: down(act(up(x)))."""
+    """The ffn-chapter's narrow-wide-narrow FFN: down(act(up(x)))."""
 
     def __init__(self, width: int, d_h: int, d_out: int, activation: str, bias: bool):
         super().__init__()
@@ -36,7 +36,7 @@ class MLP(nn.Module):
 class GatedFFN(nn.Module):
     """down(act(gate(x)) * up(x)), gate and up fused into one matmul.
 
-    With `residual_scale` it is seed 003's simple gated FFN: GELU gate plus a learned
+    With `residual_scale` it is simple-gated's simple gated FFN: GELU gate plus a learned
     scalar alpha (init 0.1) times the FFN input.
     """
 
@@ -62,7 +62,7 @@ class GatedFFN(nn.Module):
 
 
 class HourglassFFN(nn.Module):
-    """Seed 000: k residual gated sub-blocks of bottleneck width d_h, each with its own norm.
+    """hourglass-ffn: k residual gated sub-blocks of bottleneck width d_h, each with its own norm.
 
     Pre-norm: x = x + sub_j(norm_j(x)); post-norm (OLMo-2 order): x = x + norm_j(sub_j(x)).
     It maps the stream to the updated stream (`updates_stream`), so its block adds no norm.

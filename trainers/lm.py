@@ -1,7 +1,7 @@
 """Decoder-only language model for the conventional, hourglass and variable-width families.
 
 One block implementation driven by `LayerShape`. All blocks share one global residual
-stream as wide as the widest layer (seed 002); block l reads and writes its leading
+stream as wide as the widest layer (xformer); block l reads and writes its leading
 slice of it, so a constant-width model is the special case where the slice is everything.
 """
 
@@ -138,7 +138,7 @@ class LM(nn.Module):
         self.blocks = nn.ModuleList(Block(s, rotaries[int(s.head_dim)]) for s in shapes)
         # found once, not per micro-step: a dense model's aux_loss is then a plain 0.0
         self._routed = tuple(b.ffn for b in self.blocks if isinstance(b.ffn, MoEFFN))
-        # Seed 002's projection ablation: grown coordinates predicted from the previous layer.
+        # xformer's projection ablation: grown coordinates predicted from the previous layer.
         self.resizers = nn.ModuleDict()
         if self.resize == "projection":
             for layer, (a, b) in enumerate(zip(self.widths[:-1], self.widths[1:], strict=True), start=1):

@@ -3,7 +3,7 @@
 AdamW with per-group lr (schedule x train.lr x the group's lr_scale from
 `shapesweep.trainers.mup.configure`), linear warmup then cosine/linear/constant/power decay, gradient
 clipping, gradient accumulation so every optimizer step sees `batch_tokens` tokens
-(`batch_size` images), cross-entropy + optional z-loss (seed 000), periodic evaluation.
+(`batch_size` images), cross-entropy + optional z-loss (hourglass-ffn), periodic evaluation.
 The loop knows nothing of Ray: it reports through `callback(metrics)` after each
 evaluation, and a callback stops the trial by raising `StopTrial`. The time spent in the
 callback (a sweep's trial waits there while the driver files its result and logs it to
@@ -90,7 +90,7 @@ class TrainResult:
     ssim: float | None = None
     accuracy: float | None = None  # vision genclass only
     layers: list[dict[str, Any]] = field(default_factory=list)  # shapesweep.trainers.analysis rows, if run
-    train_loss_tail: float | None = None  # seed 002's reported loss (shapesweep.trainers.loss_tail)
+    train_loss_tail: float | None = None  # xformer's reported loss (shapesweep.trainers.loss_tail)
     # torch.compile and autocast as they ran (shapesweep.trainers.compiled): compiled is
     # whether dynamo compiled the training forward; the counts are None without train.compile
     compiled: bool = False
@@ -115,7 +115,7 @@ def warmup_steps(train: TrainConfig, total: int, units_per_step: int | None = No
 def lr_multiplier(step: int, total: int, train: TrainConfig,
                   units_per_step: int | None = None) -> float:
     """Schedule factor for optimizer step `step` (0-based): linear warmup over W steps
-    (`warmup_steps`), then decay to min_lr_frac. `power` (seed 002): with t = step + 1,
+    (`warmup_steps`), then decay to min_lr_frac. `power` (xformer): with t = step + 1,
     t/W while t < W, then max(min_lr_frac, (W/t)^decay_power), an inverse-power decay
     (p = 0.5 is the inverse square root). `wsd`: 1 until the last cooldown_frac of the
     steps, which cool down as `cooldown.factor` says."""
@@ -139,7 +139,7 @@ def lr_multiplier(step: int, total: int, train: TrainConfig,
 
 def make_task(config, train: TrainConfig, data: str | None, tokenizer: str | None):
     """The data task: (task, items per optimizer step, tokens or images per step, data hash)."""
-    if not of(config).lm:  # images (seed 004's tasks)
+    if not of(config).lm:  # images (hourglass-mlp's tasks)
         from shapesweep.trainers.vision_data import VisionTask, load_images
 
         images = load_images(data)

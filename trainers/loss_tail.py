@@ -1,4 +1,4 @@
-"""Seed 002's reported loss: the training loss averaged over a run's last steps.
+"""The xformer paper's reported loss: the training loss averaged over a run's last steps.
 
 The ><former paper reports "the training loss ..., averaged over the final 1,000 steps (with a
 10-step increment)"; it never repeats data, so this is held-out loss in expectation (here the
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-EVERY = 10  # steps between two sampled losses (seed 002's "10-step increment")
+EVERY = 10  # steps between two sampled losses (xformer's "10-step increment")
 
 
 class LossTail:

@@ -1,4 +1,4 @@
-"""Mixture-of-experts FFN: token-choice top-k routing over gated experts (seed 002's 3B/1B MoE).
+"""Mixture-of-experts FFN: token-choice top-k routing over gated experts (xformer's 3B/1B MoE).
 
 A bias-free router (width -> n_experts) scores each token; the token goes to its top
 `n_active_experts` experts, each a `GatedFFN` of width d_h, and their outputs are summed,

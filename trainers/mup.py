@@ -3,11 +3,11 @@
 `train.init` picks a row of `MODES`; every family goes through the same rules, so two
 models with the same attention shapes start with the same attention weights:
 
-- `normal` (OLMo-2, seed 000): every matrix and embedding N(0, 0.02); norms 1, biases 0.
+- `normal` (OLMo-2, hourglass-ffn): every matrix and embedding N(0, 0.02); norms 1, biases 0.
 - `scaled`: `normal`, with each residual-writing matrix (attention output, the FFN's last
   projection, each hourglass sub-block's last projection) times 1/sqrt(2 * n_layers).
   It counts layers (an attention and an FFN write per layer), never FFN sub-blocks.
-- `xavier` (seed 003): every projection matrix xavier-uniform with gain 1, the same at
+- `xavier` (simple-gated): every projection matrix xavier-uniform with gain 1, the same at
   every depth (a fused q|k|v or gate|up matrix as its separate parts); embeddings normal.
 - `mup`: `scaled` at muP's base shape, plus muP's rules below.
 
@@ -42,14 +42,14 @@ multiplied by sqrt(B_base / B) (`Block.branch_mult`, `HourglassFFN.branch_mult`)
 matrix inside a branch trains at lr x sqrt(B_base / B), and r is fixed at the base's
 1/sqrt(B_base) (the multiplier carries the depth). At B = B_base it is plain muP.
 
-Vision (seed 004, which states no init beyond a random Gaussian W_in): each matrix's
+Vision (hourglass-mlp, which states no init beyond a random Gaussian W_in): each matrix's
 `normal` std is 1/sqrt(fan_in) instead of 0.02, and a block's one residual write counts
 once per layer (1/sqrt(n_layers) under `scaled` / `mup`); muP's lr and depth rules as above,
 W1 reading d_z (base b) and W2 reading d_h (base b_h), one branch per block.
 
 Each family's spec names its rules (`init=`): `lm_rules` here for every LM family, which
 asks each block's modules for their roles (`init_roles()`: the residual writers, the fused
-matrices and the matrices that read the FFN's inner width); seed 004's in
+matrices and the matrices that read the FFN's inner width); hourglass-mlp's in
 `shapesweep.trainers.vision.init_rules`.
 
 Weight decay applies to matrices only; norms, biases, embeddings and scalars get none.

@@ -1,4 +1,4 @@
-"""Seed 004's residual MLP on images: W_in, L blocks z + W2 act(W1 norm(z)), head W_out;
+"""hourglass-mlp's residual MLP on images: W_in, L blocks z + W2 act(W1 norm(z)), head W_out;
 the torch side of `shapesweep.families.vision_mlp` (its model and init rules)."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from shapesweep.families.vision_mlp import VisionMLPConfig
 
 
 class ResidualMLPBlock(nn.Module):
-    """z + W2 act(W1 rmsnorm(z)); the norm has no weights (seed 004 counts none)."""
+    """z + W2 act(W1 rmsnorm(z)); the norm has no weights (hourglass-mlp counts none)."""
 
     def __init__(self, d_z: int, d_h: int, activation: str, bias: bool):
         super().__init__()
@@ -59,7 +59,7 @@ class VisionMLP(nn.Module):
 
 
 def init_rules(model: VisionMLP, mode: InitMode, base: Base) -> Iterator[Rule]:
-    """Seed 004 states no init beyond a random Gaussian W_in: each matrix's `normal` std is
+    """hourglass-mlp states no init beyond a random Gaussian W_in: each matrix's `normal` std is
     1/sqrt(fan_in), and a block's one residual write counts once per layer (`mup` module:
     W1 reads d_z, W2 reads d_h, each block is one residual branch)."""
     c = model.config
@@ -69,7 +69,7 @@ def init_rules(model: VisionMLP, mode: InitMode, base: Base) -> Iterator[Rule]:
     else:
         residual = 1 / math.sqrt(c.n_layers) if mode.depth_scaled else 1.0
     up, down = base.fan_in_mult(c.d_z, False, mode), base.fan_in_mult(c.d_h, True, mode)
-    # Seed 004's fixed projection is a Gaussian / sqrt(d_x); the trained one starts the same.
+    # hourglass-mlp's fixed projection is a Gaussian / sqrt(d_x); the trained one starts the same.
     yield from linear_rules(model.w_in, 1 / math.sqrt(c.d_x), 1.0, mode)
     for block in model.blocks:
         block.branch_mult = branch_mult

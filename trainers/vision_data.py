@@ -1,10 +1,10 @@
-"""Vision data and metrics for seed 004's residual-MLP tasks.
+"""Vision data and metrics for hourglass-mlp's residual-MLP tasks.
 
 Images are held as uint8 tensors [N, C, H, W] (ImageNet-32 would not fit in memory as
 floats) and turned into (input, target) vectors per batch:
   denoise  - input = image + N(0, noise_std) (fresh noise per step; fixed noise for val)
   superres - input = 2x bicubic downsample, target = the full image (training batches
-             randomly flipped, seed 004's 4x augmentation)
+             randomly flipped, hourglass-mlp's 4x augmentation)
   genclass - target = a fixed prototype image of the input's class (the first training
              image of each class), accuracy = nearest prototype to the output
 Built in: scikit-learn's digits (8x8). From local files: MNIST (idx files or a Keras-
@@ -153,7 +153,7 @@ def load_images(path: str | None = None) -> ImageSet:
 
 
 def downsample(images: torch.Tensor) -> torch.Tensor:
-    """2x bicubic downsampling (seed 004's super-resolution inputs)."""
+    """2x bicubic downsampling (hourglass-mlp's super-resolution inputs)."""
     h, w = images.shape[-2:]
     return F.interpolate(images, size=(h // 2, w // 2), mode="bicubic", antialias=True,
                          align_corners=False)
@@ -177,7 +177,7 @@ def ssim(pred: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
 
 
 class VisionTask:
-    """Turns an ImageSet into (input, target) vectors for one of seed 004's tasks."""
+    """Turns an ImageSet into (input, target) vectors for one of hourglass-mlp's tasks."""
 
     def __init__(self, images: ImageSet, task: str, noise_std: float, seed: int,
                  eval_images: int):
@@ -221,7 +221,7 @@ class VisionTask:
         index = torch.from_numpy(rng.choice(n, size=min(batch_size, n), replace=False))
         generator = torch.Generator().manual_seed(int(rng.integers(2**62)))
         pixels = self.images.train[index]
-        if self.task == "superres":  # seed 004's 4x augmentation: none, h-, v-, hv-flip
+        if self.task == "superres":  # hourglass-mlp's 4x augmentation: none, h-, v-, hv-flip
             flips = torch.from_numpy(rng.integers(0, 4, size=len(index)))
             pixels = torch.where((flips % 2 == 1)[:, None, None, None], pixels.flip(-1), pixels)
             pixels = torch.where((flips >= 2)[:, None, None, None], pixels.flip(-2), pixels)

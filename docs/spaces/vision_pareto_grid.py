@@ -1,4 +1,4 @@
-"""Seed 004's Pareto claim on CPU in two sweeps, so that no choice is made on a measuring seed.
+"""hourglass-mlp's Pareto claim on CPU in two sweeps, so that no choice is made on a measuring seed.
 
 1. `vision-pareto-grid-tune.yaml` trains every configuration at every learning rate on seed
    100. `choose` takes each configuration's best lr (highest PSNR) there, keeps each design's
@@ -73,8 +73,8 @@ def choose(root: str) -> None:
                  "train": {"lr": float(row.lr)}} for row in front.itertuples()]
     space = {
         "name": MEASURE,
-        "description": ("Seed 004's Pareto claim on CPU, step 2 of 2: each design's Pareto front "
-                        "on seed 100 (vision-pareto-grid-tune), each configuration at the lr chosen "
+        "description": ("hourglass-mlp's Pareto claim on CPU, step 2 of 2: each design's Pareto "
+                        "front on seed 100 (vision-pareto-grid-tune), each configuration at the lr chosen "
                         "there, measured on seeds 0, 1, 2. A Pareto sweep over sizes, not iso-budget."),
         "family": "vision_mlp", "budget": tune["budget"], "fixed": tune["fixed"],
         "variants": variants, "train": tune["train"], "seeds": [0, 1, 2],

@@ -1,4 +1,4 @@
-"""The conventional family: narrow-wide-narrow FFN (seed 001; seed 003's simple gated FFN as an
+"""The conventional family: narrow-wide-narrow FFN (ffn-chapter; simple-gated's FFN as an
 activation), optionally a mixture of experts. The baseline the other LM families are compared to.
 """
 
@@ -12,7 +12,7 @@ from shapesweep.search_spaces.accounting import lm_account, uniform_totals
 
 
 class ConventionalConfig(MoELMBase):
-    """Narrow-wide-narrow FFN (seed 001; seed 003's simple gated FFN as an activation)."""
+    """Narrow-wide-narrow FFN (ffn-chapter; simple-gated's FFN as an activation)."""
 
     family: Literal["conventional"] = "conventional"
 

@@ -1,4 +1,4 @@
-"""The hourglass family (seed 000): each FFN is k residual gated sub-blocks of bottleneck
+"""The hourglass family (hourglass-ffn): each FFN is k residual gated sub-blocks of bottleneck
 width d_h, each with its own norm (`shapesweep.trainers.ffn.HourglassFFN`).
 """
 
@@ -12,7 +12,7 @@ from shapesweep.search_spaces.accounting import lm_account, uniform_totals
 
 
 class HourglassConfig(LMBase):
-    """Seed 000: each FFN is k residual SwiGLU sub-blocks of bottleneck width d_h."""
+    """hourglass-ffn: each FFN is k residual SwiGLU sub-blocks of bottleneck width d_h."""
 
     family: Literal["hourglass"] = "hourglass"
     k: Annotated[Depth, Stored()] = 4  # sub-blocks in sequence: as deep as layers

@@ -15,7 +15,7 @@ from shapesweep.families.base import MAX_VOCAB, SOLVABLE, Depth, Dim, Stored, St
 
 Activation = Literal["relu", "gelu", "swiglu", "geglu", "simple_gated"]
 GATED = ("swiglu", "geglu", "simple_gated")
-MOE_ACTIVATIONS = ("swiglu", "geglu")  # experts are plain gated FFNs (no seed 003 residual scale)
+MOE_ACTIVATIONS = ("swiglu", "geglu")  # plain gated experts (no simple-gated residual scale)
 MOE_FIELDS = ("n_experts", "n_active_experts", "router_aux_loss", "width_match")
 
 
@@ -131,12 +131,12 @@ def moe_problem(n_experts, n_active_experts, activation: str) -> tuple[str, str]
 
 
 class MoELMBase(LMBase):
-    """An LM family whose FFN may be a mixture of experts (seed 002's 3B/1B MoE).
+    """An LM family whose FFN may be a mixture of experts (xformer's 3B/1B MoE).
 
     `n_experts` > 1 makes every FFN `n_experts` gated experts of width `d_h` with top
     `n_active_experts` token-choice routing; `router_aux_loss` weighs the load-balancing
     loss added to the training objective; variable_width's `width_match` says whether its
-    solved widths match total (default, seed 002) or active parameters. Unset (or
+    solved widths match total (default, xformer) or active parameters. Unset (or
     n_experts 1): the dense FFN, and the config dumps and hashes as a dense config always has.
     """
 

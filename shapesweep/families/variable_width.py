@@ -1,4 +1,4 @@
-"""The variable-width family (seed 002's ><former): per-layer widths on one global residual
+"""The variable-width family (xformer's ><former): per-layer widths on one global residual
 stream, solved to match the constant-width baseline (`shapesweep.search_spaces.widths`).
 """
 
@@ -22,18 +22,18 @@ Shape = Literal["constant", "grow", "shrink", "diamond", "bottleneck"]
 
 
 class VariableWidthConfig(MoELMBase):
-    """Seed 002: per-layer widths on a fixed global residual stream.
+    """xformer: per-layer widths on a fixed global residual stream.
 
     `d_model` is the baseline width D (embeddings keep it), `d_h` the baseline FFN
     width; layer l gets width `widths[l]` and FFN width round(d_h * widths[l] / D).
     Without `widths`, they are solved from (shape, beta, alpha) so the model matches
-    the constant-width baseline's parameters (seed 002, Appendix A).
+    the constant-width baseline's parameters (xformer, Appendix A).
     """
 
     family: Literal["variable_width"] = "variable_width"
     shape: Annotated[Shape, Stored()] = "bottleneck"
     beta: Annotated[float, Field(ge=0.0, le=1.0), Stored()] = 0.5
-    # with beta 0.5: seed 002 Table 2 avg widths within 1%
+    # with beta 0.5: xformer Table 2 avg widths within 1%
     alpha: Annotated[float, Field(gt=0.0), Stored()] = 0.3
     widths: list[Dim] | None = None  # stored as the `widths` column of every family
     width_multiple: Dim | None = None  # default 2 * n_heads (even head_dim)
@@ -74,7 +74,7 @@ def _account(config: VariableWidthConfig, seq_len: int) -> Accounting:
 
 
 def _design(row: dict) -> str:
-    """Seed 002's width shapes apart (and non-default resize methods)."""
+    """The xformer paper's width shapes apart (and non-default resize methods)."""
     if not isinstance(row.get("shape"), str):
         return "variable_width"
     resize = row.get("resize")

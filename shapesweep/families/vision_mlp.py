@@ -1,4 +1,4 @@
-"""The vision_mlp family (seed 004): a residual MLP on images, d_x -> d_z, L blocks
+"""The vision_mlp family (hourglass-mlp): a residual MLP on images, d_x -> d_z, L blocks
 d_z -> d_h -> d_z, head -> d_out. Its torch model is `shapesweep.trainers.vision.VisionMLP`,
 its init rules `shapesweep.trainers.vision.init_rules`; nothing else names this family.
 """
@@ -21,7 +21,7 @@ from shapesweep.search_spaces.accounting import Accounting
 
 
 class VisionMLPConfig(Strict):
-    """Seed 004: residual MLP on images, d_x -> d_z, L blocks d_z -> d_h -> d_z, head -> d_out."""
+    """hourglass-mlp's residual MLP: d_x -> d_z, L blocks d_z -> d_h -> d_z, head -> d_out."""
 
     family: Literal["vision_mlp"] = "vision_mlp"
     d_x: Annotated[Dim, Stored()] = 64
@@ -48,7 +48,7 @@ class VisionMLPConfig(Strict):
 
 
 def vision_totals(c: Any, seq_len: int = 0) -> dict[str, Any]:
-    """Seed 004: W_in (d_x*d_z) + L blocks (2*d_z*d_h) + W_out (d_z*d_out); norms carry no
+    """hourglass-mlp: W_in (d_x*d_z) + L blocks (2*d_z*d_h) + W_out (d_z*d_out); norms carry no
     weights. `c` is a config or a namespace of numpy arrays (the solver); no sequence."""
     w_in = c.d_x * c.d_z + (c.d_z if c.bias else 0)
     blocks = c.n_layers * (2 * c.d_z * c.d_h + ((c.d_h + c.d_z) if c.bias else 0))
@@ -79,7 +79,7 @@ def _account(c: VisionMLPConfig, seq_len: int) -> Accounting:
 
 
 def _design(row: dict) -> str:
-    """Seed 004's two MLP designs apart."""
+    """The hourglass-mlp paper's two MLP designs apart."""
     if row.get("d_z") is None or row.get("d_h") is None:
         return "vision_mlp"
     wide = row["d_h"] < row["d_z"]
