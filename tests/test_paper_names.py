@@ -1,8 +1,8 @@
 """The five papers go by their names (docs/papers.md: hourglass-ffn, ffn-chapter, xformer,
 simple-gated, hourglass-mlp), never by their seed numbers: "seed" alone means an RNG seed.
 
-Scans the code, the built-in spaces and the docs' spaces (file names and text); README.md and
-docs/*.md are left to their own check."""
+Scans the code, the built-in spaces, the docs' spaces and the prose (README.md, docs/*.md):
+file names and text."""
 
 from __future__ import annotations
 
@@ -17,8 +17,9 @@ PAPER_NUMBER = re.compile(r"seeds?(?:[ _-]|\s*\n\s*(?:#\s*)?)?00[0-4](?!\d)", re
 
 
 def _files() -> list[Path]:
-    return sorted(path for folder in FOLDERS for pattern in ("*.py", "*.yaml")
-                  for path in (ROOT / folder).rglob(pattern))
+    return sorted([*(path for folder in FOLDERS for pattern in ("*.py", "*.yaml")
+                     for path in (ROOT / folder).rglob(pattern)),
+                   ROOT / "README.md", *(ROOT / "docs").glob("*.md")])
 
 
 def test_the_scan_covers_the_code_and_spaces():
@@ -26,6 +27,7 @@ def test_the_scan_covers_the_code_and_spaces():
     assert {"trainers/analysis.py", "dashboards/figures.py", "tests/test_paper_names.py",
             "search_spaces/builtin/vformer-vs-constant.yaml"} <= names
     assert any(name.startswith("docs/spaces/") for name in names)
+    assert {"README.md", "docs/papers.md", "docs/small-sweeps.md"} <= names
 
 
 def test_no_paper_is_called_by_its_seed_number():
