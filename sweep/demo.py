@@ -10,6 +10,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from shapesweep.sweep.store_args import DEFAULT_ROOT
+
 # The built-in demo space: width vs depth at one budget, conventional and hourglass FFNs
 # against the conventional baseline, 3 seeds each, so every comparison has its CI; small
 # enough to finish in minutes on 2 cores. FULL_DEMO_SPACE is the full comparison.
@@ -18,7 +20,7 @@ FULL_DEMO_SPACE = "demo-ucurve"
 
 
 def add_arguments_demo(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--root", default="./sweeps", help="results root (default ./sweeps)")
+    parser.add_argument("--root", default=DEFAULT_ROOT, help=f"results root (default {DEFAULT_ROOT})")
     parser.add_argument("--space", default=DEMO_SPACE,
                         help=f"the space to sweep (default the built-in {DEMO_SPACE}, a few minutes; "
                         f"{FULL_DEMO_SPACE} is the full comparison, ~10 min on 2 cores)")

@@ -46,6 +46,7 @@ from shapesweep.search_spaces.cadence import (
     token_budget,
 )
 from shapesweep.sweep.scheduling import Choice, choose
+from shapesweep.sweep.store_args import DEFAULT_ROOT
 
 from shapesweep.common import UserError
 from shapesweep.families import base as families
@@ -69,7 +70,7 @@ class SweepOptions:
 
     space: str
     name: str | None = None
-    root: str = "./sweeps"
+    root: str = DEFAULT_ROOT
     address: str | None = None
     gpus_per_trial: float = 0.0
     cpus_per_trial: float = 1.0

@@ -144,14 +144,14 @@ def test_status_of_a_missing_sweep_creates_nothing(tmp_path, capsys):
 
 
 def test_status_shows_integer_shape_fields_as_integers():
-    from shapesweep.sweep.commands import _shape
+    from shapesweep.sweep.status_command import _shape
 
     candidate = {"d_model": 64, "n_layers": 4, "d_h": 256, "k": 2.0, "beta": 0.25}
     assert _shape(candidate, ("d_h", "k", "beta")) == "64x4 d_h=256 k=2 beta=0.25"
 
 
 def test_status_leaves_out_the_fields_that_do_not_shape_a_constant_width_model():
-    from shapesweep.sweep.commands import _shape
+    from shapesweep.sweep.status_command import _shape
 
     row = {"family": "variable_width", "d_model": 64, "n_layers": 6, "d_h": 170,
            "beta": 0.5, "alpha": 0.3}

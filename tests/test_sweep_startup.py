@@ -14,8 +14,8 @@ def test_the_driver_checks_and_sets_up_a_sweep_without_importing_torch(tmp_path)
     space = write_space(tmp_path)
     code = (
         "import argparse, sys\n"
-        "from shapesweep.sweep import commands, runner\n"
-        "commands._check_resources(argparse.Namespace(workers_per_trial=1, cpus_per_trial=1.0,\n"
+        "from shapesweep.sweep import run_command, runner\n"
+        "run_command._check_resources(argparse.Namespace(workers_per_trial=1, cpus_per_trial=1.0,\n"
         "                                             gpus_per_trial=0.0, address=None,\n"
         "                                             parallel='ddp'))\n"
         f"options, checked = runner._check(runner.SweepOptions(space={str(space)!r},\n"

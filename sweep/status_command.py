@@ -1,0 +1,442 @@
+"""`shapesweep status [NAME]`: the sweeps under a root, or one sweep's candidates, verdicts and
+trials (a table, or `--format json|csv` for programs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from typing import Any
+
+from shapesweep.sweep.store_args import add_root, read_catalog
+
+from shapesweep.common import UserError, duration, human, write_csv
+from shapesweep.common import plain as _clean
+from shapesweep.families import base as families
+
+STATUS_FORMATS = ("table", "json", "csv")
+
+
+def add_arguments_status(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("name", nargs="?", default=None, help="one sweep (default: all)")
+    add_root(parser)
+    parser.add_argument("--top", type=int, default=20, help="trials to list for one sweep")
+    # Checked in `status`, not by argparse: a bad value is then one line (argparse adds usage).
+    parser.add_argument("--format", default="table",
+                        help="table, json or csv: one sweep's candidates with mean, std and "
+                        "the difference to the baseline with its 95%% interval; without NAME, "
+                        "the sweeps with their trial counts")
+    parser.add_argument("--baseline", default=None,
+                        help="the variant the others are compared with (default: baseline, "
+                        "when the sweep has it)")
+    parser.add_argument("--metric", default="val_loss",
+                        help="final metric to compare (val_loss; train_loss_tail, xformer's "
+                        "reported loss; psnr or ssim for vision)")
+
+
+def _fmt(value: Any, digits: int = 4) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    if isinstance(value, float) and digits < 4:  # shape details: k=2 and beta=0.25, not 2.000
+        return f"{value:.{digits}g}"
+    if isinstance(value, float):
+        return f"{value:.{digits}f}"
+    if isinstance(value, int) and abs(value) >= 10_000:
+        return f"{value / 1e6:.3f}M"
+    return str(value)
+
+
+STATUS_METRICS = ("val_loss", "best_val_loss", "val_ppl", "train_loss", "train_loss_tail", "psnr", "ssim")
+
+
+def _check_status_args(args: argparse.Namespace) -> None:
+    if args.format not in STATUS_FORMATS:
+        raise UserError(f"{args.format!r} is not one of {', '.join(STATUS_FORMATS)}", key="--format")
+    if args.metric not in STATUS_METRICS:
+        raise UserError(f"{args.metric!r} is not one of {', '.join(STATUS_METRICS)}", key="--metric")
+    if args.name is None and args.baseline is not None:
+        raise UserError("needs one sweep NAME", key="--baseline")
+
+
+def _reduction_factor(root: str, name: str) -> float | None:
+    """ASHA's reduction factor from the options file `run` writes (shapesweep.sweep.runner.OPTIONS_FILE,
+    not imported: it imports Ray); None when the sweep ran without ASHA."""
+    from shapesweep.results.store import read_sweep_file, sweep_dir
+
+    path = f"{sweep_dir(root, name)}/sweep.json"
+    try:
+        text = read_sweep_file(root, name, "sweep.json")
+        options = json.loads(text) if text else {}
+        if not isinstance(options, dict):
+            raise ValueError("not a JSON object")
+        if options.get("scheduler") != "asha":
+            return None
+        factor = float(options["reduction_factor"])
+    except (OSError, ValueError, TypeError, KeyError) as error:  # garbled, truncated, unreadable
+        problem = f"no {error}" if isinstance(error, KeyError) else str(error)
+        raise UserError(f"not a sweep options file ({problem})", file=path) from None
+    if not factor > 1:
+        raise UserError(f"not a sweep options file (reduction_factor {factor})", file=path)
+    return factor
+
+
+def _status_document(args: argparse.Namespace, trials, curves) -> dict:
+    """The one object `status NAME --format json` prints."""
+    from shapesweep.results.roles import with_seed_roles
+    from shapesweep.results.stats import asha_confirmation, rank_fidelity, stable_fraction
+    from shapesweep.results.summary import comparisons
+
+    variants = set(trials["variant"].dropna())
+    baseline = args.baseline or "baseline"
+    if args.baseline is not None and baseline not in variants:
+        known = ", ".join(sorted(variants)) or "none recorded"
+        raise UserError(f"sweep {args.name!r} has no variant {baseline!r} (its variants: {known})",
+                        key="--baseline")
+    trials = with_seed_roles(trials, args.root)
+    document = comparisons(trials, args.name, args.root, args.metric, baseline)
+    fidelity = rank_fidelity(trials, curves, args.metric)
+    factor = _reduction_factor(args.root, args.name)
+    return {
+        **document,
+        **_with_cooldowns(args, trials, curves),
+        "rank_fidelity": _fidelity_points(fidelity),
+        "rank_fidelity_stable_fraction": stable_fraction(fidelity) if len(fidelity) else None,
+        "asha": asha_confirmation(trials, factor, args.metric) if factor else None,
+    }
+
+
+def _fidelity_points(fidelity) -> list[dict]:
+    return [{"tokens": int(r.tokens), "budget_fraction": float(r.budget_fraction),
+             "n_candidates": int(r.n_candidates), "kendall_tau": _clean(r.kendall_tau),
+             "resolved_pairs": int(r.resolved_pairs),
+             "swapped_resolved_pairs": int(r.swapped_resolved_pairs),
+             "unresolved_pairs": int(r.unresolved_pairs)}
+            for r in fidelity.itertuples()]
+
+
+def _with_cooldowns(args: argparse.Namespace, trials, curves) -> dict:
+    """The cooled evaluations' rank fidelity (when the curves have them, for val_loss) and
+    the noise-aware ASHA's stop decisions (when it ran): `status`'s cooldown part."""
+    from shapesweep.results.stats import cooled_rank_fidelity, stable_fraction
+    from shapesweep.results.store import read_sweep_file
+
+    out: dict[str, Any] = {}
+    if args.metric == "val_loss" and "val_loss_cooled" in curves and curves["val_loss_cooled"].notna().any():
+        cooled = cooled_rank_fidelity(trials, curves)
+        out["rank_fidelity_cooled"] = _fidelity_points(cooled)
+        out["rank_fidelity_cooled_stable_fraction"] = stable_fraction(cooled) if len(cooled) else None
+    decisions = json.loads(read_sweep_file(args.root, args.name, "asha.json") or "[]")
+    if decisions:  # shapesweep.sweep.paired_asha.DECISIONS_FILE (not imported: it imports Ray)
+        out["asha_stopped"] = [d for d in decisions if d["stop"]]
+    return out
+
+
+def _flat(candidate: dict) -> dict:
+    """A candidate as one CSV row: tuned values as `tuned.NAME` columns."""
+    row = {k: v for k, v in candidate.items() if k != "tuned"}
+    row.update({f"tuned.{k}": v for k, v in (candidate["tuned"] or {}).items()})
+    return row
+
+
+def _print_csv(document: dict) -> None:
+    """One row per candidate; the sweep's seeds (which chose, which measured) on every row."""
+
+    seeds = {name: document[name] for name in ("choice_seeds", "measure_seeds")}
+    write_csv([{**_flat(c), **seeds} for c in document["candidates"]], sys.stdout)
+
+
+SHAPE_DETAILS = ("d_h", "k", "shape", "beta", "alpha", "resize", "activation", "input_projection")
+
+
+def _shape(candidate: dict, details: tuple[str, ...] = SHAPE_DETAILS) -> str:
+    """`64x4 d_h=256 k=2`: width x depth, then the `details` that set the shape (compact)."""
+    width, depth = candidate.get("d_model") or candidate.get("d_z"), candidate.get("n_layers")
+    head = f"{_fmt(width)}x{_fmt(depth)}" if width is not None and depth is not None else ""
+    spec = families.find(candidate.get("family"))
+    inert = spec.inert_fields(candidate) if spec else frozenset()
+    rest = [f"{n}={_fmt(candidate[n], 3)}" for n in details
+            if candidate.get(n) is not None and n not in inert]
+    return " ".join([head, *rest]).strip()
+
+
+def _varying(candidates: list[dict]) -> tuple[str, ...]:
+    """The shape details worth a table's room: d_h always, the others where candidates differ."""
+    return tuple(n for n in SHAPE_DETAILS
+                 if n == "d_h" or len({json.dumps(c.get(n)) for c in candidates}) > 1)
+
+
+def _candidates_table(document: dict, narrow: bool = False):
+    """Candidates ordered by their mean over seeds, with the difference to the baseline and
+    the seeds an unresolved one needs; `narrow` (under 100 columns) leaves out the key (the
+    trials table names it)."""
+    from rich.table import Table
+    from shapesweep.results.summary import interval_text, mean_text, tuned_text, verdict_text
+
+    metric, baseline = document["metric"], document["baseline"]
+    chosen_by = (f"the tuned value seeds {', '.join(map(str, document['choice_seeds']))} chose"
+                 if document["choice_seeds"] else "its best tuned value")
+    table = Table(title=f"candidates of {document['sweep']} by mean {metric} over seeds "
+                  f"(each at {chosen_by})")
+    tuned = any(c["tuned"] for c in document["candidates"])
+    power = any(c["seeds_for_80pct_power"] for c in document["candidates"])
+    details = _varying(document["candidates"])
+    # off budget by more than 1% (a Pareto sweep, an ablation): each candidate's miss, beside its verdict
+    missed = any(abs(c.get("budget_error") or 0.0) > BUDGET_SHOWN for c in document["candidates"])
+    columns = [*([] if narrow else ["key"]), "variant", "shape", *(["tuned"] if tuned else []),
+               *(["budget err"] if missed else []), f"{metric} mean ± std (n)"]
+    # narrow: the verdict under the interval, and lines broken between numbers, never inside one
+    columns += ([f"Δ vs {baseline} [95% CI], verdict"] if narrow
+                else [f"Δ vs {baseline} [95% CI]", "verdict", *(["seeds for 80% power"] if power else [])]
+                ) if baseline else []
+    for column in columns:  # narrow terminals wrap cells at spaces instead of cutting them
+        table.add_column(column, no_wrap=column == "key", overflow="fold")
+    gap = "\n" if narrow else " "
+    for c in document["candidates"]:
+        cells = [*([] if narrow else [c["key"]]), c["variant"] or "-", _shape(c, details),
+                 *([tuned_text(c)] if tuned else []),
+                 *([_percent(c.get("budget_error"))] if missed else []), mean_text(c, metric, gap)]
+        needed = c["seeds_for_80pct_power"]
+        anchor = c["key"] == c["baseline_key"]
+        star = "*" if c.get("eval_noise") else ""
+        verdict = ["-" if anchor else interval_text(c).replace(" [", gap + "["), verdict_text(c) + star]
+        if narrow:
+            cells += [gap.join(verdict) + (f"{gap}{needed} seeds for 80%" if needed else "")] if baseline else []
+        else:
+            cells += [*verdict, *([str(needed) if needed else "-"] if power else [])] if baseline else []
+        table.add_row(*cells)
+    return table
+
+
+def _no_verdict_lines(document: dict) -> list[str]:
+    """Why each candidate without a verdict has none, and what to run (one line for a sweep
+    without a baseline variant, where no candidate has one)."""
+    details = _varying(document["candidates"])
+    lines = [f"  {c['variant'] or c['key']} {_shape(c, details)} ({c['key']}): {c['why']}"
+             + (f"; run: {c['to_run']}" if c["to_run"] else "")
+             for c in document["candidates"] if c["why"] and c["key"] != c["baseline_key"]
+             and (document["baseline"] or c["no_verdict"] != "no baseline")]
+    if document["baseline"] is None:
+        variants = sorted({c["variant"] for c in document["candidates"] if c["variant"]})
+        lines.append(f"  every candidate: the sweep has no variant named baseline to compare with "
+                     f"(its variants: {', '.join(variants) or 'none recorded'}; status "
+                     f"{document['sweep']} --baseline VARIANT picks one)")
+    return lines
+
+
+BUDGET_SHOWN = 0.01  # a budget error above this is shown beside the verdicts
+
+
+def _percent(value: float | None) -> str:
+    return "-" if value is None else f"{value:+.1%}"
+
+
+def _eval_noise_line(document: dict) -> str | None:
+    """The footnote of the starred verdicts."""
+    from shapesweep.results.stats import EVAL_Z
+
+    if not any(c.get("eval_noise") for c in document["candidates"]):
+        return None
+    return (f"* within {EVAL_Z} x eval_se of zero: the held-out set's own noise could make this "
+            "difference (raise train.eval_tokens to settle it)")
+
+
+def _fidelity_line(document: dict, which: str = "rank_fidelity") -> str:
+    """`which`: rank_fidelity, or rank_fidelity_cooled (the cooled evaluations')."""
+    points = document[which]
+    label = "rank fidelity" + (" of the cooled evaluations" if which.endswith("cooled") else "")
+    if not points:
+        return f"{label}: no evaluation point shared by 3 or more measured candidates"
+    last = points[-1]
+    if not last["resolved_pairs"]:
+        return (f"{label}: none of the {last['unresolved_pairs']} pairs of candidates is resolved "
+                "at the end (each paired 95% interval includes zero): no order to keep")
+    taus = ", ".join(f"{p['budget_fraction']:.0%}: {_fmt(p['kendall_tau'], 2)}" for p in points)
+    stable = document[f"{which}_stable_fraction"]
+    line = (f"{label} (Kendall's tau over the {last['resolved_pairs']} pairs whose final difference "
+            f"is resolved; {last['unresolved_pairs']} within noise, not counted; by budget fraction): {taus}")
+    return line + (f"; stays >= 0.8 from {stable:.0%} of the budget" if stable is not None
+                   else "; never stays >= 0.8")
+
+
+def _stopped_lines(document: dict) -> list[str]:
+    """The noise-aware ASHA's stopped candidates, each with the evidence it was stopped on."""
+    lines = []
+    for d in document.get("asha_stopped", []):
+        tuned = " ".join(f"{k}={v}" for k, v in json.loads(d["tuned_json"]).items())
+        cut = " ".join([d["cut_key"], *(f"{k}={v}" for k, v in json.loads(d["cut_tuned_json"]).items())])
+        lines.append(f"stopped at {human(d['rung_tokens'])} tokens, all {len(d['losses'])} seeds: "
+                     f"{' '.join(filter(None, [d['key'], tuned]))}, worse than {cut} by "
+                     f"{d['delta']:+.4f} [{d['ci_low']:+.4f}, {d['ci_high']:+.4f}]")
+    return lines
+
+
+def _asha_line(document: dict) -> str | None:
+    asha = document["asha"]
+    if not asha or not asha["stopped"]:
+        return None
+    share = "-" if asha["fraction"] is None else f"{asha['fraction']:.0%}"
+    return (f"ASHA stopped {asha['stopped']} trials; {asha['checkable']} have a completed run of "
+            f"the same candidate and tuned value, and {asha['confirmed']} of those ({share}) "
+            "finished outside the top 1/reduction_factor")
+
+
+def _sweep_records(records: dict, names: list[str], trials, running) -> list[dict]:
+    """One record per sweep: what `status` lists, as `status --format json` prints it."""
+    out = []
+    for name in names:
+        record = records.get(name)
+        rows = trials[trials["sweep"] == name] if trials is not None else None
+        counts = rows["status"].value_counts() if rows is not None else {}
+        best = rows["val_loss"][rows["status"] == "completed"].min() if rows is not None else None
+        out.append({
+            "name": name, "space": record.space_name if record else None,
+            "space_hash": record.space_hash if record else None,
+            "status": record.status if record else None,
+            "trials": record.n_candidates if record else None,  # the catalog counts trials
+            **{state: int(counts.get(state, 0)) for state in ("completed", "stopped_early", "failed")},
+            "running": int((running["sweep"] == name).sum()),
+            "best_val_loss": _clean(best),
+        })
+    return out
+
+
+def _sweeps_table(args: argparse.Namespace, sweeps: list[dict]):
+    """One line per sweep; counts in one column, so the table fits 80 columns."""
+    from rich.table import Table
+
+    table = Table(title=f"sweeps under {args.root}")
+    for column in ("name", "space", "status", "trials", "best val_loss"):
+        table.add_column(column, overflow="fold", justify="right" if column == "best val_loss" else "left")
+    for sweep in sweeps:
+        parts = [f"{sweep[state]} {label}" for state, label in
+                 (("completed", "completed"), ("stopped_early", "stopped"), ("failed", "failed"),
+                  ("running", "running")) if sweep[state]]
+        of = f" (of {sweep['trials']})" if sweep["trials"] is not None else ""
+        table.add_row(sweep["name"], sweep["space"] or "-", sweep["status"] or "-",
+                      (", ".join(parts) or "none") + of, _fmt(sweep["best_val_loss"]))
+    return table
+
+
+def _trials_table(name: str, trials, top: int):
+    """The trials best first; an error column only when a trial has an error text."""
+    from rich.table import Table
+
+    table = Table(title=f"trials of {name}, best first (by val_loss)")
+    errors = trials["error"].fillna("").astype(str).str.strip() if not trials.empty else None
+    failed = bool(errors is not None and errors.ne("").any())
+    columns = ("candidate", "status", "seed", "val_loss", "tokens", *(["error"] if failed else []))
+    for column in columns:
+        table.add_column(column, overflow="fold",
+                         justify="right" if column in ("seed", "val_loss", "tokens") else "left")
+    ordered = trials.sort_values(["val_loss"], na_position="last").head(top)
+    for row in ordered.to_dict("records"):
+        seed, loss, tokens = (_clean(row.get(c)) for c in ("seed", "val_loss", "tokens"))
+        state = row["status"].replace("_", " ") + (f" at {human(tokens)}" if row["status"] == "stopped_early"
+                                                    and tokens is not None else "")
+        cells = [_candidate_name(row), state, _fmt(None if seed is None else int(seed)),
+                 _fmt(loss), "-" if tokens is None else human(tokens)]
+        error = row.get("error") if isinstance(row.get("error"), str) else ""
+        table.add_row(*cells, *([error[:60]] if failed else []))
+    return table
+
+
+def _candidate_name(row: dict) -> str:
+    """A trial's candidate as tables name it (`candidate_label`: variant, shape, tuned values);
+    the key stays in `--format json`."""
+    return families.candidate_label({k: _clean(v) for k, v in row.items() if k != "widths"})
+
+
+def _running_table(name: str, running):
+    """Trials training now (`shapesweep.results.live`): latest loss, tokens of the budget, ETA."""
+    from rich.table import Table
+
+    table = Table(title=f"running now in {name} (latest evaluation)")
+    for column in ("candidate", "seed", "val_loss", "tokens", "elapsed", "ETA"):
+        table.add_column(column, overflow="fold", justify="left" if column == "candidate" else "right")
+    for row in running.sort_values("trial_id").to_dict("records"):
+        tokens, budget, elapsed = (_clean(row.get(c)) for c in ("tokens", "train_tokens_budget", "wall_time_s"))
+        done = "-" if tokens is None else human(tokens) + (f" of {human(budget)}" if budget else "")
+        eta = (budget - tokens) * elapsed / tokens if tokens and budget and elapsed else None
+        table.add_row(_candidate_name(row), _fmt(_clean(row.get("seed"))), _fmt(_clean(row.get("val_loss"))),
+                      done, duration(elapsed), duration(eta))
+    return table
+
+
+def status(args: argparse.Namespace) -> int:
+
+    from rich.console import Console
+    from shapesweep.results.live import live_sweeps, load_live
+    from shapesweep.results.store import (
+        FragmentCache,
+        list_sweeps,
+        load_curves,
+        load_trials,
+        unknown_sweep,
+    )
+    from shapesweep.results.summary import seeds_line
+
+    _check_status_args(args)
+    console = Console()
+    catalog = read_catalog(args)
+    records = {r.name: r for r in catalog.list()} if catalog else {}
+    if args.name is None:
+        names = list(dict.fromkeys([*records, *list_sweeps(args.root), *live_sweeps(args.root)]))
+        trials = load_trials(args.root, names) if names else None
+        sweeps = _sweep_records(records, names, trials, load_live(args.root)[0])
+        if args.format == "json":
+            print(json.dumps(sweeps, indent=2))
+        elif args.format == "csv":
+            write_csv(sweeps, sys.stdout)
+        else:
+            console.print(_sweeps_table(args, sweeps))
+        return 0
+
+    record = records.get(args.name)
+    cache = FragmentCache()  # each fragment read once: the curves need the trials again
+    trials = load_trials(args.root, [args.name], cache=cache)
+    running = load_live(args.root, [args.name])[0]
+    if record is None and trials.empty and running.empty:
+        raise unknown_sweep(args.name, args.root, [*records, *live_sweeps(args.root)])
+    document = _status_document(args, trials, load_curves(args.root, [args.name], cache=cache))
+    if args.format == "json":
+        print(json.dumps(document, indent=2))
+        return 0
+    if args.format == "csv":
+        _print_csv(document)
+        return 0
+    if record is not None:
+        console.print(f"[bold]{record.name}[/]  space {record.space_name} ({record.space_hash})  "
+                      f"status {record.status}  {len(document['candidates'])} candidates, "
+                      f"{record.n_candidates} trials")  # the catalog's n_candidates counts trials
+    counts = trials["status"].value_counts().to_dict() if not trials.empty else {}
+    counts |= {"running": len(running)} if len(running) else {}
+    console.print("  ".join(f"{k.replace('_', ' ')}: {v}" for k, v in sorted(counts.items()))
+                  or "no trials yet")
+    if document["candidates"]:
+        console.print(_candidates_table(document, narrow=console.width < 100))
+        # wrapped at the terminal's width (status fits 80 columns), between words
+        for line in [seeds_line(document), *(f"warning: {w}" for w in document["warnings"])]:
+            console.print(line, highlight=False, markup=False)
+        reasons = _no_verdict_lines(document)
+        if reasons:
+            console.print("no verdict:", *reasons, sep="\n", highlight=False, markup=False)
+        short = [f"  {c['variant'] or c['key']} ({c['key']}): {c['missing']}; run: {c['to_run_missing']}"
+                 for c in document["candidates"] if c["missing"]]
+        if short:
+            console.print("missing seeds:", *short, sep="\n", highlight=False, markup=False)
+        if _eval_noise_line(document):
+            console.print(_eval_noise_line(document), soft_wrap=True)
+        console.print(_fidelity_line(document), soft_wrap=True)
+        if "rank_fidelity_cooled" in document:
+            console.print(_fidelity_line(document, "rank_fidelity_cooled"), soft_wrap=True)
+        for line in _stopped_lines(document):
+            console.print(line, soft_wrap=True)
+        if _asha_line(document) and "asha_stopped" not in document:  # Ray's per-trial ASHA
+            console.print(_asha_line(document), soft_wrap=True)
+    if len(running):
+        console.print(_running_table(args.name, running))
+    if not trials.empty:
+        console.print(_trials_table(args.name, trials, args.top))
+    return 0
