@@ -17,7 +17,6 @@ import json
 import math
 
 import pandas as pd
-
 from shapesweep.results.store import load_trials
 
 
