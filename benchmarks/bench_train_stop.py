@@ -1,7 +1,8 @@
 """How long a Ray Train run takes to end, with Ray Train's placement-group cleaner and
-without it (`shapesweep.sweep.ray_train_stop`), on a local Ray without the dashboard (as a
-sweep starts it). The training function does nothing, so the time is Ray Train's own:
-start the controller and one worker, then stop them. The two sides alternate in one Ray.
+without it (`shapesweep.sweep.ray_compat.without_placement_group_cleaner`), on a local Ray
+without the dashboard (as a sweep starts it). The training function does nothing, so the
+time is Ray Train's own: start the controller and one worker, then stop them. The two sides
+alternate in one Ray.
 
     .venv/bin/python benchmarks/bench_train_stop.py [--repeats 3]
 """
@@ -39,12 +40,12 @@ def main() -> None:
 
     import ray
     from ray.train.torch import TorchTrainer
-    from shapesweep.sweep.ray_train_stop import without_cleaner
+    from shapesweep.sweep.ray_compat import without_placement_group_cleaner
 
     ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
              logging_level="ERROR")
     sides = {"with the cleaner (Ray's default)": TorchTrainer,
-             "without it (ray_train_stop)": without_cleaner(TorchTrainer)}
+             "without it (ray_compat)": without_placement_group_cleaner(TorchTrainer)}
     times: dict[str, list[float]] = {name: [] for name in sides}
     with tempfile.TemporaryDirectory() as folder:
         for _ in range(args.repeats):

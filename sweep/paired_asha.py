@@ -52,13 +52,15 @@ class PairedASHA(FIFOScheduler):
     """See the module docstring. `rungs`: token counts, ascending; `expect(specs)` before
     the sweep starts says which seeds each candidate runs."""
 
-    _supports_buffered_results = False  # decide on each evaluation as it comes
+    @property
+    def supports_buffered_results(self) -> bool:
+        return False  # decide on each evaluation as it comes
 
     def __init__(self, rungs: list[float], reduction_factor: float, baseline: str = "baseline"):
         super().__init__()
         self.decisions: list[dict] = []  # an earlier run's first, on resume (the driver's)
         self.on_decision: Callable[[list[dict]], None] | None = None  # with all, after each
-        self._metric, self._mode = "val_loss", "min"
+        self.set_search_properties("val_loss", "min")  # Tune's public way to set its metric
         self.rungs, self.reduction_factor, self.baseline = sorted(rungs), reduction_factor, baseline
         self.seeds: dict[Any, set[int]] = defaultdict(set)  # each candidate's seeds in this run
         self.protected: set[Any] = set()  # the baseline's candidates

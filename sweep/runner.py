@@ -45,6 +45,7 @@ from shapesweep.search_spaces.cadence import (
     sweep_budgets,
     token_budget,
 )
+from shapesweep.sweep import ray_compat
 from shapesweep.sweep.scheduling import Choice, choose
 from shapesweep.sweep.store_args import DEFAULT_ROOT
 
@@ -53,15 +54,6 @@ from shapesweep.families import base as families
 
 OPTIONS_FILE = "sweep.json"  # how the sweep was run, so `resume NAME` can run it again
 SPACE_FILE = "space.yaml"
-QUIET_ENV = {
-    # Tune's loggers are chosen by `_ray_loggers` (json + csv, so ResultGrid and
-    # ExperimentAnalysis read the sweep; TensorBoard files only with --log-to tensorboard).
-    "TUNE_DISABLE_AUTO_CALLBACK_LOGGERS": "1",
-    "TUNE_DISABLE_SIGINT_HANDLER": "1",  # Ctrl-C reaches us: we mark the sweep interrupted
-    "RAY_DEDUP_LOGS": "0",
-    "RAY_AIR_NEW_OUTPUT": "0",
-    "TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S": "1000",
-}
 
 
 @dataclass
@@ -336,11 +328,9 @@ def _init_ray(options: SweepOptions) -> tuple[bool, str | None]:
     kwargs: dict[str, Any] = {"include_dashboard": False} if address == "local" else {}
     if address == "local":
         kwargs["num_cpus"] = os.cpu_count()
-        # No idle worker per CPU started with the driver: they compete with ray.init for
-        # the CPU and Tune starts its actors' own (bench_sweep_overhead measures it).
-        kwargs["_system_config"] = {"prestart_worker_first_driver": False}
+        kwargs.update(ray_compat.without_prestarted_workers())
     else:
-        _use_cluster_token()
+        ray_compat.use_cluster_token()
     context = ray.init(address=address, log_to_driver=False, logging_level=logging.ERROR,
                        configure_logging=True, **kwargs)
     local = address == "local" and context.address_info.get("session_dir")
@@ -406,14 +396,12 @@ def _processes_naming(session_dir: str) -> list[int]:
 def _stop_ray(session_dir: str | None, record: Path | None = None) -> None:
     """Shut down the Ray `_init_ray` started, and delete its session folder if it was local.
 
-    Its autoscaler monitor is killed first: `ray.shutdown` stops it after GCS, when it no
-    longer exits on SIGTERM, so Ray waits a second and kills it anyway (`node.kill_monitor`
-    is how Ray's own tests kill it). That was most of a sweep's wind-down."""
+    Its autoscaler monitor is killed first (`ray_compat.kill_autoscaler_monitor`): that was
+    most of a sweep's wind-down."""
     import ray
 
-    kill_monitor = getattr(getattr(ray._private.worker, "_global_node", None), "kill_monitor", None)
-    if session_dir and kill_monitor is not None:
-        kill_monitor(check_alive=False)
+    if session_dir:
+        ray_compat.kill_autoscaler_monitor()
     ray.shutdown()
     _remove_session(session_dir)
     if record is not None:
@@ -454,23 +442,6 @@ def terminate_as_interrupt() -> Iterator[None]:
         for sig, handler in previous.items():
             if handler is not None:
                 signal.signal(sig, handler)
-
-
-def _use_cluster_token() -> None:
-    """Authenticate to a cluster the way `ray start` does.
-
-    Ray 2.5x starts a head with token auth when RAY_AUTH_MODE is unset and a token exists
-    (~/.ray/auth_token, RAY_AUTH_TOKEN or RAY_AUTH_TOKEN_PATH), but a driver joining it
-    does not send that token unless told to. This applies Ray's own rule (an explicit
-    RAY_AUTH_MODE wins) and refreshes Ray's cached config, which an env var alone cannot.
-    """
-    try:
-        from ray._private.authentication.authentication_token_setup import (
-            maybe_enable_token_auth_if_token_available,
-        )
-    except ImportError:  # a Ray without token auth
-        return
-    maybe_enable_token_auth_if_token_available(warn_if_disabled=False)
 
 
 def _scheduler(options: SweepOptions, space: Any, candidates: list | None,
@@ -648,7 +619,7 @@ def _fit(options: SweepOptions, checked: _Checked, plan: Any, catalog: Any,
     catalog.set_status(name, "running")
     status = "failed"
     try:
-        with progress, terminate_as_interrupt(), _no_callback_census():
+        with progress, terminate_as_interrupt(), ray_compat.no_callback_census():
             tuner.fit()
         status = "finished"
     except KeyboardInterrupt:
@@ -677,25 +648,6 @@ def _record_decisions(scheduler: Any, root: str, name: str) -> None:
     scheduler.decisions = json.loads(read_sweep_file(root, name, DECISIONS_FILE) or "[]")
     scheduler.on_decision = lambda decisions: write_sweep_file(
         root, name, DECISIONS_FILE, json.dumps(decisions, indent=1))
-
-
-@contextmanager
-def _no_callback_census() -> Iterator[None]:
-    """`Tuner.fit` without Tune's count of its callbacks for Ray's usage telemetry, which
-    imports every tracker integration Ray ships (MLflow, W&B, Comet, Aim) to tell their
-    classes apart: 1.1 s of every sweep's start-up and 0.3 s of its exit here, with or
-    without a tracker (`bench_sweep_overhead` measures the start-up). A Ray without that
-    census is left as it is."""
-    usage = sys.modules.get("ray.air._internal.usage")  # Tune imports it with itself
-    census = getattr(usage, "tag_callbacks", None)
-    if census is None:
-        yield
-        return
-    usage.tag_callbacks = lambda callbacks: False
-    try:
-        yield
-    finally:
-        usage.tag_callbacks = census
 
 
 def _tuner(options: SweepOptions, checked: _Checked, plan: Any, run_config: Any,
@@ -755,27 +707,22 @@ def _run_config(options: SweepOptions, callbacks: list[Callback]):
 
 @contextmanager
 def _quiet() -> Iterator[None]:
-    """Ray's and Optuna's settings for a sweep (QUIET_ENV, where the user set none), undone
-    when it ends. Failed trials are reported once, one line each, by the progress display
-    and in their row's `error`; Ray's own tracebacks stay in ROOT/NAME/_ray/*/error.txt."""
+    """Ray's and Optuna's settings for a sweep (`ray_compat.QUIET_ENV`, where the user set
+    none), undone when it ends. Failed trials are reported once, one line each, by the
+    progress display and in their row's `error`; Ray's own tracebacks stay in
+    ROOT/NAME/_ray/*/error.txt."""
     import optuna
 
-    saved_env = {k: os.environ.get(k) for k in QUIET_ENV}
-    os.environ.update({k: v for k, v in QUIET_ENV.items() if k not in os.environ})
     tune_logger = logging.getLogger("ray.tune")
     tune_level, optuna_level = tune_logger.level, optuna.logging.get_verbosity()
-    tune_logger.setLevel(logging.CRITICAL)
-    optuna.logging.set_verbosity(optuna.logging.WARNING)  # the sweep's progress says enough
-    try:
-        yield
-    finally:
-        tune_logger.setLevel(tune_level)
-        optuna.logging.set_verbosity(optuna_level)
-        for key, value in saved_env.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+    with ray_compat.quiet_environment():
+        tune_logger.setLevel(logging.CRITICAL)
+        optuna.logging.set_verbosity(optuna.logging.WARNING)  # the sweep's progress says enough
+        try:
+            yield
+        finally:
+            tune_logger.setLevel(tune_level)
+            optuna.logging.set_verbosity(optuna_level)
 
 
 def _trial_name(trial: Any) -> str:

@@ -25,6 +25,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from shapesweep.sweep import ray_compat
+
 from shapesweep.common import UserError
 
 Ended = Callable[[Any], str]  # a trial that did not fail -> completed / stopped_early
@@ -90,7 +92,7 @@ def _mlflow(sweep: str, folder: str, ended: Ended):
         def log_trial_end(self, trial, failed=False):
             from mlflow import MlflowClient
 
-            MlflowClient().set_tag(self._trial_runs[trial], STATUS_TAG,
+            MlflowClient().set_tag(ray_compat.mlflow_run_id(self, trial), STATUS_TAG,
                                    trial_status(ended, trial, failed))
             super().log_trial_end(trial, failed)
 
@@ -144,7 +146,7 @@ def _wandb(sweep: str, folder: str, ended: Ended):
             super().log_trial_result(iteration, trial, curve_step(result))
 
         def log_trial_end(self, trial, failed=False):
-            if trial in self._trial_queues:  # a config value: W&B takes no tags after init
+            if ray_compat.wandb_logging(self, trial):  # a config value: no tags after init
                 super().log_trial_result(0, trial, {
                     "config": {STATUS_TAG: trial_status(ended, trial, failed)}})
             super().log_trial_end(trial, failed)
@@ -169,9 +171,11 @@ def _tensorboard(sweep: str, folder: str, ended: Ended):
             super().log_trial_result(iteration, trial, curve_step(result))
 
         def log_trial_end(self, trial, failed=False):
-            if trial not in self._trial_writer:  # it ended before its first evaluation
+            writer = ray_compat.tensorboard_writer(self, trial)
+            if writer is None:  # it ended before its first evaluation
                 self.log_trial_start(trial)
-            self._trial_writer[trial].add_text(STATUS_TAG, trial_status(ended, trial, failed))
+                writer = ray_compat.tensorboard_writer(self, trial)
+            writer.add_text(STATUS_TAG, trial_status(ended, trial, failed))
             super().log_trial_end(trial, failed)
 
     return TensorBoardTrials()

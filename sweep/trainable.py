@@ -47,7 +47,7 @@ def run_trial(config: dict[str, Any], checkpoints: str | None = None, workers: i
     with the checkpoint it saved, if any. `checkpoints`: the sweep's Ray folder, where a
     trial that `resume` runs again finds what an earlier, killed run left. `workers` > 1:
     data parallel on that many Ray Train workers, each with `resources` ({cpu, gpu}), and
-    `state_api` False where Ray serves no State API (`shapesweep.sweep.ray_train_stop`).
+    `state_api` False where Ray serves no State API (`ray_compat.without_placement_group_cleaner`).
     `options`: the loop's own (`shapesweep.trainers.loop.train`): `eval_at` (ASHA's rungs),
     `parallel` (ddp or fsdp), `checkpoint_every_s`. Torch trains on as many threads as the
     trial (or each worker) holds CPUs, at least one (`shapesweep.trainers.threads`)."""
@@ -175,14 +175,14 @@ def _torch_trainer(worker: Any, loop_config: dict[str, Any], workers: int,
     """A Ray Train `TorchTrainer` running `worker(loop_config)` on `workers` workers, each
     holding `resources` ({cpu, gpu}): nccl between GPU workers, gloo between CPU ones.
     Without a State API (`state_api` False) it runs without Ray Train's placement-group
-    cleaner, which would only wait on it (`shapesweep.sweep.ray_train_stop`)."""
+    cleaner, which would only wait on it (`ray_compat.without_placement_group_cleaner`)."""
     from ray import train as ray_train
     from ray.train.torch import TorchConfig, TorchTrainer
-    from shapesweep.sweep.ray_train_stop import without_cleaner
+    from shapesweep.sweep.ray_compat import without_placement_group_cleaner
 
     gpus = resources.get("gpu", 0.0)
     per_worker = {"CPU": resources.get("cpu", 1.0)} | ({"GPU": gpus} if gpus else {})
-    trainer = TorchTrainer if state_api else without_cleaner(TorchTrainer)
+    trainer = TorchTrainer if state_api else without_placement_group_cleaner(TorchTrainer)
     return trainer(
         worker, train_loop_config=loop_config,
         torch_config=TorchConfig(backend="nccl" if gpus else "gloo"),
