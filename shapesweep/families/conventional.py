@@ -7,8 +7,8 @@ from __future__ import annotations
 from typing import Literal
 
 from shapesweep.families.base import FamilySpec, register
+from shapesweep.families.counts import lm_account, uniform_totals
 from shapesweep.families.lm import MoELMBase
-from shapesweep.search_spaces.accounting import lm_account, uniform_totals
 
 
 class ConventionalConfig(MoELMBase):

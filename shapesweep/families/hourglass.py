@@ -7,8 +7,8 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from shapesweep.families.base import Depth, FamilySpec, Stored, lm_shape_text, register, value
+from shapesweep.families.counts import lm_account, uniform_totals
 from shapesweep.families.lm import LayerShape, LMBase, uniform_shape
-from shapesweep.search_spaces.accounting import lm_account, uniform_totals
 
 
 class HourglassConfig(LMBase):

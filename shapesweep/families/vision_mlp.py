@@ -17,7 +17,7 @@ from shapesweep.families.base import (
     register,
     value,
 )
-from shapesweep.search_spaces.accounting import Accounting
+from shapesweep.families.counts import Accounting
 
 
 class VisionMLPConfig(Strict):
