@@ -1,7 +1,9 @@
 """The family registry: what a model family is, stated once in its own module.
 
 A family module (e.g. `shapesweep.families.conventional`) defines a pydantic config and
-calls `register(FamilySpec(...))`. Everything generic reads the specs instead of naming
+its `SPEC = FamilySpec(...)`; `FAMILY_MODULES` below lists the built-in modules, and the
+registry imports them, in that order, the first time anything asks it (torchtitan's model
+registry is the model). Everything generic reads the specs instead of naming
 families: the solver's field lists and accounting, the result-store columns, the torch
 builder and init rules (named as "module:attribute" and imported only when a model is
 built, so planning never imports torch), and the dashboards' series names and colours.
@@ -168,13 +170,40 @@ class FamilySpec:
         return self.inert(row) if self.inert else frozenset()
 
 
+# The built-in families, registered in this order (their stored fields become result columns
+# in this order). A new family is its module plus one line here.
+FAMILY_MODULES = (
+    "shapesweep.families.conventional",
+    "shapesweep.families.hourglass",
+    "shapesweep.families.variable_width",
+    "shapesweep.families.vision_mlp",
+)
+
 _SPECS: dict[str, FamilySpec] = {}
+_builtins = [False]  # whether FAMILY_MODULES are registered yet
 _columns_fixed: set[str] | None = None  # the stored fields the result schema was built with
 _version = [0]  # bumped by register, so derived field sets know when to recompute
 
 
+def _registry() -> dict[str, FamilySpec]:
+    """The registered specs, the built-ins first. They are imported by name on first use (each
+    module imports this one, so this one cannot import them at its top), so whichever module
+    asks first, the order, and with it the result columns, is FAMILY_MODULES'."""
+    if not _builtins[0]:
+        _builtins[0] = True
+        for module in FAMILY_MODULES:
+            _add(importlib.import_module(module).SPEC)
+    return _SPECS
+
+
 def register(spec: FamilySpec) -> FamilySpec:
-    """Add a family (a module calls this once, at import). Re-registering a name replaces it."""
+    """Add a family beside the built-ins (a test's or a notebook's own; a built-in is a line
+    in FAMILY_MODULES instead). Re-registering a name replaces it."""
+    _registry()
+    return _add(spec)
+
+
+def _add(spec: FamilySpec) -> FamilySpec:
     fields = spec.config.model_fields
     if "family" not in fields or fields["family"].default != spec.name:
         raise ValueError(f"{spec.config.__name__} needs `family: Literal[{spec.name!r}] = {spec.name!r}`")
@@ -189,20 +218,20 @@ def register(spec: FamilySpec) -> FamilySpec:
 
 def unregister(name: str) -> None:
     """Take a family back out (a test's or a notebook's own family)."""
-    del _SPECS[name]
+    del _registry()[name]
     _version[0] += 1
 
 
 def get(name: str) -> FamilySpec:
     try:
-        return _SPECS[name]
+        return _registry()[name]
     except KeyError:
         raise ValueError(f"unknown family {name!r}; expected one of {', '.join(_SPECS)}") from None
 
 
 def find(name: str) -> FamilySpec | None:
     """The spec of `name`, or None for a family not registered here (e.g. an old result row)."""
-    return _SPECS.get(name)
+    return _registry().get(name)
 
 
 def of(config: Any) -> FamilySpec:
@@ -211,11 +240,11 @@ def of(config: Any) -> FamilySpec:
 
 
 def names() -> list[str]:
-    return list(_SPECS)
+    return list(_registry())
 
 
 def specs() -> list[FamilySpec]:
-    return list(_SPECS.values())
+    return list(_registry().values())
 
 
 def load(path: str) -> Any:
@@ -230,7 +259,7 @@ def load(path: str) -> Any:
 def _walk() -> Iterator[tuple[str, FieldInfo]]:
     """Every field of every family, first appearance first (registration order)."""
     seen: set[str] = set()
-    for spec in _SPECS.values():
+    for spec in _registry().values():
         for name, info in spec.config.model_fields.items():
             if name != "family" and name not in seen:
                 seen.add(name)
@@ -275,7 +304,7 @@ HOVER = FieldNames(lambda info: getattr(_marker(info, Stored), "hover", False))
 def bounds(name: str) -> tuple[float | None, float | None]:
     """(ge, le) of field `name`, the widest over the families that have it (None: unbounded):
     a space's fixed and searched values are held to them before anything is solved."""
-    infos = [spec.config.model_fields[name] for spec in _SPECS.values()
+    infos = [spec.config.model_fields[name] for spec in _registry().values()
              if name in spec.config.model_fields]
     low = [m.ge for info in infos for m in _constraints(info) if isinstance(m, annotated_types.Ge)]
     high = [m.le for info in infos for m in _constraints(info) if isinstance(m, annotated_types.Le)]

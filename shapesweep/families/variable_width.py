@@ -27,7 +27,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
-from shapesweep.families.base import Dim, FamilySpec, Stored, lm_shape_text, register, value
+from shapesweep.families.base import Dim, FamilySpec, Stored, lm_shape_text, value
 from shapesweep.families.counts import Accounting, blocks_total, lm_account
 from shapesweep.families.lm import LayerShape, MoELMBase, expert_fields
 
@@ -235,7 +235,7 @@ def _constant(row: dict) -> bool:
     return row.get("shape") == "constant"
 
 
-SPEC = register(FamilySpec(
+SPEC = FamilySpec(
     name="variable_width",
     config=VariableWidthConfig,
     account=_account,
@@ -249,4 +249,4 @@ SPEC = register(FamilySpec(
                             f"β={value(row, 'beta')} α={value(row, 'alpha')}"),
     shows_widths=True,
     inert=lambda row: frozenset({"beta", "alpha"}) if _constant(row) else frozenset(),
-))
+)

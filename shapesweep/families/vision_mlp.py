@@ -14,7 +14,6 @@ from shapesweep.families.base import (
     FamilySpec,
     Stored,
     Strict,
-    register,
     value,
 )
 from shapesweep.families.counts import Accounting
@@ -86,7 +85,7 @@ def _design(row: dict) -> str:
     return f"vision_mlp ({'wide-narrow-wide' if wide else 'narrow-wide-narrow'})"
 
 
-SPEC = register(FamilySpec(
+SPEC = FamilySpec(
     name="vision_mlp",
     config=VisionMLPConfig,
     account=_account,
@@ -99,4 +98,4 @@ SPEC = register(FamilySpec(
     design=_design,
     shape_text=lambda row: (f"d_z={value(row, 'd_z')} d_h={value(row, 'd_h')} "
                             f"L={value(row, 'n_layers')}"),
-))
+)
