@@ -155,6 +155,12 @@ class FamilySpec:
     init: str = "shapesweep.trainers.mup:lm_rules"  # "module:callable" yielding init rules
     lm: bool = True  # a language model: token data, embeddings, attention heads
     width: str = "d_model"  # the width ffn_ratio and width_depth_ratio are relative to
+    # The stored fields that set a candidate's shape beside width x depth, in the order a
+    # label shows them (`status`'s candidate tables).
+    label_fields: tuple[str, ...] = ("d_h", "activation")
+    baseline: bool = False  # the LM family the others are drawn against (dashed)
+    analysis: bool = False  # trials end with the representation analysis unless train.analysis says
+    llama: bool = False  # exactly Llama's layout, so --format hf / litgpt can export it
     colors: dict[str, str] = field(default_factory=dict)  # dashboard series -> colour
     design: Callable[[dict], str] | None = None  # a result row's series; default: the name
     shape_text: Callable[[dict], str] = lm_shape_text
@@ -162,12 +168,18 @@ class FamilySpec:
     # Stored fields that do not shape this row's model (β and α of a constant-width
     # ><former), so labels leave them out; default: none.
     inert: Callable[[dict], frozenset[str]] | None = None
+    # Whether a row has one width in every layer (its family's own constant-width baseline,
+    # e.g. a `shape: constant` ><former); default: every row.
+    constant: Callable[[dict], bool] | None = None
 
     def series(self, row: dict) -> str:
         return self.design(row) if self.design else self.name
 
     def inert_fields(self, row: dict) -> frozenset[str]:
         return self.inert(row) if self.inert else frozenset()
+
+    def constant_width(self, row: dict) -> bool:
+        return self.constant(row) if self.constant else True
 
 
 # The built-in families, registered in this order (their stored fields become result columns
@@ -245,6 +257,24 @@ def names() -> list[str]:
 
 def specs() -> list[FamilySpec]:
     return list(_registry().values())
+
+
+def baseline() -> str:
+    """The LM family the others are compared with (the one spec marked `baseline`)."""
+    return next(spec.name for spec in _registry().values() if spec.baseline)
+
+
+def label_fields() -> tuple[str, ...]:
+    """Every family's `label_fields`, merged so each family's own order is kept (a field new
+    to the list goes just before the next field of its family already there)."""
+    merged: list[str] = []
+    for spec in _registry().values():
+        for i, name in enumerate(spec.label_fields):
+            if name in merged:
+                continue
+            after = [n for n in spec.label_fields[i + 1:] if n in merged]
+            merged.insert(merged.index(after[0]) if after else len(merged), name)
+    return tuple(merged)
 
 
 def load(path: str) -> Any:

@@ -24,4 +24,6 @@ SPEC = FamilySpec(
     vector_totals=lambda c, seq_len: uniform_totals(ConventionalConfig.block(c), c, seq_len),
     model="shapesweep.trainers.lm:LM",
     colors={"conventional": "#7b3fa0"},
+    baseline=True,
+    llama=True,  # Llama's layout (hf_export refuses the settings Llama lacks: experts, post-norm)
 )

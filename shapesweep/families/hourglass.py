@@ -31,4 +31,5 @@ SPEC = FamilySpec(
     model="shapesweep.trainers.lm:LM",
     colors={"hourglass": "#2a9d3a"},
     shape_text=lambda row: f"{lm_shape_text(row)} k={value(row, 'k')}",
+    label_fields=("d_h", "k", "activation"),
 )

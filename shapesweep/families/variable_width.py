@@ -248,5 +248,8 @@ SPEC = FamilySpec(
                             f"{lm_shape_text(row)} {value(row, 'shape')} "
                             f"β={value(row, 'beta')} α={value(row, 'alpha')}"),
     shows_widths=True,
+    label_fields=("d_h", "shape", "beta", "alpha", "resize", "activation"),
     inert=lambda row: frozenset({"beta", "alpha"}) if _constant(row) else frozenset(),
+    constant=_constant,
+    analysis=True,  # seed 002 measures its representations; `shape: constant` is the baseline
 )

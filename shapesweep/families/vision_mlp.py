@@ -96,6 +96,7 @@ SPEC = FamilySpec(
     width="d_z",
     colors={"vision_mlp (wide-narrow-wide)": "#d62728", "vision_mlp (narrow-wide-narrow)": "#7f7f7f"},
     design=_design,
+    label_fields=("d_h", "activation", "input_projection"),
     shape_text=lambda row: (f"d_z={value(row, 'd_z')} d_h={value(row, 'd_h')} "
                             f"L={value(row, 'n_layers')}"),
 )
