@@ -257,7 +257,7 @@ def _baseline_traces(fig: Figure, trials: pd.DataFrame, x: str, x_span: tuple[fl
         points = varies or own_x
         xs = group[x] if points else list(x_span)
         ys = group["mean"] if points else [group["mean"].min()] * 2
-        label = "conventional baseline" + ("" if varies else " (at its own ratio)" if own_x else " (best)")
+        label = f"{BASELINE} baseline" + ("" if varies else " (at its own ratio)" if own_x else " (best)")
         fig.add_trace(Scatter(
             x=xs, y=ys, mode="lines+markers" if points else "lines",
             line=dict(color=c, dash=dash, width=2), marker=dict(symbol="diamond", size=10, color=c),

@@ -403,14 +403,15 @@ def _print_csv(document: dict) -> None:
 
 
 def _shape(candidate: dict, details: tuple[str, ...] | None = None) -> str:
-    """`64x4 d_h=256 k=2`: width x depth, then the `details` that set the shape (compact;
-    default: every family's `label_fields`)."""
+    """`64x4 d_h=256 k=2`: width x depth, then those of `details` (default: all) that are the
+    candidate's family's `label_fields` (compact)."""
     spec = families.find(candidate.get("family"))
     width, depth = candidate.get(spec.width if spec else "d_model"), candidate.get("n_layers")
     head = f"{_fmt(width)}x{_fmt(depth)}" if width is not None and depth is not None else ""
     inert = spec.inert_fields(candidate) if spec else frozenset()
-    rest = [f"{n}={_fmt(candidate[n], 3)}" for n in (families.label_fields() if details is None else details)
-            if candidate.get(n) is not None and n not in inert]
+    own = spec.label_fields if spec else families.label_fields()
+    rest = [f"{n}={_fmt(candidate[n], 3)}" for n in (own if details is None else details)
+            if n in own and candidate.get(n) is not None and n not in inert]
     return " ".join([head, *rest]).strip()
 
 

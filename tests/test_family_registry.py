@@ -195,6 +195,98 @@ def test_imports_never_go_back_up_the_data_flow():
     assert back == []
 
 
+FAMILY_PACKAGE = "shapesweep.families"
+ABOVE_FAMILIES = tuple(f"shapesweep.{layer}" for layer in
+                       ("sweep", "search_spaces", "trainers", "results", "dashboards"))
+
+
+def test_families_sit_below_every_other_layer_and_the_registry_imports_no_family():
+    """Family modules use only the registry (`base`) and the primitives beside it (`lm`,
+    `counts`: LayerShape, the accounting arithmetic); those import no family module, and no
+    family module imports another (the registry imports each, by name, from FAMILY_MODULES)."""
+    modules = {m: p for m, p in _modules().items() if m.startswith(FAMILY_PACKAGE + ".")}
+    assert set(base.FAMILY_MODULES) <= set(modules)
+    up = sorted((m, n) for m, path in modules.items() for n in _imports(path) if n.startswith(ABOVE_FAMILIES))
+    assert up == []
+    sideways = sorted((m, n) for m, path in modules.items() for n in _imports(path)
+                      if any(n == f or n.startswith(f + ".") for f in base.FAMILY_MODULES if f != m))
+    assert sideways == []
+
+
+# Family names that code outside shapesweep/families may still say, and why (this only shrinks).
+FAMILY_LITERALS_ALLOWED = {
+    # seed 000's own figures: loss vs d_h/d_model per k (its Fig. 3) and the U-curve's
+    # per-k / per-ratio hourglass series (its Fig. 4) are figures of the hourglass paper
+    ("shapesweep.dashboards.figures", "hourglass"): 4,
+}
+
+
+def test_no_module_outside_the_families_names_a_family():
+    """Which family is the baseline, which runs the analysis, which exports to Llama, what a
+    label shows: each is its spec's field, so a family's name appears only in its module."""
+    family_names = set(base.names())
+    found: dict[tuple[str, str], int] = {}
+    for module, path in _modules().items():
+        if module.startswith(FAMILY_PACKAGE):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Constant) and node.value in family_names:
+                found[module, node.value] = found.get((module, node.value), 0) + 1
+    assert found == FAMILY_LITERALS_ALLOWED
+
+
+TOY_MODULE = '''
+from typing import Annotated, Literal
+
+from shapesweep.families.base import Dim, FamilySpec, Stored
+from shapesweep.families.counts import lm_account, uniform_totals
+from shapesweep.families.lm import LMBase
+
+
+class GroupedConfig(LMBase):
+    family: Literal["grouped"] = "grouped"
+    groups: Annotated[Dim, Stored()] = 1  # a knob of its own: recorded, labelled
+
+
+SPEC = FamilySpec(
+    name="grouped", config=GroupedConfig, account=lm_account,
+    vector_totals=lambda c, seq_len: uniform_totals(GroupedConfig.block(c), c, seq_len),
+    model="shapesweep.trainers.lm:LM", label_fields=("d_h", "groups"),
+)
+'''
+
+
+def test_a_new_family_is_one_module_and_one_line_in_family_modules(tmp_path):
+    """A module written anywhere plus its line in FAMILY_MODULES (made here before anything
+    reads the registry, as the source line would be): it is registered last, its stored field
+    is a result column and a solver field, a space plans with it, and status labels show it."""
+    (tmp_path / "grouped_family.py").write_text(TOY_MODULE)
+    code = f"""
+import sys
+sys.path.insert(0, {str(tmp_path)!r})
+from shapesweep.families import base
+base.FAMILY_MODULES = (*base.FAMILY_MODULES, "grouped_family")  # the one line
+from shapesweep.results.schema import TRIAL_COLUMNS
+from shapesweep.search_spaces.solver import plan
+from shapesweep.search_spaces.space import parse_space
+from shapesweep.sweep.commands import _shape
+
+assert base.names()[-1] == "grouped", base.names()
+assert "groups" in TRIAL_COLUMNS.names and "groups" in base.INTEGER and "groups" in base.POSITIVE
+space = parse_space({{"name": "grouped", "family": "grouped",
+                      "budget": {{"non_embedding_params": 60_000, "tolerance": 0.1}},
+                      "fixed": {{"n_heads": 2, "d_h": 64, "groups": 3}},
+                      "search": {{"n_layers": [1, 2]}}, "solve": "d_model"}})
+candidates = plan(space).candidates
+assert [c.config.n_layers for c in candidates] == [1, 2], candidates
+row = {{"family": "grouped", **candidates[0].config.model_dump()}}
+assert _shape(row).endswith("d_h=64 groups=3"), _shape(row)
+print("ok")
+"""
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
+
+
 def test_every_module_imports_in_a_fresh_interpreter_and_planning_needs_no_torch():
     names = sorted(_modules())
     code = ("import importlib, sys\n"
