@@ -12,16 +12,18 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import pytest
-from pydantic import model_validator
+from pydantic import Field, model_validator
 from shapesweep.results.schema import TRIAL_COLUMNS
 from shapesweep.results.store import load_trials, write_trial
 from shapesweep.search_spaces.accounting import account, lm_account, uniform_totals
 from shapesweep.search_spaces.configs import FAMILIES, make_config
 from shapesweep.search_spaces.solver import plan
 from shapesweep.search_spaces.space import parse_space
+from shapesweep.sweep.runner import data_hash_for
 from shapesweep.trainers.loop import train
 from shapesweep.trainers.models import build_model, count_params
 
+from shapesweep.common import UserError
 from shapesweep.families import base
 from shapesweep.families.base import INTEGER, POSITIVE, Dim, FamilySpec, Stored
 from shapesweep.families.lm import LayerShape, LMBase, uniform_shape
@@ -100,6 +102,22 @@ def test_the_toy_familys_shape_reaches_a_stored_row(toy, tmp_path):
     stored = load_trials(str(tmp_path)).iloc[0]
     assert (stored["family"], stored["d_model"], stored["n_layers"], stored["d_h"]) == ("wide_ffn", 32, 2, 128)
     assert stored["params_total"] == sum(p.numel() for p in build_model(config).parameters())
+
+
+def test_a_sweep_checks_the_data_against_each_familys_own_vocab_default():
+    """A space that sets no vocab_size is held to its family's default, not another's."""
+    class Small(WideFFNConfig):
+        family: Literal["small_vocab"] = "small_vocab"
+        vocab_size: Annotated[int, Field(gt=0), Stored(hover=False)] = 128  # the bytes need 256
+
+    base.register(dataclasses.replace(TOY, name="small_vocab", config=Small))
+    try:
+        space = parse_space({**SPACE, "family": "small_vocab",
+                             "fixed": {k: v for k, v in SPACE["fixed"].items() if k != "vocab_size"}})
+        with pytest.raises(UserError, match="vocab_size=128"):
+            data_hash_for(space, None, None)
+    finally:
+        base.unregister("small_vocab")
 
 
 def test_a_family_needs_its_own_family_literal_and_a_column_for_each_stored_field():
