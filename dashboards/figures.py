@@ -32,6 +32,7 @@ from shapesweep.dashboards.frames import (
     layout,
     point_data,
     present,
+    ratio_families,
     seed_means,
     trace_type,
     width_profiled,
@@ -270,7 +271,7 @@ def _baseline_traces(fig: Figure, trials: pd.DataFrame, x: str, x_span: tuple[fl
 
 def _ratio_groups(frame: pd.DataFrame) -> pd.Series:
     """Hourglass d_h/d_model as a series key (seed 000 Fig. 4); none when solved continuously."""
-    ratio = frame["ffn_ratio"].round(2).where(frame["family"] == "hourglass")
+    ratio = frame["ffn_ratio"].round(2).where(frame["family"].isin(ratio_families()))
     return ratio if ratio.nunique() <= 6 else pd.Series(np.nan, index=frame.index)
 
 
@@ -304,9 +305,9 @@ def ucurve_figure(trials: pd.DataFrame, tolerance: float = 0.005) -> Figure | No
         return None  # points, no curve
     for i, (group_key, group) in enumerate(groups):
         sweep, family, k, ratio, shape = group_key
-        hourglass = family == "hourglass"
-        parts = [family] + ([f"k={int(k)}"] if hourglass else [])
-        parts += [f"d_h/d={ratio:g}"] if hourglass and ratio == ratio else []
+        by_ratio = family in ratio_families()
+        parts = [family] + ([f"k={int(k)}"] if by_ratio else [])
+        parts += [f"d_h/d={ratio:g}"] if by_ratio and ratio == ratio else []
         parts += [str(shape)] if isinstance(shape, str) else []
         name, c = _series_name(parts, n_sweeps, sweep), color("", i)
         line, others = _best_per_bin(group, "width_depth_ratio")
@@ -339,7 +340,7 @@ def _ucurve_groups(means: pd.DataFrame) -> list[tuple[tuple, pd.DataFrame]]:
     keys = ["sweep", "family", "k", "ratio_group", "shape"]
     split = means.assign(ratio_group=_ratio_groups(means))
     groups = list(split.groupby(keys, dropna=False, sort=True))
-    if any(key[1] == "hourglass" and g["width_depth_ratio"].nunique() < 2 for key, g in groups):
+    if any(key[1] in ratio_families() and g["width_depth_ratio"].nunique() < 2 for key, g in groups):
         groups = list(means.assign(ratio_group=np.nan).groupby(keys, dropna=False, sort=True))
     return groups
 
@@ -375,7 +376,7 @@ def _best_region(fig: Figure, trials: pd.DataFrame, group: pd.DataFrame, sweep: 
 def ratio_figure(trials: pd.DataFrame) -> Figure | None:
     """Seed 000 Fig. 3: loss vs d_h/d_model, one series per k (the best shape at each ratio;
     the other shapes faint behind it), the baseline dashed."""
-    means, others = chosen_and_others(trials[trials["family"] == "hourglass"], "val_loss")
+    means, others = chosen_and_others(trials[trials["family"].isin(ratio_families())], "val_loss")
     if means.empty or means["ffn_ratio"].round(3).nunique() < 2:
         return None
     fig, n_sweeps = Figure(), means["sweep"].nunique()

@@ -219,6 +219,11 @@ def compared_families() -> list[str]:
     return [spec.name for spec in base.specs() if spec.lm and not spec.baseline]
 
 
+def ratio_families() -> list[str]:
+    """The families whose k and d_h/d_model are designed series (seed 000's figures)."""
+    return [spec.name for spec in base.specs() if spec.ratio_series]
+
+
 def width_profiled() -> list[str]:
     """The families whose layers have widths of their own (a width profile figure)."""
     return [spec.name for spec in base.specs() if spec.shows_widths]

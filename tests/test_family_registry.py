@@ -231,12 +231,8 @@ def test_families_sit_below_every_other_layer_and_the_registry_imports_no_family
     assert sideways == []
 
 
-# Family names that code outside shapesweep/families may still say, and why (this only shrinks).
-FAMILY_LITERALS_ALLOWED = {
-    # seed 000's own figures: loss vs d_h/d_model per k (its Fig. 3) and the U-curve's
-    # per-k / per-ratio hourglass series (its Fig. 4) are figures of the hourglass paper
-    ("shapesweep.dashboards.figures", "hourglass"): 4,
-}
+# Family names that code outside shapesweep/families may still say, and why (none today).
+FAMILY_LITERALS_ALLOWED: dict[tuple[str, str], int] = {}
 
 
 def test_no_module_outside_the_families_names_a_family():

@@ -161,6 +161,9 @@ class FamilySpec:
     baseline: bool = False  # the LM family the others are drawn against (dashed)
     analysis: bool = False  # trials end with the representation analysis unless train.analysis says
     llama: bool = False  # exactly Llama's layout, so --format hf / litgpt can export it
+    # Its k and d_h/d_model are designed series (seed 000: the ratio figure, its Fig. 3, and
+    # the U-curve's per-k, per-ratio lines, its Fig. 4).
+    ratio_series: bool = False
     colors: dict[str, str] = field(default_factory=dict)  # dashboard series -> colour
     design: Callable[[dict], str] | None = None  # a result row's series; default: the name
     shape_text: Callable[[dict], str] = lm_shape_text

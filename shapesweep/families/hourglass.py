@@ -32,4 +32,5 @@ SPEC = FamilySpec(
     colors={"hourglass": "#2a9d3a"},
     shape_text=lambda row: f"{lm_shape_text(row)} k={value(row, 'k')}",
     label_fields=("d_h", "k", "activation"),
+    ratio_series=True,
 )
