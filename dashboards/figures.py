@@ -24,14 +24,18 @@ from shapesweep.dashboards.frames import (
     candidate_label,
     chosen_and_others,
     color,
+    compared_families,
+    constant_width,
     esc,
     human,
     language_models,
     layout,
     point_data,
     present,
+    ratio_families,
     seed_means,
     trace_type,
+    width_profiled,
 )
 from shapesweep.dashboards.scaling import scaling_figure
 from shapesweep.results.stats import (
@@ -254,7 +258,7 @@ def _baseline_traces(fig: Figure, trials: pd.DataFrame, x: str, x_span: tuple[fl
         points = varies or own_x
         xs = group[x] if points else list(x_span)
         ys = group["mean"] if points else [group["mean"].min()] * 2
-        label = "conventional baseline" + ("" if varies else " (at its own ratio)" if own_x else " (best)")
+        label = f"{BASELINE} baseline" + ("" if varies else " (at its own ratio)" if own_x else " (best)")
         fig.add_trace(Scatter(
             x=xs, y=ys, mode="lines+markers" if points else "lines",
             line=dict(color=c, dash=dash, width=2), marker=dict(symbol="diamond", size=10, color=c),
@@ -266,8 +270,8 @@ def _baseline_traces(fig: Figure, trials: pd.DataFrame, x: str, x_span: tuple[fl
 
 
 def _ratio_groups(frame: pd.DataFrame) -> pd.Series:
-    """Hourglass d_h/d_model as a series key (hourglass-ffn Fig. 4); none if solved continuously."""
-    ratio = frame["ffn_ratio"].round(2).where(frame["family"] == "hourglass")
+    """Hourglass d_h/d_model as a series key (hourglass-ffn Fig. 4); none when solved continuously."""
+    ratio = frame["ffn_ratio"].round(2).where(frame["family"].isin(ratio_families()))
     return ratio if ratio.nunique() <= 6 else pd.Series(np.nan, index=frame.index)
 
 
@@ -281,16 +285,13 @@ def _best_per_bin(group: pd.DataFrame, x: str, bins: int = 10) -> tuple[pd.DataF
     return line, group.drop(line.index)
 
 
-SHAPED = ("hourglass", "variable_width")  # the families a U-curve compares with the conventional baseline
-
-
 def ucurve_figure(trials: pd.DataFrame, tolerance: float = 0.005) -> Figure | None:
     """hourglass-ffn Fig. 4: loss vs d_model/L (log), one series per design (hourglass: per k and
     d_h/d_model), best region shaded. It is the iso-budget figure of a width/depth sweep:
     `applicable_figures` draws `searched_figure` only where there is no U-curve. The shaped
     families are compared with the conventional baseline (dashed); where they sample fewer
     than 3 ratios, each language-model family is a series of its own (none left out)."""
-    means, others = chosen_and_others(lm := trials[trials["family"].isin(SHAPED)], "val_loss")
+    means, others = chosen_and_others(lm := trials[trials["family"].isin(compared_families())], "val_loss")
     shaped = not means.empty and means["width_depth_ratio"].nunique() >= 3
     if not shaped:
         means, others = chosen_and_others(lm := trials[trials["family"].isin(language_models())], "val_loss")
@@ -304,9 +305,9 @@ def ucurve_figure(trials: pd.DataFrame, tolerance: float = 0.005) -> Figure | No
         return None  # points, no curve
     for i, (group_key, group) in enumerate(groups):
         sweep, family, k, ratio, shape = group_key
-        hourglass = family == "hourglass"
-        parts = [family] + ([f"k={int(k)}"] if hourglass else [])
-        parts += [f"d_h/d={ratio:g}"] if hourglass and ratio == ratio else []
+        by_ratio = family in ratio_families()
+        parts = [family] + ([f"k={int(k)}"] if by_ratio else [])
+        parts += [f"d_h/d={ratio:g}"] if by_ratio and ratio == ratio else []
         parts += [str(shape)] if isinstance(shape, str) else []
         name, c = _series_name(parts, n_sweeps, sweep), color("", i)
         line, others = _best_per_bin(group, "width_depth_ratio")
@@ -339,7 +340,7 @@ def _ucurve_groups(means: pd.DataFrame) -> list[tuple[tuple, pd.DataFrame]]:
     keys = ["sweep", "family", "k", "ratio_group", "shape"]
     split = means.assign(ratio_group=_ratio_groups(means))
     groups = list(split.groupby(keys, dropna=False, sort=True))
-    if any(key[1] == "hourglass" and g["width_depth_ratio"].nunique() < 2 for key, g in groups):
+    if any(key[1] in ratio_families() and g["width_depth_ratio"].nunique() < 2 for key, g in groups):
         groups = list(means.assign(ratio_group=np.nan).groupby(keys, dropna=False, sort=True))
     return groups
 
@@ -375,7 +376,7 @@ def _best_region(fig: Figure, trials: pd.DataFrame, group: pd.DataFrame, sweep: 
 def ratio_figure(trials: pd.DataFrame) -> Figure | None:
     """hourglass-ffn Fig. 3: loss vs d_h/d_model, one series per k (the best shape at each ratio;
     the other shapes faint behind it), the baseline dashed."""
-    means, others = chosen_and_others(trials[trials["family"] == "hourglass"], "val_loss")
+    means, others = chosen_and_others(trials[trials["family"].isin(ratio_families())], "val_loss")
     if means.empty or means["ffn_ratio"].round(3).nunique() < 2:
         return None
     fig, n_sweeps = Figure(), means["sweep"].nunique()
@@ -405,11 +406,11 @@ def ratio_figure(trials: pd.DataFrame) -> Figure | None:
 def width_profile_figure(trials: pd.DataFrame, top: int = 10) -> Figure | None:
     """xformer Fig. 2's shapes: per-layer widths of the best variable-width candidates, and
     dashed each sweep's own constant-width model (its `constant` shape, else its conventional one)."""
-    means = seed_means(trials[trials["family"] == "variable_width"], "val_loss")
+    means = seed_means(trials[trials["family"].isin(width_profiled())], "val_loss")
     if means.empty:
         return None
     fig = Figure()
-    shaped = means[means["shape"] != "constant"]
+    shaped = means[~_constant_rows(means)]
     for i, (_, row) in enumerate((shaped if len(shaped) else means).nsmallest(top, "mean").iterrows()):
         widths = [int(w) for w in row["widths"]]
         shape = esc(row["shape"]) + (f" β={row['beta']:g} α={row['alpha']:g}" if row["shape"] != "constant" else "")
@@ -424,7 +425,7 @@ def width_profile_figure(trials: pd.DataFrame, top: int = 10) -> Figure | None:
     n_sweeps = means["sweep"].nunique()
     for sweep in sorted(means["sweep"].unique()):
         own = trials[trials["sweep"] == sweep]
-        base = seed_means(own[(own["family"] == "variable_width") & (own["shape"] == "constant")], "val_loss")
+        base = seed_means(own[own["family"].isin(width_profiled()) & _constant_rows(own)], "val_loss")
         base = base if len(base) else seed_means(own[own["family"] == BASELINE], "val_loss")
         if base.empty:
             continue
@@ -440,8 +441,9 @@ def width_profile_figure(trials: pd.DataFrame, top: int = 10) -> Figure | None:
     return layout(fig, "Width profiles of the best variable-width candidates", "layer", "layer width")
 
 
-def _constant_width(row) -> bool:
-    return row["family"] != "variable_width" or row["shape"] == "constant"
+def _constant_rows(frame: pd.DataFrame) -> pd.Series:
+    """`constant_width` of every row of `frame`, as a boolean mask."""
+    return pd.Series([constant_width(row) for row in frame.to_dict("records")], index=frame.index, dtype=bool)
 
 
 def _layer_means(trials: pd.DataFrame, layers: pd.DataFrame | None, columns: list[str],
@@ -475,7 +477,7 @@ def _by_depth(trials: pd.DataFrame, data: pd.DataFrame, means: pd.DataFrame,
     for i, (point, group) in enumerate(data.groupby("point", sort=False)):
         row = rows.loc[point]
         name = _series_name([candidate_label(row)], n_sweeps, row["sweep"])
-        c, dash = color("", i), "dash" if _constant_width(row) else "solid"
+        c, dash = color("", i), "dash" if constant_width(row) else "solid"
         for panel, (column, _, threshold) in enumerate(panels):
             points = (group.drop_duplicates("layer") if threshold is None
                       else group[group["threshold"] == threshold]).sort_values("depth")

@@ -34,7 +34,7 @@ LOWER_IS_BETTER = {metric: metric not in HIGHER_IS_BETTER for metric in METRIC_L
 NO_INTERVAL = "n<2: no verdict"  # a difference over one paired seed: a point, no interval
 VERDICT_COLORS = {"better": "#2a9d3a", "worse": "#d62728", "within noise": "#8c8c8c", NO_INTERVAL: "#c7b9a0"}
 OTHER_TUNED_COLOR = "#b8bcc4"  # a candidate's tuned values that were not its best
-BASELINE = "conventional"  # the family the others are compared to
+BASELINE = base.baseline()  # the LM family the others are compared to (its spec says so)
 PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
            "#17becf", "#bcbd22", "#7f7f7f"]
 
@@ -212,6 +212,28 @@ def present(frame: pd.DataFrame, column: str) -> bool:
 def language_models() -> list[str]:
     """The registered language-model families (the LM figures' rows)."""
     return [spec.name for spec in base.specs() if spec.lm]
+
+
+def compared_families() -> list[str]:
+    """The language-model families a U-curve compares with the baseline: every other one."""
+    return [spec.name for spec in base.specs() if spec.lm and not spec.baseline]
+
+
+def ratio_families() -> list[str]:
+    """The families whose k and d_h/d_model are designed series (hourglass-ffn's figures)."""
+    return [spec.name for spec in base.specs() if spec.ratio_series]
+
+
+def width_profiled() -> list[str]:
+    """The families whose layers have widths of their own (a width profile figure)."""
+    return [spec.name for spec in base.specs() if spec.shows_widths]
+
+
+def constant_width(row) -> bool:
+    """Whether a row's layers are all one width, as its family's spec says (any row of an
+    unknown family: yes)."""
+    spec = base.find(row["family"])
+    return spec.constant_width(row) if spec else True
 
 
 def design(row: dict) -> str:

@@ -13,7 +13,6 @@ from typing import Any, get_type_hints
 
 import pyarrow as pa
 from shapesweep.search_spaces.accounting import Accounting
-from shapesweep.search_spaces.configs import FAMILIES  # noqa: F401 (registers the built-in families)
 
 from shapesweep.families.base import stored_fields
 

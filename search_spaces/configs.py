@@ -1,9 +1,9 @@
 """Typed configs: every registered model family's, plus the training recipe.
 
 These are the currency between every part of shapesweep. Each family's config lives in
-its own module under `shapesweep.families` (registered there); importing this module
-registers the built-in ones, so `make_config` and `FAMILIES` know every family.
-The shared field types and LM building blocks are re-exported here for convenience.
+its own module under `shapesweep.families` (listed in `base.FAMILY_MODULES`, registered by
+the registry itself); `make_config` and `FAMILIES` read the registry. The shared field
+types, LM building blocks and built-in config classes are re-exported here for convenience.
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ from shapesweep.families.base import (  # noqa: F401 (re-exported)
     parse_count,
 )
 from shapesweep.families.base import Strict as _Strict
-from shapesweep.families.conventional import ConventionalConfig  # noqa: F401 (registers)
-from shapesweep.families.hourglass import HourglassConfig  # noqa: F401 (registers)
+from shapesweep.families.conventional import ConventionalConfig  # noqa: F401 (re-exported)
+from shapesweep.families.hourglass import HourglassConfig  # noqa: F401 (re-exported)
 from shapesweep.families.lm import (  # noqa: F401 (re-exported)
     GATED,
     MOE_ACTIVATIONS,
@@ -39,8 +39,8 @@ from shapesweep.families.lm import (  # noqa: F401 (re-exported)
     LayerShape,
     moe_problem,
 )
-from shapesweep.families.variable_width import Shape, VariableWidthConfig  # noqa: F401 (registers)
-from shapesweep.families.vision_mlp import VisionMLPConfig  # noqa: F401 (registers)
+from shapesweep.families.variable_width import Shape, VariableWidthConfig  # noqa: F401 (re-exported)
+from shapesweep.families.vision_mlp import VisionMLPConfig  # noqa: F401 (re-exported)
 
 
 class _Families(Mapping):

@@ -140,15 +140,17 @@ def data_hash_for(space: Any, candidates: list | None, data: str | None) -> tupl
 
 
 def _vocab_sizes(space: Any, candidates: list | None) -> set[int]:
-    """Every vocab_size the sweep may train: the grid's candidates', else each variant's."""
+    """Every vocab_size the sweep may train: the grid's candidates', else each language-model
+    variant's (its family's default where the variant sets none)."""
     if candidates is not None:
-        return {c.config.vocab_size for c in candidates if hasattr(c.config, "vocab_size")}
-    from shapesweep.search_spaces.configs import ConventionalConfig
-
-    default = ConventionalConfig.model_fields["vocab_size"].default
-    return {v for variant in space.resolved()
+        return {c.config.vocab_size for c in candidates if families.of(c.config).lm}
+    return {v for variant in space.resolved() if families.get(variant.family).lm
             for v in variant.grid_values().get("vocab_size")
-            or [variant.fixed.get("vocab_size", default)]}
+            or [variant.fixed.get("vocab_size", _default(variant.family, "vocab_size"))]}
+
+
+def _default(family: str, name: str) -> Any:
+    return families.get(family).config.model_fields[name].default
 
 
 def _ray_storage(root: str, name: str) -> Path:

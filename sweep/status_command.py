@@ -147,23 +147,22 @@ def _print_csv(document: dict) -> None:
     write_csv([{**_flat(c), **seeds} for c in document["candidates"]], sys.stdout)
 
 
-SHAPE_DETAILS = ("d_h", "k", "shape", "beta", "alpha", "resize", "activation", "input_projection")
-
-
-def _shape(candidate: dict, details: tuple[str, ...] = SHAPE_DETAILS) -> str:
-    """`64x4 d_h=256 k=2`: width x depth, then the `details` that set the shape (compact)."""
-    width, depth = candidate.get("d_model") or candidate.get("d_z"), candidate.get("n_layers")
-    head = f"{_fmt(width)}x{_fmt(depth)}" if width is not None and depth is not None else ""
+def _shape(candidate: dict, details: tuple[str, ...] | None = None) -> str:
+    """`64x4 d_h=256 k=2`: width x depth, then those of `details` (default: all) that are the
+    candidate's family's `label_fields` (compact)."""
     spec = families.find(candidate.get("family"))
+    width, depth = candidate.get(spec.width if spec else "d_model"), candidate.get("n_layers")
+    head = f"{_fmt(width)}x{_fmt(depth)}" if width is not None and depth is not None else ""
     inert = spec.inert_fields(candidate) if spec else frozenset()
-    rest = [f"{n}={_fmt(candidate[n], 3)}" for n in details
-            if candidate.get(n) is not None and n not in inert]
+    own = spec.label_fields if spec else families.label_fields()
+    rest = [f"{n}={_fmt(candidate[n], 3)}" for n in (own if details is None else details)
+            if n in own and candidate.get(n) is not None and n not in inert]
     return " ".join([head, *rest]).strip()
 
 
 def _varying(candidates: list[dict]) -> tuple[str, ...]:
     """The shape details worth a table's room: d_h always, the others where candidates differ."""
-    return tuple(n for n in SHAPE_DETAILS
+    return tuple(n for n in families.label_fields()
                  if n == "d_h" or len({json.dumps(c.get(n)) for c in candidates}) > 1)
 
 

@@ -12,16 +12,18 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import pytest
-from pydantic import model_validator
+from pydantic import Field, model_validator
 from shapesweep.results.schema import TRIAL_COLUMNS
 from shapesweep.results.store import load_trials, write_trial
 from shapesweep.search_spaces.accounting import account, lm_account, uniform_totals
 from shapesweep.search_spaces.configs import FAMILIES, make_config
 from shapesweep.search_spaces.solver import plan
 from shapesweep.search_spaces.space import parse_space
+from shapesweep.sweep.runner import data_hash_for
 from shapesweep.trainers.loop import train
 from shapesweep.trainers.models import build_model, count_params
 
+from shapesweep.common import UserError
 from shapesweep.families import base
 from shapesweep.families.base import INTEGER, POSITIVE, Dim, FamilySpec, Stored
 from shapesweep.families.lm import LayerShape, LMBase, uniform_shape
@@ -100,6 +102,22 @@ def test_the_toy_familys_shape_reaches_a_stored_row(toy, tmp_path):
     stored = load_trials(str(tmp_path)).iloc[0]
     assert (stored["family"], stored["d_model"], stored["n_layers"], stored["d_h"]) == ("wide_ffn", 32, 2, 128)
     assert stored["params_total"] == sum(p.numel() for p in build_model(config).parameters())
+
+
+def test_a_sweep_checks_the_data_against_each_familys_own_vocab_default():
+    """A space that sets no vocab_size is held to its family's default, not another's."""
+    class Small(WideFFNConfig):
+        family: Literal["small_vocab"] = "small_vocab"
+        vocab_size: Annotated[int, Field(gt=0), Stored(hover=False)] = 128  # the bytes need 256
+
+    base.register(dataclasses.replace(TOY, name="small_vocab", config=Small))
+    try:
+        space = parse_space({**SPACE, "family": "small_vocab",
+                             "fixed": {k: v for k, v in SPACE["fixed"].items() if k != "vocab_size"}})
+        with pytest.raises(UserError, match="vocab_size=128"):
+            data_hash_for(space, None, None)
+    finally:
+        base.unregister("small_vocab")
 
 
 def test_a_family_needs_its_own_family_literal_and_a_column_for_each_stored_field():
@@ -193,6 +211,94 @@ def test_imports_never_go_back_up_the_data_flow():
                   for layer, above in LOWER_LAYERS.items() if module.startswith(layer)
                   for name in _imports(path) if name.startswith(above))
     assert back == []
+
+
+FAMILY_PACKAGE = "shapesweep.families"
+ABOVE_FAMILIES = tuple(f"shapesweep.{layer}" for layer in
+                       ("sweep", "search_spaces", "trainers", "results", "dashboards"))
+
+
+def test_families_sit_below_every_other_layer_and_the_registry_imports_no_family():
+    """Family modules use only the registry (`base`) and the primitives beside it (`lm`,
+    `counts`: LayerShape, the accounting arithmetic); those import no family module, and no
+    family module imports another (the registry imports each, by name, from FAMILY_MODULES)."""
+    modules = {m: p for m, p in _modules().items() if m.startswith(FAMILY_PACKAGE + ".")}
+    assert set(base.FAMILY_MODULES) <= set(modules)
+    up = sorted((m, n) for m, path in modules.items() for n in _imports(path) if n.startswith(ABOVE_FAMILIES))
+    assert up == []
+    sideways = sorted((m, n) for m, path in modules.items() for n in _imports(path)
+                      if any(n == f or n.startswith(f + ".") for f in base.FAMILY_MODULES if f != m))
+    assert sideways == []
+
+
+# Family names that code outside shapesweep/families may still say, and why (none today).
+FAMILY_LITERALS_ALLOWED: dict[tuple[str, str], int] = {}
+
+
+def test_no_module_outside_the_families_names_a_family():
+    """Which family is the baseline, which runs the analysis, which exports to Llama, what a
+    label shows: each is its spec's field, so a family's name appears only in its module."""
+    family_names = set(base.names())
+    found: dict[tuple[str, str], int] = {}
+    for module, path in _modules().items():
+        if module.startswith(FAMILY_PACKAGE):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Constant) and node.value in family_names:
+                found[module, node.value] = found.get((module, node.value), 0) + 1
+    assert found == FAMILY_LITERALS_ALLOWED
+
+
+TOY_MODULE = '''
+from typing import Annotated, Literal
+
+from shapesweep.families.base import Dim, FamilySpec, Stored
+from shapesweep.families.counts import lm_account, uniform_totals
+from shapesweep.families.lm import LMBase
+
+
+class GroupedConfig(LMBase):
+    family: Literal["grouped"] = "grouped"
+    groups: Annotated[Dim, Stored()] = 1  # a knob of its own: recorded, labelled
+
+
+SPEC = FamilySpec(
+    name="grouped", config=GroupedConfig, account=lm_account,
+    vector_totals=lambda c, seq_len: uniform_totals(GroupedConfig.block(c), c, seq_len),
+    model="shapesweep.trainers.lm:LM", label_fields=("d_h", "groups"),
+)
+'''
+
+
+def test_a_new_family_is_one_module_and_one_line_in_family_modules(tmp_path):
+    """A module written anywhere plus its line in FAMILY_MODULES (made here before anything
+    reads the registry, as the source line would be): it is registered last, its stored field
+    is a result column and a solver field, a space plans with it, and status labels show it."""
+    (tmp_path / "grouped_family.py").write_text(TOY_MODULE)
+    code = f"""
+import sys
+sys.path.insert(0, {str(tmp_path)!r})
+from shapesweep.families import base
+base.FAMILY_MODULES = (*base.FAMILY_MODULES, "grouped_family")  # the one line
+from shapesweep.results.schema import TRIAL_COLUMNS
+from shapesweep.search_spaces.solver import plan
+from shapesweep.search_spaces.space import parse_space
+from shapesweep.sweep.commands import _shape
+
+assert base.names()[-1] == "grouped", base.names()
+assert "groups" in TRIAL_COLUMNS.names and "groups" in base.INTEGER and "groups" in base.POSITIVE
+space = parse_space({{"name": "grouped", "family": "grouped",
+                      "budget": {{"non_embedding_params": 60_000, "tolerance": 0.1}},
+                      "fixed": {{"n_heads": 2, "d_h": 64, "groups": 3}},
+                      "search": {{"n_layers": [1, 2]}}, "solve": "d_model"}})
+candidates = plan(space).candidates
+assert [c.config.n_layers for c in candidates] == [1, 2], candidates
+row = {{"family": "grouped", **candidates[0].config.model_dump()}}
+assert _shape(row).endswith("d_h=64 groups=3"), _shape(row)
+print("ok")
+"""
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
 
 
 def test_every_module_imports_in_a_fresh_interpreter_and_planning_needs_no_torch():

@@ -41,6 +41,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from shapesweep.common import UserError
+from shapesweep.families.base import of
 
 THRESHOLDS = (0.01, 0.1, 1.0)
 MIN_TOKENS = 4096
@@ -50,14 +51,14 @@ LENS = ("lens_logprob", "lens_entropy", "lens_kl")
 
 
 def wanted(model_config, train) -> bool:
-    """Whether a trial ends with the analysis: `train.analysis`, else on for variable-width
-    models (xformer's family: its constant-width baseline is `shape: constant`), off otherwise."""
-    language_model = hasattr(model_config, "layer_shapes")
-    if train.analysis and not language_model:
+    """Whether a trial ends with the analysis: `train.analysis`, else its family's default
+    (`FamilySpec.analysis`: on for xformer's variable-width family, off otherwise)."""
+    spec = of(model_config)
+    if train.analysis and not spec.lm:
         raise UserError("the representation analysis needs a language model (residual stream "
                         f"of tokens); {model_config.family} has none", key="train.analysis")
     if train.analysis is None:
-        return model_config.family == "variable_width"
+        return spec.analysis
     return train.analysis
 
 

@@ -63,6 +63,7 @@ import torch
 
 from shapesweep import common
 from shapesweep.common import UserError
+from shapesweep.families.base import of
 
 EXTRA = "pip install 'shapesweep[hf]'"
 HIDDEN_ACT = {"swiglu": "silu", "geglu": "gelu"}  # gate activation of the gated FFN (ffn._ACT)
@@ -89,7 +90,7 @@ def unsupported(model_config, train) -> str | None:
 
 
 def _unsupported(model_config, train) -> str | None:
-    if model_config.family != "conventional":
+    if not of(model_config).llama:
         return f"the {model_config.family} family has no standard architecture"
     if getattr(model_config, "n_experts", None):
         return "a mixture of experts is not Llama's dense FFN"

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from shapesweep.search_spaces.widths import end_widths
 from shapesweep.trainers.ffn import make_ffn
 from shapesweep.trainers.moe import MoEFFN, make_moe
 from torch import nn
 
 from shapesweep.families.lm import LayerShape
+from shapesweep.families.variable_width import end_widths
 
 
 def _widen(h: torch.Tensor, width: int) -> torch.Tensor:

@@ -443,7 +443,7 @@ def train(model_config, train: TrainConfig, data: str | None = None,
     layers = (analysis.analyse(model, *analysis.sequences(task.val_x, task.val_y, model), autocast)
               if analysed and not stopped else [])
     result = _result(curve, prior_elapsed + time.perf_counter() - t0 - reporting, train_time,
-                     params_measured, data_hash, stopped)
+                     params_measured, data_hash, stopped, of(model_config).lm)
     result.layers, result.train_loss_tail = layers, tail.mean()
     result.autocast_dtype = str(dtype).removeprefix("torch.") if dtype else "none"
     if train.compile:
@@ -592,12 +592,11 @@ def _agreed(decision: bool, world: int, device: torch.device) -> bool:
     return bool(flag.item())
 
 
-def _result(curve, wall, train_time, params_measured, data_hash, stopped) -> TrainResult:
+def _result(curve, wall, train_time, params_measured, data_hash, stopped, lm: bool) -> TrainResult:
     last = curve[-1]
-    vision = "psnr" in last
     return TrainResult(
         val_loss=last["val_loss"], best_val_loss=min(m["val_loss"] for m in curve),
-        val_ppl=None if vision else math.exp(min(last["val_loss"], 700.0)),
+        val_ppl=math.exp(min(last["val_loss"], 700.0)) if lm else None,
         train_loss=last["train_loss"], val_loss_se=last.get("val_loss_se"),
         tokens=last["tokens"], steps=last["step"],
         wall_time_s=wall, tokens_per_s=last["tokens"] / max(train_time, 1e-9),

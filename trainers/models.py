@@ -10,7 +10,6 @@ real init and optimizer groups.
 
 from __future__ import annotations
 
-from shapesweep.search_spaces import configs  # noqa: F401 (registers the built-in families)
 from torch import nn
 
 from shapesweep.families import base

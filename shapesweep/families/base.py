@@ -1,7 +1,9 @@
 """The family registry: what a model family is, stated once in its own module.
 
 A family module (e.g. `shapesweep.families.conventional`) defines a pydantic config and
-calls `register(FamilySpec(...))`. Everything generic reads the specs instead of naming
+its `SPEC = FamilySpec(...)`; `FAMILY_MODULES` below lists the built-in modules, and the
+registry imports them, in that order, the first time anything asks it (torchtitan's model
+registry is the model). Everything generic reads the specs instead of naming
 families: the solver's field lists and accounting, the result-store columns, the torch
 builder and init rules (named as "module:attribute" and imported only when a model is
 built, so planning never imports torch), and the dashboards' series names and colours.
@@ -153,6 +155,15 @@ class FamilySpec:
     init: str = "shapesweep.trainers.mup:lm_rules"  # "module:callable" yielding init rules
     lm: bool = True  # a language model: token data, embeddings, attention heads
     width: str = "d_model"  # the width ffn_ratio and width_depth_ratio are relative to
+    # The stored fields that set a candidate's shape beside width x depth, in the order a
+    # label shows them (`status`'s candidate tables).
+    label_fields: tuple[str, ...] = ("d_h", "activation")
+    baseline: bool = False  # the LM family the others are drawn against (dashed)
+    analysis: bool = False  # trials end with the representation analysis unless train.analysis says
+    llama: bool = False  # exactly Llama's layout, so --format hf / litgpt can export it
+    # Its k and d_h/d_model are designed series (hourglass-ffn: the ratio figure, its Fig. 3, and
+    # the U-curve's per-k, per-ratio lines, its Fig. 4).
+    ratio_series: bool = False
     colors: dict[str, str] = field(default_factory=dict)  # dashboard series -> colour
     design: Callable[[dict], str] | None = None  # a result row's series; default: the name
     shape_text: Callable[[dict], str] = lm_shape_text
@@ -160,6 +171,9 @@ class FamilySpec:
     # Stored fields that do not shape this row's model (β and α of a constant-width
     # ><former), so labels leave them out; default: none.
     inert: Callable[[dict], frozenset[str]] | None = None
+    # Whether a row has one width in every layer (its family's own constant-width baseline,
+    # e.g. a `shape: constant` ><former); default: every row.
+    constant: Callable[[dict], bool] | None = None
 
     def series(self, row: dict) -> str:
         return self.design(row) if self.design else self.name
@@ -167,14 +181,44 @@ class FamilySpec:
     def inert_fields(self, row: dict) -> frozenset[str]:
         return self.inert(row) if self.inert else frozenset()
 
+    def constant_width(self, row: dict) -> bool:
+        return self.constant(row) if self.constant else True
+
+
+# The built-in families, registered in this order (their stored fields become result columns
+# in this order). A new family is its module plus one line here.
+FAMILY_MODULES = (
+    "shapesweep.families.conventional",
+    "shapesweep.families.hourglass",
+    "shapesweep.families.variable_width",
+    "shapesweep.families.vision_mlp",
+)
 
 _SPECS: dict[str, FamilySpec] = {}
+_builtins = [False]  # whether FAMILY_MODULES are registered yet
 _columns_fixed: set[str] | None = None  # the stored fields the result schema was built with
 _version = [0]  # bumped by register, so derived field sets know when to recompute
 
 
+def _registry() -> dict[str, FamilySpec]:
+    """The registered specs, the built-ins first. They are imported by name on first use (each
+    module imports this one, so this one cannot import them at its top), so whichever module
+    asks first, the order, and with it the result columns, is FAMILY_MODULES'."""
+    if not _builtins[0]:
+        _builtins[0] = True
+        for module in FAMILY_MODULES:
+            _add(importlib.import_module(module).SPEC)
+    return _SPECS
+
+
 def register(spec: FamilySpec) -> FamilySpec:
-    """Add a family (a module calls this once, at import). Re-registering a name replaces it."""
+    """Add a family beside the built-ins (a test's or a notebook's own; a built-in is a line
+    in FAMILY_MODULES instead). Re-registering a name replaces it."""
+    _registry()
+    return _add(spec)
+
+
+def _add(spec: FamilySpec) -> FamilySpec:
     fields = spec.config.model_fields
     if "family" not in fields or fields["family"].default != spec.name:
         raise ValueError(f"{spec.config.__name__} needs `family: Literal[{spec.name!r}] = {spec.name!r}`")
@@ -189,20 +233,20 @@ def register(spec: FamilySpec) -> FamilySpec:
 
 def unregister(name: str) -> None:
     """Take a family back out (a test's or a notebook's own family)."""
-    del _SPECS[name]
+    del _registry()[name]
     _version[0] += 1
 
 
 def get(name: str) -> FamilySpec:
     try:
-        return _SPECS[name]
+        return _registry()[name]
     except KeyError:
         raise ValueError(f"unknown family {name!r}; expected one of {', '.join(_SPECS)}") from None
 
 
 def find(name: str) -> FamilySpec | None:
     """The spec of `name`, or None for a family not registered here (e.g. an old result row)."""
-    return _SPECS.get(name)
+    return _registry().get(name)
 
 
 def of(config: Any) -> FamilySpec:
@@ -211,11 +255,29 @@ def of(config: Any) -> FamilySpec:
 
 
 def names() -> list[str]:
-    return list(_SPECS)
+    return list(_registry())
 
 
 def specs() -> list[FamilySpec]:
-    return list(_SPECS.values())
+    return list(_registry().values())
+
+
+def baseline() -> str:
+    """The LM family the others are compared with (the one spec marked `baseline`)."""
+    return next(spec.name for spec in _registry().values() if spec.baseline)
+
+
+def label_fields() -> tuple[str, ...]:
+    """Every family's `label_fields`, merged so each family's own order is kept (a field new
+    to the list goes just before the next field of its family already there)."""
+    merged: list[str] = []
+    for spec in _registry().values():
+        for i, name in enumerate(spec.label_fields):
+            if name in merged:
+                continue
+            after = [n for n in spec.label_fields[i + 1:] if n in merged]
+            merged.insert(merged.index(after[0]) if after else len(merged), name)
+    return tuple(merged)
 
 
 def load(path: str) -> Any:
@@ -230,7 +292,7 @@ def load(path: str) -> Any:
 def _walk() -> Iterator[tuple[str, FieldInfo]]:
     """Every field of every family, first appearance first (registration order)."""
     seen: set[str] = set()
-    for spec in _SPECS.values():
+    for spec in _registry().values():
         for name, info in spec.config.model_fields.items():
             if name != "family" and name not in seen:
                 seen.add(name)
@@ -275,7 +337,7 @@ HOVER = FieldNames(lambda info: getattr(_marker(info, Stored), "hover", False))
 def bounds(name: str) -> tuple[float | None, float | None]:
     """(ge, le) of field `name`, the widest over the families that have it (None: unbounded):
     a space's fixed and searched values are held to them before anything is solved."""
-    infos = [spec.config.model_fields[name] for spec in _SPECS.values()
+    infos = [spec.config.model_fields[name] for spec in _registry().values()
              if name in spec.config.model_fields]
     low = [m.ge for info in infos for m in _constraints(info) if isinstance(m, annotated_types.Ge)]
     high = [m.le for info in infos for m in _constraints(info) if isinstance(m, annotated_types.Le)]

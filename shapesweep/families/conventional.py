@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from shapesweep.families.base import FamilySpec, register
+from shapesweep.families.base import FamilySpec
+from shapesweep.families.counts import lm_account, uniform_totals
 from shapesweep.families.lm import MoELMBase
-from shapesweep.search_spaces.accounting import lm_account, uniform_totals
 
 
 class ConventionalConfig(MoELMBase):
@@ -17,11 +17,13 @@ class ConventionalConfig(MoELMBase):
     family: Literal["conventional"] = "conventional"
 
 
-SPEC = register(FamilySpec(
+SPEC = FamilySpec(
     name="conventional",
     config=ConventionalConfig,
     account=lm_account,
     vector_totals=lambda c, seq_len: uniform_totals(ConventionalConfig.block(c), c, seq_len),
     model="shapesweep.trainers.lm:LM",
     colors={"conventional": "#7b3fa0"},
-))
+    baseline=True,
+    llama=True,  # Llama's layout (hf_export refuses the settings Llama lacks: experts, post-norm)
+)

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from shapesweep.families.base import Depth, FamilySpec, Stored, lm_shape_text, register, value
+from shapesweep.families.base import Depth, FamilySpec, Stored, lm_shape_text, value
+from shapesweep.families.counts import lm_account, uniform_totals
 from shapesweep.families.lm import LayerShape, LMBase, uniform_shape
-from shapesweep.search_spaces.accounting import lm_account, uniform_totals
 
 
 class HourglassConfig(LMBase):
@@ -23,7 +23,7 @@ class HourglassConfig(LMBase):
         return uniform_shape(c, k=c.k)
 
 
-SPEC = register(FamilySpec(
+SPEC = FamilySpec(
     name="hourglass",
     config=HourglassConfig,
     account=lm_account,
@@ -31,4 +31,6 @@ SPEC = register(FamilySpec(
     model="shapesweep.trainers.lm:LM",
     colors={"hourglass": "#2a9d3a"},
     shape_text=lambda row: f"{lm_shape_text(row)} k={value(row, 'k')}",
-))
+    label_fields=("d_h", "k", "activation"),
+    ratio_series=True,
+)

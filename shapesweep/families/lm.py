@@ -1,5 +1,5 @@
 """What the decoder-only LM families share: `LayerShape`, the common config fields, and the
-optional mixture-of-experts FFN. The accounting (`shapesweep.search_spaces.accounting`) and
+optional mixture-of-experts FFN. The accounting (`shapesweep.families.counts`) and
 the torch model (`shapesweep.trainers.lm`) are both built from `config.layer_shapes()`,
 so the parameter count the solver matches and the built model's `sum(numel)` cannot drift.
 """

@@ -14,10 +14,9 @@ from shapesweep.families.base import (
     FamilySpec,
     Stored,
     Strict,
-    register,
     value,
 )
-from shapesweep.search_spaces.accounting import Accounting
+from shapesweep.families.counts import Accounting
 
 
 class VisionMLPConfig(Strict):
@@ -86,7 +85,7 @@ def _design(row: dict) -> str:
     return f"vision_mlp ({'wide-narrow-wide' if wide else 'narrow-wide-narrow'})"
 
 
-SPEC = register(FamilySpec(
+SPEC = FamilySpec(
     name="vision_mlp",
     config=VisionMLPConfig,
     account=_account,
@@ -97,6 +96,7 @@ SPEC = register(FamilySpec(
     width="d_z",
     colors={"vision_mlp (wide-narrow-wide)": "#d62728", "vision_mlp (narrow-wide-narrow)": "#7f7f7f"},
     design=_design,
+    label_fields=("d_h", "activation", "input_projection"),
     shape_text=lambda row: (f"d_z={value(row, 'd_z')} d_h={value(row, 'd_h')} "
                             f"L={value(row, 'n_layers')}"),
-))
+)
