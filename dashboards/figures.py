@@ -5,6 +5,9 @@ candidates at their best tuned value, the mean over seeds with the std as error 
 (`shapesweep.results.stats`); the tuned values a candidate did not choose are drawn grey. Every trace
 carries `meta` the report's filters read: `{"sweep", "family"}` for trace-level toggling,
 and `{"rows": true}` when `customdata[i][0]` is the row id of point i (filtered per point).
+
+Why one module of this length: one short pure function per figure, side by side, so
+the report's figure list reads in one place; each is independent of the others.
 """
 
 from __future__ import annotations

@@ -40,6 +40,10 @@ from one run is noise. Here:
   seed); the decision is *confirmed* when that completed mean is outside the top
   ceil(N / reduction_factor) of the sweep's N completed (key, tuned value) means, i.e. ASHA's
   own promotion rule applied to the finals.
+
+Why one module of this length: every statistic a verdict rests on (paired
+differences, power, rank fidelity, seed roles' effects) is here, so one reading
+shows the whole inference and the tests hold it to one convention.
 """
 
 from __future__ import annotations

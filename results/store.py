@@ -15,6 +15,11 @@ by `finished_at` and the curves and layers of that same attempt. `compact` merge
 fragments into one `compact-<stamp>.parquet` set with the same semantics; on a local root
 the table folders are links into one version folder that a compaction replaces whole
 (`shapesweep.results.versions`), so a raw glob never sees a row twice.
+
+Why one module of this length: the layout, the atomic write, compaction and the
+readers share one set of invariants (a raw glob never sees a row twice, a damaged
+fragment is set aside once), which are easier to keep when they sit together
+(`versions` holds the folder-version mechanics).
 """
 
 from __future__ import annotations

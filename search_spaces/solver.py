@@ -12,6 +12,10 @@ coarse, or (d_model, d_h) from ffn_ratio with d_model coarse, so d_h absorbs d_m
 rounding and the budget is met to a parameter or so), checked against validity, the
 space's constraints and the tolerance, deduplicated, and only the survivors become
 typed configs, verified once more by `account()`. Every dropped point keeps its reason.
+
+Why one module of this length: the vectorised grid, the polynomial solve, rounding
+and the budget filter are one pipeline over the same arrays; the accounting itself is
+the families' (`shapesweep.families.counts`).
 """
 
 from __future__ import annotations

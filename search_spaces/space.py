@@ -4,6 +4,10 @@ A space says which model family to sweep, the budget every candidate must meet, 
 fixed dimensions, the searched ones (lists or ranges) and the free dimension(s) the
 solver sets so each point meets the budget. Parsing is strict: any mistake becomes
 one `UserError` naming the file, the dotted key and the problem.
+
+Why one module of this length: the space's schema and its one-line errors are one
+contract (every check names a key of the same YAML), and splitting it would spread the
+key-path bookkeeping (`written_at`) across modules.
 """
 
 from __future__ import annotations

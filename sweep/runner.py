@@ -10,6 +10,11 @@ exactly those (candidate, tuned values, seed).
 Everything that can refuse a sweep (space, plan, options, seeds, data) is checked before
 the catalog is opened or a folder made, so a refused run leaves nothing behind. Then the
 driver takes the sweep's lease (`shapesweep.sweep.lease`): a second driver of the same sweep is refused.
+
+Why one module of this length: it is the driver's lifecycle, start to finish (check,
+lease, Ray up, Tuner.fit, rows written, Ray down), each step a function; the parts
+with a job of their own already live beside it (`scheduling`, `strategies`, `search`,
+`ray_compat`, `lease`, `progress`).
 """
 
 from __future__ import annotations

@@ -23,6 +23,10 @@ loop wraps the model in DDP, or shards it with FSDP2 (`parallel="fsdp"`: each ra
 step's (seed, step) batch, so the step, and the curve, are the one-process ones. Every rank
 calls `callback` (Ray Train's report is collective); rank 0 alone writes checkpoints and
 `save_dir`, whole state dicts in the one-process format whichever way the model was split.
+
+Why one module of this length: the loop is one function whose steps share its state
+(model, optimizer, schedule, checkpoint, evaluation cadence); the parts that stand
+alone are their own modules (`cooldown`, `compiled`, `checkpoint`, `parallel`, `mup`).
 """
 
 from __future__ import annotations
