@@ -10,11 +10,12 @@ from pathlib import Path
 
 import pytest
 import yaml
-from shapesweep.search_spaces import limits, widths
+from shapesweep.search_spaces import limits
 from shapesweep.search_spaces.configs import make_config
 from shapesweep.search_spaces.space import parse_space
 from shapesweep.sweep.cli import main
 
+from shapesweep.families import variable_width as widths
 from tests.sweep_helpers import TINY_SPACE, write_space
 
 REPO = Path(__file__).resolve().parents[1]
