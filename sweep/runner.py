@@ -459,7 +459,7 @@ def _scheduler(options: SweepOptions, space: Any, candidates: list | None,
     from shapesweep.sweep.paired_asha import PairedASHA
 
     choice = choose(options.scheduler, space, candidates, seeds, options.grace_tokens,
-                    options.reduction_factor, options.workers_per_trial)
+                    options.reduction_factor, options.workers_per_trial, options.max_concurrent)
     if choice.kind == "fifo":
         return FIFOScheduler(), choice
     if choice.per_trial:

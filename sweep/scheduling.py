@@ -70,7 +70,7 @@ def cooled_rungs(space: Any, candidates: list | None) -> bool:
 
 def choose(requested: str, space: Any, candidates: list | None, seeds: list[int],
            grace_tokens: int | None = None, reduction_factor: float = 3.0,
-           workers_per_trial: int = 1) -> Choice:
+           workers_per_trial: int = 1, max_concurrent: int | None = None) -> Choice:
     """The scheduler `--scheduler requested` means for this sweep (`candidates`: the grid's,
     None for an Optuna search); raises UserError for an ASHA that cannot run."""
     from shapesweep.search_spaces.cadence import step_tokens, sweep_budgets
@@ -96,7 +96,7 @@ def choose(requested: str, space: Any, candidates: list | None, seeds: list[int]
                         "tune.choice_seeds a candidate's measure trials start once its choice is "
                         "made: use --scheduler fifo", key="--scheduler")
     if requested == "auto":
-        why = _fifo_reason(budgets, n, len(seeds), cooled, workers_per_trial)
+        why = _fifo_reason(budgets, n, len(seeds), cooled, workers_per_trial, max_concurrent)
         if why:
             return Choice("fifo", f"scheduler: FIFO, every trial to its whole budget ({why}; "
                                   "--scheduler asha overrides)")
@@ -120,6 +120,11 @@ def choose(requested: str, space: Any, candidates: list | None, seeds: list[int]
         raise UserError("the noise-aware ASHA judges each candidate on its seed mean, paired by "
                         "seed, so it needs 2 or more seeds: give --seeds 2 or more, or "
                         "--scheduler fifo", key="--scheduler")
+    if max_concurrent and max_concurrent < len(seeds):
+        raise UserError(f"the noise-aware ASHA pauses a trial at each rung until its {len(seeds)} "
+                        f"seeds arrive, and a paused trial holds one of the {max_concurrent} "
+                        "concurrent places: give --max-concurrent at least the seeds, or "
+                        "--scheduler fifo", key="--max-concurrent")
     if workers_per_trial > 1:
         raise UserError("the noise-aware ASHA pauses a trial at each rung until its seeds "
                         "arrive, which a data-parallel trial (--workers-per-trial > 1) cannot "
@@ -134,7 +139,7 @@ def choose(requested: str, space: Any, candidates: list | None, seeds: list[int]
 
 
 def _fifo_reason(budgets: set[int] | None, n: int | None, n_seeds: int, cooled: bool,
-                 workers_per_trial: int) -> str | None:
+                 workers_per_trial: int, max_concurrent: int | None = None) -> str | None:
     """Why `auto` runs FIFO, or None when the noise-aware ASHA can be trusted and can pay."""
     if n is None:
         return "an Optuna search runs one seed per point: no seed mean to judge on"
@@ -144,6 +149,9 @@ def _fifo_reason(budgets: set[int] | None, n: int | None, n_seeds: int, cooled: 
         return "the trials train different budgets"
     if workers_per_trial > 1:
         return "data-parallel trials cannot pause at a rung"
+    if max_concurrent and max_concurrent < n_seeds:
+        return (f"--max-concurrent {max_concurrent} is below the {n_seeds} seeds a candidate's "
+                "rung waits for")
     if not cooled:
         return "no cooldown rungs: set train.decay wsd, else a rung's loss, taken at a high lr, " \
                "says little about the final one"

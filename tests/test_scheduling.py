@@ -128,3 +128,16 @@ def test_a_grid_with_choice_seeds_runs_fifo_and_refuses_the_noise_aware_asha(tmp
     with pytest.raises(UserError, match="needs every candidate's trials up front") as refused:
         choose("asha", space, candidates, [0, 1, 2])
     assert refused.value.key == "--scheduler"
+
+
+def test_a_noise_aware_asha_needs_a_concurrent_place_for_each_seed(tmp_path):
+    """A trial paused at a rung keeps its place under --max-concurrent: with fewer places
+    than seeds a candidate's last seed could never start (the sweep would wait for ever)."""
+    lr = {"lr": [1e-3, 2e-3, 3e-3]}
+    space, candidates = _space(tmp_path, tune=lr)
+    with pytest.raises(UserError, match="pauses a trial at each rung until its 3 seeds") as refused:
+        choose("asha", space, candidates, [0, 1, 2], max_concurrent=2)
+    assert refused.value.key == "--max-concurrent"
+    auto = choose("auto", space, candidates, [0, 1, 2], max_concurrent=2)
+    assert auto.kind == "fifo" and "--max-concurrent 2 is below the 3 seeds" in auto.line
+    assert choose("auto", space, candidates, [0, 1, 2], max_concurrent=3).kind == "asha"
