@@ -125,7 +125,7 @@ def pareto_figure(trials: pd.DataFrame, x: str = "params_non_embedding", metric:
         fig.add_trace(trace(
             x=group[x], y=group["mean"], mode="markers", name=name, legendgroup=name, showlegend=False,
             marker=dict(color=c, size=7, opacity=0.55),
-            error_y=_errors(group, c), text=_hover_extra(group, counted),
+            error_y=error_bars(group, c), text=_hover_extra(group, counted),
             customdata=point_data(group), hovertemplate="%{customdata[1]}<br>%{y:.4g}%{text}<extra></extra>",
             meta={"rows": True}))
         front = group.iloc[pareto_front(group[x].to_numpy(float), group["mean"].to_numpy(float), lower)]
@@ -181,7 +181,7 @@ def searched_figure(trials: pd.DataFrame, metric: str = "val_loss",
         fig.add_trace(Scatter(
             x=group[dim], y=group["mean"], mode="lines+markers" if numeric else "markers",
             name=_series_name([series], n_sweeps, sweep), marker=dict(color=c, size=8), line=dict(color=c),
-            error_y=_errors(group, c), text=_spread_text(group), customdata=point_data(group),
+            error_y=error_bars(group, c), text=_spread_text(group), customdata=point_data(group),
             hovertemplate="%{customdata[1]}<br>%{y:.4g}%{text}<extra></extra>",
             meta={"rows": True, "sweep": sweep, "family": group["family"].iloc[0]}))
     params = means["params_non_embedding"].astype(float)
@@ -207,7 +207,7 @@ def _hover_extra(frame: pd.DataFrame, counted: bool) -> list[str]:
     return [s + f"<br>{p}" for s, p in zip(spread, _trainable(frame), strict=True)] if counted else spread
 
 
-def _errors(frame: pd.DataFrame, c: str | None = None) -> dict:
+def error_bars(frame: pd.DataFrame, c: str | None = None) -> dict:
     """Error bars of seed-mean points: the std over seeds (none drawn when every n is 1)."""
     return dict(type="data", array=frame["std"].tolist(), visible=bool(len(frame) and frame["n"].max() > 1),
                 thickness=1, **({"color": c} if c else {}))
@@ -221,7 +221,7 @@ def _other_tuned_trace(fig: Figure, others: pd.DataFrame, x: str) -> None:
     fig.add_trace(Scatter(
         x=others[x], y=others["mean"], mode="markers", name="other tuned values (not chosen)",
         marker=dict(color=OTHER_TUNED_COLOR, size=6, symbol="circle-open"),
-        error_y=_errors(others, OTHER_TUNED_COLOR), customdata=point_data(others), text=_spread_text(others),
+        error_y=error_bars(others, OTHER_TUNED_COLOR), customdata=point_data(others), text=_spread_text(others),
         hovertemplate="not chosen: %{customdata[1]}<br>%{y:.4g}%{text}<extra></extra>",
         meta={"rows": True, "other_tuned": True}))
 
@@ -266,7 +266,7 @@ def _baseline_traces(fig: Figure, trials: pd.DataFrame, x: str, x_span: tuple[fl
             x=xs, y=ys, mode="lines+markers" if points else "lines",
             line=dict(color=c, dash=dash, width=2), marker=dict(symbol="diamond", size=10, color=c),
             name=_series_name([label], n_sweeps, sweep),
-            error_y=_errors(group) if points else None,
+            error_y=error_bars(group) if points else None,
             customdata=point_data(group) if points else None,
             hovertemplate="%{customdata[1]}<br>%{y:.4g}<extra></extra>" if points else "baseline %{y:.4g}<extra></extra>",
             meta={"sweep": sweep, "family": BASELINE}))
@@ -318,12 +318,12 @@ def ucurve_figure(trials: pd.DataFrame, tolerance: float = 0.005) -> Figure | No
             fig.add_trace(Scatter(
                 x=others["width_depth_ratio"], y=others["mean"], mode="markers", legendgroup=name,
                 showlegend=False, marker=dict(size=4, color=c, opacity=0.25), customdata=point_data(others),
-                error_y=_errors(others, c),
+                error_y=error_bars(others, c),
                 hovertemplate="%{customdata[1]}<br>%{y:.4g}<extra></extra>", meta={"rows": True}))
         fig.add_trace(Scatter(
             x=line["width_depth_ratio"], y=line["mean"], name=name, legendgroup=name,
             mode="lines+markers" if len(line) > 1 else "markers",  # one ratio: a point, still shown
-            marker=dict(size=7, color=c), line=dict(color=c, width=1.5), error_y=_errors(line),
+            marker=dict(size=7, color=c), line=dict(color=c, width=1.5), error_y=error_bars(line),
             customdata=point_data(line), hovertemplate="%{customdata[1]}<br>%{y:.4g}<extra></extra>",
             meta={"rows": True}))
     if shaped:
@@ -393,11 +393,11 @@ def ratio_figure(trials: pd.DataFrame) -> Figure | None:
             fig.add_trace(Scatter(
                 x=others["ffn_ratio"], y=others["mean"], mode="markers", legendgroup=name, showlegend=False,
                 marker=dict(size=5, color=c, opacity=0.3), customdata=point_data(others),
-                error_y=_errors(others, c),
+                error_y=error_bars(others, c),
                 hovertemplate="%{customdata[1]}<br>%{y:.4g}<extra></extra>", meta={"rows": True}))
         fig.add_trace(Scatter(
             x=best["ffn_ratio"], y=best["mean"], mode="lines+markers", name=name, legendgroup=name,
-            marker=dict(size=8, color=c), line=dict(color=c), error_y=_errors(best),
+            marker=dict(size=8, color=c), line=dict(color=c), error_y=error_bars(best),
             customdata=point_data(best), hovertemplate="%{customdata[1]}<br>%{y:.4g}<extra></extra>",
             meta={"rows": True}))
     _baseline_traces(fig, trials, "ffn_ratio", (means["ffn_ratio"].min(), means["ffn_ratio"].max()),

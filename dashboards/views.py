@@ -18,7 +18,7 @@ import math
 import optuna
 import pandas as pd
 from plotly.colors import sequential
-from shapesweep.dashboards.figures import _errors, metric_for
+from shapesweep.dashboards.figures import error_bars, metric_for
 from shapesweep.dashboards.frames import (
     LOWER_IS_BETTER,
     METRIC_LABELS,
@@ -185,7 +185,7 @@ def slice_figure(means: pd.DataFrame, fields: list[str], metric: str, title: str
         x = _categories(means[f])[0] if categorical(means[f]) else means[f].astype(float)
         fig.add_trace(Scatter(
             x=x, y=means["mean"], mode="markers", showlegend=False,
-            marker=dict(color=colors, size=7, opacity=0.7), error_y=_errors(means),
+            marker=dict(color=colors, size=7, opacity=0.7), error_y=error_bars(means),
             customdata=point_data(means), hovertemplate=f"{f} %{{x}}<br>%{{customdata[1]}}<br>%{{y:.4g}}<extra></extra>",
             meta={"rows": True}), row=row, col=col)
     fig = layout(fig, title, "", "")

@@ -242,14 +242,14 @@ def _weight_folders(root: str, name: str, documents: list[tuple[str, dict]],
     """`--weights` folders, a bare `--weights` standing for the last checkpoint of each
     exported config's trial (`run --keep-checkpoints` keeps it)."""
     from shapesweep.sweep.checkpoints import latest
-    from shapesweep.sweep.runner import _ray_storage
+    from shapesweep.sweep.ray_session import ray_storage
 
     if SWEEP_WEIGHTS not in folders:
         return folders
     kept = []
     for stem, document in documents:
         trial_id = document["provenance"]["trial_id"]
-        found = latest(_ray_storage(root, name), trial_id)
+        found = latest(ray_storage(root, name), trial_id)
         if found is None:
             raise UserError(f"sweep {name!r} kept no checkpoint of trial {trial_id} ({stem}): "
                             "run it with --keep-checkpoints, or give a `train --save` folder",

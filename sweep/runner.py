@@ -19,16 +19,12 @@ with a job of their own already live beside it (`scheduling`, `strategies`, `sea
 
 from __future__ import annotations
 
-import contextlib
 import json
-import logging
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -51,6 +47,16 @@ from shapesweep.search_spaces.cadence import (
     token_budget,
 )
 from shapesweep.sweep import ray_compat
+from shapesweep.sweep.ray_session import (
+    SESSION_RECORD,
+    clear_dead_session,
+    init_ray,
+    quiet,
+    ray_storage,
+    record_session,
+    stop_ray,
+    terminate_as_interrupt,
+)
 from shapesweep.sweep.scheduling import Choice, choose
 from shapesweep.sweep.store_args import DEFAULT_ROOT
 
@@ -156,15 +162,6 @@ def _vocab_sizes(space: Any, candidates: list | None) -> set[int]:
 
 def _default(family: str, name: str) -> Any:
     return families.get(family).config.model_fields[name].default
-
-
-def _ray_storage(root: str, name: str) -> Path:
-    """Where Ray Tune keeps its own files (trial logs, error.txt): in the sweep's folder when
-    the root is on this machine, else in the local temp folder (results never need them)."""
-    from shapesweep.results.store import local_folder
-
-    local = local_folder(root)
-    return Path(local or tempfile.gettempdir()) / (name if local else f"shapesweep-{name}") / "_ray"
 
 
 def load_options(root: str, name: str) -> SweepOptions:
@@ -320,137 +317,6 @@ def count_statuses(statuses: dict) -> dict[str, int]:
     return counts
 
 
-def _init_ray(options: SweepOptions) -> tuple[bool, str | None]:
-    """Start a Ray of this sweep's own, or join `--address` (never a cluster not named
-    there or in $RAY_ADDRESS, which the CLI reads into it).
-
-    Returns whether we started it (so we shut it down) and, for a local Ray, its session
-    folder (so we remove it after: each start leaves one in Ray's temp directory).
-    """
-    import ray
-
-    if ray.is_initialized():
-        return False, None
-    address = options.address or "local"
-    kwargs: dict[str, Any] = {"include_dashboard": False} if address == "local" else {}
-    if address == "local":
-        kwargs["num_cpus"] = os.cpu_count()
-        kwargs.update(ray_compat.without_prestarted_workers())
-    else:
-        ray_compat.use_cluster_token()
-    context = ray.init(address=address, log_to_driver=False, logging_level=logging.ERROR,
-                       configure_logging=True, **kwargs)
-    local = address == "local" and context.address_info.get("session_dir")
-    return True, local or None
-
-
-SESSION_RECORD = "local-ray.json"  # in the sweep's Ray folder while its driver's local Ray runs
-
-
-def _record_session(root: str, name: str, session_dir: str) -> None:
-    """Note which local Ray this driver started, so that if it dies unable to stop it
-    (SIGKILL), the next driver of the sweep removes what it left (`clear_dead_session`)."""
-    folder = _ray_storage(root, name)
-    folder.mkdir(parents=True, exist_ok=True)
-    record = {"session_dir": session_dir, "pid": os.getpid(), "started": _started(os.getpid())}
-    (folder / SESSION_RECORD).write_text(json.dumps(record))
-
-
-def clear_dead_session(root: str, name: str) -> None:
-    """Remove the local Ray a killed driver of this sweep left: its session folder (one per
-    start, in Ray's temp folder) and its processes still running (Ray's agents outlive
-    their raylet for a minute). Ours are known safely: the record names the session, the
-    driver is dead (its pid gone, or another process since), and a process is one of that
-    session's only if it is ours (same user) and its command line names that folder."""
-    path = _ray_storage(root, name) / SESSION_RECORD
-    try:
-        record = json.loads(path.read_text())
-        session_dir, pid, started = record["session_dir"], record["pid"], record["started"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return  # no record (the driver stopped its Ray), or not one we can trust
-    if pid != os.getpid() and started is not None and _started(pid) == started:
-        return  # that driver is alive: its Ray is not ours to touch
-    if isinstance(session_dir, str) and Path(session_dir).name.startswith("session_"):
-        for leftover in _processes_naming(session_dir):
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(leftover, signal.SIGKILL)
-        _remove_session(session_dir)
-    path.unlink(missing_ok=True)
-
-
-def _started(pid: int) -> int | None:
-    """When a process started (clock ticks since boot, /proc/PID/stat): with its pid, what
-    tells it from a later process given the same pid. None when there is no such process."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return int(stat.rsplit(")", 1)[1].split()[19])  # field 22, counted after the name
-
-
-def _processes_naming(session_dir: str) -> list[int]:
-    """Our processes (this user's) whose command line names `session_dir`."""
-    found, needle = [], os.fsencode(session_dir)
-    for entry in Path("/proc").glob("[0-9]*"):
-        try:
-            if entry.stat().st_uid == os.getuid() and needle in (entry / "cmdline").read_bytes():
-                found.append(int(entry.name))
-        except OSError:  # ended meanwhile
-            continue
-    return [pid for pid in found if pid != os.getpid()]
-
-
-def _stop_ray(session_dir: str | None, record: Path | None = None) -> None:
-    """Shut down the Ray `_init_ray` started, and delete its session folder if it was local.
-
-    Its autoscaler monitor is killed first (`ray_compat.kill_autoscaler_monitor`): that was
-    most of a sweep's wind-down."""
-    import ray
-
-    if session_dir:
-        ray_compat.kill_autoscaler_monitor()
-    ray.shutdown()
-    _remove_session(session_dir)
-    if record is not None:
-        record.unlink(missing_ok=True)
-
-
-def _remove_session(session_dir: str | None) -> None:
-    """Delete a shut-down local Ray's session folder and the `session_latest` link to it."""
-    if not session_dir:
-        return
-    shutil.rmtree(session_dir, ignore_errors=True)
-    latest = Path(session_dir).parent / "session_latest"
-    if latest.is_symlink() and Path(os.readlink(latest)).name == Path(session_dir).name:
-        latest.unlink(missing_ok=True)
-
-
-def _as_interrupt(signum: int, frame: Any) -> None:
-    """Handle a signal as Ctrl-C: through the SIGINT handler in force (`sigint_deferred`'s
-    while a trial is being filed), else KeyboardInterrupt (even where SIGINT is ignored)."""
-    handler = signal.getsignal(signal.SIGINT)
-    if callable(handler):
-        handler(signal.SIGINT, frame)
-    else:
-        raise KeyboardInterrupt
-
-
-@contextmanager
-def terminate_as_interrupt() -> Iterator[None]:
-    """SIGTERM and SIGHUP (`kill`, a closed terminal) stop the sweep as Ctrl-C does: it is
-    marked `interrupted` and resumable. Only the main thread may set handlers."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = {sig: signal.signal(sig, _as_interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            if handler is not None:
-                signal.signal(sig, handler)
-
-
 def _scheduler(options: SweepOptions, space: Any, candidates: list | None,
                seeds: list[int]) -> tuple[Any, Choice]:
     """Tune's scheduler for the sweep, and the choice it comes from (`scheduling.choose`:
@@ -492,7 +358,7 @@ def run_sweep(options: SweepOptions, console: Any = None) -> SweepOutcome:
 
     options, checked = _check(options)
     catalog = Catalog(checked.storage_url)
-    with sweep_lease(catalog, options.name), _quiet():
+    with sweep_lease(catalog, options.name), quiet():
         clear_dead_session(options.root, options.name)  # what a killed driver left of Ray
         _compact(options.root, options.name)  # ... and in fragments
         plan = _plan(options, checked, catalog)
@@ -610,9 +476,9 @@ def _fit(options: SweepOptions, checked: _Checked, plan: Any, catalog: Any,
     from shapesweep.sweep.progress import SweepProgress
 
     name = options.name
-    started_ray, session_dir = _init_ray(options)
+    started_ray, session_dir = init_ray(options.address)
     if session_dir:
-        _record_session(options.root, name, session_dir)
+        record_session(options.root, name, session_dir)
     grid = plan.param_space.get("spec")  # a grid's trials are known now: `tune.grid_search(specs)`
     progress = SweepProgress(total=plan.launches, console=console, enabled=options.progress,
                              budget=checked.budget,
@@ -640,7 +506,7 @@ def _fit(options: SweepOptions, checked: _Checked, plan: Any, catalog: Any,
         merging.start()
         try:
             if started_ray:
-                _stop_ray(session_dir, _ray_storage(options.root, name) / SESSION_RECORD)
+                stop_ray(session_dir, ray_storage(options.root, name) / SESSION_RECORD)
         finally:
             with sigint_deferred():  # the lease is released only after the merge
                 merging.join()
@@ -664,7 +530,7 @@ def _tuner(options: SweepOptions, checked: _Checked, plan: Any, run_config: Any,
     from shapesweep.sweep.trainable import run_trial
 
     resources = {"cpu": options.cpus_per_trial, "gpu": options.gpus_per_trial}
-    checkpoints = str(_ray_storage(options.root, options.name).resolve())
+    checkpoints = str(ray_storage(options.root, options.name).resolve())
     trainable = tune.with_parameters(
         run_trial, checkpoints=checkpoints, workers=options.workers_per_trial, resources=resources,
         parallel=options.parallel, eval_at=checked.rungs, state_api=state_api,
@@ -700,7 +566,7 @@ def _run_config(options: SweepOptions, callbacks: list[Callback]):
     from shapesweep.sweep.checkpoints import CheckpointCleaner
     from shapesweep.sweep.trackers import tracker_callbacks
 
-    ray_folder = str(_ray_storage(options.root, options.name).resolve())
+    ray_folder = str(ray_storage(options.root, options.name).resolve())
     return tune.RunConfig(
         name=f"{options.name}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}",
         storage_path=ray_folder, verbose=0,
@@ -710,26 +576,6 @@ def _run_config(options: SweepOptions, callbacks: list[Callback]):
         # a trial whose worker died restarts from its last checkpoint (sweep/trainable.py)
         failure_config=tune.FailureConfig(max_failures=options.max_failures),
         checkpoint_config=tune.CheckpointConfig(num_to_keep=1))
-
-
-@contextmanager
-def _quiet() -> Iterator[None]:
-    """Ray's and Optuna's settings for a sweep (`ray_compat.QUIET_ENV`, where the user set
-    none), undone when it ends. Failed trials are reported once, one line each, by the
-    progress display and in their row's `error`; Ray's own tracebacks stay in
-    ROOT/NAME/_ray/*/error.txt."""
-    import optuna
-
-    tune_logger = logging.getLogger("ray.tune")
-    tune_level, optuna_level = tune_logger.level, optuna.logging.get_verbosity()
-    with ray_compat.quiet_environment():
-        tune_logger.setLevel(logging.CRITICAL)
-        optuna.logging.set_verbosity(optuna.logging.WARNING)  # the sweep's progress says enough
-        try:
-            yield
-        finally:
-            tune_logger.setLevel(tune_level)
-            optuna.logging.set_verbosity(optuna_level)
 
 
 def _trial_name(trial: Any) -> str:

@@ -169,15 +169,15 @@ def _train_on_workers(args: argparse.Namespace, config, recipe, resources: dict[
     of a local Ray, or of `--address`'s cluster; paths made absolute for the workers."""
     from pathlib import Path
 
-    from shapesweep.sweep.runner import SweepOptions, _init_ray, _quiet, _stop_ray
+    from shapesweep.sweep.ray_session import init_ray, quiet, stop_ray
     from shapesweep.sweep.trainable import train_on_workers
 
     def absolute(path: str | None) -> str | None:
         return None if path is None else str(Path(path).resolve())
 
     on_ctrl_c = signal.getsignal(signal.SIGINT)  # Ray Train installs its own while it trains
-    with _quiet():
-        started, session = _init_ray(SweepOptions(space=args.config, address=args.address))
+    with quiet():
+        started, session = init_ray(args.address)
         try:
             return train_on_workers(config, recipe, args.workers, resources, args.parallel,
                                     data=absolute(args.data), tokenizer=absolute(args.tokenizer),
@@ -186,7 +186,7 @@ def _train_on_workers(args: argparse.Namespace, config, recipe, resources: dict[
         finally:
             signal.signal(signal.SIGINT, on_ctrl_c)
             if started:
-                _stop_ray(session)
+                stop_ray(session)
 
 
 def _one_config(configs: list[str]) -> str:

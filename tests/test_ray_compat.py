@@ -255,7 +255,7 @@ def test_tune_installs_its_sigint_handler_unless_told(monkeypatch):
             signal.signal(sig, handler)
 
 
-# A sweep's own local Ray, as `runner._init_ray` starts it.
+# A sweep's own local Ray, as `ray_session.init_ray` starts it.
 
 @pytest.fixture(scope="module")
 def own_ray():
@@ -313,6 +313,8 @@ def test_mlflow_run_id_is_the_run_ray_opened(own_ray, tmp_path, monkeypatch):
     from ray.air.integrations.mlflow import MLflowLoggerCallback
 
     monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    # the callback's setup sets MLflow's process-wide tracking URI: put it back after the test
+    monkeypatch.setattr("mlflow.tracking._tracking_service.utils._tracking_uri", None)
     uri = (tmp_path / "mlruns").as_uri()
     callback = MLflowLoggerCallback(tracking_uri=uri, experiment_name="compat")
     callback.setup()

@@ -37,3 +37,14 @@ def test_each_verb_has_its_own_module():
     # the static report and the live one
     assert sorted(v for v in modules.values() if len(v) > 1) == [
         ["dashboard", "serve"], ["run", "resume"], ["spaces", "plan"]]
+
+
+def test_no_private_name_is_imported_from_another_module():
+    """A module's `_name` is its own: another module that needs it gets a public name."""
+    found = []
+    for path in _modules():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("shapesweep"):
+                found += [f"{path.relative_to(ROOT)}: {node.module}.{a.name}" for a in node.names
+                          if a.name.startswith("_") and a.name != "__version__"]
+    assert not found, "\n".join(found)

@@ -1,0 +1,180 @@
+"""A sweep's Ray: started (or joined) and stopped, what a killed driver's Ray left cleared
+on the next start, signals that stop a sweep as Ctrl-C does, and Ray's and Optuna's quiet
+settings. Private Ray names stay behind `ray_compat`; this is the lifecycle around them."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import shutil
+import signal
+import tempfile
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from shapesweep.sweep import ray_compat
+
+
+def ray_storage(root: str, name: str) -> Path:
+    """Where Ray Tune keeps its own files (trial logs, error.txt): in the sweep's folder when
+    the root is on this machine, else in the local temp folder (results never need them)."""
+    from shapesweep.results.store import local_folder
+
+    local = local_folder(root)
+    return Path(local or tempfile.gettempdir()) / (name if local else f"shapesweep-{name}") / "_ray"
+
+
+def init_ray(address: str | None) -> tuple[bool, str | None]:
+    """Start a Ray of this sweep's own, or join `address` (`--address`; never a cluster
+    not named there or in $RAY_ADDRESS, which the CLI reads into it).
+
+    Returns whether we started it (so we shut it down) and, for a local Ray, its session
+    folder (so we remove it after: each start leaves one in Ray's temp directory).
+    """
+    import ray
+
+    if ray.is_initialized():
+        return False, None
+    address = address or "local"
+    kwargs: dict[str, Any] = {"include_dashboard": False} if address == "local" else {}
+    if address == "local":
+        kwargs["num_cpus"] = os.cpu_count()
+        kwargs.update(ray_compat.without_prestarted_workers())
+    else:
+        ray_compat.use_cluster_token()
+    context = ray.init(address=address, log_to_driver=False, logging_level=logging.ERROR,
+                       configure_logging=True, **kwargs)
+    local = address == "local" and context.address_info.get("session_dir")
+    return True, local or None
+
+
+SESSION_RECORD = "local-ray.json"  # in the sweep's Ray folder while its driver's local Ray runs
+
+
+def record_session(root: str, name: str, session_dir: str) -> None:
+    """Note which local Ray this driver started, so that if it dies unable to stop it
+    (SIGKILL), the next driver of the sweep removes what it left (`clear_dead_session`)."""
+    folder = ray_storage(root, name)
+    folder.mkdir(parents=True, exist_ok=True)
+    record = {"session_dir": session_dir, "pid": os.getpid(), "started": _started(os.getpid())}
+    (folder / SESSION_RECORD).write_text(json.dumps(record))
+
+
+def clear_dead_session(root: str, name: str) -> None:
+    """Remove the local Ray a killed driver of this sweep left: its session folder (one per
+    start, in Ray's temp folder) and its processes still running (Ray's agents outlive
+    their raylet for a minute). Ours are known safely: the record names the session, the
+    driver is dead (its pid gone, or another process since), and a process is one of that
+    session's only if it is ours (same user) and its command line names that folder."""
+    path = ray_storage(root, name) / SESSION_RECORD
+    try:
+        record = json.loads(path.read_text())
+        session_dir, pid, started = record["session_dir"], record["pid"], record["started"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return  # no record (the driver stopped its Ray), or not one we can trust
+    if pid != os.getpid() and started is not None and _started(pid) == started:
+        return  # that driver is alive: its Ray is not ours to touch
+    if isinstance(session_dir, str) and Path(session_dir).name.startswith("session_"):
+        for leftover in _processes_naming(session_dir):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(leftover, signal.SIGKILL)
+        remove_session(session_dir)
+    path.unlink(missing_ok=True)
+
+
+def _started(pid: int) -> int | None:
+    """When a process started (clock ticks since boot, /proc/PID/stat): with its pid, what
+    tells it from a later process given the same pid. None when there is no such process."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat.rsplit(")", 1)[1].split()[19])  # field 22, counted after the name
+
+
+def _processes_naming(session_dir: str) -> list[int]:
+    """Our processes (this user's) whose command line names `session_dir`."""
+    found, needle = [], os.fsencode(session_dir)
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            if entry.stat().st_uid == os.getuid() and needle in (entry / "cmdline").read_bytes():
+                found.append(int(entry.name))
+        except OSError:  # ended meanwhile
+            continue
+    return [pid for pid in found if pid != os.getpid()]
+
+
+def stop_ray(session_dir: str | None, record: Path | None = None) -> None:
+    """Shut down the Ray `init_ray` started, and delete its session folder if it was local.
+
+    Its autoscaler monitor is killed first (`ray_compat.kill_autoscaler_monitor`): that was
+    most of a sweep's wind-down."""
+    import ray
+
+    if session_dir:
+        ray_compat.kill_autoscaler_monitor()
+    ray.shutdown()
+    remove_session(session_dir)
+    if record is not None:
+        record.unlink(missing_ok=True)
+
+
+def remove_session(session_dir: str | None) -> None:
+    """Delete a shut-down local Ray's session folder and the `session_latest` link to it."""
+    if not session_dir:
+        return
+    shutil.rmtree(session_dir, ignore_errors=True)
+    latest = Path(session_dir).parent / "session_latest"
+    if latest.is_symlink() and Path(os.readlink(latest)).name == Path(session_dir).name:
+        latest.unlink(missing_ok=True)
+
+
+def _as_interrupt(signum: int, frame: Any) -> None:
+    """Handle a signal as Ctrl-C: through the SIGINT handler in force (`sigint_deferred`'s
+    while a trial is being filed), else KeyboardInterrupt (even where SIGINT is ignored)."""
+    handler = signal.getsignal(signal.SIGINT)
+    if callable(handler):
+        handler(signal.SIGINT, frame)
+    else:
+        raise KeyboardInterrupt
+
+
+@contextmanager
+def terminate_as_interrupt() -> Iterator[None]:
+    """SIGTERM and SIGHUP (`kill`, a closed terminal) stop the sweep as Ctrl-C does: it is
+    marked `interrupted` and resumable. Only the main thread may set handlers."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {sig: signal.signal(sig, _as_interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            if handler is not None:
+                signal.signal(sig, handler)
+
+
+@contextmanager
+def quiet() -> Iterator[None]:
+    """Ray's and Optuna's settings for a sweep (`ray_compat.QUIET_ENV`, where the user set
+    none), undone when it ends. Failed trials are reported once, one line each, by the
+    progress display and in their row's `error`; Ray's own tracebacks stay in
+    ROOT/NAME/_ray/*/error.txt."""
+    import optuna
+
+    tune_logger = logging.getLogger("ray.tune")
+    tune_level, optuna_level = tune_logger.level, optuna.logging.get_verbosity()
+    with ray_compat.quiet_environment():
+        tune_logger.setLevel(logging.CRITICAL)
+        optuna.logging.set_verbosity(optuna.logging.WARNING)  # the sweep's progress says enough
+        try:
+            yield
+        finally:
+            tune_logger.setLevel(tune_level)
+            optuna.logging.set_verbosity(optuna_level)
