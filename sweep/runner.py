@@ -29,7 +29,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -40,13 +40,13 @@ from shapesweep.results import live
 from shapesweep.results.rows import CURVE_FIELDS, TrialRecord, final_metrics
 from shapesweep.results.store import STALE_S
 from shapesweep.search_spaces.cadence import (
-    CHECKPOINT_EVERY_S,
     cooldown_line,
     evaluation_line,
     sweep_budgets,
     token_budget,
 )
 from shapesweep.sweep import ray_compat
+from shapesweep.sweep.options import saved_values
 from shapesweep.sweep.ray_session import (
     SESSION_RECORD,
     clear_dead_session,
@@ -58,47 +58,13 @@ from shapesweep.sweep.ray_session import (
     terminate_as_interrupt,
 )
 from shapesweep.sweep.scheduling import Choice, choose
-from shapesweep.sweep.store_args import DEFAULT_ROOT
+from shapesweep.sweep.sweep_options import SweepOptions
 
 from shapesweep.common import UserError
 from shapesweep.families import base as families
 
 OPTIONS_FILE = "sweep.json"  # how the sweep was run, so `resume NAME` can run it again
 SPACE_FILE = "space.yaml"
-
-
-@dataclass
-class SweepOptions:
-    """Everything `shapesweep run` takes; saved beside the results for `resume`."""
-
-    space: str
-    name: str | None = None
-    root: str = DEFAULT_ROOT
-    address: str | None = None
-    gpus_per_trial: float = 0.0
-    cpus_per_trial: float = 1.0
-    max_concurrent: int | None = None
-    search: str = "grid"
-    num_samples: int = 8
-    seeds: list[int] | None = None
-    scheduler: str = "auto"  # auto | asha | fifo (shapesweep.sweep.scheduling.choose); saved resolved
-    grace_tokens: int | None = None
-    reduction_factor: float = 3.0
-    storage: str | None = None
-    data: str | None = None
-    multi_objective: str | None = None
-    retry_failed: bool = False
-    sampler: str | None = None  # optuna: a name in shapesweep.sweep.strategies.SAMPLERS
-    sampler_seed: int | None = 0
-    log_to: list[str] = field(default_factory=list)  # experiment trackers (shapesweep.sweep.trackers)
-    progress: bool = True
-    max_failures: int = 2  # retries of a trial whose worker died, from its last checkpoint
-    checkpoint_every_s: float = CHECKPOINT_EVERY_S  # 0: a checkpoint at every evaluation
-    keep_checkpoints: bool = False  # keep ended trials' last checkpoints (export --weights)
-    fresh_workers: bool = False  # a new worker process per trial (Tune's reuse_actors off)
-    workers_per_trial: int = 1  # > 1: data parallel on Ray Train, resources per worker
-    parallel: str = "ddp"  # with workers_per_trial > 1: ddp or fsdp (shapesweep.trainers.loop.train)
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -164,7 +130,7 @@ def _default(family: str, name: str) -> Any:
     return families.get(family).config.model_fields[name].default
 
 
-def load_options(root: str, name: str) -> SweepOptions:
+def load_options(root: str, name: str, model: type = SweepOptions) -> SweepOptions:
     """The options a sweep was started with (for `resume`), its space resolved under `root`:
     a copied or moved root resumes with its own copy of the space."""
     from pydantic import ValidationError
@@ -178,7 +144,7 @@ def load_options(root: str, name: str) -> SweepOptions:
                             "`run` its space again under the same --name", file=path)
         if text is None:
             raise unknown_sweep(name, root)
-        options = TypeAdapter(SweepOptions).validate_json(text)
+        options = TypeAdapter(model).validate_json(text)
     except ValidationError as error:
         first = error.errors()[0]
         where = ".".join(map(str, first["loc"]))
@@ -461,7 +427,7 @@ def _plan(options: SweepOptions, checked: _Checked, catalog: Any) -> Any:
     # Paths in the sweep folder are relative to it (`resume` resolves them under the root it
     # is given, and the root is the one it is given); the data path is absolute, so a resume
     # from another folder finds it.
-    saved = {k: v for k, v in asdict(options).items() if k != "root"} | {
+    saved = saved_values(options) | {
         "space": SPACE_FILE, "data": _abs(options.data),
         "storage": without_password(options.storage)}
     write_sweep_file(options.root, name, OPTIONS_FILE, json.dumps(saved, indent=2, sort_keys=True))

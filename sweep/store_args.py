@@ -5,15 +5,26 @@ from __future__ import annotations
 
 import argparse
 import os
+from dataclasses import dataclass
+
+from shapesweep.sweep.options import add_flags, option
 
 DEFAULT_ROOT = "./sweeps"  # where sweeps go unless --root says otherwise
 
 
+@dataclass
+class StoreOptions:
+    """Where sweeps are kept; `SweepOptions` declares these two as they are here."""
+
+    root: str = option(DEFAULT_ROOT, "--root", help=f"results root (default {DEFAULT_ROOT})",
+                       resume=True, saved=False)  # not saved: a moved root resumes
+    storage: str | None = option(None, "--storage", resume=True,
+                                 help="SQLAlchemy URL of the catalog + Optuna storage "
+                                 "(default sqlite:///ROOT/shapesweep.db)")
+
+
 def add_root(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--root", default=DEFAULT_ROOT, help=f"results root (default {DEFAULT_ROOT})")
-    parser.add_argument("--storage", default=None,
-                        help="SQLAlchemy URL of the catalog + Optuna storage "
-                        "(default sqlite:///ROOT/shapesweep.db)")
+    add_flags(parser, StoreOptions)
 
 
 def catalog(args: argparse.Namespace):

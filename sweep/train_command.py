@@ -9,7 +9,8 @@ import signal
 import sys
 
 from shapesweep.search_spaces.configs import parse_count
-from shapesweep.sweep.run_command import PARALLEL, check_parallel, check_placement
+from shapesweep.sweep.run_command import check_parallel, check_placement
+from shapesweep.sweep.sweep_options import PARALLEL
 
 from shapesweep.common import UserError, duration, human, is_tty
 from shapesweep.families.base import of
