@@ -1,10 +1,14 @@
 """What every part shares: the one error type users see (exit code 2, one line naming file,
 key and problem), how a message suggests the name meant (`did_you_mean`), how it names the
-`shapesweep` command to run next, and how every output writes a count (`human`) and a time
-span (`duration`)."""
+`shapesweep` command to run next, how every output writes a count (`human`) and a time
+span (`duration`), and how a setting lives in the environment for one block only
+(`environment`)."""
 
+import contextlib
 import difflib
 import math
+import os
+from collections.abc import Iterator
 
 
 class UserError(Exception):
@@ -103,3 +107,19 @@ def write_csv(rows: list[dict], stream) -> None:
     writer = csv.DictWriter(stream, columns, lineterminator="\n")
     writer.writeheader()
     writer.writerows({k: csv_cell(v) for k, v in row.items()} for row in rows)
+
+
+@contextlib.contextmanager
+def environment(values: dict[str, str]) -> Iterator[None]:
+    """`values` set in os.environ for the block; every name they set is put back as it was
+    (or removed) after it, whatever the block raised."""
+    saved = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value

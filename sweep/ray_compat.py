@@ -15,6 +15,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from shapesweep.common import environment
+
 QUIET_ENV = {
     # Tune's loggers are chosen by `_ray_loggers` (json + csv, so ResultGrid and
     # ExperimentAnalysis read the sweep; TensorBoard files only with --log-to tensorboard).
@@ -32,16 +34,8 @@ def quiet_environment() -> Iterator[None]:
     none), undone when it ends. Ray 2.60 reads them as it runs (`RAY_DEDUP_LOGS` when `ray`
     is imported: so in the processes it starts after this, not in an importing driver);
     Ray has no argument for any of them."""
-    saved = {name: os.environ.get(name) for name in QUIET_ENV}
-    os.environ.update({k: v for k, v in QUIET_ENV.items() if k not in os.environ})
-    try:
+    with environment({k: v for k, v in QUIET_ENV.items() if k not in os.environ}):
         yield
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
 
 
 def without_prestarted_workers() -> dict[str, Any]:

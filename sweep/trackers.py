@@ -27,7 +27,7 @@ from typing import Any
 
 from shapesweep.sweep import ray_compat
 
-from shapesweep.common import UserError
+from shapesweep.common import UserError, environment
 
 Ended = Callable[[Any], str]  # a trial that did not fail -> completed / stopped_early
 STATUS_TAG = "status"  # completed / stopped_early / failed, as the trial's row says
@@ -107,25 +107,18 @@ def _check_mlflow() -> None:
     from mlflow import MlflowClient
 
     uri = mlflow.get_tracking_uri()
-    saved = {name: os.environ.get(name) for name in MLFLOW_CHECK_ENV}
-    os.environ.update(MLFLOW_CHECK_ENV)
-    try:
-        MlflowClient(uri).search_experiments(max_results=1)
-    except Exception as error:  # noqa: BLE001 - MLflow raises many kinds; each is this one line
-        text = str(error).strip()
-        problem = (text.splitlines()[0] if text else type(error).__name__)[:200]
-        if "MLFLOW_ALLOW_FILE_STORE" in text:
-            problem = ("MLflow 3 no longer writes its file store: use a database "
-                       "(sqlite:///mlflow.db) or a server (http://HOST:5000), or set "
-                       "MLFLOW_ALLOW_FILE_STORE=true")
-        raise UserError(f"MLflow cannot log to {uri!r}: {problem}",
-                        key="MLFLOW_TRACKING_URI") from None
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
+    with environment(MLFLOW_CHECK_ENV):
+        try:
+            MlflowClient(uri).search_experiments(max_results=1)
+        except Exception as error:  # noqa: BLE001 - MLflow raises many kinds; each is this one line
+            text = str(error).strip()
+            problem = (text.splitlines()[0] if text else type(error).__name__)[:200]
+            if "MLFLOW_ALLOW_FILE_STORE" in text:
+                problem = ("MLflow 3 no longer writes its file store: use a database "
+                           "(sqlite:///mlflow.db) or a server (http://HOST:5000), or set "
+                           "MLFLOW_ALLOW_FILE_STORE=true")
+            raise UserError(f"MLflow cannot log to {uri!r}: {problem}",
+                            key="MLFLOW_TRACKING_URI") from None
 
 
 def _wandb(sweep: str, folder: str, ended: Ended):
