@@ -37,7 +37,8 @@ def parse_seeds(text: str | None) -> list[int] | None:
     return check_seeds_option(seeds)
 
 
-def _ray_address() -> str | None:
+def ray_address() -> str | None:
+    """`--address`'s default: the cluster `ray job submit` names in $RAY_ADDRESS, if any."""
     return os.environ.get("RAY_ADDRESS") or None
 
 
@@ -51,7 +52,7 @@ class SweepOptions:
     root: str = same_as(StoreOptions, "root")
     storage: str | None = same_as(StoreOptions, "storage")
     address: str | None = option(
-        None, "--address", cli_default=_ray_address, resume=True,
+        None, "--address", cli_default=ray_address, resume=True,
         help="join a Ray cluster (auto or HOST:PORT); default: $RAY_ADDRESS when set (`ray job "
              "submit` sets it), else start a Ray of this sweep's own")
     max_concurrent: int | None = option(None, "--max-concurrent", at_least=1, resume=True,

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import signal
 import sys
 
 from shapesweep.search_spaces.configs import parse_count
 from shapesweep.sweep.run_command import check_parallel, check_placement
-from shapesweep.sweep.sweep_options import PARALLEL
+from shapesweep.sweep.sweep_options import PARALLEL, ray_address
 
 from shapesweep.common import UserError, duration, human, is_tty
 from shapesweep.families.base import of
@@ -57,7 +56,7 @@ def add_arguments_train(parser: argparse.ArgumentParser) -> None:
                              "fsdp shards parameters, gradients and AdamW state (default ddp)")
     parser.add_argument("--gpus-per-worker", type=float, default=None,
                         help="GPUs each worker holds (default: 1 when training on cuda, else 0)")
-    parser.add_argument("--address", default=os.environ.get("RAY_ADDRESS") or None,
+    parser.add_argument("--address", default=ray_address(),
                         help="with --workers: join a Ray cluster (auto or HOST:PORT); default: "
                              "$RAY_ADDRESS when set, else start Ray locally")
 
