@@ -5,14 +5,7 @@ counting convention, `Accounting`, the per-block closed forms) lives below the f
 from __future__ import annotations
 
 from shapesweep.families.base import of
-from shapesweep.families.counts import (  # noqa: F401 (re-exported)
-    Accounting,
-    block_counts,
-    blocks_total,
-    lm_account,
-    lm_totals,
-    uniform_totals,
-)
+from shapesweep.families.counts import Accounting
 
 
 def account(config, seq_len: int = 128) -> Accounting:

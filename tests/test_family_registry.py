@@ -15,7 +15,7 @@ import pytest
 from pydantic import Field, model_validator
 from shapesweep.results.schema import TRIAL_COLUMNS
 from shapesweep.results.store import load_trials, write_trial
-from shapesweep.search_spaces.accounting import account, lm_account, uniform_totals
+from shapesweep.search_spaces.accounting import account
 from shapesweep.search_spaces.configs import FAMILIES, make_config
 from shapesweep.search_spaces.solver import plan
 from shapesweep.search_spaces.space import parse_space
@@ -26,6 +26,7 @@ from shapesweep.trainers.models import build_model, count_params
 from shapesweep.common import UserError
 from shapesweep.families import base
 from shapesweep.families.base import INTEGER, POSITIVE, Dim, FamilySpec, Stored
+from shapesweep.families.counts import lm_account, uniform_totals
 from shapesweep.families.lm import LayerShape, LMBase, uniform_shape
 
 ROOT = Path(__file__).resolve().parent.parent
