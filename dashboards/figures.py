@@ -648,7 +648,7 @@ def baseline_figure(trials: pd.DataFrame, metric: str = "val_loss",
         except UserError:  # several baselines per budget: `status --format table` says why
             continue
         parts.append(done[done["delta_vs_baseline"].notna() & (done["key"] != done["baseline_key"])])
-    data = pd.concat(parts) if parts else pd.DataFrame()
+    data = pd.concat(parts).copy() if parts else pd.DataFrame()  # copy: one block, not 70
     if data.empty:
         return None
     data = data.sort_values(["sweep", "delta_vs_baseline"], ascending=[True, LOWER_IS_BETTER[metric]])

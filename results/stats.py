@@ -394,8 +394,9 @@ def compare(trials: pd.DataFrame, metric: str = "val_loss",
     seeds), `no baseline` (none of variant `baseline` in its budget) or `baseline` (its
     baseline, `baseline_key`, has no result)."""
     results = candidate_results(trials, metric)
-    for column in VERDICT_COLUMNS:
-        results[column] = None
+    results = results.drop(columns=[c for c in VERDICT_COLUMNS if c in results]).join(
+        pd.DataFrame({c: pd.Series([None] * len(results), index=results.index, dtype=object)
+                      for c in VERDICT_COLUMNS}))
     measured = results["state"] == "measured"
     results.loc[~measured, "no_verdict"] = results.loc[~measured, "state"]
     pairs: list[tuple[int, int]] = []  # (candidate row, its baseline's row), both with results

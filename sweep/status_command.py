@@ -151,11 +151,11 @@ def _print_csv(document: dict) -> None:
 
 
 def _shape(candidate: dict, details: tuple[str, ...] | None = None) -> str:
-    """`64x4 d_h=256 k=2`: width x depth, then those of `details` (default: all) that are the
+    """`64×4L d_h=256 k=2` (as the figures' legends write it): width × depth, then those of `details` (default: all) that are the
     candidate's family's `label_fields` (compact)."""
     spec = families.find(candidate.get("family"))
     width, depth = candidate.get(spec.width if spec else "d_model"), candidate.get("n_layers")
-    head = f"{_fmt(width)}x{_fmt(depth)}" if width is not None and depth is not None else ""
+    head = f"{_fmt(width)}×{_fmt(depth)}L" if width is not None and depth is not None else ""
     inert = spec.inert_fields(candidate) if spec else frozenset()
     own = spec.label_fields if spec else families.label_fields()
     rest = [f"{n}={_fmt(candidate[n], 3)}" for n in (own if details is None else details)

@@ -147,7 +147,7 @@ def test_status_shows_integer_shape_fields_as_integers():
     from shapesweep.sweep.status_command import _shape
 
     candidate = {"d_model": 64, "n_layers": 4, "d_h": 256, "k": 2.0, "beta": 0.25}
-    assert _shape(candidate, ("d_h", "k", "beta")) == "64x4 d_h=256 k=2 beta=0.25"
+    assert _shape(candidate, ("d_h", "k", "beta")) == "64×4L d_h=256 k=2 beta=0.25"
 
 
 def test_status_leaves_out_the_fields_that_do_not_shape_a_constant_width_model():
@@ -156,9 +156,9 @@ def test_status_leaves_out_the_fields_that_do_not_shape_a_constant_width_model()
     row = {"family": "variable_width", "d_model": 64, "n_layers": 6, "d_h": 170,
            "beta": 0.5, "alpha": 0.3}
     details = ("d_h", "shape", "beta", "alpha")
-    assert _shape({**row, "shape": "constant"}, details) == "64x6 d_h=170 shape=constant"
+    assert _shape({**row, "shape": "constant"}, details) == "64×6L d_h=170 shape=constant"
     assert _shape({**row, "shape": "bottleneck"}, details) == \
-        "64x6 d_h=170 shape=bottleneck beta=0.5 alpha=0.3"
+        "64×6L d_h=170 shape=bottleneck beta=0.5 alpha=0.3"
 
 
 def _trial(tune_id: str, key: str, seed: int, row: dict):
