@@ -2,7 +2,7 @@
 at 80% power: from a sweep's store, or from the per-seed losses in docs/small-sweeps.md.
 
 Run:
-  .venv/bin/python benchmarks/seeds_needed.py --doc docs/small-sweeps.md
+  .venv/bin/python benchmarks/seeds_needed.py --doc docs/small-sweeps.md [--current]
   .venv/bin/python benchmarks/seeds_needed.py --root ROOT NAME [NAME ...]
 
 The figure is `shapesweep.results.stats.seeds_for_power`: the smallest n for which a
@@ -34,18 +34,27 @@ def _cells(line: str) -> list[str]:
     return [cell.strip() for cell in line.strip().strip("|").split("|")]
 
 
-def doc_comparisons(text: str) -> list[dict]:
-    """Every (section, row, baseline row, per-seed differences) the doc's tables hold."""
-    section, rows, out = "", [], []
+OLD_RUN_MARK = "kept for the record"  # the words that introduce a superseded run's table
+
+
+def doc_comparisons(text: str, current_only: bool = False) -> list[dict]:
+    """Every (section, row, baseline row, per-seed differences) the doc's tables hold; a
+    table that the text before it says is "kept for the record" (a run the section's newer
+    table supersedes) is tagged `old`, and left out with `current_only`."""
+    section, rows, out, prose = "", [], [], ""
     for line in [*text.splitlines(), ""]:
         if line.startswith("### "):
-            section = line[4:].split(" — ")[0].strip("` ")
+            section, prose = line[4:].split(" — ")[0].strip("` "), ""
         if line.startswith("|"):
             rows.append(_cells(line))  # the first row of a table is its header
             continue
         if rows:
-            out += _table(section, rows)
+            old = OLD_RUN_MARK in " ".join(prose.split())
+            if not (old and current_only):
+                out += [{**item, "old": old} for item in _table(section, rows)]
+            prose = ""
         rows = []
+        prose += " " + line
     return out
 
 
@@ -71,10 +80,10 @@ def _table(section: str, rows: list[list[str]]) -> list[dict]:
     return out
 
 
-def from_doc(path: str) -> None:
+def from_doc(path: str, current_only: bool = False) -> None:
     from shapesweep.results.stats import paired_rows, seeds_for_power
 
-    items = doc_comparisons(Path(path).read_text())
+    items = doc_comparisons(Path(path).read_text(), current_only)
     print("| sweep | comparison | Δ (recomputed) [95% CI] | doc's Δ | sd of differences | verdict | "
           "paired seeds for 80% power |")
     print("|---|---|---|---|---|---|---|")
@@ -83,7 +92,7 @@ def from_doc(path: str) -> None:
         resolved = low > 0 or high < 0
         needed = "—" if resolved else _count(seeds_for_power(mean, sd))
         verdict = "resolved" if resolved else "within noise"
-        print(f"| {item['section']} | {item['row']} | {mean:+.3f} [{low:+.3f}, {high:+.3f}] | "
+        print(f"| {item['section']}{' (old run)' if item['old'] else ''} | {item['row']} | {mean:+.3f} [{low:+.3f}, {high:+.3f}] | "
               f"{item['doc_delta']} | {sd:.3f} | {verdict} | {needed} |")
 
 
@@ -112,11 +121,13 @@ def from_store(root: str, names: list[str]) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--doc", help="a markdown file with per-seed tables (docs/small-sweeps.md)")
+    parser.add_argument("--current", action="store_true",
+                        help="with --doc: leave out the tables of runs a newer one supersedes")
     parser.add_argument("--root", help="a results root; give sweep NAMEs")
     parser.add_argument("names", nargs="*")
     args = parser.parse_args()
     if args.doc:
-        from_doc(args.doc)
+        from_doc(args.doc, args.current)
     if args.root:
         from_store(args.root, args.names)
     if not (args.doc or args.root):
