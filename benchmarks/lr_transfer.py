@@ -58,7 +58,15 @@ def main() -> None:
         root, sweep = rest.rsplit(":", 1)
         stores[rule] = (root, sweep)
     out = table(stores)
-    print(out.to_markdown(index=False) if args.markdown else out.to_string(index=False))
+    print(markdown(out) if args.markdown else out.to_string(index=False))
+
+
+def markdown(frame: pd.DataFrame) -> str:
+    """A Markdown table (pandas' `to_markdown` needs tabulate, which the project does not)."""
+    cells = [[("" if v != v else f"{v:g}" if isinstance(v, float) else str(v)) for v in row]
+             for row in frame.itertuples(index=False)]
+    lines = [list(map(str, frame.columns)), ["---"] * len(frame.columns), *cells]
+    return "\n".join("| " + " | ".join(line) + " |" for line in lines)
 
 
 if __name__ == "__main__":
