@@ -92,7 +92,8 @@ def from_doc(path: str, current_only: bool = False) -> None:
         resolved = low > 0 or high < 0
         needed = "—" if resolved else _count(seeds_for_power(mean, sd))
         verdict = "resolved" if resolved else "within noise"
-        print(f"| {item['section']}{' (old run)' if item['old'] else ''} | {item['row']} | {mean:+.3f} [{low:+.3f}, {high:+.3f}] | "
+        section = item["section"] + (" (old run)" if item["old"] else "")
+        print(f"| {section} | {item['row']} | {mean:+.3f} [{low:+.3f}, {high:+.3f}] | "
               f"{item['doc_delta']} | {sd:.3f} | {verdict} | {needed} |")
 
 

@@ -151,8 +151,8 @@ def _print_csv(document: dict) -> None:
 
 
 def _shape(candidate: dict, details: tuple[str, ...] | None = None) -> str:
-    """`64×4L d_h=256 k=2` (as the figures' legends write it): width × depth, then those of `details` (default: all) that are the
-    candidate's family's `label_fields` (compact)."""
+    """`64×4L d_h=256 k=2`, as the figures' legends write a shape: width × depth, then those
+    of `details` (default: all) that are the candidate's family's `label_fields` (compact)."""
     spec = families.find(candidate.get("family"))
     width, depth = candidate.get(spec.width if spec else "d_model"), candidate.get("n_layers")
     head = f"{_fmt(width)}×{_fmt(depth)}L" if width is not None and depth is not None else ""
