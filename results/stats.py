@@ -178,7 +178,7 @@ def _seed_values(trials: pd.DataFrame, metric: str, column: str | None = None) -
 
 
 RESULT_COLUMNS = ("state", "seeds", "missing_seeds", "failed_seeds", "stopped_tokens", "error",
-                  "choice_mean", "tuned_edge")
+                  "choice_mean", "choice_margin", "tuned_edge")
 
 
 def candidate_results(trials: pd.DataFrame, metric: str = "val_loss") -> pd.DataFrame:
@@ -189,8 +189,10 @@ def candidate_results(trials: pd.DataFrame, metric: str = "val_loss") -> pd.Data
     ended) or `pending` (its trials have not run). Also `tuned` (the chosen value's text,
     None where none is), `seeds` (completed measure seeds), `missing_seeds` (the sweep's
     measure seeds without one), `failed_seeds`, `choice_mean` (the chosen value's mean over
-    the choice seeds) and `tuned_edge` (tune keys whose chosen value is the lowest or
-    highest of the sweep's grid: the optimum may lie beyond it)."""
+    the choice seeds), `choice_margin` (how far, on the choice seeds, the chosen value's mean
+    is ahead of the next value's, in `metric`'s better direction: a margin below the seed
+    noise means another seed may choose otherwise) and `tuned_edge` (tune keys whose chosen
+    value is the lowest or highest of the sweep's grid: the optimum may lie beyond it)."""
     stats = tuned_stats(trials, metric)
     chosen = stats[stats["chosen"]].set_index(["sweep", "key"])
     if trials.empty:
@@ -253,15 +255,31 @@ def _result_info(trials: pd.DataFrame, measured: dict[tuple, str], picked: dict[
         errors = [r["error"] for r in looked if r["status"] == "failed" and isinstance(r["error"], str)
                   and r["error"].strip()]
         chose = [r["value"] for r in choice if r["tuned"] == tuned and r["_ok"]]
+        choice_mean = float(np.mean(chose)) if chose else None
         info[owner] = {
             "state": state, "tuned": tuned, "seeds": seeds, "failed_seeds": failed,
             "missing_seeds": sorted(int(s) for s in expected.get(sweep, set()) - set(seeds)),
             "stopped_tokens": max((t for t in stopped if t is not None and t == t), default=None),
             "error": errors[-1].strip().splitlines()[-1] if errors else None,
-            "choice_mean": float(np.mean(chose)) if chose else None,
+            "choice_mean": choice_mean,
+            "choice_margin": _margin(choice, tuned, choice_mean, metric),
             "tuned_edge": _edge(tuned, grids.get(sweep, {})),
         }
     return info
+
+
+def _margin(choice: list[dict], tuned: str | None, chosen_mean: float | None, metric: str) -> float | None:
+    """The next best value's choice mean minus the chosen one's, signed so that positive
+    means the chosen value is ahead in `metric` (None: no other value completed every choice
+    seed)."""
+    if tuned is None or chosen_mean is None:
+        return None
+    others: dict[str, list[dict]] = {}
+    for row in choice:
+        if row["tuned"] != tuned:
+            others.setdefault(row["tuned"], []).append(row)
+    means = [np.mean([r["value"] for r in rows]) for rows in others.values() if all(r["_ok"] for r in rows)]
+    return float(min(_sign(metric) * (m - chosen_mean) for m in means)) if means else None
 
 
 def _tune_grids(trials: pd.DataFrame) -> dict[str, dict[str, tuple[float, float]]]:

@@ -15,7 +15,7 @@ import json
 from shapesweep.common import human, plain
 
 RESULT_FIELDS = ("state", "seeds", "missing_seeds", "failed_seeds", "stopped_tokens", "error",
-                 "tuned_edge", "delta_vs_baseline", "ci_low", "ci_high", "n_paired", "verdict",
+                 "tuned_edge", "choice_margin", "delta_vs_baseline", "ci_low", "ci_high", "n_paired", "verdict",
                  "baseline_key", "seeds_for_80pct_power", "no_verdict", "eval_se", "eval_noise",
                  "budget_error")
 SELECTION_BIAS = ("its tuned values were chosen on the seeds that measure them: the best of several "
@@ -51,6 +51,7 @@ def candidate_records(compared, metric: str, sweep: str, root: str) -> list[dict
                        f"{metric}_mean": plain(row["mean"]), f"{metric}_std": plain(row["std"]),
                        f"choice_{CHOICE_METRIC}_mean": plain(row["choice_mean"])})
         record.update({name: plain(row.get(name)) for name in RESULT_FIELDS})
+        record["close_choice"] = close_choice(record, metric)
         explained = why_no_verdict(row, sweep, root, by_key.get(row["baseline_key"]))
         record["why"], record["to_run"] = explained or (None, None)
         record["missing"], record["to_run_missing"] = missing_seeds(row, sweep, root) or (None, None)
@@ -80,7 +81,20 @@ def warnings(document: dict) -> list[str]:
         names = sorted({n for c in edge for n in c["tuned_edge"]})
         lines.append(f"optimum at the grid's edge: extend the grid ({', '.join(names)} of "
                      f"{len(edge)} candidate{'s' if len(edge) > 1 else ''})")
+    close = [c for c in document["candidates"] if c["close_choice"]]
+    if close:
+        names = ", ".join(c["variant"] or c["key"] for c in close)
+        lines.append(f"close choice ({names}): on the choice seeds the chosen value led the next by less "
+                     "than the measure seeds' sd, so another seed may choose otherwise (add a seed to "
+                     "tune.choice_seeds to settle it)")
     return lines
+
+
+def close_choice(candidate: dict, metric: str) -> bool:
+    """Whether the chosen tuned value led the next one, on the choice seeds, by less than
+    the measure seeds' sd: one seed's noise could have chosen the other."""
+    margin, std = candidate["choice_margin"], candidate[f"{metric}_std"]
+    return margin is not None and std is not None and margin < std
 
 
 def comparisons(trials, name: str, root: str, metric: str = "val_loss", baseline: str = "baseline",
@@ -127,11 +141,13 @@ def mean_text(candidate: dict, metric: str, gap: str = " ") -> str:
 
 
 def tuned_text(candidate: dict) -> str:
-    """`lr=0.003 (edge)`: the chosen values, each at its grid's edge marked."""
+    """`lr=0.003 (edge)`: the chosen values, each at its grid's edge marked, and `(close)`
+    after a choice one seed's noise could have made otherwise (`close_choice`)."""
     if not candidate["tuned"]:
         return "-"
-    return " ".join(f"{k}={v}" + (" (edge)" if k in candidate["tuned_edge"] else "")
+    text = " ".join(f"{k}={v}" + (" (edge)" if k in candidate["tuned_edge"] else "")
                     for k, v in candidate["tuned"].items())
+    return text + (" (close)" if candidate["close_choice"] else "")
 
 
 def verdict_text(candidate: dict) -> str:

@@ -23,6 +23,7 @@ from scipy import stats as sps
 from shapesweep.results.roles import with_seed_roles
 from shapesweep.results.stats import choose_tuned, compare
 from shapesweep.results.store import load_trials, sweep_dir, write_sweep_file, write_trial
+from shapesweep.results.summary import comparisons, tuned_text
 from shapesweep.search_spaces.solver import plan
 from shapesweep.search_spaces.space import load_space, tuned_json
 from sweep_helpers import CHILD_ENV, TINY_TRAIN, run, write_space
@@ -38,6 +39,8 @@ SWEEP = {
     "cut": ("narrow", {LOW: 3.2, HIGH: 3.3}, LOW, {0: 3.10, 1: "stopped_early", 2: 3.12}),
     "unsure": ("tall", {LOW: 3.4}, None, {}),  # its lr 3e-3 choice trial has not ended
     "short": ("flat", {LOW: 3.6, HIGH: 3.2}, HIGH, {0: 3.15}),  # seeds 1 and 2 not run yet
+    # lr 3e-3 wins on the choice seed by 0.01, a tenth of its measure seeds' sd: a close choice
+    "near": ("thin", {LOW: 3.10, HIGH: 3.09}, HIGH, {0: 3.0, 1: 3.1, 2: 3.2}),
 }
 ERROR = "Traceback (most recent call last):\n  ...\nRuntimeError: CUDA out of memory"
 
@@ -100,6 +103,19 @@ def test_the_choice_is_the_best_value_on_the_choosing_seed_alone(root):
     for key, (_, _, chosen, _) in SWEEP.items():
         if key != "unsure":  # unsure's only completed value is picked, yet its choice is open
             assert picked[key] == tuned_json({"lr": chosen}), key
+
+
+def test_a_choice_within_the_seed_noise_is_flagged_close(root, compared):
+    margins = compared["choice_margin"]
+    assert margins["base"] == pytest.approx(0.5) and margins["lucky"] == pytest.approx(0.5)
+    assert margins["near"] == pytest.approx(0.01)
+    assert math.isnan(margins["flaky"])  # its other value was stopped: nothing to lead
+    document = comparisons(with_seed_roles(load_trials(root, ["c"]), root), "c", root)
+    close = {c["key"] for c in document["candidates"] if c["close_choice"]}
+    assert close == {"near"}  # base and lucky lead by far more than their sd; cut has no sd
+    assert any(line.startswith("close choice (thin)") for line in document["warnings"])
+    near = next(c for c in document["candidates"] if c["key"] == "near")
+    assert tuned_text(near) == "lr=0.003 (edge) (close)"  # a 2-value grid: every value is an edge
 
 
 def test_failed_seeds_leave_the_verdict_to_the_pairs_both_sides_completed(compared):
