@@ -178,7 +178,7 @@ def _seed_values(trials: pd.DataFrame, metric: str, column: str | None = None) -
 
 
 RESULT_COLUMNS = ("state", "seeds", "missing_seeds", "failed_seeds", "stopped_tokens", "error",
-                  "choice_mean", "choice_margin", "tuned_edge")
+                  "choice_mean", "choice_n", "choice_margin", "tuned_edge")
 
 
 def candidate_results(trials: pd.DataFrame, metric: str = "val_loss") -> pd.DataFrame:
@@ -189,10 +189,12 @@ def candidate_results(trials: pd.DataFrame, metric: str = "val_loss") -> pd.Data
     ended) or `pending` (its trials have not run). Also `tuned` (the chosen value's text,
     None where none is), `seeds` (completed measure seeds), `missing_seeds` (the sweep's
     measure seeds without one), `failed_seeds`, `choice_mean` (the chosen value's mean over
-    the choice seeds), `choice_margin` (how far, on the choice seeds, the chosen value's mean
-    is ahead of the next value's, in `metric`'s better direction: a margin below the seed
-    noise means another seed may choose otherwise) and `tuned_edge` (tune keys whose chosen
-    value is the lowest or highest of the sweep's grid: the optimum may lie beyond it)."""
+    the choice seeds, `choice_n` of them), `choice_margin` (how far, on the choice seeds, the
+    chosen value's mean is ahead of the next value's, in `metric`'s better direction),
+    `close_choice` (that margin is below the seed noise of a mean over the choice seeds,
+    std / sqrt(choice_n) from the measure seeds' std: other seeds may choose otherwise) and
+    `tuned_edge` (tune keys whose chosen value is the lowest or highest of the sweep's grid:
+    the optimum may lie beyond it)."""
     stats = tuned_stats(trials, metric)
     chosen = stats[stats["chosen"]].set_index(["sweep", "key"])
     if trials.empty:
@@ -210,6 +212,8 @@ def candidate_results(trials: pd.DataFrame, metric: str = "val_loss") -> pd.Data
     for column in (*RESULT_COLUMNS, "tuned"):
         out[column] = [info[owner][column] for owner in out.index]
     out["n"] = out["n"].astype(int)
+    margin, noise = out["choice_margin"].astype(float), out["std"] / np.sqrt(out["choice_n"].astype(float))
+    out["close_choice"] = (margin < noise).to_numpy()  # NaN on either side: False
     return out.reset_index()
 
 
@@ -257,6 +261,7 @@ def _result_info(trials: pd.DataFrame, measured: dict[tuple, str], picked: dict[
         chose = [r["value"] for r in choice if r["tuned"] == tuned and r["_ok"]]
         choice_mean = float(np.mean(chose)) if chose else None
         info[owner] = {
+            "choice_n": len(chose),
             "state": state, "tuned": tuned, "seeds": seeds, "failed_seeds": failed,
             "missing_seeds": sorted(int(s) for s in expected.get(sweep, set()) - set(seeds)),
             "stopped_tokens": max((t for t in stopped if t is not None and t == t), default=None),

@@ -15,7 +15,7 @@ import json
 from shapesweep.common import human, plain
 
 RESULT_FIELDS = ("state", "seeds", "missing_seeds", "failed_seeds", "stopped_tokens", "error",
-                 "tuned_edge", "choice_margin", "delta_vs_baseline", "ci_low", "ci_high", "n_paired", "verdict",
+                 "tuned_edge", "choice_margin", "close_choice", "delta_vs_baseline", "ci_low", "ci_high", "n_paired", "verdict",
                  "baseline_key", "seeds_for_80pct_power", "no_verdict", "eval_se", "eval_noise",
                  "budget_error")
 SELECTION_BIAS = ("its tuned values were chosen on the seeds that measure them: the best of several "
@@ -51,7 +51,6 @@ def candidate_records(compared, metric: str, sweep: str, root: str) -> list[dict
                        f"{metric}_mean": plain(row["mean"]), f"{metric}_std": plain(row["std"]),
                        f"choice_{CHOICE_METRIC}_mean": plain(row["choice_mean"])})
         record.update({name: plain(row.get(name)) for name in RESULT_FIELDS})
-        record["close_choice"] = close_choice(record, metric)
         explained = why_no_verdict(row, sweep, root, by_key.get(row["baseline_key"]))
         record["why"], record["to_run"] = explained or (None, None)
         record["missing"], record["to_run_missing"] = missing_seeds(row, sweep, root) or (None, None)
@@ -85,16 +84,9 @@ def warnings(document: dict) -> list[str]:
     if close:
         names = ", ".join(c["variant"] or c["key"] for c in close)
         lines.append(f"close choice ({names}): on the choice seeds the chosen value led the next by less "
-                     "than the measure seeds' sd, so another seed may choose otherwise (add a seed to "
+                     "than their mean's seed noise, so other seeds may choose otherwise (add a seed to "
                      "tune.choice_seeds to settle it)")
     return lines
-
-
-def close_choice(candidate: dict, metric: str) -> bool:
-    """Whether the chosen tuned value led the next one, on the choice seeds, by less than
-    the measure seeds' sd: one seed's noise could have chosen the other."""
-    margin, std = candidate["choice_margin"], candidate[f"{metric}_std"]
-    return margin is not None and std is not None and margin < std
 
 
 def comparisons(trials, name: str, root: str, metric: str = "val_loss", baseline: str = "baseline",
@@ -142,7 +134,7 @@ def mean_text(candidate: dict, metric: str, gap: str = " ") -> str:
 
 def tuned_text(candidate: dict) -> str:
     """`lr=0.003 (edge)`: the chosen values, each at its grid's edge marked, and `(close)`
-    after a choice one seed's noise could have made otherwise (`close_choice`)."""
+    after a choice the choice seeds' noise could have made otherwise (`close_choice`)."""
     if not candidate["tuned"]:
         return "-"
     text = " ".join(f"{k}={v}" + (" (edge)" if k in candidate["tuned_edge"] else "")

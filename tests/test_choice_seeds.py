@@ -110,6 +110,9 @@ def test_a_choice_within_the_seed_noise_is_flagged_close(root, compared):
     assert margins["base"] == pytest.approx(0.5) and margins["lucky"] == pytest.approx(0.5)
     assert margins["near"] == pytest.approx(0.01)
     assert math.isnan(margins["flaky"])  # its other value was stopped: nothing to lead
+    # the noise a margin is held to: the measure seeds' sd of one choice seed's loss
+    near = compared.loc["near"]
+    assert near["choice_n"] == 1 and near["close_choice"] and near["choice_margin"] < near["std"]
     document = comparisons(with_seed_roles(load_trials(root, ["c"]), root), "c", root)
     close = {c["key"] for c in document["candidates"] if c["close_choice"]}
     assert close == {"near"}  # base and lucky lead by far more than their sd; cut has no sd
