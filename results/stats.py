@@ -261,12 +261,11 @@ def _result_info(trials: pd.DataFrame, measured: dict[tuple, str], picked: dict[
         chose = [r["value"] for r in choice if r["tuned"] == tuned and r["_ok"]]
         choice_mean = float(np.mean(chose)) if chose else None
         info[owner] = {
-            "choice_n": len(chose),
             "state": state, "tuned": tuned, "seeds": seeds, "failed_seeds": failed,
             "missing_seeds": sorted(int(s) for s in expected.get(sweep, set()) - set(seeds)),
             "stopped_tokens": max((t for t in stopped if t is not None and t == t), default=None),
             "error": errors[-1].strip().splitlines()[-1] if errors else None,
-            "choice_mean": choice_mean,
+            "choice_mean": choice_mean, "choice_n": len(chose),
             "choice_margin": _margin(choice, tuned, choice_mean, metric),
             "tuned_edge": _edge(tuned, grids.get(sweep, {})),
         }
