@@ -5,7 +5,7 @@ A record is a candidate (shape, chosen tuned value, mean, std and seeds, the pai
 difference to its baseline with its interval and verdict, the seeds an unresolved one
 needs, and where it has no verdict, why and what to run); a sweep's document adds which
 seeds chose the tuned values and which measured them, and the warnings every reader of the
-comparisons needs (selection bias, an optimum at a grid's edge).
+comparisons needs (selection bias, an optimum at a grid's edge, a close choice).
 """
 
 from __future__ import annotations
