@@ -114,12 +114,32 @@ def choose_tuned(choice: pd.DataFrame, metric: str = CHOICE_METRIC) -> pd.Series
     decides with this too, once all of a candidate's choice trials have ended."""
     if choice.empty:
         return pd.Series(dtype=object)
+    table = _choice_scores(choice, metric).sort_values(["score", "tuned"], kind="stable")
+    return table.groupby(["sweep", "key"], sort=False)["tuned"].first()
+
+
+def _choice_scores(choice: pd.DataFrame, metric: str) -> pd.DataFrame:
+    """Per (sweep, key, tuned) of the choice trials whose every trial completed: `score`, the
+    mean of the metric signed so that lower is better (what a choice is made by)."""
     rows = choice.assign(tuned=canonical_tuned_column(choice["tuned_json"]), ok=_ok(choice, metric),
                          score=_sign(metric) * choice[metric].astype(float))
     grouped = rows.groupby(CANDIDATE, sort=False)
     table = pd.DataFrame({"ok": grouped["ok"].all(), "score": grouped["score"].mean()}).reset_index()
-    table = table[table["ok"]].sort_values(["score", "tuned"], kind="stable")
-    return table.groupby(["sweep", "key"], sort=False)["tuned"].first()
+    return table[table["ok"]].drop(columns="ok")
+
+
+def _choice_margins(choice: pd.DataFrame, chosen: pd.Series, metric: str) -> np.ndarray:
+    """For each (sweep, key) -> chosen tuned text of `chosen`: the next best value's signed
+    choice mean minus the chosen one's (positive: the chosen value is ahead), NaN where no
+    other value completed every choice seed."""
+    if choice.empty:
+        return np.full(len(chosen), np.nan)
+    scores = _choice_scores(choice, metric).merge(
+        pd.DataFrame({"sweep": chosen.index.get_level_values(0), "key": chosen.index.get_level_values(1),
+                      "chosen": chosen.to_numpy()}), on=["sweep", "key"])
+    mine = scores[scores["tuned"] == scores["chosen"]].groupby(["sweep", "key"])["score"].first()
+    rest = scores[scores["tuned"] != scores["chosen"]].groupby(["sweep", "key"])["score"].min()
+    return (rest - mine).reindex(chosen.index).to_numpy(float)
 
 
 def tuned_stats(trials: pd.DataFrame, metric: str = "val_loss") -> pd.DataFrame:
@@ -178,7 +198,7 @@ def _seed_values(trials: pd.DataFrame, metric: str, column: str | None = None) -
 
 
 RESULT_COLUMNS = ("state", "seeds", "missing_seeds", "failed_seeds", "stopped_tokens", "error",
-                  "choice_mean", "choice_n", "choice_margin", "tuned_edge")
+                  "choice_mean", "choice_n", "tuned_edge")
 
 
 def candidate_results(trials: pd.DataFrame, metric: str = "val_loss") -> pd.DataFrame:
@@ -212,8 +232,9 @@ def candidate_results(trials: pd.DataFrame, metric: str = "val_loss") -> pd.Data
     for column in (*RESULT_COLUMNS, "tuned"):
         out[column] = [info[owner][column] for owner in out.index]
     out["n"] = out["n"].astype(int)
-    margin, noise = out["choice_margin"].astype(float), out["std"] / np.sqrt(out["choice_n"].astype(float))
-    out["close_choice"] = (margin < noise).to_numpy()  # NaN on either side: False
+    out["choice_margin"] = _choice_margins(trials[_chooses(trials)], out["tuned"], metric)
+    noise = out["std"] / np.sqrt(out["choice_n"].astype(float))
+    out["close_choice"] = (out["choice_margin"] < noise).to_numpy()  # NaN on either side: False
     return out.reset_index()
 
 
@@ -259,31 +280,15 @@ def _result_info(trials: pd.DataFrame, measured: dict[tuple, str], picked: dict[
         errors = [r["error"] for r in looked if r["status"] == "failed" and isinstance(r["error"], str)
                   and r["error"].strip()]
         chose = [r["value"] for r in choice if r["tuned"] == tuned and r["_ok"]]
-        choice_mean = float(np.mean(chose)) if chose else None
         info[owner] = {
             "state": state, "tuned": tuned, "seeds": seeds, "failed_seeds": failed,
             "missing_seeds": sorted(int(s) for s in expected.get(sweep, set()) - set(seeds)),
             "stopped_tokens": max((t for t in stopped if t is not None and t == t), default=None),
             "error": errors[-1].strip().splitlines()[-1] if errors else None,
-            "choice_mean": choice_mean, "choice_n": len(chose),
-            "choice_margin": _margin(choice, tuned, choice_mean, metric),
+            "choice_mean": float(np.mean(chose)) if chose else None, "choice_n": len(chose),
             "tuned_edge": _edge(tuned, grids.get(sweep, {})),
         }
     return info
-
-
-def _margin(choice: list[dict], tuned: str | None, chosen_mean: float | None, metric: str) -> float | None:
-    """The next best value's choice mean minus the chosen one's, signed so that positive
-    means the chosen value is ahead in `metric` (None: no other value completed every choice
-    seed)."""
-    if tuned is None or chosen_mean is None:
-        return None
-    others: dict[str, list[dict]] = {}
-    for row in choice:
-        if row["tuned"] != tuned:
-            others.setdefault(row["tuned"], []).append(row)
-    means = [np.mean([r["value"] for r in rows]) for rows in others.values() if all(r["_ok"] for r in rows)]
-    return float(min(_sign(metric) * (m - chosen_mean) for m in means)) if means else None
 
 
 def _tune_grids(trials: pd.DataFrame) -> dict[str, dict[str, tuple[float, float]]]:

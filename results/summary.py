@@ -16,8 +16,8 @@ from shapesweep.common import human, plain
 
 RESULT_FIELDS = ("state", "seeds", "missing_seeds", "failed_seeds", "stopped_tokens", "error",
                  "tuned_edge", "choice_margin", "close_choice", "delta_vs_baseline", "ci_low", "ci_high",
-                 "n_paired", "verdict", "baseline_key", "seeds_for_80pct_power", "no_verdict", "eval_se", "eval_noise",
-                 "budget_error")
+                 "n_paired", "verdict", "baseline_key", "seeds_for_80pct_power", "no_verdict", "eval_se",
+                 "eval_noise", "budget_error")
 SELECTION_BIAS = ("its tuned values were chosen on the seeds that measure them: the best of several "
                   "noisy means is optimistic, so its comparisons carry selection bias (name "
                   "tune.choice_seeds in the space to choose on other seeds)")
