@@ -420,9 +420,11 @@ def _plan(options: SweepOptions, checked: _Checked, catalog: Any) -> Any:
     plan = checked.strategy.plan(PlanContext(
         options.root, name, checked.seeds, _abs(options.data), checked.storage_url,
         checked.budget, skip))
+    saved_space = read_sweep_file(options.root, name, SPACE_FILE)
+    _check_saved_space(name, saved_space, space)
     catalog.register(name, space.name, space.source_text, space.space_hash, plan.total)
     _say(*checked.notices)
-    if read_sweep_file(options.root, name, SPACE_FILE) is None:
+    if saved_space is None:
         write_sweep_file(options.root, name, SPACE_FILE, space.source_text)
     # Paths in the sweep folder are relative to it (`resume` resolves them under the root it
     # is given, and the root is the one it is given); the data path is absolute, so a resume
@@ -432,6 +434,28 @@ def _plan(options: SweepOptions, checked: _Checked, catalog: Any) -> Any:
         "storage": without_password(options.storage)}
     write_sweep_file(options.root, name, OPTIONS_FILE, json.dumps(saved, indent=2, sort_keys=True))
     return plan
+
+
+def _check_saved_space(name: str, saved_text: str | None, space: Any) -> None:
+    """Refuse a sweep folder that holds another space's trials (one copied from another root,
+    or a catalog that lost its row): `status` reads the choice seeds and the baseline from
+    the saved space, so mixing two spaces' trials would mislabel them."""
+    from shapesweep.search_spaces.safe_yaml import parse_yaml
+    from shapesweep.search_spaces.space import parse_space
+
+    if saved_text is None or saved_text == space.source_text:
+        return
+    try:
+        saved_hash = parse_space(parse_yaml(saved_text, SPACE_FILE), saved_text,
+                                 SPACE_FILE).space_hash
+    except UserError:
+        saved_hash = "unreadable"
+    if saved_hash != space.space_hash:
+        raise UserError(
+            f"sweep {name!r} already holds trials of a different search space (its "
+            f"{SPACE_FILE} has hash {saved_hash[:12]}; this one is {space.space_hash}): choose "
+            f"another --name for this space, or finish the existing sweep with "
+            f"`shapesweep resume {name}`", key="name")
 
 
 def _fit(options: SweepOptions, checked: _Checked, plan: Any, catalog: Any,

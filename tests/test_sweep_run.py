@@ -22,10 +22,11 @@ import pandas as pd
 import pytest
 import yaml
 from shapesweep.results.catalog import Catalog, default_catalog_url
-from shapesweep.results.store import load_curves, load_trials, sweep_dir
+from shapesweep.results.store import load_curves, load_trials, sweep_dir, write_sweep_file
 from shapesweep.search_spaces.solver import candidate_document, plan
 from shapesweep.search_spaces.space import load_space
 from shapesweep.sweep.cli import main as shapesweep
+from shapesweep.sweep.runner import _check_saved_space
 from sweep_helpers import (
     CHILD_ENV,
     TINY_TRAIN,
@@ -34,6 +35,8 @@ from sweep_helpers import (
     run,
     write_space,
 )
+
+from shapesweep.common import UserError
 
 pytestmark = pytest.mark.slow
 
@@ -102,6 +105,25 @@ def test_different_space_under_the_same_name_is_refused(tmp_path, capsys):
     assert shapesweep(["run", str(write_space(tmp_path)), "--root", str(root)]) == 2
     error = capsys.readouterr().err.strip().splitlines()
     assert len(error) == 1 and "different search space" in error[0]
+
+
+def test_a_folder_holding_another_spaces_trials_is_refused(tmp_path, capsys):
+    # A sweep folder copied into a fresh root has no catalog row, but its space.yaml says
+    # whose trials it holds; a changed space under that name would mislabel them.
+    root = tmp_path / "sweeps"
+    space_path = write_space(tmp_path)
+    write_sweep_file(str(root), "tiny-depths", "space.yaml", space_path.read_text())
+    (tmp_path / "changed").mkdir()
+    changed = write_space(tmp_path / "changed", search={"n_layers": [1, 5]})
+    assert shapesweep(["run", str(changed), "--root", str(root)]) == 2
+    error = capsys.readouterr().err.strip().splitlines()
+    assert len(error) == 1 and "already holds trials of a different search space" in error[0]
+    assert Catalog(default_catalog_url(root)).get("tiny-depths") is None  # nothing registered
+    # Comments and formatting do not make another space; a changed value does.
+    space = load_space(space_path)
+    _check_saved_space("tiny-depths", "# a comment\n" + space_path.read_text(), space)
+    with pytest.raises(UserError, match="different search space"):
+        _check_saved_space("tiny-depths", changed.read_text(), space)
 
 
 def test_asha_stops_some_trials_and_a_poisoned_candidate_fails(local_ray, tmp_path):
