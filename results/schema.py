@@ -68,6 +68,7 @@ CURVE_COLUMNS = pa.schema(
         ("train_loss", _FLOAT), ("val_loss", _FLOAT), ("lr", _FLOAT), ("elapsed_s", _FLOAT),
         ("psnr", _FLOAT), ("ssim", _FLOAT),
         ("val_loss_cooled", _FLOAT),  # after a cooldown branched here (trainers/cooldown.py)
+        ("psnr_cooled", _FLOAT),  # the same branch's PSNR (denoising tasks)
     ]
 )
 

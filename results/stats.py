@@ -562,11 +562,12 @@ def _resolved_pairs(seeds: np.ndarray, confidence: float = CONFIDENCE):
     return np.concatenate(firsts), np.concatenate(seconds), np.concatenate(signs)
 
 
-def cooled_rank_fidelity(trials: pd.DataFrame, curves: pd.DataFrame) -> pd.DataFrame:
-    """`rank_fidelity` of the cooled evaluations (`val_loss_cooled`, trainers/cooldown.py)
-    against each candidate's final val_loss: how well a short run cooled down ranks them.
+def cooled_rank_fidelity(trials: pd.DataFrame, curves: pd.DataFrame,
+                         metric: str = "val_loss") -> pd.DataFrame:
+    """`rank_fidelity` of the cooled evaluations (`METRIC_cooled`, trainers/cooldown.py)
+    against each candidate's final `metric`: how well a short run cooled down ranks them.
     Empty when no curve point has one."""
-    return rank_fidelity(trials, curves, curve_metric="val_loss_cooled")
+    return rank_fidelity(trials, curves, metric, curve_metric=f"{metric}_cooled")
 
 
 def stable_fraction(fidelity: pd.DataFrame, threshold: float = FIDELITY_THRESHOLD) -> float | None:

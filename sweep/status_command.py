@@ -120,14 +120,15 @@ def _fidelity_points(fidelity) -> list[dict]:
 
 
 def _with_cooldowns(args: argparse.Namespace, trials, curves) -> dict:
-    """The cooled evaluations' rank fidelity (when the curves have them, for val_loss) and
+    """The cooled evaluations' rank fidelity (when the curves have them for the metric) and
     the noise-aware ASHA's stop decisions (when it ran): `status`'s cooldown part."""
     from shapesweep.results.stats import cooled_rank_fidelity, stable_fraction
     from shapesweep.results.store import read_sweep_file
 
     out: dict[str, Any] = {}
-    if args.metric == "val_loss" and "val_loss_cooled" in curves and curves["val_loss_cooled"].notna().any():
-        cooled = cooled_rank_fidelity(trials, curves)
+    column = f"{args.metric}_cooled"
+    if column in curves and curves[column].notna().any():
+        cooled = cooled_rank_fidelity(trials, curves, args.metric)
         out["rank_fidelity_cooled"] = _fidelity_points(cooled)
         out["rank_fidelity_cooled_stable_fraction"] = stable_fraction(cooled) if len(cooled) else None
     decisions = json.loads(read_sweep_file(args.root, args.name, "asha.json") or "[]")

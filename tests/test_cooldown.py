@@ -57,6 +57,17 @@ def test_cooldown_evaluations_leave_the_main_run_bit_identical():
     assert cooled.tokens == 20 * 256  # training tokens only
 
 
+def test_a_denoising_trials_cooled_evaluations_record_its_psnr_too():
+    config = make_config(dict(family="vision_mlp", d_x=64, d_z=32, d_h=16, n_layers=1, d_out=64))
+    recipe = TrainConfig(steps=20, batch_size=16, lr=1e-2, eval_every=5, decay="wsd",
+                         cooldown_frac=0.2, cooldown_evals="all", noise_std=0.25)
+    curve = train(config, recipe).curve
+    assert [m["step"] for m in curve] == [5, 10, 15, 20]
+    assert all(math.isfinite(m["psnr_cooled"]) for m in curve)
+    assert curve[-1]["psnr_cooled"] == curve[-1]["psnr"]  # the last is the main run's own
+    assert all(m["psnr_cooled"] != m["psnr"] for m in curve[:-1])
+
+
 def test_a_branch_is_the_run_that_cools_down_there_on_the_batches_that_follow(monkeypatch):
     """The cooled loss at step 10 (a 2-step cooldown from lr factor 1 to the floor) is the
     loss of a run that trains steps 0..11 under that lr and evaluates."""
@@ -130,3 +141,8 @@ def test_cooled_rank_fidelity_ranks_on_the_cooled_losses_against_the_final_ones(
     assert rank_fidelity(trials, curves)["kendall_tau"].tolist() == [-1.0]
     assert cooled_rank_fidelity(trials, curves)["kendall_tau"].tolist() == [1.0]
     assert cooled_rank_fidelity(trials, curves.drop(columns="val_loss_cooled")).empty
+    # A metric where higher is better ranks on its own cooled column, against its own finals.
+    trials["psnr"], curves["psnr_cooled"] = -trials["val_loss"], -curves["val_loss_cooled"]
+    assert cooled_rank_fidelity(trials, curves, "psnr")["kendall_tau"].tolist() == [1.0]
+    curves["psnr_cooled"] = -curves["psnr_cooled"]  # cooled PSNR in the reverse order
+    assert cooled_rank_fidelity(trials, curves, "psnr")["kendall_tau"].tolist() == [-1.0]

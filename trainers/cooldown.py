@@ -7,7 +7,7 @@ Fixed Training Durations"), while a loss read mid-run at a high lr says little a
 loss after the decay. So at a scheduler's rung (or at every evaluation: train.cooldown_evals)
 the loop copies the trial's state (model, optimizer, RNG), trains a cooldown of
 cooldown_frac x the steps so far on the batches that follow (a batch is a function of
-(seed, step)), evaluates it as `val_loss_cooled`, and puts the copy back: the main run goes
+(seed, step)), evaluates it as `val_loss_cooled` (and `psnr_cooled`), and puts the copy back: the main run goes
 on bit for bit as without the branch. A point inside the main run's own cooldown branches
 from the lr it has reached; the last point is cooled already and trains no branch.
 """
@@ -48,11 +48,12 @@ class Brancher:
     evaluate: Callable[[], dict[str, float]]
     schedule: Callable[[int], float]  # the main run's lr factor at a step
 
-    def cooled_loss(self, done: int, val_loss: float) -> float:
-        """`val_loss_cooled` after `done` steps: the main run's own at its last step, else
-        the loss after a cooldown branched from here; the trial's state is as it was."""
+    def cooled(self, done: int, metrics: dict[str, float]) -> dict[str, float]:
+        """`val_loss_cooled` (and `psnr_cooled` where the task measures PSNR) after `done`
+        steps: the main run's own at its last step, else the evaluation after a cooldown
+        branched from here; the trial's state is as it was."""
         if done >= self.steps:
-            return val_loss
+            return _suffixed(metrics)
         model_state = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
         optimizer_state = copy.deepcopy(self.optimizer.state_dict())
         rng = checkpoint.rng_state()
@@ -63,8 +64,15 @@ class Brancher:
                 for group, base in zip(self.optimizer.param_groups, self.base_lrs, strict=True):
                     group["lr"] = base * lr_factor
                 self.step(*self.batch(done + j))
-            return self.evaluate()["val_loss"]
+            return _suffixed(self.evaluate())
         finally:
             self.model.load_state_dict(model_state)
             self.optimizer.load_state_dict(optimizer_state)
             checkpoint.set_rng_state(rng)
+
+
+COOLED = ("val_loss", "psnr")  # what a cooled evaluation records, as NAME_cooled
+
+
+def _suffixed(metrics: dict[str, float]) -> dict[str, float]:
+    return {f"{name}_cooled": metrics[name] for name in COOLED if name in metrics}

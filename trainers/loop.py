@@ -412,7 +412,7 @@ def train(model_config, train: TrainConfig, data: str | None = None,
                        "elapsed_s": prior_elapsed + time.perf_counter() - t0 - reporting}
             if cooled:
                 if done in cooled:
-                    metrics["val_loss_cooled"] = brancher.cooled_loss(done, metrics["val_loss"])
+                    metrics.update(brancher.cooled(done, metrics))
                 metrics["cooldown_tokens"] = cooldown_tokens(train, cooled, done, steps,
                                                              units_per_step)
             curve.append(metrics)
