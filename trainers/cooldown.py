@@ -7,9 +7,10 @@ Fixed Training Durations"), while a loss read mid-run at a high lr says little a
 loss after the decay. So at a scheduler's rung (or at every evaluation: train.cooldown_evals)
 the loop copies the trial's state (model, optimizer, RNG), trains a cooldown of
 cooldown_frac x the steps so far on the batches that follow (a batch is a function of
-(seed, step)), evaluates it as `val_loss_cooled` (and `psnr_cooled`), and puts the copy back: the main run goes
-on bit for bit as without the branch. A point inside the main run's own cooldown branches
-from the lr it has reached; the last point is cooled already and trains no branch.
+(seed, step)), evaluates it as `val_loss_cooled` (and `psnr_cooled`), and puts the copy
+back: the main run goes on bit for bit as without the branch. A point inside the main run's
+own cooldown branches from the lr it has reached; the last point is cooled already and
+trains no branch.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ from typing import Any
 import torch
 from shapesweep.search_spaces.cadence import cooldown_steps
 from shapesweep.trainers import checkpoint
+
+COOLED = ("val_loss", "psnr")  # what a cooled evaluation records, as NAME_cooled (curves table)
 
 
 def factor(train: Any, start: float, step: int, cool: int) -> float:
@@ -69,9 +72,6 @@ class Brancher:
             self.model.load_state_dict(model_state)
             self.optimizer.load_state_dict(optimizer_state)
             checkpoint.set_rng_state(rng)
-
-
-COOLED = ("val_loss", "psnr")  # what a cooled evaluation records, as NAME_cooled
 
 
 def _suffixed(metrics: dict[str, float]) -> dict[str, float]:
