@@ -372,6 +372,12 @@ def _listing(fs: pafs.FileSystem, folder: str) -> list[pafs.FileInfo]:
         raise _unreadable(folder, error) from None
 
 
+def _version(fs: pafs.FileSystem, folder: str) -> str:
+    """The folder a local table folder's links resolve to now (the sweep's current version);
+    the path itself elsewhere (object stores have no links)."""
+    return os.path.realpath(folder) if isinstance(fs, pafs.LocalFileSystem) else folder
+
+
 def _footer(fragment: ds.ParquetFileFragment) -> pa.Schema | None:
     """A fragment's schema (its footer, kept for the scan), or None when it cannot be read."""
     try:
@@ -566,7 +572,13 @@ def _curves_table(fs, base, sweeps, cache=None, missing_ok: bool = False) -> pa.
 
 
 def _layers_table(fs, base, sweeps, cache=None) -> pa.Table:
-    if not any(_fragments(fs, posixpath.join(base, s, "layers")) for s in sweeps):
+    folders = [posixpath.join(base, s, "layers") for s in sweeps]
+    versions_before = [_version(fs, f) for f in folders]
+    if not any(_fragments(fs, f) for f in folders):
+        # An empty listing is also what a version retired mid-listing gives (`versions`):
+        # then a compaction swapped the folder meanwhile, and the read must be tried again.
+        if versions_before != [_version(fs, f) for f in folders]:
+            raise FileNotFoundError(f"a layers folder was compacted while listing it: {folders}")
         return LAYER_COLUMNS.empty_table()  # no trial analysed: spare reading the trials
     winners = _newest_trials(fs, base, sweeps, columns=[], cache=cache)
     scans = [_scan(fs, posixpath.join(base, s, "layers"), _LAYERS, cache=cache) for s in sweeps]
