@@ -562,12 +562,17 @@ def _resolved_pairs(seeds: np.ndarray, confidence: float = CONFIDENCE):
     return np.concatenate(firsts), np.concatenate(seconds), np.concatenate(signs)
 
 
+def cooled_column(metric: str) -> str:
+    """The curves column of `metric` after a branched cooldown (trainers/cooldown.py writes it)."""
+    return f"{metric}_cooled"
+
+
 def cooled_rank_fidelity(trials: pd.DataFrame, curves: pd.DataFrame,
                          metric: str = "val_loss") -> pd.DataFrame:
     """`rank_fidelity` of the cooled evaluations (`METRIC_cooled`, trainers/cooldown.py)
     against each candidate's final `metric`: how well a short run cooled down ranks them.
     Empty when no curve point has one."""
-    return rank_fidelity(trials, curves, metric, curve_metric=f"{metric}_cooled")
+    return rank_fidelity(trials, curves, metric, curve_metric=cooled_column(metric))
 
 
 def stable_fraction(fidelity: pd.DataFrame, threshold: float = FIDELITY_THRESHOLD) -> float | None:

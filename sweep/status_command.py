@@ -122,11 +122,11 @@ def _fidelity_points(fidelity) -> list[dict]:
 def _with_cooldowns(args: argparse.Namespace, trials, curves) -> dict:
     """The cooled evaluations' rank fidelity (when the curves have them for the metric) and
     the noise-aware ASHA's stop decisions (when it ran): `status`'s cooldown part."""
-    from shapesweep.results.stats import cooled_rank_fidelity, stable_fraction
+    from shapesweep.results.stats import cooled_column, cooled_rank_fidelity, stable_fraction
     from shapesweep.results.store import read_sweep_file
 
     out: dict[str, Any] = {}
-    column = f"{args.metric}_cooled"
+    column = cooled_column(args.metric)
     if column in curves and curves[column].notna().any():
         cooled = cooled_rank_fidelity(trials, curves, args.metric)
         out["rank_fidelity_cooled"] = _fidelity_points(cooled)
