@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -14,6 +15,7 @@ from shapesweep.search_spaces.configs import (
     VariableWidthConfig,
     VisionMLPConfig,
 )
+from shapesweep.trainers import mup
 from shapesweep.trainers.models import build_model
 from shapesweep.trainers.mup import configure
 
@@ -242,3 +244,15 @@ def test_depth_mup_at_its_base_depth_is_mup():
 def test_depth_mup_needs_mup():
     with pytest.raises(ValueError, match="depth_mup needs init: mup"):
         TrainConfig(depth_mup=True)
+
+
+def test_the_docs_rule_table_is_the_modules():
+    """docs/lr-transfer.md states trainers/mup.py's table of muP rules line for line."""
+    def table(text: str) -> list[str]:
+        return [line.strip() for line in text.splitlines() if line.strip().startswith("| ")]
+
+    docs = (Path(__file__).resolve().parents[1] / "docs" / "lr-transfer.md").read_text()
+    rules = table(mup.__doc__)
+    assert len(rules) == 8 and rules[0].startswith("| matrix")
+    section = docs.split("## The rules", 1)[1].split("\n## ", 1)[0]
+    assert table(section) == rules

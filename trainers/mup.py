@@ -16,16 +16,15 @@ matrix*, by that matrix's own fan-in relative to the same matrix in a base model
 residual width b = `mup_base_width`, FFN inner width b_h = `mup_base_d_h`, default 4b).
 At the base shape every rule below reduces to `scaled`:
 
-| matrix                                   | fan-in            | base fan-in | init std                  | Adam lr x   |
-|------------------------------------------|-------------------|-------------|---------------------------|-------------|
-| q/k/v (fused qkv)                        | attn_in           | b           | 0.02 sqrt(b / fan_in)     | b / fan_in  |
-| attention output o (writes the stream)   | n_heads head_dim  | b           | 0.02 sqrt(b / fan_in) r   | b / fan_in  |
-| FFN up / gate (each hourglass sub-block, | width             | b           | 0.02 sqrt(b / fan_in)     | b / fan_in  |
-|   each expert), MoE router               |                   |             |                           |             |
-| FFN down (writes the stream)             | d_h               | b_h         | 0.02 sqrt(b_h / fan_in) r | b_h / fan_in|
-| ><former resize projection               | its input width   | b           | 0.02 sqrt(b / fan_in)     | b / fan_in  |
-| embedding, norms, biases, scalars        | -                 | -           | as `normal`               | 1           |
-| readout                                  | readout width     | b           | 0.02; logits x b / fan_in | 1           |
+| matrix                                                            | fan-in           | base fan-in | init std                  | Adam lr x    |
+|-------------------------------------------------------------------|------------------|-------------|---------------------------|--------------|
+| q/k/v (fused qkv)                                                 | attn_in          | b           | 0.02 sqrt(b / fan_in)     | b / fan_in   |
+| attention output o (writes the stream)                            | n_heads head_dim | b           | 0.02 sqrt(b / fan_in) r   | b / fan_in   |
+| FFN up / gate (each hourglass sub-block, each expert), MoE router | width            | b           | 0.02 sqrt(b / fan_in)     | b / fan_in   |
+| FFN down (writes the stream)                                      | d_h              | b_h         | 0.02 sqrt(b_h / fan_in) r | b_h / fan_in |
+| ><former resize projection                                        | its input width  | b           | 0.02 sqrt(b / fan_in)     | b / fan_in   |
+| embedding, norms, biases, scalars                                 | -                | -           | as `normal`               | 1            |
+| readout                                                           | readout width    | b           | 0.02; logits x b / fan_in | 1            |
 
 r is the residual-write factor: 1/sqrt(2 n_layers) (`scaled`). Attention logits are scaled
 by 1/head_dim instead of 1/sqrt(head_dim) (`Attention.scale`: 1/sqrt(head_dim x q_dim / b),
