@@ -356,12 +356,18 @@ def _warn(path: str, problem: str) -> None:
 
 def _fragments(fs: pafs.FileSystem, folder: str) -> list[pafs.FileInfo]:
     """Visible Parquet files of one table folder (temporary names start with '.'), by path."""
-    return sorted(
+    version = _version(fs, folder)
+    infos = sorted(
         (info for info in _listing(fs, folder)
          if info.type == pafs.FileType.File and info.base_name.endswith(".parquet")
          and not info.base_name.startswith((".", "_"))),
         key=lambda info: info.path,
     )
+    if not infos and _version(fs, folder) != version:
+        # An empty listing is also what a version retired mid-listing gives (`versions`): a
+        # compaction swapped the folder meanwhile, and `_with_retries` lists it again.
+        raise FileNotFoundError(f"{folder} was compacted while listing it")
+    return infos
 
 
 def _listing(fs: pafs.FileSystem, folder: str) -> list[pafs.FileInfo]:
@@ -572,13 +578,7 @@ def _curves_table(fs, base, sweeps, cache=None, missing_ok: bool = False) -> pa.
 
 
 def _layers_table(fs, base, sweeps, cache=None) -> pa.Table:
-    folders = [posixpath.join(base, s, "layers") for s in sweeps]
-    versions_before = [_version(fs, f) for f in folders]
-    if not any(_fragments(fs, f) for f in folders):
-        # An empty listing is also what a version retired mid-listing gives (`versions`):
-        # then a compaction swapped the folder meanwhile, and the read must be tried again.
-        if versions_before != [_version(fs, f) for f in folders]:
-            raise FileNotFoundError(f"a layers folder was compacted while listing it: {folders}")
+    if not any(_fragments(fs, posixpath.join(base, s, "layers")) for s in sweeps):
         return LAYER_COLUMNS.empty_table()  # no trial analysed: spare reading the trials
     winners = _newest_trials(fs, base, sweeps, columns=[], cache=cache)
     scans = [_scan(fs, posixpath.join(base, s, "layers"), _LAYERS, cache=cache) for s in sweeps]
