@@ -19,7 +19,7 @@ from shapesweep.results.store import write_trial
 # What one evaluation reports (a curve row without its sweep and trial id).
 CURVE_FIELDS = tuple(name for name in CURVE_COLUMNS.names if name not in ("sweep", "trial_id"))
 # How a trial's step ran: the loop's final report has them (`TrainResult`), a curve does not.
-COMPILE_FIELDS = ("compiled", "graph_breaks", "recompiles", "autocast_dtype")
+COMPILE_FIELDS = ("compiled", "graph_breaks", "recompiles", "compile_s", "autocast_dtype")
 # A trial's final metrics (`final_metrics`).
 METRIC_FIELDS = ("val_loss", "best_val_loss", "val_ppl", "train_loss", "psnr", "ssim", "tokens",
                  "steps", "wall_time_s", "tokens_per_s", "val_loss_se", "train_loss_tail",

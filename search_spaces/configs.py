@@ -94,7 +94,13 @@ class TrainConfig(_Strict):
     # xformer's reported loss: the training loss over the last this-many steps (every 10th)
     loss_tail_steps: PositiveInt = 1000
     seed: Annotated[int, Field(ge=0, lt=MAX_SEED)] = 0
-    compile: bool = False  # torch.compile of the training forward (any device: inductor on CPU)
+    # torch.compile of the training step, block by block (shapesweep.trainers.compiled); any
+    # device (Inductor's C++ kernels on CPU). auto: on CUDA when the trial's expected training
+    # time is several times its compile time, never on CPU (shapesweep.trainers.compile_policy)
+    compile: bool | Literal["auto"] = "auto"
+    # torch.compile's mode for the compiled regions; reduce-overhead: CUDA graphs, for shapes
+    # whose step is launch-bound (small models on a GPU)
+    compile_mode: Literal["default", "reduce-overhead"] = "default"
     # bf16 autocast of the forward; auto: bfloat16 on CUDA, none elsewhere
     autocast: Literal["auto", "bfloat16", "none"] = "auto"
     noise_std: Annotated[float, Field(gt=0)] = 0.25  # vision denoising

@@ -12,10 +12,10 @@ from shapesweep.search_spaces.configs import TrainConfig, make_config
 from shapesweep.trainers.loop import (
     NonFiniteLoss,
     StopTrial,
-    _loss,
     lr_multiplier,
     train,
 )
+from shapesweep.trainers.objective import lm_loss
 
 from shapesweep.common import UserError
 
@@ -46,7 +46,7 @@ def test_schedule_warmup_then_cosine_to_floor():
 def test_z_loss_adds_squared_logsumexp():
     logits = torch.randn(2, 3, 11)
     targets = torch.randint(0, 11, (2, 3))
-    objective, reported = _loss(logits, targets, 1e-2)
+    objective, reported = lm_loss(logits, targets, 1e-2)
     ce = torch.nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten())
     z = torch.logsumexp(logits, -1).pow(2).mean()
     assert torch.allclose(reported, ce) and torch.allclose(objective, ce + 1e-2 * z)

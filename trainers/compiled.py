@@ -1,34 +1,52 @@
-"""torch.compile of one trial's training forward, and an honest account of what it did.
+"""torch.compile of one trial's training step, region by region, and an honest account of it.
+
+Regional compilation (torchtitan's, and torch's "regional compilation" recipe): each block of
+the model is compiled in place (`Module.compile`), and so is the readout with its loss
+(`model.objective`, `shapesweep.trainers.objective`); the embedding and the glue between
+blocks stay eager. Blocks of one shape run the same code under the same guards, so dynamo
+traces and Inductor compiles one block per distinct shape, not every copy: a 12-layer
+hourglass of k 8 costs one block's compile, a ><former one per distinct layer width. Whole-
+model compilation traced every block into one graph (issue 36: 87 s more than eager for that
+hourglass on 2 CPU cores, against 24.5 s for a 2-layer model).
+
+Evaluation, cooldown branches' evaluations and the end-of-trial analysis run the same modules
+eagerly (`eager()`): under `no_grad` each region would be another graph per shape, a compile
+that costs more than it saves on <1% of a trial's FLOPs.
 
 A warm worker (a Ray actor that trains trial after trial) must not carry one trial's graphs
-into the next: dynamo caches compiled graphs on the model's code objects (`LM.forward`, the
-same for every shape), so each new shape is a recompile of the same function, and after
-`torch._dynamo.config.recompile_limit` of them (8) dynamo silently runs that function eagerly
-for the rest of the process. Each trial therefore starts from `torch._dynamo.reset()`, which
-drops the in-memory caches only: Inductor's on-disk cache (`compile_cache`) still serves a
-shape seen before without compiling it again. Within a trial, hitting the limit raises
-(`fail_on_recompile_limit_hit`) instead of falling back to eager in silence.
+into the next: dynamo caches graphs on code objects (`Block.forward`, the same for every
+shape), so each new shape is a recompile of that code, and past
+`torch._dynamo.config.recompile_limit` of them dynamo would run it eagerly for the rest of
+the process. Each trial therefore starts from `torch._dynamo.reset()`, which drops the
+in-memory caches only: Inductor's on-disk cache (`compile_cache`) still serves a shape seen
+before. The limit is raised to what one trial can need (two graphs per region: the last
+micro-batch of a step may be smaller), and hitting it raises instead of falling back in
+silence (`fail_on_recompile_limit_hit`).
 
-What is reported, from `torch._dynamo.utils.counters` (differences over the trial, so
-anything compiled earlier in the process does not count):
-- `compiled`: dynamo compiled at least one graph (`counters["stats"]["unique_graphs"]`);
-- `graph_breaks`: the breaks it met while tracing (`counters["graph_break"]`). Under DDP
-  they include DDP's own forward wrapper, which dynamo leaves out of the graph by design;
-- `recompiles`: graphs compiled after the forward's first call: a guard failed (a new
-  input shape, dtype or grad mode) and the function was traced again. A last micro-batch
-  smaller than the others is one, in the first step.
-
-Evaluation calls the model eagerly (the loop's choice): under `no_grad` its forward would be
-a second graph per shape, a compile that costs more than it saves on <1% of a trial's FLOPs.
+What is reported, as differences over the trial (`torch._dynamo.utils.counters` and
+`compilation_time_metrics`), so anything compiled earlier in the process does not count:
+- `compiled`: dynamo compiled at least one graph;
+- `graph_breaks`: the breaks it met while tracing (under DDP they include DDP's own forward
+  wrapper, which dynamo leaves out of the graph by design);
+- `recompiles`: graphs compiled after the first micro-batch's forward: a guard failed (a new
+  input shape, dtype or grad mode) and a region was traced again. A last micro-batch
+  smaller than the others is one per region, in the first step;
+- `compile_s`: seconds spent compiling (dynamo's trace and Inductor's forward compile, plus
+  the backward graphs AOTAutograd compiles at their first use).
 """
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
-from torch._dynamo.utils import counters
+from torch._dynamo.utils import compilation_time_metrics, counters
+
+Mode = Literal["default", "reduce-overhead"]
+# dynamo's timers of the forward compile (trace + Inductor) and of each lazily compiled backward
+_COMPILE_TIMERS = ("_compile.compile_inner", "compile_fx.<locals>.bw_compiler")
 
 
 def compile_cache() -> str:
@@ -40,41 +58,63 @@ def compile_cache() -> str:
     return os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache_dir() / "inductor"))
 
 
+def regions(model: torch.nn.Module) -> list[torch.nn.Module]:
+    """The blocks compiled one by one: each entry of the model's `blocks`."""
+    return list(getattr(model, "blocks", []))
+
+
+def eager():
+    """Run compiled regions eagerly inside this context (evaluation, analysis)."""
+    return torch.compiler.set_stance("force_eager")
+
+
 @dataclass(frozen=True)
 class _Counts:
     graphs: int
     breaks: int
+    seconds: float
 
     @classmethod
     def now(cls) -> _Counts:
-        return cls(counters["stats"]["unique_graphs"], sum(counters["graph_break"].values()))
+        return cls(counters["stats"]["unique_graphs"], sum(counters["graph_break"].values()),
+                   sum(sum(compilation_time_metrics.get(t, ())) for t in _COMPILE_TIMERS))
 
 
-class CompiledForward:
-    """`module` under torch.compile for one trial's training steps, counting what dynamo did."""
+class CompiledStep:
+    """`forward(x, targets, z_loss)` of one trial with `model`'s regions compiled in place.
 
-    def __init__(self, module: torch.nn.Module):
+    `forward` is `model` or its DDP wrapper. `mode` is torch.compile's: `reduce-overhead`
+    captures each region's kernels in a CUDA graph (launch-bound small shapes on a GPU).
+    """
+
+    def __init__(self, model: torch.nn.Module, forward, mode: Mode = "default"):
         compile_cache()
         torch._dynamo.reset()  # this trial's graphs only: see the module docstring
+        blocks = regions(model)
+        config = torch._dynamo.config
+        config.fail_on_recompile_limit_hit = True
+        config.recompile_limit = max(8, 2 * len(blocks) + 2)
         # A mixture of experts' per-expert token counts (`load.tolist()`) become symbolic
         # sizes in the graph instead of breaking it. Process-wide: a trial owns its process.
-        torch._dynamo.config.capture_scalar_outputs = True
-        torch._dynamo.config.fail_on_recompile_limit_hit = True
-        self.module = torch.compile(module)
-        if hasattr(module, "aux_loss"):  # `_backward` reads it (a mixture of experts)
-            self.aux_loss = module.aux_loss
+        config.capture_scalar_outputs = True
+        options = {"dynamic": False, "mode": None if mode == "default" else mode}
+        for block in blocks:
+            block.compile(**options)
+        model.objective = torch.compile(model.objective, **options)
+        self.forward = forward
         self._start = _Counts.now()
         self._after_first: _Counts | None = None
 
-    def __call__(self, *args):
-        out = self.module(*args)
+    def __call__(self, x: torch.Tensor, targets: torch.Tensor, z_loss: float):
+        out = self.forward(x, targets, z_loss)
         if self._after_first is None:
             self._after_first = _Counts.now()
         return out
 
-    def report(self) -> dict[str, bool | int]:
-        """{compiled, graph_breaks, recompiles} of this trial so far."""
+    def report(self) -> dict[str, bool | int | float]:
+        """{compiled, graph_breaks, recompiles, compile_s} of this trial so far."""
         end, first = _Counts.now(), self._after_first or self._start
         return {"compiled": end.graphs > self._start.graphs,
                 "graph_breaks": end.breaks - self._start.breaks,
-                "recompiles": end.graphs - first.graphs}
+                "recompiles": end.graphs - first.graphs,
+                "compile_s": round(end.seconds - self._start.seconds, 3)}

@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 from shapesweep.trainers.ffn import make_ffn
 from shapesweep.trainers.moe import MoEFFN, make_moe
+from shapesweep.trainers.objective import lm_loss
 from torch import nn
 
 from shapesweep.families.lm import LayerShape
@@ -166,7 +167,18 @@ class LM(nn.Module):
             fill = stream.new_zeros(*stream.shape[:-1], b - a)
         return torch.cat([stream[..., :a], fill, stream[..., b:]], dim=-1)
 
-    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None,
+                z_loss: float = 0.0):
+        """Logits [B, T, vocab]; given `targets`, the training (objective, reported loss)
+        instead: cross-entropy (+ z-loss) of the readout, plus the routers' aux loss."""
+        stream = self.hidden(idx)
+        if targets is None:
+            return self.decode(stream)
+        objective, reported = self.objective(stream, targets, z_loss)
+        return objective + self.aux_loss(), reported
+
+    def hidden(self, idx: torch.Tensor) -> torch.Tensor:
+        """The residual stream after the last block."""
         # zero / projection: the embedding is truncated to layer 1's width on the way in
         stream = _widen(self.wte(idx)[..., : self.embed_in], self.stream_width)
         prev = self.embed_in
@@ -174,7 +186,13 @@ class LM(nn.Module):
             stream = self._grow(stream, layer, prev, block.width)
             stream = block(stream)
             prev = block.width
-        return self.decode(stream)
+        return stream
+
+    def objective(self, stream: torch.Tensor, targets: torch.Tensor,
+                  z_loss: float) -> tuple[torch.Tensor, torch.Tensor]:
+        """(CE + z-loss, CE) of the readout: one compiled region with the unembedding, so the
+        logits are never held in fp32 (`shapesweep.trainers.objective`)."""
+        return lm_loss(self.decode(stream), targets, z_loss)
 
     def decode(self, stream: torch.Tensor) -> torch.Tensor:
         """Logits of a residual stream: the final norm over the coordinates the readout sees

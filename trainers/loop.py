@@ -3,7 +3,8 @@
 AdamW with per-group lr (schedule x train.lr x the group's lr_scale from
 `shapesweep.trainers.mup.configure`), linear warmup then cosine/linear/constant/power decay, gradient
 clipping, gradient accumulation so every optimizer step sees `batch_tokens` tokens
-(`batch_size` images), cross-entropy + optional z-loss (hourglass-ffn), periodic evaluation.
+(`batch_size` images), the model's own loss (cross-entropy + optional z-loss, hourglass-ffn;
+`shapesweep.trainers.objective`, computed inside the compiled step), periodic evaluation.
 The loop knows nothing of Ray: it reports through `callback(metrics)` after each
 evaluation, and a callback stops the trial by raising `StopTrial`. The time spent in the
 callback (a sweep's trial waits there while the driver files its result and logs it to
@@ -12,10 +13,11 @@ trackers) is no part of the trial's `elapsed_s` and `wall_time_s`.
 On a GPU the step never waits for the device: losses stay on it and are read once per
 evaluation interval (where a NaN is caught and named by its step), batches are pinned and
 the next one is copied ahead; bf16 autocast (`train.autocast`), fused AdamW and TF32 matmuls.
-`train.compile` runs the training forward under torch.compile on any device (inductor on
-CPU too; `shapesweep.trainers.compiled`: a fresh cache per trial, graph breaks and recompiles
-counted into the result). On CPU, uncompiled and in fp32, the arithmetic is exactly that of
-a plain loop.
+`train.compile` compiles the training step block by block on any device (Inductor on CPU
+too; `shapesweep.trainers.compiled`: a fresh cache per trial, graph breaks, recompiles and
+compile seconds counted into the result); `auto` decides by the trial's length
+(`shapesweep.trainers.compile_policy`). On CPU, uncompiled and in fp32, the arithmetic is
+exactly that of a plain loop.
 
 Data parallel: run in N processes of a torch.distributed group (Ray Train's workers), the
 loop wraps the model in DDP, or shards it with FSDP2 (`parallel="fsdp"`: each rank holds
@@ -53,6 +55,7 @@ from shapesweep.search_spaces.configs import (
     config_key,
 )
 from shapesweep.trainers import checkpoint, cooldown
+from shapesweep.trainers.compile_policy import decide, peak_flops
 from shapesweep.trainers.loss_tail import LossTail
 from shapesweep.trainers.parallel import (
     check_compilable,
@@ -100,6 +103,7 @@ class TrainResult:
     compiled: bool = False
     graph_breaks: int | None = None
     recompiles: int | None = None  # graphs compiled after the forward's first call
+    compile_s: float | None = None  # seconds torch.compile spent in this trial; None: eager
     autocast_dtype: str = "none"  # bfloat16 | none
     cooldown_tokens: int = 0  # trained by cooldown branches (trainers/cooldown.py), not in `tokens`
 
@@ -163,30 +167,17 @@ def make_task(config, train: TrainConfig, data: str | None, tokenizer: str | Non
     return task, n_seq, n_seq * train.seq_len, tokens.data_hash
 
 
-def _loss(out: torch.Tensor, y: torch.Tensor, z_loss: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """(objective to minimise, the reported loss): MSE for vision, CE (+ z-loss) for LMs."""
-    if y.is_floating_point():
-        mse = F.mse_loss(out.float(), y)
-        return mse, mse
-    logits = out.float().flatten(0, 1)
-    ce = F.cross_entropy(logits, y.flatten())
-    if z_loss:
-        return ce + z_loss * torch.logsumexp(logits, -1).pow(2).mean(), ce
-    return ce, ce
-
-
 def _backward(forward, x, y, micro: int, dev, autocast, z_loss: float) -> torch.Tensor:
     """Accumulate gradients of one optimizer step's batch over micro-batches; return its
-    (objective, reported) losses as one tensor left on the device (reading it would sync)."""
+    (objective, reported) losses as one tensor left on the device (reading it would sync).
+    `forward(x, targets, z_loss)` is the model's own loss (`shapesweep.trainers.objective`),
+    a mixture of experts' load-balancing loss included in the objective."""
     objective_sum = torch.zeros((), device=dev)
     reported_sum = torch.zeros((), device=dev)
     for xs, ys in zip(x.split(micro), y.split(micro), strict=True):
         xs, ys = xs.to(dev, non_blocking=True), ys.to(dev, non_blocking=True)
         with autocast():
-            out = forward(xs)
-        objective, reported = _loss(out, ys, z_loss)
-        if hasattr(forward, "aux_loss"):  # a mixture of experts' load-balancing loss
-            objective = objective + forward.aux_loss()
+            objective, reported = forward(xs, ys, z_loss)
         weight = len(xs) / len(x)
         (objective * weight).backward()
         objective_sum += objective.detach() * weight
@@ -353,11 +344,18 @@ def train(model_config, train: TrainConfig, data: str | None = None,
         optimizer, lambda s: lr_multiplier(s, steps, train, units_per_step))
     params = [p for g in groups for p in g["params"]]
     forward = _data_parallel(model, per_step, dev) if world > 1 and not sharded else model
-    stepper = _compiled(forward) if train.compile else forward  # evaluation stays eager
+    compiling = not sharded and decide(model_config, train, dev.type, steps * units_per_step,
+                                       _peak_flops(dev)).compile
+    stepper = _compiled(model, forward, train) if compiling else forward
     dtype = autocast_dtype(train, dev)
 
     def autocast():
         return torch.autocast(dev.type, dtype=dtype) if dtype else contextlib.nullcontext()
+
+    def evaluated() -> dict[str, float]:
+        """The held-out metrics, with the compiled regions run eagerly (see `compiled`)."""
+        with _eager(compiling):
+            return evaluate(forward, task, eval_batch, dev, autocast)
 
     def optimizer_step(x, y) -> torch.Tensor:
         """One step's gradient, clipped and applied (the main run's and a cooldown branch's)."""
@@ -391,7 +389,7 @@ def train(model_config, train: TrainConfig, data: str | None = None,
         brancher = cooldown.Brancher(
             train, steps, model, optimizer, scheduler.base_lrs, optimizer_step,
             lambda step: batches(step, per_step),
-            lambda: evaluate(forward, task, eval_batch, dev, autocast),
+            evaluated,
             lambda step: lr_multiplier(step, steps, train, units_per_step))
         for step, x, y in prefetched(batches, range(start, steps), per_step, dev):
             lr_now = train.lr * lr_multiplier(step, steps, train, units_per_step)
@@ -408,7 +406,7 @@ def train(model_config, train: TrainConfig, data: str | None = None,
             train_time += time.perf_counter() - t_interval
             losses = []
             metrics = {"step": done, "tokens": done * units_per_step, "train_loss": train_loss,
-                       **evaluate(forward, task, eval_batch, dev, autocast), "lr": lr_now,
+                       **evaluated(), "lr": lr_now,
                        "elapsed_s": prior_elapsed + time.perf_counter() - t0 - reporting}
             if cooled:
                 if done in cooled:
@@ -444,23 +442,39 @@ def train(model_config, train: TrainConfig, data: str | None = None,
         weights = _full_state(model, None, sharded)[0]
     if save_dir is not None and rank == 0:
         checkpoint.save_model(save_dir, weights, model_config, train)
-    layers = (analysis.analyse(model, *analysis.sequences(task.val_x, task.val_y, model), autocast)
-              if analysed and not stopped else [])
+    with _eager(compiling):
+        layers = (analysis.analyse(model, *analysis.sequences(task.val_x, task.val_y, model),
+                                   autocast) if analysed and not stopped else [])
     result = _result(curve, prior_elapsed + time.perf_counter() - t0 - reporting, train_time,
                      params_measured, data_hash, stopped, of(model_config).lm)
     result.layers, result.train_loss_tail = layers, tail.mean()
     result.autocast_dtype = str(dtype).removeprefix("torch.") if dtype else "none"
-    if train.compile:
+    if compiling:
         for name, value in stepper.report().items():
             setattr(result, name, value)
     return result
 
 
-def _compiled(forward: torch.nn.Module):
-    """The training steps' forward under torch.compile (`shapesweep.trainers.compiled`)."""
-    from shapesweep.trainers.compiled import CompiledForward
+def _compiled(model: torch.nn.Module, forward, train: TrainConfig):
+    """The training step with `model`'s blocks and readout compiled in place
+    (`shapesweep.trainers.compiled`); `forward` is the model or its DDP wrapper."""
+    from shapesweep.trainers.compiled import CompiledStep
 
-    return CompiledForward(forward)
+    return CompiledStep(model, forward, train.compile_mode)
+
+
+def _eager(compiling: bool):
+    """Run compiled regions eagerly inside this context (evaluation, analysis)."""
+    if not compiling:
+        return contextlib.nullcontext()
+    from shapesweep.trainers.compiled import eager
+
+    return eager()
+
+
+def _peak_flops(dev: torch.device) -> float | None:
+    """The CUDA device's dense bf16 peak (`compile_policy.PEAK_TFLOPS`), None elsewhere."""
+    return peak_flops(torch.cuda.get_device_name(dev)) if dev.type == "cuda" else None
 
 
 def _process_group() -> tuple[int, int]:
@@ -483,8 +497,6 @@ def _data_parallel(model: torch.nn.Module, per_step: int, dev) -> torch.nn.Modul
         model, device_ids=[dev.index] if dev.type == "cuda" else None, broadcast_buffers=False,
         # routed experts a step's tokens never reach get no gradient
         find_unused_parameters=any(isinstance(m, MoEFFN) for m in model.modules()))
-    if hasattr(model, "aux_loss"):  # DDP does not forward attributes; `_backward` reads it
-        wrapped.aux_loss = model.aux_loss
     return wrapped
 
 

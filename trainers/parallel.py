@@ -22,10 +22,10 @@ def check_shardable(model_config) -> None:
 
 
 def check_compilable(train: Any, flag: str = "--parallel") -> None:
-    """Refuse torch.compile of an FSDP2-sharded model: FSDP2's hooks run outside dynamo's
-    graph, so a sharded model compiles block by block (each of a ><former's widths one more
-    recompile of the same forward) and what ran compiled is not what `compiled` reports."""
-    if train.compile:
+    """Refuse `compile: true` for an FSDP2-sharded model: FSDP2's hooks would be traced into
+    the blocks compiled in place (`shapesweep.trainers.compiled`). `auto` runs such a model
+    eagerly."""
+    if train.compile is True:
         raise UserError("fsdp cannot run a recipe with compile: true (a sharded model's hooks "
                         "stay out of torch.compile's graph); use --parallel ddp, or compile: "
                         "false", key=flag)

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 import torch
 import torch.nn.functional as F
 from shapesweep.trainers.mup import Base, InitMode, Rule, linear_rules
+from shapesweep.trainers.objective import mse_loss
 from torch import nn
 
 from shapesweep.families.vision_mlp import VisionMLPConfig
@@ -50,12 +51,22 @@ class VisionMLP(nn.Module):
         self.w_out = nn.Linear(c.d_z, c.d_out, bias=c.bias)
         self.output_mult = 1.0  # muP's head multiplier (set by shapesweep.trainers.mup.configure)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, targets: torch.Tensor | None = None, z_loss: float = 0.0):
+        """The images [B, d_out]; given `targets`, the training (MSE, MSE) instead (`z_loss`
+        is the LMs' and ignored)."""
         z = self.w_in(x)
         for block in self.blocks:
             z = block(z)
+        return self.decode(z) if targets is None else self.objective(z, targets, z_loss)
+
+    def decode(self, z: torch.Tensor) -> torch.Tensor:
         out = self.w_out(z)
         return out * self.output_mult if self.output_mult != 1.0 else out
+
+    def objective(self, z: torch.Tensor, targets: torch.Tensor,
+                  z_loss: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
+        """(MSE, MSE) of the head's output: compiled as one region with the head."""
+        return mse_loss(self.decode(z), targets)
 
 
 def init_rules(model: VisionMLP, mode: InitMode, base: Base) -> Iterator[Rule]:
