@@ -1,31 +1,28 @@
-"""Training-step benchmark of the GPU recipe (torch.compile, and bf16 autocast on CUDA) on
-the sweep's real shapes: the loop next to a plain loop, and compiled next to eager.
+"""The GPU path measured within a time budget: the sweep's real shapes, most important first.
 
-On CUDA, for hourglass-ffn's 113M pair (conventional 768x12 d_h 3072, hourglass k=4 1032x12
-d_h 418; vocab 50304, seq 2048) and the 500M ><former pair of `vformer-shapes-500m`
-(constant width and its first bottleneck candidate, at the space's seq_len): tokens/s, MFU,
-peak memory, the ratio of `shapesweep.trainers.loop.train` to the plain PyTorch loop of
-`bench_train_step` on the same model, set up and compiled the same way, and the ratio of the
-loop compiled to the loop eager. Each pair alternates (ABBA), several repeats, medians.
-MFU follows PaLM: `account(config).flops_per_token` x tokens/s / the device's dense bf16
-peak (`PEAK_TFLOPS` by device name, or --peak-tflops). Each row also says what torch.compile
-did in the loop's runs (`compiled`, graph breaks, recompiles).
+In priority order, each item started only while the budget leaves room for it, each line
+printed (and flushed) as soon as it is measured, so a run cut short still says what it found:
 
-On CPU (`--device cpu`, the default without CUDA) the same measurement runs on a small LM
-(conventional 128x4, d_h 512, seq 128; one torch thread, process CPU time, Inductor's C++
-kernels, no autocast): the figures that can be had without a GPU, and the CUDA path's twin.
+1. the 113M baseline of `hourglass-fixed-attention-113m` (conventional 768x12, d_h 3072, vocab
+   100,352, untied) with the space's own recipe (z-loss 1e-5, grad clip 1.0), compiled:
+   tokens/s, MFU, peak memory, compile seconds; `shapesweep.trainers.loop.train` over the
+   plain compiled loop of `bench_train_step` (ABBA pairs), and compiled over eager;
+2. the hourglass k 8 (d_h 384) of the same space: the same figures, one of each;
+3. the 500M ><former pair of `vformer-shapes-500m` (constant and first bottleneck);
+4. a mixture of experts (`vformer-moe-small`'s bottleneck) compiled against eager;
+5. `--sweep`: one real `shapesweep run` of two short 113M trials, compile seconds per trial.
 
-`--sweep` also runs one real `shapesweep run` of a few short trials (two shapes, two seeds
-each, one at a time) and prints per trial: start-up (Ray, actor, data), the first
-interval's compile time, and steady throughput; a repeated shape should compile faster
-(the shared Inductor cache, `shapesweep.trainers.compiled.compile_cache`).
+MFU follows PaLM: `account(config).flops_per_token` x tokens/s over the device's dense bf16
+peak (`compile_policy.PEAK_TFLOPS` by device name, or --peak-tflops). The micro-batch is
+16,384 tokens (8 x 2048, 4 x 4096), as the first H200 measurement (docs/gpu.md). Inductor's
+cache is one folder for the whole run (`TORCHINDUCTOR_CACHE_DIR`, default under the shapesweep
+cache), so a shape compiled once is not compiled again by a later repeat.
 
-`--quick` runs tiny shapes and few steps (its test traces them with dynamo alone:
-TORCH_COMPILE_OVERRIDE_BACKENDS=">=0:eager"). On a GPU machine, all of it is one command,
-`.venv/bin/python benchmarks/bench_gpu.py --sweep` (docs/gpu.md).
+On CPU (`--device cpu`, the default without CUDA) the same items run on tiny stand-ins
+(`--quick`) or a small LM: the code path checked, not a figure to quote.
 
-    .venv/bin/python benchmarks/bench_gpu.py [--quick] [--device cuda|cpu] [--peak-tflops T]
-                                             [--repeats N] [--sweep]
+    python benchmarks/bench_gpu.py [--budget-s 480] [--quick] [--device cuda|cpu]
+                                   [--peak-tflops T] [--repeats N] [--sweep]
 """
 
 from __future__ import annotations
@@ -33,99 +30,153 @@ from __future__ import annotations
 import argparse
 import tempfile
 import time
+import traceback
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
 from bench_sweep_overhead import DEPTHS, overhead_space
-from bench_train_step import ours_tokens_per_s, paired_ratio, peak_flops, plain_tokens_per_s
+from bench_train_step import ours_tokens_per_s, paired_ratio, plain_tokens_per_s
 from shapesweep.search_spaces.accounting import account
 from shapesweep.search_spaces.configs import TrainConfig, make_config
+from shapesweep.trainers.compile_policy import peak_flops
 
-SEQ_113M = 2048
-TOKENS_PER_MICRO_BATCH = 16384  # 8 x 2048 or 4 x 4096: fits an 80 GB GPU at 500M, vocab 100k
+TOKENS_PER_MICRO_BATCH = 16384  # 8 x 2048 or 4 x 4096: the first H200 run's micro-batch
 
 
-def vformer_pair(space_name: str):
-    """(constant, first bottleneck) candidates of a built-in ><former space, and its seq_len."""
+class Budget:
+    """Seconds left of the run's budget; an item starts only if its estimate fits."""
+
+    def __init__(self, seconds: float):
+        self.end = time.monotonic() + seconds
+
+    def left(self) -> float:
+        return self.end - time.monotonic()
+
+    def allows(self, estimate_s: float) -> bool:
+        return self.left() >= estimate_s
+
+
+def say(line: str) -> None:
+    print(line, flush=True)
+
+
+def space_candidates(name: str) -> tuple[list, TrainConfig]:
+    """A built-in space's candidates and its recipe (the baseline's)."""
     from shapesweep.search_spaces.solver import plan
     from shapesweep.search_spaces.space import load_space
 
-    space = load_space(space_name)
+    space = load_space(name)
     candidates = plan(space).candidates
-    pick = {shape: next(c.config for c in candidates if c.config.shape == shape)
-            for shape in ("constant", "bottleneck")}
-    return pick, space.train.seq_len
+    return candidates, space.train_for(candidate=candidates[0])
 
 
-def shapes(quick: bool, device: str) -> list[tuple[str, object, int]]:
-    """(name, config, seq_len) of each benchmarked shape; tiny stand-ins with --quick, one
-    small LM on CPU."""
-    if device == "cpu" and not quick:
-        return [("conventional 128x4 d_h 512", make_config(dict(
-            family="conventional", d_model=128, n_layers=4, n_heads=4, d_h=512)), 128)]
-    if quick:
+def shapes(quick: bool, device: str) -> list[tuple[str, object, TrainConfig, float]]:
+    """(name, config, recipe, estimated seconds on the device) of each measured shape, in
+    priority order; tiny stand-ins with --quick, one small LM on CPU."""
+    if quick or device == "cpu":
         lm = dict(vocab_size=256, n_heads=2)
-        pair = [("conventional tiny", make_config(dict(family="conventional", d_model=32,
-                                                       n_layers=2, d_h=128, **lm)), 64),
-                ("hourglass tiny k=2", make_config(dict(family="hourglass", d_model=32, n_layers=2,
-                                                        d_h=16, k=2, **lm)), 64)]
-        vformer, seq = vformer_pair("vformer-shapes-small")
-    else:
-        lm = dict(vocab_size=50304, n_heads=12, n_layers=12)
-        pair = [("conventional 113M 768x12 d_h 3072",
-                 make_config(dict(family="conventional", d_model=768, d_h=3072, **lm)), SEQ_113M),
-                ("hourglass 113M 1032x12 k=4 d_h 418",
-                 make_config(dict(family="hourglass", d_model=1032, d_h=418, k=4, **lm)), SEQ_113M)]
-        vformer, seq = vformer_pair("vformer-shapes-500m")
-    scale = "tiny" if quick else "500M"
-    return pair + [(f"><former {scale} {shape}", config, seq) for shape, config in vformer.items()]
+        recipe = TrainConfig(seq_len=64, batch_tokens=256, micro_batch_size=2, lr=1e-3,
+                             z_loss=1e-5, grad_clip=1.0, steps=1)
+        shapes = [("conventional tiny", dict(family="conventional", d_model=32, n_layers=2,
+                                             d_h=128, **lm)),
+                  ("hourglass tiny k=2", dict(family="hourglass", d_model=32, n_layers=2,
+                                              d_h=16, k=2, **lm))]
+        vformer, _ = space_candidates("vformer-shapes-small")
+        out = [(name, make_config(fields), recipe, 60.0) for name, fields in shapes]
+        return out + [(f"><former tiny {c.config.shape}", c.config,
+                       recipe.model_copy(update={"seq_len": 64}), 60.0)
+                      for c in _pair(vformer)]
+    fixed, recipe = space_candidates("hourglass-fixed-attention-113m")
+    baseline = next(c.config for c in fixed if c.config.family == "conventional")
+    k8 = next(c.config for c in fixed if getattr(c.config, "k", None) == 8)
+    micro = TOKENS_PER_MICRO_BATCH // recipe.seq_len
+    recipe_113m = recipe.model_copy(update={"batch_tokens": TOKENS_PER_MICRO_BATCH,
+                                            "micro_batch_size": micro, "compile": True})
+    vformer, vrecipe = space_candidates("vformer-shapes-500m")
+    recipe_500m = vrecipe.model_copy(update={
+        "batch_tokens": TOKENS_PER_MICRO_BATCH, "micro_batch_size":
+        TOKENS_PER_MICRO_BATCH // vrecipe.seq_len, "compile": True})
+    return [("113M baseline conventional 768x12 d_h 3072", baseline, recipe_113m, 150.0),
+            (f"113M hourglass 768x12 k 8 d_h {k8.d_h}", k8, recipe_113m, 100.0),
+            *((f"500M ><former {c.config.shape}", c.config, recipe_500m, 100.0)
+              for c in _pair(vformer))]
 
 
-def measure(config, seq_len: int, device: str, quick: bool, repeats: int, peak: float | None):
-    """One shape, compiled: loop and plain tokens/s (median of alternating repeats), their
-    ratio, MFU, memory; then the loop compiled vs eager."""
+def _pair(candidates) -> list:
+    """The constant-width candidate and the first bottleneck of a ><former space."""
+    return [next(c for c in candidates if c.config.shape == shape)
+            for shape in ("constant", "bottleneck")]
+
+
+def measure(config, recipe: TrainConfig, device: str, quick: bool, repeats: int,
+            peak: float | None, full: bool) -> dict[str, str]:
+    """One shape, compiled with its recipe: the loop's tokens/s, MFU, memory and compile
+    seconds; with `full`, the loop over the plain compiled loop (`repeats` ABBA pairs) and
+    compiled over eager, else one plain and one eager run beside it."""
     cuda = device == "cuda"
-    micro = max(1, (256 if quick else TOKENS_PER_MICRO_BATCH if cuda else 2048) // seq_len)
-    recipe = TrainConfig(seq_len=seq_len, batch_tokens=micro * seq_len, micro_batch_size=micro,
-                         lr=1e-3, eval_tokens=seq_len, compile=True, steps=1)
-    warmup, measured = (2, 4) if quick else (10, 30)
+    warmup, measured = (2, 4) if quick else (8, 30)
     clock = time.perf_counter if cuda else time.process_time
-    memory = {"loop": [], "plain": []}
-    compiled_runs = []
+    runs, memory = [], []
 
-    def peak_memory(side, run):
+    def peak_memory(run: Callable[[], float]) -> Callable[[], float]:
         def wrapped():
             if cuda:
                 torch.cuda.empty_cache()
                 torch.cuda.reset_peak_memory_stats()
             value = run()
             if cuda:
-                memory[side].append(torch.cuda.max_memory_allocated())
+                memory.append(torch.cuda.max_memory_allocated())
             return value
         return wrapped
 
-    def loop(recipe):
-        return lambda: ours_tokens_per_s(config, recipe, warmup, measured, device, clock,
-                                         compiled_runs if recipe.compile else None)
+    def loop(compile_: bool):
+        return lambda: ours_tokens_per_s(config, recipe.model_copy(update={"compile": compile_}),
+                                         warmup, measured, device, clock, runs)
 
-    ratio, low, high, ours, plain = paired_ratio(
-        peak_memory("loop", loop(recipe)),
-        peak_memory("plain", lambda: plain_tokens_per_s(config, recipe, warmup, measured, device,
-                                                        clock)), repeats)
-    speedup, speedup_low, speedup_high, _, eager = paired_ratio(
-        loop(recipe), loop(recipe.model_copy(update={"compile": False})), repeats)
-    flops = account(config, seq_len).flops_per_token
-    did = {(r.compiled, r.graph_breaks, r.recompiles, r.autocast_dtype) for r in compiled_runs}
-    return {"tokens/s": f"{ours:,.0f}", "plain tokens/s": f"{plain:,.0f}",
-            "ratio": f"{ratio:.3f} [{low:.2f}-{high:.2f}]",
+    def plain():
+        return plain_tokens_per_s(config, recipe, warmup, measured, device, clock)
+
+    if full:
+        ratio, low, high, ours, base = paired_ratio(peak_memory(loop(True)), plain, repeats)
+        speedup, s_low, s_high, _, eager = paired_ratio(loop(True), loop(False), repeats)
+    else:  # one of each
+        ours, base, eager = peak_memory(loop(True))(), plain(), loop(False)()
+        ratio = low = high = ours / base
+        speedup = s_low = s_high = ours / eager
+    flops = account(config, recipe.seq_len).flops_per_token
+    compiled = [r for r in runs if r.compiled]
+    return {"tokens/s": f"{ours:,.0f}", "MFU": f"{flops * ours / peak:.1%}" if peak else "n/a",
+            "plain tokens/s": f"{base:,.0f}", "loop/plain": f"{ratio:.3f} [{low:.2f}-{high:.2f}]",
             "eager tokens/s": f"{eager:,.0f}",
-            "compiled/eager": f"{speedup:.3f} [{speedup_low:.2f}-{speedup_high:.2f}]",
-            "MFU": f"{flops * ours / peak:.1%}" if peak else "n/a (no peak for this device)",
-            "peak memory": (f"{max(memory['loop']) / 2**30:.1f} GiB (plain "
-                            f"{max(memory['plain']) / 2**30:.1f})") if cuda else "n/a (CPU)",
-            "micro-batch": f"{micro} x {seq_len}",
-            "compile": "; ".join(f"compiled {c}, {b} graph breaks, {r} recompiles, autocast {a}"
-                                 for c, b, r, a in sorted(did, key=str))}
+            "compiled/eager": f"{speedup:.3f} [{s_low:.2f}-{s_high:.2f}]",
+            "peak memory": f"{max(memory) / 2**30:.1f} GiB" if memory else "n/a (CPU)",
+            "compile s": ", ".join(f"{r.compile_s:.1f}" for r in compiled),
+            "micro-batch": f"{recipe.micro_batch_size} x {recipe.seq_len}",
+            "compile": "; ".join(sorted({f"{r.graph_breaks} graph breaks, {r.recompiles} "
+                                         f"recompiles, autocast {r.autocast_dtype}"
+                                         for r in compiled}))}
+
+
+def moe_compiles(device: str, quick: bool) -> str:
+    """A mixture of experts (vformer-moe-small's bottleneck) trained compiled and eager on the
+    same seed: both val losses, or the compiled run's error."""
+    from shapesweep.trainers.loop import train
+
+    candidates, recipe = space_candidates("vformer-moe-small")
+    config = _pair(candidates)[1].config
+    recipe = recipe.model_copy(update={"steps": 8 if quick else 60, "tokens": None,
+                                       "eval_every": 8 if quick else 60,
+                                       "eval_tokens": recipe.seq_len * 8})
+    eager = train(config, recipe.model_copy(update={"compile": False}), device=device)
+    try:
+        compiled = train(config, recipe.model_copy(update={"compile": True}), device=device)
+    except Exception as error:  # the finding is the error itself
+        tail = traceback.format_exc().strip().splitlines()[-3:]
+        return f"compiled run failed: {type(error).__name__}: {error} | " + " | ".join(tail)
+    return (f"eager val_loss {eager.val_loss:.4f}, compiled {compiled.val_loss:.4f} "
+            f"(diff {compiled.val_loss - eager.val_loss:+.4f}), compile {compiled.compile_s:.1f} s, "
+            f"{compiled.graph_breaks} graph breaks, {compiled.recompiles} recompiles")
 
 
 def tiny_space(tokens: int) -> dict:
@@ -147,16 +198,16 @@ def sweep_space(quick: bool, steps: int) -> dict:
     space.update(name="bench-gpu-sweep", budget={
         "non_embedding_params": account(conventional).params_non_embedding, "tolerance": 0.05},
         fixed={"d_model": 768, "n_heads": 12, "vocab_size": 50304}, search={"n_layers": [11, 12]})
-    space["train"].update(seq_len=SEQ_113M, batch_tokens=TOKENS_PER_MICRO_BATCH,
-                          micro_batch_size=TOKENS_PER_MICRO_BATCH // SEQ_113M, lr=1e-3,
-                          eval_tokens=SEQ_113M, eval_every=max(1, steps // 4), compile=True)
+    space["train"].update(seq_len=2048, batch_tokens=TOKENS_PER_MICRO_BATCH,
+                          micro_batch_size=TOKENS_PER_MICRO_BATCH // 2048, lr=1e-3,
+                          eval_tokens=2048, eval_every=max(1, steps // 4), compile=True)
     return space
 
 
 def time_sweep(quick: bool, device: str) -> list[str]:
     """Run one real sweep (FIFO, one trial at a time) and read the timings back from its store."""
     import yaml
-    from shapesweep.results.store import load_curves, load_trials
+    from shapesweep.results.store import load_trials
     from shapesweep.sweep.cli import main as shapesweep
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -165,38 +216,37 @@ def time_sweep(quick: bool, device: str) -> list[str]:
         root = str(Path(tmp) / "sweeps")
         start = time.perf_counter()
         code = shapesweep(["run", str(space_path), "--root", root, "--scheduler", "fifo",
-                           "--max-concurrent", "1", "--seeds", "0,1", "--no-progress",
+                           "--max-concurrent", "1", "--seeds", "1", "--no-progress",
                            "--gpus-per-trial", "1" if device == "cuda" else "0"])
         wall = time.perf_counter() - start
         if code != 0:
-            raise SystemExit(f"shapesweep run failed (exit {code})")
+            return [f"sweep: shapesweep run failed (exit {code})"]
         trials = load_trials(root).sort_values("finished_at")
-        curves = load_curves(root)
-    lines = [f"sweep: {len(trials)} trials in {wall:.1f} s wall, start-up "
-             f"{(wall - trials.wall_time_s.sum()) / len(trials):.1f} s/trial (Ray, actors, data)"]
-    for trial in trials.itertuples():
-        curve = curves[curves.trial_id == trial.trial_id].sort_values("step")
-        first, last = curve.iloc[0], curve.iloc[-1]
-        steady = (last.tokens - first.tokens) / max(last.elapsed_s - first.elapsed_s, 1e-9)
-        compile_s = max(0.0, first.elapsed_s - first.tokens / steady)
-        lines.append(f"  trial n_layers={trial.n_layers} seed={trial.seed}: first interval "
-                     f"{first.elapsed_s:.1f} s (compile ~{compile_s:.1f} s), steady "
-                     f"{steady:,.0f} tok/s, trial {trial.wall_time_s:.1f} s; compiled "
-                     f"{trial.compiled}, {trial.graph_breaks} graph breaks, {trial.recompiles} "
-                     f"recompiles, autocast {trial.autocast_dtype}")
+    lines = [f"sweep: {len(trials)} trials in {wall:.1f} s wall"]
+    lines += [f"  trial n_layers={t.n_layers}: {t.wall_time_s:.1f} s, compile {t.compile_s:.1f} s, "
+              f"{t.tokens_per_s:,.0f} tok/s, {t.graph_breaks} graph breaks, {t.recompiles} "
+              "recompiles" for t in trials.itertuples()]
     return lines
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--budget-s", type=float, default=480.0,
+                        help="stop starting new items once this many seconds have passed "
+                             "(default 480: one 10-minute command with room to spare)")
     parser.add_argument("--quick", action="store_true", help="tiny shapes, few steps (CPU test)")
     parser.add_argument("--device", choices=("cuda", "cpu"),
                         default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--peak-tflops", type=float, default=None,
-                        help="dense bf16 peak of this device (default: PEAK_TFLOPS by its name)")
-    parser.add_argument("--repeats", type=int, default=None, help="alternating repeats per shape")
+                        help="dense bf16 peak of this device (default: by its name)")
+    parser.add_argument("--repeats", type=int, default=2,
+                        help="ABBA pairs for the first shape (default 2)")
     parser.add_argument("--sweep", action="store_true", help="also time one real shapesweep run")
     args = parser.parse_args()
+    budget = Budget(args.budget_s)
+    from shapesweep.trainers.compiled import compile_cache
+
+    cache = compile_cache()
     if args.device == "cuda":
         torch.set_float32_matmul_precision("high")  # as the loop does; the plain loop too
         name = torch.cuda.get_device_name()
@@ -205,14 +255,28 @@ def main() -> None:
         name = "CPU"
     peak = args.peak_tflops * 1e12 if args.peak_tflops else (
         peak_flops(name) if args.device == "cuda" else None)
-    repeats = args.repeats or (2 if args.quick else 4)
-    print(f"device: {name}, peak {peak / 1e12:.0f} TFLOP/s" if peak else f"device: {name}")
-    for shape, config, seq_len in shapes(args.quick, args.device):
-        row = measure(config, seq_len, args.device, args.quick, repeats, peak)
-        print(f"{shape}: " + ", ".join(f"{key} {value}" for key, value in row.items()))
+    say(f"device: {name}, torch {torch.__version__}, peak "
+        f"{peak / 1e12:.0f} TFLOP/s" if peak else f"device: {name}, torch {torch.__version__}")
+    say(f"budget {args.budget_s:.0f} s; inductor cache {cache}")
+    for i, (shape, config, recipe, estimate) in enumerate(shapes(args.quick, args.device)):
+        if not budget.allows(estimate):
+            say(f"{shape}: skipped ({budget.left():.0f} s left of the budget, ~{estimate:.0f} s needed)")
+            continue
+        started = time.monotonic()
+        row = measure(config, recipe, args.device, args.quick, args.repeats, peak, full=i == 0)
+        say(f"{shape}: " + ", ".join(f"{key} {value}" for key, value in row.items())
+            + f" ({time.monotonic() - started:.0f} s)")
+    if budget.allows(30.0):
+        say(f"mixture of experts, compiled vs eager: {moe_compiles(args.device, args.quick)}")
+    else:
+        say("mixture of experts: skipped (budget)")
     if args.sweep:
-        for line in time_sweep(args.quick, args.device):
-            print(line)
+        if budget.allows(120.0 if args.device == "cuda" else 30.0):
+            for line in time_sweep(args.quick, args.device):
+                say(line)
+        else:
+            say("sweep: skipped (budget)")
+    say(f"done, {budget.left():.0f} s of the budget left")
 
 
 if __name__ == "__main__":

@@ -28,17 +28,10 @@ import torch
 import torch.nn.functional as F
 from shapesweep.search_spaces.accounting import account
 from shapesweep.search_spaces.configs import TrainConfig, make_config
+from shapesweep.trainers.compile_policy import peak_flops
 from shapesweep.trainers.loop import autocast_dtype, make_task, train
 from shapesweep.trainers.models import build_model
 from shapesweep.trainers.mup import configure
-
-# Dense bf16 peak TFLOP/s by (a substring of) the CUDA device name, most specific first.
-PEAK_TFLOPS = {"H100 PCIe": 756, "H100": 989, "H200": 989, "A100": 312}
-
-
-def peak_flops(device_name: str) -> float | None:
-    """The device's dense bf16 peak in FLOP/s, or None for a device not in PEAK_TFLOPS."""
-    return next((t * 1e12 for name, t in PEAK_TFLOPS.items() if name in device_name), None)
 
 
 def synchronize(device: str) -> None:

@@ -123,20 +123,34 @@ def test_compile_cache_is_shared_and_overridable(monkeypatch, tmp_path):
     assert compile_cache() == str(tmp_path / "mine")
 
 
+@pytest.mark.slow
 def test_bench_gpu_quick_on_cpu():
-    """The GPU benchmark's CPU mode prints every field for the four shapes (no timing checks),
-    compiled as on CUDA (traced by dynamo and run by eager ops here, to keep it quick)."""
+    """The GPU benchmark's CPU mode prints every field for the four shapes and the mixture of
+    experts within its budget (no timing checks), compiled as on CUDA (traced by dynamo and
+    run by eager ops here, to keep it quick)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "TORCH_COMPILE_OVERRIDE_BACKENDS": ">=0:eager"}
     out = subprocess.run([sys.executable, "benchmarks/bench_gpu.py", "--quick", "--device", "cpu",
-                          "--repeats", "1", "--peak-tflops", "1"], cwd=ROOT, env=env,
-                         capture_output=True, text=True, timeout=300, check=True).stdout
+                          "--repeats", "1", "--peak-tflops", "1", "--budget-s", "900"], cwd=ROOT,
+                         env=env, capture_output=True, text=True, timeout=900, check=True).stdout
     lines = [line for line in out.splitlines() if ": tokens/s " in line]
     assert [line.split(":")[0] for line in lines] == [
         "conventional tiny", "hourglass tiny k=2", "><former tiny constant",
         "><former tiny bottleneck"]
     for line in lines:
-        for field in ("plain tokens/s", "ratio", "eager tokens/s", "compiled/eager", "MFU",
-                      "peak memory n/a (CPU)", "micro-batch"):
+        for field in ("plain tokens/s", "loop/plain", "eager tokens/s", "compiled/eager", "MFU",
+                      "peak memory n/a (CPU)", "compile s ", "micro-batch",
+                      "compile 0 graph breaks, 0 recompiles, autocast none"):
             assert field in line
-        assert line.endswith("compile compiled True, 0 graph breaks, 0 recompiles, autocast none")
         assert "MFU n/a" not in line  # --peak-tflops gives a number
+    assert "mixture of experts, compiled vs eager: eager val_loss" in out
+    assert out.splitlines()[-1].startswith("done, ")
+
+
+def test_bench_gpu_stops_at_its_budget():
+    """With no budget left, every item is skipped, each said in one line, and it ends cleanly."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    out = subprocess.run([sys.executable, "benchmarks/bench_gpu.py", "--quick", "--device", "cpu",
+                          "--budget-s", "0", "--sweep"], cwd=ROOT, env=env, capture_output=True,
+                         text=True, timeout=300, check=True).stdout
+    skipped = [line for line in out.splitlines() if "skipped" in line]
+    assert len(skipped) == 6 and out.splitlines()[-1].startswith("done, ")
