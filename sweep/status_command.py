@@ -25,7 +25,10 @@ STATUS_FORMATS = ("table", "json", "csv")
 def add_arguments_status(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("name", nargs="?", default=None, help="one sweep (default: all)")
     add_root(parser)
-    parser.add_argument("--top", type=int, default=20, help="trials to list for one sweep")
+    parser.add_argument("--top", type=int, default=20,
+                        help="trials to list for one sweep, best first (default 20; the table says how "
+                        "many it leaves out)")
+    parser.add_argument("--all", action="store_true", help="list every trial of one sweep (no --top cut)")
     # Checked in `status`, not by argparse: a bad value is then one line (argparse adds usage).
     parser.add_argument("--format", default="table",
                         help="table, json or csv: one sweep's candidates with mean, std and "
@@ -34,6 +37,10 @@ def add_arguments_status(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--baseline", default=None,
                         help="the variant the others are compared with (default: baseline, "
                         "when the sweep has it)")
+    parser.add_argument("--per", default=None, metavar="tuned",
+                        help="tuned: one sweep's candidates at every tuned value (a space's `tune:`), each "
+                        "with the paired difference to the baseline at the same value and at the "
+                        "baseline's chosen value")
     parser.add_argument("--metric", default="val_loss",
                         help="final metric to compare (val_loss; train_loss_tail, xformer's "
                         "reported loss; psnr or ssim for vision)")
@@ -54,6 +61,9 @@ def _fmt(value: Any, digits: int = 4) -> str:
 STATUS_METRICS = ("val_loss", "best_val_loss", "val_ppl", "train_loss", "train_loss_tail", "psnr", "ssim")
 
 
+PER_VIEWS = ("tuned",)
+
+
 def _check_status_args(args: argparse.Namespace) -> None:
     if args.format not in STATUS_FORMATS:
         raise UserError(f"{args.format!r} is not one of {', '.join(STATUS_FORMATS)}", key="--format")
@@ -61,6 +71,12 @@ def _check_status_args(args: argparse.Namespace) -> None:
         raise UserError(f"{args.metric!r} is not one of {', '.join(STATUS_METRICS)}", key="--metric")
     if args.name is None and args.baseline is not None:
         raise UserError("needs one sweep NAME", key="--baseline")
+    if args.per not in (None, *PER_VIEWS):
+        raise UserError(f"{args.per!r} is not one of {', '.join(PER_VIEWS)}", key="--per")
+    if args.per is not None and args.name is None:
+        raise UserError("needs one sweep NAME", key="--per")
+    if args.top < 1:
+        raise UserError(f"must be at least 1 (--all lists every trial), not {args.top}", key="--top")
 
 
 def _reduction_factor(root: str, name: str) -> float | None:
@@ -85,20 +101,22 @@ def _reduction_factor(root: str, name: str) -> float | None:
     return factor
 
 
-def _status_document(args: argparse.Namespace, trials, curves) -> dict:
-    """The one object `status NAME --format json` prints."""
+def _status_document(args: argparse.Namespace, trials, curves, running=None) -> dict:
+    """The one object `status NAME --format json` prints: every candidate the sweep plans,
+    those no trial of which has landed `pending` (`shapesweep.results.planned`)."""
+    from shapesweep.results.planned import planned_candidates
     from shapesweep.results.roles import with_seed_roles
     from shapesweep.results.stats import asha_confirmation, rank_fidelity, stable_fraction
-    from shapesweep.results.summary import comparisons
 
-    variants = set(trials["variant"].dropna())
+    planned = planned_candidates(args.root, args.name)
+    variants = set(trials["variant"].dropna()) | (set(planned["variant"].dropna()) if len(planned) else set())
     baseline = args.baseline or "baseline"
     if args.baseline is not None and baseline not in variants:
         known = ", ".join(sorted(variants)) or "none recorded"
         raise UserError(f"sweep {args.name!r} has no variant {baseline!r} (its variants: {known})",
                         key="--baseline")
     trials = with_seed_roles(trials, args.root)
-    document = comparisons(trials, args.name, args.root, args.metric, baseline)
+    document = complete_comparisons(trials, args.name, args.root, args.metric, baseline, planned, running)
     fidelity = rank_fidelity(trials, curves, args.metric)
     factor = _reduction_factor(args.root, args.name)
     return {
@@ -108,6 +126,138 @@ def _status_document(args: argparse.Namespace, trials, curves) -> dict:
         "rank_fidelity_stable_fraction": stable_fraction(fidelity) if len(fidelity) else None,
         "asha": asha_confirmation(trials, factor, args.metric) if factor else None,
     }
+
+
+def complete_comparisons(trials, name: str, root: str, metric: str, baseline: str, planned,
+                         running=None, compared=None) -> dict:
+    """`shapesweep.results.summary.comparisons` of every candidate the sweep plans (`planned`,
+    `shapesweep.results.planned.planned_candidates`): those without a landed trial listed
+    `pending`, each candidate's `missing_seeds` counting the sweep's measure seeds (a seed in
+    flight is missing until it lands), and `running_seeds`, its seeds training now
+    (`running`: `shapesweep.results.live.load_live`'s rows). `compared`: `compare`'s, when made."""
+    import pandas as pd
+    from shapesweep.results.roles import seed_roles
+    from shapesweep.results.stats import ROLE_COLUMN, compare, with_planned
+    from shapesweep.results.summary import comparisons, warnings
+
+    compared = compare(trials, metric, baseline) if compared is None else compared
+    roles = seed_roles(root, name)
+    measure = list(roles.measure) or sorted(  # a folder without its space: the seeds seen
+        {int(s) for s in trials["seed"][~trials.get(ROLE_COLUMN, pd.Series(False, index=trials.index))
+                                        .fillna(False).astype(bool)].dropna()}
+        | ({int(s) for s in running["seed"].dropna()} - set(roles.choice) if running is not None else set()))
+    if running is not None and len(running):  # a candidate only running now: pending too
+        fresh = running[~running["key"].isin(set(compared["key"]))].drop_duplicates("key")
+        planned = fresh if planned is None or planned.empty else pd.concat(
+            [planned, fresh[~fresh["key"].isin(set(planned["key"]))]], ignore_index=True)
+    if planned is not None and len(planned) or measure:
+        compared = with_planned(compared, planned if planned is not None else pd.DataFrame(), measure, baseline)
+    document = comparisons(trials, name, root, metric, baseline, compared=compared)
+    if document["baseline"] is None and any(c["variant"] == baseline for c in document["candidates"]):
+        document["baseline"] = baseline  # planned, not yet run
+        document["warnings"] = warnings(document)
+    flying: dict[str, list[int]] = {}
+    if running is not None and len(running):
+        for key, seed in zip(running["key"], running["seed"], strict=True):
+            flying.setdefault(key, []).append(int(seed))
+    for candidate in document["candidates"]:
+        candidate["running_seeds"] = sorted(flying.get(candidate["key"], []))
+        if candidate["state"] == "pending" and candidate["running_seeds"]:
+            candidate["why"], candidate["to_run"] = "its first trials are running: none has landed yet", None
+    return document
+
+
+def per_tuned_document(trials, name: str, root: str, metric: str, baseline: str) -> dict:
+    """`status NAME --per tuned --format json`: the sweep's seeds and one record per
+    (candidate, tuned value) of `shapesweep.results.stats.per_tuned` (`trials` with their seed
+    roles)."""
+    from shapesweep.results.stats import PER_TUNED_SIDES, per_tuned
+    from shapesweep.results.summary import seed_document
+
+    rows = per_tuned(trials, metric, baseline)
+    firsts = trials.drop_duplicates("key").set_index("key")
+    fields = [f"{c}_{side}" for side in PER_TUNED_SIDES for c in ("delta", "ci_low", "ci_high", "n", "verdict")]
+    records = []
+    for row in rows.to_dict("records"):
+        shape = {k: _clean(firsts.at[row["key"], k]) for k in (
+            "family", "d_model", "n_layers", *families.label_fields()) if k in firsts}
+        records.append({
+            "key": row["key"], "variant": row["variant"], **shape, "tuned": json.loads(row["tuned"]),
+            "chosen": bool(row["chosen"]), "state": row["state"], "n_seeds": int(row["n"]),
+            "seeds": row["seeds"], f"{metric}_mean": _clean(row["mean"]), f"{metric}_std": _clean(row["std"]),
+            f"choice_{metric}_mean": _clean(row["choice_mean"]), "choice_n": int(row["choice_n"]),
+            "baseline_key": _clean(row["baseline_key"]),
+            "baseline_tuned": json.loads(row["baseline_tuned"]) if isinstance(row["baseline_tuned"], str) else None,
+            **{f: (None if _clean(row[f]) is None else int(row[f]) if f.startswith("n_") else _clean(row[f]))
+               for f in fields}})
+    return {"sweep": name, "metric": metric, "per": "tuned",
+            "baseline": baseline if (trials["variant"] == baseline).any() else None,
+            **seed_document(root, name, trials), "rows": records}
+
+
+def _per_tuned_table(document: dict):
+    """`status NAME --per tuned`: each candidate at each tuned value, the baseline's rows first."""
+    from rich.table import Table
+
+    metric, baseline = document["metric"], document["baseline"] or "baseline"
+    table = Table(title=f"{document['sweep']} per tuned value: mean {metric} over the measure seeds "
+                  f"(* the candidate's chosen value)")
+    details = _varying(document["rows"])
+    for column in ("variant", "shape", "tuned", f"{metric} mean ± std (n)",
+                   f"Δ vs {baseline} at the same value [95% CI]",
+                   f"Δ vs {baseline} at its chosen value [95% CI]"):
+        table.add_column(column, overflow="fold")
+    for r in document["rows"]:
+        tuned = " ".join(f"{k}={v}" for k, v in r["tuned"].items()) + (" *" if r["chosen"] else "")
+        table.add_row(r["variant"] or r["key"], _shape(r, details), tuned or "-", per_tuned_mean_text(r, metric),
+                      per_tuned_delta_text(r, "same"), per_tuned_delta_text(r, "chosen"))
+    return table
+
+
+def per_tuned_mean_text(row: dict, metric: str) -> str:
+    """mean ± std (n), or why a tuned value has none (the choice seeds' mean apart)."""
+    if row[f"{metric}_mean"] is not None:
+        std = "-" if row[f"{metric}_std"] is None else f"{row[f'{metric}_std']:.4f}"
+        return f"{row[f'{metric}_mean']:.4f} ± {std} ({row['n_seeds']})"
+    if row["state"] == "choice only" and row[f"choice_{metric}_mean"] is not None:
+        return f"choice seeds only ({row[f'choice_{metric}_mean']:.4f}, {row['choice_n']} seeds: in no mean)"
+    return row["state"]
+
+
+def per_tuned_delta_text(row: dict, side: str) -> str:
+    """`+0.0123 [+0.0040, +0.0206] worse`, or `-` where there is no difference to make."""
+    delta = row[f"delta_{side}"]
+    if delta is None:
+        return "-"
+    if row[f"ci_low_{side}"] is None:
+        return f"{delta:+.4f} (n<2)"
+    return f"{delta:+.4f} [{row[f'ci_low_{side}']:+.4f}, {row[f'ci_high_{side}']:+.4f}] {row[f'verdict_{side}']}"
+
+
+def _per_tuned(args: argparse.Namespace, trials, console) -> int:
+    """`status NAME --per tuned` in the asked format."""
+    from shapesweep.results.roles import with_seed_roles
+
+    variants = set(trials["variant"].dropna())
+    if args.baseline is not None and args.baseline not in variants:
+        known = ", ".join(sorted(variants)) or "none recorded"
+        raise UserError(f"sweep {args.name!r} has no variant {args.baseline!r} (its variants: {known})",
+                        key="--baseline")
+    document = per_tuned_document(with_seed_roles(trials, args.root), args.name, args.root, args.metric,
+                                  args.baseline or "baseline")
+    if args.format == "json":
+        print(json.dumps(document, indent=2))
+    elif args.format == "csv":
+        write_csv([{**{k: v for k, v in r.items() if k not in ("tuned", "baseline_tuned")},
+                    **{f"tuned.{k}": v for k, v in r["tuned"].items()}} for r in document["rows"]], sys.stdout)
+    elif not document["rows"]:
+        console.print(f"{args.name}: no trial has landed yet", highlight=False)
+    else:
+        console.print(_per_tuned_table(document))
+        from shapesweep.results.summary import seeds_line
+
+        console.print(seeds_line(document), highlight=False, markup=False)
+    return 0
 
 
 def _fidelity_points(fidelity) -> list[dict]:
@@ -217,7 +367,7 @@ def _no_verdict_lines(document: dict) -> list[str]:
     without a baseline variant, where no candidate has one)."""
     details = _varying(document["candidates"])
     lines = [f"  {c['variant'] or c['key']} {_shape(c, details)} ({c['key']}): {c['why']}"
-             + (f"; run: {c['to_run']}" if c["to_run"] else "")
+             + _seeds_note(c) + (f"; run: {c['to_run']}" if c["to_run"] else "")
              for c in document["candidates"] if c["why"] and c["key"] != c["baseline_key"]
              and (document["baseline"] or c["no_verdict"] != "no baseline")]
     if document["baseline"] is None:
@@ -226,6 +376,16 @@ def _no_verdict_lines(document: dict) -> list[str]:
                      f"(its variants: {', '.join(variants) or 'none recorded'}; status "
                      f"{document['sweep']} --baseline VARIANT picks one)")
     return lines
+
+
+def _seeds_note(candidate: dict) -> str:
+    """` (seeds 0, 1 missing; 0 running)` after a pending or choosing candidate's reason."""
+    if candidate["state"] not in ("pending", "choosing"):
+        return ""
+    missing, running = candidate["missing_seeds"] or [], candidate.get("running_seeds") or []
+    parts = [f"seed{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))} missing"] if missing else []
+    parts += [f"{', '.join(map(str, running))} running"] if running else []
+    return f" ({'; '.join(parts)})" if parts else ""
 
 
 BUDGET_SHOWN = 0.01  # a budget error above this is shown beside the verdicts
@@ -334,6 +494,9 @@ def _trials_table(name: str, trials, top: int):
         table.add_column(column, overflow="fold",
                          justify="right" if column in ("seed", "val_loss", "tokens") else "left")
     ordered = trials.sort_values(["val_loss"], na_position="last").head(top)
+    if len(ordered) < len(trials):  # the title says what the table leaves out
+        table.caption = (f"the best {len(ordered)} of {len(trials)}: {len(trials) - len(ordered)} more "
+                         f"not shown (status {name} --all lists every one; --top N the best N)")
     for row in ordered.to_dict("records"):
         seed, loss, tokens = (_clean(row.get(c)) for c in ("seed", "val_loss", "tokens"))
         state = row["status"].replace("_", " ") + (f" at {human(tokens)}" if row["status"] == "stopped_early"
@@ -402,7 +565,9 @@ def status(args: argparse.Namespace) -> int:
     running = load_live(args.root, [args.name])[0]
     if record is None and trials.empty and running.empty:
         raise unknown_sweep(args.name, args.root, [*records, *live_sweeps(args.root)])
-    document = _status_document(args, trials, load_curves(args.root, [args.name], cache=cache))
+    if args.per == "tuned":
+        return _per_tuned(args, trials, console)
+    document = _status_document(args, trials, load_curves(args.root, [args.name], cache=cache), running)
     if args.format == "json":
         print(json.dumps(document, indent=2))
         return 0
@@ -425,7 +590,9 @@ def status(args: argparse.Namespace) -> int:
         reasons = _no_verdict_lines(document)
         if reasons:
             console.print("no verdict:", *reasons, sep="\n", highlight=False, markup=False)
-        short = [f"  {c['variant'] or c['key']} ({c['key']}): {c['missing']}; run: {c['to_run_missing']}"
+        short = [f"  {c['variant'] or c['key']} ({c['key']}): {c['missing']}"
+                 + (f" ({', '.join(map(str, c['running_seeds']))} running)" if c["running_seeds"] else "")
+                 + f"; run: {c['to_run_missing']}"
                  for c in document["candidates"] if c["missing"]]
         if short:
             console.print("missing seeds:", *short, sep="\n", highlight=False, markup=False)
@@ -441,5 +608,5 @@ def status(args: argparse.Namespace) -> int:
     if len(running):
         console.print(_running_table(args.name, running))
     if not trials.empty:
-        console.print(_trials_table(args.name, trials, args.top))
+        console.print(_trials_table(args.name, trials, len(trials) if args.all else args.top))
     return 0
