@@ -104,7 +104,7 @@ def _reduction_factor(root: str, name: str) -> float | None:
 def _status_document(args: argparse.Namespace, trials, curves, running=None) -> dict:
     """The one object `status NAME --format json` prints: every candidate the sweep plans,
     those no trial of which has landed `pending` (`shapesweep.results.planned`)."""
-    from shapesweep.results.planned import planned_candidates
+    from shapesweep.results.planned import complete_comparisons, planned_candidates
     from shapesweep.results.roles import with_seed_roles
     from shapesweep.results.stats import asha_confirmation, rank_fidelity, stable_fraction
 
@@ -128,76 +128,10 @@ def _status_document(args: argparse.Namespace, trials, curves, running=None) -> 
     }
 
 
-def complete_comparisons(trials, name: str, root: str, metric: str, baseline: str, planned,
-                         running=None, compared=None) -> dict:
-    """`shapesweep.results.summary.comparisons` of every candidate the sweep plans (`planned`,
-    `shapesweep.results.planned.planned_candidates`): those without a landed trial listed
-    `pending`, each candidate's `missing_seeds` counting the sweep's measure seeds (a seed in
-    flight is missing until it lands), and `running_seeds`, its seeds training now
-    (`running`: `shapesweep.results.live.load_live`'s rows). `compared`: `compare`'s, when made."""
-    import pandas as pd
-    from shapesweep.results.roles import seed_roles
-    from shapesweep.results.stats import ROLE_COLUMN, compare, with_planned
-    from shapesweep.results.summary import comparisons, warnings
-
-    compared = compare(trials, metric, baseline) if compared is None else compared
-    roles = seed_roles(root, name)
-    measure = list(roles.measure) or sorted(  # a folder without its space: the seeds seen
-        {int(s) for s in trials["seed"][~trials.get(ROLE_COLUMN, pd.Series(False, index=trials.index))
-                                        .fillna(False).astype(bool)].dropna()}
-        | ({int(s) for s in running["seed"].dropna()} - set(roles.choice) if running is not None else set()))
-    if running is not None and len(running):  # a candidate only running now: pending too
-        fresh = running[~running["key"].isin(set(compared["key"]))].drop_duplicates("key")
-        planned = fresh if planned is None or planned.empty else pd.concat(
-            [planned, fresh[~fresh["key"].isin(set(planned["key"]))]], ignore_index=True)
-    if planned is not None and len(planned) or measure:
-        compared = with_planned(compared, planned if planned is not None else pd.DataFrame(), measure, baseline)
-    document = comparisons(trials, name, root, metric, baseline, compared=compared)
-    if document["baseline"] is None and any(c["variant"] == baseline for c in document["candidates"]):
-        document["baseline"] = baseline  # planned, not yet run
-        document["warnings"] = warnings(document)
-    flying: dict[str, list[int]] = {}
-    if running is not None and len(running):
-        for key, seed in zip(running["key"], running["seed"], strict=True):
-            flying.setdefault(key, []).append(int(seed))
-    for candidate in document["candidates"]:
-        candidate["running_seeds"] = sorted(flying.get(candidate["key"], []))
-        if candidate["state"] == "pending" and candidate["running_seeds"]:
-            candidate["why"], candidate["to_run"] = "its first trials are running: none has landed yet", None
-    return document
-
-
-def per_tuned_document(trials, name: str, root: str, metric: str, baseline: str) -> dict:
-    """`status NAME --per tuned --format json`: the sweep's seeds and one record per
-    (candidate, tuned value) of `shapesweep.results.stats.per_tuned` (`trials` with their seed
-    roles)."""
-    from shapesweep.results.stats import PER_TUNED_SIDES, per_tuned
-    from shapesweep.results.summary import seed_document
-
-    rows = per_tuned(trials, metric, baseline)
-    firsts = trials.drop_duplicates("key").set_index("key")
-    fields = [f"{c}_{side}" for side in PER_TUNED_SIDES for c in ("delta", "ci_low", "ci_high", "n", "verdict")]
-    records = []
-    for row in rows.to_dict("records"):
-        shape = {k: _clean(firsts.at[row["key"], k]) for k in (
-            "family", "d_model", "n_layers", *families.label_fields()) if k in firsts}
-        records.append({
-            "key": row["key"], "variant": row["variant"], **shape, "tuned": json.loads(row["tuned"]),
-            "chosen": bool(row["chosen"]), "state": row["state"], "n_seeds": int(row["n"]),
-            "seeds": row["seeds"], f"{metric}_mean": _clean(row["mean"]), f"{metric}_std": _clean(row["std"]),
-            f"choice_{metric}_mean": _clean(row["choice_mean"]), "choice_n": int(row["choice_n"]),
-            "baseline_key": _clean(row["baseline_key"]),
-            "baseline_tuned": json.loads(row["baseline_tuned"]) if isinstance(row["baseline_tuned"], str) else None,
-            **{f: (None if _clean(row[f]) is None else int(row[f]) if f.startswith("n_") else _clean(row[f]))
-               for f in fields}})
-    return {"sweep": name, "metric": metric, "per": "tuned",
-            "baseline": baseline if (trials["variant"] == baseline).any() else None,
-            **seed_document(root, name, trials), "rows": records}
-
-
 def _per_tuned_table(document: dict):
     """`status NAME --per tuned`: each candidate at each tuned value, the baseline's rows first."""
     from rich.table import Table
+    from shapesweep.results.tuned_view import per_tuned_delta_text, per_tuned_mean_text
 
     metric, baseline = document["metric"], document["baseline"] or "baseline"
     table = Table(title=f"{document['sweep']} per tuned value: mean {metric} over the measure seeds "
@@ -214,29 +148,10 @@ def _per_tuned_table(document: dict):
     return table
 
 
-def per_tuned_mean_text(row: dict, metric: str) -> str:
-    """mean ± std (n), or why a tuned value has none (the choice seeds' mean apart)."""
-    if row[f"{metric}_mean"] is not None:
-        std = "-" if row[f"{metric}_std"] is None else f"{row[f'{metric}_std']:.4f}"
-        return f"{row[f'{metric}_mean']:.4f} ± {std} ({row['n_seeds']})"
-    if row["state"] == "choice only" and row[f"choice_{metric}_mean"] is not None:
-        return f"choice seeds only ({row[f'choice_{metric}_mean']:.4f}, {row['choice_n']} seeds: in no mean)"
-    return row["state"]
-
-
-def per_tuned_delta_text(row: dict, side: str) -> str:
-    """`+0.0123 [+0.0040, +0.0206] worse`, or `-` where there is no difference to make."""
-    delta = row[f"delta_{side}"]
-    if delta is None:
-        return "-"
-    if row[f"ci_low_{side}"] is None:
-        return f"{delta:+.4f} (n<2)"
-    return f"{delta:+.4f} [{row[f'ci_low_{side}']:+.4f}, {row[f'ci_high_{side}']:+.4f}] {row[f'verdict_{side}']}"
-
-
 def _per_tuned(args: argparse.Namespace, trials, console) -> int:
     """`status NAME --per tuned` in the asked format."""
     from shapesweep.results.roles import with_seed_roles
+    from shapesweep.results.tuned_view import per_tuned_document
 
     variants = set(trials["variant"].dropna())
     if args.baseline is not None and args.baseline not in variants:
@@ -585,14 +500,15 @@ def status(args: argparse.Namespace) -> int:
     if document["candidates"]:
         console.print(_candidates_table(document, narrow=console.width < 100))
         # wrapped at the terminal's width (status fits 80 columns), between words
-        for line in [seeds_line(document), *(f"warning: {w}" for w in document["warnings"])]:
+        hint = ([f"each candidate at every tuned value: status {args.name} --per tuned"]
+                if any(c["tuned"] for c in document["candidates"]) else [])
+        for line in [seeds_line(document), *hint, *(f"warning: {w}" for w in document["warnings"])]:
             console.print(line, highlight=False, markup=False)
         reasons = _no_verdict_lines(document)
         if reasons:
             console.print("no verdict:", *reasons, sep="\n", highlight=False, markup=False)
         short = [f"  {c['variant'] or c['key']} ({c['key']}): {c['missing']}"
-                 + (f" ({', '.join(map(str, c['running_seeds']))} running)" if c["running_seeds"] else "")
-                 + f"; run: {c['to_run_missing']}"
+                 + (f"; run: {c['to_run_missing']}" if c["to_run_missing"] else "")
                  for c in document["candidates"] if c["missing"]]
         if short:
             console.print("missing seeds:", *short, sep="\n", highlight=False, markup=False)
