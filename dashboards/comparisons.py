@@ -39,9 +39,9 @@ def comparison_tables(trials: pd.DataFrame, root: str,
     """One table per sweep of `trials` (with `shape_text`, `frames.with_derived`, and seed
     roles): {sweep, metric, seeds, warnings, columns, rows, more}; a sweep whose baselines
     are ambiguous gets its one-line problem instead. `compared`: `compare_sweeps(trials)`."""
-    from shapesweep.dashboards.frames import METRIC_LABELS
+    from shapesweep.dashboards.frames import METRIC_LABELS, shape_text
+    from shapesweep.results.planned import complete_comparisons, planned_candidates
     from shapesweep.results.summary import (
-        comparisons,
         interval_text,
         mean_text,
         seeds_line,
@@ -55,9 +55,11 @@ def comparison_tables(trials: pd.DataFrame, root: str,
             tables.append({"sweep": name, "problem": done.problem})
             continue
         group = trials[trials["sweep"] == name]
-        document = comparisons(group, name, root, metric, compared=done)
+        running = group["status"] == "running"
+        document = complete_comparisons(group[~running], name, root, metric, "baseline",  # every planned one
+                                        planned_candidates(root, name), group[running], compared=done)
         shapes = group.drop_duplicates("key").set_index("key")["shape_text"]
-        rows = [[c["variant"] or "-", shapes.get(c["key"], c["key"]), tuned_text(c), mean_text(c, metric),
+        rows = [[c["variant"] or "-", shapes.get(c["key"]) or shape_text(c), tuned_text(c), mean_text(c, metric),
                  "-" if c["key"] == c["baseline_key"] else interval_text(c), verdict_text(c),
                  str(c["seeds_for_80pct_power"] or "-"),
                  _why(c, document["baseline"] is not None)]
@@ -67,8 +69,41 @@ def comparison_tables(trials: pd.DataFrame, root: str,
             "compares with another)"]
         tables.append({"sweep": name, "metric": METRIC_LABELS[metric], "seeds": seeds_line(document),
                        "warnings": document["warnings"] + alone, "baseline": document["baseline"] is not None,
-                       "columns": COLUMNS, "rows": rows[:MAX_ROWS], "more": max(0, len(rows) - MAX_ROWS)})
+                       "columns": COLUMNS, "rows": rows[:MAX_ROWS], "more": max(0, len(rows) - MAX_ROWS),
+                       **per_tuned_table(group, name, root, metric, shapes)})
     return tables
+
+
+PER_TUNED_COLUMNS = ["variant", "shape", "tuned (* chosen)", "mean ± std (n)",
+                     "Δ vs baseline at the same value [95% CI]", "Δ vs baseline at its chosen value [95% CI]"]
+
+
+def per_tuned_table(group: pd.DataFrame, name: str, root: str, metric: str, shapes: pd.Series) -> dict:
+    """{"per_tuned": {columns, rows, more}}: the sweep's candidates at every tuned value, as
+    `status NAME --per tuned` lists them; {} for a sweep that tunes one value or none."""
+    from shapesweep.results.stats import canonical_tuned_column
+    from shapesweep.results.tuned_view import (
+        per_tuned_delta_text,
+        per_tuned_document,
+        per_tuned_mean_text,
+    )
+
+    done = group[group["status"] != "running"]
+    if done.empty or canonical_tuned_column(done["tuned_json"]).nunique() < 2:
+        return {}
+    try:
+        document = per_tuned_document(done, name, root, metric, "baseline")
+    except UserError:  # ambiguous baselines: the comparison table says so
+        return {}
+    rows = [[r["variant"] or "-", shapes.get(r["key"], r["key"]),
+             " ".join(f"{k}={v}" for k, v in r["tuned"].items()) + (" *" if r["chosen"] else ""),
+             per_tuned_mean_text(r, metric), per_tuned_delta_text(r, "same"), per_tuned_delta_text(r, "chosen")]
+            for r in document["rows"]]
+    return {"per_tuned": {"columns": PER_TUNED_COLUMNS, "rows": rows[:MAX_PER_TUNED_ROWS],
+                          "more": max(0, len(rows) - MAX_PER_TUNED_ROWS)}}
+
+
+MAX_PER_TUNED_ROWS = 120  # candidates x tuned values per table (`status NAME --per tuned` lists all)
 
 
 def _why(candidate: dict, has_baseline: bool) -> str:
@@ -77,6 +112,6 @@ def _why(candidate: dict, has_baseline: bool) -> str:
     if candidate["why"] and (has_baseline or candidate["no_verdict"] != "no baseline"):
         return candidate["why"] + (f"; run: {candidate['to_run']}" if candidate["to_run"] else "")
     if candidate["missing"]:
-        return f"{candidate['missing']}; run: {candidate['to_run_missing']}"
+        return candidate["missing"] + (f"; run: {candidate['to_run_missing']}" if candidate["to_run_missing"] else "")
     return ""
 

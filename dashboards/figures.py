@@ -175,12 +175,21 @@ def searched_figure(trials: pd.DataFrame, metric: str = "val_loss",
     dim = max(varying)[1]
     numeric = pd.api.types.is_numeric_dtype(means[dim])
     fig, n_sweeps = Figure(), means["sweep"].nunique()
+    # one line per design and each value of its discrete shape fields (hourglass k 2 and k 3 are
+    # two series, never one line through both)
+    split = [f for f in SERIES_FIELDS if f != dim and f in means
+             and (means.groupby("design")[f].nunique(dropna=True) > 1).any()]
     sweeps_per_design = means.groupby("design")["sweep"].nunique()
-    for i, ((sweep, series), group) in enumerate(means.sort_values(dim).groupby(["sweep", "design"], sort=True)):
-        c = color(series if sweeps_per_design[series] == 1 else "", i)  # two sweeps, two colours
+    ordered = means.sort_values(dim).assign(**{f: means[f].astype(object) for f in split})
+    lines = list(ordered.groupby(["sweep", "design", *split], sort=True, dropna=False))
+    lines_per_design = pd.Series([key[1] for key, _ in lines]).value_counts()
+    for i, ((sweep, series, *values), group) in enumerate(lines):
+        single = sweeps_per_design[series] == 1 and lines_per_design[series] == 1
+        c = color(series if single else "", i)  # two sweeps, or two series of a design: two colours
+        parts = [series, *(f"{f}={_plain(v)}" for f, v in zip(split, values, strict=True) if v == v and v is not None)]
         fig.add_trace(Scatter(
             x=group[dim], y=group["mean"], mode="lines+markers" if numeric else "markers",
-            name=_series_name([series], n_sweeps, sweep), marker=dict(color=c, size=8), line=dict(color=c),
+            name=_series_name(parts, n_sweeps, sweep), marker=dict(color=c, size=8), line=dict(color=c),
             error_y=error_bars(group, c), text=_spread_text(group), customdata=point_data(group),
             hovertemplate="%{customdata[1]}<br>%{y:.4g}%{text}<extra></extra>",
             meta={"rows": True, "sweep": sweep, "family": group["family"].iloc[0]}))
@@ -189,6 +198,14 @@ def searched_figure(trials: pd.DataFrame, metric: str = "val_loss",
     return layout(fig, f"Iso-budget sweep: {METRIC_LABELS[metric]} vs {dim} "
                   f"(non-embedding params {human(params.min())}–{human(params.max())})",
                   dim + (" (log)" if log else ""), METRIC_LABELS[metric], log_x=log)
+
+
+SERIES_FIELDS = ("k", "shape", "activation", "n_experts")  # discrete shape fields: a series each
+
+
+def _plain(value) -> str:
+    """A shape field's value as a legend writes it: 2, not 2.0."""
+    return f"{value:g}" if isinstance(value, float) else str(value)
 
 
 def with_input_projection(trials: pd.DataFrame) -> pd.DataFrame:
@@ -577,26 +594,34 @@ CANDIDATE_COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c5
 def learning_curves_figure(trials: pd.DataFrame, curves: pd.DataFrame) -> Figure | None:
     """Val loss (or PSNR) vs tokens for every trial: one colour per candidate (seeds share it;
     per design above MAX_CANDIDATE_CURVES candidates); stopped trials dashed and failed ones
-    dotted, each ending in a mark whose hover says why; running trials end in a dot."""
+    dotted, each ending in a mark whose hover says why; running trials end in a dot. The
+    legend groups by candidate (`legendgroup`: one click shows or hides all its curves), each
+    entry saying how many curves it draws; a candidate run at several tuned values gets a
+    group title and one entry per value."""
+    from shapesweep.families.base import tuned_text
+
     metric = "psnr" if metric_for(trials) == "psnr" and present(curves, "psnr") else "val_loss"
     if curves.empty or not present(curves, metric):
         return None
-    columns = ["row_id", "hover", "design", "status", "family", "key", "label"]
+    columns = ["row_id", "hover", "design", "status", "family", "key", "label", "tuned_json"]
     rows = trials.set_index(["sweep", "trial_id"])[columns]
     data = curves[curves[metric].notna()].join(rows, on=["sweep", "trial_id"], how="inner")
     if data.empty:
         return None
-    data = data.sort_values(["sweep", "trial_id", "tokens"])
+    data = data.assign(tuned=data["tuned_json"].map(tuned_text).fillna("")).sort_values(["sweep", "trial_id", "tokens"])
     per_candidate = data.groupby(["sweep", "key"]).ngroups <= MAX_CANDIDATE_CURVES
     series = ["sweep", "key"] if per_candidate else ["sweep", "design"]
     colours = {k: CANDIDATE_COLORS[i % len(CANDIDATE_COLORS)]
                for i, k in enumerate(data[series].drop_duplicates().itertuples(index=False, name=None))}
+    values = data.groupby(series)["tuned"].nunique() if per_candidate else None  # tuned values per candidate
     unfinished = trials[trials["status"] != "completed"]
     reasons = dict(zip(zip(unfinished["sweep"], unfinished["trial_id"], strict=True), unfinished["reason"],
                        strict=True))
     fig, n_sweeps = Figure(), data["sweep"].nunique()
     trace = _scatter(len(data))
-    for (*which, status), group in data.groupby([*series, "status"], sort=True):
+    keys = [*series, "tuned", "status"] if per_candidate else [*series, "status"]
+    for parts, group in data.groupby(keys, sort=True):
+        *which, tuned, status = parts if per_candidate else (*parts[:-1], "", parts[-1])
         sweep = which[0]
         # One trace per series: trials separated by a gap point keep 10,000 trials light.
         last = group.groupby("trial_id", sort=False).tail(1)
@@ -604,18 +629,26 @@ def learning_curves_figure(trials: pd.DataFrame, curves: pd.DataFrame) -> Figure
         joined = pd.concat([group, gaps]).sort_values(["trial_id", "tokens"], na_position="last")
         dash, opacity = STATUS_STYLES.get(status, ("solid", 1.0))
         c = colours[tuple(which)] if per_candidate or n_sweeps > 1 else color(which[1], len(fig.data))
-        label = group["label"].iloc[0] if per_candidate else group["design"].iloc[0]
-        name = _series_name([label, "" if status == "completed" else f"({status.replace('_', ' ')})"],
-                            n_sweeps, sweep)
+        head = group["label"].iloc[0] if per_candidate else group["design"].iloc[0]
+        head = head[:-len(tuned) - 1] if per_candidate and tuned and head.endswith(" " + tuned) else head
+        count = last["trial_id"].nunique()
+        what = [*([] if status == "completed" else [f"({status.replace('_', ' ')})"]),
+                f"· {count} curve{'s' if count > 1 else ''}"]
+        several = per_candidate and values[tuple(which)] > 1
+        group_name = "/".join(map(str, which))  # the candidate's (or design's) own: labels may repeat
+        name = " ".join([tuned, *what]) if several else _series_name([p for p in (head, tuned, *what) if p],
+                                                                      n_sweeps, sweep)
+        titled = dict(legendgrouptitle=dict(text=_series_name([head], n_sweeps, sweep))) if several else {}
         fig.add_trace(trace(
-            x=joined["tokens"], y=joined[metric], mode="lines", name=name, legendgroup=name,
+            x=joined["tokens"], y=joined[metric], mode="lines", name=name, legendgroup=group_name, **titled,
             line=dict(color=c, dash=dash, width=1.6), opacity=opacity, connectgaps=False,
             customdata=point_data(joined), hovertemplate="%{customdata[1]}<br>tokens %{x:.3s}: %{y:.4g}<extra></extra>", meta={"rows": True}))
         if status != "completed":
             why = [esc(reasons.get((sweep, t)) or status) for t in last["trial_id"]]
             fig.add_trace(trace(
-                x=last["tokens"], y=last[metric], mode="markers", showlegend=False, legendgroup=name, text=why,
-                marker=dict(symbol=END_MARKS.get(status, "circle"), size=9, color=c, line=dict(width=1.5, color=c)),
+                x=last["tokens"], y=last[metric], mode="markers", showlegend=False, legendgroup=group_name,
+                text=why, marker=dict(symbol=END_MARKS.get(status, "circle"), size=9, color=c,
+                                      line=dict(width=1.5, color=c)),
                 customdata=point_data(last), name=name + " end",
                 hovertemplate="<b>%{text}</b><br>%{customdata[1]}<extra></extra>", meta={"rows": True}))
     label = METRIC_LABELS[metric]
@@ -684,6 +717,9 @@ def baseline_figure(trials: pd.DataFrame, metric: str = "val_loss",
     return fig
 
 
+NO_RESOLVED_PAIR = "no resolved pair"
+
+
 def rank_fidelity_figure(trials: pd.DataFrame, curves: pd.DataFrame,
                          metric: str = "val_loss") -> Figure | None:
     """Kendall's tau between the ranking at each evaluation point and the final one
@@ -694,8 +730,10 @@ def rank_fidelity_figure(trials: pd.DataFrame, curves: pd.DataFrame,
     fig = Figure()
     for i, (sweep, group) in enumerate(fidelity.groupby("sweep")):
         stable = stable_fraction(group)
-        note = f"≥ {FIDELITY_THRESHOLD:g} from {stable:.0%} of the budget" if stable is not None \
-            else f"never stays ≥ {FIDELITY_THRESHOLD:g}"
+        # no resolved pair: no order to keep, so no tau (not a tau that never reaches 0.8)
+        note = (NO_RESOLVED_PAIR if not group["resolved_pairs"].any()
+                else f"≥ {FIDELITY_THRESHOLD:g} from {stable:.0%} of the budget" if stable is not None
+                else f"never stays ≥ {FIDELITY_THRESHOLD:g}")
         fig.add_trace(Scatter(
             x=group["budget_fraction"], y=group["kendall_tau"], mode="lines+markers",
             name=f"{esc(sweep)} ({note})", line=dict(color=color("", i), width=2),
@@ -704,6 +742,10 @@ def rank_fidelity_figure(trials: pd.DataFrame, curves: pd.DataFrame,
                           "tau %{y:.3f}<extra></extra>",
             meta={"sweep": sweep}))
     fig.add_hline(y=FIDELITY_THRESHOLD, line=dict(color="#8a6d00", dash="dash", width=1.5))
+    if not fidelity["resolved_pairs"].any():
+        fig.add_annotation(x=0.5, y=0.5, xref="paper", yref="paper", showarrow=False, font=dict(size=13),
+                           text=f"{NO_RESOLVED_PAIR}: every pair's final paired 95% interval includes zero, "
+                           "so there is no order for a short trial to keep")
     fig = layout(fig, "Rank fidelity: does a short trial rank candidates as the full run does?",
                  "fraction of the token budget", "Kendall's tau vs the final ranking")
     fig.update_xaxes(tickformat=".0%")

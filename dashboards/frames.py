@@ -154,6 +154,7 @@ def layout(fig: Figure, title: str, x: str, y: str, log_x: bool = False) -> Figu
     # The legend is a list below the plot, one entry per line, and the figure grows to hold
     # it: at any width every series stays visible (a legend that scrolls hides some).
     shown = sum(1 for t in fig.data if t.get("showlegend") is not False and t.get("name"))
+    shown += len({(t.get("legendgrouptitle") or {}).get("text") for t in fig.data} - {None})  # group titles
     legend_px = LEGEND_LINE_PX * shown + 10 if shown else 0
     fig.update_layout(title=dict(text=title, x=0.01, font=dict(size=14)), hovermode="closest",
                       height=430 + legend_px, margin=dict(l=60, r=40, t=45, b=60 + legend_px),

@@ -176,6 +176,20 @@ function drawComparisons() {  // report.build_payload's `comparisons` (dashboard
     }
     section.appendChild(table);
     if (t.more) section.appendChild(el("div", "… and " + t.more + " more (shapesweep status " + t.sweep + " lists them all)", {class: "muted"}));
+    if (t.per_tuned) {  // each candidate at every tuned value (status NAME --per tuned)
+      section.appendChild(el("h3", "Per tuned value: each candidate against the baseline at the same value and at the baseline's chosen one"));
+      const per = el("table"), top = el("tr"), rows = el("tbody");
+      for (const h of t.per_tuned.columns) top.appendChild(el("th", h));
+      per.appendChild(el("thead")).appendChild(top);
+      per.appendChild(rows);
+      for (const row of t.per_tuned.rows) {
+        const tr = el("tr");
+        for (const cell of row) tr.appendChild(el("td", cell));
+        rows.appendChild(tr);
+      }
+      section.appendChild(per);
+      if (t.per_tuned.more) section.appendChild(el("div", "… and " + t.per_tuned.more + " more (shapesweep status " + t.sweep + " --per tuned lists them all)", {class: "muted"}));
+    }
     box.appendChild(section);
   }
 }

@@ -25,7 +25,10 @@ STATUS_FORMATS = ("table", "json", "csv")
 def add_arguments_status(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("name", nargs="?", default=None, help="one sweep (default: all)")
     add_root(parser)
-    parser.add_argument("--top", type=int, default=20, help="trials to list for one sweep")
+    parser.add_argument("--top", type=int, default=20,
+                        help="trials to list for one sweep, best first (default 20; the table says how "
+                        "many it leaves out)")
+    parser.add_argument("--all", action="store_true", help="list every trial of one sweep (no --top cut)")
     # Checked in `status`, not by argparse: a bad value is then one line (argparse adds usage).
     parser.add_argument("--format", default="table",
                         help="table, json or csv: one sweep's candidates with mean, std and "
@@ -34,6 +37,10 @@ def add_arguments_status(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--baseline", default=None,
                         help="the variant the others are compared with (default: baseline, "
                         "when the sweep has it)")
+    parser.add_argument("--per", default=None, metavar="tuned",
+                        help="tuned: one sweep's candidates at every tuned value (a space's `tune:`), each "
+                        "with the paired difference to the baseline at the same value and at the "
+                        "baseline's chosen value")
     parser.add_argument("--metric", default="val_loss",
                         help="final metric to compare (val_loss; train_loss_tail, xformer's "
                         "reported loss; psnr or ssim for vision)")
@@ -54,6 +61,9 @@ def _fmt(value: Any, digits: int = 4) -> str:
 STATUS_METRICS = ("val_loss", "best_val_loss", "val_ppl", "train_loss", "train_loss_tail", "psnr", "ssim")
 
 
+PER_VIEWS = ("tuned",)
+
+
 def _check_status_args(args: argparse.Namespace) -> None:
     if args.format not in STATUS_FORMATS:
         raise UserError(f"{args.format!r} is not one of {', '.join(STATUS_FORMATS)}", key="--format")
@@ -61,6 +71,12 @@ def _check_status_args(args: argparse.Namespace) -> None:
         raise UserError(f"{args.metric!r} is not one of {', '.join(STATUS_METRICS)}", key="--metric")
     if args.name is None and args.baseline is not None:
         raise UserError("needs one sweep NAME", key="--baseline")
+    if args.per not in (None, *PER_VIEWS):
+        raise UserError(f"{args.per!r} is not one of {', '.join(PER_VIEWS)}", key="--per")
+    if args.per is not None and args.name is None:
+        raise UserError("needs one sweep NAME", key="--per")
+    if args.top < 1:
+        raise UserError(f"must be at least 1 (--all lists every trial), not {args.top}", key="--top")
 
 
 def _reduction_factor(root: str, name: str) -> float | None:
@@ -85,20 +101,22 @@ def _reduction_factor(root: str, name: str) -> float | None:
     return factor
 
 
-def _status_document(args: argparse.Namespace, trials, curves) -> dict:
-    """The one object `status NAME --format json` prints."""
+def _status_document(args: argparse.Namespace, trials, curves, running=None) -> dict:
+    """The one object `status NAME --format json` prints: every candidate the sweep plans,
+    those no trial of which has landed `pending` (`shapesweep.results.planned`)."""
+    from shapesweep.results.planned import complete_comparisons, planned_candidates
     from shapesweep.results.roles import with_seed_roles
     from shapesweep.results.stats import asha_confirmation, rank_fidelity, stable_fraction
-    from shapesweep.results.summary import comparisons
 
-    variants = set(trials["variant"].dropna())
+    planned = planned_candidates(args.root, args.name)
+    variants = set(trials["variant"].dropna()) | (set(planned["variant"].dropna()) if len(planned) else set())
     baseline = args.baseline or "baseline"
     if args.baseline is not None and baseline not in variants:
         known = ", ".join(sorted(variants)) or "none recorded"
         raise UserError(f"sweep {args.name!r} has no variant {baseline!r} (its variants: {known})",
                         key="--baseline")
     trials = with_seed_roles(trials, args.root)
-    document = comparisons(trials, args.name, args.root, args.metric, baseline)
+    document = complete_comparisons(trials, args.name, args.root, args.metric, baseline, planned, running)
     fidelity = rank_fidelity(trials, curves, args.metric)
     factor = _reduction_factor(args.root, args.name)
     return {
@@ -108,6 +126,53 @@ def _status_document(args: argparse.Namespace, trials, curves) -> dict:
         "rank_fidelity_stable_fraction": stable_fraction(fidelity) if len(fidelity) else None,
         "asha": asha_confirmation(trials, factor, args.metric) if factor else None,
     }
+
+
+def _per_tuned_table(document: dict):
+    """`status NAME --per tuned`: each candidate at each tuned value, the baseline's rows first."""
+    from rich.table import Table
+    from shapesweep.results.tuned_view import per_tuned_delta_text, per_tuned_mean_text
+
+    metric, baseline = document["metric"], document["baseline"] or "baseline"
+    table = Table(title=f"{document['sweep']} per tuned value: mean {metric} over the measure seeds "
+                  f"(* the candidate's chosen value)")
+    details = _varying(document["rows"])
+    for column in ("variant", "shape", "tuned", f"{metric} mean ± std (n)",
+                   f"Δ vs {baseline} at the same value [95% CI]",
+                   f"Δ vs {baseline} at its chosen value [95% CI]"):
+        table.add_column(column, overflow="fold")
+    for r in document["rows"]:
+        tuned = " ".join(f"{k}={v}" for k, v in r["tuned"].items()) + (" *" if r["chosen"] else "")
+        table.add_row(r["variant"] or r["key"], _shape(r, details), tuned or "-", per_tuned_mean_text(r, metric),
+                      per_tuned_delta_text(r, "same"), per_tuned_delta_text(r, "chosen"))
+    return table
+
+
+def _per_tuned(args: argparse.Namespace, trials, console) -> int:
+    """`status NAME --per tuned` in the asked format."""
+    from shapesweep.results.roles import with_seed_roles
+    from shapesweep.results.tuned_view import per_tuned_document
+
+    variants = set(trials["variant"].dropna())
+    if args.baseline is not None and args.baseline not in variants:
+        known = ", ".join(sorted(variants)) or "none recorded"
+        raise UserError(f"sweep {args.name!r} has no variant {args.baseline!r} (its variants: {known})",
+                        key="--baseline")
+    document = per_tuned_document(with_seed_roles(trials, args.root), args.name, args.root, args.metric,
+                                  args.baseline or "baseline")
+    if args.format == "json":
+        print(json.dumps(document, indent=2))
+    elif args.format == "csv":
+        write_csv([{**{k: v for k, v in r.items() if k not in ("tuned", "baseline_tuned")},
+                    **{f"tuned.{k}": v for k, v in r["tuned"].items()}} for r in document["rows"]], sys.stdout)
+    elif not document["rows"]:
+        console.print(f"{args.name}: no trial has landed yet", highlight=False)
+    else:
+        console.print(_per_tuned_table(document))
+        from shapesweep.results.summary import seeds_line
+
+        console.print(seeds_line(document), highlight=False, markup=False)
+    return 0
 
 
 def _fidelity_points(fidelity) -> list[dict]:
@@ -217,7 +282,7 @@ def _no_verdict_lines(document: dict) -> list[str]:
     without a baseline variant, where no candidate has one)."""
     details = _varying(document["candidates"])
     lines = [f"  {c['variant'] or c['key']} {_shape(c, details)} ({c['key']}): {c['why']}"
-             + (f"; run: {c['to_run']}" if c["to_run"] else "")
+             + _seeds_note(c) + (f"; run: {c['to_run']}" if c["to_run"] else "")
              for c in document["candidates"] if c["why"] and c["key"] != c["baseline_key"]
              and (document["baseline"] or c["no_verdict"] != "no baseline")]
     if document["baseline"] is None:
@@ -226,6 +291,16 @@ def _no_verdict_lines(document: dict) -> list[str]:
                      f"(its variants: {', '.join(variants) or 'none recorded'}; status "
                      f"{document['sweep']} --baseline VARIANT picks one)")
     return lines
+
+
+def _seeds_note(candidate: dict) -> str:
+    """` (seeds 0, 1 missing; 0 running)` after a pending or choosing candidate's reason."""
+    if candidate["state"] not in ("pending", "choosing"):
+        return ""
+    missing, running = candidate["missing_seeds"] or [], candidate.get("running_seeds") or []
+    parts = [f"seed{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))} missing"] if missing else []
+    parts += [f"{', '.join(map(str, running))} running"] if running else []
+    return f" ({'; '.join(parts)})" if parts else ""
 
 
 BUDGET_SHOWN = 0.01  # a budget error above this is shown beside the verdicts
@@ -334,6 +409,9 @@ def _trials_table(name: str, trials, top: int):
         table.add_column(column, overflow="fold",
                          justify="right" if column in ("seed", "val_loss", "tokens") else "left")
     ordered = trials.sort_values(["val_loss"], na_position="last").head(top)
+    if len(ordered) < len(trials):  # the title says what the table leaves out
+        table.caption = (f"the best {len(ordered)} of {len(trials)}: {len(trials) - len(ordered)} more "
+                         f"not shown (status {name} --all lists every one; --top N the best N)")
     for row in ordered.to_dict("records"):
         seed, loss, tokens = (_clean(row.get(c)) for c in ("seed", "val_loss", "tokens"))
         state = row["status"].replace("_", " ") + (f" at {human(tokens)}" if row["status"] == "stopped_early"
@@ -402,7 +480,9 @@ def status(args: argparse.Namespace) -> int:
     running = load_live(args.root, [args.name])[0]
     if record is None and trials.empty and running.empty:
         raise unknown_sweep(args.name, args.root, [*records, *live_sweeps(args.root)])
-    document = _status_document(args, trials, load_curves(args.root, [args.name], cache=cache))
+    if args.per == "tuned":
+        return _per_tuned(args, trials, console)
+    document = _status_document(args, trials, load_curves(args.root, [args.name], cache=cache), running)
     if args.format == "json":
         print(json.dumps(document, indent=2))
         return 0
@@ -420,12 +500,15 @@ def status(args: argparse.Namespace) -> int:
     if document["candidates"]:
         console.print(_candidates_table(document, narrow=console.width < 100))
         # wrapped at the terminal's width (status fits 80 columns), between words
-        for line in [seeds_line(document), *(f"warning: {w}" for w in document["warnings"])]:
+        hint = ([f"each candidate at every tuned value: status {args.name} --per tuned"]
+                if any(c["tuned"] for c in document["candidates"]) else [])
+        for line in [seeds_line(document), *hint, *(f"warning: {w}" for w in document["warnings"])]:
             console.print(line, highlight=False, markup=False)
         reasons = _no_verdict_lines(document)
         if reasons:
             console.print("no verdict:", *reasons, sep="\n", highlight=False, markup=False)
-        short = [f"  {c['variant'] or c['key']} ({c['key']}): {c['missing']}; run: {c['to_run_missing']}"
+        short = [f"  {c['variant'] or c['key']} ({c['key']}): {c['missing']}"
+                 + (f"; run: {c['to_run_missing']}" if c["to_run_missing"] else "")
                  for c in document["candidates"] if c["missing"]]
         if short:
             console.print("missing seeds:", *short, sep="\n", highlight=False, markup=False)
@@ -441,5 +524,5 @@ def status(args: argparse.Namespace) -> int:
     if len(running):
         console.print(_running_table(args.name, running))
     if not trials.empty:
-        console.print(_trials_table(args.name, trials, args.top))
+        console.print(_trials_table(args.name, trials, len(trials) if args.all else args.top))
     return 0
