@@ -203,3 +203,61 @@ def test_the_adjust_help_names_every_method():
 def test_unknown_method_is_refused_in_python_too():
     with pytest.raises(UserError, match="'fdr' is not one of holm, bh, none"):
         compare(pd.DataFrame(), adjust="fdr")
+
+
+def _section(text: str, heading: str) -> str:
+    start = text.index(heading)
+    end = text.find("\n## ", start)
+    return text[start:end if end > 0 else None]
+
+
+def _number(text: str) -> float:
+    return float(text.replace("−", "-").replace("+", ""))
+
+
+def test_the_worked_example_in_statistics_md_is_recomputed_from_its_per_seed_table():
+    """docs/statistics.md's Holm example: every number of its comparison table, and the BH
+    sentence after it, from the per-seed losses it prints (rounded as printed)."""
+    from pathlib import Path
+
+    text = _section((Path(__file__).resolve().parents[1] / "docs/statistics.md").read_text(),
+                    "### Worked example")
+    tables = [[[c.strip() for c in line.strip().strip("|").split("|")] for line in block.splitlines()[2:]]
+              for block in re.findall(r"((?:^\|.*\n)+)", text, re.M)]
+    seeds = {row[0].split(" (")[0]: np.array([_number(v) for v in row[1].split(" / ")]) for row in tables[0]}
+    rows = tables[1]
+    diff = np.array([seeds[row[0]] - seeds["baseline"] for row in rows])
+    n, mean, sd, low, high = paired_rows(diff)
+    p = paired_p(n, mean, sd)
+    holm = adjusted_p(p, "holm")
+    level = interval_confidence(p, "holm")
+    _, _, _, low_adj, high_adj = paired_rows(diff, level)
+    assert f"Bonferroni {level:.2%} CI" in text and f"m = {len(rows)}" in text
+    for k, row in enumerate(rows):
+        assert [_number(v) for v in row[1].split(" / ")] == pytest.approx(diff[k], abs=1e-9)
+        assert _number(row[2]) == pytest.approx(mean[k], abs=5e-5) and _number(row[3]) == pytest.approx(sd[k], abs=5e-5)
+        assert row[4] == f"[{low[k]:+.4f}, {high[k]:+.4f}]".replace("-", "−")
+        assert _number(row[5]) == pytest.approx(p[k], abs=5e-5) and _number(row[7]) == pytest.approx(holm[k], abs=5e-5)
+        assert row[8] == f"[{low_adj[k]:+.4f}, {high_adj[k]:+.4f}]".replace("-", "−")
+        raw_word = "within noise" if low[k] < 0 < high[k] else "worse" if mean[k] > 0 else "better"
+        word = "within noise" if holm[k] > 0.05 else "worse" if mean[k] > 0 else "better"
+        assert row[9] == f"{raw_word} → {word}"
+    assert f"t(0.975, 2) = {sps.t.ppf(0.975, 2):.3f}" in text and f"t(1 − 0.05/6, 2) = {sps.t.ppf(1 - 0.05 / 6, 2):.3f}" in text
+    # the BH sentence: adjusted p, R, the level and the two intervals
+    bh = adjusted_p(p, "bh")
+    bh_level = interval_confidence(p, "bh")
+    _, _, _, bh_low, bh_high = paired_rows(diff, bh_level)
+    resolved = bh <= 0.05
+    assert f"both adjusted p are {bh[resolved][0]:.4f}" in text and np.allclose(bh[resolved], bh[resolved][0])
+    assert f"R = {resolved.sum()}" in text and f"= {bh_level:.2%}" in text
+    for k, row in enumerate(rows):
+        if resolved[k]:
+            assert f"{row[0]} [{bh_low[k]:+.4f}, {bh_high[k]:+.4f}]".replace("-", "−") in text.replace("\n", " ")
+    # the all-pairs family: 6 pairs, resolved raw and after Holm
+    names = list(seeds)
+    pairs = np.array([seeds[a] - seeds[b] for i, a in enumerate(names) for b in names[i + 1:]])
+    pn, pmean, psd, plow, phigh = paired_rows(pairs)
+    raw = int(((plow > 0) | (phigh < 0)).sum())
+    kept = int((adjusted_p(paired_p(pn, pmean, psd), "holm") <= 0.05).sum())
+    words = {0: "none", 1: "one", 2: "two", 3: "three", 4: "4"}
+    assert f"({len(pairs)} pairs) resolves {raw} at raw 95% and {words[kept]} after Holm" in " ".join(text.split())
