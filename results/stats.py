@@ -536,34 +536,43 @@ def exploratory_pairs(trials: pd.DataFrame, compared: pd.DataFrame, metric: str 
     (counts) and `pairs`: the pairs whose raw 95% interval excludes zero, each oriented so that
     `better` is ahead (`delta`, better minus worse, in the metric's units), with its raw and
     adjusted p-value and interval and `verdict` (`better` where the adjusted p-value is at
-    most ALPHA, else `within noise`), most resolved first."""
+    most ALPHA, else `within noise`), most resolved first, at most MAX_LISTED_PAIRS."""
     check_method(adjust)
     measured = compared[compared["state"] == "measured"]
+    count = len(measured)
+    if count > MAX_EXPLORATORY_CANDIDATES:  # millions of pairs: too many to be worth listing
+        return {"adjust": adjust, "family_size": count * (count - 1) // 2, "interval_confidence": None,
+                "resolved_raw": None, "resolved_adjusted": None, "pairs": [],
+                "skipped": f"more than {MAX_EXPLORATORY_CANDIDATES} candidates with a result"}
     seeds = _seed_values(trials, metric).unstack("seed")
     values = seeds.reindex(pd.MultiIndex.from_frame(measured[CANDIDATE])).to_numpy(float)
-    first, second = np.triu_indices(len(measured), 1)
+    first, second = np.triu_indices(count, 1)
     n, mean, sd, low, high = paired_rows(values[first] - values[second])
     p = paired_p(n, mean, sd)
     level = interval_confidence(p, adjust)
-    _, _, _, low_adj, high_adj = paired_rows(values[first] - values[second], level)
     p_adj = adjusted_p(p, adjust)
     raw = (n >= 2) & ((low > 0) | (high < 0))
+    listed = np.flatnonzero(raw)[np.argsort(p[raw], kind="stable")][:MAX_LISTED_PAIRS]
+    half = sps.t.ppf((1 + level) / 2, n[listed] - 1) * sd[listed] / np.sqrt(n[listed])  # the adjusted ends
     keys, variants = measured["key"].to_numpy(), measured["variant"].to_numpy()
     pairs = []
-    for i in np.flatnonzero(raw)[np.argsort(p[raw], kind="stable")]:
+    for i, h in zip(listed.tolist(), half.tolist(), strict=True):
         flip = _sign(metric) * mean[i] > 0  # the first is behind: name the second first
         a, b = (second[i], first[i]) if flip else (first[i], second[i])
-        sign = -1.0 if flip else 1.0
-        ends = sorted([sign * low[i], sign * high[i]])
-        ends_adj = sorted([sign * low_adj[i], sign * high_adj[i]])
+        delta = -mean[i] if flip else mean[i]
+        ends = sorted([-high[i], -low[i]] if flip else [low[i], high[i]])
         pairs.append({"better": keys[a], "better_variant": plain(variants[a]), "worse": keys[b],
-                      "worse_variant": plain(variants[b]), "n_paired": int(n[i]), "delta": float(sign * mean[i]),
+                      "worse_variant": plain(variants[b]), "n_paired": int(n[i]), "delta": float(delta),
                       "ci_low": float(ends[0]), "ci_high": float(ends[1]), "p_value": float(p[i]),
-                      "p_adjusted": float(p_adj[i]), "ci_low_adjusted": float(ends_adj[0]),
-                      "ci_high_adjusted": float(ends_adj[1]),
+                      "p_adjusted": float(p_adj[i]), "ci_low_adjusted": float(delta - h),
+                      "ci_high_adjusted": float(delta + h),
                       "verdict": "better" if p_adj[i] <= ALPHA else "within noise"})
     return {"adjust": adjust, "family_size": int((~np.isnan(p)).sum()), "interval_confidence": level,
             "resolved_raw": int(raw.sum()), "resolved_adjusted": int((p_adj <= ALPHA).sum()), "pairs": pairs}
+
+
+MAX_EXPLORATORY_CANDIDATES = 2000  # 2M pairs; above, the exploratory family is counted, not computed
+MAX_LISTED_PAIRS = 1000  # `exploratory_pairs` lists the most resolved; a sweep of K candidates has K(K-1)/2
 
 
 def _eval_se(trials: pd.DataFrame, metric: str, index: pd.Index, seeds: pd.Index,

@@ -143,13 +143,20 @@ def adjustment_line(document: dict) -> str | None:
 def exploratory_line(document: dict) -> str | None:
     """The all-pairs family in one line: its size and the pairs resolved, raw and adjusted."""
     e = document["exploratory_pairs"]
+    if e.get("skipped"):
+        return f"exploratory, all {e['family_size']} pairs: not computed ({e['skipped']})"
     if e["family_size"] < 2:
         return None
     survive = [f"{p['better_variant'] or p['better']} ({p['better']}) beats {p['worse_variant'] or p['worse']} "
                f"({p['worse']}), adj. p {p['p_adjusted']:.2g}" for p in e["pairs"] if p["verdict"] == "better"]
+    more = e["resolved_adjusted"] - len(survive[:SURVIVORS_NAMED])
     how = "unadjusted" if e["adjust"] == "none" else f"{e['adjust']} over all {e['family_size']}"
     return (f"exploratory, all {e['family_size']} pairs ({how}): {e['resolved_raw']} resolved at raw 95%, "
-            f"{e['resolved_adjusted']} after adjustment" + (": " + "; ".join(survive) if survive else ""))
+            f"{e['resolved_adjusted']} after adjustment" + (": " + "; ".join(survive[:SURVIVORS_NAMED]) if survive else "")
+            + (f"; and {more} more (status NAME --format json lists them)" if more > 0 else ""))
+
+
+SURVIVORS_NAMED = 5  # the exploratory line names the most resolved pairs, up to this many
 
 
 def seeds_line(document: dict) -> str:

@@ -470,7 +470,7 @@ def status(args: argparse.Namespace) -> int:
             console.print("missing seeds:", *short, sep="\n", highlight=False, markup=False)
         for line in (adjustment_line(document), exploratory_line(document)):
             if line:
-                console.print(line, soft_wrap=True, highlight=False, markup=False)
+                console.print(line, highlight=False, markup=False)  # wrapped at the width, between words
         if _eval_noise_line(document):
             console.print(_eval_noise_line(document), soft_wrap=True)
         console.print(_fidelity_line(document), soft_wrap=True)
