@@ -20,10 +20,14 @@ from one run is noise. Here:
   none (stopped, failed, its value still being chosen, trials not run), the seeds missing.
 - `compare`: each candidate with a result against the baseline variant: the paired
   difference over the seeds both completed (same seed = same data order), its mean and
-  95% t-interval, and a verdict: `better` / `worse` when the interval lies on one side of
-  zero, else `within noise`, with `seeds_for_80pct_power` (paired seeds an interval that
-  excludes zero needs at the observed effect, 80% power). Fewer than 2 paired seeds, or
-  no result on either side: no verdict, and `no_verdict` says why.
+  95% t-interval, its p-value, and with the sweep's other comparisons as one family
+  (shapesweep.results.multiplicity; Holm by default) the adjusted p-value and interval and
+  the verdict: `better` / `worse` when the adjusted p-value is at most 0.05, else `within
+  noise` (`verdict_raw`: the raw interval's), with `seeds_for_80pct_power` (paired seeds a
+  test at the adjusted level needs at the observed effect, 80% power). Fewer than 2 paired
+  seeds, or no result on either side: no verdict, and `no_verdict` says why.
+- `exploratory_pairs`: every pair of a sweep's candidates with a result, a second family
+  adjusted on its own (exploratory: not the planned comparisons).
   For val_loss, `eval_se` bounds the evaluation's own noise in that difference: over the
   paired seeds, the mean of sqrt(se_c^2 + se_b^2) from each trial's `val_loss_se` (both models
   read the same held-out sequences, so their losses correlate and the difference's standard
