@@ -1,7 +1,7 @@
 """`shapesweep status [NAME]`: the sweeps under a root, or one sweep's candidates, verdicts and
 trials (a table, or `--format json|csv` for programs).
 
-A little over 400 lines: the JSON document and the three views of it (table, json,
+Under 500 lines: the JSON document and the three views of it (table, json,
 csv) are one verb's output and stay together.
 """
 
