@@ -4,17 +4,23 @@ from __future__ import annotations
 
 import argparse
 
+from shapesweep.sweep.options import add_adjust
+
 
 def add_arguments_dashboard(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("names", nargs="+", metavar="NAME", help="sweep name(s) to report on")
     parser.add_argument("--root", default="./sweeps", help="results root (default ./sweeps)")
     parser.add_argument("--out", default="report.html", help="HTML file to write (default report.html)")
+    add_adjust(parser)
 
 
 def dashboard(args: argparse.Namespace) -> int:
     from shapesweep.dashboards.report import write_report
+    from shapesweep.results.multiplicity import check_method
 
-    out = write_report(args.root, list(dict.fromkeys(args.names)), args.out)
+    if args.adjust is not None:
+        check_method(args.adjust)
+    out = write_report(args.root, list(dict.fromkeys(args.names)), args.out, args.adjust)
     print(f"wrote {out} ({out.stat().st_size / 1e6:.1f} MB, opens offline)")
     return 0
 

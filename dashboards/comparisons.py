@@ -1,9 +1,10 @@
 """The report's comparison tables: per sweep, its candidates against their baseline as
 `shapesweep status NAME` shows them (`shapesweep.results.summary`): mean ± std over the
-measure seeds, the paired difference with its 95% interval and verdict, the seeds an
-unresolved one needs, why a candidate has none and what to run; above each table, which
-seeds chose the tuned values and which measured them, and the warnings (selection bias,
-an optimum at a grid's edge). Texts are made here; the page only lays them out.
+measure seeds, the paired difference with its 95% interval, its family-adjusted p-value and
+interval and the adjusted verdict, the seeds an unresolved one needs, why a candidate has
+none and what to run; above each table, which seeds chose the tuned values and which
+measured them, the warnings (selection bias, an optimum at a grid's edge), and how the
+verdicts were adjusted, with the exploratory all-pairs family (`notes`). Texts are made here; the page only lays them out.
 """
 
 from __future__ import annotations
@@ -13,22 +14,24 @@ import pandas as pd
 from shapesweep.common import UserError
 
 MAX_ROWS = 40  # candidates per table, best first (`status NAME` lists them all)
-COLUMNS = ["variant", "shape", "tuned", "mean ± std (n)", "Δ vs baseline [95% CI]", "verdict",
-           "seeds for 80% power", "why no verdict or seeds missing; what to run"]
+COLUMNS = ["variant", "shape", "tuned", "mean ± std (n)", "Δ vs baseline [95% CI]", "ADJUSTED", "verdict",
+           "seeds for 80% power", "why no verdict or seeds missing; what to run"]  # ADJUSTED: `adjusted_header`
 
 
-def compare_sweeps(trials: pd.DataFrame) -> dict[tuple[str, str], pd.DataFrame | UserError]:
+def compare_sweeps(trials: pd.DataFrame, adjust: str | None = None) -> dict[tuple[str, str], pd.DataFrame | UserError]:
     """`compare` of each sweep of `trials` (not running) on its metric (`figures.metric_for`),
-    by (sweep, metric): made once for the tables and the vs-baseline figure; a sweep whose
-    baselines are ambiguous holds its UserError."""
+    by (sweep, metric), each sweep's comparisons one family adjusted by `adjust` (default
+    Holm): made once for the tables and the vs-baseline figure; a sweep whose baselines are
+    ambiguous holds its UserError."""
     from shapesweep.dashboards.figures import metric_for
+    from shapesweep.results.multiplicity import DEFAULT_ADJUST
     from shapesweep.results.stats import compare
 
     out: dict[tuple[str, str], pd.DataFrame | UserError] = {}
     for name, group in trials[trials["status"] != "running"].groupby("sweep", sort=True):
         metric = metric_for(group)
         try:
-            out[(name, metric)] = compare(group, metric)
+            out[(name, metric)] = compare(group, metric, adjust=adjust or DEFAULT_ADJUST)
         except UserError as error:
             out[(name, metric)] = error
     return out
@@ -42,6 +45,10 @@ def comparison_tables(trials: pd.DataFrame, root: str,
     from shapesweep.dashboards.frames import METRIC_LABELS, shape_text
     from shapesweep.results.planned import complete_comparisons, planned_candidates
     from shapesweep.results.summary import (
+        adjusted_header,
+        adjusted_text,
+        adjustment_line,
+        exploratory_line,
         interval_text,
         mean_text,
         seeds_line,
@@ -60,7 +67,7 @@ def comparison_tables(trials: pd.DataFrame, root: str,
                                         planned_candidates(root, name), group[running], compared=done)
         shapes = group.drop_duplicates("key").set_index("key")["shape_text"]
         rows = [[c["variant"] or "-", shapes.get(c["key"]) or shape_text(c), tuned_text(c), mean_text(c, metric),
-                 "-" if c["key"] == c["baseline_key"] else interval_text(c), verdict_text(c),
+                 "-" if c["key"] == c["baseline_key"] else interval_text(c), adjusted_text(c), verdict_text(c),
                  str(c["seeds_for_80pct_power"] or "-"),
                  _why(c, document["baseline"] is not None)]
                 for c in document["candidates"]]
@@ -69,7 +76,9 @@ def comparison_tables(trials: pd.DataFrame, root: str,
             "compares with another)"]
         tables.append({"sweep": name, "metric": METRIC_LABELS[metric], "seeds": seeds_line(document),
                        "warnings": document["warnings"] + alone, "baseline": document["baseline"] is not None,
-                       "columns": COLUMNS, "rows": rows[:MAX_ROWS], "more": max(0, len(rows) - MAX_ROWS),
+                       "notes": [line for line in (adjustment_line(document), exploratory_line(document)) if line],
+                       "columns": [adjusted_header(document) if c == "ADJUSTED" else c for c in COLUMNS],
+                       "rows": rows[:MAX_ROWS], "more": max(0, len(rows) - MAX_ROWS),
                        **per_tuned_table(group, name, root, metric, shapes)})
     return tables
 

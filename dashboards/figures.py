@@ -666,9 +666,10 @@ def _labels(frame: pd.DataFrame, n_sweeps: int) -> list[str]:
 
 def baseline_figure(trials: pd.DataFrame, metric: str = "val_loss",
                     compared: dict | None = None) -> Figure | None:
-    """Each candidate minus its sweep's `baseline` variant, paired over seeds, with the 95%
-    t-interval (`shapesweep.results.stats.compare`); colour = verdict, n<2 candidates have no bar
-    (and no verdict); an unresolved one's hover gives the seeds that would resolve it.
+    """Each candidate minus its sweep's `baseline` variant, paired over seeds, with its
+    family-adjusted t-interval (`shapesweep.results.stats.compare`; the hover gives the raw 95%
+    one too); colour = the adjusted verdict, n<2 candidates have no bar (and no verdict); an
+    unresolved one's hover gives the seeds that would resolve it.
     `compared`: the sweeps' `compare` already made (`comparisons.compare_sweeps`)."""
     parts = []
     for sweep, group in trials.groupby("sweep"):
@@ -688,14 +689,18 @@ def baseline_figure(trials: pd.DataFrame, metric: str = "val_loss",
     data = data.assign(label=_labels(data, data["sweep"].nunique()),
                        verdict=data["verdict"].fillna(NO_INTERVAL))
     delta = data["delta_vs_baseline"].astype(float)
-    data["plus"] = (data["ci_high"].astype(float) - delta).fillna(0.0)
-    data["minus"] = (delta - data["ci_low"].astype(float)).fillna(0.0)
-    data["text"] = [f"Δ {d:+.4f} [{lo:+.4f}, {hi:+.4f}] · {v} · {int(n)} paired seeds"
+    high = data["ci_high_adjusted"].astype(float).fillna(data["ci_high"].astype(float))
+    low = data["ci_low_adjusted"].astype(float).fillna(data["ci_low"].astype(float))
+    data["plus"] = (high - delta).fillna(0.0)
+    data["minus"] = (delta - low).fillna(0.0)
+    adjusted = [f" · {a} p {q:.2g} [{lo:+.4f}, {hi:+.4f}]" if q == q else ""
+                for a, q, lo, hi in zip(data["adjust"], data["p_adjusted"].astype(float), low, high, strict=True)]
+    data["text"] = [f"Δ {d:+.4f}, raw 95% CI [{lo:+.4f}, {hi:+.4f}]{adj} · {v} · {int(n)} paired seeds"
                     + (f" · {int(need)} would resolve it (80% power)" if need == need and need else "")
                     if lo == lo else f"Δ {d:+.4f} · {v}"
-                    for d, lo, hi, v, n, need in zip(delta, data["ci_low"].astype(float), data["ci_high"].astype(float),
-                                                     data["verdict"], data["n_paired"],
-                                                     data["seeds_for_80pct_power"].astype(float), strict=True)]
+                    for d, lo, hi, adj, v, n, need in zip(
+                        delta, data["ci_low"].astype(float), data["ci_high"].astype(float), adjusted,
+                        data["verdict"], data["n_paired"], data["seeds_for_80pct_power"].astype(float), strict=True)]
     fig = Figure()
     for verdict, c in VERDICT_COLORS.items():
         group = data[data["verdict"] == verdict]
@@ -709,7 +714,8 @@ def baseline_figure(trials: pd.DataFrame, metric: str = "val_loss",
             customdata=point_data(group), hovertemplate="%{customdata[1]}<br>%{text}<extra></extra>",
             meta={"rows": True, "verdict": verdict}))
     fig.add_hline(y=0, line=dict(color="#2a3f5f", width=1.5))
-    fig = layout(fig, f"vs baseline: {METRIC_LABELS[metric]} difference, paired over seeds (95% CI)",
+    fig = layout(fig, f"vs baseline: {METRIC_LABELS[metric]} difference, paired over seeds "
+                 "(family-adjusted CI: hover for the raw 95% one)",
                  "", f"Δ {METRIC_LABELS[metric]} vs the baseline variant")
     fig.update_xaxes(tickangle=-40, tickfont=dict(size=9), categoryorder="array",
                      categoryarray=data["label"].tolist())

@@ -164,6 +164,7 @@ function drawComparisons() {  // report.build_payload's `comparisons` (dashboard
     section.appendChild(el("h2", "Candidates of " + t.sweep + (t.metric ? " by mean " + t.metric + " over seeds" : "")));
     if (t.problem) { section.appendChild(el("div", t.problem, {class: "warning"})); box.appendChild(section); continue; }
     section.appendChild(el("div", t.seeds, {class: "muted"}));
+    for (const n of t.notes || []) section.appendChild(el("div", n, {class: "muted"}));
     for (const w of t.warnings) section.appendChild(el("div", "warning: " + w, {class: "warning"}));
     const table = el("table"), head = el("tr"), body = el("tbody");
     for (const h of t.columns) head.appendChild(el("th", h));

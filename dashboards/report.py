@@ -93,9 +93,11 @@ def _clean(value):
 
 
 def build_payload(root: str, sweeps: list[str] | None = None, title: str | None = None,
-                  version: str = "", cache=None, frames: tuple[pd.DataFrame, pd.DataFrame] | None = None) -> str:
+                  version: str = "", cache=None, frames: tuple[pd.DataFrame, pd.DataFrame] | None = None,
+                  adjust: str | None = None) -> str:
     """The JSON the page renders: sweeps, filter values, per-trial rows, figures. `frames`:
-    the (trials, curves) `load_frames` gave, where the caller needs them too (the live server)."""
+    the (trials, curves) `load_frames` gave, where the caller needs them too (the live server);
+    `adjust`: the verdicts' family adjustment (shapesweep.results.multiplicity; default Holm)."""
     from shapesweep.dashboards.comparisons import compare_sweeps, comparison_tables
     from shapesweep.dashboards.figures import applicable_figures, metric_for
     from shapesweep.dashboards.frames import (
@@ -149,7 +151,7 @@ def build_payload(root: str, sweeps: list[str] | None = None, title: str | None 
     for name in CODED:
         rows[name] = _coded(rows[name])
     curves = python_strings(curves)
-    compared = compare_sweeps(trials) if len(trials) else {}  # the tables' and the vs-baseline figure's
+    compared = compare_sweeps(trials, adjust) if len(trials) else {}  # the tables' and the vs-baseline figure's
     head["comparisons"] = comparison_tables(trials, root, compared)
     figures = applicable_figures(trials, curves, load_layers(root, sweeps, cache=cache), compared) if len(trials) else []
     figures += analysis_views(trials) if len(trials) else []
@@ -389,14 +391,15 @@ def script_safe(payload: str) -> str:
     return payload.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 
-def write_report(root: str, sweeps: list[str], out: str | Path) -> Path:
-    """One self-contained HTML file (plotly.js embedded, opens offline), written atomically."""
+def write_report(root: str, sweeps: list[str], out: str | Path, adjust: str | None = None) -> Path:
+    """One self-contained HTML file (plotly.js embedded, opens offline), written atomically;
+    `adjust`: as `build_payload`'s."""
     import plotly.offline
     from shapesweep.dashboards.page import render_page
     from shapesweep.results.store import FragmentCache
 
     cache = FragmentCache()  # each fragment read once: curves and layers need the trials again
-    page = render_page(script_safe(build_payload(root, sweeps, cache=cache)), plotly_js=plotly.offline.get_plotlyjs())
+    page = render_page(script_safe(build_payload(root, sweeps, cache=cache, adjust=adjust)), plotly_js=plotly.offline.get_plotlyjs())
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     fd, temp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)

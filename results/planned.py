@@ -51,17 +51,21 @@ def _planned_rows(text: str) -> tuple[dict, ...]:
 
 
 def complete_comparisons(trials, name: str, root: str, metric: str, baseline: str, planned,
-                         running=None, compared=None) -> dict:
+                         running=None, compared=None, adjust: str | None = None) -> dict:
     """`shapesweep.results.summary.comparisons` of every candidate the sweep plans (`planned`,
     `shapesweep.results.planned.planned_candidates`): those without a landed trial listed
     `pending`, each candidate's `missing_seeds` counting the sweep's measure seeds (a seed in
     flight is missing until it lands), and `running_seeds`, its seeds training now
-    (`running`: `shapesweep.results.live.load_live`'s rows). `compared`: `compare`'s, when made."""
+    (`running`: `shapesweep.results.live.load_live`'s rows). `compared`: `compare`'s, when made;
+    `adjust`: the primary family's multiplicity adjustment (`shapesweep.results.multiplicity`;
+    None: the one `compared` was made with, else Holm)."""
+    from shapesweep.results.multiplicity import DEFAULT_ADJUST
     from shapesweep.results.roles import seed_roles
     from shapesweep.results.stats import ROLE_COLUMN, compare, with_planned
     from shapesweep.results.summary import comparisons, warnings
 
-    compared = compare(trials, metric, baseline) if compared is None else compared
+    compared = (compare(trials, metric, baseline, adjust=adjust or DEFAULT_ADJUST)
+                if compared is None else compared)
     roles = seed_roles(root, name)
     measure = list(roles.measure) or sorted(  # a folder without its space: the seeds seen
         {int(s) for s in trials["seed"][~trials.get(ROLE_COLUMN, pd.Series(False, index=trials.index))
@@ -73,7 +77,7 @@ def complete_comparisons(trials, name: str, root: str, metric: str, baseline: st
             [planned, fresh[~fresh["key"].isin(set(planned["key"]))]], ignore_index=True)
     if planned is not None and len(planned) or measure:
         compared = with_planned(compared, planned if planned is not None else pd.DataFrame(), measure, baseline)
-    document = comparisons(trials, name, root, metric, baseline, compared=compared)
+    document = comparisons(trials, name, root, metric, baseline, compared=compared, adjust=adjust)
     if document["baseline"] is None and any(c["variant"] == baseline for c in document["candidates"]):
         document["baseline"] = baseline  # planned, not yet run
         document["warnings"] = warnings(document)

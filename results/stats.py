@@ -20,10 +20,14 @@ from one run is noise. Here:
   none (stopped, failed, its value still being chosen, trials not run), the seeds missing.
 - `compare`: each candidate with a result against the baseline variant: the paired
   difference over the seeds both completed (same seed = same data order), its mean and
-  95% t-interval, and a verdict: `better` / `worse` when the interval lies on one side of
-  zero, else `within noise`, with `seeds_for_80pct_power` (paired seeds an interval that
-  excludes zero needs at the observed effect, 80% power). Fewer than 2 paired seeds, or
-  no result on either side: no verdict, and `no_verdict` says why.
+  95% t-interval, its p-value, and with the sweep's other comparisons as one family
+  (shapesweep.results.multiplicity; Holm by default) the adjusted p-value and interval and
+  the verdict: `better` / `worse` when the adjusted p-value is at most 0.05, else `within
+  noise` (`verdict_raw`: the raw interval's), with `seeds_for_80pct_power` (paired seeds a
+  test at the adjusted level needs at the observed effect, 80% power). Fewer than 2 paired
+  seeds, or no result on either side: no verdict, and `no_verdict` says why.
+- `exploratory_pairs`: every pair of a sweep's candidates with a result, a second family
+  adjusted on its own (exploratory: not the planned comparisons).
   For val_loss, `eval_se` bounds the evaluation's own noise in that difference: over the
   paired seeds, the mean of sqrt(se_c^2 + se_b^2) from each trial's `val_loss_se` (both models
   read the same held-out sequences, so their losses correlate and the difference's standard
@@ -56,8 +60,16 @@ from typing import Any
 import numpy as np
 import pandas as pd
 from scipy import stats as sps
+from shapesweep.results.multiplicity import (
+    ALPHA,
+    DEFAULT_ADJUST,
+    adjusted_p,
+    check_method,
+    interval_confidence,
+    paired_p,
+)
 
-from shapesweep.common import UserError
+from shapesweep.common import UserError, plain
 
 HIGHER_IS_BETTER = frozenset({"psnr", "ssim", "accuracy", "tokens_per_s"})  # the rest: losses
 CONFIDENCE = 0.95
@@ -409,18 +421,27 @@ def _baseline_of(chosen: pd.DataFrame, baseline: str) -> pd.Series:
     return group.map(base_of_group)
 
 
+ADJUSTED_COLUMNS = ("p_value", "p_adjusted", "ci_low_adjusted", "ci_high_adjusted", "interval_confidence",
+                    "family_size", "verdict_raw", "adjust")
+
+
 VERDICT_COLUMNS = ("delta_vs_baseline", "ci_low", "ci_high", "n_paired", "verdict", "baseline_key",
-                   "seeds_for_80pct_power", "no_verdict", "eval_se", "eval_noise")
+                   "seeds_for_80pct_power", "no_verdict", "eval_se", "eval_noise", *ADJUSTED_COLUMNS)
 
 
 def compare(trials: pd.DataFrame, metric: str = "val_loss",
-            baseline: str | None = "baseline") -> pd.DataFrame:
+            baseline: str | None = "baseline", adjust: str = DEFAULT_ADJUST) -> pd.DataFrame:
     """Every candidate (`candidate_results`), those with a result first, best first, with
-    `delta_vs_baseline`, `ci_low`, `ci_high`, `n_paired`, `verdict`, `baseline_key`,
-    `seeds_for_80pct_power` (within noise only) and `no_verdict`: None with a verdict, else
-    why not: the candidate's `state` (stopped, failed, choosing, pending), `n<2` (paired
-    seeds), `no baseline` (none of variant `baseline` in its budget) or `baseline` (its
-    baseline, `baseline_key`, has no result)."""
+    `delta_vs_baseline`, `ci_low`, `ci_high` (the raw 95% interval), `n_paired`, `verdict`,
+    `baseline_key`, `seeds_for_80pct_power` (within noise only) and `no_verdict`: None with
+    a verdict, else why not: the candidate's `state` (stopped, failed, choosing, pending),
+    `n<2` (paired seeds), `no baseline` (none of variant `baseline` in its budget) or
+    `baseline` (its baseline, `baseline_key`, has no result). The comparisons of one sweep
+    are one family, adjusted by `adjust` (shapesweep.results.multiplicity): `p_value`,
+    `p_adjusted`, `ci_low_adjusted`/`ci_high_adjusted` (at `interval_confidence`),
+    `family_size`, `verdict_raw` (the raw interval's); `verdict` and the power column are
+    the adjusted ones."""
+    check_method(adjust)
     results = candidate_results(trials, metric)
     results = results.drop(columns=[c for c in VERDICT_COLUMNS if c in results]).join(
         pd.DataFrame({c: pd.Series([None] * len(results), index=results.index, dtype=object)
@@ -443,13 +464,13 @@ def compare(trials: pd.DataFrame, metric: str = "val_loss",
             else:
                 pairs.append((index, int(base)))
     if pairs:
-        _fill_verdicts(results, pairs, trials, metric)
+        _fill_verdicts(results, pairs, trials, metric, adjust)
     order = np.argsort(_sign(metric) * results["mean"].to_numpy(float), kind="stable")  # NaN last
     return results.iloc[order].reset_index(drop=True)
 
 
 def _fill_verdicts(results: pd.DataFrame, pairs: list[tuple[int, int]], trials: pd.DataFrame,
-                   metric: str) -> None:
+                   metric: str, adjust: str) -> None:
     """`compare`'s columns for each (candidate row, baseline row) of `results`, at once."""
     seeds = _seed_values(trials, metric).unstack("seed")  # (sweep, key, tuned) x seed
     where = pd.MultiIndex.from_frame(results[CANDIDATE])
@@ -457,11 +478,15 @@ def _fill_verdicts(results: pd.DataFrame, pairs: list[tuple[int, int]], trials: 
     matrix = seeds.to_numpy(float)
     diff = matrix[seeds.index.get_indexer(where[rows])] - matrix[seeds.index.get_indexer(where[bases])]
     n, mean, sd, low, high = paired_rows(diff)
-    verdicts = _verdicts(n, low, high, metric)
+    raw = _verdicts(n, low, high, metric)
+    adjusted = _adjusted(results["sweep"].to_numpy()[rows], rows != bases, diff, n, mean, sd, adjust)
+    verdicts = raw if adjust == "none" else _verdicts_of_p(n, mean, adjusted["p_adjusted"], metric)
     open_ = np.array([v == "within noise" for v in verdicts]) & (rows != bases)
     needed = np.full(len(rows), np.nan)
-    if open_.any():
-        needed[open_] = seeds_for_power(mean[open_], sd[open_])
+    if open_.any():  # at the adjusted intervals' level: what the adjusted verdict needs
+        for level in np.unique(adjusted["interval_confidence"][open_]):
+            at = open_ & (adjusted["interval_confidence"] == level)
+            needed[at] = seeds_for_power(mean[at], sd[at], confidence=level)
     two = n >= 2
     noise = _eval_se(trials, metric, seeds.index, seeds.columns, where[rows], where[bases], diff)
     flagged = [None if e != e or v is None else bool(v != "within noise" and abs(d) <= EVAL_Z * e)
@@ -470,12 +495,89 @@ def _fill_verdicts(results: pd.DataFrame, pairs: list[tuple[int, int]], trials: 
                "ci_high": np.where(two, high, np.nan), "n_paired": n, "verdict": verdicts,
                "baseline_key": results["key"].to_numpy()[bases], "seeds_for_80pct_power": needed,
                "no_verdict": [None if v else "n<2" for v in verdicts], "eval_se": noise,
-               "eval_noise": flagged}
+               "eval_noise": flagged, "verdict_raw": raw, "adjust": [adjust] * len(rows), **adjusted}
     for column, values in columns.items():
         values = [v if not isinstance(v, float) or v == v else None for v in np.asarray(values, object).tolist()]
-        if column in ("n_paired", "seeds_for_80pct_power"):
+        if column in ("n_paired", "seeds_for_80pct_power", "family_size"):
             values = [None if v is None else int(v) for v in values]
         results.loc[rows, column] = pd.Series(values, index=rows, dtype=object)
+
+
+def _adjusted(sweeps: np.ndarray, compared: np.ndarray, diff: np.ndarray, n: np.ndarray, mean: np.ndarray,
+              sd: np.ndarray, adjust: str) -> dict[str, np.ndarray]:
+    """Per (candidate, baseline) row: the raw p-value and, with the other comparisons of its
+    sweep as the family (`compared` rows with two or more paired seeds; a baseline against
+    itself is not one), the adjusted p-value and interval (shapesweep.results.multiplicity)."""
+    p = np.where(compared, paired_p(n, mean, sd), np.nan)
+    out = {"p_value": p, "p_adjusted": np.full(len(p), np.nan), "ci_low_adjusted": np.full(len(p), np.nan),
+           "ci_high_adjusted": np.full(len(p), np.nan), "interval_confidence": np.full(len(p), np.nan),
+           "family_size": np.full(len(p), np.nan)}
+    for sweep in pd.unique(sweeps):
+        own = (sweeps == sweep) & compared
+        level = interval_confidence(p[own], adjust)
+        out["p_adjusted"][own] = adjusted_p(p[own], adjust)
+        _, _, _, low, high = paired_rows(diff[own], level)
+        out["ci_low_adjusted"][own] = np.where(n[own] >= 2, low, np.nan)
+        out["ci_high_adjusted"][own] = np.where(n[own] >= 2, high, np.nan)
+        out["interval_confidence"][own] = level
+        out["family_size"][own] = int((~np.isnan(p[own])).sum())
+    return out
+
+
+def _verdicts_of_p(n: np.ndarray, mean: np.ndarray, p: np.ndarray, metric: str) -> list[str | None]:
+    """better / worse where the (adjusted) p-value is at most ALPHA, by the sign of the mean
+    difference; else within noise; None with fewer than 2 pairs."""
+    improves = (mean < 0) if _sign(metric) > 0 else (mean > 0)
+    return [None if k < 2 else "within noise" if not q <= ALPHA else "better" if up else "worse"
+            for k, q, up in zip(n.tolist(), p.tolist(), improves.tolist(), strict=True)]
+
+
+def exploratory_pairs(trials: pd.DataFrame, compared: pd.DataFrame, metric: str = "val_loss",
+                      adjust: str = DEFAULT_ADJUST) -> dict[str, Any]:
+    """Every pair of one sweep's candidates with a result (`compare`'s rows of state
+    measured), paired over the seeds both completed: an exploratory family of its own,
+    K(K-1)/2 comparisons adjusted by `adjust` apart from the primary one (each candidate vs
+    its baseline). `family_size`, `interval_confidence`, `resolved_raw` and `resolved_adjusted`
+    (counts) and `pairs`: the pairs whose raw 95% interval excludes zero, each oriented so that
+    `better` is ahead (`delta`, better minus worse, in the metric's units), with its raw and
+    adjusted p-value and interval and `verdict` (`better` where the adjusted p-value is at
+    most ALPHA, else `within noise`), most resolved first, at most MAX_LISTED_PAIRS."""
+    check_method(adjust)
+    measured = compared[compared["state"] == "measured"]
+    count = len(measured)
+    if count > MAX_EXPLORATORY_CANDIDATES:  # millions of pairs: too many to be worth listing
+        return {"adjust": adjust, "family_size": count * (count - 1) // 2, "interval_confidence": None,
+                "resolved_raw": None, "resolved_adjusted": None, "pairs": [],
+                "skipped": f"more than {MAX_EXPLORATORY_CANDIDATES} candidates with a result"}
+    seeds = _seed_values(trials, metric).unstack("seed")
+    values = seeds.reindex(pd.MultiIndex.from_frame(measured[CANDIDATE])).to_numpy(float)
+    first, second = np.triu_indices(count, 1)
+    n, mean, sd, low, high = paired_rows(values[first] - values[second])
+    p = paired_p(n, mean, sd)
+    level = interval_confidence(p, adjust)
+    p_adj = adjusted_p(p, adjust)
+    raw = (n >= 2) & ((low > 0) | (high < 0))
+    listed = np.flatnonzero(raw)[np.argsort(p[raw], kind="stable")][:MAX_LISTED_PAIRS]
+    half = sps.t.ppf((1 + level) / 2, n[listed] - 1) * sd[listed] / np.sqrt(n[listed])  # the adjusted ends
+    keys, variants = measured["key"].to_numpy(), measured["variant"].to_numpy()
+    pairs = []
+    for i, h in zip(listed.tolist(), half.tolist(), strict=True):
+        flip = _sign(metric) * mean[i] > 0  # the first is behind: name the second first
+        a, b = (second[i], first[i]) if flip else (first[i], second[i])
+        delta = -mean[i] if flip else mean[i]
+        ends = sorted([-high[i], -low[i]] if flip else [low[i], high[i]])
+        pairs.append({"better": keys[a], "better_variant": plain(variants[a]), "worse": keys[b],
+                      "worse_variant": plain(variants[b]), "n_paired": int(n[i]), "delta": float(delta),
+                      "ci_low": float(ends[0]), "ci_high": float(ends[1]), "p_value": float(p[i]),
+                      "p_adjusted": float(p_adj[i]), "ci_low_adjusted": float(delta - h),
+                      "ci_high_adjusted": float(delta + h),
+                      "verdict": "better" if p_adj[i] <= ALPHA else "within noise"})
+    return {"adjust": adjust, "family_size": int((~np.isnan(p)).sum()), "interval_confidence": level,
+            "resolved_raw": int(raw.sum()), "resolved_adjusted": int((p_adj <= ALPHA).sum()), "pairs": pairs}
+
+
+MAX_EXPLORATORY_CANDIDATES = 2000  # 2M pairs; above, the exploratory family is counted, not computed
+MAX_LISTED_PAIRS = 1000  # `exploratory_pairs` lists the most resolved; a sweep of K candidates has K(K-1)/2
 
 
 def _eval_se(trials: pd.DataFrame, metric: str, index: pd.Index, seeds: pd.Index,

@@ -17,7 +17,8 @@ from shapesweep.common import human, plain
 RESULT_FIELDS = ("state", "seeds", "missing_seeds", "failed_seeds", "stopped_tokens", "error",
                  "tuned_edge", "choice_margin", "close_choice", "delta_vs_baseline", "ci_low", "ci_high",
                  "n_paired", "verdict", "baseline_key", "seeds_for_80pct_power", "no_verdict", "eval_se",
-                 "eval_noise", "budget_error")
+                 "eval_noise", "budget_error", "p_value", "p_adjusted", "ci_low_adjusted", "ci_high_adjusted",
+                 "verdict_raw")
 SELECTION_BIAS = ("its tuned values were chosen on the seeds that measure them: the best of several "
                   "noisy means is optimistic, so its comparisons carry selection bias (name "
                   "tune.choice_seeds in the space to choose on other seeds)")
@@ -90,19 +91,72 @@ def warnings(document: dict) -> list[str]:
 
 
 def comparisons(trials, name: str, root: str, metric: str = "val_loss", baseline: str = "baseline",
-                compared=None) -> dict:
-    """One sweep's document: its seeds, candidate records and warnings (`trials` with their
-    seed roles, `shapesweep.results.roles.with_seed_roles`; `compared`: their `compare`,
-    when already made)."""
-    from shapesweep.results.stats import compare
+                compared=None, adjust: str | None = None) -> dict:
+    """One sweep's document: its seeds, candidate records, warnings, the primary family's
+    adjustment and the exploratory all-pairs family (`trials` with their seed roles,
+    `shapesweep.results.roles.with_seed_roles`; `compared`: their `compare`, when already
+    made, at `adjust`; default: the one `compared` was made with, else Holm)."""
+    from shapesweep.results.multiplicity import DEFAULT_ADJUST
+    from shapesweep.results.stats import compare, exploratory_pairs
 
-    compared = compare(trials, metric, baseline) if compared is None else compared
+    if adjust is None:
+        made = compared["adjust"].dropna() if compared is not None and "adjust" in compared else []
+        adjust = made.iloc[0] if len(made) else DEFAULT_ADJUST
+    compared = compare(trials, metric, baseline, adjust) if compared is None else compared
     document = {"sweep": name, "metric": metric,
                 "baseline": baseline if (trials["variant"] == baseline).any() else None,
                 **seed_document(root, name, trials),
                 "candidates": candidate_records(compared, metric, name, root)}
     document["warnings"] = warnings(document)
+    levels = compared["interval_confidence"].dropna() if "interval_confidence" in compared else []
+    document["adjustment"] = adjustment(document, adjust, float(levels.iloc[0]) if len(levels) else None)
+    document["exploratory_pairs"] = exploratory_pairs(trials, compared, metric, adjust)
     return document
+
+
+def adjustment(document: dict, adjust: str, level: float | None) -> dict:
+    """The primary family (each candidate vs its baseline): its method, size, the confidence
+    `level` of its adjusted intervals and how many verdicts it resolves, raw and adjusted."""
+    from shapesweep.results.multiplicity import ALPHA, INTERVALS
+
+    family = [c for c in document["candidates"] if c["p_value"] is not None]
+    return {"method": adjust, "family": "each candidate vs its baseline", "family_size": len(family),
+            "alpha": ALPHA, "interval": INTERVALS[adjust], "interval_confidence": level if family else None,
+            "resolved_raw": sum(c["verdict_raw"] in ("better", "worse") for c in family),
+            "resolved_adjusted": sum(c["verdict"] in ("better", "worse") for c in family)}
+
+
+def adjustment_line(document: dict) -> str | None:
+    """One line saying how the verdicts were adjusted (None without comparisons)."""
+    a = document["adjustment"]
+    if not a["family_size"]:
+        return None
+    if a["method"] == "none":
+        return (f"verdicts: each of the {a['family_size']} comparisons with the baseline at 95% on its own "
+                f"(no adjustment; {a['resolved_raw']} resolved)")
+    name = {"holm": "Holm (family-wise error 5%)", "bh": "Benjamini-Hochberg (false discovery rate 5%)"}
+    return (f"verdicts: {name[a['method']]} over the {a['family_size']} comparisons with the baseline; "
+            f"{a['resolved_adjusted']} of {a['resolved_raw']} resolved at raw 95% survive; adjusted "
+            f"intervals at {a['interval_confidence']:.2%} ({a['interval'].split(',')[0]})")
+
+
+def exploratory_line(document: dict) -> str | None:
+    """The all-pairs family in one line: its size and the pairs resolved, raw and adjusted."""
+    e = document["exploratory_pairs"]
+    if e.get("skipped"):
+        return f"exploratory, all {e['family_size']} pairs: not computed ({e['skipped']})"
+    if e["family_size"] < 2:
+        return None
+    survive = [f"{p['better_variant'] or p['better']} ({p['better']}) beats {p['worse_variant'] or p['worse']} "
+               f"({p['worse']}), adj. p {p['p_adjusted']:.2g}" for p in e["pairs"] if p["verdict"] == "better"]
+    more = e["resolved_adjusted"] - len(survive[:SURVIVORS_NAMED])
+    how = "unadjusted" if e["adjust"] == "none" else f"{e['adjust']} over all {e['family_size']}"
+    return (f"exploratory, all {e['family_size']} pairs ({how}): {e['resolved_raw']} resolved at raw 95%, "
+            f"{e['resolved_adjusted']} after adjustment" + (": " + "; ".join(survive[:SURVIVORS_NAMED]) if survive else "")
+            + (f"; and {more} more (status NAME --format json lists them)" if more > 0 else ""))
+
+
+SURVIVORS_NAMED = 5  # the exploratory line names the most resolved pairs, up to this many
 
 
 def seeds_line(document: dict) -> str:
@@ -120,6 +174,21 @@ def interval_text(candidate: dict) -> str:
     if candidate["ci_low"] is None:
         return f"{delta:+.4f} (n<2)"
     return f"{delta:+.4f} [{candidate['ci_low']:+.4f}, {candidate['ci_high']:+.4f}]"
+
+
+def adjusted_text(candidate: dict) -> str:
+    """`p 0.012 → 0.036 [-0.0712, -0.0031]`: the raw p-value, the family-adjusted one and the
+    adjusted interval; `-` without a p-value."""
+    if candidate.get("p_adjusted") is None:
+        return "-"
+    low, high = candidate["ci_low_adjusted"], candidate["ci_high_adjusted"]
+    return f"p {candidate['p_value']:.2g} → {candidate['p_adjusted']:.2g} [{low:+.4f}, {high:+.4f}]"
+
+
+def adjusted_header(document: dict) -> str:
+    a = document["adjustment"]
+    level = "" if a["interval_confidence"] is None else f" [{a['interval_confidence']:.1%} CI]"
+    return f"p → {a['method']}-adjusted p{level}"
 
 
 def mean_text(candidate: dict, metric: str, gap: str = " ") -> str:

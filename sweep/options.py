@@ -116,3 +116,15 @@ def saved_values(options: Any) -> dict[str, Any]:
     return {f.name: value for f, value in zip(dataclasses.fields(options),
                                               dataclasses.asdict(options).values(), strict=True)
             if f.metadata.get("flag", Flag(())).saved}
+
+
+def add_adjust(parser: argparse.ArgumentParser) -> None:
+    """`--adjust`, for the verbs that print verdicts (`status`, `dashboard`). Checked by the
+    verb (shapesweep.results.multiplicity.check_method), not by argparse: a bad value is then
+    one line. Its names are spelled here so that `--help` imports no statistics."""
+    parser.add_argument("--adjust", default=None, metavar="METHOD",
+                        help="how a sweep's comparisons with the baseline are adjusted for their "
+                        "number: holm (default; family-wise error 5%%, Bonferroni-level "
+                        "simultaneous intervals), bh (Benjamini-Hochberg, false discovery rate "
+                        "5%%) or none (each at 95%% alone); all pairs of candidates are a "
+                        "separate, exploratory family adjusted the same way")

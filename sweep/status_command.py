@@ -1,7 +1,7 @@
 """`shapesweep status [NAME]`: the sweeps under a root, or one sweep's candidates, verdicts and
 trials (a table, or `--format json|csv` for programs).
 
-A little over 400 lines: the JSON document and the three views of it (table, json,
+Under 500 lines: the JSON document and the three views of it (table, json,
 csv) are one verb's output and stay together.
 """
 
@@ -13,6 +13,7 @@ import math
 import sys
 from typing import Any
 
+from shapesweep.sweep.options import add_adjust
 from shapesweep.sweep.store_args import add_root, read_catalog
 
 from shapesweep.common import UserError, duration, human, write_csv
@@ -44,6 +45,7 @@ def add_arguments_status(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--metric", default="val_loss",
                         help="final metric to compare (val_loss; train_loss_tail, xformer's "
                         "reported loss; psnr or ssim for vision)")
+    add_adjust(parser)
 
 
 def _fmt(value: Any, digits: int = 4) -> str:
@@ -77,6 +79,12 @@ def _check_status_args(args: argparse.Namespace) -> None:
         raise UserError("needs one sweep NAME", key="--per")
     if args.top < 1:
         raise UserError(f"must be at least 1 (--all lists every trial), not {args.top}", key="--top")
+    if args.adjust is not None:
+        from shapesweep.results.multiplicity import check_method
+
+        check_method(args.adjust)
+        if args.name is None:
+            raise UserError("needs one sweep NAME", key="--adjust")
 
 
 def _reduction_factor(root: str, name: str) -> float | None:
@@ -116,7 +124,9 @@ def _status_document(args: argparse.Namespace, trials, curves, running=None) -> 
         raise UserError(f"sweep {args.name!r} has no variant {baseline!r} (its variants: {known})",
                         key="--baseline")
     trials = with_seed_roles(trials, args.root)
-    document = complete_comparisons(trials, args.name, args.root, args.metric, baseline, planned, running)
+    _check_family(args, trials, baseline)
+    document = complete_comparisons(trials, args.name, args.root, args.metric, baseline, planned, running,
+                                    adjust=_adjust(args))
     fidelity = rank_fidelity(trials, curves, args.metric)
     factor = _reduction_factor(args.root, args.name)
     return {
@@ -173,6 +183,23 @@ def _per_tuned(args: argparse.Namespace, trials, console) -> int:
 
         console.print(seeds_line(document), highlight=False, markup=False)
     return 0
+def _adjust(args: argparse.Namespace) -> str:
+    from shapesweep.results.multiplicity import DEFAULT_ADJUST
+
+    return getattr(args, "adjust", None) or DEFAULT_ADJUST
+
+
+def _check_family(args: argparse.Namespace, trials, baseline: str) -> None:
+    """An adjustment asked for (`--adjust holm|bh`) over a family of one candidate besides
+    the baseline has nothing to adjust: refused, so that no one reads a one-comparison
+    verdict as family-wise controlled. The default (no flag) adjusts whatever the family is."""
+    if getattr(args, "adjust", None) in (None, "none") or not (trials["variant"] == baseline).any():
+        return
+    others = trials.loc[trials["variant"] != baseline, "key"].nunique()
+    if others < 2:
+        raise UserError(f"sweep {args.name!r} compares {others} candidate{'' if others == 1 else 's'} with its "
+                        f"baseline: a family of {others} has nothing to adjust (leave out --adjust, or "
+                        "--adjust none)", key="--adjust")
 
 
 def _fidelity_points(fidelity) -> list[dict]:
@@ -240,7 +267,14 @@ def _candidates_table(document: dict, narrow: bool = False):
     the seeds an unresolved one needs; `narrow` (under 100 columns) leaves out the key (the
     trials table names it)."""
     from rich.table import Table
-    from shapesweep.results.summary import interval_text, mean_text, tuned_text, verdict_text
+    from shapesweep.results.summary import (
+        adjusted_header,
+        adjusted_text,
+        interval_text,
+        mean_text,
+        tuned_text,
+        verdict_text,
+    )
 
     metric, baseline = document["metric"], document["baseline"]
     chosen_by = (f"the tuned value seeds {', '.join(map(str, document['choice_seeds']))} chose"
@@ -255,8 +289,10 @@ def _candidates_table(document: dict, narrow: bool = False):
     columns = [*([] if narrow else ["key"]), "variant", "shape", *(["tuned"] if tuned else []),
                *(["budget err"] if missed else []), f"{metric} mean ± std (n)"]
     # narrow: the verdict under the interval, and lines broken between numbers, never inside one
-    columns += ([f"Δ vs {baseline} [95% CI], verdict"] if narrow
-                else [f"Δ vs {baseline} [95% CI]", "verdict", *(["seeds for 80% power"] if power else [])]
+    adjusted = document["adjustment"]["method"] != "none" and document["adjustment"]["family_size"] > 0
+    columns += ([f"Δ vs {baseline} [95% CI], {'adjusted, ' if adjusted else ''}verdict"] if narrow
+                else [f"Δ vs {baseline} [95% CI]", *([adjusted_header(document)] if adjusted else []),
+                      "verdict", *(["seeds for 80% power"] if power else [])]
                 ) if baseline else []
     for column in columns:  # narrow terminals wrap cells at spaces instead of cutting them
         table.add_column(column, no_wrap=column == "key", overflow="fold")
@@ -268,7 +304,9 @@ def _candidates_table(document: dict, narrow: bool = False):
         needed = c["seeds_for_80pct_power"]
         anchor = c["key"] == c["baseline_key"]
         star = "*" if c.get("eval_noise") else ""
-        verdict = ["-" if anchor else interval_text(c).replace(" [", gap + "["), verdict_text(c) + star]
+        verdict = ["-" if anchor else interval_text(c).replace(" [", gap + "["),
+                   *([adjusted_text(c).replace(" [", gap + "[")] if adjusted and not (narrow and anchor) else []),
+                   verdict_text(c) + star]
         if narrow:
             cells += [gap.join(verdict) + (f"{gap}{needed} seeds for 80%" if needed else "")] if baseline else []
         else:
@@ -456,7 +494,7 @@ def status(args: argparse.Namespace) -> int:
         load_trials,
         unknown_sweep,
     )
-    from shapesweep.results.summary import seeds_line
+    from shapesweep.results.summary import adjustment_line, exploratory_line, seeds_line
 
     _check_status_args(args)
     console = Console()
@@ -512,6 +550,9 @@ def status(args: argparse.Namespace) -> int:
                  for c in document["candidates"] if c["missing"]]
         if short:
             console.print("missing seeds:", *short, sep="\n", highlight=False, markup=False)
+        for line in (adjustment_line(document), exploratory_line(document)):
+            if line:
+                console.print(line, highlight=False, markup=False)  # wrapped at the width, between words
         if _eval_noise_line(document):
             console.print(_eval_noise_line(document), soft_wrap=True)
         console.print(_fidelity_line(document), soft_wrap=True)

@@ -209,9 +209,10 @@ def test_vs_baseline_figure_draws_each_paired_interval_coloured_by_verdict(frame
                                                strict=True):
             row = expected.loc[trials.loc[row_id, "key"]]
             assert (row["verdict"] or NO_INTERVAL) == verdict and y == pytest.approx(row["delta_vs_baseline"])
-            has_ci = row["ci_low"] is not None
-            assert plus == pytest.approx(row["ci_high"] - y if has_ci else 0.0)
-            assert minus == pytest.approx(y - row["ci_low"] if has_ci else 0.0)
+            has_ci = row["ci_low"] is not None  # the bars: the family-adjusted interval
+            assert plus == pytest.approx(row["ci_high_adjusted"] - y if has_ci else 0.0)
+            assert minus == pytest.approx(y - row["ci_low_adjusted"] if has_ci else 0.0)
+            assert not has_ci or row["ci_high_adjusted"] - row["ci_low_adjusted"] > row["ci_high"] - row["ci_low"]
             drawn += 1
     assert drawn == expected["delta_vs_baseline"].notna().sum() - 1  # each with a result, but the baseline
     assert {"better", "worse", "within noise"} <= {t["meta"]["verdict"] for t in fig.data}

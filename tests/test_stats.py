@@ -160,12 +160,12 @@ def test_paired_difference_of_two_series_by_seed():
     assert one["ci_low"] is None and one["verdict"] is None  # no interval, no verdict
 
 
-def _seeds_for_power_by_hand(delta: float, sd: float) -> int:
-    """The smallest n >= 2 whose two-sided paired t-test at 95% rejects zero with probability
-    >= 0.8 at this true difference: scipy's noncentral t, one n after another."""
+def _seeds_for_power_by_hand(delta: float, sd: float, alpha: float = 0.05) -> int:
+    """The smallest n >= 2 whose two-sided paired t-test at level `alpha` rejects zero with
+    probability >= 0.8 at this true difference: scipy's noncentral t, one n after another."""
     n = 2
     while True:
-        crit, nc = sps.t.ppf(0.975, n - 1), delta / sd * math.sqrt(n)
+        crit, nc = sps.t.ppf(1 - alpha / 2, n - 1), delta / sd * math.sqrt(n)
         if sps.nct.sf(crit, n - 1, nc) + sps.nct.cdf(-crit, n - 1, nc) >= 0.8:
             return n
         n += 1
@@ -173,12 +173,16 @@ def _seeds_for_power_by_hand(delta: float, sd: float) -> int:
 
 def test_seeds_for_80pct_power_recomputed_by_hand_from_the_stored_rows(trials):
     """noisy - base per seed: -0.05, +0.08, -0.01 (stored rows); its interval holds zero, so
-    it carries the paired seeds that would resolve that difference at 80% power."""
+    it carries the paired seeds that would resolve that difference at 80% power: at the
+    family's adjusted level (Holm: Bonferroni's 0.05 / 3 over good, bad and noisy), or at 5%
+    unadjusted."""
     diffs = _paired("noisy")
     mean, sd = sum(diffs) / 3, math.sqrt(sum((d - sum(diffs) / 3) ** 2 for d in diffs) / 2)
     row = compare(trials).set_index("key").loc["noisy"]
-    assert row["verdict"] == "within noise"
-    assert row["seeds_for_80pct_power"] == _seeds_for_power_by_hand(mean, sd)
+    assert row["verdict"] == "within noise" and row["family_size"] == 3
+    assert row["seeds_for_80pct_power"] == _seeds_for_power_by_hand(mean, sd, 0.05 / 3)
+    raw = compare(trials, adjust="none").set_index("key").loc["noisy"]
+    assert raw["seeds_for_80pct_power"] == _seeds_for_power_by_hand(mean, sd)
     resolved = compare(trials).set_index("key")
     assert resolved.loc["good", "seeds_for_80pct_power"] is None  # resolved: nothing to add
     # Cohen's textbook values for a paired t-test (two-sided, 5%, 80% power): d = 0.5 needs

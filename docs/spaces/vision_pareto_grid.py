@@ -8,7 +8,8 @@
 2. `compare` reads the measuring sweep. At each parameter budget B, each design's entry is
    its front configuration of at most B parameters that was best on seed 100 (chosen before
    measuring); the difference hourglass - conventional in PSNR is paired by seed, with its
-   95% Student-t interval.
+   95% Student-t interval and its p-value Holm-adjusted over the budgets (one family, as
+   `status` adjusts a sweep's comparisons); the verdict is the adjusted one.
 
     PYTHONPATH=. .venv/bin/python docs/spaces/vision_pareto_grid.py choose --root ROOT
     shapesweep run docs/spaces/vision-pareto-grid-measure.yaml --root ROOT --scheduler fifo
@@ -26,6 +27,7 @@ import numpy as np
 import pandas as pd
 import yaml
 from scipy import stats
+from shapesweep.results.multiplicity import adjusted_p, paired_p
 from shapesweep.results.store import load_trials
 
 HERE = Path(__file__).parent
@@ -116,14 +118,19 @@ def compare(root: str) -> None:
             continue  # a larger budget that buys neither design anything more
         series = [by_seed.xs(tuple(int(p[d]) for d in SHAPE), level=SHAPE) for p in (h, c)]
         delta, low, high, n = _paired(*series)
-        verdict = "hourglass better" if low > 0 else "conventional better" if high < 0 else "within noise"
         rows.append({"budget": budget, "picks": (h.name, c.name),
                      "hourglass": f"{h.d_z}/{h.d_h}/{h.n_layers} ({int(h.params_total):,})",
                      "conventional": f"{c.d_z}/{c.d_h}/{c.n_layers} ({int(c.params_total):,})",
                      "hourglass_psnr": float(series[0].mean()), "conventional_psnr": float(series[1].mean()),
-                     "delta": delta, "ci_low": low, "ci_high": high, "n": n, "verdict": verdict})
-    for row in rows:
-        del row["picks"]
+                     "delta": delta, "ci_low": low, "ci_high": high, "n": n,
+                     "sd": float((series[0] - series[1]).dropna().std(ddof=1))})
+    # the budgets are one family: Holm-adjusted, as `status` adjusts a sweep's comparisons
+    p = paired_p([r["n"] for r in rows], [r["delta"] for r in rows], [r["sd"] for r in rows])
+    for row, raw, adjusted in zip(rows, p, adjusted_p(p, "holm"), strict=True):
+        row.update(p=float(raw), p_holm=float(adjusted),
+                   verdict="within noise" if not adjusted <= 0.05 else
+                   "hourglass better" if row["delta"] > 0 else "conventional better")
+        del row["picks"], row["sd"]
     print(pd.DataFrame(rows).round(3).to_string(index=False))
     print(json.dumps(rows))
 
