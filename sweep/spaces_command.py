@@ -142,10 +142,12 @@ def plan(args: argparse.Namespace) -> int:
     result = solve(space, seq_len=args.seq_len)
     check_sweep_trials(space, len(result.candidates))
     rows = [c.to_row() for c in result.candidates]
+    decisions = _compile_decisions(space, result.candidates)
     if args.format == "json":  # each candidate's resolved recipe (its variant's, per size)
-        for row, candidate in zip(rows, result.candidates, strict=True):
+        for row, candidate, decision in zip(rows, result.candidates, decisions, strict=True):
             row["train"] = space.train_for(candidate=candidate).model_dump(mode="json",
                                                                            exclude_none=True)
+            row["compile_on_cuda"] = {"compile": decision.compile, "reason": decision.reason}
     if args.out:
         _write_candidates(args.out, space, result.candidates)
     if args.format == "json":
@@ -159,13 +161,39 @@ def plan(args: argparse.Namespace) -> int:
     # which scheduler `run` picks and why, and what evaluation and cooldowns cost there
     choice = choose("auto", space, result.candidates, list(space.seeds))
     cost = [line for line in (choice.line, evaluation_line(space, result.candidates, choice.rungs),
-                              cooldown_line(space, result.candidates, choice.rungs)) if line]
+                              cooldown_line(space, result.candidates, choice.rungs),
+                              _compile_line(decisions)) if line]
     if args.format != "table":  # stdout holds only the data; the summary goes to stderr
         print(result.counts_line(), *result.dropped_lines(), trials, *cost, sep="\n",
               file=sys.stderr)
     else:
         print(trials, *cost, sep="\n")
     return 0
+
+
+def _compile_decisions(space, candidates) -> list:
+    """Whether each candidate's trial compiles on a GPU (`train.compile`; `auto` weighs its
+    expected training time against its compile, `shapesweep.trainers.compile_policy`)."""
+    from shapesweep.search_spaces.cadence import token_budget
+    from shapesweep.trainers.compile_policy import decide
+
+    decisions = []
+    for candidate in candidates:
+        train = space.train_for(candidate=candidate)
+        tokens = token_budget(train, candidate.config.family)
+        decisions.append(decide(candidate.config, train, "cuda", tokens))
+    return decisions
+
+
+def _compile_line(decisions: list) -> str | None:
+    """One line: how many candidates compile on a GPU, and why (the longest trial's reason);
+    on CPU `auto` runs eagerly."""
+    if not decisions:
+        return None
+    compiled = sum(d.compile for d in decisions)
+    example = max(decisions, key=lambda d: d.train_s or 0.0)
+    return (f"compile on a GPU: {compiled} of {len(decisions)} candidates ({example.reason}); "
+            "on CPU auto runs eagerly")
 
 
 def _trials_line(space, n_candidates: int) -> str:
