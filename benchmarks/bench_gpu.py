@@ -9,8 +9,9 @@ printed (and flushed) as soon as it is measured, so a run cut short still says w
    plain compiled loop of `bench_train_step` (ABBA pairs), and compiled over eager;
 2. the hourglass k 8 (d_h 384) of the same space: the same figures, one of each;
 3. the 500M ><former pair of `vformer-shapes-500m` (constant and first bottleneck);
-4. a mixture of experts (`vformer-moe-small`'s bottleneck) compiled against eager;
-5. `--sweep`: one real `shapesweep run` of two short 113M trials, compile seconds per trial.
+4. a small, launch-bound shape with CUDA graphs (`compile_mode: reduce-overhead`) over without;
+5. a mixture of experts (`vformer-moe-small`'s bottleneck) compiled against eager;
+6. `--sweep`: one real `shapesweep run` of two short 113M trials, compile seconds per trial.
 
 MFU follows PaLM: `account(config).flops_per_token` x tokens/s over the device's dense bf16
 peak (`compile_policy.PEAK_TFLOPS` by device name, or --peak-tflops). The micro-batch is
@@ -158,6 +159,27 @@ def measure(config, recipe: TrainConfig, device: str, quick: bool, repeats: int,
                                          for r in compiled}))}
 
 
+def cuda_graphs(device: str, quick: bool) -> str:
+    """A small, launch-bound shape (conventional 256x4, vocab 50304, 8 x 1024 tokens) with
+    `compile_mode: reduce-overhead` (CUDA graphs) over `default`, one ABBA pair."""
+    config = make_config(dict(family="conventional", d_model=64 if quick else 256, n_layers=4,
+                              n_heads=4, d_h=256 if quick else 1024,
+                              vocab_size=256 if quick else 50304))
+    seq = 64 if quick else 1024
+    recipe = TrainConfig(seq_len=seq, batch_tokens=8 * seq, micro_batch_size=8, lr=1e-3,
+                         eval_tokens=seq, compile=True, z_loss=1e-5, steps=1)
+    warmup, measured = (2, 4) if quick else (10, 60)
+    clock = time.perf_counter if device == "cuda" else time.process_time
+
+    def run(mode: str) -> Callable[[], float]:
+        return lambda: ours_tokens_per_s(config, recipe.model_copy(update={"compile_mode": mode}),
+                                         warmup, measured, device, clock)
+
+    ratio, low, high, graphs, default = paired_ratio(run("reduce-overhead"), run("default"), 2)
+    return (f"{graphs:,.0f} vs {default:,.0f} tok/s, reduce-overhead/default {ratio:.3f} "
+            f"[{low:.2f}-{high:.2f}]")
+
+
 def moe_compiles(device: str, quick: bool) -> str:
     """A mixture of experts (vformer-moe-small's bottleneck) trained compiled and eager on the
     same seed: both val losses, or the compiled run's error."""
@@ -266,10 +288,16 @@ def main() -> None:
         row = measure(config, recipe, args.device, args.quick, args.repeats, peak, full=i == 0)
         say(f"{shape}: " + ", ".join(f"{key} {value}" for key, value in row.items())
             + f" ({time.monotonic() - started:.0f} s)")
-    if budget.allows(30.0):
-        say(f"mixture of experts, compiled vs eager: {moe_compiles(args.device, args.quick)}")
-    else:
-        say("mixture of experts: skipped (budget)")
+    extras = [("small shape 256x4, CUDA graphs", 60.0, cuda_graphs),
+              ("mixture of experts, compiled vs eager", 30.0, moe_compiles)]
+    for name, estimate, item in extras:
+        if not budget.allows(estimate):
+            say(f"{name}: skipped (budget)")
+            continue
+        try:
+            say(f"{name}: {item(args.device, args.quick)}")
+        except Exception as error:  # one item's failure is a finding, not the end of the run
+            say(f"{name}: failed: {type(error).__name__}: {error}")
     if args.sweep:
         if budget.allows(120.0 if args.device == "cuda" else 30.0):
             for line in time_sweep(args.quick, args.device):

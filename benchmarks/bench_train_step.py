@@ -5,7 +5,9 @@
    Target: tokens/s ratio >= 0.95.
 2. Hourglass k=4 vs conventional at matched non-embedding parameters (hourglass-ffn): the
    hourglass step time relative to the conventional one.
-3. On CUDA only: MFU of hourglass-ffn's 113M conventional and hourglass shapes in bf16 with
+3. `--vocab-proxy`: a vocab-100K small LM, the loop with z-loss and clipping over the plain
+   loop, eager and compiled (the CPU twin of the GPU's loss-in-the-graph figure).
+4. On CUDA only: MFU of hourglass-ffn's 113M conventional and hourglass shapes in bf16 with
    torch.compile (PaLM accounting from `account`; dense bf16 peak from PEAK_TFLOPS).
    `bench_gpu.py` measures more on a GPU (the 500M shapes, memory, the plain-loop ratio).
 
@@ -13,7 +15,7 @@ Throughput is timed after warm-up (and compilation): for the loop, between two o
 evaluation callbacks. On CPU the clock is process CPU time with one torch thread, which a
 busy shared machine disturbs far less than wall time; on CUDA it is wall time.
 
-    .venv/bin/python benchmarks/bench_train_step.py [--quick] [--threads N]
+    .venv/bin/python benchmarks/bench_train_step.py [--quick] [--threads N] [--vocab-proxy]
 """
 
 from __future__ import annotations
@@ -154,6 +156,31 @@ def cpu_benchmarks(quick: bool) -> list[tuple[str, str, str]]:
     return rows
 
 
+def vocab_proxy(quick: bool, compiled: bool) -> list[tuple[str, str, str]]:
+    """The z-loss's cost at a 100K vocabulary on CPU (issue 36's proxy of the GPU's 0.68x):
+    the loop with the space's recipe features (z-loss 1e-5, clipping 1.0) over the plain
+    loop (no z-loss, no clipping), and over the loop without them, ABBA pairs in one run."""
+    warmup, measured, repeats = (1, 2, 2) if quick else (2, 6, 4)
+    config = make_config(dict(family="conventional", d_model=64, n_layers=2, n_heads=2, d_h=256,
+                              vocab_size=100352, tie_embeddings=False))
+    recipe = TrainConfig(seq_len=128, batch_tokens=512, lr=1e-3, eval_tokens=128, steps=1,
+                         z_loss=1e-5, grad_clip=1.0, compile=compiled)
+    bare = recipe.model_copy(update={"z_loss": 0.0, "grad_clip": 0.0})
+    how = "compiled" if compiled else "eager"
+    ratio, low, high, ours, plain = paired_ratio(
+        lambda: ours_tokens_per_s(config, recipe, warmup, measured),
+        lambda: plain_tokens_per_s(config, bare, warmup, measured), repeats)
+    rows = [(f"vocab-100K proxy, {how}: loop (z-loss, clip) vs plain",
+             f"{ours:,.0f} vs {plain:,.0f} tok/s", f"{ratio:.3f} [{low:.2f}-{high:.2f}] "
+             "(target >= 0.97)")]
+    ratio, low, high, _, _ = paired_ratio(
+        lambda: ours_tokens_per_s(config, recipe, warmup, measured),
+        lambda: ours_tokens_per_s(config, bare, warmup, measured), repeats)
+    rows.append((f"vocab-100K proxy, {how}: loop with z-loss and clip vs without", "",
+                 f"{ratio:.3f} [{low:.2f}-{high:.2f}]"))
+    return rows
+
+
 def cuda_mfu(quick: bool) -> list[tuple[str, str, str]]:
     seq_len = 1024
     recipe = TrainConfig(seq_len=seq_len, batch_tokens=16 * seq_len, micro_batch_size=16,
@@ -181,9 +208,13 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="fewer steps and repeats")
     parser.add_argument("--threads", type=int, default=1,
                         help="torch CPU threads (1 is the most stable on a shared machine)")
+    parser.add_argument("--vocab-proxy", action="store_true",
+                        help="also the z-loss's cost at a 100K vocabulary, eager and compiled")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     rows = cpu_benchmarks(args.quick)
+    if args.vocab_proxy:
+        rows += vocab_proxy(args.quick, compiled=False) + vocab_proxy(args.quick, compiled=True)
     if torch.cuda.is_available():
         rows += cuda_mfu(args.quick)
     else:

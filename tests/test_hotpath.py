@@ -153,4 +153,4 @@ def test_bench_gpu_stops_at_its_budget():
                           "--budget-s", "0", "--sweep"], cwd=ROOT, env=env, capture_output=True,
                          text=True, timeout=300, check=True).stdout
     skipped = [line for line in out.splitlines() if "skipped" in line]
-    assert len(skipped) == 6 and out.splitlines()[-1].startswith("done, ")
+    assert len(skipped) == 7 and out.splitlines()[-1].startswith("done, ")
