@@ -285,7 +285,11 @@ def main() -> None:
             say(f"{shape}: skipped ({budget.left():.0f} s left of the budget, ~{estimate:.0f} s needed)")
             continue
         started = time.monotonic()
-        row = measure(config, recipe, args.device, args.quick, args.repeats, peak, full=i == 0)
+        try:
+            row = measure(config, recipe, args.device, args.quick, args.repeats, peak, full=i == 0)
+        except Exception as error:  # one shape's failure is a finding, not the end of the run
+            say(f"{shape}: failed: {type(error).__name__}: {str(error)[:300]}")
+            continue
         say(f"{shape}: " + ", ".join(f"{key} {value}" for key, value in row.items())
             + f" ({time.monotonic() - started:.0f} s)")
     extras = [("small shape 256x4, CUDA graphs", 60.0, cuda_graphs),
