@@ -1,14 +1,15 @@
 """Whether a trial compiles: `train.compile: auto` weighs its compile against its training.
 
 torch.compile pays when the training it speeds up outlasts the compile by a wide margin:
-measured on one H200 (docs/gpu.md), compiled/eager is 1.17-1.64 on the 113M and 500M shapes,
-so compiling saves 15-40% of the eager training time and costs a fixed compile per distinct
-block shape (regional compilation, `shapesweep.trainers.compiled`). `auto` compiles on CUDA
-when the expected eager training time is at least `PAYS_AT` times the expected compile
-time; on CPU it runs eagerly (Inductor's C++ compile of a block costs tens of seconds on 2
-cores, more than a short CPU trial can win back, and eager fp32 CPU runs repeat exactly).
-`plan` prints the decision and its figures for each candidate; a trial records what ran
-(`compiled`, `compile_s`). No torch here: planning never imports it.
+measured on one H200 (docs/gpu.md), compiled/eager is 1.78-1.97 on the 113M and 500M shapes,
+so compiling saves about 45% of the eager training time, and costs a fixed compile per
+distinct block shape (regional compilation, `shapesweep.trainers.compiled`): 6.5-8.9 s for
+a model whose blocks are all alike, 60 s for a ><former of 16 distinct layer widths. `auto`
+compiles on CUDA when the expected eager training time is at least `PAYS_AT` times the
+expected compile time; on CPU it runs eagerly (Inductor's C++ compile of a block costs tens
+of seconds on 2 cores, more than a short CPU trial wins back, and eager fp32 CPU runs
+repeat exactly). `plan` prints the decision and its figures for each candidate; a trial
+records what ran (`compiled`, `compile_s`). No torch here: planning never imports it.
 """
 
 from __future__ import annotations
@@ -23,9 +24,11 @@ from shapesweep.families.base import of
 PEAK_TFLOPS = {"H100 PCIe": 756, "H100": 989, "H200": 989, "B200": 2250, "A100": 312,
                "L40S": 362, "A10": 125}
 PLANNING_PEAK_TFLOPS = 989  # a device to plan for when none is at hand (H100 SXM / H200)
-EAGER_MFU = 0.20  # the 113M baseline's eager step on an H200 reached 19.8% (issue 36)
-COMPILE_BASE_S = 15.0  # dynamo, AOTAutograd and Inductor start-up, and the readout + loss region
-COMPILE_PER_REGION_S = 10.0  # one distinct block's forward and backward, on a GPU host
+# Measured on one H200 (docs/gpu.md, bench_gpu.py): eager steps at 22.3-22.5% MFU; a first
+# compile of 8.9 s for one distinct block, 60.2 s for 16 (3.5 s each beyond the first).
+EAGER_MFU = 0.22
+COMPILE_BASE_S = 6.0  # dynamo, AOTAutograd and Inductor start-up, and the readout + loss region
+COMPILE_PER_REGION_S = 3.5  # one distinct block's forward and backward
 PAYS_AT = 5.0  # compile when eager training takes at least this many times the compile
 
 
