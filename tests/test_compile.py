@@ -137,6 +137,18 @@ def test_train_json_reports_compile_and_autocast(traced, tmp_path, capsys):
     assert {key: summary[key] for key in ("compiled", "graph_breaks", "recompiles",
                                           "autocast_dtype")} == {
         "compiled": True, "graph_breaks": 0, "recompiles": 0, "autocast_dtype": "bfloat16"}
+    assert summary["compile_s"] > 0  # dynamo traced and AOTAutograd compiled, timed
+
+
+def test_cuda_graph_mode_is_accepted_and_trains_as_default(traced):
+    """`compile_mode: reduce-overhead` (CUDA graphs on a GPU) compiles every region without a
+    graph break or a recompile, the condition for capturing them, and on CPU trains as the
+    default mode does."""
+    config = make_config(FAMILIES["conventional"])
+    default = train(config, _recipe("conventional", compile=True))
+    graphs = train(config, _recipe("conventional", compile=True, compile_mode="reduce-overhead"))
+    assert (graphs.compiled, graphs.graph_breaks, graphs.recompiles) == (True, 0, 0)
+    assert _losses(graphs) == pytest.approx(_losses(default), abs=1e-6, rel=0)
 
 
 # --- bf16 autocast -----------------------------------------------------------------------
