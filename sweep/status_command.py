@@ -436,16 +436,19 @@ def _sweeps_table(args: argparse.Namespace, sweeps: list[dict]):
 
 
 def _trials_table(name: str, trials, top: int):
-    """The trials best first; an error column only when a trial has an error text."""
+    """The trials best first; a compile column only when a trial compiled, an error column
+    only when one has an error text."""
     from rich.table import Table
 
     table = Table(title=f"trials of {name}, best first (by val_loss)")
     errors = trials["error"].fillna("").astype(str).str.strip() if not trials.empty else None
     failed = bool(errors is not None and errors.ne("").any())
-    columns = ("candidate", "status", "seed", "val_loss", "tokens", *(["error"] if failed else []))
+    compiled = "compile_s" in trials and trials["compile_s"].notna().any()
+    columns = ("candidate", "status", "seed", "val_loss", "tokens",
+               *(["compile s"] if compiled else []), *(["error"] if failed else []))
     for column in columns:
-        table.add_column(column, overflow="fold",
-                         justify="right" if column in ("seed", "val_loss", "tokens") else "left")
+        table.add_column(column, overflow="fold", justify="right" if column in (
+            "seed", "val_loss", "tokens", "compile s") else "left")
     ordered = trials.sort_values(["val_loss"], na_position="last").head(top)
     if len(ordered) < len(trials):  # the title says what the table leaves out
         table.caption = (f"the best {len(ordered)} of {len(trials)}: {len(trials) - len(ordered)} more "
@@ -457,7 +460,9 @@ def _trials_table(name: str, trials, top: int):
         cells = [_candidate_name(row), state, _fmt(None if seed is None else int(seed)),
                  _fmt(loss), "-" if tokens is None else human(tokens)]
         error = row.get("error") if isinstance(row.get("error"), str) else ""
-        table.add_row(*cells, *([error[:60]] if failed else []))
+        seconds = _clean(row.get("compile_s"))
+        compile_cell = ["-" if seconds is None else f"{seconds:.1f}"] if compiled else []
+        table.add_row(*cells, *compile_cell, *([error[:60]] if failed else []))
     return table
 
 

@@ -113,3 +113,17 @@ def test_plan_says_which_candidates_compile_on_a_gpu(capsys):
     assert "compile on a GPU: 5 of 5 candidates (auto: compile" in err
     assert main(["plan", "demo-quick"]) == 0
     assert "compile on a GPU: 0 of 4 candidates (auto: eager" in capsys.readouterr().out
+
+
+def test_status_shows_each_trials_compile_seconds(tmp_path, capsys):
+    """Trials that compiled carry `compile_s` in their row, and `status` prints it."""
+    from shapesweep.results.store import write_trial
+    from shapesweep.sweep.cli import main
+    from synthetic import synthetic_sweep
+
+    for i, (row, curve) in enumerate(synthetic_sweep("compiled", 4, families=("conventional",))):
+        write_trial(str(tmp_path), "compiled", {**row, "compiled": True, "compile_s": 12.5 + i},
+                    curve)
+    assert main(["status", "compiled", "--root", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "compile s" in out and "12.5" in out
