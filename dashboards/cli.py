@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 
 
 def add_arguments_dashboard(parser: argparse.ArgumentParser) -> None:
@@ -14,7 +15,17 @@ def add_arguments_dashboard(parser: argparse.ArgumentParser) -> None:
 def dashboard(args: argparse.Namespace) -> int:
     from shapesweep.dashboards.report import write_report
 
-    out = write_report(args.root, list(dict.fromkeys(args.names)), args.out)
+    from shapesweep.common import UserError, check_output
+
+    check_output(args.out, "--out", folder=False)  # before the report is built
+    try:
+        out = write_report(args.root, list(dict.fromkeys(args.names)), args.out)
+    except OSError as error:  # where only writing tells (`/proc/self/x`); the page is whole or absent
+        folder = os.path.dirname(os.path.abspath(args.out))
+        if not str(error.filename or "").startswith(folder):
+            raise
+        raise UserError(f"cannot write: {error.strerror or error}", file=args.out,
+                        key="--out") from None
     print(f"wrote {out} ({out.stat().st_size / 1e6:.1f} MB, opens offline)")
     return 0
 

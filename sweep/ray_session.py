@@ -19,6 +19,8 @@ from typing import Any
 
 from shapesweep.sweep import ray_compat
 
+from shapesweep.common import UserError
+
 
 def ray_storage(root: str, name: str) -> Path:
     """Where Ray Tune keeps its own files (trial logs, error.txt): in the sweep's folder when
@@ -27,6 +29,31 @@ def ray_storage(root: str, name: str) -> Path:
 
     local = local_folder(root)
     return Path(local or tempfile.gettempdir()) / (name if local else f"shapesweep-{name}") / "_ray"
+
+
+PROBE_TIMEOUT_S = 5.0  # a cluster's GCS answers a connect at once; Ray's own client waits minutes
+
+
+def check_address(address: str | None) -> None:
+    """Refuse a cluster address nothing answers at (a stopped cluster, a typo, a saved
+    `sweep.json` of a cluster since gone) in one line, before any work: Ray's GCS client
+    would retry it for minutes. `local` and `auto` are Ray's to resolve."""
+    import socket
+
+    if not address or address in ("local", "auto"):
+        return
+    where = address.removeprefix("ray://").rstrip("/")
+    host, sep, port = where.rpartition(":")
+    if not sep or not port.isdigit():
+        raise UserError(f"expected HOST:PORT (or ray://HOST:PORT), got {address!r}", key="--address")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=PROBE_TIMEOUT_S):
+            pass
+    except OSError as error:
+        reason = (f"no answer within {PROBE_TIMEOUT_S:g} s" if isinstance(error, TimeoutError)
+                  else error.strerror or str(error))
+        raise UserError(f"cannot reach a Ray cluster at {address} ({reason}): start it, or "
+                        "give the address of one that runs", key="--address") from None
 
 
 def init_ray(address: str | None) -> tuple[bool, str | None]:
