@@ -43,6 +43,19 @@ def markup_safe(text: object) -> str:
     return escape(printable(text))
 
 
+def terminal_console(**settings):
+    """A rich Console (`settings` as rich takes them) that writes every string it renders
+    through `printable`: a table cell, a line or the live box holding text from a space, the
+    store or an error never drives the terminal. Rich's own styles are not text: they stay."""
+    from rich.console import Console
+
+    class PrintableConsole(Console):
+        def render_str(self, text: str, **options):
+            return super().render_str(printable(text), **options)
+
+    return PrintableConsole(**settings)
+
+
 def did_you_mean(word: object, choices) -> str:
     """`did you mean 'd_model'? ` for the choice closest to a mistyped `word` (difflib), else ''."""
     close = difflib.get_close_matches(str(word), [str(c) for c in choices], n=1, cutoff=0.6)

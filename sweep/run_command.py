@@ -18,7 +18,7 @@ from typing import Any
 from shapesweep.sweep.options import add_flags, parsed, resumed
 from shapesweep.sweep.sweep_options import SweepOptions
 
-from shapesweep.common import UserError, command_name
+from shapesweep.common import UserError, command_name, terminal_console
 
 
 def add_arguments_run(parser: argparse.ArgumentParser, model: type = SweepOptions) -> None:
@@ -31,12 +31,11 @@ EXIT_FAILED_TRIALS = 1  # the sweep ran, and some of its trials failed (2 is bad
 def _report(outcome: Any, root: str) -> int:
     """The sweep's one-line summary; the exit code: 0 when every trial completed or was
     stopped by the scheduler, EXIT_FAILED_TRIALS when the sweep holds failed ones."""
-    from rich.console import Console
     from shapesweep.results.store import sweep_dir
 
     c = outcome.counts
     # soft_wrap: one line even in a log (rich wraps at 80 columns off a terminal)
-    Console(soft_wrap=True).print(
+    terminal_console(soft_wrap=True).print(
         f"sweep [bold]{outcome.name}[/]: {outcome.status} - {c['completed']} completed, "
         f"{c['stopped_early']} stopped early, {c['failed']} failed "
         f"({outcome.launched} trials this run); results in {sweep_dir(root, outcome.name)}")

@@ -53,7 +53,6 @@ from shapesweep.sweep.ray_session import (
     init_ray,
     quiet,
     ray_storage,
-    record_session,
     stop_ray,
     terminate_as_interrupt,
 )
@@ -466,22 +465,20 @@ def _fit(options: SweepOptions, checked: _Checked, plan: Any, catalog: Any,
     from shapesweep.sweep.progress import SweepProgress
 
     name = options.name
-    started_ray, session_dir = init_ray(options.address)
-    if session_dir:
-        record_session(options.root, name, session_dir)
-    grid = plan.param_space.get("spec")  # a grid's trials are known now: `tune.grid_search(specs)`
-    progress = SweepProgress(total=plan.launches, console=console, enabled=options.progress,
-                             budget=checked.budget,
-                             planned=grid.get("grid_search") if isinstance(grid, dict) else None)
-    writer = ResultsWriter(options.root, name, checked.data_hash, progress)
-    if hasattr(checked.scheduler, "expect"):  # the noise-aware ASHA: each candidate's seeds
-        _record_decisions(checked.scheduler, options.root, name)
-        checked.scheduler.expect(plan.specs)
-    tuner = _tuner(options, checked, plan, _run_config(options, [writer, progress]),
-                   state_api=session_dir is None)  # our local Ray runs no dashboard
-    catalog.set_status(name, "running")
+    started_ray, session_dir = init_ray(options.address, ray_storage(options.root, name) / SESSION_RECORD)
     status = "failed"
-    try:
+    try:  # from here on, an interrupt stops the Ray just started
+        grid = plan.param_space.get("spec")  # a grid's trials are known now: `tune.grid_search(specs)`
+        progress = SweepProgress(total=plan.launches, console=console, enabled=options.progress,
+                                 budget=checked.budget,
+                                 planned=grid.get("grid_search") if isinstance(grid, dict) else None)
+        writer = ResultsWriter(options.root, name, checked.data_hash, progress)
+        if hasattr(checked.scheduler, "expect"):  # the noise-aware ASHA: each candidate's seeds
+            _record_decisions(checked.scheduler, options.root, name)
+            checked.scheduler.expect(plan.specs)
+        tuner = _tuner(options, checked, plan, _run_config(options, [writer, progress]),
+                       state_api=session_dir is None)  # our local Ray runs no dashboard
+        catalog.set_status(name, "running")
         with progress, terminate_as_interrupt(), ray_compat.no_callback_census():
             tuner.fit()
         status = "finished"
