@@ -84,7 +84,7 @@ def init_ray(address: str | None, record: Path | None = None) -> tuple[bool, str
     if local and record is not None:
         _write_record(record, None)
     try:
-        with ray_compat.local_ray_start():
+        with ray_compat.local_ray_start(), interrupts_held():
             context = ray.init(address=address, log_to_driver=False, logging_level=logging.ERROR,
                                configure_logging=True, **kwargs)
         session_dir = (local and context.address_info.get("session_dir")) or None
@@ -228,6 +228,36 @@ def _as_interrupt(signum: int, frame: Any) -> None:
     if callable(handler):
         handler(signal.SIGINT, frame)
     else:
+        raise KeyboardInterrupt
+
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+@contextmanager
+def interrupts_held() -> Iterator[None]:
+    """Hold Ctrl-C, SIGTERM and SIGHUP while Ray starts, then raise KeyboardInterrupt: raised
+    inside `ray.init`, an interrupt can land in a fork handler, where Python prints it and
+    carries on (it is lost: the sweep runs on), or halfway through starting a process. A
+    second signal raises at once (a start that hangs). Only the main thread may set handlers."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[int] = []
+
+    def hold(signum: int, frame: Any) -> None:
+        if caught:
+            raise KeyboardInterrupt
+        caught.append(signum)
+
+    previous = {sig: signal.signal(sig, hold) for sig in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            if handler is not None:
+                signal.signal(sig, handler)
+    if caught:
         raise KeyboardInterrupt
 
 
