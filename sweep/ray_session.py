@@ -38,7 +38,8 @@ PROBE_TIMEOUT_S = 5.0  # a cluster's GCS answers a connect at once; Ray's own cl
 def check_address(address: str | None) -> None:
     """Refuse a cluster address nothing answers at (a stopped cluster, a typo, a saved
     `sweep.json` of a cluster since gone) in one line, before any work: Ray's GCS client
-    would retry it for minutes. `local` and `auto` are Ray's to resolve."""
+    would retry it for minutes. `local`, `auto` and any form but HOST:PORT (or
+    ray://HOST:PORT) are Ray's to resolve."""
     import socket
 
     if not address or address in ("local", "auto"):
@@ -46,7 +47,7 @@ def check_address(address: str | None) -> None:
     where = address.removeprefix("ray://").rstrip("/")
     host, sep, port = where.rpartition(":")
     if not sep or not port.isdigit():
-        raise UserError(f"expected HOST:PORT (or ray://HOST:PORT), got {address!r}", key="--address")
+        return  # a form Ray reads its own way
     try:
         with socket.create_connection((host.strip("[]"), int(port)), timeout=PROBE_TIMEOUT_S):
             pass

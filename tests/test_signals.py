@@ -145,3 +145,36 @@ def test_a_signal_to_the_process_group_stops_the_sweep_cleanly(tmp_path, signum,
         import shutil
 
         shutil.rmtree(ray_tmp, ignore_errors=True)
+
+
+@pytest.mark.slow
+def test_a_session_folder_left_by_a_sigkill_during_ray_init_is_removed_by_the_next_run(tmp_path):
+    space = write_space(tmp_path, name="sig", search={"n_layers": [1]}, train=TINY_TRAIN)
+    root = tmp_path / "root"
+    ray_tmp = Path(tempfile.mkdtemp(prefix="ss-sig-"))
+    try:
+        killed = _driver(space, root, ray_tmp)
+        _wait_for(lambda: MOMENTS["during ray.init"](root, ray_tmp), killed)
+        os.killpg(killed.pid, signal.SIGKILL)
+        killed.wait()
+        (left,) = (ray_tmp / "ray").glob("session_2*")
+        assert json.loads((ray_storage(str(root), "sig") / SESSION_RECORD).read_text())["pid"] == killed.pid
+        again = _driver(space, root, ray_tmp)
+        _, err = again.communicate(timeout=300)
+        assert again.returncode == 0, err[-3000:]
+        assert not left.exists() and list((ray_tmp / "ray").glob("session_2*")) == []
+        assert not (ray_storage(str(root), "sig") / SESSION_RECORD).exists()
+    finally:
+        for pid in _naming(str(ray_tmp)):
+            os.kill(pid, signal.SIGKILL)
+        import shutil
+
+        shutil.rmtree(ray_tmp, ignore_errors=True)
+
+
+def test_the_ray_temp_folder_is_where_a_local_ray_puts_its_sessions(tmp_path):
+    """`ray_compat.ray_temp_dir`: $RAY_TMPDIR/ray (as the slow tests above find sessions)."""
+    from shapesweep.common import environment
+
+    with environment({"RAY_TMPDIR": str(tmp_path)}):
+        assert ray_compat.ray_temp_dir() == str(tmp_path / "ray")
