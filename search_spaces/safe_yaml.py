@@ -9,7 +9,7 @@ into a node tree with aliases refused (so nothing expands), checked for duplicat
 Every problem is one `UserError`.
 
 The tree is composed by libyaml where PyYAML has it (`CSafeLoader`: a 900 KB search list
-composes in seconds, not half a minute) and checked as it is walked: an alias is a node met
+loads about 5x faster, docs/limits.md) and checked as it is walked: an alias is a node met
 twice. A document that fails there is read again by the pure-Python loader, whose messages
 (the line of an alias, of a scanner error) are the ones users see either way.
 """

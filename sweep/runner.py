@@ -59,7 +59,7 @@ from shapesweep.sweep.ray_session import (
 from shapesweep.sweep.scheduling import Choice, choose
 from shapesweep.sweep.sweep_options import SweepOptions
 
-from shapesweep.common import UserError
+from shapesweep.common import UserError, printable
 from shapesweep.families import base as families
 
 OPTIONS_FILE = "sweep.json"  # how the sweep was run, so `resume NAME` can run it again
@@ -580,7 +580,7 @@ def _ray_loggers() -> list[Callback]:
 def _say(*lines: str) -> None:
     """Notices before the sweep starts (the plan, dropped grid points), on stderr."""
     for line in lines:
-        print(line, file=sys.stderr, flush=True)
+        print(printable(line), file=sys.stderr, flush=True)  # they name variants of the space
 
 
 def _abs(path: str | None) -> str | None:

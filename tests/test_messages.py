@@ -226,3 +226,16 @@ def test_the_live_box_and_progress_lines_escape_what_they_show():
     assert printable("tab\tand\nnewline") == "tab\tand\nnewline"
     assert printable("a\nb", one_line=True) == "a\\nb"
     assert printable("\ud800") == "\\ud800"
+
+
+def test_plan_shows_a_variant_named_with_escapes_and_markup_as_written(capsys, tmp_path):
+    from sweep_helpers import TINY_SPACE
+
+    doc = {k: v for k, v in TINY_SPACE.items() if k != "search"}
+    doc["variants"] = [{"name": "deep\x1b[2J[bold]x", "search": {"n_layers": [1, 2]}}]
+    path = tmp_path / "esc.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    code, out, err = shapesweep(capsys, "plan", str(path))
+    assert code == 0, err
+    _no_controls(out + err)
+    assert "deep\\x1b[2J[bold]x" in out
