@@ -401,8 +401,8 @@ def _compact(root: str, name: str, stale_s: float = 0.0) -> None:
     try:
         compact(root, name, stale_s=stale_s)  # 0: no other writer while the lease is held
     except Exception as error:  # noqa: BLE001 - the results are intact either way
-        print(f"warning: could not compact the results of sweep {name!r}: {error}",
-              file=sys.stderr, flush=True)
+        print(printable(f"warning: could not compact the results of sweep {name!r}: {error}",
+                        one_line=True), file=sys.stderr, flush=True)
 
 
 def _plan(options: SweepOptions, checked: _Checked, catalog: Any) -> Any:
