@@ -105,7 +105,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"shapesweep {args.verb}: error: {printable(error, one_line=True)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print(f"shapesweep {args.verb}: interrupted", file=sys.stderr)
+        with contextlib.suppress(OSError):  # SIGHUP: the terminal may be gone
+            print(f"shapesweep {args.verb}: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:  # the reader has gone (`| head`): what it read is what it wanted
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

@@ -11,7 +11,7 @@ import os
 import shlex
 import sys
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import replace
 from typing import Any
 
@@ -64,8 +64,9 @@ def _resume_hint(name: str | None, space: str, root: str) -> Iterator[None]:
 
         name = name or load_space(space).name  # it loaded before: the sweep started
         if read_sweep_file(root, name, "sweep.json") is not None:
-            print(f"interrupted; to finish the sweep: {command_name()} resume {shlex.quote(name)} "
-                  f"--root {shlex.quote(root)}", file=sys.stderr, flush=True)
+            with suppress(OSError):  # SIGHUP: the terminal may be gone
+                print(f"interrupted; to finish the sweep: {command_name()} resume "
+                      f"{shlex.quote(name)} --root {shlex.quote(root)}", file=sys.stderr, flush=True)
         raise
 
 
