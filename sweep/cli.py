@@ -97,9 +97,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     args = build_parser().parse_args(argv)
     module = importlib.import_module(VERBS[args.verb][0])
+    from shapesweep.sweep.ray_session import terminate_as_interrupt  # once a verb runs
+    from shapesweep.sweep.store_args import check_store_args
+
     try:
         with terminate_as_interrupt():  # SIGTERM, SIGHUP: as Ctrl-C, from the verb's start
-            check_store_args(args)
+            check_store_args(args)  # --root and --storage, for every verb that has them
             return int(getattr(module, args.verb)(args) or 0)
     except UserError as error:  # its text may hold what the user wrote: escaped, one line
         print(f"shapesweep {args.verb}: error: {printable(error, one_line=True)}", file=sys.stderr)
@@ -111,20 +114,6 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # the reader has gone (`| head`): what it read is what it wanted
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
-
-
-def check_store_args(args: argparse.Namespace) -> None:
-    """`store_args.check_store_args`: --root and --storage, for every verb that has them."""
-    from shapesweep.sweep.store_args import check_store_args
-
-    check_store_args(args)
-
-
-def terminate_as_interrupt():
-    """`ray_session.terminate_as_interrupt` (imported here, when a verb runs)."""
-    from shapesweep.sweep.ray_session import terminate_as_interrupt
-
-    return terminate_as_interrupt()
 
 
 def entry() -> None:
