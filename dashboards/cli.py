@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 
 from shapesweep.sweep.options import add_adjust
 
@@ -20,7 +21,17 @@ def dashboard(args: argparse.Namespace) -> int:
 
     if args.adjust is not None:
         check_method(args.adjust)
-    out = write_report(args.root, list(dict.fromkeys(args.names)), args.out, args.adjust)
+    from shapesweep.common import UserError, check_output
+
+    check_output(args.out, "--out", folder=False)  # before the report is built
+    try:
+        out = write_report(args.root, list(dict.fromkeys(args.names)), args.out, args.adjust)
+    except OSError as error:  # where only writing tells (`/proc/self/x`); the page is whole or absent
+        folder = os.path.dirname(os.path.abspath(args.out))
+        if not str(error.filename or "").startswith(folder):
+            raise
+        raise UserError(f"cannot write: {error.strerror or error}", file=args.out,
+                        key="--out") from None
     print(f"wrote {out} ({out.stat().st_size / 1e6:.1f} MB, opens offline)")
     return 0
 

@@ -17,6 +17,7 @@ import hashlib
 import itertools
 import json
 import math
+import sys
 from pathlib import Path
 from typing import Any, Literal
 
@@ -595,8 +596,9 @@ def _check_variant(space: SearchSpace, v: Resolved, file: str) -> None:
                 value if section == "search" else [value])
             if section == "search" and not options:
                 raise UserError("empty list of values", file=file, key=key)
+            bounds = base.bounds(dim) if dim in NUMERIC else (None, None)  # once per list
             for option in options:
-                _check_value(dim, option, file, key)
+                _check_value(dim, option, file, key, bounds)
     _check_experts(space, v, file)
     both = set(v.fixed) & set(v.search)
     if both and not space.variants:
@@ -776,8 +778,10 @@ def check_disjoint_seeds(choice: list[int], measure: list[int], file: str | None
                         "choice seeds and seeds must be disjoint", file=file, key=key)
 
 
-def _check_value(dim: str, value: Any, file: str, key: str) -> None:
-    """A numeric dimension's value is a number (or a count like '1.5K') in its field's range."""
+def _check_value(dim: str, value: Any, file: str, key: str,
+                 bounds: tuple[Any, Any] | None = None) -> None:
+    """A numeric dimension's value is a number (or a count like '1.5K') in its field's range
+    (`bounds`: the field's, where the caller has them already)."""
     if dim not in NUMERIC:
         return  # text and flags: a value no family takes is a dropped (invalid) point
     try:
@@ -786,13 +790,16 @@ def _check_value(dim: str, value: Any, file: str, key: str) -> None:
         raise UserError(str(error), file=file, key=key) from None
     if isinstance(number, bool) or not isinstance(number, int | float):
         raise UserError(f"expected a number, got {value!r}", file=file, key=key)
+    if isinstance(number, int) and abs(number) > sys.float_info.max:  # no float holds it
+        raise UserError(f"{dim} is too large (a number of {len(str(abs(number)))} digits)",
+                        file=file, key=key)
     if not math.isfinite(number):
         raise UserError(f"{dim} must be a finite number, got {value!r}", file=file, key=key)
     if dim in POSITIVE and number <= 0:
         raise UserError(f"{dim} must be positive, got {value!r}", file=file, key=key)
     if dim in INTEGER and not float(number).is_integer():
         raise UserError(f"{dim} must be a whole number, got {value!r}", file=file, key=key)
-    low, high = base.bounds(dim)
+    low, high = bounds or base.bounds(dim)
     if high is not None and number > high:
         raise UserError(f"{dim} must be at most {high:,}, got {value!r}", file=file, key=key)
     if low is not None and number < low:

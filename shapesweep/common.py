@@ -1,13 +1,15 @@
 """What every part shares: the one error type users see (exit code 2, one line naming file,
 key and problem), how a message suggests the name meant (`did_you_mean`), how it names the
 `shapesweep` command to run next, how every output writes a count (`human`) and a time
-span (`duration`), and how a setting lives in the environment for one block only
+span (`duration`), how text the user or the store supplies reaches a terminal
+(`printable`, `markup_safe`), and how a setting lives in the environment for one block only
 (`environment`)."""
 
 import contextlib
 import difflib
 import math
 import os
+import re
 from collections.abc import Iterator
 
 
@@ -17,6 +19,41 @@ class UserError(Exception):
     def __init__(self, problem: str, file: str | None = None, key: str | None = None):
         self.file, self.key, self.problem = file, key, problem
         super().__init__(": ".join(str(p) for p in (file, key, problem) if p))
+
+
+# C0 controls but tab and newline, DEL, C1 controls, and lone surrogates (no encoding writes them)
+_UNPRINTABLE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff]")
+_UNPRINTABLE_LINE = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f\ud800-\udfff]")  # newline too
+
+
+def printable(text: object, one_line: bool = False) -> str:
+    """`text` as it may reach a terminal: each control character and lone surrogate written
+    as its escape (`\\x1b`, `\\ud800`), so a name, key or error the user or the store supplies
+    never retitles, clears or moves about the terminal, nor fails to print. `one_line`: a
+    newline is escaped too (an error line stays one line)."""
+    pattern = _UNPRINTABLE_LINE if one_line else _UNPRINTABLE
+    return pattern.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), str(text))
+
+
+def markup_safe(text: object) -> str:
+    """`printable(text)` for a rich string that holds markup of its own: `[bold]` in a name is
+    shown as written, never read as a style."""
+    from rich.markup import escape
+
+    return escape(printable(text))
+
+
+def terminal_console(**settings):
+    """A rich Console (`settings` as rich takes them) that writes every string it renders
+    through `printable`: a table cell, a line or the live box holding text from a space, the
+    store or an error never drives the terminal. Rich's own styles are not text: they stay."""
+    from rich.console import Console
+
+    class PrintableConsole(Console):
+        def render_str(self, text: str, **options):
+            return super().render_str(printable(text), **options)
+
+    return PrintableConsole(**settings)
 
 
 def did_you_mean(word: object, choices) -> str:
@@ -81,6 +118,38 @@ def require(modules: tuple[str, ...], install: str, key: str) -> None:
             importlib.import_module(module)
         except ImportError as error:
             raise UserError(f"needs {error.name or module} ({install})", key=key) from None
+
+
+def check_output(path, key: str, folder: bool) -> None:
+    """Refuse, before any work, an output that cannot be written there: a folder where a file
+    is wanted (or the reverse), a file where a folder on the way should be, or a folder this
+    user cannot write in. What only creating it can tell (`/proc/self/x`) is `make_folder`'s."""
+    from pathlib import Path
+
+    path = Path(path)
+    if path.is_dir() and not folder:
+        raise UserError("is a folder: give the file to write (e.g. FOLDER/report.html)",
+                        file=str(path), key=key)
+    if path.exists() and not path.is_dir() and folder:
+        raise UserError("is a file, not a folder", file=str(path), key=key)
+    parent = path.absolute().parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir():
+        raise UserError(f"{parent} is a file, not a folder", file=str(path), key=key)
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise UserError(f"cannot write in {parent} (permission denied)", file=str(path), key=key)
+
+
+def make_folder(path, key: str) -> None:
+    """`path` made with its parents; one line where the system refuses it."""
+    from pathlib import Path
+
+    try:
+        Path(path).mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise UserError(f"cannot create the folder: {error.strerror or error}", file=str(path),
+                        key=key) from None
 
 
 def is_tty(stream) -> bool:

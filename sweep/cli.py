@@ -15,7 +15,7 @@ import sys
 import threading
 from typing import NoReturn
 
-from shapesweep.common import UserError, did_you_mean
+from shapesweep.common import UserError, did_you_mean, printable
 
 # verb -> (module, one-line help). Each module defines add_arguments_<verb>(parser) and <verb>(args) -> int.
 VERBS: dict[str, tuple[str, str]] = {
@@ -97,13 +97,19 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     args = build_parser().parse_args(argv)
     module = importlib.import_module(VERBS[args.verb][0])
+    from shapesweep.sweep.ray_session import terminate_as_interrupt  # once a verb runs
+    from shapesweep.sweep.store_args import check_store_args
+
     try:
-        return int(getattr(module, args.verb)(args) or 0)
-    except UserError as error:
-        print(f"shapesweep {args.verb}: error: {error}", file=sys.stderr)
+        with terminate_as_interrupt():  # SIGTERM, SIGHUP: as Ctrl-C, from the verb's start
+            check_store_args(args)  # --root and --storage, for every verb that has them
+            return int(getattr(module, args.verb)(args) or 0)
+    except UserError as error:  # its text may hold what the user wrote: escaped, one line
+        print(f"shapesweep {args.verb}: error: {printable(error, one_line=True)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print(f"shapesweep {args.verb}: interrupted", file=sys.stderr)
+        with contextlib.suppress(OSError):  # SIGHUP: the terminal may be gone
+            print(f"shapesweep {args.verb}: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:  # the reader has gone (`| head`): what it read is what it wanted
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

@@ -38,13 +38,12 @@ def first_hour(exe: str, root: Path, name: str) -> list[str]:
 
 
 def demo(args: argparse.Namespace) -> int:
-    from rich.console import Console
     from shapesweep.search_spaces.space import load_space
     from shapesweep.sweep.cli import main as shapesweep
 
-    from shapesweep.common import command_name
+    from shapesweep.common import command_name, terminal_console
 
-    console = Console()
+    console = terminal_console()
     name = load_space(args.space).name  # bad input stops here, before anything is written
     root = Path(args.root)
     report = Path(args.out) if args.out else root / "demo-report.html"

@@ -15,7 +15,7 @@ from typing import Any
 
 from shapesweep.sweep.store_args import add_root, read_catalog
 
-from shapesweep.common import UserError
+from shapesweep.common import UserError, check_output, make_folder
 from shapesweep.common import plain as _clean
 
 SWEEP_WEIGHTS = ""  # a bare `export --weights`: from the sweep's kept checkpoints
@@ -87,6 +87,7 @@ def export(args: argparse.Namespace) -> int:
     if args.metric not in TRIAL_COLUMNS.names:
         raise UserError(f"unknown column {args.metric!r}", key="--metric")
     out = Path(args.out)
+    check_output(out, "--out", folder=True)
     previous = _previous_export(out, args.force)
     trials = load_trials(args.root, [args.name])
     if trials.empty:
@@ -132,7 +133,7 @@ def export(args: argparse.Namespace) -> int:
         tokenizer = _tokenizer_source(args) if args.format == "hf" else None
         return _export_folders(documents, out, folders, exporter, previous, tokenizer)
 
-    out.mkdir(parents=True, exist_ok=True)
+    make_folder(out, "--out")  # /proc/self/x: refused only here, before any file
     written = []
     for stem, document in documents:
         path = out / f"{stem}.{args.format}"
@@ -324,7 +325,7 @@ def _export_folders(documents: list[tuple[str, dict]], out: Path, weight_folders
         for _, _, config, _ in configs.values():
             exporter.check_vocab(tokenizer, config.vocab_size, tokenizer_source[0])
 
-    out.mkdir(parents=True, exist_ok=True)
+    make_folder(out, "--out")  # /proc/self/x: refused only here, before any file
     written = []
     for key, (stem, document, config, train) in configs.items():
         path, tmp = out / stem, out / f".{stem}.{os.getpid()}.tmp"

@@ -27,7 +27,7 @@ from rich.live import Live
 from rich.markup import escape
 from rich.table import Table
 
-from shapesweep.common import duration, human, is_tty
+from shapesweep.common import duration, human, is_tty, printable, terminal_console
 from shapesweep.families.base import candidate_label
 
 MAX_CANDIDATE_ROWS = 12  # the live table's candidates: running ones first, then the rest
@@ -80,7 +80,7 @@ class SweepProgress(Callback):
         """`planned`: the trial specs this run launches (`shapesweep.sweep.search.trial_spec`),
         when known up front (a grid), so each candidate shows how many seeds it has."""
         self.total, self.budget, self.every_s = total, budget, every_s
-        self.console = console or Console(stderr=True)
+        self.console = console or terminal_console(stderr=True)
         self.out = out
         if not enabled:
             self.mode = "off"
@@ -130,7 +130,7 @@ class SweepProgress(Callback):
             self._line(self.summary(interrupted=exc_type is not None))
 
     def _line(self, text: str) -> None:
-        print(text, file=self.out or sys.stdout, flush=True)
+        print(printable(text), file=self.out or sys.stdout, flush=True)
 
     def summary(self, interrupted: bool = False) -> str:
         ended = self.done + self.stopped + self.failed

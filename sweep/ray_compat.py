@@ -160,3 +160,44 @@ def tensorboard_writer(callback: Any, trial: Any) -> Any:
     """The SummaryWriter `TBXLoggerCallback` opened for `trial` (its `_trial_writer`);
     None before its first result."""
     return callback._trial_writer.get(trial)
+
+
+@contextmanager
+def local_ray_start() -> Iterator[None]:
+    """While `ray.init` starts a local Ray: its processes in a process group of their own,
+    and Ray's SIGTERM handler left out of the driver.
+
+    A signal to the driver's process group (`kill -TERM -PGID`, a closed terminal, a job
+    scheduler) would otherwise also reach Ray's GCS and raylet: they exit at once, and the
+    driver's core worker then ends the process with exit 1 before the sweep can mark itself
+    interrupted. Their own group leaves the driver to stop them (`ray.shutdown`), as Ray
+    does on Windows (`ConsolePopen`'s CREATE_NEW_PROCESS_GROUP), and only where the kernel
+    kills them with a killed driver (fate sharing: PR_SET_PDEATHSIG), which a group would
+    otherwise do. Ray's handler (kill its processes, exit 1) is left out: the driver's
+    (SIGTERM as Ctrl-C) stops them. Ray 2.60: the private `services.ConsolePopen`, and
+    `utils.set_sigterm_handler`, which `Node` calls at start."""
+    from ray._private import services, utils
+
+    popen, set_handler = services.ConsolePopen, utils.set_sigterm_handler
+    if sys.platform.startswith("linux") and utils.detect_fate_sharing_support():
+
+        class OwnGroupPopen(popen):
+            def __init__(self, *args: Any, **kwargs: Any):
+                kwargs.setdefault("process_group", 0)
+                super().__init__(*args, **kwargs)
+
+        services.ConsolePopen = OwnGroupPopen
+    utils.set_sigterm_handler = lambda handler: None
+    try:
+        yield
+    finally:
+        services.ConsolePopen, utils.set_sigterm_handler = popen, set_handler
+
+
+def ray_temp_dir() -> str:
+    """The folder a local Ray started now keeps its session folders in ($RAY_TMPDIR/ray,
+    else $TMPDIR/ray, else /tmp/ray). Ray 2.60: the private
+    `ray._common.utils.get_default_ray_temp_dir`."""
+    from ray._common.utils import get_default_ray_temp_dir
+
+    return get_default_ray_temp_dir()

@@ -12,12 +12,15 @@ import shutil
 import signal
 import tempfile
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from shapesweep.sweep import ray_compat
+
+from shapesweep.common import UserError
 
 
 def ray_storage(root: str, name: str) -> Path:
@@ -29,12 +32,42 @@ def ray_storage(root: str, name: str) -> Path:
     return Path(local or tempfile.gettempdir()) / (name if local else f"shapesweep-{name}") / "_ray"
 
 
-def init_ray(address: str | None) -> tuple[bool, str | None]:
+PROBE_TIMEOUT_S = 5.0  # a cluster's GCS answers a connect at once; Ray's own client waits minutes
+
+
+def check_address(address: str | None) -> None:
+    """Refuse a cluster address nothing answers at (a stopped cluster, a typo, a saved
+    `sweep.json` of a cluster since gone) in one line, before any work: Ray's GCS client
+    would retry it for minutes. `local`, `auto` and any form but HOST:PORT (or
+    ray://HOST:PORT) are Ray's to resolve."""
+    import socket
+
+    if not address or address in ("local", "auto"):
+        return
+    where = address.removeprefix("ray://").rstrip("/")
+    host, sep, port = where.rpartition(":")
+    if not sep or not port.isdigit():
+        return  # a form Ray reads its own way
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=PROBE_TIMEOUT_S):
+            pass
+    except OSError as error:
+        reason = (f"no answer within {PROBE_TIMEOUT_S:g} s" if isinstance(error, TimeoutError)
+                  else error.strerror or str(error))
+        raise UserError(f"cannot reach a Ray cluster at {address} ({reason}): start it, or "
+                        "give the address of one that runs", key="--address") from None
+
+
+def init_ray(address: str | None, record: Path | None = None) -> tuple[bool, str | None]:
     """Start a Ray of this sweep's own, or join `address` (`--address`; never a cluster
     not named there or in $RAY_ADDRESS, which the CLI reads into it).
 
     Returns whether we started it (so we shut it down) and, for a local Ray, its session
-    folder (so we remove it after: each start leaves one in Ray's temp directory).
+    folder (so we remove it after: each start leaves one in Ray's temp directory). With
+    `record` (the sweep's SESSION_RECORD), which local Ray this driver starts is noted there
+    before it starts, so that a driver killed even during `ray.init` has what it left
+    removed by the next (`clear_dead_session`). Interrupted while it starts (Ctrl-C,
+    SIGTERM, SIGHUP), it stops what had started and removes its folder before re-raising.
     """
     import ray
 
@@ -42,33 +75,85 @@ def init_ray(address: str | None) -> tuple[bool, str | None]:
         return False, None
     address = address or "local"
     kwargs: dict[str, Any] = {"include_dashboard": False} if address == "local" else {}
-    if address == "local":
+    local = address == "local"
+    if local:
         kwargs["num_cpus"] = os.cpu_count()
         kwargs.update(ray_compat.without_prestarted_workers())
     else:
         ray_compat.use_cluster_token()
-    context = ray.init(address=address, log_to_driver=False, logging_level=logging.ERROR,
-                       configure_logging=True, **kwargs)
-    local = address == "local" and context.address_info.get("session_dir")
-    return True, local or None
+    since = time.time()
+    if local and record is not None:
+        _write_record(record, None)
+    try:
+        with ray_compat.local_ray_start(), interrupts_held():
+            context = ray.init(address=address, log_to_driver=False, logging_level=logging.ERROR,
+                               configure_logging=True, **kwargs)
+        session_dir = (local and context.address_info.get("session_dir")) or None
+        if session_dir and record is not None:
+            _write_record(record, session_dir)
+    except BaseException:
+        if local:
+            _abandon_start(since, record)
+        raise
+    return True, session_dir
 
 
 SESSION_RECORD = "local-ray.json"  # in the sweep's Ray folder while its driver's local Ray runs
 
 
-def record_session(root: str, name: str, session_dir: str) -> None:
-    """Note which local Ray this driver started, so that if it dies unable to stop it
-    (SIGKILL), the next driver of the sweep removes what it left (`clear_dead_session`)."""
-    folder = ray_storage(root, name)
-    folder.mkdir(parents=True, exist_ok=True)
-    record = {"session_dir": session_dir, "pid": os.getpid(), "started": _started(os.getpid())}
-    (folder / SESSION_RECORD).write_text(json.dumps(record))
+def _write_record(path: Path, session_dir: str | None) -> None:
+    """Note which local Ray this driver starts (`session_dir` None: one starting now, in
+    Ray's temp folder, named by this pid), so that if it dies unable to stop it (SIGKILL),
+    the next driver of the sweep removes what it left (`clear_dead_session`)."""
+    pid = os.getpid()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    record = {"session_dir": session_dir, "pid": pid, "started": _started(pid),
+              "temp_dir": ray_compat.ray_temp_dir(), "since": time.time()}
+    tmp = path.with_name(f".{path.name}.{pid}.tmp")
+    tmp.write_text(json.dumps(record))
+    os.replace(tmp, path)
+
+
+def _abandon_start(since: float, record: Path | None) -> None:
+    """After an interrupted `ray.init`: stop what Ray had started, and remove the session
+    folder this driver's start made (named by its pid, made since `since`)."""
+    import ray
+
+    with contextlib.suppress(Exception):
+        ray.shutdown()
+    for session_dir in _sessions_of(os.getpid(), ray_compat.ray_temp_dir(), since):
+        _remove_leftover(session_dir)
+    if record is not None:
+        record.unlink(missing_ok=True)
+
+
+def _sessions_of(pid: int, temp_dir: str | None, since: float) -> list[str]:
+    """The local Ray session folders driver `pid` started in `temp_dir` since `since`
+    (Ray names a head's session `session_DATE_PID`; one made earlier is another's)."""
+    if not temp_dir:
+        return []
+    found = []
+    for folder in Path(temp_dir).glob(f"session_*_{int(pid)}"):
+        with contextlib.suppress(OSError):
+            if not folder.is_symlink() and folder.is_dir() and folder.stat().st_mtime >= since - 1:
+                found.append(str(folder))
+    return found
+
+
+def _remove_leftover(session_dir: str) -> None:
+    """A dead or abandoned local Ray: its processes still running (this user's, naming its
+    folder: Ray's agents outlive their raylet for a minute) killed, its folder removed."""
+    for leftover in _processes_naming(session_dir):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(leftover, signal.SIGKILL)
+    remove_session(session_dir)
 
 
 def clear_dead_session(root: str, name: str) -> None:
     """Remove the local Ray a killed driver of this sweep left: its session folder (one per
-    start, in Ray's temp folder) and its processes still running (Ray's agents outlive
-    their raylet for a minute). Ours are known safely: the record names the session, the
+    start, in Ray's temp folder) and its processes still running. Ours are known safely:
+    the record names the session (or, for a driver killed during `ray.init`, Ray's temp
+    folder, where its session is the one named by its pid and made since it began), the
     driver is dead (its pid gone, or another process since), and a process is one of that
     session's only if it is ours (same user) and its command line names that folder."""
     path = ray_storage(root, name) / SESSION_RECORD
@@ -77,13 +162,16 @@ def clear_dead_session(root: str, name: str) -> None:
         session_dir, pid, started = record["session_dir"], record["pid"], record["started"]
     except (OSError, ValueError, KeyError, TypeError):
         return  # no record (the driver stopped its Ray), or not one we can trust
+    if not isinstance(pid, int):
+        return
     if pid != os.getpid() and started is not None and _started(pid) == started:
         return  # that driver is alive: its Ray is not ours to touch
-    if isinstance(session_dir, str) and Path(session_dir).name.startswith("session_"):
-        for leftover in _processes_naming(session_dir):
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(leftover, signal.SIGKILL)
-        remove_session(session_dir)
+    if session_dir is None and isinstance(record.get("temp_dir"), str) and isinstance(
+            record.get("since"), int | float):
+        for found in _sessions_of(pid, record["temp_dir"], record["since"]):
+            _remove_leftover(found)
+    elif isinstance(session_dir, str) and Path(session_dir).name.startswith("session_"):
+        _remove_leftover(session_dir)
     path.unlink(missing_ok=True)
 
 
@@ -141,6 +229,36 @@ def _as_interrupt(signum: int, frame: Any) -> None:
     if callable(handler):
         handler(signal.SIGINT, frame)
     else:
+        raise KeyboardInterrupt
+
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+@contextmanager
+def interrupts_held() -> Iterator[None]:
+    """Hold Ctrl-C, SIGTERM and SIGHUP while Ray starts, then raise KeyboardInterrupt: raised
+    inside `ray.init`, an interrupt can land in a fork handler, where Python prints it and
+    carries on (it is lost: the sweep runs on), or halfway through starting a process. A
+    second signal raises at once (a start that hangs). Only the main thread may set handlers."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[int] = []
+
+    def hold(signum: int, frame: Any) -> None:
+        if caught:
+            raise KeyboardInterrupt
+        caught.append(signum)
+
+    previous = {sig: signal.signal(sig, hold) for sig in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            if handler is not None:
+                signal.signal(sig, handler)
+    if caught:
         raise KeyboardInterrupt
 
 

@@ -11,14 +11,14 @@ import os
 import shlex
 import sys
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import replace
 from typing import Any
 
 from shapesweep.sweep.options import add_flags, parsed, resumed
 from shapesweep.sweep.sweep_options import SweepOptions
 
-from shapesweep.common import UserError, command_name
+from shapesweep.common import UserError, command_name, terminal_console
 
 
 def add_arguments_run(parser: argparse.ArgumentParser, model: type = SweepOptions) -> None:
@@ -31,12 +31,11 @@ EXIT_FAILED_TRIALS = 1  # the sweep ran, and some of its trials failed (2 is bad
 def _report(outcome: Any, root: str) -> int:
     """The sweep's one-line summary; the exit code: 0 when every trial completed or was
     stopped by the scheduler, EXIT_FAILED_TRIALS when the sweep holds failed ones."""
-    from rich.console import Console
     from shapesweep.results.store import sweep_dir
 
     c = outcome.counts
     # soft_wrap: one line even in a log (rich wraps at 80 columns off a terminal)
-    Console(soft_wrap=True).print(
+    terminal_console(soft_wrap=True).print(
         f"sweep [bold]{outcome.name}[/]: {outcome.status} - {c['completed']} completed, "
         f"{c['stopped_early']} stopped early, {c['failed']} failed "
         f"({outcome.launched} trials this run); results in {sweep_dir(root, outcome.name)}")
@@ -48,6 +47,7 @@ def run(args: argparse.Namespace, model: type = SweepOptions) -> int:
 
     options = model(**parsed(model, args))  # each option checked against its declaration
     _check_resources(options)
+    _check_reachable(options)
     with _resume_hint(options.name, options.space, options.root):
         return _report(run_sweep(options), options.root)
 
@@ -64,8 +64,9 @@ def _resume_hint(name: str | None, space: str, root: str) -> Iterator[None]:
 
         name = name or load_space(space).name  # it loaded before: the sweep started
         if read_sweep_file(root, name, "sweep.json") is not None:
-            print(f"interrupted; to finish the sweep: {command_name()} resume {shlex.quote(name)} "
-                  f"--root {shlex.quote(root)}", file=sys.stderr, flush=True)
+            with suppress(OSError):  # SIGHUP: the terminal may be gone
+                print(f"interrupted; to finish the sweep: {command_name()} resume "
+                      f"{shlex.quote(name)} --root {shlex.quote(root)}", file=sys.stderr, flush=True)
         raise
 
 
@@ -77,6 +78,13 @@ def _check_resources(options: Any) -> None:
     check_placement(workers, ("--cpus-per-trial", options.cpus_per_trial),
                     ("--gpus-per-trial", options.gpus_per_trial), options.address,
                     "--workers-per-trial")
+
+
+def _check_reachable(options: Any) -> None:
+    """A cluster named by --address (or the saved options) answers, before any work."""
+    from shapesweep.sweep.ray_session import check_address
+
+    check_address(options.address)
 
 
 def check_placement(workers: int, cpus: tuple[str, float], gpus: tuple[str, float],
@@ -122,5 +130,6 @@ def resume(args: argparse.Namespace, model: type = SweepOptions) -> int:
 
     given = {key: value for key, value in parsed(model, args, resumed).items() if value is not None}
     options = replace(load_options(args.root, args.name, model), **given)
+    _check_reachable(options)
     with _resume_hint(args.name, options.space, args.root):
         return _report(run_sweep(options), args.root)

@@ -53,14 +53,13 @@ from shapesweep.sweep.ray_session import (
     init_ray,
     quiet,
     ray_storage,
-    record_session,
     stop_ray,
     terminate_as_interrupt,
 )
 from shapesweep.sweep.scheduling import Choice, choose
 from shapesweep.sweep.sweep_options import SweepOptions
 
-from shapesweep.common import UserError
+from shapesweep.common import UserError, printable
 from shapesweep.families import base as families
 
 OPTIONS_FILE = "sweep.json"  # how the sweep was run, so `resume NAME` can run it again
@@ -402,8 +401,8 @@ def _compact(root: str, name: str, stale_s: float = 0.0) -> None:
     try:
         compact(root, name, stale_s=stale_s)  # 0: no other writer while the lease is held
     except Exception as error:  # noqa: BLE001 - the results are intact either way
-        print(f"warning: could not compact the results of sweep {name!r}: {error}",
-              file=sys.stderr, flush=True)
+        print(printable(f"warning: could not compact the results of sweep {name!r}: {error}",
+                        one_line=True), file=sys.stderr, flush=True)
 
 
 def _plan(options: SweepOptions, checked: _Checked, catalog: Any) -> Any:
@@ -466,22 +465,20 @@ def _fit(options: SweepOptions, checked: _Checked, plan: Any, catalog: Any,
     from shapesweep.sweep.progress import SweepProgress
 
     name = options.name
-    started_ray, session_dir = init_ray(options.address)
-    if session_dir:
-        record_session(options.root, name, session_dir)
-    grid = plan.param_space.get("spec")  # a grid's trials are known now: `tune.grid_search(specs)`
-    progress = SweepProgress(total=plan.launches, console=console, enabled=options.progress,
-                             budget=checked.budget,
-                             planned=grid.get("grid_search") if isinstance(grid, dict) else None)
-    writer = ResultsWriter(options.root, name, checked.data_hash, progress)
-    if hasattr(checked.scheduler, "expect"):  # the noise-aware ASHA: each candidate's seeds
-        _record_decisions(checked.scheduler, options.root, name)
-        checked.scheduler.expect(plan.specs)
-    tuner = _tuner(options, checked, plan, _run_config(options, [writer, progress]),
-                   state_api=session_dir is None)  # our local Ray runs no dashboard
-    catalog.set_status(name, "running")
+    started_ray, session_dir = init_ray(options.address, ray_storage(options.root, name) / SESSION_RECORD)
     status = "failed"
-    try:
+    try:  # from here on, an interrupt stops the Ray just started
+        grid = plan.param_space.get("spec")  # a grid's trials are known now: `tune.grid_search(specs)`
+        progress = SweepProgress(total=plan.launches, console=console, enabled=options.progress,
+                                 budget=checked.budget,
+                                 planned=grid.get("grid_search") if isinstance(grid, dict) else None)
+        writer = ResultsWriter(options.root, name, checked.data_hash, progress)
+        if hasattr(checked.scheduler, "expect"):  # the noise-aware ASHA: each candidate's seeds
+            _record_decisions(checked.scheduler, options.root, name)
+            checked.scheduler.expect(plan.specs)
+        tuner = _tuner(options, checked, plan, _run_config(options, [writer, progress]),
+                       state_api=session_dir is None)  # our local Ray runs no dashboard
+        catalog.set_status(name, "running")
         with progress, terminate_as_interrupt(), ray_compat.no_callback_census():
             tuner.fit()
         status = "finished"
@@ -583,7 +580,7 @@ def _ray_loggers() -> list[Callback]:
 def _say(*lines: str) -> None:
     """Notices before the sweep starts (the plan, dropped grid points), on stderr."""
     for line in lines:
-        print(line, file=sys.stderr, flush=True)
+        print(printable(line), file=sys.stderr, flush=True)  # they name variants of the space
 
 
 def _abs(path: str | None) -> str | None:

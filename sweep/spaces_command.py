@@ -7,7 +7,7 @@ import argparse
 import json
 import sys
 
-from shapesweep.common import UserError, write_csv
+from shapesweep.common import UserError, printable, write_csv
 
 TABLE_COLUMNS = ("variant", "key", "family", "d_model", "n_layers", "n_heads", "d_h", "k", "ffn_ratio",
                  "width_depth_ratio", "params_non_embedding", "params_total", "flops_per_token",
@@ -164,10 +164,10 @@ def plan(args: argparse.Namespace) -> int:
                               cooldown_line(space, result.candidates, choice.rungs),
                               _compile_line(decisions)) if line]
     if args.format != "table":  # stdout holds only the data; the summary goes to stderr
-        print(result.counts_line(), *result.dropped_lines(), trials, *cost, sep="\n",
-              file=sys.stderr)
+        print(*map(printable, (result.counts_line(), *result.dropped_lines(), trials, *cost)),
+              sep="\n", file=sys.stderr)
     else:
-        print(trials, *cost, sep="\n")
+        print(*map(printable, (trials, *cost)), sep="\n")
     return 0
 
 
@@ -232,13 +232,14 @@ def _write_candidates(out: str, space, candidates) -> None:
 
 
 def _print_table(space, result, rows: list[dict]) -> None:
-    from rich.console import Console
     from rich.table import Table
+
+    from shapesweep.common import terminal_console
 
     extra = [c for c in VARYING_EXTRA if len({str(r.get(c)) for r in rows}) > 1]
     columns = [c for c in TABLE_COLUMNS if any(r.get(c) is not None for r in rows)] + extra
     targets = ", ".join(f"{name} {_short(t)}" for name, t in result.targets.items())
-    console = Console()
+    console = terminal_console(markup=False)  # names from the space: shown as written
     cells = [[_cell(column, row.get(column)) for column in columns] for row in rows]
     shown = _fitting(columns, cells, console.width)
     table = Table(title=f"{space.name}: {result.metric} target {targets}, "

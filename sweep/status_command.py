@@ -16,7 +16,7 @@ from typing import Any
 from shapesweep.sweep.options import add_adjust
 from shapesweep.sweep.store_args import add_root, read_catalog
 
-from shapesweep.common import UserError, duration, human, write_csv
+from shapesweep.common import UserError, duration, human, printable, terminal_console, write_csv
 from shapesweep.common import plain as _clean
 from shapesweep.families import base as families
 
@@ -490,7 +490,7 @@ def _running_table(name: str, running):
 
 def status(args: argparse.Namespace) -> int:
 
-    from rich.console import Console
+    from rich.text import Text
     from shapesweep.results.live import live_sweeps, load_live
     from shapesweep.results.store import (
         FragmentCache,
@@ -502,7 +502,7 @@ def status(args: argparse.Namespace) -> int:
     from shapesweep.results.summary import adjustment_line, exploratory_line, seeds_line
 
     _check_status_args(args)
-    console = Console()
+    console = terminal_console(markup=False)  # names and errors from the store: shown as written
     catalog = read_catalog(args)
     records = {r.name: r for r in catalog.list()} if catalog else {}
     if args.name is None:
@@ -533,9 +533,11 @@ def status(args: argparse.Namespace) -> int:
         _print_csv(document)
         return 0
     if record is not None:
-        console.print(f"[bold]{record.name}[/]  space {record.space_name} ({record.space_hash})  "
-                      f"status {record.status}  {len(document['candidates'])} candidates, "
-                      f"{record.n_candidates} trials")  # the catalog's n_candidates counts trials
+        console.print(Text.assemble(
+            (printable(record.name), "bold"),
+            printable(f"  space {record.space_name} ({record.space_hash})  status {record.status}  "
+                      f"{len(document['candidates'])} candidates, {record.n_candidates} trials")))
+        # the catalog's n_candidates counts trials
     counts = trials["status"].value_counts().to_dict() if not trials.empty else {}
     counts |= {"running": len(running)} if len(running) else {}
     console.print("  ".join(f"{k.replace('_', ' ')}: {v}" for k, v in sorted(counts.items()))

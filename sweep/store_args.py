@@ -9,6 +9,8 @@ from dataclasses import dataclass
 
 from shapesweep.sweep.options import add_flags, option
 
+from shapesweep.common import UserError
+
 DEFAULT_ROOT = "./sweeps"  # where sweeps go unless --root says otherwise
 
 
@@ -43,3 +45,58 @@ def read_catalog(args: argparse.Namespace):
         if folder is None or not os.path.isfile(os.path.join(folder, "shapesweep.db")):
             return None
     return catalog(args)
+
+
+# URL schemes pyarrow opens as a results root (`pyarrow.fs.FileSystem.from_uri`)
+ROOT_SCHEMES = ("file", "local", "s3", "gs", "gcs", "hdfs", "viewfs", "abfs", "abfss")
+# SQLAlchemy's PostgreSQL drivers, each with the module it imports and how to install it
+POSTGRES_DRIVERS = {"psycopg": ("psycopg", "psycopg[binary]"),
+                    "psycopg2": ("psycopg2", "psycopg2-binary")}
+
+
+def check_store_args(args: argparse.Namespace) -> None:
+    """A verb's `--root` and `--storage` checked before it starts (the CLI calls this for
+    every verb that has them): an unknown root scheme is one line, not pyarrow's error, and a
+    PostgreSQL URL without a driver gets the one that is installed."""
+    root = getattr(args, "root", None)
+    if isinstance(root, str):
+        check_root(root)
+    storage = getattr(args, "storage", None)
+    if isinstance(storage, str):
+        args.storage = with_installed_driver(storage)
+
+
+def check_root(root: str) -> str:
+    """`root` when pyarrow can open it: a path, or a URL of a scheme it knows."""
+    scheme, sep, _ = root.partition("://")
+    if sep and scheme.lower() not in ROOT_SCHEMES:
+        raise UserError(f"unknown storage scheme {scheme!r} in {root!r} (a results root is a "
+                        f"folder or a URL: {', '.join(s + '://' for s in ROOT_SCHEMES)})",
+                        key="--root")
+    return root
+
+
+def with_installed_driver(url: str) -> str:
+    """`postgresql://...` names SQLAlchemy's default driver, which may not be the one
+    installed (SQLAlchemy 2.1: psycopg 3): the URL with the installed one named, or one line
+    saying what to install. Any other URL is returned as given."""
+    import importlib.util
+
+    scheme, sep, rest = url.partition("://")
+    if not sep or scheme.lower() != "postgresql":
+        return url
+    from sqlalchemy.engine import make_url
+
+    try:
+        default = make_url(url).get_dialect().driver
+    except Exception:  # noqa: BLE001 - the catalog says what is wrong with the URL
+        return url
+    installed = [driver for driver, (module, _) in POSTGRES_DRIVERS.items()
+                 if importlib.util.find_spec(module) is not None]
+    if default in installed or default not in POSTGRES_DRIVERS:
+        return url
+    if installed:
+        return f"postgresql+{installed[0]}://{rest}"
+    raise UserError(f"{url.partition('@')[2] or 'postgresql'}: no PostgreSQL driver is installed: "
+                    f"pip install {POSTGRES_DRIVERS[default][1]} (or name the one you have, e.g. "
+                    "postgresql+psycopg2://...)", key="--storage")

@@ -222,3 +222,140 @@ def test_the_vformer_layer_shapes_take_linear_work_in_depth(resize):
         assert len(shapes) == depth
     assert counts[1024] <= 2.2 * counts[512], counts  # quadratic would be 4x
     assert counts[1024] <= 6 * 1024, counts
+
+
+# --- Smaller refusals (issue 39 item 8): each one line, exit 2, through the real entry point.
+
+def _one_line(capsys, *argv: str) -> str:
+    """`shapesweep ARGV` exits 2 with exactly one stderr line; that line."""
+    assert main(list(argv)) == 2
+    err = capsys.readouterr().err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    return lines[0]
+
+
+def test_a_whole_number_no_float_holds_is_one_line(capsys, tmp_path):
+    path = write_space(tmp_path)
+    path.write_text(path.read_text().replace("vocab_size: 256", "vocab_size: 1" + "0" * 400))
+    assert _one_line(capsys, "plan", str(path)) == (
+        f"shapesweep plan: error: {path}: fixed.vocab_size: vocab_size is too large (a number "
+        "of 401 digits)")
+
+
+@pytest.mark.parametrize("where", ["name", "description", "key"])
+def test_a_lone_surrogate_is_one_line_naming_its_key(capsys, tmp_path, where):
+    path = write_space(tmp_path)
+    text = path.read_text()
+    if where == "name":
+        text = text.replace("name: tiny-depths", 'name: "demo\\ud800quick"')
+    elif where == "description":
+        text += 'description: "a \\udc80 b"\n'
+    else:
+        text += '"k\\ud800": 1\n'
+    path.write_text(text)
+    for verb in ("plan", "run"):
+        line = _one_line(capsys, verb, str(path), *(["--root", str(tmp_path / "r")] if verb == "run" else []))
+        assert line.startswith(f"shapesweep {verb}: error: {path}: ") and "lone surrogate" in line
+        assert line.encode("ascii")  # nothing unprintable: the escape is shown, not the character
+    assert not (tmp_path / "r").exists()  # refused before anything was written
+
+
+def test_the_fast_yaml_reader_gives_the_same_documents_and_refusals(tmp_path):
+    """libyaml composes (`CSafeLoader`) where PyYAML has it; the documents are the pure-Python
+    loader's, and a refusal is the pure-Python loader's message."""
+    from shapesweep.search_spaces import safe_yaml
+
+    from shapesweep.common import UserError
+
+    texts = [yaml.safe_dump(TINY_SPACE), "a: [1, 2.5, x, null, true, 1e3, '7']\nb: {c: [d]}\n",
+             "a: &x 1\nb: *x\n", "a: 1\na: 2\n", "a: [1\n", "x: <<\n"]
+
+    def outcome(text):
+        try:
+            return safe_yaml.parse_yaml(text, "f.yaml")
+        except UserError as error:
+            return str(error)
+
+    fast = [outcome(text) for text in texts]
+    saved, safe_yaml._FastLoader = safe_yaml._FastLoader, None
+    try:
+        slow = [outcome(text) for text in texts]
+    finally:
+        safe_yaml._FastLoader = saved
+    assert fast == slow
+    assert "aliases" in fast[2] and "duplicate key" in fast[3] and "malformed YAML" in fast[4]
+
+
+def test_an_unknown_root_scheme_is_one_line(capsys):
+    for verb in ("status", "export x --top 1 --out o"):
+        line = _one_line(capsys, *verb.split(), "--root", "foo://x/y")
+        assert "--root: unknown storage scheme 'foo' in 'foo://x/y'" in line, line
+
+
+def test_an_export_out_that_cannot_be_made_is_one_line(capsys, tmp_path):
+    from tests.test_export_out import _sweep
+
+    _sweep(tmp_path / "root")
+    line = _one_line(capsys, "export", "s", "--root", str(tmp_path / "root"), "--top", "1",
+                     "--out", "/proc/self/x")
+    assert line.startswith("shapesweep export: error: /proc/self/x: --out: "), line
+
+
+def test_a_dashboard_out_that_is_a_folder_is_one_line(capsys, tmp_path):
+    from tests.test_export_out import _sweep
+
+    _sweep(tmp_path / "root")
+    (tmp_path / "here").mkdir()
+    line = _one_line(capsys, "dashboard", "s", "--root", str(tmp_path / "root"), "--out",
+                     str(tmp_path / "here"))
+    assert line == (f"shapesweep dashboard: error: {tmp_path / 'here'}: --out: is a folder: "
+                    "give the file to write (e.g. FOLDER/report.html)")
+    assert list((tmp_path / "here").iterdir()) == []
+
+
+def test_resume_refuses_a_saved_address_nothing_answers_at(capsys, tmp_path):
+    """Ray's GCS client retries an unreachable address for minutes; a socket probe says so."""
+    import json
+    import socket
+
+    with socket.socket() as s:  # a port that was free a moment ago: nothing listens there
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    folder = tmp_path / "root" / "gone"
+    folder.mkdir(parents=True)
+    (folder / "sweep.json").write_text(json.dumps({"space": "space.yaml",
+                                                    "address": f"127.0.0.1:{port}"}))
+    line = _one_line(capsys, "resume", "gone", "--root", str(tmp_path / "root"), "--no-progress")
+    assert line.startswith(f"shapesweep resume: error: --address: cannot reach a Ray cluster "
+                           f"at 127.0.0.1:{port} ("), line
+
+
+def test_a_postgresql_url_gets_the_driver_that_is_installed():
+    """SQLAlchemy 2.1's default PostgreSQL driver is psycopg 3; a URL naming none gets the
+    installed one, and a URL naming one, or another database, is kept as given."""
+    import importlib.util
+
+    from shapesweep.sweep.store_args import POSTGRES_DRIVERS, with_installed_driver
+    from sqlalchemy.engine import make_url
+
+    from shapesweep.common import UserError
+
+    url = "postgresql://u:secret@db.example:5432/sweeps"
+    default = make_url(url).get_dialect().driver
+    installed = [d for d, (module, _) in POSTGRES_DRIVERS.items() if importlib.util.find_spec(module)]
+    assert with_installed_driver("sqlite:///x.db") == "sqlite:///x.db"
+    assert with_installed_driver("postgresql+psycopg2://u@h/d") == "postgresql+psycopg2://u@h/d"
+    if default in installed:
+        assert with_installed_driver(url) == url
+    elif installed:
+        assert with_installed_driver(url) == f"postgresql+{installed[0]}://u:secret@db.example:5432/sweeps"
+    else:
+        with pytest.raises(UserError, match="pip install"):
+            with_installed_driver(url)
+
+
+def test_status_on_a_postgresql_url_without_a_driver_name_is_one_line(capsys):
+    line = _one_line(capsys, "status", "--storage", "postgresql://u:secret@127.0.0.1:1/db")
+    assert line.startswith("shapesweep status: error: ") and "secret" not in line, line
+    assert "No module named" not in line

@@ -167,3 +167,75 @@ def test_sigterm_prints_the_exact_resume_command_and_that_command_finishes_the_s
     resumed = subprocess.run(shlex.split(command), env=CHILD_ENV, capture_output=True, text=True, timeout=300)
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert "sweep term: finished - 4 completed" in resumed.stdout
+
+
+# --- Nothing the user or the store supplies drives the terminal (issue 39 item 7).
+
+ESCAPES = "\x1b]0;pwned\x07\x1b[2J\x9b31m\r"  # retitle, ring, clear, a C1 CSI, a carriage return
+
+
+def _no_controls(text: str) -> None:
+    """No control character but newline (and tab) in what reached the terminal."""
+    assert not [c for c in text if (ord(c) < 32 and c not in "\n\t") or 0x7f <= ord(c) <= 0x9f], text
+
+
+def test_a_key_holding_terminal_escapes_is_shown_escaped_in_the_error_line(capsys, tmp_path):
+    path = write_space(tmp_path, name="esc")
+    path.write_text(path.read_text() + yaml.safe_dump({ESCAPES: 1}))
+    code, _, err = shapesweep(capsys, "plan", str(path))
+    line = one_line(code, err)
+    _no_controls(err)
+    assert "\\x1b]0;pwned\\x07\\x1b[2J\\x9b31m\\r" in line
+
+
+def test_status_shows_store_text_escaped_and_never_as_markup(capsys, tmp_path):
+    """A trial's `error` holding escape sequences and a variant named like rich markup, as
+    `status` prints them: escaped, and literally."""
+    import json
+
+    from shapesweep.results.store import write_trial
+    from shapesweep.search_spaces.accounting import account
+    from shapesweep.search_spaces.configs import config_key, make_config
+
+    config = make_config(dict(family="conventional", d_model=32, n_layers=2, n_heads=2, d_h=96))
+    document = {"family": config.family, "model": config.model_dump(mode="json", exclude={"family"}),
+                "train": dict(steps=3, seq_len=32, batch_tokens=256, eval_tokens=512, lr=1e-2)}
+    for i, (status, error) in enumerate([("completed", None), ("failed", f"RuntimeError: {ESCAPES}")]):
+        write_trial(str(tmp_path), "s", {
+            "trial_id": f"t{i}", "key": config_key(config), "family": config.family,
+            "variant": "[bold]wide[/bold]", "seed": i, "status": status,
+            "val_loss": 2.0 if status == "completed" else None, "error": error,
+            "config_json": json.dumps(document), **account(config, seq_len=32).to_dict()}, [])
+    code, out, err = shapesweep(capsys, "status", "s", "--root", str(tmp_path))
+    assert code == 0, err
+    _no_controls(out + err)
+    assert "\\x1b]0;pwned\\x07\\x1b[2J" in out.replace("\n", "").replace("│", "").replace(" ", "")
+    assert "[bold]wide[/bold]" in out  # shown as written, not read as a style
+
+
+def test_the_live_box_and_progress_lines_escape_what_they_show():
+    """The live display renders names and errors through the same console (`terminal_console`)."""
+    import io
+
+    from shapesweep.common import markup_safe, printable, terminal_console
+
+    stream = io.StringIO()
+    terminal_console(file=stream, width=200).print(f"[red]failed:[/] {markup_safe('[b]x' + ESCAPES)}")
+    _no_controls(stream.getvalue())
+    assert "[b]x\\x1b]0;pwned" in stream.getvalue()
+    assert printable("tab\tand\nnewline") == "tab\tand\nnewline"
+    assert printable("a\nb", one_line=True) == "a\\nb"
+    assert printable("\ud800") == "\\ud800"
+
+
+def test_plan_shows_a_variant_named_with_escapes_and_markup_as_written(capsys, tmp_path):
+    from sweep_helpers import TINY_SPACE
+
+    doc = {k: v for k, v in TINY_SPACE.items() if k != "search"}
+    doc["variants"] = [{"name": "deep\x1b[2J[bold]x", "search": {"n_layers": [1, 2]}}]
+    path = tmp_path / "esc.yaml"
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    code, out, err = shapesweep(capsys, "plan", str(path))
+    assert code == 0, err
+    _no_controls(out + err)
+    assert "deep\\x1b[2J[bold]x" in out
