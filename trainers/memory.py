@@ -186,13 +186,15 @@ def _given(train: TrainConfig) -> int | None:
 # ------------------------------------------------------------------ the micro-batch
 
 
-@dataclass(frozen=True)
+@dataclass
 class Budget:
-    """What a trial may use: `bytes` of its device (its share of a card, the machine's RAM),
-    and a micro-batch an out-of-memory retry imposes (`sweep.oom`), if any."""
+    """What a run may use: `bytes` of its device (its share of a card), and a micro-batch an
+    out-of-memory retry imposes (`shapesweep.trainers.fitting`), if any; `used` is the
+    micro-batch the loop then chose (`micro_batch`)."""
 
     bytes: int | None = None
     micro_batch: int | None = None
+    used: int | None = None
 
 
 _budget: contextvars.ContextVar[Budget | None] = contextvars.ContextVar("shapesweep_memory_budget",
@@ -217,18 +219,40 @@ def budget(bytes: int | None = None, micro_batch: int | None = None) -> Iterator
 
 
 def micro_batch(config, train: TrainConfig, device, per_step: int) -> int:
-    """The micro-batch the loop trains with: an OOM retry's (`budget`), else the recipe's
-    number, else, under `auto` or on CUDA when unset, the largest that fits
-    (`fitting_micro_batch`), else (unset, elsewhere) the whole step, as before `auto`."""
-    device_type = getattr(device, "type", str(device))
-    imposed, given = _current().micro_batch, _given(train)
-    if imposed is not None:
-        return min(imposed, per_step)
-    if given is not None:
-        return min(given, per_step)
-    if train.micro_batch_size == "auto" or device_type == "cuda":
-        return fitting_micro_batch(config, train, device_type, available_bytes(device), per_step)
-    return per_step
+    """The micro-batch the loop trains with: an OOM retry's (`budget`), else `chosen`'s on
+    this device and the memory this process may use."""
+    current = _current()
+    if current.micro_batch is not None:
+        current.used = min(current.micro_batch, per_step)
+    else:
+        current.used = chosen(config, train, getattr(device, "type", str(device)),
+                              lambda: available_bytes(device), per_step)
+    return current.used
+
+
+def chosen(config, train: TrainConfig, device_type: str, have, per_step: int | None = None) -> int:
+    """The micro-batch for `train` on a `device_type` device where this process may use
+    `have()` bytes. Under `auto`, and on CUDA when unset, the largest that fits
+    (`fitting_micro_batch`); on CUDA a number is the most it may be (a GPU's memory is its
+    hard limit, and the step's math is the same whatever the micro-batch); elsewhere a
+    number is used as given, and unset is the whole step (as before `auto` existed)."""
+    per_step = per_step or _per_step(config, train)
+    given = _given(train)
+    if device_type == "cuda" or train.micro_batch_size == "auto":
+        fitting = fitting_micro_batch(config, train, device_type, have(), per_step)
+        return min(fitting, given or per_step)
+    return min(given or per_step, per_step)
+
+
+def parse_size(text: str, flag: str) -> int:
+    """`80GiB` or `80G` (binary), `141GB` (decimal), `512MiB`, or bytes: a size in bytes."""
+    import re
+
+    found = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([kmgt]?)(i?)(b?)\s*", text.lower())
+    if not found or float(found[1]) <= 0:
+        raise UserError(f"cannot read {text!r} as a memory size (e.g. 80GiB, 141GB)", key=flag)
+    number, unit, binary = float(found[1]), found[2], found[3] or not found[4]
+    return int(number * (1024 if binary else 1000) ** " kmgt".index(unit or " "))
 
 
 def fitting_micro_batch(config, train: TrainConfig, device_type: str, have: int,
@@ -278,9 +302,9 @@ def check_fits(config, train: TrainConfig, device, shards: int = 1) -> None:
         hint = ("; a smaller train.micro_batch_size may fit (auto picks one)"
                 if fits(smallest, have) and micro > 1 else "")
         raise UserError(f"{config.family} candidate {config_key(config)} ({params:,} parameters) "
-                        f"needs about {gib(need)} GiB to train at micro-batch {micro} (fp32 "
+                        f"needs about {size(need)} to train at micro-batch {micro} (fp32 "
                         f"weights, gradients, AdamW states and activations); {device.type} "
-                        f"{'gives this trial' if _current().bytes else 'has'} {gib(have)} GiB, "
+                        f"{'gives this trial' if _current().bytes else 'has'} {size(have)}, "
                         f"{MARGIN:.0%} of it to plan on{hint}", key="model")
 
 
@@ -291,6 +315,11 @@ def fits(need: int, have: int) -> bool:
 
 def gib(n: float) -> str:
     return f"{n / 2**30:,.1f}"
+
+
+def size(n: float) -> str:
+    """Bytes for a person: GiB, or MiB below one GiB."""
+    return f"{gib(n)} GiB" if n >= 2**30 else f"{n / 2**20:,.1f} MiB"
 
 
 # ------------------------------------------------------------------ measured peaks
