@@ -128,6 +128,12 @@ def check_memory(options: Any, space: Any, candidates: list | None) -> None:
                     f"planned on): give each trial more of a GPU", key="--gpus-per-trial")
         return
     ram = memory.device_bytes("cpu")
+    for candidate, train in zip(candidates, trains, strict=True):  # one trial alone, at its least
+        need = memory.estimate(candidate.config, train, "cpu", 1, shards).total
+        if not memory.fits(need, ram):
+            raise UserError(f"{_named(candidate)} needs about {memory.size(need)} to train even at "
+                            f"micro-batch 1; this machine has {memory.size(ram)} "
+                            f"({memory.MARGIN:.0%} planned on)", key="model")
     peaks = sorted(((memory.estimate(c.config, t, "cpu", memory.chosen(c.config, t, "cpu",
                                                                         lambda: ram)).total, c)
                     for c, t in zip(candidates, trains, strict=True)),
@@ -141,7 +147,7 @@ def check_memory(options: Any, space: Any, candidates: list | None) -> None:
         fitting = sum(1 for total in range(1, at_once + 1)
                       if memory.fits(sum(largest[:total]) * workers // shards, ram))
         fix = (f"run at most {fitting} at once (--max-concurrent {fitting})" if fitting
-               else "give it a smaller train.micro_batch_size, or a larger machine")
+               else "give it a smaller train.micro_batch_size (or auto)")
         raise UserError(
             f"{at_once} trials at once need about {memory.size(need)} (the largest, "
             f"{_named(candidate)}, about {memory.size(biggest)} each); this machine has "
