@@ -277,12 +277,12 @@ def available_bytes(device) -> int:
 
 def device_bytes(device) -> int:
     """The device's memory: physical RAM for the CPU, the GPU's total for CUDA (a trial
-    sharing the GPU may see less free; the total is what no trial can exceed)."""
-    import torch
+    sharing the GPU may see less free; the total is what no trial can exceed). torch is
+    imported for a GPU only: a sweep's driver never imports it."""
+    if str(device).startswith("cuda"):
+        import torch
 
-    device = torch.device(device)
-    if device.type == "cuda":
-        return torch.cuda.mem_get_info(device)[1]
+        return torch.cuda.mem_get_info(torch.device(device))[1]
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
