@@ -6,7 +6,7 @@ and GQA; hourglass; a ><former bottleneck; a mixture of experts) at micro-batche
 `shapesweep.trainers.loop.train` (eager, fp32, one torch thread), its peak of live tensor
 bytes from torch's profiler (`memory.measured_peak`, `profile_memory=True`), the predicted
 peak by term, and the error. Also the prediction for issue 37's three GPU peaks (arithmetic
-only: on a GPU, `memory.compare_cli` measures). One JSON line per row.
+only: on a GPU, `fitting.compare_cli` measures). One JSON line per row.
 
     .venv/bin/python benchmarks/bench_memory.py [CASE ...]
 """

@@ -344,7 +344,7 @@ def _check(options: SweepOptions) -> tuple[SweepOptions, _Checked]:
     from shapesweep.results.catalog import default_catalog_url
     from shapesweep.results.store import validate_sweep_name
     from shapesweep.search_spaces.space import check_seeds_option, check_sweep_trials, load_space
-    from shapesweep.sweep.run_command import check_memory
+    from shapesweep.sweep.packing import check_memory
     from shapesweep.sweep.strategies import strategy_for
     from shapesweep.sweep.trackers import check_trackers
 

@@ -12,7 +12,7 @@ import torch
 from shapesweep.search_spaces.configs import TrainConfig, make_config
 from shapesweep.sweep.cli import main
 from shapesweep.trainers import memory
-from shapesweep.trainers.fitting import train_fitting
+from shapesweep.trainers.fitting import compare_cli, train_fitting
 from shapesweep.trainers.loop import train
 
 from tests.sweep_helpers import TINY_SPACE, write_space
@@ -181,7 +181,7 @@ def test_run_counts_the_trials_that_run_at_once(capsys, tmp_path, monkeypatch):
     four, --max-concurrent 4 is refused with the number that fits; 2 passes the check."""
     from shapesweep.search_spaces.solver import plan
     from shapesweep.search_spaces.space import load_space
-    from shapesweep.sweep.run_command import check_memory
+    from shapesweep.sweep.packing import check_memory
     from shapesweep.sweep.sweep_options import SweepOptions
 
     path = write_space(tmp_path)
@@ -265,7 +265,7 @@ def test_candidate_files_compare_on_cpu(tmp_path, capsys, monkeypatch):
     file = sorted(Path(tmp_path).glob("*.yaml"))[0]
     capsys.readouterr()
     monkeypatch.setattr(sys, "argv", ["compare", str(file), "--device", "cpu", "--steps", "2"])
-    memory.compare_cli()
+    compare_cli()
     row = json.loads(capsys.readouterr().out)
     assert {"states", "activations", "logits", "total", "measured", "error"} <= set(row)
     assert abs(row["error"]) <= TOLERANCE

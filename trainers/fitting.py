@@ -1,5 +1,6 @@
 """One training run that fits its memory: a share of the device, a measured peak beside the
-predicted one, and an out-of-memory error recovered by halving the micro-batch.
+predicted one, and an out-of-memory error recovered by halving the micro-batch; and
+`compare`, the memory model beside a measured peak (on a GPU: `compare_cli`).
 
 `loop.train` knows nothing of this: it asks `shapesweep.trainers.memory.micro_batch` for its
 micro-batch, which reads the `memory.budget` this module sets around it. When CUDA runs out
@@ -142,3 +143,55 @@ def _status_kib(field: str) -> int | None:
         return None
     return None
 
+
+def compare(config, train, device: str = "cuda", data: str | None = None) -> dict:
+    """Train `config` under `train` (a few steps) and return the predicted peak by term
+    beside the measured one: CUDA's allocator peak (`max_memory_allocated`), or on CPU the
+    profiler's (`measured_peak`). For a GPU check:
+
+        python -c "from shapesweep.trainers.fitting import compare_cli; compare_cli()" FILE.yaml
+    """
+    import torch
+    from shapesweep.trainers.loop import train as run_train
+
+    micro = memory.micro_batch(config, train, torch.device(device), memory._per_step(config, train))
+    predicted = memory.estimate(config, train, torch.device(device).type, micro)
+    if device.startswith("cuda"):
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+        run_train(config, train, data=data, device=device)
+        measured = torch.cuda.max_memory_allocated() - base
+    else:
+        measured, _ = memory.measured_peak(lambda: run_train(config, train, data=data, device=device))
+    from shapesweep.search_spaces.configs import config_key
+
+    return {"key": config_key(config), "family": config.family, **predicted.to_dict(),
+            "measured": measured, "error": predicted.total / measured - 1}
+
+
+def compare_cli() -> None:
+    """Print `compare` for each candidate file named on the command line (a `plan --out`
+    file, or `train`'s): `--steps N` (default 3), `--micro-batch-size M` override the recipe."""
+    import argparse
+    import json
+
+    from shapesweep.search_spaces.candidate_file import load_candidate
+
+    parser = argparse.ArgumentParser(description="predicted vs measured peak memory")
+    parser.add_argument("files", nargs="+")
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--micro-batch-size", default=None)
+    parser.add_argument("--data", default=None)
+    args = parser.parse_args()
+    for file in args.files:
+        config, train = load_candidate(file)
+        update = {"steps": args.steps, "tokens": None, "tokens_per_param": None,
+                  "eval_every": args.steps, "eval_tokens": train.seq_len}
+        if args.micro_batch_size:
+            mb = args.micro_batch_size
+            update["micro_batch_size"] = mb if mb == "auto" else int(mb)
+        train = type(train).model_validate(train.model_dump() | update)
+        row = compare(config, train, args.device, args.data)
+        print(json.dumps({k: (memory.gib(v) if isinstance(v, int) and k != "micro_batch" else v)
+                          for k, v in row.items()}), flush=True)

@@ -18,8 +18,8 @@ The peak of a training step, in bytes, is the sum of four terms (`Estimate`):
 
 On CPU the eager terms are checked against the peak of live tensor bytes torch's profiler
 records (`profile_memory=True`: `measured_peak`), across families and micro-batches
-(tests/test_memory.py, docs/limits.md); on CUDA, `compare` prints the prediction beside
-`torch.cuda.max_memory_allocated` for any candidate.
+(tests/test_memory.py, docs/memory.md); on CUDA, `shapesweep.trainers.fitting.compare`
+sets the prediction beside `torch.cuda.max_memory_allocated` for any candidate.
 """
 
 from __future__ import annotations
@@ -340,54 +340,3 @@ def measured_peak(run) -> tuple[int, object]:
         level += change
         peak = max(peak, level)
     return peak, result
-
-
-def compare(config, train: TrainConfig, device: str = "cuda", data: str | None = None) -> dict:
-    """Train `config` under `train` (a few steps) and return the predicted peak by term
-    beside the measured one: CUDA's allocator peak (`max_memory_allocated`), or on CPU the
-    profiler's (`measured_peak`). For a GPU check:
-
-        python -c "from shapesweep.trainers.memory import compare_cli; compare_cli()" FILE.yaml
-    """
-    import torch
-    from shapesweep.trainers.loop import train as run_train
-
-    micro = micro_batch(config, train, torch.device(device), _per_step(config, train))
-    predicted = estimate(config, train, torch.device(device).type, micro)
-    if device.startswith("cuda"):
-        torch.cuda.reset_peak_memory_stats()
-        base = torch.cuda.memory_allocated()
-        run_train(config, train, data=data, device=device)
-        measured = torch.cuda.max_memory_allocated() - base
-    else:
-        measured, _ = measured_peak(lambda: run_train(config, train, data=data, device=device))
-    return {"key": config_key(config), "family": config.family, **predicted.to_dict(),
-            "measured": measured, "error": predicted.total / measured - 1}
-
-
-def compare_cli() -> None:
-    """Print `compare` for each candidate file named on the command line (a `plan --out`
-    file, or `train`'s): `--steps N` (default 3), `--micro-batch-size M` override the recipe."""
-    import argparse
-    import json
-
-    from shapesweep.search_spaces.candidate_file import load_candidate
-
-    parser = argparse.ArgumentParser(description="predicted vs measured peak memory")
-    parser.add_argument("files", nargs="+")
-    parser.add_argument("--device", default="cuda")
-    parser.add_argument("--steps", type=int, default=3)
-    parser.add_argument("--micro-batch-size", default=None)
-    parser.add_argument("--data", default=None)
-    args = parser.parse_args()
-    for file in args.files:
-        config, train = load_candidate(file)
-        update = {"steps": args.steps, "tokens": None, "tokens_per_param": None,
-                  "eval_every": args.steps, "eval_tokens": train.seq_len}
-        if args.micro_batch_size:
-            mb = args.micro_batch_size
-            update["micro_batch_size"] = mb if mb == "auto" else int(mb)
-        train = TrainConfig.model_validate(train.model_dump() | update)
-        row = compare(config, train, args.device, args.data)
-        print(json.dumps({k: (gib(v) if isinstance(v, int) and k != "micro_batch" else v)
-                          for k, v in row.items()}), flush=True)
