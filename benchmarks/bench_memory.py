@@ -6,9 +6,11 @@ and GQA; hourglass; a ><former bottleneck; a mixture of experts) at micro-batche
 `shapesweep.trainers.loop.train` (eager, fp32, one torch thread), its peak of live tensor
 bytes from torch's profiler (`memory.measured_peak`, `profile_memory=True`), the predicted
 peak by term, and the error. Also the prediction for issue 37's three GPU peaks (arithmetic
-only: on a GPU, `fitting.compare_cli` measures). One JSON line per row.
+only), or with `--gpu`, on a CUDA device, each of them trained 2 steps of 2 micro-batches
+(compiled, bf16) with CUDA's allocator peak beside the prediction (`fitting.compare`). One
+JSON line per row.
 
-    .venv/bin/python benchmarks/bench_memory.py [CASE ...]
+    .venv/bin/python benchmarks/bench_memory.py [CASE ...] [--gpu]
 """
 
 from __future__ import annotations
@@ -54,21 +56,41 @@ def cpu_rows(names: list[str]):
                    **predicted.to_dict(), "error": round(predicted.total / measured - 1, 3)}
 
 
-def gpu_rows():
-    """Issue 37's H200 peaks (GiB), bf16 compiled, the loss outside the compiled region, and
-    what the model predicts for them on that path and on issue 36's."""
+def measured_gpu_rows():
+    """Issue 37's three shapes trained on this CUDA device: 2 steps, each 2 of the figure's
+    micro-batches (accumulation, so the gradients and AdamW's states are all held)."""
+    from shapesweep.trainers.fitting import compare
+
+    for name, gib, config, recipe in _gpu_cases():
+        seqs = recipe.micro_batch_size
+        short = TrainConfig.model_validate(recipe.model_dump() | {
+            "tokens": None, "tokens_per_param": None, "steps": 2, "eval_every": 2,
+            "batch_tokens": 2 * seqs * recipe.seq_len, "eval_tokens": recipe.seq_len,
+            "warmup_tokens": None, "warmup_frac": 0.0})
+        row = compare(config, short, "cuda")
+        yield {"case": name, "issue_gib": gib, "loss_in_graph": memory.LOSS_IN_GRAPH,
+               **{k: (round(v / 2**30, 2) if isinstance(v, int) and k != "micro_batch" else v)
+                  for k, v in row.items()}}
+
+
+def _gpu_cases():
     from shapesweep.search_spaces.solver import plan
     from shapesweep.search_spaces.space import load_space
 
     space = load_space("vformer-shapes-500m")
     first = plan(space).candidates[0]
-    cases = [("conventional 768x12 d_h 3072, 8x2048", 43.9,
-              make_config(dict(family="conventional", d_h=3072, **GPU_FIXED)), TrainConfig(**GPU_113M)),
-             ("hourglass 768x12 k 8 d_h 384, 8x2048", 49.9,
-              make_config(dict(family="hourglass", d_h=384, k=8, **GPU_FIXED)), TrainConfig(**GPU_113M)),
-             ("vformer-shapes-500m candidate 0, 4x4096", 44.9, first.config,
-              space.train_for(candidate=first).model_copy(update={"compile": True}))]
-    for name, gib, config, recipe in cases:
+    return [("conventional 768x12 d_h 3072, 8x2048", 43.9,
+             make_config(dict(family="conventional", d_h=3072, **GPU_FIXED)), TrainConfig(**GPU_113M)),
+            ("hourglass 768x12 k 8 d_h 384, 8x2048", 49.9,
+             make_config(dict(family="hourglass", d_h=384, k=8, **GPU_FIXED)), TrainConfig(**GPU_113M)),
+            ("vformer-shapes-500m candidate 0, 4x4096", 44.9, first.config,
+             space.train_for(candidate=first).model_copy(update={"compile": True}))]
+
+
+def gpu_rows():
+    """Issue 37's H200 peaks (GiB), bf16 compiled, the loss outside the compiled region, and
+    what the model predicts for them on that path and on issue 36's."""
+    for name, gib, config, recipe in _gpu_cases():
         e = memory.estimate(config, recipe, "cuda")
         p = memory.Precision.of(recipe, "cuda")
         tokens = e.micro_batch * recipe.seq_len
@@ -86,7 +108,13 @@ def gpu_rows():
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("cases", nargs="*", help=f"of {', '.join(CASES)} (default all)")
+    parser.add_argument("--gpu", action="store_true",
+                        help="measure issue 37's three shapes on this CUDA device instead")
     args = parser.parse_args()
+    if args.gpu:
+        for row in measured_gpu_rows():
+            print(json.dumps(row), flush=True)
+        return
     torch.set_num_threads(1)
     for row in [*cpu_rows(args.cases or list(CASES)), *gpu_rows()]:
         print(json.dumps(row), flush=True)
