@@ -10,7 +10,9 @@ only), or with `--gpu`, on a CUDA device, each of them trained 2 steps of 2 micr
 (compiled, bf16) with CUDA's allocator peak beside the prediction (`fitting.compare`). One
 JSON line per row.
 
-    .venv/bin/python benchmarks/bench_memory.py [CASE ...] [--gpu]
+`--compiled`: the terms torch.compile and bf16 autocast change, on CPU.
+
+    .venv/bin/python benchmarks/bench_memory.py [CASE ...] [--gpu | --compiled]
 """
 
 from __future__ import annotations
@@ -54,6 +56,25 @@ def cpu_rows(names: list[str]):
             predicted = memory.estimate(config, recipe, "cpu")
             yield {"case": name, "micro_batch": micro, "z_loss": z_loss, "measured": measured,
                    **predicted.to_dict(), "error": round(predicted.total / measured - 1, 3)}
+
+
+def compiled_rows(names: list[str]):
+    """Micro-batch 4, torch.compile (Inductor's C++ kernels) and eager, fp32 and bf16 autocast:
+    each compiled run measured after a first one compiled it."""
+    for name in names:
+        config = make_config(CASES[name])
+        for autocast in ("none", "bfloat16"):
+            for compiled in (True, False):
+                recipe = TrainConfig(steps=2, seq_len=64, batch_tokens=64 * 8, micro_batch_size=4,
+                                     eval_tokens=128, eval_every=2, compile=compiled,
+                                     autocast=autocast)
+                if compiled:
+                    train(config, recipe)
+                measured, _ = memory.measured_peak(lambda: train(config, recipe))  # noqa: B023
+                predicted = memory.estimate(config, recipe, "cpu")
+                yield {"case": name, "compiled": compiled, "autocast": autocast,
+                       "measured": measured, **predicted.to_dict(),
+                       "error": round(predicted.total / measured - 1, 3)}
 
 
 def measured_gpu_rows():
@@ -110,12 +131,18 @@ def main() -> None:
     parser.add_argument("cases", nargs="*", help=f"of {', '.join(CASES)} (default all)")
     parser.add_argument("--gpu", action="store_true",
                         help="measure issue 37's three shapes on this CUDA device instead")
+    parser.add_argument("--compiled", action="store_true",
+                        help="compiled and eager, fp32 and bf16 autocast, at micro-batch 4")
     args = parser.parse_args()
     if args.gpu:
         for row in measured_gpu_rows():
             print(json.dumps(row), flush=True)
         return
     torch.set_num_threads(1)
+    if args.compiled:
+        for row in compiled_rows(args.cases or ["conventional swiglu", "hourglass k 4"]):
+            print(json.dumps(row), flush=True)
+        return
     for row in [*cpu_rows(args.cases or list(CASES)), *gpu_rows()]:
         print(json.dumps(row), flush=True)
 
