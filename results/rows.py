@@ -20,10 +20,14 @@ from shapesweep.results.store import write_trial
 CURVE_FIELDS = tuple(name for name in CURVE_COLUMNS.names if name not in ("sweep", "trial_id"))
 # How a trial's step ran: the loop's final report has them (`TrainResult`), a curve does not.
 COMPILE_FIELDS = ("compiled", "graph_breaks", "recompiles", "compile_s", "autocast_dtype")
+# How a trial used memory (shapesweep.trainers.fitting): its micro-batch at the end, the
+# out-of-memory retries before it, the predicted and the measured peak.
+MEMORY_FIELDS = ("micro_batch_size", "oom_retries", "memory_peak_bytes",
+                 "memory_peak_bytes_measured")
 # A trial's final metrics (`final_metrics`).
 METRIC_FIELDS = ("val_loss", "best_val_loss", "val_ppl", "train_loss", "psnr", "ssim", "tokens",
                  "steps", "wall_time_s", "tokens_per_s", "val_loss_se", "train_loss_tail",
-                 "cooldown_tokens", *COMPILE_FIELDS)
+                 "cooldown_tokens", *COMPILE_FIELDS, *MEMORY_FIELDS)
 
 
 @dataclass
@@ -100,6 +104,6 @@ def final_metrics(last: dict[str, Any], curve: list[dict[str, Any]], status: str
         "steps": last.get("steps", last.get("step")),
         "wall_time_s": elapsed,
         "tokens_per_s": last.get("tokens_per_s", tokens / elapsed if tokens and elapsed else None),
-        **{name: last.get(name) for name in COMPILE_FIELDS},
+        **{name: last.get(name) for name in (*COMPILE_FIELDS, *MEMORY_FIELDS)},
         "cooldown_tokens": last.get("cooldown_tokens"),
     }

@@ -55,6 +55,10 @@ TRIAL_COLUMNS = pa.schema(
         ("compiled", _BOOL), ("graph_breaks", _INT), ("recompiles", _INT), ("compile_s", _FLOAT),
         ("autocast_dtype", _STR),
         ("cooldown_tokens", _INT),  # trained by cooldown evaluations' branches, not in `tokens`
+        # memory (shapesweep.trainers.fitting): the micro-batch it ended with, the out-of-memory
+        # retries (each halving it) before that, the predicted and the measured peak in bytes
+        ("micro_batch_size", _INT), ("oom_retries", _INT), ("memory_peak_bytes", _INT),
+        ("memory_peak_bytes_measured", _INT),
         *ACCOUNTING_COLUMNS,
         *SHAPE_COLUMNS,
         ("train_tokens_budget", _INT), ("seq_len", _INT), ("lr", _FLOAT),

@@ -70,7 +70,10 @@ class TrainConfig(_Strict):
     steps: Annotated[int, Field(gt=0, le=MAX_TOKENS)] | None = None
     seq_len: Dim = 128
     batch_tokens: PositiveCount = 4096  # tokens per optimizer step (LM)
-    micro_batch_size: PositiveInt | None = None  # sequences per forward; default all
+    # sequences (images) per forward, the rest of a step by gradient accumulation; `auto`: the
+    # largest whose predicted peak fits the device (shapesweep.trainers.memory); unset: auto on
+    # CUDA, the whole step elsewhere
+    micro_batch_size: PositiveInt | Literal["auto"] | None = None
     batch_size: PositiveInt = 128  # images per step (vision)
     lr: Annotated[float, Field(gt=0)] = 3e-3
     warmup_frac: Annotated[float, Field(ge=0, lt=1)] | None = 0.05  # None with warmup_tokens

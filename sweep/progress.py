@@ -97,6 +97,7 @@ class SweepProgress(Callback):
         self.tokens: dict[str, int] = {}  # the latest tokens of every trial of this run
         self.candidates: dict[tuple[str, str], CandidateProgress] = {}  # by (key, tuned_json)
         self.trial_candidate: dict[str, CandidateProgress] = {}  # by Tune's trial id
+        self.oom_retries: dict[str, int] = {}  # by Tune's trial id, those that ran out of memory
         for spec in planned or []:
             self._candidate(spec["key"], spec.get("tuned_json"), spec["row"]).planned += 1
 
@@ -131,6 +132,13 @@ class SweepProgress(Callback):
 
     def _line(self, text: str) -> None:
         print(printable(text), file=self.out or sys.stdout, flush=True)
+
+    def _say(self, text: str) -> None:
+        """A notice in any mode: a plain line, or above the live box."""
+        if self.mode == "plain":
+            self._line(text)
+        elif self.mode == "live":
+            self.console.print(escape(text), highlight=False)
 
     def summary(self, interrupted: bool = False) -> str:
         ended = self.done + self.stopped + self.failed
@@ -235,6 +243,11 @@ class SweepProgress(Callback):
         self._refresh()
 
     def on_trial_result(self, iteration, trials, trial, result, **info):
+        retries = result.get("oom_retries") or 0
+        if retries > self.oom_retries.get(trial.trial_id, 0):  # shapesweep.trainers.fitting
+            self.oom_retries[trial.trial_id] = retries
+            self._say(f"trial {self._name(trial)}: out of memory, retry {retries} at micro-batch "
+                      f"{result.get('micro_batch_size')}")
         loss = result.get("val_loss")
         if loss is not None and loss == loss and (self.best is None or loss < self.best[0]):
             self.best = (float(loss), self._name(trial))
@@ -274,6 +287,9 @@ class SweepProgress(Callback):
             line = (f"trial {ended}/{self.total} {status}: {name or trial_id}: "
                     f"val_loss={_num(loss, '.4f')} tokens={_num(row.get('tokens'), 'd')} "
                     f"elapsed={_num(row.get('wall_time_s'), '.1f')}s key={row.get('key', '-')}")
+            retries = row.get("oom_retries")
+            line += (f" oom_retries={retries} micro_batch={row.get('micro_batch_size')}"
+                     if retries else "")
             self._line(line + (f" error={error}" if error else ""))
         elif error:
             self.console.print(f"[red]trial {escape(name or trial_id)} failed:[/] {escape(error)}")

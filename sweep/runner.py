@@ -343,6 +343,7 @@ def _check(options: SweepOptions) -> tuple[SweepOptions, _Checked]:
     from shapesweep.results.catalog import default_catalog_url
     from shapesweep.results.store import validate_sweep_name
     from shapesweep.search_spaces.space import check_seeds_option, check_sweep_trials, load_space
+    from shapesweep.sweep.packing import check_memory
     from shapesweep.sweep.strategies import strategy_for
     from shapesweep.sweep.trackers import check_trackers
 
@@ -356,6 +357,7 @@ def _check(options: SweepOptions) -> tuple[SweepOptions, _Checked]:
     if strategy.candidates is not None:
         check_sweep_trials(space, len(strategy.candidates), given)
     _check_data_parallel(options, space, strategy.candidates)
+    check_memory(options, space, strategy.candidates)  # trials that fit (issues 37, 39)
     budgets = sweep_budgets(space, strategy.candidates)
     scheduler, choice = _scheduler(options, space, strategy.candidates, seeds)
     lines = [choice.line, evaluation_line(space, strategy.candidates, choice.rungs),

@@ -38,6 +38,14 @@ def add_arguments_plan(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", metavar="DIR", default=None,
                         help="also write one candidate YAML per candidate into DIR "
                              "(each trains as is with `shapesweep train DIR/KEY.yaml`)")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default=None,
+                        help="the device each candidate's micro_batch_size and memory_peak_bytes "
+                             "are planned for (default: this machine's: cuda where it has a GPU)")
+    parser.add_argument("--gpu-memory", metavar="SIZE", default=None,
+                        help="that device's memory, e.g. 80GiB or 141GB (default: this machine's "
+                             "GPU, or its RAM for cpu); implies --device cuda")
+    parser.add_argument("--gpus-per-trial", type=float, default=1.0, metavar="F",
+                        help="each trial's share of the GPU, as `run --gpus-per-trial` (default 1)")
 
 
 def spaces(args: argparse.Namespace) -> int:
@@ -138,10 +146,13 @@ def plan(args: argparse.Namespace) -> int:
     from shapesweep.search_spaces.space import check_sweep_trials, load_space
     from shapesweep.sweep.scheduling import choose
 
+    device = planned_device(args)  # bad flags refused before the solve
     space = load_space(args.space)
     result = solve(space, seq_len=args.seq_len)
     check_sweep_trials(space, len(result.candidates))
     rows = [c.to_row() for c in result.candidates]
+    for row, candidate in zip(rows, result.candidates, strict=True):
+        row.update(_memory_fields(candidate.config, space.train_for(candidate=candidate), device))
     decisions = _compile_decisions(space, result.candidates)
     if args.format == "json":  # each candidate's resolved recipe (its variant's, per size)
         for row, candidate, decision in zip(rows, result.candidates, decisions, strict=True):
@@ -158,16 +169,17 @@ def plan(args: argparse.Namespace) -> int:
     else:
         _print_table(space, result, rows)
     trials = _trials_line(space, len(rows))
+    memory = _memory_line(rows, device)
     # which scheduler `run` picks and why, and what evaluation and cooldowns cost there
     choice = choose("auto", space, result.candidates, list(space.seeds))
     cost = [line for line in (choice.line, evaluation_line(space, result.candidates, choice.rungs),
                               cooldown_line(space, result.candidates, choice.rungs),
                               _compile_line(decisions)) if line]
     if args.format != "table":  # stdout holds only the data; the summary goes to stderr
-        print(*map(printable, (result.counts_line(), *result.dropped_lines(), trials, *cost)),
+        print(*map(printable, (result.counts_line(), *result.dropped_lines(), trials, memory, *cost)),
               sep="\n", file=sys.stderr)
     else:
-        print(*map(printable, (trials, *cost)), sep="\n")
+        print(*map(printable, (trials, memory, *cost)), sep="\n")
     return 0
 
 
@@ -194,6 +206,70 @@ def _compile_line(decisions: list) -> str | None:
     example = max(decisions, key=lambda d: d.train_s or 0.0)
     return (f"compile on a GPU: {compiled} of {len(decisions)} candidates ({example.reason}); "
             "on CPU auto runs eagerly")
+
+
+def planned_device(args: argparse.Namespace) -> tuple[str, int]:
+    """(device type, bytes a trial may use there) as `plan`'s flags describe them: --device
+    (default: cuda where this machine has a GPU), --gpu-memory (default: this machine's GPU,
+    or its RAM) times --gpus-per-trial."""
+    from shapesweep.trainers.memory import parse_size
+
+    share = args.gpus_per_trial
+    if not 0 < share <= 1:  # a trial of several GPUs is data parallel: each worker's share
+        raise UserError(f"must be in (0, 1] (got {share:g})", key="--gpus-per-trial")
+    given = parse_size(args.gpu_memory, "--gpu-memory") if args.gpu_memory else None
+    device = args.device or ("cuda" if given or _has_gpu() else "cpu")
+    if device == "cpu":
+        if given:
+            raise UserError("describes a GPU: give it with --device cuda", key="--gpu-memory")
+        return device, _ram()
+    if given is None:
+        if not _has_gpu():
+            raise UserError("this machine has no GPU: give the card's memory with --gpu-memory "
+                            "SIZE (e.g. 80GiB)", key="--device")
+        from shapesweep.trainers.memory import device_bytes
+
+        given = device_bytes("cuda")
+    return device, int(share * given)
+
+
+def _has_gpu() -> bool:
+    """Whether this machine has an NVIDIA GPU, without importing torch (as the driver does)."""
+    from pathlib import Path
+
+    gpus = Path("/proc/driver/nvidia/gpus")
+    return gpus.is_dir() and any(gpus.iterdir())
+
+
+def _ram() -> int:
+    import os
+
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def _memory_fields(config, train, device: tuple[str, int]) -> dict:
+    """A candidate's micro-batch on `device` (the recipe's, or what fits) and its predicted
+    peak there (shapesweep.trainers.memory)."""
+    from shapesweep.trainers.memory import chosen, estimate
+
+    kind, have = device
+    micro = chosen(config, train, kind, lambda: have)
+    return {"micro_batch_size": micro,
+            "memory_peak_bytes": estimate(config, train, kind, micro).total}
+
+
+def _memory_line(rows: list[dict], device: tuple[str, int]) -> str:
+    """One line: the planned micro-batches and peaks against what a trial may use."""
+    from shapesweep.trainers.memory import MARGIN, fits, size
+
+    kind, have = device
+    micros = sorted({r["micro_batch_size"] for r in rows})
+    peak = max(r["memory_peak_bytes"] for r in rows)
+    over = sum(not fits(r["memory_peak_bytes"], have) for r in rows)
+    span = f"{micros[0]}" if len(micros) == 1 else f"{micros[0]}-{micros[-1]}"
+    verdict = (f"{over} of {len(rows)} candidates do not fit" if over else "every candidate fits")
+    return (f"memory on {kind} ({size(have)} per trial, {MARGIN:.0%} planned on): micro-batch "
+            f"{span}, predicted peak up to {size(peak)}; {verdict}")
 
 
 def _trials_line(space, n_candidates: int) -> str:

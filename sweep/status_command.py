@@ -398,6 +398,18 @@ def _asha_line(document: dict) -> str | None:
             "finished outside the top 1/reduction_factor")
 
 
+def _oom_line(trials) -> str | None:
+    """The trials that ran out of memory and went on at a smaller micro-batch
+    (shapesweep.trainers.fitting), if any."""
+    if trials.empty or "oom_retries" not in trials or not (trials["oom_retries"].fillna(0) > 0).any():
+        return None
+    hit = trials[trials["oom_retries"].fillna(0) > 0]
+    each = ", ".join(f"{row.trial_id} ({int(row.oom_retries)}x, micro-batch "
+                     f"{int(row.micro_batch_size) if row.micro_batch_size == row.micro_batch_size else '-'}"
+                     f", {row.status})" for row in hit.itertuples())
+    return f"out of memory, retried with half the micro-batch: {len(hit)} trials: {each}"
+
+
 def _sweep_records(records: dict, names: list[str], trials, running) -> list[dict]:
     """One record per sweep: what `status` lists, as `status --format json` prints it."""
     out = []
@@ -542,6 +554,8 @@ def status(args: argparse.Namespace) -> int:
     counts |= {"running": len(running)} if len(running) else {}
     console.print("  ".join(f"{k.replace('_', ' ')}: {v}" for k, v in sorted(counts.items()))
                   or "no trials yet")
+    if _oom_line(trials):
+        console.print(_oom_line(trials), soft_wrap=True, highlight=False, markup=False)
     if document["candidates"]:
         console.print(_candidates_table(document, narrow=console.width < 100))
         # wrapped at the terminal's width (status fits 80 columns), between words

@@ -63,6 +63,10 @@ class SweepOptions:
         0.0, "--gpus-per-trial", "--gpus-per-worker", at_least=0,
         help="GPUs for each trial; with --workers-per-trial N, for each of its N workers (the "
              "two names are one setting; default 0)")
+    gpu_memory: str | None = option(
+        None, "--gpu-memory", metavar="SIZE", resume=True,
+        help="each GPU's memory, e.g. 80GiB, for the check that every trial fits its share "
+             "(default: this machine's first GPU; give it when joining a cluster with --address)")
     cpus_per_trial: float = option(
         1.0, "--cpus-per-trial", "--cpus-per-worker", at_least=0,
         help="CPUs for each trial, or for each of its workers (default 1)")

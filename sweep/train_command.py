@@ -217,7 +217,7 @@ def _threads(args: argparse.Namespace) -> int | None:
 
 def train(args: argparse.Namespace) -> int:
     from shapesweep.search_spaces.candidate_file import load_candidate
-    from shapesweep.trainers.loop import train as run_training
+    from shapesweep.trainers.fitting import train_fitting
     from shapesweep.trainers.parallel import (
         check_compilable,
         check_shardable,
@@ -249,13 +249,16 @@ def train(args: argparse.Namespace) -> int:
     # A progress bar on a terminal; else (a log, or --json) one plain line per evaluation
     # on stderr, so stdout stays the one JSON object.
     bar = not args.json and is_tty(sys.stderr) and args.workers == 1
+    memory = {}  # one process: the micro-batch, the predicted and measured peak, OOM retries
     try:
         if args.workers == 1:
             use_threads(threads)
-            result = run_training(config, recipe, data=args.data,
-                                  checkpoint_dir=args.checkpoint_dir, device=args.device,
-                                  progress=bar, tokenizer=args.tokenizer, save_dir=args.save,
-                                  callback=None if bar else _evaluation_line)
+            result, fitted = train_fitting(config, recipe, data=args.data,
+                                           checkpoint_dir=args.checkpoint_dir, device=args.device,
+                                           progress=bar, tokenizer=args.tokenizer,
+                                           save_dir=args.save,
+                                           callback=None if bar else _evaluation_line)
+            memory = fitted.fields()
         else:
             result = _train_on_workers(args, config, recipe, resources)
     except KeyboardInterrupt:
@@ -264,7 +267,8 @@ def train(args: argparse.Namespace) -> int:
     if args.json:
         summary = result.to_dict()
         summary.pop("curve")
-        print(json.dumps({"family": config.family, **summary, **({"threads": threads} if threads else {})}))
+        print(json.dumps({"family": config.family, **summary, **memory,
+                          **({"threads": threads} if threads else {})}))
     else:
         _print_summary(result, config, recipe, threads)
     return 0

@@ -58,7 +58,8 @@ def run_trial(config: dict[str, Any], checkpoints: str | None = None, workers: i
                                   state_api)
 
     from ray import tune
-    from shapesweep.trainers.loop import StopTrial, train
+    from shapesweep.trainers.fitting import train_fitting
+    from shapesweep.trainers.loop import StopTrial
     from shapesweep.trainers.threads import use_threads
 
     use_threads(cpu_threads(resources))
@@ -82,11 +83,16 @@ def run_trial(config: dict[str, Any], checkpoints: str | None = None, workers: i
                 report(metrics, replayed=True)
         except StopTrial:
             raise SystemExit(0) from None  # stopped: end the thread, see the module docstring
-        result = train(*_configs(spec), data=spec.get("data"), callback=report,
-                       checkpoint_dir=folder, device=spec.get("device"), **options)
+        def retried(fitted) -> None:  # later reports say so (status, the live box)
+            tags.update(oom_retries=fitted.oom_retries, micro_batch_size=fitted.micro_batch_size)
+
+        result, fitted = train_fitting(
+            *_configs(spec), data=spec.get("data"), callback=report, checkpoint_dir=folder,
+            device=spec.get("device"), share=(resources or {}).get("gpu"), on_retry=retried,
+            **options)
         if result.stopped:
             raise SystemExit(0)
-        tune.report({**trial_result_fields(result), **tags, FINAL_FLAG: True})
+        tune.report({**trial_result_fields(result), **tags, **fitted.fields(), FINAL_FLAG: True})
 
 
 def cpu_threads(resources: dict[str, float] | None) -> int:

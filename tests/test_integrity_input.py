@@ -320,14 +320,13 @@ def test_train_refuses_a_model_too_large_to_allocate(capsys, tmp_path):
 
 
 def test_memory_check_counts_states_and_points_at_micro_batches():
-    import torch
     from shapesweep.search_spaces.accounting import account
     from shapesweep.search_spaces.configs import TrainConfig, make_config
-    from shapesweep.trainers.memory import STATE_BYTES, check_fits, training_bytes
+    from shapesweep.trainers.memory import ADAM_STATES, check_fits, estimate
 
     config = make_config({"family": "conventional", **TINY_MODEL})
     train = TrainConfig(steps=1, seq_len=32, batch_tokens=64)
-    assert training_bytes(config, train, torch.device("cpu")) > STATE_BYTES * account(config, 32).params_total
+    assert estimate(config, train, "cpu").total > ADAM_STATES * account(config, 32).params_total
     check_fits(config, train, "cpu")  # a tiny model fits
     # 33M parameters fit; logits of 2**20 tokens x 2**22 words at once cannot, one sequence can
     wide_vocab = make_config({"family": "conventional", **TINY_MODEL, "vocab_size": 2**22})

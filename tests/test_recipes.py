@@ -8,7 +8,6 @@ import math
 from pathlib import Path
 
 import pytest
-import torch
 import yaml
 from shapesweep.search_spaces.cadence import eval_steps, total_steps
 from shapesweep.search_spaces.candidate_file import load_candidate
@@ -17,7 +16,7 @@ from shapesweep.search_spaces.solver import plan
 from shapesweep.search_spaces.space import list_builtin, load_space
 from shapesweep.sweep.search import grid_specs
 from shapesweep.trainers.loop import lr_multiplier, warmup_steps
-from shapesweep.trainers.memory import training_bytes
+from shapesweep.trainers.memory import MARGIN, estimate, fitting_micro_batch
 from sweep_helpers import TINY_SPACE, TINY_TRAIN, run, write_space
 
 FULL_SPACES = [n for n, _ in list_builtin() if not n.endswith("-small") and not n.startswith("demo-")]
@@ -256,13 +255,14 @@ SHARDED = {"vformer-moe"}  # ~3B parameters: fp32 weights, grads and AdamW alone
 
 @pytest.mark.parametrize("name", [n for n in FULL_SPACES if n not in SHARDED])
 def test_every_full_size_candidate_fits_one_80gb_gpu(name):
-    """The accounting-based memory check at the space's micro batch, with room to spare
-    (the estimate is a floor, so each space keeps it under half the GPU)."""
+    """The memory model (shapesweep.trainers.memory) on CUDA: every candidate fits an 80 GB
+    GPU at some micro-batch (`auto` finds it), within the planning margin."""
     space = load_space(name)
     for candidate in plan(space).candidates:
         train = space.train_for(candidate=candidate)
-        need = training_bytes(candidate.config, train, torch.device("cuda"))
-        assert need <= GPU_BYTES / 2, (candidate.variant, need / 2**30)
+        micro = fitting_micro_batch(candidate.config, train, "cuda", GPU_BYTES)
+        need = estimate(candidate.config, train, "cuda", micro).total
+        assert need <= MARGIN * GPU_BYTES, (candidate.variant, micro, need / 2**30)
         if name != "vision-pareto-digits":  # whole micro batches in each optimizer step
             sequences = train.batch_tokens // train.seq_len
             assert train.micro_batch_size and sequences % train.micro_batch_size == 0
@@ -294,9 +294,8 @@ def test_the_moe_pair_needs_more_than_one_gpu_and_says_so():
     memory check refuses it there, and its space says how it must run."""
     space = load_space("vformer-moe")
     for candidate in plan(space).candidates:
-        need = training_bytes(candidate.config, space.train_for(candidate=candidate),
-                              torch.device("cuda"))
-        assert need > GPU_BYTES / 2
+        need = estimate(candidate.config, space.train_for(candidate=candidate), "cuda", 1).total
+        assert need > MARGIN * GPU_BYTES
     assert "sharded" in space.description
 
 

@@ -304,7 +304,7 @@ def train(model_config, train: TrainConfig, data: str | None = None,
     "fsdp" shards its parameters, gradients and optimizer state over the ranks.
     """
     from shapesweep.trainers import analysis
-    from shapesweep.trainers.memory import check_fits
+    from shapesweep.trainers.memory import check_fits, micro_batch
     from shapesweep.trainers.models import build_model
     from shapesweep.trainers.mup import configure
 
@@ -327,7 +327,7 @@ def train(model_config, train: TrainConfig, data: str | None = None,
     evals = set(eval_steps(train, steps, units_per_step, eval_at))
     rungs = at_steps(eval_at, steps, units_per_step)  # a scheduler may pause a trial there
     cooled = cooldown_points(train, evals, rungs, steps)
-    micro = train.micro_batch_size or per_step
+    micro = micro_batch(model_config, train, dev, per_step)  # the recipe's, or what fits
     eval_batch = micro if of(model_config).lm else EVAL_IMAGES_PER_BATCH
 
     torch.manual_seed(train.seed)

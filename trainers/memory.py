@@ -1,63 +1,341 @@
-"""Will a candidate fit in memory to train? Asked before torch allocates anything.
+"""How much memory training a candidate takes, and the micro-batch that fits: one model, asked
+before torch allocates anything (planning never imports torch's allocator).
 
-A model too large for the device otherwise dies deep inside torch's allocator (or the
-OS kills the process). Planning never allocates, so a space of 1-3B-parameter shapes
-still plans on a laptop; this check runs when training starts, from the accounting:
-fp32 weights + gradients + AdamW's two moments (16 bytes per parameter) plus a rough,
-low activation term for one micro-batch (the loop's fp32 logits and their gradient, and
-a few residual-width tensors per layer). Low on purpose: it refuses only what cannot fit.
+The peak of a training step, in bytes, is the sum of four terms (`Estimate`):
+
+- states: fp32 weights, gradients and AdamW's two moments, 16 bytes per trained parameter
+  (4 per frozen one), split over FSDP shards;
+- weight copies: autocast's bf16 copy of every matmul weight, held from the forward until
+  its backward (2 bytes per matmul parameter; none without autocast);
+- activations: what one micro-batch's forward keeps for the backward, per token and per
+  layer, from each block's structure (`_layer_bytes`): the attention's q/k/v and output,
+  the norms' inputs and outputs, the FFN's inner widths (an hourglass block keeps its k
+  sub-blocks', a ><former layer its own widths, a mixture of experts each routed copy);
+  eager keeps every intermediate autograd saves, torch.compile (Inductor) recomputes the
+  pointwise ones and keeps about half as much;
+- logits: the vocabulary-wide tensors the loss holds at its peak (`logit_bytes`), the one
+  term that depends on where the loss runs (`LOSS_IN_GRAPH`).
+
+On CPU the eager terms are checked against the peak of live tensor bytes torch's profiler
+records (`profile_memory=True`: `measured_peak`), across families and micro-batches
+(tests/test_memory.py, docs/memory.md); on CUDA, `shapesweep.trainers.fitting.compare`
+sets the prediction beside `torch.cuda.max_memory_allocated` for any candidate.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import os
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
 
-import torch
 from shapesweep.search_spaces.accounting import account
 from shapesweep.search_spaces.configs import TrainConfig, config_key
 
 from shapesweep.common import UserError
 from shapesweep.families.base import of
 
-STATE_BYTES = 16  # per parameter: fp32 weight, gradient, AdamW exp_avg and exp_avg_sq
-LAYER_WIDTHS = 8  # activations kept per token per layer, in layer widths (a floor, not a fit)
+FP32, BF16 = 4, 2
+ADAM_STATES = 16  # per trained parameter: fp32 weight, gradient, exp_avg and exp_avg_sq
+# Where the loss runs. True: the model's readout+loss computes cross-entropy and z-loss from
+# one logsumexp inside the compiled region (issue 36, `shapesweep.trainers.objective`), the
+# path of this tree. False: the loss the loop took outside the graph before it, kept to set
+# the model beside the GPU peaks of issue 37, which were measured on that path.
+LOSS_IN_GRAPH = True
+# The share of a device a trial plans to use: the rest is for the CUDA context, the caching
+# allocator's fragmentation, cuBLAS/cuDNN workspaces and the model's error.
+MARGIN = 0.85
 
 
-def training_bytes(config, train: TrainConfig, device: torch.device, shards: int = 1) -> int:
-    """Rough bytes to train `config` under `train` on `device`: parameter states (split over
-    `shards` FSDP ranks) plus one micro-batch's activations (bf16 on CUDA, where the loop
-    autocasts; else fp32)."""
-    accounting = account(config, train.seq_len)
-    states = STATE_BYTES * (accounting.params_total + accounting.params_frozen) // shards
-    width = 2 if device.type == "cuda" else 4
-    layers = LAYER_WIDTHS * accounting.avg_layer_width * len(accounting.widths) * width
-    if not of(config).lm:  # images: d_x in, d_out out
-        examples, per_example = train.batch_size, 4 * (config.d_x + config.d_out) + layers
+@dataclass(frozen=True)
+class Estimate:
+    """The predicted peak of one training step, by term (bytes), at `micro_batch` sequences
+    (images) per forward."""
+
+    states: int
+    weight_copies: int
+    activations: int
+    logits: int
+    micro_batch: int
+
+    @property
+    def total(self) -> int:
+        return self.states + self.weight_copies + self.activations + self.logits
+
+    def to_dict(self) -> dict[str, int]:
+        return asdict(self) | {"total": self.total}
+
+
+@dataclass(frozen=True)
+class Precision:
+    """How the step runs, as far as memory goes: bytes of the autocast dtype's activations
+    (4 without autocast) and whether torch.compile runs the training forward."""
+
+    act: int
+    compiled: bool
+
+    @classmethod
+    def of(cls, train: TrainConfig, device_type: str) -> Precision:
+        """The loop's choice (`loop.autocast_dtype`): bf16 autocast under `auto` on CUDA only."""
+        bf16 = train.autocast == "bfloat16" or (train.autocast == "auto" and device_type == "cuda")
+        return cls(BF16 if bf16 else FP32, train.compile)
+
+
+def _ffn_widths(s, compiled: bool) -> float:
+    """Elements a (dense) FFN of `s` keeps per token: gated, its fused gate|up output, the
+    activation and the product (compiled: the gate|up output and the product); relu, its
+    output alone (both matmuls read it); gelu, its input and output."""
+    d_h = int(s.d_h)
+    if s.activation in ("swiglu", "geglu", "simple_gated"):
+        return (3 if compiled else 4) * d_h
+    return d_h if s.activation == "relu" else 2 * d_h
+
+
+def _layer_bytes(s, stream: int, p: Precision) -> float:
+    """Bytes one block keeps per token for the backward (trainers/lm.py's `Block`).
+
+    The residual stream (`stream` wide) is fp32 whatever the autocast (the embedding and
+    the weights are fp32), and each residual add makes a new one. Each RMSNorm keeps its
+    output and, eager, its normalised input (fp32); under autocast the matmul after it keeps
+    a bf16 copy. The attention keeps q|k|v, the rotated q and k (eager: also the rotation's
+    half-swapped copies) and its output (eager: also its reshaped copy, the o input).
+    """
+    a, compiled = p.act, p.compiled
+    attn_in, width = int(s.attn_in), int(s.width)
+    q = int(s.n_heads) * int(s.head_dim)
+    kv = int(s.n_kv_heads) * int(s.head_dim)
+
+    def norm(d: int) -> float:  # a pre-norm's kept tensors beyond its (stream) input
+        if compiled:
+            return a * d  # the matmul's input; the rest is recomputed from the stream
+        return 2 * FP32 * d + (a * d if a != FP32 else 0)
+
+    if compiled:
+        attention = a * (2 * q + 2 * kv + q)  # q, k rotated, v; output (q|k|v input recomputed)
     else:
-        sequences = max(1, train.batch_tokens // train.seq_len)
-        examples = min(train.micro_batch_size or sequences, sequences) * train.seq_len
-        per_example = 2 * 4 * config.vocab_size + layers  # fp32 logits and their gradient
-    return int(states + examples * per_example)
+        attention = a * (q + 2 * kv) + a * 2 * (q + kv) + a * 2 * q
+    kept = FP32 * stream + norm(attn_in) + attention
+    if s.k:  # hourglass: k sub-blocks, each a stream, a norm and a gated FFN
+        return kept + s.k * (FP32 * stream + norm(width) + a * _ffn_widths(s, compiled))
+    ffn = a * _ffn_widths(s, compiled)
+    if int(s.n_experts) > 1:  # each token's k routed copies: its input, the expert, its output
+        copies = int(s.n_active_experts)
+        ffn = copies * (ffn + a * (width + int(s.ffn_out))) + FP32 * int(s.n_experts)
+    return kept + FP32 * stream + norm(width) + ffn
 
 
-def device_bytes(device: torch.device) -> int:
+def logit_bytes(vocab: int, p: Precision, z_loss: bool, in_graph: bool | None = None) -> float:
+    """Bytes per token the loss holds at its peak, vocabulary-wide tensors only.
+
+    In the graph (issue 36's readout+loss, one logsumexp for cross-entropy and z-loss):
+    compiled, the logits once in the autocast dtype and their gradient (fp32 only inside
+    fused kernels); eager, the autocast-dtype logits (if not fp32), their fp32 copy and its
+    fp32 gradient. Outside (the loop's loss before issue 36): the model's logits (kept by the loop
+    through the backward), their fp32 copy (kept too when z-loss's logsumexp saves it),
+    log-softmax's output, and in the backward the gradients of log-softmax and of the fp32
+    logits; z-loss adds logsumexp's gradient and, under autocast, keeps the fp32 copy."""
+    in_graph = LOSS_IN_GRAPH if in_graph is None else in_graph
+    lower = p.act if p.act != FP32 else 0  # an autocast copy beside the fp32 one
+    if in_graph:
+        per = 2 * p.act if p.compiled else lower + 2 * FP32
+    else:
+        per = p.act + FP32 * (3 + z_loss * (1 + (p.act != FP32)))
+    return per * vocab
+
+
+def estimate(config, train: TrainConfig, device_type: str, micro_batch: int | None = None,
+             shards: int = 1) -> Estimate:
+    """The predicted peak of training `config` under `train` on a `device_type` device, at
+    `micro_batch` sequences per forward (default: the recipe's, else the whole step), its
+    states split over `shards` FSDP ranks."""
+    accounting = account(config, train.seq_len)
+    trained, frozen = accounting.params_total, accounting.params_frozen
+    p = Precision.of(train, device_type)
+    states = (ADAM_STATES * trained + FP32 * frozen) // shards
+    copies = BF16 * trained // shards if p.act != FP32 else 0
+    per_step = _per_step(config, train)
+    micro = min(micro_batch or _given(train) or per_step, per_step)
+    if not of(config).lm:  # images: d_x in, d_out out, a residual MLP of d_z between
+        per_example = FP32 * (config.d_x + config.d_out) + sum(
+            8 * FP32 * w for w in accounting.widths)
+        return Estimate(states, copies, int(micro * per_example), 0, micro)
+    shapes = config.layer_shapes()
+    stream = max(config.d_model, *(int(s.width) for s in shapes))
+    per_token = sum(_layer_bytes(s, stream, p) for s in shapes) + 3 * FP32 * stream  # + final norm
+    tokens = micro * train.seq_len
+    logits = logit_bytes(config.vocab_size, p, train.z_loss > 0)
+    return Estimate(states, copies, int(tokens * per_token), int(tokens * logits), micro)
+
+
+def _per_step(config, train: TrainConfig) -> int:
+    """Sequences (images) per optimizer step: the loop's `per_step` (whole sequences of
+    batch_tokens; images up to batch_size, fewer when the data set is smaller)."""
+    if of(config).lm:
+        return max(1, train.batch_tokens // train.seq_len)
+    return train.batch_size
+
+
+def _given(train: TrainConfig) -> int | None:
+    """The recipe's micro-batch when it names a number, else None (`auto` or unset)."""
+    value = train.micro_batch_size
+    return value if isinstance(value, int) else None
+
+
+# ------------------------------------------------------------------ the micro-batch
+
+
+@dataclass
+class Budget:
+    """What a run may use: `bytes` of its device (its share of a card), and a micro-batch an
+    out-of-memory retry imposes (`shapesweep.trainers.fitting`), if any; `used` is the
+    micro-batch the loop then chose (`micro_batch`)."""
+
+    bytes: int | None = None
+    micro_batch: int | None = None
+    used: int | None = None
+
+
+_budget: contextvars.ContextVar[Budget | None] = contextvars.ContextVar("shapesweep_memory_budget",
+                                                                        default=None)
+
+
+def _current() -> Budget:
+    return _budget.get() or Budget()
+
+
+@contextlib.contextmanager
+def budget(bytes: int | None = None, micro_batch: int | None = None) -> Iterator[Budget]:
+    """Train inside this to give `loop.train` a memory share (a sweep trial's fraction of
+    its GPU) and/or a micro-batch to use whatever the recipe says (an OOM retry's). Carried
+    beside the recipe, not in it: a retry resumes its trial's checkpoint, whose identity is
+    the recipe."""
+    token = _budget.set(Budget(bytes, micro_batch))
+    try:
+        yield _current()
+    finally:
+        _budget.reset(token)
+
+
+def micro_batch(config, train: TrainConfig, device, per_step: int) -> int:
+    """The micro-batch the loop trains with: an OOM retry's (`budget`), else `chosen`'s on
+    this device and the memory this process may use."""
+    current = _current()
+    if current.micro_batch is not None:
+        current.used = min(current.micro_batch, per_step)
+    else:
+        current.used = chosen(config, train, getattr(device, "type", str(device)),
+                              lambda: available_bytes(device), per_step)
+    return current.used
+
+
+def chosen(config, train: TrainConfig, device_type: str, have, per_step: int | None = None) -> int:
+    """The micro-batch for `train` on a `device_type` device where this process may use
+    `have()` bytes. Under `auto`, and on CUDA when unset, the largest that fits
+    (`fitting_micro_batch`); on CUDA a number is the most it may be (a GPU's memory is its
+    hard limit, and the step's math is the same whatever the micro-batch); elsewhere a
+    number is used as given, and unset is the whole step (as before `auto` existed)."""
+    per_step = per_step or _per_step(config, train)
+    given = _given(train)
+    if device_type == "cuda" or train.micro_batch_size == "auto":
+        fitting = fitting_micro_batch(config, train, device_type, have(), per_step)
+        return min(fitting, given or per_step)
+    return min(given or per_step, per_step)
+
+
+def parse_size(text: str, flag: str) -> int:
+    """`80GiB` or `80G` (binary), `141GB` (decimal), `512MiB`, or bytes: a size in bytes."""
+    import re
+
+    found = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([kmgt]?)(i?)(b?)\s*", text.lower())
+    if not found or float(found[1]) <= 0:
+        raise UserError(f"cannot read {text!r} as a memory size (e.g. 80GiB, 141GB)", key=flag)
+    number, unit, binary = float(found[1]), found[2], found[3] or not found[4]
+    return int(number * (1024 if binary else 1000) ** " kmgt".index(unit or " "))
+
+
+def fitting_micro_batch(config, train: TrainConfig, device_type: str, have: int,
+                        per_step: int | None = None, shards: int = 1) -> int:
+    """The largest micro-batch dividing the step (no smaller last one: under torch.compile
+    that is a recompile) whose predicted peak is within MARGIN of `have` bytes; 1 when even
+    that does not fit (`check_fits` refuses it)."""
+    per_step = per_step or _per_step(config, train)
+    one = estimate(config, train, device_type, 1, shards)  # the peak is linear in the micro-batch
+    fixed = one.states + one.weight_copies
+    for m in sorted((m for m in range(1, per_step + 1) if per_step % m == 0), reverse=True):
+        if fits(fixed + m * (one.total - fixed), have):
+            return m
+    return 1
+
+
+def available_bytes(device) -> int:
+    """What this process may use: its `budget` if set (a trial's share), else the device's."""
+    share = _current().bytes
+    return share if share is not None else device_bytes(device)
+
+
+def device_bytes(device) -> int:
     """The device's memory: physical RAM for the CPU, the GPU's total for CUDA (a trial
-    sharing the GPU may see less free; the total is what no trial can exceed)."""
-    if device.type == "cuda":
-        return torch.cuda.mem_get_info(device)[1]
+    sharing the GPU may see less free; the total is what no trial can exceed). torch is
+    imported for a GPU only: a sweep's driver never imports it."""
+    if str(device).startswith("cuda"):
+        import torch
+
+        return torch.cuda.mem_get_info(torch.device(device))[1]
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
-def check_fits(config, train: TrainConfig, device: torch.device | str, shards: int = 1) -> None:
-    """Raise UserError when training `config` (its states split over `shards` FSDP ranks)
-    needs more memory than `device` has."""
+def check_fits(config, train: TrainConfig, device, shards: int = 1) -> None:
+    """Raise UserError when training `config` at the micro-batch the loop will use (its
+    states split over `shards` FSDP ranks) is predicted to need more than the memory this
+    process may use (`available_bytes`)."""
+    import torch
+
     device = torch.device(device)
-    need, have = training_bytes(config, train, device, shards), device_bytes(device)
-    if need > have:
+    per_step = _per_step(config, train)
+    micro = micro_batch(config, train, device, per_step)
+    need, have = estimate(config, train, device.type, micro, shards).total, available_bytes(device)
+    if not fits(need, have):
         params = account(config, train.seq_len).params_total
-        smaller = STATE_BYTES * params // shards < have and of(config).lm
-        hint = "; a smaller train.micro_batch_size may fit" if smaller else ""
+        smallest = estimate(config, train, device.type, 1, shards).total
+        hint = ("; a smaller train.micro_batch_size may fit (auto picks one)"
+                if fits(smallest, have) and micro > 1 else "")
         raise UserError(f"{config.family} candidate {config_key(config)} ({params:,} parameters) "
-                        f"needs about {need / 2**30:,.1f} GiB to train (fp32 weights, gradients, "
-                        f"AdamW states and activations); {device.type} has {have / 2**30:,.1f} GiB"
-                        f"{hint}", key="model")
+                        f"needs about {size(need)} to train at micro-batch {micro} (fp32 "
+                        f"weights, gradients, AdamW states and activations); {device.type} "
+                        f"{'gives this trial' if _current().bytes else 'has'} {size(have)}, "
+                        f"{MARGIN:.0%} of it to plan on{hint}", key="model")
+
+
+def fits(need: int, have: int) -> bool:
+    """Whether a predicted peak of `need` bytes fits `have`, within MARGIN."""
+    return need <= MARGIN * have
+
+
+def gib(n: float) -> str:
+    return f"{n / 2**30:,.1f}"
+
+
+def size(n: float) -> str:
+    """Bytes for a person: GiB, or MiB below one GiB."""
+    return f"{gib(n)} GiB" if n >= 2**30 else f"{n / 2**20:,.1f} MiB"
+
+
+# ------------------------------------------------------------------ measured peaks
+
+
+def measured_peak(run) -> tuple[int, object]:
+    """(peak bytes of live CPU tensors while `run()` ran, its result): the running sum of the
+    allocations and frees torch's profiler records (`profile_memory=True`), from zero at the
+    start. Tensors alone: no allocator slack, no Python objects."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        result = run()
+    changes = sorted((e.start_ns(), e.nbytes()) for e in prof.profiler.kineto_results.events()
+                     if e.name() == "[memory]")
+    level = peak = 0
+    for _, change in changes:
+        level += change
+        peak = max(peak, level)
+    return peak, result
