@@ -47,7 +47,6 @@ def run(args: argparse.Namespace, model: type = SweepOptions) -> int:
 
     options = model(**parsed(model, args))  # each option checked against its declaration
     _check_resources(options)
-    _check_reachable(options)
     with _resume_hint(options.name, options.space, options.root):
         return _report(run_sweep(options), options.root)
 
@@ -78,13 +77,6 @@ def _check_resources(options: Any) -> None:
     check_placement(workers, ("--cpus-per-trial", options.cpus_per_trial),
                     ("--gpus-per-trial", options.gpus_per_trial), options.address,
                     "--workers-per-trial")
-
-
-def _check_reachable(options: Any) -> None:
-    """A cluster named by --address (or the saved options) answers, before any work."""
-    from shapesweep.sweep.ray_session import check_address
-
-    check_address(options.address)
 
 
 def check_placement(workers: int, cpus: tuple[str, float], gpus: tuple[str, float],
@@ -130,6 +122,5 @@ def resume(args: argparse.Namespace, model: type = SweepOptions) -> int:
 
     given = {key: value for key, value in parsed(model, args, resumed).items() if value is not None}
     options = replace(load_options(args.root, args.name, model), **given)
-    _check_reachable(options)
     with _resume_hint(args.name, options.space, args.root):
         return _report(run_sweep(options), args.root)

@@ -49,6 +49,7 @@ from shapesweep.sweep import ray_compat
 from shapesweep.sweep.options import saved_values
 from shapesweep.sweep.ray_session import (
     SESSION_RECORD,
+    check_address,
     clear_dead_session,
     init_ray,
     quiet,
@@ -366,6 +367,7 @@ def _check(options: SweepOptions) -> tuple[SweepOptions, _Checked]:
     storage_url = options.storage or default_catalog_url(options.root)  # makes a local root
     budget = next(iter(budgets)) if budgets and len(budgets) == 1 else None
     options = replace(options, name=name, scheduler=choice.kind, **strategy.settings())
+    check_address(options.address)  # last: what the space and flags can refuse comes first
     return options, _Checked(space, strategy, storage_url, seeds, scheduler, choice.rungs,
                              [*strategy.notices, *filter(None, lines), *data_notices],
                              data_hash, budget)

@@ -324,6 +324,8 @@ def test_resume_refuses_a_saved_address_nothing_answers_at(capsys, tmp_path):
         port = s.getsockname()[1]
     folder = tmp_path / "root" / "gone"
     folder.mkdir(parents=True)
+    builtin = Path(__file__).parents[1] / "search_spaces" / "builtin" / "demo-quick.yaml"
+    (folder / "space.yaml").write_text(builtin.read_text())  # the sweep's copy of its space
     (folder / "sweep.json").write_text(json.dumps({"space": "space.yaml",
                                                     "address": f"127.0.0.1:{port}"}))
     line = _one_line(capsys, "resume", "gone", "--root", str(tmp_path / "root"), "--no-progress")

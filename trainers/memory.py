@@ -76,10 +76,19 @@ class Precision:
     compiled: bool
 
     @classmethod
-    def of(cls, train: TrainConfig, device_type: str) -> Precision:
-        """The loop's choice (`loop.autocast_dtype`): bf16 autocast under `auto` on CUDA only."""
+    def of(cls, train: TrainConfig, device_type: str, config=None) -> Precision:
+        """The loop's choices: bf16 autocast under `auto` on CUDA only (`loop.autocast_dtype`),
+        and whether the step compiles (`compile_policy.decide`: `compile: auto` weighs the
+        trial's length, so it needs `config`; without it `auto` counts as eager, the larger)."""
+        from shapesweep.search_spaces.cadence import token_budget
+        from shapesweep.trainers.compile_policy import decide
+
         bf16 = train.autocast == "bfloat16" or (train.autocast == "auto" and device_type == "cuda")
-        return cls(BF16 if bf16 else FP32, train.compile)
+        if train.compile == "auto" and config is not None:
+            compiled = decide(config, train, device_type, token_budget(train, config.family)).compile
+        else:
+            compiled = train.compile is True
+        return cls(BF16 if bf16 else FP32, compiled)
 
 
 def _ffn_widths(s, compiled: bool) -> float:
@@ -130,18 +139,15 @@ def logit_bytes(vocab: int, p: Precision, z_loss: bool, in_graph: bool | None = 
 
     In the graph (issue 36's readout+loss, one logsumexp for cross-entropy and z-loss):
     compiled, the logits once in the autocast dtype and their gradient (fp32 only inside
-    fused kernels); eager, the autocast-dtype logits (if not fp32), their fp32 copy and its
-    fp32 gradient. Outside (the loop's loss before issue 36): the model's logits (kept by the loop
+    fused kernels); eager, the same ops as outside it (measured on CPU). Outside (the loop's loss before issue 36): the model's logits (kept by the loop
     through the backward), their fp32 copy (kept too when z-loss's logsumexp saves it),
     log-softmax's output, and in the backward the gradients of log-softmax and of the fp32
     logits; z-loss adds logsumexp's gradient and, under autocast, keeps the fp32 copy."""
     in_graph = LOSS_IN_GRAPH if in_graph is None else in_graph
-    lower = p.act if p.act != FP32 else 0  # an autocast copy beside the fp32 one
-    if in_graph:
-        per = 2 * p.act if p.compiled else lower + 2 * FP32
-    else:
-        per = p.act + FP32 * (3 + z_loss * (1 + (p.act != FP32)))
-    return per * vocab
+    if in_graph and p.compiled:
+        return 2 * p.act * vocab
+    # eager, the loss runs the same ops in the graph's place or outside it
+    return (p.act + FP32 * (3 + z_loss * (1 + (p.act != FP32)))) * vocab
 
 
 def estimate(config, train: TrainConfig, device_type: str, micro_batch: int | None = None,
@@ -151,7 +157,7 @@ def estimate(config, train: TrainConfig, device_type: str, micro_batch: int | No
     states split over `shards` FSDP ranks."""
     accounting = account(config, train.seq_len)
     trained, frozen = accounting.params_total, accounting.params_frozen
-    p = Precision.of(train, device_type)
+    p = Precision.of(train, device_type, config)
     states = (ADAM_STATES * trained + FP32 * frozen) // shards
     copies = BF16 * trained // shards if p.act != FP32 else 0
     per_step = _per_step(config, train)
