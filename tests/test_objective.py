@@ -127,3 +127,15 @@ def test_status_shows_each_trials_compile_seconds(tmp_path, capsys):
     assert main(["status", "compiled", "--root", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "compile s" in out and "12.5" in out
+
+
+def test_the_fused_gradient_is_autograds():
+    """`_CrossEntropyZLoss`'s one-pass backward equals autograd through torch's ops (in float64;
+    the fused loss computes in fp32)."""
+    logits = (torch.randn(32, 50, dtype=torch.float64) * 3).requires_grad_()
+    y = torch.randint(0, 50, (32,))
+    objective, _ = lm_loss(logits, y, 0.3)
+    (mine,) = torch.autograd.grad(objective, logits)
+    reference = F.cross_entropy(logits, y) + 0.3 * torch.logsumexp(logits, -1).square().mean()
+    (want,) = torch.autograd.grad(reference, logits)
+    assert torch.allclose(mine, want, rtol=1e-5, atol=1e-8)  # the loss runs in fp32

@@ -84,7 +84,7 @@ class Precision:
         from shapesweep.trainers.compile_policy import decide
 
         bf16 = train.autocast == "bfloat16" or (train.autocast == "auto" and device_type == "cuda")
-        if train.compile == "auto" and config is not None:
+        if train.compile == "auto" and config is not None and (train.steps or train.tokens):
             compiled = decide(config, train, device_type, token_budget(train, config.family)).compile
         else:
             compiled = train.compile is True
@@ -146,7 +146,10 @@ def logit_bytes(vocab: int, p: Precision, z_loss: bool, in_graph: bool | None = 
     in_graph = LOSS_IN_GRAPH if in_graph is None else in_graph
     if in_graph and p.compiled:
         return 2 * p.act * vocab
-    # eager, the loss runs the same ops in the graph's place or outside it
+    if in_graph:  # eager: the logits, their fp32 copy and its gradient; without a z-loss,
+        # torch's cross-entropy keeps log-softmax's output too (with one, the fused
+        # `objective._CrossEntropyZLoss` keeps only the log-sum-exp)
+        return (p.act + FP32 * (2 if z_loss else 3)) * vocab
     return (p.act + FP32 * (3 + z_loss * (1 + (p.act != FP32)))) * vocab
 
 
