@@ -50,13 +50,13 @@ endef
 export TORCH_REPORT
 
 $(TORCH_STAMP): $(TORCH_STAMP).want
-	@$(if $(UV),$(UV) pip uninstall -q --python $(PY),$(PY) -m pip uninstall -q -y) torch 2>/dev/null || true
-	@$(QUICK) --index-url $(TORCH_INDEX) '$(TORCH)' && from='$(TORCH_INDEX)' || \
+	@if cmp -s $< $@; then touch -r $@ $<; exit 0; fi; \
+	$(if $(UV),$(UV) pip uninstall -q --python $(PY),$(PY) -m pip uninstall -q -y) torch 2>/dev/null; \
+	$(QUICK) --index-url $(TORCH_INDEX) '$(TORCH)' && from='$(TORCH_INDEX)' || \
 	  { echo "setup: $(TORCH_INDEX) unreachable: installing $(TORCH) from the default index"; \
 	    $(PIP) '$(TORCH)' && from='the default index'; } && \
-	  $(PY) -c "$$TORCH_REPORT" '$(TORCH_INDEX)' '$(TORCH)' "$$from"
-	@{ echo '$(TORCH)'; echo '$(TORCH_INDEX)'; $(TORCH_BUILD); } > $<  # what it holds now
-	@cp $< $@
+	  $(PY) -W ignore -c "$$TORCH_REPORT" '$(TORCH_INDEX)' '$(TORCH)' "$$from" && \
+	{ echo '$(TORCH)'; echo '$(TORCH_INDEX)'; $(TORCH_BUILD); } > $< && cp $< $@  # what it holds now
 
 $(VENV)/.installed: pyproject.toml $(TORCH_STAMP)
 	$(INSTALL) -e '.[dev]' $(if $(UV),|| { echo "setup: uv failed: pip installs instead"; $(PIP) -e '.[dev]'; })
