@@ -49,8 +49,14 @@ if re.search(r"/cu[0-9]+", index) and not cuda:
 endef
 export TORCH_REPORT
 
+# A venv set up before it recorded its torch (no stamp) keeps the torch it holds, unless
+# TORCH or TORCH_INDEX is given: it is recorded as if installed from the defaults.
 $(TORCH_STAMP): $(TORCH_STAMP).want
 	@if cmp -s $< $@; then touch -r $@ $<; exit 0; fi; \
+	if [ ! -e $@ ] && [ -e $(VENV)/.installed ] && [ "$$(sed -n 3p $<)" != none ] && \
+	   [ '$(origin TORCH)$(origin TORCH_INDEX)' = filefile ]; then \
+	  echo "setup: keeping torch $$(sed -n 3p $<), which this venv held before it recorded its index"; \
+	  cp $< $@ && touch -r $(VENV)/.installed $@; exit 0; fi; \
 	$(if $(UV),$(UV) pip uninstall -q --python $(PY),$(PY) -m pip uninstall -q -y) torch 2>/dev/null; \
 	$(QUICK) --index-url $(TORCH_INDEX) '$(TORCH)' && from='$(TORCH_INDEX)' || \
 	  { echo "setup: $(TORCH_INDEX) unreachable: installing $(TORCH) from the default index"; \
