@@ -20,6 +20,8 @@ TORCH_BUILD = $(PY) -c "import importlib.metadata as m; print(m.version('torch')
 UV = $(or $(shell command -v uv 2>/dev/null),$(wildcard $(VENV)/bin/uv))
 INSTALL = $(if $(UV),$(UV) pip install --python $(PY),$(PY) -m pip install) -q
 PIP := $(PY) -m pip install -q
+# installed without its dependencies: see pyproject's litgpt extra
+LITGPT := litgpt>=0.5,<0.6
 # An unreachable torch index costs 20 s, not minutes of retries.
 QUICK = $(if $(UV),UV_HTTP_TIMEOUT=20 UV_HTTP_RETRIES=1 $(INSTALL),$(INSTALL) --timeout 20 --retries 1)
 
@@ -66,7 +68,7 @@ $(TORCH_STAMP): $(TORCH_STAMP).want
 
 $(VENV)/.installed: pyproject.toml $(TORCH_STAMP)
 	$(INSTALL) -e '.[dev]' $(if $(UV),|| { echo "setup: uv failed: pip installs instead"; $(PIP) -e '.[dev]'; })
-	$(INSTALL) --no-deps 'litgpt>=0.5,<0.6'  # see pyproject's litgpt extra
+	$(INSTALL) --no-deps '$(LITGPT)' $(if $(UV),|| $(PIP) --no-deps '$(LITGPT)')
 	touch $@
 
 # Headless Chromium for the dashboard's browser tests (Debian packages; needs root or sudo).
