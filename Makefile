@@ -61,7 +61,7 @@ $(TORCH_STAMP): $(TORCH_STAMP).want
 	  cp $< $@ && touch -r $(VENV)/.installed $@; exit 0; fi; \
 	$(if $(UV),$(UV) pip uninstall -q --python $(PY),$(PY) -m pip uninstall -q -y) torch 2>/dev/null; \
 	$(QUICK) --index-url $(TORCH_INDEX) '$(TORCH)' && from='$(TORCH_INDEX)' || \
-	  { echo "setup: $(TORCH_INDEX) unreachable: installing $(TORCH) from the default index"; \
+	  { echo "setup: $(TORCH_INDEX) unreachable or without $(TORCH): installing it from the default index"; \
 	    $(PIP) '$(TORCH)' && from='the default index'; } && \
 	  $(PY) -W ignore -c "$$TORCH_REPORT" '$(TORCH_INDEX)' '$(TORCH)' "$$from" && \
 	{ echo '$(TORCH)'; echo '$(TORCH_INDEX)'; $(TORCH_BUILD); } > $< && cp $< $@  # what it holds now
