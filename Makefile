@@ -2,22 +2,73 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 # The CPU build of torch goes in first, from PyTorch's CPU index, so nothing later pulls a
-# multi-GB CUDA build; where that index is unreachable, the registry's torch is used instead.
-# On a GPU machine: make setup TORCH_INDEX=https://download.pytorch.org/whl/cu124
-TORCH ?= torch==2.13.0
-TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
+# multi-GB CUDA build; where that index is unreachable, the default index's torch is used
+# instead (and named). On a GPU machine:
+#   make setup TORCH_INDEX=https://download.pytorch.org/whl/cu128   (docs/gpu.md)
+# The venv remembers what it was given ($(VENV)/.torch): a later `make` keeps it, and a
+# different TORCH or TORCH_INDEX, or a torch build replaced by hand, reinstalls torch.
+# A CUDA index that leaves a CPU build installed fails setup in one line.
+TORCH_STAMP := $(VENV)/.torch
+TORCH ?= $(or $(shell sed -n 1p $(TORCH_STAMP) 2>/dev/null),torch==2.13.0)
+TORCH_INDEX ?= $(or $(shell sed -n 2p $(TORCH_STAMP) 2>/dev/null),https://download.pytorch.org/whl/cpu)
+TORCH := $(TORCH)
+TORCH_INDEX := $(TORCH_INDEX)
+# The torch build the venv holds, from its metadata (no import: this runs on every `make`).
+TORCH_BUILD = $(PY) -c "import importlib.metadata as m; print(m.version('torch'))" 2>/dev/null || echo none
+# uv (a PyPI package) installs in seconds what pip takes minutes for: the uv on PATH, else the
+# one pip puts in the venv; where neither is there, or uv fails, pip does the work.
+UV = $(or $(shell command -v uv 2>/dev/null),$(wildcard $(VENV)/bin/uv))
+INSTALL = $(if $(UV),$(UV) pip install --python $(PY),$(PY) -m pip install) -q
+PIP := $(PY) -m pip install -q
+# installed without its dependencies: see pyproject's litgpt extra
+LITGPT := litgpt>=0.5,<0.6
+# An unreachable torch index costs 20 s, not minutes of retries.
+QUICK = $(if $(UV),UV_HTTP_TIMEOUT=20 UV_HTTP_RETRIES=1 $(INSTALL),$(INSTALL) --timeout 20 --retries 1)
 
-.PHONY: setup demo test test-fast lint docs browser postgres shells bench
+.PHONY: setup demo test test-fast lint docs browser postgres shells bench FORCE
 setup: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml
+$(PY):
 	python3 -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q --timeout 20 --retries 1 --index-url $(TORCH_INDEX) '$(TORCH)' || \
-	  { echo "$(TORCH_INDEX) unreachable: installing $(TORCH) from the default index"; \
-	    $(PY) -m pip install -q '$(TORCH)'; }
-	$(PY) -m pip install -q -e '.[dev]'
-	$(PY) -m pip install -q --no-deps 'litgpt>=0.5,<0.6'  # see pyproject's litgpt extra
+	@command -v uv >/dev/null || $(PIP) uv || echo "setup: uv not installable: pip installs instead"
+
+# What torch the venv should hold: rewritten only when TORCH, TORCH_INDEX or the installed
+# build changes, so that only then is torch reinstalled.
+$(TORCH_STAMP).want: FORCE | $(PY)
+	@{ echo '$(TORCH)'; echo '$(TORCH_INDEX)'; $(TORCH_BUILD); } > $@.new
+	@cmp -s $@.new $@ && rm $@.new || mv $@.new $@
+
+# Says which torch got installed from where; fails (one line, exit 1) on a CPU build from a
+# CUDA index. Arguments: the index, the requirement, where it came from.
+define TORCH_REPORT
+import re, sys, torch
+index, wanted, source = sys.argv[1:]
+cuda = torch.version.cuda
+print(f"setup: torch {torch.__version__} ({'CUDA ' + cuda if cuda else 'CPU'} build) from {source}")
+if re.search(r"/cu[0-9]+", index) and not cuda:
+    sys.exit(f"setup: {index} is a CUDA index, but torch {torch.__version__} is a CPU build: "
+             f"that index was unreachable or has no {wanted} for this Python")
+endef
+export TORCH_REPORT
+
+# A venv set up before it recorded its torch (no stamp) keeps the torch it holds, unless
+# TORCH or TORCH_INDEX is given: it is recorded as if installed from the defaults.
+$(TORCH_STAMP): $(TORCH_STAMP).want
+	@if cmp -s $< $@; then touch -r $@ $<; exit 0; fi; \
+	if [ ! -e $@ ] && [ -e $(VENV)/.installed ] && [ "$$(sed -n 3p $<)" != none ] && \
+	   [ '$(origin TORCH)$(origin TORCH_INDEX)' = filefile ]; then \
+	  echo "setup: keeping torch $$(sed -n 3p $<), which this venv held before it recorded its index"; \
+	  cp $< $@ && touch -r $(VENV)/.installed $@; exit 0; fi; \
+	$(if $(UV),$(UV) pip uninstall -q --python $(PY),$(PY) -m pip uninstall -q -y) torch 2>/dev/null; \
+	$(QUICK) --index-url $(TORCH_INDEX) '$(TORCH)' && from='$(TORCH_INDEX)' || \
+	  { echo "setup: $(TORCH_INDEX) unreachable or without $(TORCH): installing it from the default index"; \
+	    $(PIP) '$(TORCH)' && from='the default index'; } && \
+	  $(PY) -W ignore -c "$$TORCH_REPORT" '$(TORCH_INDEX)' '$(TORCH)' "$$from" && \
+	{ echo '$(TORCH)'; echo '$(TORCH_INDEX)'; $(TORCH_BUILD); } > $< && cp $< $@  # what it holds now
+
+$(VENV)/.installed: pyproject.toml $(TORCH_STAMP)
+	$(INSTALL) -e '.[dev]' $(if $(UV),|| { echo "setup: uv failed: pip installs instead"; $(PIP) -e '.[dev]'; })
+	$(INSTALL) --no-deps '$(LITGPT)' $(if $(UV),|| $(PIP) --no-deps '$(LITGPT)')
 	touch $@
 
 # Headless Chromium for the dashboard's browser tests (Debian packages; needs root or sudo).

@@ -22,8 +22,9 @@ FULL_DEMO_SPACE = "demo-ucurve"
 def add_arguments_demo(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--root", default=DEFAULT_ROOT, help=f"results root (default {DEFAULT_ROOT})")
     parser.add_argument("--space", default=DEMO_SPACE,
-                        help=f"the space to sweep (default the built-in {DEMO_SPACE}, a few minutes; "
-                        f"{FULL_DEMO_SPACE} is the full comparison, ~10 min on 2 cores)")
+                        help=f"the space to sweep (default the built-in {DEMO_SPACE}; {FULL_DEMO_SPACE} is "
+                        "the full comparison, 3x its trials of 4x the tokens; times measured: "
+                        "docs/development.md)")
     parser.add_argument("--out", default=None,
                         help="report path (default ROOT/demo-report.html)")
     parser.add_argument("--max-concurrent", type=int, default=2,

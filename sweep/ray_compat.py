@@ -201,3 +201,27 @@ def ray_temp_dir() -> str:
     from ray._common.utils import get_default_ray_temp_dir
 
     return get_default_ray_temp_dir()
+
+
+def wandb_files_written(callback_cls: type) -> type:
+    """`WandbLoggerCallback` (a subclass of it) whose logging actors end only once their run's
+    file is written (its `_logger_actor_cls`).
+
+    `wandb.finish` hands the run's records to wandb-core and returns before they are written
+    (W&B 0.31, offline: the .wandb file is still its 7-byte header); Ray kills the actor, and
+    with it wandb-core, as soon as the actor's `run` returns, so on a loaded machine a run's
+    file could keep nothing but its header. `wandb.teardown` waits for wandb-core to write it.
+    """
+    from ray.air.integrations.wandb import _WandbLoggingActor
+
+    class LoggingActor(_WandbLoggingActor):
+        def run(self):
+            import wandb
+
+            try:
+                super().run()
+            finally:
+                wandb.teardown()
+
+    callback_cls._logger_actor_cls = LoggingActor
+    return callback_cls

@@ -124,6 +124,7 @@ def _check_mlflow() -> None:
 def _wandb(sweep: str, folder: str, ended: Ended):
     from ray.air.integrations.wandb import WandbLoggerCallback
 
+    @ray_compat.wandb_files_written  # each run's file complete before Ray ends its actor
     class WandbTrials(WandbLoggerCallback):
         def log_trial_start(self, trial):
             common = dict(self.kwargs)

@@ -337,6 +337,29 @@ def test_wandb_logging_is_whether_ray_started_a_logging_actor(own_ray, tmp_path,
     callback.log_trial_end(trial)
 
 
+@pytest.mark.slow
+def test_wandb_files_written_keeps_a_run_file_whole_when_ray_ends_its_actor(own_ray, tmp_path,
+                                                                          monkeypatch):
+    """Ray ends a trial's W&B actor (and wandb-core with it) the moment `wandb.finish`
+    returns, which is before wandb-core writes the run's file (W&B 0.31): under load
+    (`tests/test_trackers.py`, load 4) a run's file was left as its 7-byte header. With
+    `wandb_files_written` the actor waits for the file, so it holds the run here at once."""
+    from ray.air.integrations.wandb import WandbLoggerCallback
+
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    callback = ray_compat.wandb_files_written(type("Callback", (WandbLoggerCallback,), {}))(
+        project="compat", mode="offline", dir=str(tmp_path))
+    callback.setup()
+    trial = _trial(tmp_path)
+    Path(trial.local_path).mkdir(parents=True)  # the actor works there
+    callback.log_trial_start(trial)
+    callback.log_trial_result(1, trial, {"val_loss": 2.5, "training_iteration": 1})
+    callback.log_trial_end(trial)
+    callback.on_experiment_end([trial])  # waits for the actor's `run`, then kills it
+    (run_file,) = tmp_path.glob("wandb/offline-run-*/*.wandb")
+    assert str(trial).encode() in run_file.read_bytes()
+
+
 def test_tensorboard_writer_is_the_one_ray_opened(own_ray, tmp_path):
     from ray.tune.logger import TBXLoggerCallback
     from tensorboardX import SummaryWriter
