@@ -194,11 +194,67 @@ def _writing(fs: pafs.FileSystem, folder: str):
     """A writer's hold on a local sweep (`versions`): its folders laid out, and the shared
     lock that keeps a compaction from retiring the version it writes into."""
     if not isinstance(fs, pafs.LocalFileSystem):
+        _ready(fs, *posixpath.split(folder))
         yield
         return
+    _ready(fs, *posixpath.split(folder))
     versions.ensure(folder)
     with versions.locked(folder, exclusive=False):
         yield
+
+
+def _ready(fs: pafs.FileSystem, base: str, sweep: str) -> None:
+    """A sweep folder whose version links are missing or dangling, repaired before anything
+    reads or writes it (`versions.repair`; on an object store, `_restore`), with one warning
+    line saying what was found; one line naming the repair where it cannot be. Never a
+    fragment deleted: without this a copy that skipped the links reads as an empty sweep,
+    and its next compaction would take every version for a killed one's leftovers."""
+    folder = posixpath.join(base, sweep)
+    if not isinstance(fs, pafs.LocalFileSystem):
+        _restore(fs, folder)
+        return
+    try:
+        done = versions.repair(folder)
+    except versions.Unrepairable as error:
+        raise UserError(str(error), file=folder) from None
+    except OSError as error:  # a read-only copy, say
+        raise UserError(f"{versions.broken(folder)}, and it cannot be repaired here "
+                        f"({error.strerror or error}): run once where it can be written",
+                        file=folder) from None
+    if done:
+        print(f"warning: {folder}: {done}", file=sys.stderr, flush=True)
+
+
+def _restore(fs: pafs.FileSystem, folder: str) -> None:
+    """An object-store sweep uploaded without its links: `.versions/` holds its fragments
+    but no table folder does. The newest complete version's fragments are copied into the
+    table folders (curves and layers first, trials, the commit record, last); `.versions`
+    stays as it is. Nothing happens where `trials/` has anything."""
+    if fs.get_file_info(posixpath.join(folder, "trials")).type == pafs.FileType.Directory:
+        return
+    stored = posixpath.join(folder, versions.VERSIONS)
+    found = sorted(i.path for i in _listing(fs, stored) if i.type == pafs.FileType.Directory)
+    if not found:
+        return
+    complete = [v for v in found if fs.get_file_info(posixpath.join(v, versions.COMPLETE)).type
+                == pafs.FileType.File and not posixpath.basename(v).startswith("copied-")]
+    if not complete and len(found) > 1:
+        raise UserError(f"no table folders beside {len(found)} versions in {versions.VERSIONS}, none "
+                        "marked complete: copy the fragments of the one to keep into trials/, "
+                        "curves/ and layers/", file=folder)
+    chosen = (complete or found)[-1]
+    copied = 0
+    for table in ("curves", "layers", "trials"):
+        for info in _fragments(fs, posixpath.join(chosen, table)):
+            target = posixpath.join(folder, table, info.base_name)
+            if fs.get_file_info(target).type != pafs.FileType.File:
+                fs.copy_file(info.path, target)
+                copied += 1
+    if copied:
+        print(f"warning: {folder}: no table folders beside {versions.VERSIONS} (uploaded without "
+              f"links?): copied the {copied} fragments of {versions.VERSIONS}/"
+              f"{posixpath.basename(chosen)} into them ({versions.VERSIONS} is left as it is)",
+              file=sys.stderr, flush=True)
 
 
 def unknown_sweep(name: str, root, known=()) -> UserError:
@@ -215,14 +271,27 @@ def unknown_sweep(name: str, root, known=()) -> UserError:
 
 
 def list_sweeps(root) -> list[str]:
-    """Names of the sweeps with a results folder under root, sorted."""
+    """Names of the sweeps with a results folder under root, sorted.
+
+    A sweep folder whose version links are missing is repaired first (`_ready`), or, where
+    it cannot be, left out with one warning line naming the repair."""
     fs, base = _filesystem(root)
     if fs.get_file_info(base).type != pafs.FileType.Directory:
         return []
     names = []
     for info in _listing(fs, base):
         if info.type == pafs.FileType.Directory and _SWEEP_NAME.fullmatch(info.base_name):
-            if fs.get_file_info(posixpath.join(info.path, "trials")).type == pafs.FileType.Directory:
+            trials = posixpath.join(info.path, "trials")
+            if fs.get_file_info(trials).type != pafs.FileType.Directory:
+                if fs.get_file_info(posixpath.join(info.path, versions.VERSIONS)).type \
+                        != pafs.FileType.Directory:
+                    continue
+                try:
+                    _ready(fs, base, info.base_name)
+                except UserError as error:
+                    print(f"warning: skipping {info.path}: {error.problem}", file=sys.stderr, flush=True)
+                    continue
+            if fs.get_file_info(trials).type == pafs.FileType.Directory:
                 names.append(info.base_name)
     return sorted(names)
 
@@ -504,7 +573,13 @@ def _scan(fs, folder: str, table: _Table, columns=None, cache: FragmentCache | N
 
 
 def _sweeps(root, sweeps: list[str] | None) -> list[str]:
-    return list_sweeps(root) if sweeps is None else [validate_sweep_name(s) for s in sweeps]
+    """The sweeps asked for (None: all), each ready to read (`_ready`)."""
+    if sweeps is None:
+        return list_sweeps(root)
+    fs, base = _filesystem(root)
+    for sweep in sweeps:
+        _ready(fs, base, validate_sweep_name(sweep))
+    return list(sweeps)
 
 
 def _with_retries(read):
@@ -633,7 +708,7 @@ def completed_keys(root, sweep: str) -> dict[tuple[str, str, int], str]:
     over a failed one; among equals the newest wins.
     """
     fs, base = _filesystem(root)
-    validate_sweep_name(sweep)
+    _sweeps(root, [sweep])
     columns = ["key", "tuned_json", "seed", "status"]
     table = _with_retries(lambda: _newest_trials(fs, base, [sweep], columns=columns))
     rows = sorted(table.select([*columns, "finished_at"]).to_pylist(),
@@ -670,6 +745,7 @@ def compact(root, sweep: str, grace_s: float = 0.25, stale_s: float = STALE_S) -
     local = isinstance(fs, pafs.LocalFileSystem)
     if local and not os.path.isdir(folder):
         return None  # nothing written yet: make nothing
+    _ready(fs, base, sweep)  # never a version taken for a killed compaction's leftover
     with versions.locked(folder, exclusive=True) if local else contextlib.nullcontext():
         if local:
             versions.remove_stale(folder)
@@ -707,7 +783,7 @@ def _merge(fs, folder: str, grace_s: float, local: bool) -> str | None:
                 _write_atomic(fs, posixpath.join(version, table, name), rows)
             versions.carry(posixpath.join(folder, table), posixpath.join(version, table),
                            skip=merged_names)
-        retired = versions.publish(folder, version)
+        retired = versions.publish(folder, versions.mark_complete(version))
         time.sleep(grace_s)
         versions.retire(retired)
         return posixpath.join(trials_dir, name)
