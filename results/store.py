@@ -623,11 +623,16 @@ def _newest_trials(fs, base: str, sweeps: list[str], columns=None,
 
 
 def _attempt_curves(curves: pa.Table, listed: list[str], winners: pa.Table,
-                    missing_ok: bool = False) -> pa.Table:
-    """The curve rows written together with each winning trial row (same file name)."""
+                    missing_ok: bool = False, quarantined: frozenset = frozenset()) -> pa.Table:
+    """The curve rows written together with each winning trial row (same file name).
+    `quarantined`: (sweep, name) of curves a compaction moved to `damaged/` (`_held`)."""
     names = {posixpath.basename(p) for p in listed}
     missing = [(s, f) for s, f in zip(winners["sweep"].to_pylist(), winners["_file"].to_pylist(),
                                       strict=True) if f not in names]
+    for sweep, name in [m for m in missing if m in quarantined]:
+        _warn(f"{sweep}/curves/{name}", "damaged, moved to damaged/curves/ (resume runs its "
+                                        "trials again; until then they show no curve)")
+    missing = [m for m in missing if m not in quarantined]
     if missing and not missing_ok:
         # Every trials file is renamed in after its curves sibling: a missing sibling means a
         # compaction deleted it after we listed the trials. Let `_with_retries` look again.
@@ -649,7 +654,18 @@ def _curves_table(fs, base, sweeps, cache=None, missing_ok: bool = False) -> pa.
     winners = _newest_trials(fs, base, sweeps, columns=[], cache=cache)
     scans = [_scan(fs, posixpath.join(base, s, "curves"), _CURVES, cache=cache) for s in sweeps]
     rows = pa.concat_tables([_empty(_CURVES, CURVE_COLUMNS.names), *(s.rows for s in scans)])
-    return _attempt_curves(rows, [p for scan in scans for p in scan.listed], winners, missing_ok)
+    quarantined = frozenset((s, name) for s in sweeps
+                            for name in _quarantined(fs, posixpath.join(base, s), ("curves",)))
+    return _attempt_curves(rows, [p for scan in scans for p in scan.listed], winners, missing_ok,
+                           quarantined)
+
+
+def _quarantined(fs, folder: str, tables=("curves", "layers")) -> set[str]:
+    """Names of the sweep's curves or layers fragments a compaction moved to `damaged/`:
+    the trials written with them lost their curve (or layers), so `resume` runs them again."""
+    return {info.base_name for table in tables
+            for info in _listing(fs, posixpath.join(folder, "damaged", table))
+            if info.type == pafs.FileType.File}
 
 
 def _layers_table(fs, base, sweeps, cache=None) -> pa.Table:
@@ -701,7 +717,8 @@ def load_layers(root, sweeps: list[str] | None = None, *,
 
 
 def completed_keys(root, sweep: str) -> dict[tuple[str, str, int], str]:
-    """(key, tuned_json, seed) -> status of what a sweep already holds, for resume.
+    """(key, tuned_json, seed) -> status of what a sweep already holds, for resume; a trial
+    whose curves or layers a compaction quarantined is not held (it runs again).
 
     `tuned_json` is "{}" for a trial that tuned nothing (also a row written before the
     column existed). When several trials share a triple, a completed/stopped_early one wins
@@ -711,7 +728,9 @@ def completed_keys(root, sweep: str) -> dict[tuple[str, str, int], str]:
     _sweeps(root, [sweep])
     columns = ["key", "tuned_json", "seed", "status"]
     table = _with_retries(lambda: _newest_trials(fs, base, [sweep], columns=columns))
-    rows = sorted(table.select([*columns, "finished_at"]).to_pylist(),
+    lost = _quarantined(fs, posixpath.join(base, sweep))  # their curves or layers are damaged
+    rows = sorted((r for r in table.select([*columns, "finished_at", "_file"]).to_pylist()
+                   if r["_file"] not in lost),
                   key=lambda r: (r["status"] != "failed", r["finished_at"]))
     return {(r["key"], r["tuned_json"] or "{}", r["seed"]): r["status"] for r in rows}
 
@@ -762,7 +781,9 @@ def _merge(fs, folder: str, grace_s: float, local: bool) -> str | None:
     curves = _scan(fs, curves_dir, _CURVES, warn=False)
     layers = _scan(fs, layers_dir, _LAYERS, warn=False)
     moved = _set_aside(fs, folder, trials, curves, layers)
-    inputs = [p for p in trials.listed if p not in moved]
+    readable = [p for p in trials.listed if p not in moved]
+    held = _held(fs, folder, readable, trials.rows)
+    inputs = [p for p in readable if p not in held]
     if len(inputs) < 2:
         return inputs[0] if inputs else None
     # Only the listed files: on an object store a fragment written meanwhile is neither
@@ -803,25 +824,36 @@ def _merge(fs, folder: str, grace_s: float, local: bool) -> str | None:
 
 
 def _set_aside(fs, folder: str, trials: _Scan, *siblings: _Scan) -> set[str]:
-    """Move damaged fragments into `folder/damaged/`, each with its siblings: a damaged
-    trial takes its curves and layers along, and a damaged curves or layers fragment takes
-    its trial's row, so `resume` runs that trial again rather than keep it without them.
-    Returns the paths moved."""
+    """Move damaged fragments into `folder/damaged/`, one by one: a damaged trials fragment
+    takes its curves and layers along (they belong to rows no one can read, whose trials
+    run again); a damaged curves or layers fragment goes alone, its trials' rows stay where
+    they are (`_held`), never a whole intact table with it. Returns the paths moved."""
     lost = {posixpath.basename(p) for p in trials.damaged}
-    lost |= {posixpath.basename(p) for scan in siblings for p in scan.damaged}
     moving = dict(trials.damaged)
     for scan in siblings:
         moving.update(scan.damaged)
-    for scan in (trials, *siblings):
         for path in scan.listed:
             if posixpath.basename(path) in lost:
-                moving.setdefault(path, "a fragment of the same trial is damaged")
+                moving.setdefault(path, "its trials fragment is damaged")
     for path, problem in moving.items():
         target = posixpath.join(folder, "damaged", posixpath.basename(posixpath.dirname(path)))
         fs.create_dir(target, recursive=True)
         fs.move(path, posixpath.join(target, posixpath.basename(path)))
         print(f"warning: moved {path} to {target}/: {problem}", file=sys.stderr, flush=True)
     return set(moving)
+
+
+def _held(fs, folder: str, readable: list[str], rows: pa.Table) -> set[str]:
+    """Trials fragments left out of a merge: those whose curves or layers are quarantined
+    and that still hold a trial's newest row. Their name is how `completed_keys` knows the
+    trials to run again; once every row is superseded (run again) they merge away."""
+    quarantined = _quarantined(fs, folder)
+    named = [p for p in readable if posixpath.basename(p) in quarantined]
+    if not named:
+        return set()
+    names = pa.array(sorted({posixpath.basename(p) for p in readable}), pa.string())
+    winning = set(_newest(rows.filter(pc.is_in(rows["_file"], names)))["_file"].to_pylist())
+    return {p for p in named if posixpath.basename(p) in winning}
 
 
 def _remove_leftovers(fs, folder: str, stale_s: float) -> None:

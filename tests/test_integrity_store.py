@@ -38,6 +38,8 @@ from shapesweep.results.store import (
 from shapesweep.sweep.cli import main as shapesweep
 from synthetic import synthetic_sweep
 
+from shapesweep.common import UserError
+
 N_TRIALS = 4
 
 
@@ -315,21 +317,40 @@ def test_compaction_sets_damaged_inputs_aside(store, capsys):
     stray = store / "s" / "trials" / "notes.parquet"
     foreign(stray)
     sibling = fragment(store, "curves", "t00001")
+    held = fragment(store, "trials", "t00002")
 
     compact(store, "s", grace_s=0, stale_s=0)
     moved = [line for line in capsys.readouterr().err.splitlines() if line.startswith("warning: moved")]
-    assert len(moved) == 5
+    assert len(moved) == 4
     damaged = store / "s" / "damaged"
     assert sorted(p.name for p in (damaged / "curves").iterdir()) == sorted([bad_curves.name, sibling.name])
-    # t00002's row goes too: kept without its curve, resume would never run it again
-    assert sorted(p.name for p in (damaged / "trials").iterdir()) == sorted(
-        [bad_trial.name, stray.name, bad_curves.name])
-    assert sorted(raw_ids(store / "s" / "trials")) == ["t00000", "t00003"]
+    assert sorted(p.name for p in (damaged / "trials").iterdir()) == sorted([bad_trial.name, stray.name])
+    # t00002's row stays where it was (quarantined one by one), unmerged, and resume runs it again
+    assert held.exists() and sorted(raw_ids(store / "s" / "trials")) == ["t00000", "t00002", "t00003"]
     assert sorted(key for key, _, _ in completed_keys(store, "s")) == sorted(
-        load_trials(store, ["s"])["key"])
+        load_trials(store, ["s"]).query("trial_id != 't00002'")["key"])
     assert len(list((store / "s" / "curves").iterdir())) == 1
     assert sorted(set(load_curves(store, ["s"])["trial_id"])) == ["t00000", "t00003"]
-    assert capsys.readouterr().err == ""  # clean folders: nothing left to warn about
+    (line,) = warnings(capsys.readouterr().err)  # named once, as quarantined
+    assert f"s/curves/{bad_curves.name}: damaged, moved to damaged/curves/" in line
+
+
+def test_a_damaged_compacted_curves_file_is_quarantined_alone(store, capsys):
+    """Merged curves hold every trial's: damaged, they go aside alone; the trials file stays
+    (status shows every result), resume runs those trials again, and once it has they merge."""
+    compact(store, "s", grace_s=0, stale_s=0)
+    (merged,) = (store / "s" / "curves").iterdir()
+    truncate(merged)
+    compact(store, "s", grace_s=0, stale_s=0)
+    assert [p.name for p in (store / "s" / "damaged" / "curves").iterdir()] == [merged.name]
+    assert not (store / "s" / "damaged" / "trials").exists()
+    assert len(load_trials(store, ["s"])) == N_TRIALS and completed_keys(store, "s") == {}
+    for row, curve in rows():  # what resume does: each trial again, newer
+        write_trial(store, "s", {**row, "finished_at": None}, curve)
+    compact(store, "s", grace_s=0, stale_s=0)
+    assert len(list((store / "s" / "trials").iterdir())) == 1
+    assert len(completed_keys(store, "s")) == N_TRIALS
+    assert sorted(set(load_curves(store, ["s"])["trial_id"])) == sorted(load_trials(store)["trial_id"])
 
 
 def test_a_reader_during_compaction_sees_every_trial(store):
@@ -495,3 +516,88 @@ def test_resume_reruns_the_trials_of_a_damaged_fragment(local_ray, tmp_path, cap
     assert (after["status"] == "completed").all()
     curves = load_curves(root, ["damaged"])
     assert set(curves["trial_id"]) == set(after["trial_id"])  # every trial has its curve again
+
+
+# ---------------------------------------------------------------- version links lost
+
+
+def _without_links(source: Path, target: Path) -> Path:
+    """A copy that skips symbolic links (a zip, an object-store sync, some copy tools)."""
+    return Path(shutil.copytree(source, target, ignore=lambda folder, names: [
+        n for n in names if os.path.islink(os.path.join(folder, n))]))
+
+
+def _fragment_bytes(folder: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in folder.rglob("*.parquet")}
+
+
+def _unlink_current(root: Path) -> None:
+    (root / "s" / ".current").unlink()
+
+
+def _dangle_current(root: Path) -> None:
+    (root / "s" / ".current").unlink()
+    (root / "s" / ".current").symlink_to(".versions/gone")
+
+
+@pytest.fixture
+def compacted(store) -> Path:
+    """Sweep `s` after a compaction, with two trials written since (two versions' worth)."""
+    compact(store, "s", grace_s=0, stale_s=0)
+    for row, curve in rows(n=N_TRIALS + 2)[N_TRIALS:]:
+        write_trial(store, "s", row, curve)
+    return store
+
+
+@pytest.mark.parametrize("breakage", ["copied without links", "no .current", "dangling .current"])
+def test_a_root_without_its_version_links_is_repaired_and_loses_nothing(compacted, tmp_path,
+                                                                        breakage, capsys):
+    if breakage == "copied without links":
+        root = _without_links(compacted, tmp_path / "copy")
+        assert not (root / "s" / "trials").exists()
+    else:
+        root = compacted
+        (_unlink_current if breakage == "no .current" else _dangle_current)(root)
+    expected = sorted(t["trial_id"] for t, _ in rows(n=N_TRIALS + 2))
+
+    assert shapesweep(["status", "--root", str(root)]) == 0  # the list of sweeps sees it
+    out, err = capsys.readouterr()
+    (line,) = warnings(err)
+    assert line.startswith(f"warning: {root / 's'}: .current ") and "pointed .current at .versions/" in line
+    assert sorted(load_trials(root, ["s"])["trial_id"]) == expected
+    assert len(completed_keys(root, "s")) == N_TRIALS + 2  # resume runs nothing again
+    compact(root, "s", grace_s=0, stale_s=0)  # what resume does first: deletes nothing unmerged
+    assert sorted(raw_ids(root / "s" / "trials")) == expected
+    assert sorted(set(load_curves(root, ["s"])["trial_id"])) == expected
+    assert not (root / "s" / "damaged").exists() and warnings(capsys.readouterr().err) == []
+
+
+def test_a_writer_into_a_sweep_with_a_dangling_current_repairs_it_first(compacted, capsys):
+    _dangle_current(compacted)
+    extra, curve = rows(n=N_TRIALS + 3)[-1]
+    write_trial(compacted, "s", extra, curve)  # was: FileExistsError, '.../trials' is no folder
+    assert len(load_trials(compacted, ["s"])) == N_TRIALS + 3
+    assert "leads nowhere (.versions/gone)" in capsys.readouterr().err
+
+
+def test_versions_none_marked_complete_are_refused_in_one_line(compacted, tmp_path, capsys):
+    """Two versions, neither marked (a root from before the mark, and a killed compaction's
+    leftover beside it), and no `.current` to say which: one line naming the repair, and
+    nothing deleted by any verb."""
+    _unlink_current(compacted)
+    kept = compacted / "s" / ".versions"
+    (only,) = kept.iterdir()
+    (only / ".complete").unlink()
+    shutil.copytree(only, kept / "00000000000000000001-leftover")
+    before = _fragment_bytes(kept)
+    for verb in (["status", "s"], ["resume", "s"], ["export", "s", "--top", "1", "--out", str(tmp_path / "o")]):
+        assert shapesweep([*verb, "--root", str(compacted)]) == 2
+        named = [ln for ln in capsys.readouterr().err.splitlines() if "ln -sfn" in ln]
+        assert len(set(named)) == 1 and f"{compacted / 's'}: .current leads to no version" in named[0]
+    with pytest.raises(UserError, match="none of 2 in .versions"):
+        completed_keys(compacted, "s")
+    with pytest.raises(UserError, match="none of 2 in .versions"):
+        compact(compacted, "s", grace_s=0, stale_s=0)
+    assert _fragment_bytes(kept) == before
+    (compacted / "s" / ".current").symlink_to(f".versions/{only.name}")  # the repair it names
+    assert len(load_trials(compacted, ["s"])) == N_TRIALS + 2
