@@ -25,6 +25,7 @@ fragment is set aside once), which are easier to keep when they sit together
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import posixpath
 import re
@@ -138,13 +139,54 @@ def write_sweep_file(root, sweep: str, name: str, text: str) -> None:
 
 
 def read_sweep_file(root, sweep: str, name: str) -> str | None:
-    """The text `write_sweep_file` wrote, or None when there is none."""
+    """The text `write_sweep_file` wrote, or None when there is none; text that is not
+    UTF-8 (a garbled file) is one line naming the file and its repair."""
     fs, base = _filesystem(root)
     path = posixpath.join(base, validate_sweep_name(sweep), name)
     if fs.get_file_info(path).type != pafs.FileType.File:
         return None
     with fs.open_input_stream(path) as stream:
-        return stream.read().decode()
+        data = stream.read()
+    try:
+        return data.decode()
+    except UnicodeDecodeError as error:
+        raise UserError(f"damaged: not UTF-8 text (byte {error.start}); {sweep_file_repair(root, sweep, name)}",
+                        file=sweep_dir(root, sweep) + "/" + name) from None
+
+
+def read_sweep_json(root, sweep: str, name: str, kind: type, check=None):
+    """A small JSON file of the sweep (`sweep.json`, `asha.json`), or None when there is
+    none. Damaged (truncated, zeroed, garbled, not a `kind`, or `check(value)` says why
+    not), it is one line naming the file and its repair (exit 2), never a traceback."""
+    text = read_sweep_file(root, sweep, name)
+    if text is None:
+        return None
+    try:
+        value = json.loads(text)
+        problem = None if isinstance(value, kind) else f"a JSON {type(value).__name__}, not a {kind.__name__}"
+    except ValueError as error:
+        problem = f"not JSON: {getattr(error, 'msg', error)}"
+    problem = problem or (check(value) if check else None)
+    if problem:
+        raise UserError(f"damaged ({problem}); {sweep_file_repair(root, sweep, name)}",
+                        file=sweep_dir(root, sweep) + "/" + name)
+    return value
+
+
+def sweep_file_repair(root, sweep: str, name: str) -> str:
+    """How to repair a damaged small file of a sweep folder, in words a user can follow."""
+    from shapesweep.results.explain import rerun_command
+
+    if name == "sweep.json":
+        return ("to repair, run its space again under its name with the options it ran with "
+                f"({rerun_command(sweep, root, '--name', sweep)} ...), which writes it anew")
+    if name == "space.yaml":
+        return ("to repair, copy the space file the sweep was run with over it (the catalog "
+                "keeps its text)")
+    if name == "asha.json":
+        return ("to repair, delete it: it records the noise-aware ASHA's stop decisions only "
+                "(the next run starts the record anew)")
+    return "to repair, delete it"
 
 
 def _own_rows(rows: list[dict], trial: dict, normalize, what: str) -> list[dict]:
@@ -490,6 +532,28 @@ class _Scan(NamedTuple):
     rows: pa.Table  # the readable fragments' rows, plus `_file` (the fragment's base name)
     listed: list[str]  # every visible fragment's path, readable or not
     damaged: dict[str, str]  # path -> why it cannot be read
+    bad_rows: dict[str, set[str]] = {}  # path -> trial_ids of its rows left out (`_bad_json`)
+
+
+_JSON_COLUMNS = ("config_json", "tuned_json")  # each a JSON object where it is not null
+
+
+def _bad_json(rows: pa.Table) -> np.ndarray | None:
+    """Which trial rows hold a JSON column that is not a JSON object (a fragment edited or
+    damaged inside one value, which Parquet's checks do not see); None when none does."""
+    present = [c for c in _JSON_COLUMNS if c in rows.column_names]
+    if not present or not rows.num_rows:
+        return None
+    bad = np.zeros(rows.num_rows, bool)
+    for column in present:
+        for i, text in enumerate(rows[column].to_pylist()):
+            if text is None or bad[i]:
+                continue
+            try:
+                bad[i] = not isinstance(json.loads(text), dict)
+            except ValueError:
+                bad[i] = True
+    return bad if bad.any() else None
 
 
 def _empty(table: _Table, names: list[str]) -> pa.Table:
@@ -559,17 +623,29 @@ def _scan(fs, folder: str, table: _Table, columns=None, cache: FragmentCache | N
     """Read a table folder: each fragment once, a damaged or foreign one skipped (and named)."""
     infos = _fragments(fs, folder)
     names = list(columns or table.schema.names)
+    # a trial row is read with its JSON columns, whatever is asked: each reader skips the same rows
+    read = list(dict.fromkeys([*names, *(("trial_id", *_JSON_COLUMNS) if table is _TRIALS else ())]))
     if cache is None:
         paths = [info.path for info in infos]
-        rows, damaged = (_read_bulk(fs, paths, table, names) if len(paths) >= _BULK else
-                         _combine(paths, _read_fragments(fs, paths, table, names), table, names))
+        rows, damaged = (_read_bulk(fs, paths, table, read) if len(paths) >= _BULK else
+                         _combine(paths, _read_fragments(fs, paths, table, read), table, read))
     else:
         rows, damaged = cache.folder(fs, folder, infos, table)
-        rows = rows.select([*names, "_file"])
+    bad_rows: dict[str, set[str]] = {}
+    bad = _bad_json(rows) if table is _TRIALS else None
+    if bad is not None:
+        for file, trial_id in zip(rows.filter(bad)["_file"].to_pylist(),
+                                  rows.filter(bad)["trial_id"].to_pylist(), strict=True):
+            bad_rows.setdefault(posixpath.join(folder, file), set()).add(trial_id)
+        rows = rows.filter(~bad)
+    rows = rows.select([*names, "_file"])
     if warn:
         for path, problem in damaged.items():
             _warn(path, problem)
-    return _Scan(rows, [info.path for info in infos], damaged)
+        for path, trial_ids in bad_rows.items():
+            _warn(path, f"trial(s) {', '.join(sorted(trial_ids))}: config_json or tuned_json is not a "
+                        "JSON object (row skipped; resume runs the trial again)")
+    return _Scan(rows, [info.path for info in infos], damaged, bad_rows)
 
 
 def _sweeps(root, sweeps: list[str] | None) -> list[str]:
@@ -782,7 +858,7 @@ def _merge(fs, folder: str, grace_s: float, local: bool) -> str | None:
     layers = _scan(fs, layers_dir, _LAYERS, warn=False)
     moved = _set_aside(fs, folder, trials, curves, layers)
     readable = [p for p in trials.listed if p not in moved]
-    held = _held(fs, folder, readable, trials.rows)
+    held = _held(fs, folder, readable, trials.rows) | _holding_bad_rows(trials)
     inputs = [p for p in readable if p not in held]
     if len(inputs) < 2:
         return inputs[0] if inputs else None
@@ -854,6 +930,18 @@ def _held(fs, folder: str, readable: list[str], rows: pa.Table) -> set[str]:
     names = pa.array(sorted({posixpath.basename(p) for p in readable}), pa.string())
     winning = set(_newest(rows.filter(pc.is_in(rows["_file"], names)))["_file"].to_pylist())
     return {p for p in named if posixpath.basename(p) in winning}
+
+
+def _holding_bad_rows(trials: _Scan) -> set[str]:
+    """Trials fragments with a row left out (`_bad_json`) of a trial no other fragment
+    holds: merging would drop that row unseen. They stay as they are (a reader skips the row,
+    with a warning) until `resume` has run the trial again; then they merge away."""
+    held = set()
+    for path, trial_ids in trials.bad_rows.items():
+        elsewhere = trials.rows.filter(pc.not_equal(trials.rows["_file"], posixpath.basename(path)))
+        if not trial_ids <= set(elsewhere["trial_id"].to_pylist()):
+            held.add(path)
+    return held
 
 
 def _remove_leftovers(fs, folder: str, stale_s: float) -> None:
