@@ -232,7 +232,7 @@ def without_password(url: str | None) -> str | None:
     return bare.render_as_string(hide_password=False)
 
 
-def _shown(url: str) -> str:
+def shown_database(url: str) -> str:
     """The database as a user would name it: a SQLite file's path, else the URL sans password."""
     parsed = make_url(url)
     if parsed.get_backend_name() == "sqlite" and parsed.database:
@@ -274,7 +274,7 @@ class Catalog:
                 problem += (f" (another process held it for over {SQLITE_BUSY_TIMEOUT_S} s; "
                             "try again when it is done)")
             raise UserError(f"cannot use the catalog database: {problem}",
-                            file=_shown(self.url)) from None
+                            file=shown_database(self.url)) from None
 
     def register(self, name: str, space_name: str, space_yaml: str, space_hash: str,
                  n_candidates: int) -> SweepRecord:
@@ -316,11 +316,11 @@ class Catalog:
         records = []
         for row in rows:
             if not isinstance(row["name"], str) or not _SWEEP_NAME.fullmatch(row["name"]):
-                _warn(f"{_shown(self.url)}: a sweep row named {row['name']!r}, which no sweep can "
+                _warn(f"{shown_database(self.url)}: a sweep row named {row['name']!r}, which no sweep can "
                       f"be, is left out (to repair: DELETE FROM {_SweepRow.__tablename__} WHERE "
                       f"name = '{row['name']}')")
                 continue
-            records.append(SweepRecord._from_row(row, _shown(self.url)))
+            records.append(SweepRecord._from_row(row, shown_database(self.url)))
         return records
 
     def _reported(self, session: Session, record: SweepRecord) -> SweepRecord:
@@ -334,7 +334,7 @@ class Catalog:
 
     def _lease(self, session: Session, name: str) -> LeaseRecord | None:
         row = session.execute(select(*_raw(_LeaseRow)).where(_LeaseRow.name == name)).mappings().first()
-        return LeaseRecord._from_row(row, _shown(self.url)) if row else None
+        return LeaseRecord._from_row(row, shown_database(self.url)) if row else None
 
     def _update(self, name: str, **values) -> SweepRecord:
         """Set columns of a sweep's row (by statement: a row whose time is unreadable takes

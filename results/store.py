@@ -811,6 +811,19 @@ def completed_keys(root, sweep: str) -> dict[tuple[str, str, int], str]:
     return {(r["key"], r["tuned_json"] or "{}", r["seed"]): r["status"] for r in rows}
 
 
+def quarantined_trials(root, sweep: str) -> set[str]:
+    """Trial ids whose newest row sits beside curves or layers a compaction quarantined
+    (`_held`): the store keeps the row, but `resume` runs the trial again."""
+    fs, base = _filesystem(root)
+    _sweeps(root, [sweep])
+    lost = _quarantined(fs, posixpath.join(base, sweep))
+    if not lost:
+        return set()
+    table = _with_retries(lambda: _newest_trials(fs, base, [sweep], columns=[]))
+    return {t for t, f in zip(table["trial_id"].to_pylist(), table["_file"].to_pylist(), strict=True)
+            if f in lost}
+
+
 STALE_S = 3600.0  # leftovers older than this have no live writer: compact deletes them
 
 

@@ -713,3 +713,41 @@ def test_a_trial_whose_config_json_is_not_json_is_skipped_with_a_warning(capsys,
     assert code == 0 and _errors(err) == [], err
     (line,) = [ln for ln in err.splitlines() if ln.startswith("warning:")]
     assert str(path) in line and lost in line and "not a JSON object" in line
+
+
+OPTUNA_DAMAGES = {
+    "a complete trial without values": ("DELETE FROM trial_values WHERE trial_id = 2",
+                                        "values should be set for a complete trial"),
+    "a distribution that is not JSON": ("UPDATE trial_params SET distribution_json = 'garbage' "
+                                        "WHERE trial_id = 2", "JSONDecodeError"),
+    "an attribute that is not JSON": ("UPDATE trial_user_attributes SET value_json = '{\"a' "
+                                      "WHERE trial_id = 2", "JSONDecodeError"),
+    "no study row": ("DELETE FROM studies", "Record does not exist"),
+    "a state Optuna has not": ("UPDATE trials SET state = 'BOGUS' WHERE trial_id = 2", "BOGUS"),
+}
+
+
+@pytest.mark.parametrize("damage", sorted(OPTUNA_DAMAGES))
+def test_resume_of_an_optuna_sweep_with_a_damaged_study_is_one_line_before_ray(capsys, tmp_path,
+                                                                             sweep_folder, damage):
+    import optuna
+    from shapesweep.results.catalog import default_catalog_url
+    from shapesweep.results.store import write_sweep_file
+
+    options = json.loads((sweep_folder / SWEEP / "sweep.json").read_text())
+    write_sweep_file(str(sweep_folder), SWEEP, "sweep.json",
+                     json.dumps(options | {"search": "optuna", "num_samples": 4}))
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(storage=default_catalog_url(sweep_folder), study_name=SWEEP)
+    for number in range(3):
+        trial = study.ask()
+        trial.suggest_categorical("n_layers", [1, 2, 3, 4])
+        trial.set_user_attr("trial_id", f"t{number}")
+        study.tell(trial, 2.5)
+    statement, problem = OPTUNA_DAMAGES[damage]
+    _catalog_row(sweep_folder, statement)
+    code, out, err = shapesweep(capsys, "resume", SWEEP, "--root", str(sweep_folder))
+    errors = _errors(err)
+    assert code == 2 and len(errors) == 1, err
+    assert f"{sweep_folder / 'shapesweep.db'}: the Optuna study {SWEEP!r} in it is damaged" in errors[0]
+    assert problem in errors[0] and "optuna delete-study --study-name damaged" in errors[0]
