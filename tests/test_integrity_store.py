@@ -37,6 +37,7 @@ from shapesweep.results.store import (
 )
 from shapesweep.sweep.cli import main as shapesweep
 from synthetic import synthetic_sweep
+from test_object_store import bucket, s3_endpoint  # noqa: F401 - fixtures: a real S3 endpoint (moto)
 
 from shapesweep.common import UserError
 
@@ -601,3 +602,83 @@ def test_versions_none_marked_complete_are_refused_in_one_line(compacted, tmp_pa
     assert _fragment_bytes(kept) == before
     (compacted / "s" / ".current").symlink_to(f".versions/{only.name}")  # the repair it names
     assert len(load_trials(compacted, ["s"])) == N_TRIALS + 2
+
+
+# ---------------------------------------------------------------- the object-store root
+
+
+def _s3(bucket_root: str, tmp_path: Path) -> tuple[str, object, str]:
+    """A fresh root in the test bucket: (URI, its file system, its path there)."""
+    import pyarrow.fs as pafs
+
+    root = f"{bucket_root}/{tmp_path.name}"
+    fs, path = pafs.FileSystem.from_uri(root)
+    return root, fs, path
+
+
+def _upload_without_links(local: Path, fs, path: str) -> None:
+    """What a sync that skips symbolic links leaves in a bucket: the regular files only."""
+    for folder, dirs, files in os.walk(local, followlinks=False):
+        dirs[:] = [d for d in dirs if not os.path.islink(os.path.join(folder, d))]
+        for name in files:
+            source = Path(folder) / name
+            if source.is_symlink() or name == ".lock":
+                continue
+            with fs.open_output_stream(f"{path}/{source.relative_to(local).as_posix()}") as out:
+                out.write(source.read_bytes())
+
+
+def _objects(fs, path: str) -> dict[str, int]:
+    import pyarrow.fs as pafs
+
+    found = fs.get_file_info(pafs.FileSelector(path, recursive=True, allow_not_found=True))
+    return {info.path.removeprefix(path + "/"): info.size for info in found
+            if info.type == pafs.FileType.File}
+
+
+def test_an_object_store_root_uploaded_without_links_is_restored_from_its_versions(
+        compacted, bucket, tmp_path, capsys):  # noqa: F811 - the fixture imported above
+    from shapesweep.results.store import list_sweeps
+
+    root, fs, path = _s3(bucket, tmp_path)
+    _upload_without_links(compacted, fs, path)
+    stored = {k: v for k, v in _objects(fs, path).items() if k.startswith("s/.versions/")}
+    assert stored and not any(k.startswith("s/trials/") for k in _objects(fs, path))
+    expected = sorted(t["trial_id"] for t, _ in rows(n=N_TRIALS + 2))
+
+    assert list_sweeps(root) == ["s"]
+    (line,) = warnings(capsys.readouterr().err)
+    assert "no table folders beside .versions (uploaded without links?): copied the" in line
+    assert sorted(load_trials(root, ["s"])["trial_id"]) == expected
+    assert len(completed_keys(root, "s")) == N_TRIALS + 2
+    compact(root, "s", grace_s=0, stale_s=0)
+    assert sorted(load_trials(root, ["s"])["trial_id"]) == expected
+    assert sorted(set(load_curves(root, ["s"])["trial_id"])) == expected
+    after = _objects(fs, path)
+    assert {k: v for k, v in after.items() if k.startswith("s/.versions/")} == stored  # left as it is
+    assert len([k for k in after if k.startswith("s/trials/")]) == 1
+    assert warnings(capsys.readouterr().err) == []  # restored once
+
+
+def test_a_damaged_compacted_curves_file_on_an_object_store_is_quarantined_alone(
+        bucket, tmp_path, capsys):  # noqa: F811 - the fixture imported above
+    root, fs, path = _s3(bucket, tmp_path)
+    for row, curve in rows():
+        write_trial(root, "s", row, curve)
+    compact(root, "s", grace_s=0, stale_s=0)
+    (merged,) = [k for k in _objects(fs, path) if k.startswith("s/curves/")]
+    with fs.open_input_stream(f"{path}/{merged}") as stream:
+        data = stream.read()
+    with fs.open_output_stream(f"{path}/{merged}") as out:
+        out.write(data[: len(data) // 2])
+    compact(root, "s", grace_s=0, stale_s=0)
+    objects = _objects(fs, path)
+    assert [k for k in objects if k.startswith("s/damaged/")] == [merged.replace("s/", "s/damaged/", 1)]
+    assert len([k for k in objects if k.startswith("s/trials/")]) == 1  # the intact table stays
+    assert len(load_trials(root, ["s"])) == N_TRIALS and completed_keys(root, "s") == {}
+    for row, curve in rows():  # what resume does: each trial again
+        write_trial(root, "s", {**row, "finished_at": None}, curve)
+    compact(root, "s", grace_s=0, stale_s=0)
+    assert len(completed_keys(root, "s")) == N_TRIALS
+    assert sorted(set(load_curves(root, ["s"])["trial_id"])) == sorted(load_trials(root)["trial_id"])
+    capsys.readouterr()
