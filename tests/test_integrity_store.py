@@ -682,3 +682,40 @@ def test_a_damaged_compacted_curves_file_on_an_object_store_is_quarantined_alone
     assert len(completed_keys(root, "s")) == N_TRIALS
     assert sorted(set(load_curves(root, ["s"])["trial_id"])) == sorted(load_trials(root)["trial_id"])
     capsys.readouterr()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("search", ["grid", "optuna"])
+def test_resume_after_a_copy_without_links_and_a_damaged_merged_curves_file(local_ray, tmp_path,
+                                                                            capsys, search):
+    """End to end: a sweep's root copied without its links resumes with every result and
+    runs nothing; then its merged curves damaged, resume runs exactly the trials that lost
+    their curves again (an Optuna sweep too), and status counts every trial."""
+    from sweep_helpers import run, write_space
+
+    space_path = write_space(tmp_path, name="copied")
+    root = tmp_path / "sweeps"
+    options = ["--search", search, "--scheduler", "fifo", "--max-concurrent", "2"]
+    if search == "optuna":
+        options += ["--num-samples", "3"]
+    assert run("run", str(space_path), "--root", str(root), *options) == 0
+    before = load_trials(root, ["copied"])
+    assert len(before) >= 3 and (before["status"] == "completed").all()
+
+    copy = _without_links(root, tmp_path / "copy")
+    capsys.readouterr()
+    assert run("resume", "copied", "--root", str(copy), "--max-concurrent", "2") == 0
+    out, err = capsys.readouterr()
+    assert "(0 trials this run)" in out and "pointed .current at .versions/" in err
+    assert sorted(load_trials(copy, ["copied"])["trial_id"]) == sorted(before["trial_id"])
+
+    (merged,) = (copy / "copied" / "curves").glob("*.parquet")
+    truncate(merged)
+    assert run("resume", "copied", "--root", str(copy), "--max-concurrent", "2") == 0
+    out, err = capsys.readouterr()
+    assert f"({len(before)} trials this run)" in out and str(merged) in err
+    after = load_trials(copy, ["copied"])
+    assert sorted(after["trial_id"]) == sorted(before["trial_id"]) and (after["status"] == "completed").all()
+    assert set(load_curves(copy, ["copied"])["trial_id"]) == set(after["trial_id"])
+    assert run("status", "copied", "--root", str(copy)) == 0
+    assert f"completed: {len(before)}" in capsys.readouterr().out
