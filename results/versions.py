@@ -145,7 +145,7 @@ def _newest_complete(folder: str) -> str:
     raise Unrepairable(
         f"{CURRENT} leads to no version and none of {len(found)} in {VERSIONS} ({names}) is "
         f"marked complete: point it at the one to keep (cd {folder} && ln -sfn "
-        f"{VERSIONS}/NAME {CURRENT}), then run the command again")
+        f"{VERSIONS}/VERSION {CURRENT}), then run the command again")
 
 
 def mark_complete(version: str) -> str:
