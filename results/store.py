@@ -590,32 +590,60 @@ class FragmentCache:
     def __init__(self) -> None:
         self._lock = threading.Lock()  # one reader fills the cache; the others wait, then share
         self._files: dict[str, tuple[tuple, pa.Table | str]] = {}  # path -> (stamp, rows or problem)
-        self._folders: dict[str, tuple[tuple, pa.Table, dict]] = {}  # folder -> (listing, rows, damaged)
+        self._bad: dict[str, set[str]] = {}  # path -> trial ids of rows left out (`_drop_bad`)
+        # folder -> (listing, rows, damaged, bad rows)
+        self._folders: dict[str, tuple[tuple, pa.Table, dict, dict]] = {}
 
     def folder(self, fs, folder: str, infos: list[pafs.FileInfo], table: _Table):
-        """Every column of a folder's readable fragments, and the damaged ones."""
+        """Every column of a folder's readable fragments (less the rows `_drop_bad` leaves
+        out, checked once per fragment), the damaged ones, and the rows left out."""
         listing = tuple((i.path, i.size, i.mtime_ns) for i in infos)
         with self._lock:
             cached = self._folders.get(folder)
             if cached is not None and cached[0] == listing:
-                return cached[1], cached[2]
+                return cached[1:]
             stamps = {path: (size, mtime) for path, size, mtime in listing}
             fresh = [p for p in stamps if self._files.get(p, (None,))[0] != stamps[p]]
             names = table.schema.names
             results = _read_each(fs, fresh, table, names)
+            if table is _TRIALS:
+                results = [self._checked(fs, path, result) for path, result in zip(fresh, results, strict=True)]
             gone = [p for p in self._files if posixpath.dirname(p) == folder and p not in stamps]
             appended = cached is not None and not gone and not any(p in self._files for p in fresh)
             for path, result in zip(fresh, results, strict=True):
                 self._files[path] = (stamps[path], result)
             for path in gone:
                 del self._files[path]
+                self._bad.pop(path, None)
             if appended:  # only new fragments (trials landing): add their rows to those combined
                 rows, damaged = _combine(fresh, results, table, names)
                 rows, damaged = pa.concat_tables([cached[1], rows]), {**cached[2], **damaged}
             else:
                 rows, damaged = _combine(list(stamps), [self._files[p][1] for p in stamps], table, names)
-            self._folders[folder] = (listing, rows.combine_chunks(), damaged)  # one chunk: fast sorts
+            bad = {p: self._bad[p] for p in stamps if p in self._bad}
+            self._folders[folder] = (listing, rows.combine_chunks(), damaged, bad)  # one chunk: fast sorts
             return self._folders[folder][1:]
+
+    def _checked(self, fs, path: str, result: pa.Table | str) -> pa.Table | str:
+        self._bad.pop(path, None)
+        if isinstance(result, str):
+            return result
+        rows, bad = _drop_bad(result, posixpath.dirname(path))
+        if bad:
+            self._bad[path] = bad[path]
+        return rows
+
+
+def _drop_bad(rows: pa.Table, folder: str) -> tuple[pa.Table, dict[str, set[str]]]:
+    """Trial rows less those `_bad_json` finds, and those by fragment path: trial ids."""
+    bad = _bad_json(rows)
+    if bad is None:
+        return rows, {}
+    found: dict[str, set[str]] = {}
+    left_out = rows.filter(bad)
+    for file, trial_id in zip(left_out["_file"].to_pylist(), left_out["trial_id"].to_pylist(), strict=True):
+        found.setdefault(posixpath.join(folder, file), set()).add(trial_id)
+    return rows.filter(~bad), found
 
 
 def _scan(fs, folder: str, table: _Table, columns=None, cache: FragmentCache | None = None,
@@ -629,15 +657,9 @@ def _scan(fs, folder: str, table: _Table, columns=None, cache: FragmentCache | N
         paths = [info.path for info in infos]
         rows, damaged = (_read_bulk(fs, paths, table, read) if len(paths) >= _BULK else
                          _combine(paths, _read_fragments(fs, paths, table, read), table, read))
+        rows, bad_rows = _drop_bad(rows, folder) if table is _TRIALS else (rows, {})
     else:
-        rows, damaged = cache.folder(fs, folder, infos, table)
-    bad_rows: dict[str, set[str]] = {}
-    bad = _bad_json(rows) if table is _TRIALS else None
-    if bad is not None:
-        for file, trial_id in zip(rows.filter(bad)["_file"].to_pylist(),
-                                  rows.filter(bad)["trial_id"].to_pylist(), strict=True):
-            bad_rows.setdefault(posixpath.join(folder, file), set()).add(trial_id)
-        rows = rows.filter(~bad)
+        rows, damaged, bad_rows = cache.folder(fs, folder, infos, table)
     rows = rows.select([*names, "_file"])
     if warn:
         for path, problem in damaged.items():

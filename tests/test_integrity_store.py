@@ -483,6 +483,31 @@ def test_fragment_cache_reads_like_the_store(store):
         assert load_curves(store, ["s"], cache=cache).equals(load_curves(store, ["s"]))
 
 
+def test_a_trial_row_whose_config_json_is_not_json_is_skipped_by_every_reader(store, capsys):
+    """Sound Parquet, one value damaged: the row is left out by the plain readers, the
+    live server's cache (checked once per fragment) and resume's keys alike; compaction
+    holds its fragment until the trial has run again, then merges it away."""
+    path = fragment(store, "trials", "t00001")
+    table = pq.read_table(path)
+    column = table.schema.get_field_index("config_json")
+    pq.write_table(table.set_column(column, "config_json", pa.array(["{not json"])), path)
+    cache = FragmentCache()
+    for _ in range(2):
+        assert load_trials(store, cache=cache).equals(load_trials(store))
+        assert load_curves(store, ["s"], cache=cache).equals(load_curves(store, ["s"]))
+    assert "t00001" not in set(load_trials(store)["trial_id"])
+    assert len(completed_keys(store, "s")) == N_TRIALS - 1
+    (line,) = set(warnings(capsys.readouterr().err))
+    assert str(path) in line and "t00001" in line and "not a JSON object" in line
+    compact(store, "s", grace_s=0, stale_s=0)
+    assert path.exists()  # held: its row would otherwise go unseen
+    retry, curve = rows()[1]
+    write_trial(store, "s", {**retry, "finished_at": None}, curve)
+    compact(store, "s", grace_s=0, stale_s=0)
+    assert not path.exists() and len(list((store / "s" / "trials").iterdir())) == 1
+    assert len(completed_keys(store, "s")) == N_TRIALS
+
+
 def zero_fill(path: Path) -> str:
     """What a crash of the machine can leave: the file's length in zero bytes."""
     path.write_bytes(bytes(path.stat().st_size))
