@@ -325,8 +325,9 @@ def list_sweeps(root) -> list[str]:
         if info.type == pafs.FileType.Directory and _SWEEP_NAME.fullmatch(info.base_name):
             trials = posixpath.join(info.path, "trials")
             if fs.get_file_info(trials).type != pafs.FileType.Directory:
-                if fs.get_file_info(posixpath.join(info.path, versions.VERSIONS)).type \
-                        != pafs.FileType.Directory:
+                local = isinstance(fs, pafs.LocalFileSystem)
+                if not (versions.broken(info.path) if local else fs.get_file_info(
+                        posixpath.join(info.path, versions.VERSIONS)).type == pafs.FileType.Directory):
                     continue
                 try:
                     _ready(fs, base, info.base_name)
@@ -862,9 +863,11 @@ def compact(root, sweep: str, grace_s: float = 0.25, stale_s: float = STALE_S) -
     between may see a trial twice (`load_trials` and friends never do). Writers wait for a
     local compaction (a lock); elsewhere fragments written meanwhile are left for the next one.
 
-    Damaged or foreign fragments move to `SWEEP/damaged/{trials,curves,layers}/` (a damaged
-    trial takes its curves and layers along), one warning line each: the folders stay
-    globbable and nothing is lost. Leftovers older than `stale_s` are deleted: temporary
+    Damaged or foreign fragments move to `SWEEP/damaged/{trials,curves,layers}/`, one by
+    one, one warning line each (`_set_aside`: a damaged trials fragment takes its curves and
+    layers along; a damaged curves or layers fragment goes alone, and its trials' rows stay,
+    unmerged, until `resume` has run them again): the folders stay globbable and nothing is
+    lost. A sweep whose version links are missing is repaired first (`_ready`). Leftovers older than `stale_s` are deleted: temporary
     files of killed writers, curves or layers whose trial never landed, and live curves
     (`shapesweep.results.live`) no evaluation has appended to since; so are versions a
     killed compaction left. `stale_s=0` is for a caller that knows no writer of this sweep

@@ -93,7 +93,11 @@ def broken(folder: str) -> str | None:
             return f"the link(s) {', '.join(missing)} are missing"
         return None
     if not _versions(folder):
-        return None  # a new sweep, or one of plain folders (`adopt`)
+        dangling = [t for t in (CURRENT, *TABLES) if os.path.islink(p := os.path.join(folder, t))
+                    and not os.path.isdir(p)]
+        if dangling:  # else a new sweep, or one of plain folders (`adopt`)
+            return f"the link(s) {', '.join(dangling)} lead nowhere and {VERSIONS} holds no version"
+        return None
     if os.path.islink(current):
         return f"{CURRENT} leads nowhere ({os.readlink(current)})"
     return f"{CURRENT} is missing (a copy that skipped links?)"
@@ -141,6 +145,11 @@ def _newest_complete(folder: str) -> str:
         return complete[-1]
     if len(found) == 1:
         return found[0]
+    if not found:
+        raise Unrepairable(
+            f"its table links lead nowhere and {VERSIONS} holds no version (its results are "
+            f"gone, or elsewhere): copy its {VERSIONS} back, or remove the links ({CURRENT}, "
+            f"{', '.join(TABLES)}) to start the sweep anew")
     names = ", ".join(os.path.basename(v) for v in found)
     raise Unrepairable(
         f"{CURRENT} leads to no version and none of {len(found)} in {VERSIONS} ({names}) is "

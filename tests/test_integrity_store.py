@@ -744,3 +744,12 @@ def test_resume_after_a_copy_without_links_and_a_damaged_merged_curves_file(loca
     assert set(load_curves(copy, ["copied"])["trial_id"]) == set(after["trial_id"])
     assert run("status", "copied", "--root", str(copy)) == 0
     assert f"completed: {len(before)}" in capsys.readouterr().out
+
+
+def test_links_that_lead_nowhere_with_no_versions_left_are_one_line(compacted, capsys):
+    shutil.rmtree(compacted / "s" / ".versions")
+    assert shapesweep(["status", "s", "--root", str(compacted)]) == 2
+    (error,) = capsys.readouterr().err.strip().splitlines()
+    assert f"{compacted / 's'}: its table links lead nowhere and .versions holds no version" in error
+    assert shapesweep(["status", "--root", str(compacted)]) == 0  # the list names it, and goes on
+    assert "warning: skipping" in capsys.readouterr().err
