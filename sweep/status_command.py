@@ -139,11 +139,23 @@ def _with_cooldowns(args: argparse.Namespace, trials, curves) -> dict:
     return out
 
 
+_DECISION_KEYS = ("key", "tuned_json", "rung_tokens", "losses", "stop", "cut_key", "cut_tuned_json",
+                  "delta", "ci_low", "ci_high")  # what `_stopped_lines` reads of each
+
+
 def _decisions_problem(decisions: list) -> str | None:
-    """Why `asha.json` is not a list of decisions, or None."""
-    if all(isinstance(d, dict) and "stop" in d for d in decisions):
-        return None
-    return "an entry that is no decision"
+    """Why `asha.json` is not a list of the decisions `_stopped_lines` prints, or None."""
+    for number, d in enumerate(decisions):
+        missing = [k for k in _DECISION_KEYS if k not in d] if isinstance(d, dict) else ["all"]
+        try:
+            sound = not missing and all(isinstance(json.loads(d[k]), dict)
+                                        for k in ("tuned_json", "cut_tuned_json")) and all(
+                isinstance(d[k], int | float) for k in ("rung_tokens", "delta", "ci_low", "ci_high"))
+        except (TypeError, ValueError):
+            sound = False
+        if not sound:
+            return f"entry {number} is no decision"
+    return None
 
 
 def _flat(candidate: dict) -> dict:

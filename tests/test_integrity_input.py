@@ -751,3 +751,15 @@ def test_resume_of_an_optuna_sweep_with_a_damaged_study_is_one_line_before_ray(c
     assert code == 2 and len(errors) == 1, err
     assert f"{sweep_folder / 'shapesweep.db'}: the Optuna study {SWEEP!r} in it is damaged" in errors[0]
     assert problem in errors[0] and "optuna delete-study --study-name damaged" in errors[0]
+
+
+@pytest.mark.parametrize("text", ['[{"stop": true}]', '[1]', '{"stop": true}',
+                                  '[{"key": "a", "tuned_json": "{x", "rung_tokens": 1, "losses": {}, '
+                                  '"stop": true, "cut_key": "b", "cut_tuned_json": "{}", "delta": 0, '
+                                  '"ci_low": 0, "ci_high": 0}]'])
+@pytest.mark.parametrize("verb", ["status", "status json"])
+def test_an_asha_json_of_no_decisions_is_one_line(capsys, tmp_path, sweep_folder, text, verb):
+    path = sweep_folder / SWEEP / "asha.json"
+    path.write_text(text)
+    code, out, err = shapesweep(capsys, *_command(verb, sweep_folder, tmp_path))
+    assert_refused(code, err, path, None, "to repair, delete it")
