@@ -87,6 +87,15 @@ def _stamp(value: object) -> datetime | None:
 _warned: set[str] = set()
 
 
+def _where_name(name: object) -> str:
+    """`WHERE name = '...'` for a repair line, or, for a name a terminal must not be sent
+    (control characters), a SQLite condition on its bytes (`hex`)."""
+    text = str(name)
+    if text.isprintable():
+        return "WHERE name = '" + text.replace("'", "''") + "'"
+    return f"WHERE hex(name) = '{text.encode('utf-8', 'surrogatepass').hex().upper()}'"
+
+
 def _warn(line: str) -> None:
     """One warning line on stderr per damaged row and process."""
     if line not in _warned:
@@ -215,7 +224,7 @@ class SweepRecord:
             if values[name] is None:
                 _warn(f"{where}: sweep {row['name']!r}: {name} {row[name]!r} is not a time "
                       f"(shown as unknown; to repair: UPDATE {_SweepRow.__tablename__} SET {name} = "
-                      f"CURRENT_TIMESTAMP WHERE name = '{row['name']}')")
+                      f"CURRENT_TIMESTAMP {_where_name(row['name'])})")
         return cls(**values)
 
 
@@ -317,8 +326,8 @@ class Catalog:
         for row in rows:
             if not isinstance(row["name"], str) or not _SWEEP_NAME.fullmatch(row["name"]):
                 _warn(f"{shown_database(self.url)}: a sweep row named {row['name']!r}, which no sweep can "
-                      f"be, is left out (to repair: DELETE FROM {_SweepRow.__tablename__} WHERE "
-                      f"name = '{row['name']}')")
+                      f"be, is left out (to repair: DELETE FROM {_SweepRow.__tablename__} "
+                      f"{_where_name(row['name'])})")
                 continue
             records.append(SweepRecord._from_row(row, shown_database(self.url)))
         return records

@@ -664,6 +664,10 @@ CATALOG_DAMAGES = {
     "a row no sweep can be": "INSERT INTO shapesweep_sweeps SELECT '../../etc', space_name, space_yaml, "
                              "space_hash, n_candidates, status, completed, stopped_early, failed, "
                              f"created_at, updated_at FROM shapesweep_sweeps WHERE name = '{SWEEP}'",
+    "a name with terminal escapes": "INSERT INTO shapesweep_sweeps SELECT char(27) || ']0;x' || char(7) "
+                                    "|| char(27) || '[2J', space_name, space_yaml, space_hash, "
+                                    "n_candidates, status, completed, stopped_early, failed, created_at, "
+                                    f"updated_at FROM shapesweep_sweeps WHERE name = '{SWEEP}'",
     "a lease with no time": f"INSERT INTO shapesweep_leases VALUES ('{SWEEP}', 'elsewhere', 1, 't', "
                             "'garbage', 'garbage')",
 }
@@ -681,6 +685,7 @@ def test_a_damaged_catalog_row_is_a_warning_and_every_other_row_is_listed(capsys
             else _command(verb, sweep_folder, tmp_path))
     code, out, err = shapesweep(capsys, *argv)
     assert code == 0 and _errors(err) == [], err
+    assert "\x1b" not in out + err and "\x07" not in out + err  # nothing drives the terminal
     if verb == "status of every sweep":
         assert SWEEP in out and "other" in out
 
