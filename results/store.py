@@ -150,7 +150,8 @@ def read_sweep_file(root, sweep: str, name: str) -> str | None:
     try:
         return data.decode()
     except UnicodeDecodeError as error:
-        raise UserError(f"damaged: not UTF-8 text (byte {error.start}); {sweep_file_repair(root, sweep, name)}",
+        raise UserError(f"cannot read (damaged: not UTF-8 text at byte {error.start}); "
+                        f"{sweep_file_repair(root, sweep, name)}",
                         file=sweep_dir(root, sweep) + "/" + name) from None
 
 
