@@ -15,12 +15,13 @@ from __future__ import annotations
 import dataclasses
 import os
 import socket
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from shapesweep.results.store import validate_sweep_name
+from shapesweep.results.store import _SWEEP_NAME, validate_sweep_name
 from sqlalchemy import (
     DateTime,
     Integer,
@@ -30,6 +31,7 @@ from sqlalchemy import (
     delete,
     inspect,
     select,
+    type_coerce,
     update,
 )
 from sqlalchemy.engine import URL, make_url
@@ -66,6 +68,46 @@ def _now() -> datetime:
 def _utc(stamp: datetime) -> datetime:
     """SQLite drops the zone; we store UTC."""
     return stamp.replace(tzinfo=UTC) if stamp.tzinfo is None else stamp
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)  # what an unreadable time stands for: long ago
+
+
+def _stamp(value: object) -> datetime | None:
+    """A time as the database gave it (a datetime; SQLite: its text), or None when it is
+    not one (a row edited by hand, a damaged file)."""
+    if isinstance(value, datetime):
+        return _utc(value)
+    try:
+        return _utc(datetime.fromisoformat(str(value)))
+    except ValueError:
+        return None
+
+
+_warned: set[str] = set()
+
+
+def _where_name(name: object) -> str:
+    """`WHERE name = '...'` for a repair line, or, for a name a terminal must not be sent
+    (control characters), a SQLite condition on its bytes (`hex`)."""
+    text = str(name)
+    if text.isprintable():
+        return "WHERE name = '" + text.replace("'", "''") + "'"
+    return f"WHERE hex(name) = '{text.encode('utf-8', 'surrogatepass').hex().upper()}'"
+
+
+def _warn(line: str) -> None:
+    """One warning line on stderr per damaged row and process."""
+    if line not in _warned:
+        _warned.add(line)
+        print(f"warning: {line}", file=sys.stderr, flush=True)
+
+
+def _raw(model) -> list:
+    """The columns of `model` to select, its times as text: a time that is not one (a row
+    edited by hand) would otherwise fail the whole query, for every row."""
+    return [type_coerce(column, String) if isinstance(column.type, DateTime) else column
+            for column in model.__table__.columns]
 
 
 def lease_timeout_s() -> float:
@@ -137,8 +179,16 @@ class LeaseRecord:
     heartbeat_at: datetime
 
     @classmethod
-    def _from_row(cls, row: _LeaseRow) -> LeaseRecord:
-        return cls(row.name, row.host, row.pid, row.token, _utc(row.since), _utc(row.heartbeat_at))
+    def _from_row(cls, row, where: str) -> LeaseRecord:
+        """From a raw row (`_raw`); an unreadable time is long ago: a dead lease, taken over."""
+        stamps = {}
+        for name in ("since", "heartbeat_at"):
+            stamps[name] = _stamp(row[name])
+            if stamps[name] is None:
+                _warn(f"{where}: lease of sweep {row['name']!r}: {name} {row[name]!r} is not a time "
+                      "(counted as a dead lease: the next run takes it over)")
+                stamps[name] = _EPOCH
+        return cls(row["name"], row["host"], row["pid"], row["token"], **stamps)
 
     def alive(self) -> bool:
         """A recent heartbeat, and (on this host, where we can look) a living process."""
@@ -162,14 +212,19 @@ class SweepRecord:
     space_hash: str
     n_candidates: int
     status: str
-    created_at: datetime
-    updated_at: datetime
+    created_at: datetime | None  # None: the row's time is not one (edited by hand, damaged)
+    updated_at: datetime | None
 
     @classmethod
-    def _from_row(cls, row: _SweepRow) -> SweepRecord:
-        values = {name: getattr(row, name) for name in cls.__dataclass_fields__}
-        for stamp in ("created_at", "updated_at"):
-            values[stamp] = _utc(values[stamp])
+    def _from_row(cls, row, where: str) -> SweepRecord:
+        """From a raw row (`_raw`): an unreadable time is None, with one warning line."""
+        values = {name: row[name] for name in cls.__dataclass_fields__}
+        for name in ("created_at", "updated_at"):
+            values[name] = _stamp(row[name])
+            if values[name] is None:
+                _warn(f"{where}: sweep {row['name']!r}: {name} {row[name]!r} is not a time "
+                      f"(shown as unknown; to repair: UPDATE {_SweepRow.__tablename__} SET {name} = "
+                      f"CURRENT_TIMESTAMP {_where_name(row['name'])})")
         return cls(**values)
 
 
@@ -186,7 +241,7 @@ def without_password(url: str | None) -> str | None:
     return bare.render_as_string(hide_password=False)
 
 
-def _shown(url: str) -> str:
+def shown_database(url: str) -> str:
     """The database as a user would name it: a SQLite file's path, else the URL sans password."""
     parsed = make_url(url)
     if parsed.get_backend_name() == "sqlite" and parsed.database:
@@ -228,7 +283,7 @@ class Catalog:
                 problem += (f" (another process held it for over {SQLITE_BUSY_TIMEOUT_S} s; "
                             "try again when it is done)")
             raise UserError(f"cannot use the catalog database: {problem}",
-                            file=_shown(self.url)) from None
+                            file=shown_database(self.url)) from None
 
     def register(self, name: str, space_name: str, space_yaml: str, space_hash: str,
                  n_candidates: int) -> SweepRecord:
@@ -255,35 +310,50 @@ class Catalog:
 
     def get(self, name: str) -> SweepRecord | None:
         with self._errors(), Session(self.engine) as session:
-            row = session.get(_SweepRow, name)
-            return self._reported(session, SweepRecord._from_row(row)) if row else None
+            row = self._sweep_rows(session, _SweepRow.name == name)
+            return self._reported(session, row[0]) if row else None
 
     def list(self) -> list[SweepRecord]:
-        """Every sweep, oldest first."""
+        """Every sweep, oldest first (a row whose time is unreadable, first); a row whose
+        name no sweep can have is left out with one warning line, never failing the rest."""
         with self._errors(), Session(self.engine) as session:
-            rows = session.scalars(select(_SweepRow).order_by(_SweepRow.created_at, _SweepRow.name))
-            return [self._reported(session, SweepRecord._from_row(row)) for row in rows]
+            records = [self._reported(session, r) for r in self._sweep_rows(session)]
+        return sorted(records, key=lambda r: (r.created_at or _EPOCH, r.name))
 
-    @staticmethod
-    def _reported(session: Session, record: SweepRecord) -> SweepRecord:
+    def _sweep_rows(self, session: Session, *where) -> list[SweepRecord]:
+        rows = session.execute(select(*_raw(_SweepRow)).where(*where)).mappings()
+        records = []
+        for row in rows:
+            if not isinstance(row["name"], str) or not _SWEEP_NAME.fullmatch(row["name"]):
+                _warn(f"{shown_database(self.url)}: a sweep row named {row['name']!r}, which no sweep can "
+                      f"be, is left out (to repair: DELETE FROM {_SweepRow.__tablename__} "
+                      f"{_where_name(row['name'])})")
+                continue
+            records.append(SweepRecord._from_row(row, shown_database(self.url)))
+        return records
+
+    def _reported(self, session: Session, record: SweepRecord) -> SweepRecord:
         """`running` only while its driver holds a live lease; else it was `interrupted`."""
         if record.status != "running":
             return record
-        lease = session.get(_LeaseRow, record.name)
-        if lease is not None and LeaseRecord._from_row(lease).alive():
+        lease = self._lease(session, record.name)
+        if lease is not None and lease.alive():
             return record
         return dataclasses.replace(record, status="interrupted")
 
+    def _lease(self, session: Session, name: str) -> LeaseRecord | None:
+        row = session.execute(select(*_raw(_LeaseRow)).where(_LeaseRow.name == name)).mappings().first()
+        return LeaseRecord._from_row(row, shown_database(self.url)) if row else None
+
     def _update(self, name: str, **values) -> SweepRecord:
+        """Set columns of a sweep's row (by statement: a row whose time is unreadable takes
+        updates too); returns the row as it is now."""
         with self._errors(), Session(self.engine) as session, session.begin():
-            row = session.get(_SweepRow, name)
-            if row is None:
+            changed = session.execute(update(_SweepRow).where(_SweepRow.name == name)
+                                      .values(**values, updated_at=_now())).rowcount
+            if changed != 1:
                 raise UserError(f"no sweep named {name!r} in the catalog {self.url}", key="name")
-            for column, value in values.items():
-                setattr(row, column, value)
-            row.updated_at = _now()
-            session.flush()
-            return SweepRecord._from_row(row)
+            return self._sweep_rows(session, _SweepRow.name == name)[0]
 
     def set_status(self, name: str, status: str) -> SweepRecord:
         if status not in SWEEP_STATUSES:
@@ -322,8 +392,7 @@ class Catalog:
 
     def lease(self, name: str) -> LeaseRecord | None:
         with self._errors(), Session(self.engine) as session:
-            row = session.get(_LeaseRow, name)
-            return LeaseRecord._from_row(row) if row else None
+            return self._lease(session, name)
 
     def renew_lease(self, name: str, token: str) -> bool:
         """Heartbeat; False when the lease is no longer ours (it was taken over)."""

@@ -9,12 +9,13 @@ choice seeds, which `shapesweep.results.stats` keeps out of every mean, interval
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 
 import pandas as pd
 from shapesweep.results.stats import ROLE_COLUMN
+
+from shapesweep.common import UserError
 
 SPACE_FILE, OPTIONS_FILE = "space.yaml", "sweep.json"  # as shapesweep.sweep.runner writes them
 
@@ -29,20 +30,34 @@ class SeedRoles:
 def seed_roles(root: str, sweep: str) -> SeedRoles:
     """The roles the sweep's folder records; none where it keeps no space (a store written
     by hand, a sweep of an older version)."""
-    from shapesweep.results.store import read_sweep_file
+    from shapesweep.results.store import (
+        read_sweep_file,
+        read_sweep_json,
+        sweep_dir,
+        sweep_file_repair,
+    )
     from shapesweep.search_spaces.safe_yaml import parse_yaml
     from shapesweep.search_spaces.space import CHOICE_SEEDS
 
     text = read_sweep_file(root, sweep, SPACE_FILE)
-    document = parse_yaml(text, f"{sweep}/{SPACE_FILE}") if text else None
+    try:
+        document = parse_yaml(text, f"{sweep_dir(root, sweep)}/{SPACE_FILE}") if text else None
+    except UserError as error:
+        raise UserError(f"{error.problem}; {sweep_file_repair(root, sweep, SPACE_FILE)}",
+                        file=error.file, key=error.key) from None
     if not isinstance(document, dict):
         return SeedRoles((), (), False)
     tune = document.get("tune") if isinstance(document.get("tune"), dict) else {}
-    options = json.loads(read_sweep_file(root, sweep, OPTIONS_FILE) or "{}")
+    options = read_sweep_json(root, sweep, OPTIONS_FILE, dict) or {}
     measure = options.get("seeds") or document.get("seeds") or [0]
     choice = tune.get(CHOICE_SEEDS) or []
-    combinations = math.prod(len(v) for k, v in tune.items() if k != CHOICE_SEEDS and isinstance(v, list))
-    return SeedRoles(tuple(int(s) for s in choice), tuple(int(s) for s in measure), combinations > 1)
+    try:
+        combinations = math.prod(len(v) for k, v in tune.items() if k != CHOICE_SEEDS and isinstance(v, list))
+        return SeedRoles(tuple(int(s) for s in choice), tuple(int(s) for s in measure), combinations > 1)
+    except (TypeError, ValueError):  # seeds that are no numbers: a file edited by hand
+        raise UserError(f"damaged (its seeds are not whole numbers); "
+                        f"{sweep_file_repair(root, sweep, OPTIONS_FILE)}",
+                        file=f"{sweep_dir(root, sweep)}/{OPTIONS_FILE}") from None
 
 
 def with_seed_roles(trials: pd.DataFrame, root: str,

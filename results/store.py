@@ -25,6 +25,7 @@ fragment is set aside once), which are easier to keep when they sit together
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import posixpath
 import re
@@ -138,13 +139,55 @@ def write_sweep_file(root, sweep: str, name: str, text: str) -> None:
 
 
 def read_sweep_file(root, sweep: str, name: str) -> str | None:
-    """The text `write_sweep_file` wrote, or None when there is none."""
+    """The text `write_sweep_file` wrote, or None when there is none; text that is not
+    UTF-8 (a garbled file) is one line naming the file and its repair."""
     fs, base = _filesystem(root)
     path = posixpath.join(base, validate_sweep_name(sweep), name)
     if fs.get_file_info(path).type != pafs.FileType.File:
         return None
     with fs.open_input_stream(path) as stream:
-        return stream.read().decode()
+        data = stream.read()
+    try:
+        return data.decode()
+    except UnicodeDecodeError as error:
+        raise UserError(f"cannot read (damaged: not UTF-8 text at byte {error.start}); "
+                        f"{sweep_file_repair(root, sweep, name)}",
+                        file=sweep_dir(root, sweep) + "/" + name) from None
+
+
+def read_sweep_json(root, sweep: str, name: str, kind: type, check=None):
+    """A small JSON file of the sweep (`sweep.json`, `asha.json`), or None when there is
+    none. Damaged (truncated, zeroed, garbled, not a `kind`, or `check(value)` says why
+    not), it is one line naming the file and its repair (exit 2), never a traceback."""
+    text = read_sweep_file(root, sweep, name)
+    if text is None:
+        return None
+    try:
+        value = json.loads(text)
+        problem = None if isinstance(value, kind) else f"a JSON {type(value).__name__}, not a {kind.__name__}"
+    except ValueError as error:
+        problem = f"not JSON: {getattr(error, 'msg', error)}"
+    problem = problem or (check(value) if check else None)
+    if problem:
+        raise UserError(f"damaged ({problem}); {sweep_file_repair(root, sweep, name)}",
+                        file=sweep_dir(root, sweep) + "/" + name)
+    return value
+
+
+def sweep_file_repair(root, sweep: str, name: str) -> str:
+    """How to repair a damaged small file of a sweep folder, in words a user can follow."""
+    from shapesweep.results.explain import rerun_command
+
+    if name == "sweep.json":
+        return ("to repair, run its space again under its name with the options it ran with "
+                f"({rerun_command(sweep, root, '--name', sweep)} ...), which writes it anew")
+    if name == "space.yaml":
+        return ("to repair, copy the space file the sweep was run with over it (the catalog "
+                "keeps its text)")
+    if name == "asha.json":
+        return ("to repair, delete it: it records the noise-aware ASHA's stop decisions only "
+                "(the next run starts the record anew)")
+    return "to repair, delete it"
 
 
 def _own_rows(rows: list[dict], trial: dict, normalize, what: str) -> list[dict]:
@@ -194,11 +237,67 @@ def _writing(fs: pafs.FileSystem, folder: str):
     """A writer's hold on a local sweep (`versions`): its folders laid out, and the shared
     lock that keeps a compaction from retiring the version it writes into."""
     if not isinstance(fs, pafs.LocalFileSystem):
+        _ready(fs, *posixpath.split(folder))
         yield
         return
+    _ready(fs, *posixpath.split(folder))
     versions.ensure(folder)
     with versions.locked(folder, exclusive=False):
         yield
+
+
+def _ready(fs: pafs.FileSystem, base: str, sweep: str) -> None:
+    """A sweep folder whose version links are missing or dangling, repaired before anything
+    reads or writes it (`versions.repair`; on an object store, `_restore`), with one warning
+    line saying what was found; one line naming the repair where it cannot be. Never a
+    fragment deleted: without this a copy that skipped the links reads as an empty sweep,
+    and its next compaction would take every version for a killed one's leftovers."""
+    folder = posixpath.join(base, sweep)
+    if not isinstance(fs, pafs.LocalFileSystem):
+        _restore(fs, folder)
+        return
+    try:
+        done = versions.repair(folder)
+    except versions.Unrepairable as error:
+        raise UserError(str(error), file=folder) from None
+    except OSError as error:  # a read-only copy, say
+        raise UserError(f"{versions.broken(folder)}, and it cannot be repaired here "
+                        f"({error.strerror or error}): run once where it can be written",
+                        file=folder) from None
+    if done:
+        print(f"warning: {folder}: {done}", file=sys.stderr, flush=True)
+
+
+def _restore(fs: pafs.FileSystem, folder: str) -> None:
+    """An object-store sweep uploaded without its links: `.versions/` holds its fragments
+    but no table folder does. The newest complete version's fragments are copied into the
+    table folders (curves and layers first, trials, the commit record, last); `.versions`
+    stays as it is. Nothing happens where `trials/` has anything."""
+    if fs.get_file_info(posixpath.join(folder, "trials")).type == pafs.FileType.Directory:
+        return
+    stored = posixpath.join(folder, versions.VERSIONS)
+    found = sorted(i.path for i in _listing(fs, stored) if i.type == pafs.FileType.Directory)
+    if not found:
+        return
+    complete = [v for v in found if fs.get_file_info(posixpath.join(v, versions.COMPLETE)).type
+                == pafs.FileType.File and not posixpath.basename(v).startswith("copied-")]
+    if not complete and len(found) > 1:
+        raise UserError(f"no table folders beside {len(found)} versions in {versions.VERSIONS}, none "
+                        "marked complete: copy the fragments of the one to keep into trials/, "
+                        "curves/ and layers/", file=folder)
+    chosen = (complete or found)[-1]
+    copied = 0
+    for table in ("curves", "layers", "trials"):
+        for info in _fragments(fs, posixpath.join(chosen, table)):
+            target = posixpath.join(folder, table, info.base_name)
+            if fs.get_file_info(target).type != pafs.FileType.File:
+                fs.copy_file(info.path, target)
+                copied += 1
+    if copied:
+        print(f"warning: {folder}: no table folders beside {versions.VERSIONS} (uploaded without "
+              f"links?): copied the {copied} fragments of {versions.VERSIONS}/"
+              f"{posixpath.basename(chosen)} into them ({versions.VERSIONS} is left as it is)",
+              file=sys.stderr, flush=True)
 
 
 def unknown_sweep(name: str, root, known=()) -> UserError:
@@ -215,14 +314,28 @@ def unknown_sweep(name: str, root, known=()) -> UserError:
 
 
 def list_sweeps(root) -> list[str]:
-    """Names of the sweeps with a results folder under root, sorted."""
+    """Names of the sweeps with a results folder under root, sorted.
+
+    A sweep folder whose version links are missing is repaired first (`_ready`), or, where
+    it cannot be, left out with one warning line naming the repair."""
     fs, base = _filesystem(root)
     if fs.get_file_info(base).type != pafs.FileType.Directory:
         return []
     names = []
     for info in _listing(fs, base):
         if info.type == pafs.FileType.Directory and _SWEEP_NAME.fullmatch(info.base_name):
-            if fs.get_file_info(posixpath.join(info.path, "trials")).type == pafs.FileType.Directory:
+            trials = posixpath.join(info.path, "trials")
+            if fs.get_file_info(trials).type != pafs.FileType.Directory:
+                local = isinstance(fs, pafs.LocalFileSystem)
+                if not (versions.broken(info.path) if local else fs.get_file_info(
+                        posixpath.join(info.path, versions.VERSIONS)).type == pafs.FileType.Directory):
+                    continue
+                try:
+                    _ready(fs, base, info.base_name)
+                except UserError as error:
+                    print(f"warning: skipping {info.path}: {error.problem}", file=sys.stderr, flush=True)
+                    continue
+            if fs.get_file_info(trials).type == pafs.FileType.Directory:
                 names.append(info.base_name)
     return sorted(names)
 
@@ -421,6 +534,28 @@ class _Scan(NamedTuple):
     rows: pa.Table  # the readable fragments' rows, plus `_file` (the fragment's base name)
     listed: list[str]  # every visible fragment's path, readable or not
     damaged: dict[str, str]  # path -> why it cannot be read
+    bad_rows: dict[str, set[str]] = {}  # path -> trial_ids of its rows left out (`_bad_json`)
+
+
+_JSON_COLUMNS = ("config_json", "tuned_json")  # each a JSON object where it is not null
+
+
+def _bad_json(rows: pa.Table) -> np.ndarray | None:
+    """Which trial rows hold a JSON column that is not a JSON object (a fragment edited or
+    damaged inside one value, which Parquet's checks do not see); None when none does."""
+    present = [c for c in _JSON_COLUMNS if c in rows.column_names]
+    if not present or not rows.num_rows:
+        return None
+    bad = np.zeros(rows.num_rows, bool)
+    for column in present:
+        for i, text in enumerate(rows[column].to_pylist()):
+            if text is None or bad[i]:
+                continue
+            try:
+                bad[i] = not isinstance(json.loads(text), dict)
+            except ValueError:
+                bad[i] = True
+    return bad if bad.any() else None
 
 
 def _empty(table: _Table, names: list[str]) -> pa.Table:
@@ -457,32 +592,60 @@ class FragmentCache:
     def __init__(self) -> None:
         self._lock = threading.Lock()  # one reader fills the cache; the others wait, then share
         self._files: dict[str, tuple[tuple, pa.Table | str]] = {}  # path -> (stamp, rows or problem)
-        self._folders: dict[str, tuple[tuple, pa.Table, dict]] = {}  # folder -> (listing, rows, damaged)
+        self._bad: dict[str, set[str]] = {}  # path -> trial ids of rows left out (`_drop_bad`)
+        # folder -> (listing, rows, damaged, bad rows)
+        self._folders: dict[str, tuple[tuple, pa.Table, dict, dict]] = {}
 
     def folder(self, fs, folder: str, infos: list[pafs.FileInfo], table: _Table):
-        """Every column of a folder's readable fragments, and the damaged ones."""
+        """Every column of a folder's readable fragments (less the rows `_drop_bad` leaves
+        out, checked once per fragment), the damaged ones, and the rows left out."""
         listing = tuple((i.path, i.size, i.mtime_ns) for i in infos)
         with self._lock:
             cached = self._folders.get(folder)
             if cached is not None and cached[0] == listing:
-                return cached[1], cached[2]
+                return cached[1:]
             stamps = {path: (size, mtime) for path, size, mtime in listing}
             fresh = [p for p in stamps if self._files.get(p, (None,))[0] != stamps[p]]
             names = table.schema.names
             results = _read_each(fs, fresh, table, names)
+            if table is _TRIALS:
+                results = [self._checked(fs, path, result) for path, result in zip(fresh, results, strict=True)]
             gone = [p for p in self._files if posixpath.dirname(p) == folder and p not in stamps]
             appended = cached is not None and not gone and not any(p in self._files for p in fresh)
             for path, result in zip(fresh, results, strict=True):
                 self._files[path] = (stamps[path], result)
             for path in gone:
                 del self._files[path]
+                self._bad.pop(path, None)
             if appended:  # only new fragments (trials landing): add their rows to those combined
                 rows, damaged = _combine(fresh, results, table, names)
                 rows, damaged = pa.concat_tables([cached[1], rows]), {**cached[2], **damaged}
             else:
                 rows, damaged = _combine(list(stamps), [self._files[p][1] for p in stamps], table, names)
-            self._folders[folder] = (listing, rows.combine_chunks(), damaged)  # one chunk: fast sorts
+            bad = {p: self._bad[p] for p in stamps if p in self._bad}
+            self._folders[folder] = (listing, rows.combine_chunks(), damaged, bad)  # one chunk: fast sorts
             return self._folders[folder][1:]
+
+    def _checked(self, fs, path: str, result: pa.Table | str) -> pa.Table | str:
+        self._bad.pop(path, None)
+        if isinstance(result, str):
+            return result
+        rows, bad = _drop_bad(result, posixpath.dirname(path))
+        if bad:
+            self._bad[path] = bad[path]
+        return rows
+
+
+def _drop_bad(rows: pa.Table, folder: str) -> tuple[pa.Table, dict[str, set[str]]]:
+    """Trial rows less those `_bad_json` finds, and those by fragment path: trial ids."""
+    bad = _bad_json(rows)
+    if bad is None:
+        return rows, {}
+    found: dict[str, set[str]] = {}
+    left_out = rows.filter(bad)
+    for file, trial_id in zip(left_out["_file"].to_pylist(), left_out["trial_id"].to_pylist(), strict=True):
+        found.setdefault(posixpath.join(folder, file), set()).add(trial_id)
+    return rows.filter(~bad), found
 
 
 def _scan(fs, folder: str, table: _Table, columns=None, cache: FragmentCache | None = None,
@@ -490,21 +653,33 @@ def _scan(fs, folder: str, table: _Table, columns=None, cache: FragmentCache | N
     """Read a table folder: each fragment once, a damaged or foreign one skipped (and named)."""
     infos = _fragments(fs, folder)
     names = list(columns or table.schema.names)
+    # a trial row is read with its JSON columns, whatever is asked: each reader skips the same rows
+    read = list(dict.fromkeys([*names, *(("trial_id", *_JSON_COLUMNS) if table is _TRIALS else ())]))
     if cache is None:
         paths = [info.path for info in infos]
-        rows, damaged = (_read_bulk(fs, paths, table, names) if len(paths) >= _BULK else
-                         _combine(paths, _read_fragments(fs, paths, table, names), table, names))
+        rows, damaged = (_read_bulk(fs, paths, table, read) if len(paths) >= _BULK else
+                         _combine(paths, _read_fragments(fs, paths, table, read), table, read))
+        rows, bad_rows = _drop_bad(rows, folder) if table is _TRIALS else (rows, {})
     else:
-        rows, damaged = cache.folder(fs, folder, infos, table)
-        rows = rows.select([*names, "_file"])
+        rows, damaged, bad_rows = cache.folder(fs, folder, infos, table)
+    rows = rows.select([*names, "_file"])
     if warn:
         for path, problem in damaged.items():
             _warn(path, problem)
-    return _Scan(rows, [info.path for info in infos], damaged)
+        for path, trial_ids in bad_rows.items():
+            _warn(path, f"trial(s) {', '.join(sorted(trial_ids))}: config_json or tuned_json is not a "
+                        "JSON object (row skipped; resume runs the trial again)")
+    return _Scan(rows, [info.path for info in infos], damaged, bad_rows)
 
 
 def _sweeps(root, sweeps: list[str] | None) -> list[str]:
-    return list_sweeps(root) if sweeps is None else [validate_sweep_name(s) for s in sweeps]
+    """The sweeps asked for (None: all), each ready to read (`_ready`)."""
+    if sweeps is None:
+        return list_sweeps(root)
+    fs, base = _filesystem(root)
+    for sweep in sweeps:
+        _ready(fs, base, validate_sweep_name(sweep))
+    return list(sweeps)
 
 
 def _with_retries(read):
@@ -548,11 +723,16 @@ def _newest_trials(fs, base: str, sweeps: list[str], columns=None,
 
 
 def _attempt_curves(curves: pa.Table, listed: list[str], winners: pa.Table,
-                    missing_ok: bool = False) -> pa.Table:
-    """The curve rows written together with each winning trial row (same file name)."""
+                    missing_ok: bool = False, quarantined: frozenset = frozenset()) -> pa.Table:
+    """The curve rows written together with each winning trial row (same file name).
+    `quarantined`: (sweep, name) of curves a compaction moved to `damaged/` (`_held`)."""
     names = {posixpath.basename(p) for p in listed}
     missing = [(s, f) for s, f in zip(winners["sweep"].to_pylist(), winners["_file"].to_pylist(),
                                       strict=True) if f not in names]
+    for sweep, name in [m for m in missing if m in quarantined]:
+        _warn(f"{sweep}/curves/{name}", "damaged, moved to damaged/curves/ (resume runs its "
+                                        "trials again; until then they show no curve)")
+    missing = [m for m in missing if m not in quarantined]
     if missing and not missing_ok:
         # Every trials file is renamed in after its curves sibling: a missing sibling means a
         # compaction deleted it after we listed the trials. Let `_with_retries` look again.
@@ -574,7 +754,18 @@ def _curves_table(fs, base, sweeps, cache=None, missing_ok: bool = False) -> pa.
     winners = _newest_trials(fs, base, sweeps, columns=[], cache=cache)
     scans = [_scan(fs, posixpath.join(base, s, "curves"), _CURVES, cache=cache) for s in sweeps]
     rows = pa.concat_tables([_empty(_CURVES, CURVE_COLUMNS.names), *(s.rows for s in scans)])
-    return _attempt_curves(rows, [p for scan in scans for p in scan.listed], winners, missing_ok)
+    quarantined = frozenset((s, name) for s in sweeps
+                            for name in _quarantined(fs, posixpath.join(base, s), ("curves",)))
+    return _attempt_curves(rows, [p for scan in scans for p in scan.listed], winners, missing_ok,
+                           quarantined)
+
+
+def _quarantined(fs, folder: str, tables=("curves", "layers")) -> set[str]:
+    """Names of the sweep's curves or layers fragments a compaction moved to `damaged/`:
+    the trials written with them lost their curve (or layers), so `resume` runs them again."""
+    return {info.base_name for table in tables
+            for info in _listing(fs, posixpath.join(folder, "damaged", table))
+            if info.type == pafs.FileType.File}
 
 
 def _layers_table(fs, base, sweeps, cache=None) -> pa.Table:
@@ -626,19 +817,35 @@ def load_layers(root, sweeps: list[str] | None = None, *,
 
 
 def completed_keys(root, sweep: str) -> dict[tuple[str, str, int], str]:
-    """(key, tuned_json, seed) -> status of what a sweep already holds, for resume.
+    """(key, tuned_json, seed) -> status of what a sweep already holds, for resume; a trial
+    whose curves or layers a compaction quarantined is not held (it runs again).
 
     `tuned_json` is "{}" for a trial that tuned nothing (also a row written before the
     column existed). When several trials share a triple, a completed/stopped_early one wins
     over a failed one; among equals the newest wins.
     """
     fs, base = _filesystem(root)
-    validate_sweep_name(sweep)
+    _sweeps(root, [sweep])
     columns = ["key", "tuned_json", "seed", "status"]
     table = _with_retries(lambda: _newest_trials(fs, base, [sweep], columns=columns))
-    rows = sorted(table.select([*columns, "finished_at"]).to_pylist(),
+    lost = _quarantined(fs, posixpath.join(base, sweep))  # their curves or layers are damaged
+    rows = sorted((r for r in table.select([*columns, "finished_at", "_file"]).to_pylist()
+                   if r["_file"] not in lost),
                   key=lambda r: (r["status"] != "failed", r["finished_at"]))
     return {(r["key"], r["tuned_json"] or "{}", r["seed"]): r["status"] for r in rows}
+
+
+def quarantined_trials(root, sweep: str) -> set[str]:
+    """Trial ids whose newest row sits beside curves or layers a compaction quarantined
+    (`_held`): the store keeps the row, but `resume` runs the trial again."""
+    fs, base = _filesystem(root)
+    _sweeps(root, [sweep])
+    lost = _quarantined(fs, posixpath.join(base, sweep))
+    if not lost:
+        return set()
+    table = _with_retries(lambda: _newest_trials(fs, base, [sweep], columns=[]))
+    return {t for t, f in zip(table["trial_id"].to_pylist(), table["_file"].to_pylist(), strict=True)
+            if f in lost}
 
 
 STALE_S = 3600.0  # leftovers older than this have no live writer: compact deletes them
@@ -657,9 +864,11 @@ def compact(root, sweep: str, grace_s: float = 0.25, stale_s: float = STALE_S) -
     between may see a trial twice (`load_trials` and friends never do). Writers wait for a
     local compaction (a lock); elsewhere fragments written meanwhile are left for the next one.
 
-    Damaged or foreign fragments move to `SWEEP/damaged/{trials,curves,layers}/` (a damaged
-    trial takes its curves and layers along), one warning line each: the folders stay
-    globbable and nothing is lost. Leftovers older than `stale_s` are deleted: temporary
+    Damaged or foreign fragments move to `SWEEP/damaged/{trials,curves,layers}/`, one by
+    one, one warning line each (`_set_aside`: a damaged trials fragment takes its curves and
+    layers along; a damaged curves or layers fragment goes alone, and its trials' rows stay,
+    unmerged, until `resume` has run them again): the folders stay globbable and nothing is
+    lost. A sweep whose version links are missing is repaired first (`_ready`). Leftovers older than `stale_s` are deleted: temporary
     files of killed writers, curves or layers whose trial never landed, and live curves
     (`shapesweep.results.live`) no evaluation has appended to since; so are versions a
     killed compaction left. `stale_s=0` is for a caller that knows no writer of this sweep
@@ -670,6 +879,7 @@ def compact(root, sweep: str, grace_s: float = 0.25, stale_s: float = STALE_S) -
     local = isinstance(fs, pafs.LocalFileSystem)
     if local and not os.path.isdir(folder):
         return None  # nothing written yet: make nothing
+    _ready(fs, base, sweep)  # never a version taken for a killed compaction's leftover
     with versions.locked(folder, exclusive=True) if local else contextlib.nullcontext():
         if local:
             versions.remove_stale(folder)
@@ -686,7 +896,9 @@ def _merge(fs, folder: str, grace_s: float, local: bool) -> str | None:
     curves = _scan(fs, curves_dir, _CURVES, warn=False)
     layers = _scan(fs, layers_dir, _LAYERS, warn=False)
     moved = _set_aside(fs, folder, trials, curves, layers)
-    inputs = [p for p in trials.listed if p not in moved]
+    readable = [p for p in trials.listed if p not in moved]
+    held = _held(fs, folder, readable, trials.rows) | _holding_bad_rows(trials)
+    inputs = [p for p in readable if p not in held]
     if len(inputs) < 2:
         return inputs[0] if inputs else None
     # Only the listed files: on an object store a fragment written meanwhile is neither
@@ -707,7 +919,7 @@ def _merge(fs, folder: str, grace_s: float, local: bool) -> str | None:
                 _write_atomic(fs, posixpath.join(version, table, name), rows)
             versions.carry(posixpath.join(folder, table), posixpath.join(version, table),
                            skip=merged_names)
-        retired = versions.publish(folder, version)
+        retired = versions.publish(folder, versions.mark_complete(version))
         time.sleep(grace_s)
         versions.retire(retired)
         return posixpath.join(trials_dir, name)
@@ -727,25 +939,48 @@ def _merge(fs, folder: str, grace_s: float, local: bool) -> str | None:
 
 
 def _set_aside(fs, folder: str, trials: _Scan, *siblings: _Scan) -> set[str]:
-    """Move damaged fragments into `folder/damaged/`, each with its siblings: a damaged
-    trial takes its curves and layers along, and a damaged curves or layers fragment takes
-    its trial's row, so `resume` runs that trial again rather than keep it without them.
-    Returns the paths moved."""
+    """Move damaged fragments into `folder/damaged/`, one by one: a damaged trials fragment
+    takes its curves and layers along (they belong to rows no one can read, whose trials
+    run again); a damaged curves or layers fragment goes alone, its trials' rows stay where
+    they are (`_held`), never a whole intact table with it. Returns the paths moved."""
     lost = {posixpath.basename(p) for p in trials.damaged}
-    lost |= {posixpath.basename(p) for scan in siblings for p in scan.damaged}
     moving = dict(trials.damaged)
     for scan in siblings:
         moving.update(scan.damaged)
-    for scan in (trials, *siblings):
         for path in scan.listed:
             if posixpath.basename(path) in lost:
-                moving.setdefault(path, "a fragment of the same trial is damaged")
+                moving.setdefault(path, "its trials fragment is damaged")
     for path, problem in moving.items():
         target = posixpath.join(folder, "damaged", posixpath.basename(posixpath.dirname(path)))
         fs.create_dir(target, recursive=True)
         fs.move(path, posixpath.join(target, posixpath.basename(path)))
         print(f"warning: moved {path} to {target}/: {problem}", file=sys.stderr, flush=True)
     return set(moving)
+
+
+def _held(fs, folder: str, readable: list[str], rows: pa.Table) -> set[str]:
+    """Trials fragments left out of a merge: those whose curves or layers are quarantined
+    and that still hold a trial's newest row. Their name is how `completed_keys` knows the
+    trials to run again; once every row is superseded (run again) they merge away."""
+    quarantined = _quarantined(fs, folder)
+    named = [p for p in readable if posixpath.basename(p) in quarantined]
+    if not named:
+        return set()
+    names = pa.array(sorted({posixpath.basename(p) for p in readable}), pa.string())
+    winning = set(_newest(rows.filter(pc.is_in(rows["_file"], names)))["_file"].to_pylist())
+    return {p for p in named if posixpath.basename(p) in winning}
+
+
+def _holding_bad_rows(trials: _Scan) -> set[str]:
+    """Trials fragments with a row left out (`_bad_json`) of a trial no other fragment
+    holds: merging would drop that row unseen. They stay as they are (a reader skips the row,
+    with a warning) until `resume` has run the trial again; then they merge away."""
+    held = set()
+    for path, trial_ids in trials.bad_rows.items():
+        elsewhere = trials.rows.filter(pc.not_equal(trials.rows["_file"], posixpath.basename(path)))
+        if not trial_ids <= set(elsewhere["trial_id"].to_pylist()):
+            held.add(path)
+    return held
 
 
 def _remove_leftovers(fs, folder: str, stale_s: float) -> None:

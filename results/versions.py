@@ -20,6 +20,12 @@ fragment lands in a version being retired. A version no link names is what a kil
 compaction left: the next one deletes it. A sweep of plain table folders (written before
 versions, or copied with its links followed) is adopted by its next compaction. Object
 stores have no links: there the merged file lands before its inputs go (`store.compact`).
+
+A version is marked complete (an empty `.complete` file in it) once every file it needs
+is in it, before it is published. A root copied without its links (a zip, a sync or copy
+tool that skips them), or whose `.current` was removed or left dangling, is `repair`ed:
+`.current` is pointed at the newest complete version and the table links are made again,
+so no fragment is ever taken for a killed compaction's leftover and deleted.
 """
 
 from __future__ import annotations
@@ -35,7 +41,12 @@ import uuid
 from collections.abc import Iterator
 
 TABLES = ("trials", "curves", "layers")
-CURRENT, VERSIONS, LOCK = ".current", ".versions", ".lock"
+CURRENT, VERSIONS, LOCK, COMPLETE = ".current", ".versions", ".lock", ".complete"
+
+
+class Unrepairable(Exception):
+    """A sweep folder whose links are missing and whose versions do not say which to keep;
+    the message names the repair."""
 
 
 @contextlib.contextmanager
@@ -50,18 +61,108 @@ def locked(folder: str, exclusive: bool) -> Iterator[None]:
         os.close(handle)  # releases the lock
 
 
-def ensure(folder: str) -> None:
-    """Lay out a new sweep's folder as versions; a sweep that has tables is left as it is."""
+def ensure(folder: str) -> str | None:
+    """Lay out a new sweep's folder as versions; a sweep that has tables is left as it is,
+    or `repair`ed (returned: what was found and done)."""
+    repaired = repair(folder)
     if os.path.lexists(os.path.join(folder, "trials")):
-        return
+        return repaired
     with locked(folder, exclusive=True):
         if os.path.lexists(os.path.join(folder, "trials")):  # another writer laid it out
-            return
+            return repaired
         if not os.path.isdir(os.path.join(folder, CURRENT)):  # else a killed layout's
-            retire(_point_current(folder, new_version(folder)))
+            retire(_point_current(folder, mark_complete(new_version(folder))))
         for table in TABLES:
             if not os.path.lexists(os.path.join(folder, table)):
                 os.symlink(os.path.join(CURRENT, table), os.path.join(folder, table))
+    return repaired
+
+
+def broken(folder: str) -> str | None:
+    """What is wrong with a sweep folder's links, or None: a table link or `.current` that
+    leads nowhere, or versions that no `.current` names (a copy that skipped the links).
+    A few `stat`s: readers call it on every read."""
+    current = os.path.join(folder, CURRENT)
+    if os.path.isdir(current):
+        dangling = [t for t in TABLES if os.path.lexists(p := os.path.join(folder, t))
+                    and not os.path.isdir(p)]
+        missing = [t for t in TABLES if not os.path.lexists(os.path.join(folder, t))]
+        if dangling:
+            return f"the link(s) {', '.join(dangling)} lead nowhere"
+        if missing and os.path.islink(current) and "trials" in missing:
+            return f"the link(s) {', '.join(missing)} are missing"
+        return None
+    if not _versions(folder):
+        dangling = [t for t in (CURRENT, *TABLES) if os.path.islink(p := os.path.join(folder, t))
+                    and not os.path.isdir(p)]
+        if dangling:  # else a new sweep, or one of plain folders (`adopt`)
+            return f"the link(s) {', '.join(dangling)} lead nowhere and {VERSIONS} holds no version"
+        return None
+    if os.path.islink(current):
+        return f"{CURRENT} leads nowhere ({os.readlink(current)})"
+    return f"{CURRENT} is missing (a copy that skipped links?)"
+
+
+def _versions(folder: str) -> list[str]:
+    """The version folders of a sweep, oldest first (stamped names sort by time)."""
+    path = os.path.join(folder, VERSIONS)
+    if not os.path.isdir(path):
+        return []
+    return sorted(e.path for e in os.scandir(path) if e.is_dir(follow_symlinks=False))
+
+
+def repair(folder: str) -> str | None:
+    """Point a `broken` sweep's `.current` at its newest complete version and make its
+    table links again; returns what was found and done (None: nothing to do). Raises
+    Unrepairable where no version is marked complete and several could be the one."""
+    if broken(folder) is None:
+        return None
+    with locked(folder, exclusive=True):
+        found = broken(folder)  # another process may have repaired it meanwhile
+        if found is None:
+            return None
+        done = "made the table links again"
+        if not os.path.isdir(os.path.join(folder, CURRENT)):
+            chosen = _newest_complete(folder)
+            aside = _point_current(folder, chosen)
+            assert not aside  # `.current` is no folder here
+            done = f"pointed {CURRENT} at {os.path.relpath(chosen, folder)} and {done}"
+        for table in TABLES:
+            path = os.path.join(folder, table)
+            if not os.path.isdir(path):
+                link = os.path.join(folder, f".{table}.{uuid.uuid4().hex[:8]}.link")
+                os.symlink(os.path.join(CURRENT, table), link)
+                os.replace(link, path)  # over a dangling link, in one step
+        return f"{found}: {done}"
+
+
+def _newest_complete(folder: str) -> str:
+    """The version a repair keeps: the newest marked complete, or the only one there is."""
+    found = _versions(folder)
+    complete = [v for v in found if os.path.exists(os.path.join(v, COMPLETE))
+                and not os.path.basename(v).startswith("copied-")]
+    if complete:
+        return complete[-1]
+    if len(found) == 1:
+        return found[0]
+    if not found:
+        raise Unrepairable(
+            f"its table links lead nowhere and {VERSIONS} holds no version (its results are "
+            f"gone, or elsewhere): copy its {VERSIONS} back, or remove the links ({CURRENT}, "
+            f"{', '.join(TABLES)}) to start the sweep anew")
+    names = ", ".join(os.path.basename(v) for v in found)
+    raise Unrepairable(
+        f"{CURRENT} leads to no version and none of {len(found)} in {VERSIONS} ({names}) is "
+        f"marked complete: point it at the one to keep (cd {folder} && ln -sfn "
+        f"{VERSIONS}/VERSION {CURRENT}), then run the command again")
+
+
+def mark_complete(version: str) -> str:
+    """Mark a version as holding every file it needs (before it is published)."""
+    with open(os.path.join(version, COMPLETE), "wb") as handle:
+        handle.flush()
+        os.fsync(handle.fileno())
+    return version
 
 
 def new_version(folder: str) -> str:
@@ -99,7 +200,7 @@ def adopt(folder: str) -> None:
         if os.path.isdir(os.path.join(folder, table)):
             carry(os.path.join(folder, table), os.path.join(version, table), skip=set())
     if not linked:
-        retire(_point_current(folder, version))
+        retire(_point_current(folder, mark_complete(version)))
     for table in plain:
         path = os.path.join(folder, table)
         link = os.path.join(folder, f".{table}.{uuid.uuid4().hex[:8]}.link")
@@ -120,8 +221,11 @@ def publish(folder: str, version: str) -> list[str]:
 
 def remove_stale(folder: str) -> None:
     """Delete versions no link names and the temporary links a killed compaction left.
-    Call it holding the exclusive lock: then no compaction is building one."""
+    Call it holding the exclusive lock: then no compaction is building one. A sweep whose
+    `.current` leads to no folder is left alone: its versions are all it has (`repair`)."""
     current = os.path.realpath(os.path.join(folder, CURRENT))
+    if not os.path.isdir(current):
+        return
     versions = os.path.join(folder, VERSIONS)
     if os.path.isdir(versions):
         for entry in os.scandir(versions):

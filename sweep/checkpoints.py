@@ -11,6 +11,7 @@ keeps its own, so `resume --retry-failed` continues it.
 
 from __future__ import annotations
 
+import math
 import shutil
 from pathlib import Path
 from typing import Any
@@ -23,14 +24,43 @@ def trial_checkpoints(ray_folder: str | Path, trial_id: str) -> list[Path]:
     return sorted(Path(ray_folder).glob(f"*/{trial_id}/checkpoint_*"))
 
 
-def latest(ray_folder: str | Path, trial_id: str) -> Path | None:
-    """The trial's checkpoint furthest into training, across the sweep's runs. (torch is
-    imported here, in the worker: the driver needs only the cleaner and starts sooner.)"""
+def latest(ray_folder: str | Path, trial_id: str,
+           passed: list[tuple[Path, str]] | None = None) -> Path | None:
+    """The trial's intact checkpoint furthest into training, across the sweep's runs; a
+    damaged one (truncated by a full disk or a kill, say) is passed over, in one log line
+    that names it and the one the trial continues from. (torch is imported here, in the
+    worker: the driver needs only the cleaner and starts sooner.) `passed`: damaged ones
+    the caller passed over already (Tune's own), for the same line."""
     from shapesweep.trainers import checkpoint
 
-    saved = [(step, path) for path in trial_checkpoints(ray_folder, trial_id)
-             if (step := checkpoint.saved_step(path)) is not None]
-    return max(saved)[1] if saved else None
+    saved = []
+    for path in trial_checkpoints(ray_folder, trial_id):
+        try:
+            step = checkpoint.saved_step(path)
+        except Exception:  # noqa: BLE001 - a damaged header, of any step: checked first,
+            step = math.inf  # `damage` names it below
+        if step is not None:
+            saved.append((step, path))
+    passed = list(passed or [])
+    for step, path in sorted(saved, reverse=True):
+        problem = checkpoint.damage(path)
+        if problem is None:
+            if passed:
+                say_fallback(trial_id, passed, f"continuing from {path} (step {step})")
+            return path
+        passed.append((path, problem))
+    if passed:
+        say_fallback(trial_id, passed, "no intact checkpoint: starting from step 0")
+    return None
+
+
+def say_fallback(trial_id: str, passed: list[tuple[Path, str]], then: str) -> None:
+    """The one log line of a trial that passed over damaged checkpoints."""
+    import sys
+
+    damaged = "; ".join(f"{path}: {problem}" for path, problem in passed)
+    print(f"shapesweep: trial {trial_id}: damaged checkpoint(s) passed over ({damaged}); {then}",
+          file=sys.stderr, flush=True)
 
 
 class CheckpointCleaner(Callback):

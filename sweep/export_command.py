@@ -285,13 +285,13 @@ def _tokenizer_source(args: argparse.Namespace) -> tuple[str | None] | None:
     read bytes (the built-in corpus or text), or None (with a notice) when it trained on
     token files whose tokenizer shapesweep never saw."""
 
-    from shapesweep.results.store import read_sweep_file
+    from shapesweep.results.store import read_sweep_json
     from shapesweep.trainers.data import is_pretokenized
 
     if args.tokenizer is not None:
         return (args.tokenizer,)
-    text = read_sweep_file(args.root, args.name, "sweep.json")  # runner.OPTIONS_FILE
-    data = json.loads(text).get("data") if text else None
+    options = read_sweep_json(args.root, args.name, "sweep.json", dict)  # runner.OPTIONS_FILE
+    data = options.get("data") if options else None
     if data and is_pretokenized(data):
         print(f"export: sweep {args.name!r} trained on token files ({data}); no tokenizer "
               "written (--tokenizer JSON adds the one they were made with)", file=sys.stderr)

@@ -134,7 +134,13 @@ def load_options(root: str, name: str, model: type = SweepOptions) -> SweepOptio
     """The options a sweep was started with (for `resume`), its space resolved under `root`:
     a copied or moved root resumes with its own copy of the space."""
     from pydantic import ValidationError
-    from shapesweep.results.store import list_sweeps, read_sweep_file, sweep_dir, unknown_sweep
+    from shapesweep.results.store import (
+        list_sweeps,
+        read_sweep_file,
+        sweep_dir,
+        sweep_file_repair,
+        unknown_sweep,
+    )
 
     path = f"{sweep_dir(root, name)}/{OPTIONS_FILE}"
     try:
@@ -148,9 +154,10 @@ def load_options(root: str, name: str, model: type = SweepOptions) -> SweepOptio
     except ValidationError as error:
         first = error.errors()[0]
         where = ".".join(map(str, first["loc"]))
-        raise UserError(f"not a sweep options file ({first['msg']})", file=path,
+        raise UserError(f"not a sweep options file ({first['msg']}); "
+                        f"{sweep_file_repair(root, name, OPTIONS_FILE)}", file=path,
                         key=where or None) from None
-    except (OSError, ValueError) as error:  # unreadable, not UTF-8
+    except (OSError, ValueError) as error:  # unreadable
         raise UserError(f"cannot read: {error}", file=path) from None
     # The space is the copy kept in the sweep folder, named relative to it (sweeps from
     # before this stored an absolute path: only its file name counts).
@@ -506,10 +513,10 @@ def _fit(options: SweepOptions, checked: _Checked, plan: Any, catalog: Any,
 
 def _record_decisions(scheduler: Any, root: str, name: str) -> None:
     """Keep the noise-aware ASHA's decisions beside the results, an earlier run's first."""
-    from shapesweep.results.store import read_sweep_file, write_sweep_file
+    from shapesweep.results.store import read_sweep_json, write_sweep_file
     from shapesweep.sweep.paired_asha import DECISIONS_FILE
 
-    scheduler.decisions = json.loads(read_sweep_file(root, name, DECISIONS_FILE) or "[]")
+    scheduler.decisions = read_sweep_json(root, name, DECISIONS_FILE, list) or []
     scheduler.on_decision = lambda decisions: write_sweep_file(
         root, name, DECISIONS_FILE, json.dumps(decisions, indent=1))
 

@@ -36,6 +36,8 @@ from typing import Any
 
 from ray.tune.search import BasicVariantGenerator, Searcher
 
+from shapesweep.common import UserError
+
 OBJECTIVES = ("params_non_embedding", "flops_per_token")  # second objectives Optuna may trade
 MAX_SUGGEST_TRIES = 500  # points looked at in one `suggest` before Tune is asked to call again
 SAMPLER_REPEATS = 16  # seen points the sampler may propose in a row before one is drawn at random
@@ -132,14 +134,49 @@ def reconcile_study(study: Any, finished: dict[str, dict]) -> None:
             study.tell(trial.number, stored["values"])
 
 
-def launched_count(study: Any) -> int:
+def launched_count(study: Any, lost: set[str] = frozenset()) -> int:
     """Trials of the study that ran in Ray to their end or to an ASHA stop (what
-    --num-samples counts)."""
+    --num-samples counts), each trial id once; `lost`: trial ids whose results the store
+    no longer holds (damaged), which run again."""
     from optuna.trial import TrialState
 
-    return sum(1 for t in study.get_trials(deepcopy=False,
-                                           states=(TrialState.COMPLETE, TrialState.PRUNED))
-               if "trial_id" in t.user_attrs and "duplicate_of" not in t.user_attrs)
+    return len({t.user_attrs["trial_id"] for t in study.get_trials(
+        deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED))
+        if "trial_id" in t.user_attrs and "duplicate_of" not in t.user_attrs} - set(lost))
+
+
+def lost_trials(study: Any, held: set[str]) -> set[str]:
+    """Trial ids the study has finished that the results store does not hold (`held`: the
+    ids it does): their results were damaged and set aside, so they run again."""
+    from optuna.trial import TrialState
+
+    return {t.user_attrs["trial_id"] for t in study.get_trials(
+        deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED))
+        if "trial_id" in t.user_attrs and "duplicate_of" not in t.user_attrs} - held
+
+
+def check_study(study: Any) -> None:
+    """Read every trial of the study as the searcher will (its params, distributions and
+    attributes are parsed on reading; a complete trial needs its values), so a damaged table
+    is found before any work."""
+    from optuna.trial import TrialState
+
+    for trial in study.get_trials(deepcopy=False):
+        if trial.state == TrialState.COMPLETE and trial.values is None:
+            raise ValueError(f"trial {trial.number} is complete without values "
+                             "(values should be set for a complete trial)")
+
+
+def damaged_study(name: str, storage_url: str, error: Exception) -> UserError:
+    """The one line for an Optuna study whose tables cannot be read as a study."""
+    from shapesweep.results.catalog import shown_database, without_password
+
+    text = str(error).strip().splitlines()
+    problem = f"{type(error).__name__}: {text[0] if text else ''}".rstrip(": ")
+    return UserError(f"the Optuna study {name!r} in it is damaged ({problem}): to repair, delete the "
+                     f"study (optuna delete-study --study-name {name} --storage "
+                     f"{without_password(storage_url)}); resume then starts it anew, and the results "
+                     "store keeps every trial", file=shown_database(storage_url))
 
 
 class SpecMaker:
@@ -243,6 +280,7 @@ class OptunaSearcher(Searcher):
         self._launched: set[str] = set()  # candidate key + tuned of every trial this run started
         self._seen: set[tuple] = set()  # points proposed (FAILed ones may be tried again)
         self._rng = random.Random(0)
+        self.lost: set[str] = set()  # trial ids the store lost (`lost_trials`): run them again
 
     def _start(self) -> None:
         """The proposer: an in-memory study with the stored study's finished trials."""
@@ -253,6 +291,8 @@ class OptunaSearcher(Searcher):
         finished = [t for t in self.study.get_trials(deepcopy=False) if t.state.is_finished()]
         self._proposer.add_trials(finished)
         for trial in finished:
+            if trial.user_attrs.get("trial_id") in self.lost:
+                continue  # the store lost its results: its point is proposed again
             if trial.state != TrialState.FAIL:
                 self._seen.add(point_key(trial.params))
             key = trial.user_attrs.get("key")

@@ -90,7 +90,7 @@ def _check_status_args(args: argparse.Namespace) -> None:
 def _reduction_factor(root: str, name: str) -> float | None:
     """ASHA's reduction factor from the options file `run` writes (shapesweep.sweep.runner.OPTIONS_FILE,
     not imported: it imports Ray); None when the sweep ran without ASHA."""
-    from shapesweep.results.store import read_sweep_file, sweep_dir
+    from shapesweep.results.store import read_sweep_file, sweep_dir, sweep_file_repair
 
     path = f"{sweep_dir(root, name)}/sweep.json"
     try:
@@ -103,9 +103,11 @@ def _reduction_factor(root: str, name: str) -> float | None:
         factor = float(options["reduction_factor"])
     except (OSError, ValueError, TypeError, KeyError) as error:  # garbled, truncated, unreadable
         problem = f"no {error}" if isinstance(error, KeyError) else str(error)
-        raise UserError(f"not a sweep options file ({problem})", file=path) from None
+        raise UserError(f"not a sweep options file ({problem}); {sweep_file_repair(root, name, 'sweep.json')}",
+                        file=path) from None
     if not factor > 1:
-        raise UserError(f"not a sweep options file (reduction_factor {factor})", file=path)
+        raise UserError(f"not a sweep options file (reduction_factor {factor}); "
+                        f"{sweep_file_repair(root, name, 'sweep.json')}", file=path)
     return factor
 
 
@@ -215,7 +217,7 @@ def _with_cooldowns(args: argparse.Namespace, trials, curves) -> dict:
     """The cooled evaluations' rank fidelity (when the curves have them for the metric) and
     the noise-aware ASHA's stop decisions (when it ran): `status`'s cooldown part."""
     from shapesweep.results.stats import cooled_column, cooled_rank_fidelity, stable_fraction
-    from shapesweep.results.store import read_sweep_file
+    from shapesweep.results.store import read_sweep_json
 
     out: dict[str, Any] = {}
     column = cooled_column(args.metric)
@@ -223,10 +225,29 @@ def _with_cooldowns(args: argparse.Namespace, trials, curves) -> dict:
         cooled = cooled_rank_fidelity(trials, curves, args.metric)
         out["rank_fidelity_cooled"] = _fidelity_points(cooled)
         out["rank_fidelity_cooled_stable_fraction"] = stable_fraction(cooled) if len(cooled) else None
-    decisions = json.loads(read_sweep_file(args.root, args.name, "asha.json") or "[]")
+    decisions = read_sweep_json(args.root, args.name, "asha.json", list, _decisions_problem) or []
     if decisions:  # shapesweep.sweep.paired_asha.DECISIONS_FILE (not imported: it imports Ray)
         out["asha_stopped"] = [d for d in decisions if d["stop"]]
     return out
+
+
+_DECISION_KEYS = ("key", "tuned_json", "rung_tokens", "losses", "stop", "cut_key", "cut_tuned_json",
+                  "delta", "ci_low", "ci_high")  # what `_stopped_lines` reads of each
+
+
+def _decisions_problem(decisions: list) -> str | None:
+    """Why `asha.json` is not a list of the decisions `_stopped_lines` prints, or None."""
+    for number, d in enumerate(decisions):
+        missing = [k for k in _DECISION_KEYS if k not in d] if isinstance(d, dict) else ["all"]
+        try:
+            sound = not missing and all(isinstance(json.loads(d[k]), dict)
+                                        for k in ("tuned_json", "cut_tuned_json")) and all(
+                isinstance(d[k], int | float) for k in ("rung_tokens", "delta", "ci_low", "ci_high"))
+        except (TypeError, ValueError):
+            sound = False
+        if not sound:
+            return f"entry {number} is no decision"
+    return None
 
 
 def _flat(candidate: dict) -> dict:

@@ -173,31 +173,43 @@ class OptunaStrategy(SearchStrategy):
     def plan(self, context: PlanContext) -> TrialPlan:
         from shapesweep.sweep.search import (
             SpecMaker,
+            check_study,
+            damaged_study,
             launched_count,
+            lost_trials,
             make_optuna_search,
         )
 
         options = self.options
-        searcher, study = make_optuna_search(
-            self.space, context.name, context.storage_url,
-            SpecMaker(self.space, context.seeds[0], context.data), options.multi_objective,
-            context.budget, sampler=make_sampler(self.sampler, options.sampler_seed))
-        self._reconcile(study, context)
-        left = options.num_samples - launched_count(study)
+        try:  # a damaged Optuna table: one line, before any work
+            searcher, study = make_optuna_search(
+                self.space, context.name, context.storage_url,
+                SpecMaker(self.space, context.seeds[0], context.data), options.multi_objective,
+                context.budget, sampler=make_sampler(self.sampler, options.sampler_seed))
+            check_study(study)
+            held = self._reconcile(study, context)
+            searcher.lost = lost_trials(study, held)
+            left = options.num_samples - launched_count(study, searcher.lost)
+        except (ValueError, KeyError, LookupError, TypeError, AttributeError) as error:
+            raise damaged_study(context.name, context.storage_url, error) from None
         return TrialPlan({}, left, searcher, options.num_samples, max(left, 0))
 
-    def _reconcile(self, study: Any, context: PlanContext) -> None:
-        """Close the trials a killed driver left RUNNING with what the results store holds."""
-        from shapesweep.results.store import load_trials
+    def _reconcile(self, study: Any, context: PlanContext) -> set[str]:
+        """Close the trials a killed driver left RUNNING with what the results store holds;
+        returns the trial ids it holds (a trial whose results were quarantined is not held)."""
+        from shapesweep.results.store import load_trials, quarantined_trials
         from shapesweep.sweep.search import reconcile_study
 
         second = self.options.multi_objective
+        lost = quarantined_trials(context.root, context.name)
         finished = {
             row.trial_id: {"status": row.status,
                            "values": [row.val_loss] + ([getattr(row, second)] if second else [])}
             for row in load_trials(context.root, [context.name]).itertuples()
+            if row.trial_id not in lost
         }
         reconcile_study(study, finished)
+        return set(finished)
 
 
 STRATEGIES: dict[str, type[SearchStrategy]] = {s.name: s for s in (GridStrategy, OptunaStrategy)}

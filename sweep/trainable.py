@@ -136,17 +136,27 @@ def _restore(folder: str, trial_id: str, earlier: str | None, this_run: str,
     from Tune (`restored`), and this run's driver has every evaluation before it already; a
     trial an earlier, killed run left unfinished continues from that run's checkpoint in
     `earlier` (the sweep's Ray folder), and its evaluations so far are reported again for
-    this run's driver (and ASHA) to see."""
+    this run's driver (and ASHA) to see. A damaged checkpoint (Tune's, or one found there) is
+    passed over for the newest intact one, in one log line (`checkpoints.latest`)."""
     import shutil
     from pathlib import Path
 
-    from shapesweep.sweep.checkpoints import latest
+    from shapesweep.sweep.checkpoints import latest, say_fallback
     from shapesweep.trainers import checkpoint
 
+    passed = None
     if restored is not None:
         restored.to_directory(folder)
-        return []
-    found = latest(earlier, trial_id) if earlier else None
+        problem = checkpoint.damage(folder)
+        if problem is None:
+            return []
+        for entry in Path(folder).iterdir():  # damaged: an older intact one, or step 0
+            shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
+        passed = [(Path(restored.path), problem)]
+        if not earlier:
+            say_fallback(trial_id, passed, "starting from step 0")
+            return []
+    found = latest(earlier, trial_id, passed) if earlier else None
     if found is None:
         return []
     shutil.copytree(found, folder, dirs_exist_ok=True)

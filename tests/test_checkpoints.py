@@ -216,3 +216,58 @@ def test_resume_of_a_killed_driver_continues_the_trial_from_its_checkpoint(tmp_p
     error = capsys.readouterr().err.strip().splitlines()
     assert len(error) == 1 and "kept no checkpoint of trial" in error[0], error
     assert not (tmp_path / "out").exists()
+
+
+def _checkpoint_at(step: int, folder: Path) -> Path:
+    """A real checkpoint of TINY's trial at `step` (training stopped there)."""
+    def stop(metrics):
+        if metrics["step"] == step:
+            raise StopTrial
+
+    train(make_config(TINY), TrainConfig(**RECIPE), callback=stop, checkpoint_dir=str(folder),
+          checkpoint_every_s=0)
+    assert checkpoint.saved_step(folder) == step
+    return folder
+
+
+@pytest.mark.parametrize("how", ["found in the Ray folder", "restored by Tune"])
+@pytest.mark.parametrize("damaged", [checkpoint.FILENAME, checkpoint.WEIGHTS])
+def test_a_truncated_newest_checkpoint_falls_back_to_the_older_intact_one(tmp_path, capfd, how, damaged):
+    """`resume` (and `--retry-failed`) after a kill that truncated the newest checkpoint: the
+    trial continues from the older intact one, at its step, saying so in one line, and ends
+    with the curve of a run never interrupted."""
+    from ray.tune import Checkpoint
+    from shapesweep.sweep.trainable import _restore
+
+    ray_folder = tmp_path / "_ray"
+    older = _checkpoint_at(4, ray_folder / "run-1" / "t0" / "checkpoint_000000")
+    newest = _checkpoint_at(8, ray_folder / "run-2" / "t0" / "checkpoint_000001")
+    path = newest / damaged
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    capfd.readouterr()
+
+    folder = tmp_path / "trial"
+    folder.mkdir()
+    restored = Checkpoint.from_directory(str(newest)) if how == "restored by Tune" else None
+    replay = _restore(str(folder), "t0", str(ray_folder), "run-3", restored)
+    (line,) = [ln for ln in capfd.readouterr().err.splitlines() if "checkpoint" in ln]
+    assert f"trial t0: damaged checkpoint(s) passed over ({newest}: {damaged} cannot be read" in line
+    assert line.endswith(f"continuing from {older} (step 4)")
+    assert checkpoint.saved_step(folder) == 4 and [m["step"] for m in replay] == [4]
+
+    resumed = train(make_config(TINY), TrainConfig(**RECIPE), checkpoint_dir=str(folder))
+    whole = train(make_config(TINY), TrainConfig(**RECIPE))
+    assert [m["step"] for m in resumed.curve] == [4, 8, 12]
+    assert resumed.curve[-1]["val_loss"] == whole.curve[-1]["val_loss"]  # the same arithmetic
+
+
+def test_no_intact_checkpoint_starts_the_trial_from_step_0(tmp_path, capfd):
+    from shapesweep.sweep.checkpoints import latest
+
+    ray_folder = tmp_path / "_ray"
+    only = _checkpoint_at(4, ray_folder / "run-1" / "t0" / "checkpoint_000000")
+    (only / checkpoint.FILENAME).write_bytes(b"")
+    capfd.readouterr()
+    assert latest(ray_folder, "t0") is None
+    (line,) = capfd.readouterr().err.splitlines()
+    assert str(only) in line and line.endswith("no intact checkpoint: starting from step 0")

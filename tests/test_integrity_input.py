@@ -552,3 +552,218 @@ def test_betas_of_zero_are_a_valid_recipe(capsys, tmp_path):
     space = write_space(tmp_path, train={**TINY_TRAIN, "beta1": 0, "beta2": 0.0})
     code, _, err = shapesweep(capsys, "plan", str(space))
     assert code == 0, err
+
+
+# ---------------------------------------------------------------- issue 39: every file of a sweep folder
+
+
+SWEEP = "damaged"
+
+
+@pytest.fixture
+def sweep_folder(tmp_path) -> Path:
+    """What `run` leaves, without Ray: trials through the store, the space, the options, the
+    noise-aware ASHA's decisions, and the catalog row (the files a sweep folder holds)."""
+    from shapesweep.results.catalog import Catalog, default_catalog_url
+    from shapesweep.results.store import sweep_dir, write_sweep_file
+    from shapesweep.sweep.options import saved_values
+    from shapesweep.sweep.sweep_options import SweepOptions
+
+    from tests.synthetic import write_synthetic
+
+    root = tmp_path / "root"
+    write_synthetic(str(root), SWEEP, 4, families=("conventional",), budgets=(30e6,), seeds=1, tune=None)
+    text = yaml.safe_dump({**TINY_SPACE, "name": SWEEP}, sort_keys=False)
+    write_sweep_file(str(root), SWEEP, "space.yaml", text)
+    options = saved_values(SweepOptions(space="space.yaml", name=SWEEP, root=str(root)))
+    write_sweep_file(str(root), SWEEP, "sweep.json", json.dumps(options | {"space": "space.yaml"}))
+    decision = {"key": "a", "tuned_json": "{}", "rung_tokens": 4096, "losses": {"0": 2.5},
+                "stop": True, "protected": False, "cut_key": "b", "cut_tuned_json": "{}",
+                "delta": 0.1, "ci_low": 0.05, "ci_high": 0.15}
+    write_sweep_file(str(root), SWEEP, "asha.json", json.dumps([decision]))
+    space = load_space(str(Path(sweep_dir(str(root), SWEEP)) / "space.yaml"))
+    Catalog(default_catalog_url(root)).register(SWEEP, space.name, text, space.space_hash, 4)
+    return root
+
+
+def _truncated(data: bytes) -> bytes:
+    return data[: len(data) // 2]
+
+
+def _zeroed(data: bytes) -> bytes:
+    return bytes(len(data))
+
+
+def _garbled(data: bytes) -> bytes:
+    return bytes((b * 7 + 0x9B) % 256 for b in data)  # not UTF-8, not JSON, not YAML
+
+
+SMALL_DAMAGES = {"truncated": _truncated, "zeroed": _zeroed, "garbled": _garbled}
+COMMANDS = {"status": ["status", SWEEP], "status json": ["status", SWEEP, "--format", "json"],
+            "dashboard": ["dashboard", SWEEP, "--out", "{tmp}/report.html"],
+            "export": ["export", SWEEP, "--top", "2", "--out", "{tmp}/best"],
+            "resume": ["resume", SWEEP]}
+# which commands read which file (resume refuses before Ray starts); a FIFO resume never
+# reads asha.json, and would run the sweep: left out
+READERS = {"sweep.json": {"status", "status json", "dashboard", "export", "resume"},
+           "space.yaml": {"status", "status json", "dashboard", "export", "resume"},
+           "asha.json": {"status", "status json", "dashboard", "export"}}
+
+
+def _command(verb: str, root: Path, tmp_path: Path) -> list[str]:
+    return [part.format(tmp=tmp_path) for part in COMMANDS[verb]] + ["--root", str(root)]
+
+
+def _errors(err: str) -> list[str]:
+    return [line for line in err.strip().splitlines() if line and not line.startswith("warning:")]
+
+
+@pytest.mark.parametrize("verb", [v for v in COMMANDS if v != "resume"])
+def test_the_undamaged_sweep_folder_serves_every_command(capsys, tmp_path, sweep_folder, verb):
+    """The control: each command reads the whole folder the damage tests break."""
+    code, out, err = shapesweep(capsys, *_command(verb, sweep_folder, tmp_path))
+    assert code == 0 and _errors(err) == [], err
+    if verb == "status":
+        assert "stopped at" in out  # asha.json read
+
+
+@pytest.mark.parametrize(("name", "verb"), [(n, v) for n in sorted(READERS) for v in sorted(READERS[n])])
+@pytest.mark.parametrize("damage", sorted(SMALL_DAMAGES))
+def test_a_damaged_small_file_is_one_line_naming_it_and_the_repair(capsys, tmp_path, sweep_folder,
+                                                                    name, damage, verb):
+    path = sweep_folder / SWEEP / name
+    path.write_bytes(SMALL_DAMAGES[damage](path.read_bytes()))
+    before = files_under(sweep_folder)
+    code, out, err = shapesweep(capsys, *_command(verb, sweep_folder, tmp_path))
+    if name == "asha.json" and verb in ("dashboard", "export") or (
+            name == "space.yaml" and damage == "truncated" and code == 0):
+        # not read, or a truncated YAML that is still a space document
+        assert code == 0 and _errors(err) == [], err
+        return
+    errors = _errors(err)
+    assert code == 2 and len(errors) == 1, err
+    assert str(path) in errors[0], errors[0]
+    assert "repair" in errors[0] or verb == "resume" and name == "space.yaml", errors[0]
+    assert "Traceback" not in err
+    assert not (tmp_path / "report.html").exists() and not (tmp_path / "best").exists()
+    assert files_under(sweep_folder) <= before | {p for p in files_under(sweep_folder) if "shapesweep.db" in p.name}
+
+
+def _catalog_row(root: Path, statement: str) -> None:
+    import sqlite3
+
+    with contextlib.closing(sqlite3.connect(root / "shapesweep.db")) as db:
+        db.execute(statement)
+        db.commit()
+
+
+CATALOG_DAMAGES = {
+    "created_at garbage": f"UPDATE shapesweep_sweeps SET created_at = 'garbage' WHERE name = '{SWEEP}'",
+    "updated_at bytes": f"UPDATE shapesweep_sweeps SET updated_at = x'00ff' WHERE name = '{SWEEP}'",
+    "a row no sweep can be": "INSERT INTO shapesweep_sweeps SELECT '../../etc', space_name, space_yaml, "
+                             "space_hash, n_candidates, status, completed, stopped_early, failed, "
+                             f"created_at, updated_at FROM shapesweep_sweeps WHERE name = '{SWEEP}'",
+    "a name with terminal escapes": "INSERT INTO shapesweep_sweeps SELECT char(27) || ']0;x' || char(7) "
+                                    "|| char(27) || '[2J', space_name, space_yaml, space_hash, "
+                                    "n_candidates, status, completed, stopped_early, failed, created_at, "
+                                    f"updated_at FROM shapesweep_sweeps WHERE name = '{SWEEP}'",
+    "a lease with no time": f"INSERT INTO shapesweep_leases VALUES ('{SWEEP}', 'elsewhere', 1, 't', "
+                            "'garbage', 'garbage')",
+}
+
+
+@pytest.mark.parametrize("verb", [v for v in COMMANDS if v != "resume"] + ["status of every sweep"])
+@pytest.mark.parametrize("damage", sorted(CATALOG_DAMAGES))
+def test_a_damaged_catalog_row_is_a_warning_and_every_other_row_is_listed(capsys, tmp_path, sweep_folder,
+                                                                          damage, verb):
+    from tests.synthetic import write_synthetic
+
+    write_synthetic(str(sweep_folder), "other", 2)
+    _catalog_row(sweep_folder, CATALOG_DAMAGES[damage])
+    argv = (["status", "--root", str(sweep_folder)] if verb == "status of every sweep"
+            else _command(verb, sweep_folder, tmp_path))
+    code, out, err = shapesweep(capsys, *argv)
+    assert code == 0 and _errors(err) == [], err
+    assert "\x1b" not in out + err and "\x07" not in out + err  # nothing drives the terminal
+    if verb == "status of every sweep":
+        assert SWEEP in out and "other" in out
+
+
+@pytest.mark.parametrize("damage", sorted(CATALOG_DAMAGES))
+def test_what_resume_asks_of_a_damaged_catalog_row_works(sweep_folder, damage):
+    """register (the same space), the lease, the status: what `resume` does before Ray."""
+    from shapesweep.results.catalog import Catalog, default_catalog_url
+
+    _catalog_row(sweep_folder, CATALOG_DAMAGES[damage])
+    catalog = Catalog(default_catalog_url(sweep_folder))
+    record = catalog.get(SWEEP)
+    assert catalog.register(SWEEP, record.space_name, record.space_yaml, record.space_hash, 4) == record
+    assert catalog.take_lease(SWEEP, "mine") is None  # a lease with no time is a dead one
+    assert catalog.set_status(SWEEP, "running").status == "running"
+    assert [r.name for r in catalog.list()] == [SWEEP]
+
+
+@pytest.mark.parametrize("verb", ["status", "status json", "dashboard", "export"])
+def test_a_trial_whose_config_json_is_not_json_is_skipped_with_a_warning(capsys, tmp_path, sweep_folder, verb):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = min((sweep_folder / SWEEP / "trials").glob("*.parquet"))
+    table = pq.read_table(path)
+    lost = table["trial_id"][0].as_py()
+    column = table.schema.get_field_index("config_json")
+    pq.write_table(table.set_column(column, "config_json", pa.array(['{"model": {"d_mo'])), path)
+    code, out, err = shapesweep(capsys, *_command(verb, sweep_folder, tmp_path))
+    assert code == 0 and _errors(err) == [], err
+    (line,) = [ln for ln in err.splitlines() if ln.startswith("warning:")]
+    assert str(path) in line and lost in line and "not a JSON object" in line
+
+
+OPTUNA_DAMAGES = {
+    "a complete trial without values": ("DELETE FROM trial_values WHERE trial_id = 2",
+                                        "values should be set for a complete trial"),
+    "a distribution that is not JSON": ("UPDATE trial_params SET distribution_json = 'garbage' "
+                                        "WHERE trial_id = 2", "JSONDecodeError"),
+    "an attribute that is not JSON": ("UPDATE trial_user_attributes SET value_json = '{\"a' "
+                                      "WHERE trial_id = 2", "JSONDecodeError"),
+    "no study row": ("DELETE FROM studies", "Record does not exist"),
+    "a state Optuna has not": ("UPDATE trials SET state = 'BOGUS' WHERE trial_id = 2", "BOGUS"),
+}
+
+
+@pytest.mark.parametrize("damage", sorted(OPTUNA_DAMAGES))
+def test_resume_of_an_optuna_sweep_with_a_damaged_study_is_one_line_before_ray(capsys, tmp_path,
+                                                                             sweep_folder, damage):
+    import optuna
+    from shapesweep.results.catalog import default_catalog_url
+    from shapesweep.results.store import write_sweep_file
+
+    options = json.loads((sweep_folder / SWEEP / "sweep.json").read_text())
+    write_sweep_file(str(sweep_folder), SWEEP, "sweep.json",
+                     json.dumps(options | {"search": "optuna", "num_samples": 4}))
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(storage=default_catalog_url(sweep_folder), study_name=SWEEP)
+    for number in range(3):
+        trial = study.ask()
+        trial.suggest_categorical("n_layers", [1, 2, 3, 4])
+        trial.set_user_attr("trial_id", f"t{number}")
+        study.tell(trial, 2.5)
+    statement, problem = OPTUNA_DAMAGES[damage]
+    _catalog_row(sweep_folder, statement)
+    code, out, err = shapesweep(capsys, "resume", SWEEP, "--root", str(sweep_folder))
+    errors = _errors(err)
+    assert code == 2 and len(errors) == 1, err
+    assert f"{sweep_folder / 'shapesweep.db'}: the Optuna study {SWEEP!r} in it is damaged" in errors[0]
+    assert problem in errors[0] and "optuna delete-study --study-name damaged" in errors[0]
+
+
+@pytest.mark.parametrize("text", ['[{"stop": true}]', '[1]', '{"stop": true}',
+                                  '[{"key": "a", "tuned_json": "{x", "rung_tokens": 1, "losses": {}, '
+                                  '"stop": true, "cut_key": "b", "cut_tuned_json": "{}", "delta": 0, '
+                                  '"ci_low": 0, "ci_high": 0}]'])
+@pytest.mark.parametrize("verb", ["status", "status json"])
+def test_an_asha_json_of_no_decisions_is_one_line(capsys, tmp_path, sweep_folder, text, verb):
+    path = sweep_folder / SWEEP / "asha.json"
+    path.write_text(text)
+    code, out, err = shapesweep(capsys, *_command(verb, sweep_folder, tmp_path))
+    assert_refused(code, err, path, None, "to repair, delete it")

@@ -37,6 +37,9 @@ from shapesweep.results.store import (
 )
 from shapesweep.sweep.cli import main as shapesweep
 from synthetic import synthetic_sweep
+from test_object_store import bucket, s3_endpoint  # noqa: F401 - fixtures: a real S3 endpoint (moto)
+
+from shapesweep.common import UserError
 
 N_TRIALS = 4
 
@@ -315,21 +318,40 @@ def test_compaction_sets_damaged_inputs_aside(store, capsys):
     stray = store / "s" / "trials" / "notes.parquet"
     foreign(stray)
     sibling = fragment(store, "curves", "t00001")
+    held = fragment(store, "trials", "t00002")
 
     compact(store, "s", grace_s=0, stale_s=0)
     moved = [line for line in capsys.readouterr().err.splitlines() if line.startswith("warning: moved")]
-    assert len(moved) == 5
+    assert len(moved) == 4
     damaged = store / "s" / "damaged"
     assert sorted(p.name for p in (damaged / "curves").iterdir()) == sorted([bad_curves.name, sibling.name])
-    # t00002's row goes too: kept without its curve, resume would never run it again
-    assert sorted(p.name for p in (damaged / "trials").iterdir()) == sorted(
-        [bad_trial.name, stray.name, bad_curves.name])
-    assert sorted(raw_ids(store / "s" / "trials")) == ["t00000", "t00003"]
+    assert sorted(p.name for p in (damaged / "trials").iterdir()) == sorted([bad_trial.name, stray.name])
+    # t00002's row stays where it was (quarantined one by one), unmerged, and resume runs it again
+    assert held.exists() and sorted(raw_ids(store / "s" / "trials")) == ["t00000", "t00002", "t00003"]
     assert sorted(key for key, _, _ in completed_keys(store, "s")) == sorted(
-        load_trials(store, ["s"])["key"])
+        load_trials(store, ["s"]).query("trial_id != 't00002'")["key"])
     assert len(list((store / "s" / "curves").iterdir())) == 1
     assert sorted(set(load_curves(store, ["s"])["trial_id"])) == ["t00000", "t00003"]
-    assert capsys.readouterr().err == ""  # clean folders: nothing left to warn about
+    (line,) = warnings(capsys.readouterr().err)  # named once, as quarantined
+    assert f"s/curves/{bad_curves.name}: damaged, moved to damaged/curves/" in line
+
+
+def test_a_damaged_compacted_curves_file_is_quarantined_alone(store, capsys):
+    """Merged curves hold every trial's: damaged, they go aside alone; the trials file stays
+    (status shows every result), resume runs those trials again, and once it has they merge."""
+    compact(store, "s", grace_s=0, stale_s=0)
+    (merged,) = (store / "s" / "curves").iterdir()
+    truncate(merged)
+    compact(store, "s", grace_s=0, stale_s=0)
+    assert [p.name for p in (store / "s" / "damaged" / "curves").iterdir()] == [merged.name]
+    assert not (store / "s" / "damaged" / "trials").exists()
+    assert len(load_trials(store, ["s"])) == N_TRIALS and completed_keys(store, "s") == {}
+    for row, curve in rows():  # what resume does: each trial again, newer
+        write_trial(store, "s", {**row, "finished_at": None}, curve)
+    compact(store, "s", grace_s=0, stale_s=0)
+    assert len(list((store / "s" / "trials").iterdir())) == 1
+    assert len(completed_keys(store, "s")) == N_TRIALS
+    assert sorted(set(load_curves(store, ["s"])["trial_id"])) == sorted(load_trials(store)["trial_id"])
 
 
 def test_a_reader_during_compaction_sees_every_trial(store):
@@ -461,6 +483,31 @@ def test_fragment_cache_reads_like_the_store(store):
         assert load_curves(store, ["s"], cache=cache).equals(load_curves(store, ["s"]))
 
 
+def test_a_trial_row_whose_config_json_is_not_json_is_skipped_by_every_reader(store, capsys):
+    """Sound Parquet, one value damaged: the row is left out by the plain readers, the
+    live server's cache (checked once per fragment) and resume's keys alike; compaction
+    holds its fragment until the trial has run again, then merges it away."""
+    path = fragment(store, "trials", "t00001")
+    table = pq.read_table(path)
+    column = table.schema.get_field_index("config_json")
+    pq.write_table(table.set_column(column, "config_json", pa.array(["{not json"])), path)
+    cache = FragmentCache()
+    for _ in range(2):
+        assert load_trials(store, cache=cache).equals(load_trials(store))
+        assert load_curves(store, ["s"], cache=cache).equals(load_curves(store, ["s"]))
+    assert "t00001" not in set(load_trials(store)["trial_id"])
+    assert len(completed_keys(store, "s")) == N_TRIALS - 1
+    (line,) = set(warnings(capsys.readouterr().err))
+    assert str(path) in line and "t00001" in line and "not a JSON object" in line
+    compact(store, "s", grace_s=0, stale_s=0)
+    assert path.exists()  # held: its row would otherwise go unseen
+    retry, curve = rows()[1]
+    write_trial(store, "s", {**retry, "finished_at": None}, curve)
+    compact(store, "s", grace_s=0, stale_s=0)
+    assert not path.exists() and len(list((store / "s" / "trials").iterdir())) == 1
+    assert len(completed_keys(store, "s")) == N_TRIALS
+
+
 def zero_fill(path: Path) -> str:
     """What a crash of the machine can leave: the file's length in zero bytes."""
     path.write_bytes(bytes(path.stat().st_size))
@@ -495,3 +542,214 @@ def test_resume_reruns_the_trials_of_a_damaged_fragment(local_ray, tmp_path, cap
     assert (after["status"] == "completed").all()
     curves = load_curves(root, ["damaged"])
     assert set(curves["trial_id"]) == set(after["trial_id"])  # every trial has its curve again
+
+
+# ---------------------------------------------------------------- version links lost
+
+
+def _without_links(source: Path, target: Path) -> Path:
+    """A copy that skips symbolic links (a zip, an object-store sync, some copy tools)."""
+    return Path(shutil.copytree(source, target, ignore=lambda folder, names: [
+        n for n in names if os.path.islink(os.path.join(folder, n))]))
+
+
+def _fragment_bytes(folder: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in folder.rglob("*.parquet")}
+
+
+def _unlink_current(root: Path) -> None:
+    (root / "s" / ".current").unlink()
+
+
+def _dangle_current(root: Path) -> None:
+    (root / "s" / ".current").unlink()
+    (root / "s" / ".current").symlink_to(".versions/gone")
+
+
+@pytest.fixture
+def compacted(store) -> Path:
+    """Sweep `s` after a compaction, with two trials written since (two versions' worth)."""
+    compact(store, "s", grace_s=0, stale_s=0)
+    for row, curve in rows(n=N_TRIALS + 2)[N_TRIALS:]:
+        write_trial(store, "s", row, curve)
+    return store
+
+
+@pytest.mark.parametrize("breakage", ["copied without links", "no .current", "dangling .current"])
+def test_a_root_without_its_version_links_is_repaired_and_loses_nothing(compacted, tmp_path,
+                                                                        breakage, capsys):
+    if breakage == "copied without links":
+        root = _without_links(compacted, tmp_path / "copy")
+        assert not (root / "s" / "trials").exists()
+    else:
+        root = compacted
+        (_unlink_current if breakage == "no .current" else _dangle_current)(root)
+    expected = sorted(t["trial_id"] for t, _ in rows(n=N_TRIALS + 2))
+
+    assert shapesweep(["status", "--root", str(root)]) == 0  # the list of sweeps sees it
+    out, err = capsys.readouterr()
+    (line,) = warnings(err)
+    assert line.startswith(f"warning: {root / 's'}: .current ") and "pointed .current at .versions/" in line
+    assert sorted(load_trials(root, ["s"])["trial_id"]) == expected
+    assert len(completed_keys(root, "s")) == N_TRIALS + 2  # resume runs nothing again
+    compact(root, "s", grace_s=0, stale_s=0)  # what resume does first: deletes nothing unmerged
+    assert sorted(raw_ids(root / "s" / "trials")) == expected
+    assert sorted(set(load_curves(root, ["s"])["trial_id"])) == expected
+    assert not (root / "s" / "damaged").exists() and warnings(capsys.readouterr().err) == []
+
+
+def test_a_writer_into_a_sweep_with_a_dangling_current_repairs_it_first(compacted, capsys):
+    _dangle_current(compacted)
+    extra, curve = rows(n=N_TRIALS + 3)[-1]
+    write_trial(compacted, "s", extra, curve)  # was: FileExistsError, '.../trials' is no folder
+    assert len(load_trials(compacted, ["s"])) == N_TRIALS + 3
+    assert "leads nowhere (.versions/gone)" in capsys.readouterr().err
+
+
+def test_versions_none_marked_complete_are_refused_in_one_line(compacted, tmp_path, capsys):
+    """Two versions, neither marked (a root from before the mark, and a killed compaction's
+    leftover beside it), and no `.current` to say which: one line naming the repair, and
+    nothing deleted by any verb."""
+    _unlink_current(compacted)
+    kept = compacted / "s" / ".versions"
+    (only,) = kept.iterdir()
+    (only / ".complete").unlink()
+    shutil.copytree(only, kept / "00000000000000000001-leftover")
+    before = _fragment_bytes(kept)
+    for verb in (["status", "s"], ["resume", "s"], ["export", "s", "--top", "1", "--out", str(tmp_path / "o")]):
+        assert shapesweep([*verb, "--root", str(compacted)]) == 2
+        named = [ln for ln in capsys.readouterr().err.splitlines() if "ln -sfn" in ln]
+        assert len(set(named)) == 1 and f"{compacted / 's'}: .current leads to no version" in named[0]
+    with pytest.raises(UserError, match="none of 2 in .versions"):
+        completed_keys(compacted, "s")
+    with pytest.raises(UserError, match="none of 2 in .versions"):
+        compact(compacted, "s", grace_s=0, stale_s=0)
+    assert _fragment_bytes(kept) == before
+    (compacted / "s" / ".current").symlink_to(f".versions/{only.name}")  # the repair it names
+    assert len(load_trials(compacted, ["s"])) == N_TRIALS + 2
+
+
+# ---------------------------------------------------------------- the object-store root
+
+
+def _s3(bucket_root: str, tmp_path: Path) -> tuple[str, object, str]:
+    """A fresh root in the test bucket: (URI, its file system, its path there)."""
+    import pyarrow.fs as pafs
+
+    root = f"{bucket_root}/{tmp_path.name}"
+    fs, path = pafs.FileSystem.from_uri(root)
+    return root, fs, path
+
+
+def _upload_without_links(local: Path, fs, path: str) -> None:
+    """What a sync that skips symbolic links leaves in a bucket: the regular files only."""
+    for folder, dirs, files in os.walk(local, followlinks=False):
+        dirs[:] = [d for d in dirs if not os.path.islink(os.path.join(folder, d))]
+        for name in files:
+            source = Path(folder) / name
+            if source.is_symlink() or name == ".lock":
+                continue
+            with fs.open_output_stream(f"{path}/{source.relative_to(local).as_posix()}") as out:
+                out.write(source.read_bytes())
+
+
+def _objects(fs, path: str) -> dict[str, int]:
+    import pyarrow.fs as pafs
+
+    found = fs.get_file_info(pafs.FileSelector(path, recursive=True, allow_not_found=True))
+    return {info.path.removeprefix(path + "/"): info.size for info in found
+            if info.type == pafs.FileType.File}
+
+
+def test_an_object_store_root_uploaded_without_links_is_restored_from_its_versions(
+        compacted, bucket, tmp_path, capsys):  # noqa: F811 - the fixture imported above
+    from shapesweep.results.store import list_sweeps
+
+    root, fs, path = _s3(bucket, tmp_path)
+    _upload_without_links(compacted, fs, path)
+    stored = {k: v for k, v in _objects(fs, path).items() if k.startswith("s/.versions/")}
+    assert stored and not any(k.startswith("s/trials/") for k in _objects(fs, path))
+    expected = sorted(t["trial_id"] for t, _ in rows(n=N_TRIALS + 2))
+
+    assert list_sweeps(root) == ["s"]
+    (line,) = warnings(capsys.readouterr().err)
+    assert "no table folders beside .versions (uploaded without links?): copied the" in line
+    assert sorted(load_trials(root, ["s"])["trial_id"]) == expected
+    assert len(completed_keys(root, "s")) == N_TRIALS + 2
+    compact(root, "s", grace_s=0, stale_s=0)
+    assert sorted(load_trials(root, ["s"])["trial_id"]) == expected
+    assert sorted(set(load_curves(root, ["s"])["trial_id"])) == expected
+    after = _objects(fs, path)
+    assert {k: v for k, v in after.items() if k.startswith("s/.versions/")} == stored  # left as it is
+    assert len([k for k in after if k.startswith("s/trials/")]) == 1
+    assert warnings(capsys.readouterr().err) == []  # restored once
+
+
+def test_a_damaged_compacted_curves_file_on_an_object_store_is_quarantined_alone(
+        bucket, tmp_path, capsys):  # noqa: F811 - the fixture imported above
+    root, fs, path = _s3(bucket, tmp_path)
+    for row, curve in rows():
+        write_trial(root, "s", row, curve)
+    compact(root, "s", grace_s=0, stale_s=0)
+    (merged,) = [k for k in _objects(fs, path) if k.startswith("s/curves/")]
+    with fs.open_input_stream(f"{path}/{merged}") as stream:
+        data = stream.read()
+    with fs.open_output_stream(f"{path}/{merged}") as out:
+        out.write(data[: len(data) // 2])
+    compact(root, "s", grace_s=0, stale_s=0)
+    objects = _objects(fs, path)
+    assert [k for k in objects if k.startswith("s/damaged/")] == [merged.replace("s/", "s/damaged/", 1)]
+    assert len([k for k in objects if k.startswith("s/trials/")]) == 1  # the intact table stays
+    assert len(load_trials(root, ["s"])) == N_TRIALS and completed_keys(root, "s") == {}
+    for row, curve in rows():  # what resume does: each trial again
+        write_trial(root, "s", {**row, "finished_at": None}, curve)
+    compact(root, "s", grace_s=0, stale_s=0)
+    assert len(completed_keys(root, "s")) == N_TRIALS
+    assert sorted(set(load_curves(root, ["s"])["trial_id"])) == sorted(load_trials(root)["trial_id"])
+    capsys.readouterr()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("search", ["grid", "optuna"])
+def test_resume_after_a_copy_without_links_and_a_damaged_merged_curves_file(local_ray, tmp_path,
+                                                                            capsys, search):
+    """End to end: a sweep's root copied without its links resumes with every result and
+    runs nothing; then its merged curves damaged, resume runs exactly the trials that lost
+    their curves again (an Optuna sweep too), and status counts every trial."""
+    from sweep_helpers import run, write_space
+
+    space_path = write_space(tmp_path, name="copied")
+    root = tmp_path / "sweeps"
+    options = ["--search", search, "--scheduler", "fifo", "--max-concurrent", "2"]
+    if search == "optuna":
+        options += ["--num-samples", "3"]
+    assert run("run", str(space_path), "--root", str(root), *options) == 0
+    before = load_trials(root, ["copied"])
+    assert len(before) >= 3 and (before["status"] == "completed").all()
+
+    copy = _without_links(root, tmp_path / "copy")
+    capsys.readouterr()
+    assert run("resume", "copied", "--root", str(copy), "--max-concurrent", "2") == 0
+    out, err = capsys.readouterr()
+    assert "(0 trials this run)" in out and "pointed .current at .versions/" in err
+    assert sorted(load_trials(copy, ["copied"])["trial_id"]) == sorted(before["trial_id"])
+
+    (merged,) = (copy / "copied" / "curves").glob("*.parquet")
+    truncate(merged)
+    assert run("resume", "copied", "--root", str(copy), "--max-concurrent", "2") == 0
+    out, err = capsys.readouterr()
+    assert f"({len(before)} trials this run)" in out and str(merged) in err
+    after = load_trials(copy, ["copied"])
+    assert sorted(after["trial_id"]) == sorted(before["trial_id"]) and (after["status"] == "completed").all()
+    assert set(load_curves(copy, ["copied"])["trial_id"]) == set(after["trial_id"])
+    assert run("status", "copied", "--root", str(copy)) == 0
+    assert f"completed: {len(before)}" in capsys.readouterr().out
+
+
+def test_links_that_lead_nowhere_with_no_versions_left_are_one_line(compacted, capsys):
+    shutil.rmtree(compacted / "s" / ".versions")
+    assert shapesweep(["status", "s", "--root", str(compacted)]) == 2
+    (error,) = capsys.readouterr().err.strip().splitlines()
+    assert f"{compacted / 's'}: its table links lead nowhere and .versions holds no version" in error
+    assert shapesweep(["status", "--root", str(compacted)]) == 0  # the list names it, and goes on
+    assert "warning: skipping" in capsys.readouterr().err

@@ -56,6 +56,33 @@ def saved_step(directory: str | Path) -> int | None:
     return None if step is None else int(step)
 
 
+def damage(directory: str | Path) -> str | None:
+    """Why a checkpoint folder cannot be continued from (a file truncated or garbled, weights
+    and state of different steps, no checkpoint at all), or None when it can. Reads the
+    weights' header (safetensors checks it covers the file) and the state's index
+    (memory-mapped), not the tensors: cheap enough to check each checkpoint of a trial."""
+    folder = Path(directory)
+
+    def first_line(error: Exception) -> str:
+        text = str(error).strip().splitlines()
+        return text[0] if text else type(error).__name__
+
+    try:
+        step = saved_step(folder)
+    except Exception as error:  # noqa: BLE001 - header errors vary by damage
+        return f"{WEIGHTS} cannot be read ({first_line(error)})"
+    if step is None:
+        return "no checkpoint in it"
+    try:
+        state = torch.load(folder / FILENAME, map_location="cpu", weights_only=True, mmap=True)
+    except Exception as error:  # noqa: BLE001 - zip and pickle errors vary by damage
+        return f"{FILENAME} cannot be read ({first_line(error)})"
+    other = state.get("step") if isinstance(state, dict) else None
+    if other != step:
+        return f"weights are from step {step}, the rest from step {other}"
+    return None
+
+
 def check_save_dir(directory: str | Path | None) -> None:
     """Refuse a `--save` target that can never hold the model, before training starts."""
     if directory is None:
