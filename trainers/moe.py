@@ -128,7 +128,7 @@ class GroupedLinear(nn.Module):
     def forward(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
                 ends: torch.Tensor, expert: torch.Tensor) -> torch.Tensor:
         y = grouped_mm(x, weight.to(x.dtype).transpose(-2, -1), ends)
-        return y if bias is None else y + bias.to(x.dtype)[expert]
+        return y if bias is None else y + bias[expert].to(x.dtype)  # gathered in fp32: its gradient sums in fp32
 
 
 class MoEFFN(nn.Module):
