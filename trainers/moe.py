@@ -15,15 +15,16 @@ Dispatch (torchtitan's): the N*k token-to-expert assignments are sorted by exper
 tokens gathered in that order, and each projection runs as one grouped matmul over the
 experts' stacked weights, group e being the rows routed to expert e (`ends`: cumulative
 counts). Every shape in the graph is static (N*k rows whatever the routing) and no count
-reaches the host, so a block compiles with `fullgraph=True, dynamic=False`, an expert no
+becomes a Python number in it, so a block compiles with `fullgraph=True, dynamic=False`, an expert no
 token reached included: it does no FLOPs and gets a zero gradient (AdamW then applies its
 momentum and weight decay). No token is dropped and no FLOP is spent on padding: the
 measured FLOPs equal the accounting's active FLOPs.
 
 The grouped matmul is a custom op (`shapesweep::grouped_mm`), opaque to the compiler, with
-a fixed output shape: `torch._grouped_mm` where its kernel serves (CUDA, bf16, 16-byte
-aligned strides), else one matmul per expert on its rows (CPU, fp32, odd widths), whose
-per-expert bounds are read inside the op, on the host; on CPU that is no device sync.
+a fixed output shape: `torch._grouped_mm` where its kernel serves (a Hopper GPU or newer,
+bf16, 16-byte aligned strides), else one matmul per expert on its rows (CPU, fp32, odd
+widths, older GPUs), whose bounds are read inside the op, on the host: no sync on a CPU, one
+per grouped matmul on a GPU.
 
 Each expert stays an ordinary `GatedFFN` (muP, init, state_dict and export see the same
 parameters as a dense FFN's); the forward stacks their weights, a copy the size of the
@@ -34,10 +35,19 @@ the representation analysis reads the routed tokens' inner activations at `down`
 
 from __future__ import annotations
 
+import functools
+
 import torch
 from shapesweep.trainers.ffn import GatedFFN
 from torch import nn
 from torch.utils.flop_counter import register_flop_formula
+
+
+@functools.cache
+def _kernel_on(device: torch.device) -> bool:
+    """Whether this torch has `torch._grouped_mm` (2.8+) and the GPU is a Hopper or newer,
+    where every version that has it runs its kernel."""
+    return hasattr(torch, "_grouped_mm") and torch.cuda.get_device_capability(device) >= (9, 0)
 
 
 def _grouped_kernel_serves(*tensors: torch.Tensor) -> bool:
@@ -49,7 +59,8 @@ def _grouped_kernel_serves(*tensors: torch.Tensor) -> bool:
         step = 16 // t.element_size()
         return t.data_ptr() % 16 == 0 and ((cols == 1 and rows % step == 0)
                                             or (rows == 1 and cols % step == 0))
-    return all(t.is_cuda and t.dtype == torch.bfloat16 and aligned(t) for t in tensors)
+    return all(t.is_cuda and t.dtype == torch.bfloat16 and aligned(t) for t in tensors) \
+        and _kernel_on(tensors[0].device)
 
 
 def _bounds(ends: torch.Tensor) -> list[tuple[int, int]]:
