@@ -254,7 +254,9 @@ def test_aux_loss_reaches_the_objective():
     objective, reported = _backward(model, x, x, 4, torch.device("cpu"), contextlib.nullcontext,
                                     0.0).tolist()
     aux = torch.stack([m.aux_loss for m in _moe(model)]).mean().item()
-    assert aux >= 1.0 - 1e-6  # n_experts * sum f_e P_e is 1 at uniform routing, more otherwise
+    # n_experts * sum f_e P_e is 1 at uniform routing; an untrained router is near it (per layer
+    # 0.9997-1.0195 over seeds 0-4: not a bound, so a margin, not >= 1)
+    assert 0.95 < aux < 1.1
     assert objective == pytest.approx(reported + 0.5 * aux, rel=1e-5)
     assert all(m.router.weight.grad.abs().sum() > 0 for m in _moe(model))
 
@@ -285,9 +287,14 @@ def _balance(model, x) -> tuple[float, float]:
 
 
 def test_tiny_moe_trains_and_its_routers_balance(one_torch_thread):
-    """Real steps on the built-in data: the loss falls and the load-balancing loss evens out
-    the experts' load (measured after 150 steps: CV 0.76 -> 0.53, aux 1.08; with no aux loss
-    the CV rises to 0.93 and aux to 1.29, so both checks below fail)."""
+    """Real steps on the built-in data: the loss falls and the load-balancing loss keeps the
+    experts' load even. The bounds are absolute, not relative to the start (the start's CV
+    varies with the seed, 0.61-0.76, and the end's with the float order), with margins
+    measured over seeds and thread counts (`recipe.seed` and torch.set_num_threads changed,
+    AMD EPYC, torch 2.13): after 150 steps the load's CV was 0.515, 0.572, 0.553 (seeds 0, 1,
+    2, one thread), 0.554, 0.534 (seeds 0, 1, two threads) and 0.621 on another machine
+    (seed 0), aux 1.06-1.09; with no aux loss (seed 0) the CV ends at 1.165 and aux at 1.35,
+    so both checks below fail."""
     config = VariableWidthConfig(d_model=64, n_layers=4, d_h=64, n_experts=8, n_active_experts=2,
                                  n_heads=4, vocab_size=256, activation="swiglu", shape="constant")
     recipe = TrainConfig(steps=150, seq_len=64, batch_tokens=4096, lr=3e-3, eval_tokens=8192,
@@ -307,7 +314,7 @@ def test_tiny_moe_trains_and_its_routers_balance(one_torch_thread):
           f"val loss {result.curve[0]['val_loss']:.3f} -> {result.val_loss:.3f}")
     assert result.params_measured == account(config).params_total
     assert result.val_loss < result.curve[0]["val_loss"] < 5.6  # below uniform over bytes
-    assert cv_end < 0.8 * cv_start
+    assert cv_end < 0.75
     assert aux_end < 1.15
 
 
