@@ -2,8 +2,9 @@
 
 The dense twin has the MoE's d_model, depth and heads, with d_h solved (through the
 solver's `active_params` budget) so its parameters equal the MoE's active ones: the same
-matmul FLOPs per token, so the ratio is what routing costs (the router, the gather /
-scatter of tokens, n_experts small matmuls instead of one, one host sync per layer).
+matmul FLOPs per token, so the ratio is what routing costs (the router, the sort, gather and
+scatter of tokens, the experts' stacked weights, grouped matmuls instead of one matmul; on
+CPU each grouped matmul is one matmul per expert).
 Both run through `shapesweep.trainers.loop.train`, timed between two evaluation callbacks after
 warm-up (CPU: process time on one torch thread; CUDA: wall time, bf16, no compile).
 

@@ -24,7 +24,7 @@ from shapesweep.sweep.cli import main
 from shapesweep.trainers.checkpoint import load_model
 from shapesweep.trainers.loop import _backward, make_task, train
 from shapesweep.trainers.models import build_model, count_params
-from shapesweep.trainers.moe import MoEFFN
+from shapesweep.trainers.moe import MoEFFN, grouped_mm
 from shapesweep.trainers.mup import configure
 
 from tests.test_integrity_input import assert_refused
@@ -120,6 +120,131 @@ def test_flops_match_active_accounting(config):
     assert measured == pytest.approx(expected, rel=0.02)
 
 
+def _per_expert_loop(moe: MoEFFN, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The dispatch before grouped matmuls (its per-expert counts on the host, one `GatedFFN`
+    call per expert on its own tokens): (output, aux loss, load)."""
+    tokens = x.reshape(-1, x.shape[-1])
+    probs = moe.router(tokens).float().softmax(-1)
+    weight, chosen = probs.topk(moe.n_active, dim=-1)
+    assigned = chosen.flatten()
+    order = assigned.argsort()
+    load = torch.bincount(assigned, minlength=len(moe.experts))
+    token, weight = order // moe.n_active, weight.flatten()[order]
+    out = tokens.new_zeros(len(tokens), moe.d_out)
+    for expert, rows, w in zip(moe.experts, token.split(load.tolist()),
+                               weight.split(load.tolist()), strict=True):
+        out.index_add_(0, rows, expert(tokens.index_select(0, rows)) * w[:, None])
+    aux = len(moe.experts) * (load.float() / chosen.numel() * probs.mean(0)).sum()
+    return out.reshape(*x.shape[:-1], moe.d_out), aux, load
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_grouped_dispatch_equals_the_per_expert_loop(seed):
+    """Sorted tokens through grouped matmuls compute what one call per expert computed:
+    output, aux loss, load and every gradient, fp32, to 1e-5 (an idle expert included)."""
+    torch.manual_seed(seed)
+    moe = MoEFFN(24, 20, 16, n_experts=6, n_active=2, activation="swiglu", bias=seed == 1)
+    x = torch.randn(2, 5, 24, requires_grad=True)  # 20 assignments over 6 experts
+    results = []
+    for forward in (moe, lambda x: _per_expert_loop(moe, x)[0]):
+        moe.zero_grad()
+        x.grad = None
+        out = forward(x)
+        out.square().sum().backward()
+        results.append((out.detach(), [x.grad, *(p.grad for p in moe.parameters())]))
+    (grouped, grads), (looped, looped_grads) = results
+    _, aux, load = _per_expert_loop(moe, x)
+    assert torch.equal(moe.load, load) and int(load.sum()) == 20
+    assert moe.aux_loss.item() == pytest.approx(aux.item(), abs=1e-6)
+    torch.testing.assert_close(grouped, looped, rtol=1e-5, atol=1e-6)
+    for mine, theirs in zip(grads, looped_grads, strict=True):
+        torch.testing.assert_close(mine, theirs if theirs is not None else torch.zeros_like(mine),
+                                   rtol=1e-5, atol=1e-6)
+
+
+def test_grouped_mm_with_empty_and_odd_groups():
+    """The op and its gradients against plain matmuls per group: empty groups (first,
+    middle, last), widths no kernel alignment needs, a transposed weight view."""
+    torch.manual_seed(0)
+    bounds = [(0, 0), (0, 3), (3, 3), (3, 10), (10, 10)]
+    x = torch.randn(10, 7, requires_grad=True)
+    w = torch.randn(5, 5, 7).transpose(-2, -1).requires_grad_()  # [groups, 7, 5], not contiguous
+    ends = torch.tensor([end for _, end in bounds], dtype=torch.int32)
+    y = grouped_mm(x, w, ends)
+    dy = torch.randn_like(y)
+    y.backward(dy)
+    x2, w2 = x.detach().requires_grad_(), w.detach().requires_grad_()
+    expected = torch.cat([x2[start:end] @ w2[g] for g, (start, end) in enumerate(bounds)])
+    expected.backward(dy)
+    torch.testing.assert_close(y, expected)
+    torch.testing.assert_close(x.grad, x2.grad)
+    torch.testing.assert_close(w.grad, w2.grad)
+    assert not w.grad[[0, 2, 4]].any()
+
+
+def test_the_grouped_kernel_branch_matches_the_loop(monkeypatch):
+    """The branch CUDA takes in bf16 (`torch._grouped_mm` for the forward and both
+    gradients, with empty groups), run on CPU, whose `torch._grouped_mm` takes bf16 too:
+    the same values as the per-group loop."""
+    from shapesweep.trainers import moe
+
+    torch.manual_seed(0)
+    x = torch.randn(40, 16, dtype=torch.bfloat16)
+    w = torch.randn(4, 24, 16, dtype=torch.bfloat16).transpose(-2, -1)  # as GroupedLinear passes it
+    ends = torch.tensor([0, 10, 10, 40], dtype=torch.int32)
+    dy = torch.randn(40, 24, dtype=torch.bfloat16)
+    runs = []
+    for kernel in (False, True):
+        monkeypatch.setattr(moe, "_grouped_kernel_serves", lambda *tensors, kernel=kernel: kernel)
+        xk, wk = x.clone().requires_grad_(), w.clone().requires_grad_()
+        y = grouped_mm(xk, wk, ends)
+        y.backward(dy)
+        runs.append((y, xk.grad, wk.grad))
+    for looped, kernel in zip(*runs, strict=True):
+        torch.testing.assert_close(kernel, looped)
+    assert not runs[1][2][[0, 2]].any()  # the empty groups' weight gradients
+
+
+def _idle_experts(moe: MoEFFN) -> None:
+    """Route every token to expert 1 or 2 (top-1): their router rows are v and -v, the other
+    experts' zero, so one of the two scores above 0 and experts 0 and 3 get no token."""
+    with torch.no_grad():
+        v = torch.randn(moe.router.in_features)
+        moe.router.weight.zero_()
+        moe.router.weight[1], moe.router.weight[2] = v, -v
+
+
+@pytest.mark.slow
+def test_a_block_with_an_idle_expert_compiles_with_inductor_as_eager(one_torch_thread):
+    """A transformer block whose FFN is a mixture of experts, two experts receiving no token,
+    under torch.compile as regional compile runs it (Inductor's C++ kernels, one graph:
+    fullgraph, static shapes): output, load and every gradient equal eager's to 1e-4
+    relative; the idle experts' gradients are exactly 0."""
+    torch.manual_seed(0)
+    config = ConventionalConfig(d_model=32, n_layers=1, n_heads=2, d_h=16, n_experts=4,
+                                n_active_experts=1, bias=True)
+    block = build_model(config).blocks[0]
+    moe = block.ffn
+    _idle_experts(moe)
+    x = torch.randn(2, 16, 32)
+    torch._dynamo.reset()
+    runs = []
+    for forward in (block, torch.compile(block, backend="inductor", fullgraph=True, dynamic=False)):
+        block.zero_grad()
+        out = forward(x)
+        out.square().mean().backward()
+        runs.append((out.detach(), moe.load.clone(), {n: p.grad for n, p in block.named_parameters()}))
+    torch._dynamo.reset()
+    (eager, eager_load, eager_grads), (compiled, compiled_load, compiled_grads) = runs
+    assert eager_load.tolist()[0] == eager_load.tolist()[3] == 0
+    assert torch.equal(compiled_load, eager_load)
+    torch.testing.assert_close(compiled, eager, rtol=1e-4, atol=1e-6)
+    for name, grad in eager_grads.items():
+        if name.startswith(("ffn.experts.0.", "ffn.experts.3.")):
+            assert not grad.any() and not compiled_grads[name].any(), name
+        torch.testing.assert_close(compiled_grads[name], grad, rtol=1e-4, atol=1e-6)
+
+
 def test_aux_loss_reaches_the_objective():
     config = ConventionalConfig(d_model=32, n_layers=2, n_heads=2, d_h=16, n_experts=4,
                                 n_active_experts=2, router_aux_loss=0.5)
@@ -129,7 +254,9 @@ def test_aux_loss_reaches_the_objective():
     objective, reported = _backward(model, x, x, 4, torch.device("cpu"), contextlib.nullcontext,
                                     0.0).tolist()
     aux = torch.stack([m.aux_loss for m in _moe(model)]).mean().item()
-    assert aux >= 1.0 - 1e-6  # n_experts * sum f_e P_e is 1 at uniform routing, more otherwise
+    # n_experts * sum f_e P_e is 1 at uniform routing; an untrained router is near it (per layer
+    # 0.9997-1.0195 over seeds 0-4: not a bound, so a margin, not >= 1)
+    assert 0.95 < aux < 1.1
     assert objective == pytest.approx(reported + 0.5 * aux, rel=1e-5)
     assert all(m.router.weight.grad.abs().sum() > 0 for m in _moe(model))
 
@@ -160,9 +287,14 @@ def _balance(model, x) -> tuple[float, float]:
 
 
 def test_tiny_moe_trains_and_its_routers_balance(one_torch_thread):
-    """Real steps on the built-in data: the loss falls and the load-balancing loss evens out
-    the experts' load (measured after 150 steps: CV 0.76 -> 0.53, aux 1.08; with no aux loss
-    the CV rises to 0.93 and aux to 1.29, so both checks below fail)."""
+    """Real steps on the built-in data: the loss falls and the load-balancing loss keeps the
+    experts' load even. The bounds are absolute, not relative to the start (the start's CV
+    varies with the seed, 0.61-0.76, and the end's with the float order), with margins
+    measured over seeds and thread counts (`recipe.seed` and torch.set_num_threads changed,
+    AMD EPYC, torch 2.13): after 150 steps the load's CV was 0.515, 0.572, 0.553 (seeds 0, 1,
+    2, one thread), 0.554, 0.534 (seeds 0, 1, two threads) and 0.621 on another machine
+    (seed 0), aux 1.06-1.09; with no aux loss (seed 0) the CV ends at 1.165 and aux at 1.35,
+    so both checks below fail."""
     config = VariableWidthConfig(d_model=64, n_layers=4, d_h=64, n_experts=8, n_active_experts=2,
                                  n_heads=4, vocab_size=256, activation="swiglu", shape="constant")
     recipe = TrainConfig(steps=150, seq_len=64, batch_tokens=4096, lr=3e-3, eval_tokens=8192,
@@ -182,7 +314,7 @@ def test_tiny_moe_trains_and_its_routers_balance(one_torch_thread):
           f"val loss {result.curve[0]['val_loss']:.3f} -> {result.val_loss:.3f}")
     assert result.params_measured == account(config).params_total
     assert result.val_loss < result.curve[0]["val_loss"] < 5.6  # below uniform over bytes
-    assert cv_end < 0.8 * cv_start
+    assert cv_end < 0.75
     assert aux_end < 1.15
 
 
