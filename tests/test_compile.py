@@ -57,7 +57,7 @@ def dynamo_restored():
     """Dynamo's process-wide settings as the test found them (a compiled trial sets some)."""
     config = torch._dynamo.config
     saved = {name: getattr(config, name) for name in (
-        "capture_scalar_outputs", "fail_on_recompile_limit_hit", "debug_backend_override",
+        "fail_on_recompile_limit_hit", "debug_backend_override",
         "recompile_limit")}
     yield config
     for name, value in saved.items():

@@ -94,9 +94,6 @@ class CompiledStep:
         config = torch._dynamo.config
         config.fail_on_recompile_limit_hit = True
         config.recompile_limit = max(8, 2 * len(blocks) + 2)
-        # A mixture of experts' per-expert token counts (`load.tolist()`) become symbolic
-        # sizes in the graph instead of breaking it. Process-wide: a trial owns its process.
-        config.capture_scalar_outputs = True
         options = {"dynamic": False, "mode": None if mode == "default" else mode}
         for block in blocks:
             block.compile(**options)
