@@ -5,9 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from shapesweep.common import human
-
-DEFAULT_ROOT = "./sweeps"
+from shapesweep.common import DEFAULT_ROOT, human
 
 
 def _seeds(seeds: list[int]) -> str:

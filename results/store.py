@@ -54,7 +54,7 @@ from shapesweep.results.schema import (
     normalize_trial_row,
 )
 
-from shapesweep.common import UserError, did_you_mean
+from shapesweep.common import DEFAULT_ROOT, UserError, did_you_mean
 
 _SWEEP_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
 _READ_RETRIES = 20  # a concurrent `compact` may delete a fragment between listing and reading
@@ -175,12 +175,13 @@ def read_sweep_json(root, sweep: str, name: str, kind: type, check=None):
 
 
 def sweep_file_repair(root, sweep: str, name: str) -> str:
-    """How to repair a damaged small file of a sweep folder, in words a user can follow."""
-    from shapesweep.results.explain import rerun_command
-
+    """How to repair a damaged small file of a sweep folder, in words a user can follow.
+    (The command is spelled here, not by `explain.rerun_command`, which imports this module.)"""
     if name == "sweep.json":
+        where = "" if root == DEFAULT_ROOT else f" --root {root}"
         return ("to repair, run its space again under its name with the options it ran with "
-                f"({rerun_command(sweep, root, '--name', sweep)} ...), which writes it anew")
+                f"(shapesweep run {sweep_dir(root, sweep)}/space.yaml --name {sweep}{where} ...), "
+                "which writes it anew")
     if name == "space.yaml":
         return ("to repair, copy the space file the sweep was run with over it (the catalog "
                 "keeps its text)")

@@ -12,6 +12,8 @@ import os
 import re
 from collections.abc import Iterator
 
+DEFAULT_ROOT = "./sweeps"  # where sweeps go unless --root says otherwise
+
 
 class UserError(Exception):
     """Bad input from a user: printed as one line `file: key: problem`, exit code 2."""

@@ -9,9 +9,7 @@ from dataclasses import dataclass
 
 from shapesweep.sweep.options import add_flags, option
 
-from shapesweep.common import UserError
-
-DEFAULT_ROOT = "./sweeps"  # where sweeps go unless --root says otherwise
+from shapesweep.common import DEFAULT_ROOT, UserError
 
 
 @dataclass
