@@ -41,8 +41,9 @@ def per_tuned_document(trials, name: str, root: str, metric: str, baseline: str)
 def per_tuned_mean_text(row: dict, metric: str) -> str:
     """mean ± std (n), or why a tuned value has none (the choice seeds' mean apart)."""
     if row[f"{metric}_mean"] is not None:
-        std = "-" if row[f"{metric}_std"] is None else f"{row[f'{metric}_std']:.4f}"
-        return f"{row[f'{metric}_mean']:.4f} ± {std} ({row['n_seeds']})"
+        if row[f"{metric}_std"] is None:  # one seed: no spread to show
+            return f"{row[f'{metric}_mean']:.4f} ({row['n_seeds']} seed)"
+        return f"{row[f'{metric}_mean']:.4f} ± {row[f'{metric}_std']:.4f} ({row['n_seeds']})"
     if row["state"] == "choice only" and row[f"choice_{metric}_mean"] is not None:
         return f"choice seeds only ({row[f'choice_{metric}_mean']:.4f}, {row['choice_n']} seeds: in no mean)"
     return row["state"]
