@@ -239,10 +239,12 @@ def _decisions_problem(decisions: list) -> str | None:
     """Why `asha.json` is not a list of the decisions `_stopped_lines` prints, or None."""
     for number, d in enumerate(decisions):
         missing = [k for k in _DECISION_KEYS if k not in d] if isinstance(d, dict) else ["all"]
-        try:
-            sound = not missing and all(isinstance(json.loads(d[k]), dict)
-                                        for k in ("tuned_json", "cut_tuned_json")) and all(
-                isinstance(d[k], int | float) for k in ("rung_tokens", "delta", "ci_low", "ci_high"))
+        try:  # a decision compared with no cut (none below it) has no cut, delta or interval
+            cut = not missing and d["cut_key"] is not None
+            sound = not missing and isinstance(json.loads(d["tuned_json"]), dict) and (
+                not cut or isinstance(json.loads(d["cut_tuned_json"]), dict)) and all(
+                isinstance(d[k], int | float) or (d[k] is None and not cut)
+                for k in ("delta", "ci_low", "ci_high")) and isinstance(d["rung_tokens"], int | float)
         except (TypeError, ValueError):
             sound = False
         if not sound:
