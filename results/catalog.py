@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from shapesweep.results.store import _SWEEP_NAME, validate_sweep_name
+from shapesweep.results.store import SWEEP_NAME, validate_sweep_name
 from sqlalchemy import (
     DateTime,
     Integer,
@@ -324,7 +324,7 @@ class Catalog:
         rows = session.execute(select(*_raw(_SweepRow)).where(*where)).mappings()
         records = []
         for row in rows:
-            if not isinstance(row["name"], str) or not _SWEEP_NAME.fullmatch(row["name"]):
+            if not isinstance(row["name"], str) or not SWEEP_NAME.fullmatch(row["name"]):
                 _warn(f"{shown_database(self.url)}: a sweep row named {row['name']!r}, which no sweep can "
                       f"be, is left out (to repair: DELETE FROM {_SweepRow.__tablename__} "
                       f"{_where_name(row['name'])})")

@@ -56,14 +56,14 @@ from shapesweep.results.schema import (
 
 from shapesweep.common import DEFAULT_ROOT, UserError, did_you_mean
 
-_SWEEP_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
+SWEEP_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
 _READ_RETRIES = 20  # a concurrent `compact` may delete a fragment between listing and reading
 _BULK = 32  # from this many fragments a folder is read as one dataset scan (a running sweep's)
 
 
 def validate_sweep_name(sweep: str) -> str:
     """Sweep names become folder names: letters, digits and `-_.` only, so none escapes the root."""
-    if not isinstance(sweep, str) or not _SWEEP_NAME.fullmatch(sweep):
+    if not isinstance(sweep, str) or not SWEEP_NAME.fullmatch(sweep):
         raise UserError(
             f"sweep name {sweep!r} is not allowed: use letters, digits, '-', '_' and '.', "
             "starting with a letter or digit (at most 200 characters)", key="name",
@@ -324,7 +324,7 @@ def list_sweeps(root) -> list[str]:
         return []
     names = []
     for info in _listing(fs, base):
-        if info.type == pafs.FileType.Directory and _SWEEP_NAME.fullmatch(info.base_name):
+        if info.type == pafs.FileType.Directory and SWEEP_NAME.fullmatch(info.base_name):
             trials = posixpath.join(info.path, "trials")
             if fs.get_file_info(trials).type != pafs.FileType.Directory:
                 local = isinstance(fs, pafs.LocalFileSystem)
