@@ -49,6 +49,14 @@ def _ray_imports(tree: ast.AST) -> dict[str, str]:
     return names
 
 
+def _other_module(node: ast.AST, tree: ast.AST) -> bool:
+    """Whether `node` is a module other than Ray's that the file imports (`hasattr(torch,
+    "_grouped_mm")` asks torch, not Ray)."""
+    modules = {a.asname or a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import)
+               for a in n.names if a.name.split(".")[0] != "ray"}
+    return isinstance(node, ast.Name) and node.id in modules
+
+
 def _root(node: ast.AST) -> ast.AST:
     while isinstance(node, ast.Attribute | ast.Subscript | ast.Call):
         node = node.func if isinstance(node, ast.Call) else node.value
@@ -135,7 +143,7 @@ def private_ray_uses(path: Path) -> list[str]:
         elif isinstance(node, ast.Call):
             found += [f"{node.lineno}: ray.init's {k.arg}" for k in node.keywords if k.arg in init_options]
             name = getattr(node.func, "id", None)
-            if name in ATTRIBUTE_CALLS and len(node.args) > 1:
+            if name in ATTRIBUTE_CALLS and len(node.args) > 1 and not _other_module(node.args[0], tree):
                 attr = node.args[1]
                 if isinstance(attr, ast.Constant) and isinstance(attr.value, str) and _private(attr.value):
                     note(node, f"{name}(..., {attr.value!r})")
