@@ -251,13 +251,8 @@ def interrupts_held() -> Iterator[None]:
             raise KeyboardInterrupt
         caught.append(signum)
 
-    previous = {sig: signal.signal(sig, hold) for sig in STOP_SIGNALS}
-    try:
+    with _handling(STOP_SIGNALS, hold):
         yield
-    finally:
-        for sig, handler in previous.items():
-            if handler is not None:
-                signal.signal(sig, handler)
     if caught:
         raise KeyboardInterrupt
 
@@ -269,13 +264,20 @@ def terminate_as_interrupt() -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = {sig: signal.signal(sig, _as_interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    with _handling((signal.SIGTERM, signal.SIGHUP), _as_interrupt):
+        yield
+
+
+@contextmanager
+def _handling(signals: tuple[int, ...], handler: Any) -> Iterator[None]:
+    """`handler` for `signals` inside the context, the handlers before it restored after."""
+    previous = {sig: signal.signal(sig, handler) for sig in signals}
     try:
         yield
     finally:
-        for sig, handler in previous.items():
-            if handler is not None:
-                signal.signal(sig, handler)
+        for sig, before in previous.items():
+            if before is not None:
+                signal.signal(sig, before)
 
 
 @contextmanager
