@@ -175,7 +175,7 @@ class LM(nn.Module):
         if targets is None:
             return self.decode(stream)
         objective, reported = self.objective(stream, targets, z_loss)
-        return objective + self.aux_loss(), reported
+        return (objective + self.aux_loss() if self._routed else objective), reported
 
     def hidden(self, idx: torch.Tensor) -> torch.Tensor:
         """The residual stream after the last block."""
