@@ -11,7 +11,14 @@ printed (and flushed) as soon as it is measured, so a run cut short still says w
 3. the 500M ><former pair of `vformer-shapes-500m` (constant and first bottleneck);
 4. a small, launch-bound shape with CUDA graphs (`compile_mode: reduce-overhead`) over without;
 5. a mixture of experts (`vformer-moe-small`'s bottleneck) compiled against eager;
-6. `--sweep`: one real `shapesweep run` of two short 113M trials, compile seconds per trial.
+6. `--sweep`: one real `shapesweep run` of two short 113M trials, compile seconds per trial;
+7. `packed`: three 113M candidates of `hourglass-fixed-attention-113m` (baseline, hourglass
+   k 5 and k 10), 40 steps of 65,536 tokens, `micro_batch_size: auto`, packed three to the
+   GPU (`--gpus-per-trial 0.33 --max-concurrent 3`): whether every trial completes, with
+   each one's micro-batch, predicted and measured peak, OOM retries and compile seconds.
+
+`--items` picks and orders them (default: everything but `sweep` and `packed`, whose flags
+`--sweep` and `--packed` add them at the end).
 
 MFU follows PaLM: `account(config).flops_per_token` x tokens/s over the device's dense bf16
 peak (`compile_policy.PEAK_TFLOPS` by device name, or --peak-tflops). The micro-batch is
@@ -23,7 +30,8 @@ On CPU (`--device cpu`, the default without CUDA) the same items run on tiny sta
 (`--quick`) or a small LM: the code path checked, not a figure to quote.
 
     python benchmarks/bench_gpu.py [--budget-s 480] [--quick] [--device cuda|cpu]
-                                   [--peak-tflops T] [--repeats N] [--sweep]
+                                   [--peak-tflops T] [--repeats N] [--sweep] [--packed]
+                                   [--items packed,baseline,graphs,moe,...]
 """
 
 from __future__ import annotations
@@ -226,29 +234,101 @@ def sweep_space(quick: bool, steps: int) -> dict:
     return space
 
 
-def time_sweep(quick: bool, device: str) -> list[str]:
-    """Run one real sweep (FIFO, one trial at a time) and read the timings back from its store."""
+def packed_space(quick: bool) -> dict:
+    """The issue's packed sweep: the 113M baseline and hourglass k 5 and k 10, 40 steps of
+    65,536 tokens, evaluated at the end on 65,536 tokens, micro-batch chosen by the memory
+    model; a tiny stand-in with --quick."""
+    if quick:
+        space = tiny_space(4096)
+        space["train"].update(eval_every=2, micro_batch_size="auto")
+        return space
+    from shapesweep.search_spaces.safe_yaml import read_yaml
+
+    from shapesweep import search_spaces
+
+    space = read_yaml(Path(search_spaces.__file__).parent / "builtin"
+                      / "hourglass-fixed-attention-113m.yaml")
+    space["name"] = "bench-gpu-packed"
+    space["variants"][1]["search"] = {"k": [5, 10]}
+    batch = 65536
+    space["train"].update(tokens=40 * batch, batch_tokens=batch, micro_batch_size="auto",
+                          warmup_tokens=4 * batch, eval_tokens=batch, eval_every=20,
+                          compile=True)
+    return space
+
+
+def run_space(space: dict, args: list[str]):
+    """`shapesweep run` of one space in a temporary root: (exit code, wall seconds, trials)."""
     import yaml
     from shapesweep.results.store import load_trials
     from shapesweep.sweep.cli import main as shapesweep
 
     with tempfile.TemporaryDirectory() as tmp:
         space_path = Path(tmp) / "space.yaml"
-        space_path.write_text(yaml.safe_dump(sweep_space(quick, 40)))
+        space_path.write_text(yaml.safe_dump(space))
         root = str(Path(tmp) / "sweeps")
         start = time.perf_counter()
-        code = shapesweep(["run", str(space_path), "--root", root, "--scheduler", "fifo",
-                           "--max-concurrent", "1", "--seeds", "1", "--no-progress",
-                           "--gpus-per-trial", "1" if device == "cuda" else "0"])
+        code = shapesweep(["run", str(space_path), "--root", root, "--seeds", "1",
+                           "--no-progress", *args])
         wall = time.perf_counter() - start
-        if code != 0:
-            return [f"sweep: shapesweep run failed (exit {code})"]
-        trials = load_trials(root).sort_values("finished_at")
-    lines = [f"sweep: {len(trials)} trials in {wall:.1f} s wall"]
+        trials = load_trials(root) if code == 0 or Path(root).exists() else None
+    return code, wall, trials
+
+
+def packed_sweep(device: str, quick: bool) -> list[str]:
+    """Three candidates packed on one GPU with an automatic micro-batch: every trial's fate."""
+    cuda = device == "cuda"
+    code, wall, trials = run_space(packed_space(quick), [
+        "--scheduler", "fifo", "--max-concurrent", "3",
+        "--gpus-per-trial", "0.33" if cuda else "0"])
+    if trials is None or trials.empty:
+        return [f"shapesweep run exit {code}, no trials stored ({wall:.0f} s)"]
+    counts = trials["status"].value_counts().to_dict()
+    lines = [f"exit {code}, {len(trials)} trials in {wall:.1f} s wall: "
+             + ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))]
+    gib = 2**30
+    for t in trials.sort_values("key").itertuples():
+        measured = getattr(t, "memory_peak_bytes_measured", None)
+        lines.append(
+            f"  {t.family} k={getattr(t, 'k', None)} d_h={t.d_h}: {t.status}, micro-batch "
+            f"{t.micro_batch_size}, predicted {t.memory_peak_bytes / gib:.1f} GiB, measured "
+            f"{measured / gib:.1f} GiB, {t.oom_retries} OOM retries, compile {t.compile_s:.1f} s, "
+            f"{t.tokens_per_s:,.0f} tok/s, val_loss {t.val_loss:.4f}, wall {t.wall_time_s:.1f} s"
+            if t.status == "completed" else
+            f"  {t.family} k={getattr(t, 'k', None)}: {t.status}: {str(t.error)[:300]}")
+    return lines
+
+
+def time_sweep(device: str, quick: bool) -> list[str]:
+    """One real sweep (FIFO, one trial at a time): the timings read back from its store."""
+    code, wall, trials = run_space(sweep_space(quick, 40), [
+        "--scheduler", "fifo", "--max-concurrent", "1",
+        "--gpus-per-trial", "1" if device == "cuda" else "0"])
+    if code != 0 or trials is None:
+        return [f"shapesweep run failed (exit {code})"]
+    lines = [f"{len(trials)} trials in {wall:.1f} s wall"]
     lines += [f"  trial n_layers={t.n_layers}: {t.wall_time_s:.1f} s, compile {t.compile_s:.1f} s, "
               f"{t.tokens_per_s:,.0f} tok/s, {t.graph_breaks} graph breaks, {t.recompiles} "
-              "recompiles" for t in trials.itertuples()]
+              "recompiles" for t in trials.sort_values("finished_at").itertuples()]
     return lines
+
+
+SHAPE_ITEMS = ("baseline", "hourglass", "vformer")  # the rows of `shapes`, in its order
+EXTRAS = {"graphs": ("small shape 256x4, CUDA graphs", 60.0, 30.0, cuda_graphs),
+          "moe": ("mixture of experts, compiled vs eager", 90.0, 30.0, moe_compiles),
+          "sweep": ("sweep", 120.0, 30.0, time_sweep),
+          "packed": ("packed 113M sweep", 200.0, 60.0, packed_sweep)}
+ITEMS = (*SHAPE_ITEMS, *EXTRAS)
+
+
+def item_list(text: str) -> list[str]:
+    """`--items`: known names, comma separated, in the order to run them."""
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    unknown = [name for name in names if name not in ITEMS]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(
+            f"unknown item {', '.join(unknown) or '(none)'}: choose from {', '.join(ITEMS)}")
+    return names
 
 
 def main() -> None:
@@ -264,7 +344,15 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=2,
                         help="ABBA pairs for the first shape (default 2)")
     parser.add_argument("--sweep", action="store_true", help="also time one real shapesweep run")
+    parser.add_argument("--packed", action="store_true",
+                        help="also run the packed 113M sweep (three trials on one GPU)")
+    parser.add_argument("--items", type=item_list, default=None,
+                        help=f"which items, in this order, comma separated ({', '.join(ITEMS)}; "
+                             "default: baseline,hourglass,vformer,graphs,moe plus --sweep "
+                             "and --packed)")
     args = parser.parse_args()
+    items = args.items or [*SHAPE_ITEMS, "graphs", "moe", *(["sweep"] if args.sweep else []),
+                           *(["packed"] if args.packed else [])]
     budget = Budget(args.budget_s)
     from shapesweep.trainers.compiled import compile_cache
 
@@ -279,35 +367,42 @@ def main() -> None:
         peak_flops(name) if args.device == "cuda" else None)
     say(f"device: {name}, torch {torch.__version__}, peak "
         f"{peak / 1e12:.0f} TFLOP/s" if peak else f"device: {name}, torch {torch.__version__}")
-    say(f"budget {args.budget_s:.0f} s; inductor cache {cache}")
-    for i, (shape, config, recipe, estimate) in enumerate(shapes(args.quick, args.device)):
-        if not budget.allows(estimate):
-            say(f"{shape}: skipped ({budget.left():.0f} s left of the budget, ~{estimate:.0f} s needed)")
+    say(f"budget {args.budget_s:.0f} s; inductor cache {cache}; items {', '.join(items)}")
+    shape_rows = shapes(args.quick, args.device)
+    rows_of = {"baseline": shape_rows[:1], "hourglass": shape_rows[1:2], "vformer": shape_rows[2:]}
+    first = True
+    for item in items:
+        if item in EXTRAS:
+            label, estimate, quick_estimate, run = EXTRAS[item]
+            estimate = estimate if args.device == "cuda" else quick_estimate
+            if not budget.allows(estimate):
+                say(f"{label}: skipped ({budget.left():.0f} s left of the budget, ~{estimate:.0f} s needed)")
+                continue
+            started = time.monotonic()
+            try:
+                result = run(args.device, args.quick)
+            except Exception as error:  # one item's failure is a finding, not the end of the run
+                say(f"{label}: failed: {type(error).__name__}: {str(error)[:300]}")
+                continue
+            for line in [result] if isinstance(result, str) else result:
+                say(line if line.startswith(" ") else f"{label}: {line}")
+            say(f"{label}: done in {time.monotonic() - started:.0f} s")
             continue
-        started = time.monotonic()
-        try:
-            row = measure(config, recipe, args.device, args.quick, args.repeats, peak, full=i == 0)
-        except Exception as error:  # one shape's failure is a finding, not the end of the run
-            say(f"{shape}: failed: {type(error).__name__}: {str(error)[:300]}")
-            continue
-        say(f"{shape}: " + ", ".join(f"{key} {value}" for key, value in row.items())
-            + f" ({time.monotonic() - started:.0f} s)")
-    extras = [("small shape 256x4, CUDA graphs", 60.0, cuda_graphs),
-              ("mixture of experts, compiled vs eager", 30.0, moe_compiles)]
-    for name, estimate, item in extras:
-        if not budget.allows(estimate):
-            say(f"{name}: skipped (budget)")
-            continue
-        try:
-            say(f"{name}: {item(args.device, args.quick)}")
-        except Exception as error:  # one item's failure is a finding, not the end of the run
-            say(f"{name}: failed: {type(error).__name__}: {error}")
-    if args.sweep:
-        if budget.allows(120.0 if args.device == "cuda" else 30.0):
-            for line in time_sweep(args.quick, args.device):
-                say(line)
-        else:
-            say("sweep: skipped (budget)")
+        for shape, config, recipe, estimate in rows_of[item]:
+            if not budget.allows(estimate):
+                say(f"{shape}: skipped ({budget.left():.0f} s left of the budget, ~{estimate:.0f} s needed)")
+                continue
+            started = time.monotonic()
+            try:
+                row = measure(config, recipe, args.device, args.quick, args.repeats, peak,
+                              full=first)
+            except Exception as error:  # one shape's failure is a finding, not the end of the run
+                say(f"{shape}: failed: {type(error).__name__}: {str(error)[:300]}")
+                continue
+            finally:
+                first = False
+            say(f"{shape}: " + ", ".join(f"{key} {value}" for key, value in row.items())
+                + f" ({time.monotonic() - started:.0f} s)")
     say(f"done, {budget.left():.0f} s of the budget left")
 
 

@@ -118,7 +118,7 @@ def gpu_rows():
         row = {"case": name, "measured_gib": gib}
         for path, in_graph in (("outside", False), ("in_graph", True)):
             logits = int(memory.logit_bytes(config.vocab_size, p, recipe.z_loss > 0, in_graph) * tokens)
-            total = e.total - e.logits + logits
+            total = e.step - e.logits + logits
             row[f"{path}_gib"] = round(total / 2**30, 1)
         row["error_outside"] = round(row["outside_gib"] / gib - 1, 3)
         row |= {k: round(v / 2**30, 2) for k, v in e.to_dict().items()

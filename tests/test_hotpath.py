@@ -154,3 +154,32 @@ def test_bench_gpu_stops_at_its_budget():
                          text=True, timeout=300, check=True).stdout
     skipped = [line for line in out.splitlines() if "skipped" in line]
     assert len(skipped) == 7 and out.splitlines()[-1].startswith("done, ")
+
+
+def test_bench_gpu_items_pick_and_order_and_refuse_unknown_names():
+    """`--items` runs the named items in its order; an unknown name is one line, exit 2."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    out = subprocess.run([sys.executable, "benchmarks/bench_gpu.py", "--quick", "--device", "cpu",
+                          "--budget-s", "0", "--items", "moe,baseline"], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=300, check=True).stdout
+    skipped = [line.split(":")[0] for line in out.splitlines() if "skipped" in line]
+    assert skipped == ["mixture of experts, compiled vs eager", "conventional tiny"]
+    bad = subprocess.run([sys.executable, "benchmarks/bench_gpu.py", "--items", "packed,nope"],
+                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 2 and "unknown item nope" in bad.stderr
+
+
+@pytest.mark.slow
+def test_bench_gpu_packed_sweep_runs_on_cpu():
+    """The packed-sweep item runs a real `shapesweep run` (tiny stand-in, no GPU share) and
+    reports every trial's micro-batch, predicted and measured peak and OOM retries."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    out = subprocess.run([sys.executable, "benchmarks/bench_gpu.py", "--quick", "--device", "cpu",
+                          "--budget-s", "600", "--items", "packed"], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=600, check=True).stdout
+    assert "packed 113M sweep: exit 0, 2 trials" in out and "2 completed" in out
+    trials = [line for line in out.splitlines() if line.startswith("  conventional")]
+    assert len(trials) == 2
+    for line in trials:
+        for field in ("completed, micro-batch ", "predicted ", "measured ", "0 OOM retries"):
+            assert field in line

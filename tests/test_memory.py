@@ -56,6 +56,38 @@ def test_the_model_predicts_the_measured_cpu_peak(name, micro, z_loss):
     assert abs(predicted.total / measured - 1) <= TOLERANCE, (predicted.to_dict(), measured)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_evaluation_upcasts_its_logits_a_chunk_at_a_time(dtype):
+    """Held-out losses are the same whole or a chunk at a time, and the evaluation's peak
+    beyond its logits is one chunk's fp32 tensors, as `evaluation_bytes` predicts (15%):
+    whole, it would be twice the logits (the packed 113M sweep's evaluation, docs/memory.md)."""
+    from shapesweep.trainers.loop import _example_losses
+
+    micro, seq, vocab = 16, 1024, 2048  # 16K tokens, chunks of 4 sequences
+    torch.manual_seed(0)
+    out, y = torch.randn(micro, seq, vocab).to(dtype), torch.randint(vocab, (micro, seq))
+    whole = torch.nn.functional.cross_entropy(out.float().flatten(0, 1), y.flatten(),
+                                              reduction="none").view(y.shape).mean(1)
+    measured, chunked = memory.measured_peak(lambda: _example_losses(out.clone(), y))
+    torch.testing.assert_close(chunked, whole, rtol=0, atol=1e-6)
+    p = memory.Precision(act=out.element_size(), compiled=False)
+    predicted = memory.evaluation_bytes(vocab, p, micro, seq)
+    assert abs(predicted / measured - 1) <= TOLERANCE, (predicted, measured)
+    assert measured < 0.6 * out.numel() * (out.element_size() + 8)  # not the whole batch upcast
+
+
+def test_the_larger_of_the_step_and_the_evaluation_is_the_peak():
+    """A compiled bf16 trial holds its logits in bf16 twice (forward, gradient); its
+    evaluation holds them once, and a chunk in fp32: at a small micro-batch the chunk can
+    be the larger peak, and `total` (what `auto` and packing plan by) says so."""
+    config = make_config(dict(family="conventional", d_model=64, n_layers=1, d_h=128,
+                              vocab_size=100352, n_heads=4))
+    recipe = TrainConfig(steps=2, seq_len=2048, batch_tokens=2048 * 8, compile=True)
+    small, large = (memory.estimate(config, recipe, "cuda", m) for m in (1, 8))
+    assert small.states + small.evaluation > small.step and small.total > small.step
+    assert large.total == max(large.step, large.states + large.evaluation)
+
+
 GPU_FIXED = dict(d_model=768, n_layers=12, n_heads=12, vocab_size=100352, tie_embeddings=False,
                  activation="swiglu")
 GPU_113M = dict(tokens=10**9, seq_len=2048, batch_tokens=524288, micro_batch_size=8, z_loss=1e-5,
@@ -82,7 +114,7 @@ def test_the_model_predicts_issue_37s_gpu_peaks():
         p = memory.Precision.of(recipe, "cuda")
         e = memory.estimate(config, recipe, "cuda")
         logits = memory.logit_bytes(config.vocab_size, p, recipe.z_loss > 0, in_graph=False)
-        total = e.total - e.logits + int(logits * e.micro_batch * recipe.seq_len)
+        total = e.step - e.logits + int(logits * e.micro_batch * recipe.seq_len)
         assert abs(total / (gib * 2**30) - 1) <= TOLERANCE, (config.family, total / 2**30, gib)
 
 

@@ -47,6 +47,8 @@ def train_fitting(config, recipe, device: str | None = None, share: float | None
     if train is None:
         from shapesweep.trainers.loop import train
     dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    if dev.type == "cuda" and dev.index is None:  # the cap and the meter want an index
+        dev = torch.device("cuda", torch.cuda.current_device())
     have = None
     if dev.type == "cuda" and share:
         fraction = min(share, 1.0)

@@ -57,6 +57,7 @@ from shapesweep.search_spaces.configs import (
 from shapesweep.trainers import checkpoint, cooldown
 from shapesweep.trainers.compile_policy import decide, peak_flops
 from shapesweep.trainers.loss_tail import LossTail
+from shapesweep.trainers.memory import EVAL_CHUNK_TOKENS
 from shapesweep.trainers.parallel import (
     check_compilable,
     check_shardable,
@@ -239,7 +240,10 @@ def _example_losses(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     mean is `_loss`'s reported loss: every example has as many tokens or pixels)."""
     if y.is_floating_point():
         return (out.float() - y).square().flatten(1).mean(1)
-    return F.cross_entropy(out.float().flatten(0, 1), y.flatten(), reduction="none").view(y.shape).mean(1)
+    rows = max(1, EVAL_CHUNK_TOKENS // y.shape[1])  # fp32 logits a few sequences at a time
+    return torch.cat([F.cross_entropy(o.float().flatten(0, 1), t.flatten(), reduction="none")
+                      .view(t.shape).mean(1) for o, t in zip(out.split(rows), y.split(rows),
+                                                             strict=True)])
 
 
 @torch.no_grad()

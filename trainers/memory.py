@@ -16,6 +16,12 @@ The peak of a training step, in bytes, is the sum of four terms (`Estimate`):
 - logits: the vocabulary-wide tensors the loss holds at its peak (`logit_bytes`), the one
   term that depends on where the loss runs (`LOSS_IN_GRAPH`).
 
+The held-out evaluation (`loop.evaluate`, no gradients) is a second peak beside the step's:
+the states and one micro-batch's logits in the autocast dtype, upcast to fp32 for the loss
+`EVAL_CHUNK_TOKENS` at a time (`evaluation`). Without the chunks, the 113M baseline's
+evaluation at 16 x 2048 held 31 GiB of fp32 logits, more than its training step (packed on
+an H200, docs/memory.md); `total` is the larger of the two peaks.
+
 On CPU the eager terms are checked against the peak of live tensor bytes torch's profiler
 records (`profile_memory=True`: `measured_peak`), across families and micro-batches
 (tests/test_memory.py, docs/memory.md); on CUDA, `shapesweep.trainers.fitting.compare`
@@ -43,9 +49,14 @@ ADAM_STATES = 16  # per trained parameter: fp32 weight, gradient, exp_avg and ex
 # path of this tree. False: the loss the loop took outside the graph before it, kept to set
 # the model beside the GPU peaks of issue 37, which were measured on that path.
 LOSS_IN_GRAPH = True
-# The share of a device a trial plans to use: the rest is for the CUDA context, the caching
-# allocator's fragmentation, cuBLAS/cuDNN workspaces and the model's error.
-MARGIN = 0.85
+# The evaluation upcasts its logits to fp32 for the loss this many tokens (whole sequences,
+# at least one) at a time: `loop._example_losses`.
+EVAL_CHUNK_TOKENS = 4096
+# The share of a device a trial plans to use: the rest is for the caching allocator's
+# fragmentation, cuBLAS/cuDNN workspaces and the model's error, which reached -13% on the
+# H200 (docs/memory.md). At 0.85 a packed 113M hourglass (k 5, micro-batch 16, predicted
+# 36.7 GiB of a 46.2 GiB share) ran out of memory; at 0.75 it is given 8.
+MARGIN = 0.75
 
 
 @dataclass(frozen=True)
@@ -58,10 +69,17 @@ class Estimate:
     activations: int
     logits: int
     micro_batch: int
+    evaluation: int = 0  # the held-out evaluation's logits beyond the states, no gradients
+
+    @property
+    def step(self) -> int:
+        """The training step's peak."""
+        return self.states + self.weight_copies + self.activations + self.logits
 
     @property
     def total(self) -> int:
-        return self.states + self.weight_copies + self.activations + self.logits
+        """The run's peak: its training step's or its evaluation's, whichever is larger."""
+        return max(self.step, self.states + self.evaluation)
 
     def to_dict(self) -> dict[str, int]:
         return asdict(self) | {"total": self.total}
@@ -174,7 +192,16 @@ def estimate(config, train: TrainConfig, device_type: str, micro_batch: int | No
     per_token = sum(_layer_bytes(s, stream, p) for s in shapes) + 3 * FP32 * stream  # + final norm
     tokens = micro * train.seq_len
     logits = logit_bytes(config.vocab_size, p, train.z_loss > 0)
-    return Estimate(states, copies, int(tokens * per_token), int(tokens * logits), micro)
+    return Estimate(states, copies, int(tokens * per_token), int(tokens * logits), micro,
+                    evaluation_bytes(config.vocab_size, p, micro, train.seq_len))
+
+
+def evaluation_bytes(vocab: int, p: Precision, micro: int, seq_len: int) -> int:
+    """What `loop.evaluate` holds beyond the states: a micro-batch's logits in the autocast
+    dtype, and for one chunk of them the fp32 copy (under autocast) and log-softmax's
+    output. The activations are freed layer by layer without gradients."""
+    chunk = min(micro, max(1, EVAL_CHUNK_TOKENS // seq_len)) * seq_len
+    return int(vocab * (p.act * micro * seq_len + FP32 * (1 + (p.act != FP32)) * chunk))
 
 
 def _per_step(config, train: TrainConfig) -> int:
@@ -269,10 +296,8 @@ def fitting_micro_batch(config, train: TrainConfig, device_type: str, have: int,
     that is a recompile) whose predicted peak is within MARGIN of `have` bytes; 1 when even
     that does not fit (`check_fits` refuses it)."""
     per_step = per_step or _per_step(config, train)
-    one = estimate(config, train, device_type, 1, shards)  # the peak is linear in the micro-batch
-    fixed = one.states + one.weight_copies
     for m in sorted((m for m in range(1, per_step + 1) if per_step % m == 0), reverse=True):
-        if fits(fixed + m * (one.total - fixed), have):
+        if fits(estimate(config, train, device_type, m, shards).total, have):
             return m
     return 1
 
