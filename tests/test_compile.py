@@ -95,6 +95,22 @@ def test_every_family_compiles_whole_and_trains_as_eager(traced, name):
     assert eager.curve[-1]["train_loss"] < eager.curve[0]["train_loss"]  # it trained
 
 
+@pytest.mark.parametrize("name", ["conventional", "hourglass", "vformer-carry"])
+def test_each_distinct_block_compiles_once_and_a_new_width_anew(traced, name):
+    """One graph per distinct block shape and one for the readout with its loss: blocks of a
+    shape share a graph (their compile is paid once), and a ><former layer of a new width
+    gets its own (dynamo's guards on the parameters' shapes)."""
+    from torch._dynamo.utils import counters
+
+    config = make_config(FAMILIES[name])
+    distinct = len({repr(shape) for shape in config.layer_shapes()})
+    before = counters["stats"]["unique_graphs"]
+    result = train(config, _recipe(name, compile=True))
+    assert (result.compiled, result.recompiles) == (True, 0)
+    assert counters["stats"]["unique_graphs"] - before == distinct + 1
+    assert (distinct == 1) == (name != "vformer-carry")
+
+
 def test_a_ragged_micro_batch_recompiles_once_in_the_first_step(traced):
     """5 sequences in micro-batches of 2: the last (1 sequence) is a second graph of each
     region (the block both layers share, and the readout with its loss), compiled in the
