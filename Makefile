@@ -88,17 +88,12 @@ shells:
 demo: setup
 	$(VENV)/bin/shapesweep demo $(DEMO_ARGS)
 
-# Two pytest workers (pytest-xdist), each given whole test files: most of the suite's time is
-# spent waiting (Ray's start, workers' imports, subprocesses, browsers), so two at once take
-# about half the time even on 2 cores (docs/development.md). TEST_WORKERS=0 runs it in one process.
-TEST_WORKERS ?= 2
-PYTEST = $(PY) -m pytest -q -ra $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
 test: setup browser postgres shells
-	$(PYTEST)
+	$(PY) -m pytest -q -ra
 
 # The inner loop: everything but the Ray end-to-end tests (marked slow), in a few minutes.
 test-fast: setup browser shells
-	$(PYTEST) -m "not slow"
+	$(PY) -m pytest -q -ra -m "not slow"
 
 lint: setup
 	$(VENV)/bin/ruff check .

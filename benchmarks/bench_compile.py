@@ -7,12 +7,15 @@ the other compiles region by region as the loop does (`shapesweep.trainers.compi
 block, once per distinct shape, and the readout with its loss). Each reports the first
 step's CPU seconds less a steady step's (the compile), and the steady tokens per CPU-second
 over the steps after it. The shapes (issue 36): a 2-layer conventional model, a 12-layer
-hourglass of k 8, the 113M baseline (vocab 100,352) and a 24-layer ><former.
+hourglass of k 8, the 113M baseline (vocab 100,352) and a 24-layer ><former; the small ones
+train steps of `--tokens` (default 2,048 in sequences of 128, the `-small` sweeps' step). At
+256 tokens a step (4 x 64, this benchmark's first setting) a step is a few ms and each
+compiled region's fixed cost per call is a visible share of it.
 
 CPU time (process + children) is what a shared machine disturbs least; the ratios, not the
 seconds, are the figures to compare across machines.
 
-    .venv/bin/python benchmarks/bench_compile.py [--shapes NAME ...] [--steps N]
+    .venv/bin/python benchmarks/bench_compile.py [--shapes NAME ...] [--steps N] [--tokens N]
 """
 
 from __future__ import annotations
@@ -45,7 +48,7 @@ def cpu_seconds() -> float:
     return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
 
 
-def child(shape: str, how: str, steps: int) -> None:
+def child(shape: str, how: str, steps: int, tokens: int) -> None:
     """One measurement, in this (fresh) process; prints one JSON line."""
     import torch
     from shapesweep.search_spaces.configs import make_config
@@ -56,7 +59,7 @@ def child(shape: str, how: str, steps: int) -> None:
     torch.manual_seed(0)
     config = make_config(SHAPES[shape])
     model = build_model(config)
-    seq, batch = (128, 2) if config.vocab_size > 1000 else (64, 4)
+    seq, batch = (128, 2) if config.vocab_size > 1000 else (128, tokens // 128)
     x = torch.randint(0, config.vocab_size, (batch, seq))
     y = torch.randint(0, config.vocab_size, (batch, seq))
     if how == "whole":
@@ -74,10 +77,10 @@ def child(shape: str, how: str, steps: int) -> None:
     print(json.dumps({"compile_s": times[0] - steady, "tokens_per_s": batch * seq / steady}))
 
 
-def measure(shape: str, how: str, steps: int) -> dict:
+def measure(shape: str, how: str, steps: int, tokens: int) -> dict:
     env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": tempfile.mkdtemp(prefix="bench-compile-"),
            "TORCHINDUCTOR_COMPILE_THREADS": "1", "PYTHONPATH": os.path.dirname(__file__)}
-    out = subprocess.run([sys.executable, __file__, "--child", shape, how, str(steps)], env=env,
+    out = subprocess.run([sys.executable, __file__, "--child", shape, how, str(steps), str(tokens)], env=env,
                          capture_output=True, text=True, check=True).stdout
     return json.loads(out.strip().splitlines()[-1])
 
@@ -86,16 +89,19 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shapes", nargs="*", default=list(SHAPES), choices=list(SHAPES))
     parser.add_argument("--steps", type=int, default=6, help="steady steps after the first")
-    parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
+    parser.add_argument("--tokens", type=int, default=2048,
+                        help="tokens per step of the small models, in sequences of 128 (default "
+                             "2048: the -small sweeps' step; the 113M trains 2 x 128)")
+    parser.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        shape, how, steps = args.child
-        child(shape, how, int(steps))
+        shape, how, steps, tokens = args.child
+        child(shape, how, int(steps), int(tokens))
         return
     first = None
     for shape in args.shapes:
         started = time.perf_counter()
-        whole, regional = measure(shape, "whole", args.steps), measure(shape, "regional", args.steps)
+        whole, regional = (measure(shape, how, args.steps, args.tokens) for how in ("whole", "regional"))
         first = first or regional
         print(f"{shape}: compile whole {whole['compile_s']:.1f} s, regional "
               f"{regional['compile_s']:.1f} s (x{regional['compile_s'] / first['compile_s']:.2f} "

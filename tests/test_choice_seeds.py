@@ -169,7 +169,7 @@ def test_status_says_which_seeds_chose_and_measured_and_why_there_is_no_verdict(
     assert {(r["choice_seeds"], r["measure_seeds"]) for r in rows} == {("100", "0 1 2")}
     assert {r["key"]: r["tuned.lr"] for r in rows}["lucky"] == str(LOW)
 
-    monkeypatch.setenv("COLUMNS", "250")
+    monkeypatch.setenv("COLUMNS", "1000")  # no line folded, however long the tmp path
     assert run("status", "c", "--root", root) == 0
     out = capsys.readouterr().out
     assert "each at the tuned value seeds 100 chose" in out
