@@ -65,12 +65,22 @@ def check_store_args(args: argparse.Namespace) -> None:
 
 
 def check_root(root: str) -> str:
-    """`root` when pyarrow can open it: a path, or a URL of a scheme it knows."""
+    """`root` when pyarrow can open it: a path, or a URL of a scheme it knows whose store
+    answers (an unreachable one is one line here, not pyarrow's traceback from a reader)."""
     scheme, sep, _ = root.partition("://")
     if sep and scheme.lower() not in ROOT_SCHEMES:
         raise UserError(f"unknown storage scheme {scheme!r} in {root!r} (a results root is a "
                         f"folder or a URL: {', '.join(s + '://' for s in ROOT_SCHEMES)})",
                         key="--root")
+    if sep and scheme.lower() not in ("file", "local"):
+        import pyarrow.fs as pafs
+
+        try:
+            store, path = pafs.FileSystem.from_uri(root)
+            store.get_file_info(path)  # one request: does the store answer?
+        except (OSError, ValueError) as error:  # pyarrow's ArrowInvalid is a ValueError
+            reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+            raise UserError(f"cannot open the results root {root!r}: {reason}", key="--root") from None
     return root
 
 

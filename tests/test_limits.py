@@ -293,6 +293,15 @@ def test_an_unknown_root_scheme_is_one_line(capsys):
         assert "--root: unknown storage scheme 'foo' in 'foo://x/y'" in line, line
 
 
+def test_an_object_store_root_that_does_not_answer_is_one_line(capsys):
+    """An S3 root whose endpoint refuses the connection (port 1 here): one line naming the
+    root and pyarrow's reason, exit 2, not a traceback from the first read."""
+    root = "s3://bucket/x?endpoint_override=127.0.0.1:1&scheme=http&region=us-east-1"
+    line = _one_line(capsys, "status", "--root", root)
+    assert f"--root: cannot open the results root {root!r}: " in line, line
+    assert "Could not connect" in line and "Traceback" not in line
+
+
 def test_an_export_out_that_cannot_be_made_is_one_line(capsys, tmp_path):
     from tests.test_export_out import _sweep
 
