@@ -278,7 +278,7 @@ def run_space(space: dict, args: list[str]):
 def packed_sweep(device: str, quick: bool) -> list[str]:
     """Three candidates packed on one GPU with an automatic micro-batch: every trial's fate."""
     cuda = device == "cuda"
-    code, wall, trials = run_space(packed_space(quick), [
+    code, wall, trials = run_space(packed_space(quick or not cuda), [  # CPU: the stand-in
         "--scheduler", "fifo", "--max-concurrent", "3",
         "--gpus-per-trial", "0.33" if cuda else "0"])
     if trials is None or trials.empty:

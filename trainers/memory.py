@@ -19,8 +19,9 @@ The peak of a training step, in bytes, is the sum of four terms (`Estimate`):
 The held-out evaluation (`loop.evaluate`, no gradients) is a second peak beside the step's:
 the states and one micro-batch's logits in the autocast dtype, upcast to fp32 for the loss
 `EVAL_CHUNK_TOKENS` at a time (`evaluation`). Without the chunks, the 113M baseline's
-evaluation at 16 x 2048 held 31 GiB of fp32 logits, more than its training step (packed on
-an H200, docs/memory.md); `total` is the larger of the two peaks.
+evaluation at 16 x 2048 held 31 GiB of logits (bf16, their fp32 copy and log-softmax's
+output), more than its training step (packed on an H200, docs/memory.md); `total` is the
+larger of the two peaks.
 
 On CPU the eager terms are checked against the peak of live tensor bytes torch's profiler
 records (`profile_memory=True`: `measured_peak`), across families and micro-batches
