@@ -27,10 +27,15 @@ def add_root(parser: argparse.ArgumentParser) -> None:
     add_flags(parser, StoreOptions)
 
 
-def catalog(args: argparse.Namespace):
+def catalog(args: argparse.Namespace, asked: bool = False):
+    """The catalog `--storage` names, or the root's own (an object-store root needs
+    `--storage`); `asked`: the root's store is known to answer."""
     from shapesweep.results.catalog import Catalog, default_catalog_url
 
-    return Catalog(args.storage or default_catalog_url(args.root))
+    url = args.storage or default_catalog_url(args.root)
+    if not asked:
+        check_store_answers(args.root)
+    return Catalog(url)
 
 
 def read_catalog(args: argparse.Namespace):
@@ -38,11 +43,12 @@ def read_catalog(args: argparse.Namespace):
     never creates a folder or a database)."""
     from shapesweep.results.store import local_folder
 
+    check_store_answers(args.root)
     if args.storage is None:
         folder = local_folder(args.root)
         if folder is None or not os.path.isfile(os.path.join(folder, "shapesweep.db")):
             return None
-    return catalog(args)
+    return catalog(args, asked=True)
 
 
 # URL schemes pyarrow opens as a results root (`pyarrow.fs.FileSystem.from_uri`)
@@ -65,23 +71,29 @@ def check_store_args(args: argparse.Namespace) -> None:
 
 
 def check_root(root: str) -> str:
-    """`root` when pyarrow can open it: a path, or a URL of a scheme it knows whose store
-    answers (an unreachable one is one line here, not pyarrow's traceback from a reader)."""
+    """`root` when pyarrow can open it: a path, or a URL of a scheme it knows."""
     scheme, sep, _ = root.partition("://")
     if sep and scheme.lower() not in ROOT_SCHEMES:
         raise UserError(f"unknown storage scheme {scheme!r} in {root!r} (a results root is a "
                         f"folder or a URL: {', '.join(s + '://' for s in ROOT_SCHEMES)})",
                         key="--root")
-    if sep and scheme.lower() not in ("file", "local"):
-        import pyarrow.fs as pafs
-
-        try:
-            store, path = pafs.FileSystem.from_uri(root)
-            store.get_file_info(path)  # one request: does the store answer?
-        except (OSError, ValueError) as error:  # pyarrow's ArrowInvalid is a ValueError
-            reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-            raise UserError(f"cannot open the results root {root!r}: {reason}", key="--root") from None
     return root
+
+
+def check_store_answers(root: str) -> None:
+    """An object-store root whose store does not answer (no network, a refused endpoint) is
+    one line, not pyarrow's traceback from the first read; a local root is not asked."""
+    scheme, sep, _ = root.partition("://")
+    if not sep or scheme.lower() in ("file", "local"):
+        return
+    import pyarrow.fs as pafs
+
+    try:
+        store, path = pafs.FileSystem.from_uri(root)
+        store.get_file_info(path)  # one request: does the store answer?
+    except (OSError, ValueError) as error:  # pyarrow's ArrowInvalid is a ValueError
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise UserError(f"cannot open the results root {root!r}: {reason}", key="--root") from None
 
 
 def with_installed_driver(url: str) -> str:
