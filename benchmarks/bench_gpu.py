@@ -271,7 +271,7 @@ def run_space(space: dict, args: list[str]):
         code = shapesweep(["run", str(space_path), "--root", root, "--seeds", "1",
                            "--no-progress", *args])
         wall = time.perf_counter() - start
-        trials = load_trials(root) if code == 0 or Path(root).exists() else None
+        trials = load_trials(root) if Path(root).exists() else None
     return code, wall, trials
 
 

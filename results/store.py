@@ -84,6 +84,14 @@ def local_folder(root: str | os.PathLike) -> str | None:
     return base if isinstance(fs, pafs.LocalFileSystem) else None
 
 
+def probe(root: str | os.PathLike) -> None:
+    """Ask an object-store root's store once (pyarrow's error if it does not answer); a
+    local root is not asked."""
+    fs, base = _filesystem(root)
+    if not isinstance(fs, pafs.LocalFileSystem):
+        fs.get_file_info(base)
+
+
 def sweep_dir(root: str | os.PathLike, sweep: str) -> str:
     """The sweep's folder: a local path for a local root, else a URI under the root."""
     validate_sweep_name(sweep)

@@ -27,14 +27,13 @@ def add_root(parser: argparse.ArgumentParser) -> None:
     add_flags(parser, StoreOptions)
 
 
-def catalog(args: argparse.Namespace, asked: bool = False):
+def catalog(args: argparse.Namespace):
     """The catalog `--storage` names, or the root's own (an object-store root needs
-    `--storage`); `asked`: the root's store is known to answer."""
+    `--storage`, refused first)."""
     from shapesweep.results.catalog import Catalog, default_catalog_url
 
     url = args.storage or default_catalog_url(args.root)
-    if not asked:
-        check_store_answers(args.root)
+    check_store_answers(args.root)
     return Catalog(url)
 
 
@@ -43,12 +42,12 @@ def read_catalog(args: argparse.Namespace):
     never creates a folder or a database)."""
     from shapesweep.results.store import local_folder
 
-    check_store_answers(args.root)
     if args.storage is None:
+        check_store_answers(args.root)
         folder = local_folder(args.root)
         if folder is None or not os.path.isfile(os.path.join(folder, "shapesweep.db")):
             return None
-    return catalog(args, asked=True)
+    return catalog(args)
 
 
 # URL schemes pyarrow opens as a results root (`pyarrow.fs.FileSystem.from_uri`)
@@ -82,17 +81,13 @@ def check_root(root: str) -> str:
 
 def check_store_answers(root: str) -> None:
     """An object-store root whose store does not answer (no network, a refused endpoint) is
-    one line, not pyarrow's traceback from the first read; a local root is not asked."""
-    scheme, sep, _ = root.partition("://")
-    if not sep or scheme.lower() in ("file", "local"):
-        return
-    import pyarrow.fs as pafs
+    one line, not pyarrow's traceback from the first read (`store.probe`)."""
+    from shapesweep.results.store import probe
 
     try:
-        store, path = pafs.FileSystem.from_uri(root)
-        store.get_file_info(path)  # one request: does the store answer?
+        probe(root)
     except (OSError, ValueError) as error:  # pyarrow's ArrowInvalid is a ValueError
-        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        reason = (str(error).strip() or type(error).__name__).splitlines()[0]
         raise UserError(f"cannot open the results root {root!r}: {reason}", key="--root") from None
 
 
