@@ -12,6 +12,10 @@ printed (and flushed) as soon as it is measured, so a run cut short still says w
 4. a small, launch-bound shape with CUDA graphs (`compile_mode: reduce-overhead`) over without;
 5. a mixture of experts (`vformer-moe-small`'s bottleneck) compiled against eager;
 6. `--sweep`: one real `shapesweep run` of two short 113M trials, compile seconds per trial;
+   `regional`: the 113M hourglass k 8 compiled whole and region by region, each from an empty
+   cache (`bench_compile.compare`): compile seconds, and steady tokens/s side by side;
+   `peaks`: the memory model's step and evaluation peaks, each measured alone, for the packed
+   sweep's baseline and hourglass k 5;
 7. `packed`: three 113M candidates of `hourglass-fixed-attention-113m` (baseline, hourglass
    k 5 and k 10), 40 steps of 65,536 tokens, `micro_batch_size: auto`, packed three to the
    GPU (`--gpus-per-trial 0.33 --max-concurrent 3`): whether every trial completes, with
@@ -188,6 +192,74 @@ def cuda_graphs(device: str, quick: bool) -> str:
             f"[{low:.2f}-{high:.2f}]")
 
 
+def regional_vs_whole(device: str, quick: bool) -> str:
+    """The 113M hourglass k 8 compiled whole and region by region (`bench_compile.compare`):
+    each compile's seconds from an empty cache, and steady tokens/s side by side (ABBA)."""
+    from bench_compile import compare
+
+    shape = "conventional 2-layer 64" if quick or device != "cuda" else "113M hourglass k 8"
+    whole, regional, both = compare(shape, 4 if quick else 20, 256, device)
+    return (f"{shape}: compile whole {whole['compile_s']:.1f} s, regional "
+            f"{regional['compile_s']:.1f} s; steady tok/s whole {both['whole_tokens_per_s']:,.0f}, "
+            f"regional {both['regional_tokens_per_s']:,.0f}, regional/whole {both['ratio']:.3f} "
+            f"(10-90% of pairs {both['low']:.3f}-{both['high']:.3f})")
+
+
+def memory_peaks(device: str, quick: bool) -> list[str]:
+    """The memory model's two peaks, each measured alone, for the packed sweep's baseline
+    (micro-batch 16 x 2048) and hourglass k 5 (8 x 2048): the training step's (3 compiled
+    steps evaluated on one sequence) and the held-out evaluation's (one micro-batch through
+    `loop.evaluate`, weights only). CUDA's allocator peak above what was allocated before."""
+    from types import SimpleNamespace
+
+    from shapesweep.trainers import memory
+    from shapesweep.trainers.loop import evaluate, train
+    from shapesweep.trainers.models import build_model
+
+    cuda = device == "cuda"
+    if quick or not cuda:
+        rows = [(make_config(dict(family="conventional", d_model=32, n_layers=2, n_heads=2,
+                                  d_h=128, vocab_size=256)),
+                 TrainConfig(seq_len=64, batch_tokens=256, lr=1e-3, z_loss=1e-5, steps=1), 2)]
+    else:
+        candidates, recipe = space_candidates("hourglass-fixed-attention-113m")
+        recipe = recipe.model_copy(update={"batch_tokens": 16 * recipe.seq_len, "compile": True})
+        rows = [(next(c.config for c in candidates if c.config.family == "conventional"), recipe, 16),
+                (next(c.config for c in candidates if getattr(c.config, "k", None) == 5), recipe, 8)]
+
+    def peak(run: Callable[[], object]) -> float:
+        if not cuda:
+            return memory.measured_peak(run)[0]
+        torch.cuda.empty_cache()
+        base = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        run()
+        return torch.cuda.max_memory_allocated() - base
+
+    lines, gib = [], 2**30
+    for config, recipe, micro in rows:
+        recipe = recipe.model_copy(update={"micro_batch_size": micro, "steps": 3, "tokens": None,
+                                           "eval_every": 3, "eval_tokens": recipe.seq_len})
+        predicted = memory.estimate(config, recipe, device, micro)
+        step = peak(lambda: train(config, recipe, device=device))
+        model = build_model(config).to(device)
+        tokens = torch.randint(0, config.vocab_size, (micro, recipe.seq_len), device=device)
+        task = SimpleNamespace(val_x=tokens, val_y=tokens)
+
+        def autocast():
+            return torch.autocast(device, dtype=torch.bfloat16, enabled=cuda)
+
+        weights = sum(p.numel() * p.element_size() for p in model.parameters())
+        evaluation = peak(lambda: evaluate(model, task, micro, device, autocast)) + weights
+        del model
+        lines.append(f"{config.family} k={getattr(config, 'k', 0)} micro-batch {micro}: step "
+                     f"predicted {predicted.step / gib:.1f} GiB, measured {step / gib:.1f} GiB "
+                     f"({predicted.step / step - 1:+.1%}); evaluation predicted "
+                     f"{(predicted.evaluation + weights) / gib:.1f} GiB, measured "
+                     f"{evaluation / gib:.1f} GiB ({(predicted.evaluation + weights) / evaluation - 1:+.1%})")
+    return lines
+
+
 def moe_compiles(device: str, quick: bool) -> str:
     """A mixture of experts (vformer-moe-small's bottleneck) trained compiled and eager on the
     same seed: both val losses, or the compiled run's error."""
@@ -316,6 +388,8 @@ def time_sweep(device: str, quick: bool) -> list[str]:
 SHAPE_ITEMS = ("baseline", "hourglass", "vformer")  # the rows of `shapes`, in its order
 EXTRAS = {"graphs": ("small shape 256x4, CUDA graphs", 60.0, 30.0, cuda_graphs),
           "moe": ("mixture of experts, compiled vs eager", 90.0, 30.0, moe_compiles),
+          "regional": ("whole vs regional compile", 150.0, 60.0, regional_vs_whole),
+          "peaks": ("memory peaks, step and evaluation", 60.0, 30.0, memory_peaks),
           "sweep": ("sweep", 120.0, 30.0, time_sweep),
           "packed": ("packed 113M sweep", 200.0, 60.0, packed_sweep)}
 ITEMS = (*SHAPE_ITEMS, *EXTRAS)

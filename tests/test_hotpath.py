@@ -169,6 +169,21 @@ def test_bench_gpu_items_pick_and_order_and_refuse_unknown_names():
     assert bad.returncode == 2 and "unknown item nope" in bad.stderr
 
 
+def test_bench_gpu_regional_item_compares_whole_and_regional_compiles():
+    """The `regional` item compiles a stand-in whole and region by region, each in a fresh
+    process, then times both side by side; its line carries both compiles and the ratio
+    (compiled by dynamo, run by eager ops here, to keep it quick: the code path, no figure)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TORCH_COMPILE_OVERRIDE_BACKENDS": ">=0:eager"}
+    out = subprocess.run([sys.executable, "benchmarks/bench_gpu.py", "--quick", "--device", "cpu",
+                          "--budget-s", "600", "--items", "regional"], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=600, check=True).stdout
+    line = next(line for line in out.splitlines() if line.startswith("whole vs regional compile: "))
+    for field in ("compile whole ", "regional ", "steady tok/s whole ", "regional/whole ",
+                  "10-90% of pairs "):
+        assert field in line
+    assert out.splitlines()[-1].startswith("done, ")
+
+
 @pytest.mark.slow
 def test_bench_gpu_packed_sweep_runs_on_cpu():
     """The packed-sweep item runs a real `shapesweep run` (tiny stand-in, no GPU share) and

@@ -84,7 +84,10 @@ class CompiledStep:
     """`forward(x, targets, z_loss)` of one trial with `model`'s regions compiled in place.
 
     `forward` is `model` or its DDP wrapper. `mode` is torch.compile's: `reduce-overhead`
-    captures each region's kernels in a CUDA graph (launch-bound small shapes on a GPU).
+    captures each region's kernels in a CUDA graph (launch-bound small shapes on a GPU). Each
+    call (a micro-batch) then starts a new step of the CUDA-graph trees: the loop has read what
+    it keeps of the previous one (its losses are copies), and without the mark the trees see
+    the regions' graphs as one step with "pending, uninvoked backwards" and leave the fast path.
     """
 
     def __init__(self, model: torch.nn.Module, forward, mode: Mode = "default"):
@@ -99,10 +102,13 @@ class CompiledStep:
             block.compile(**options)
         model.objective = torch.compile(model.objective, **options)
         self.forward = forward
+        self._graphs = mode == "reduce-overhead"
         self._start = _Counts.now()
         self._after_first: _Counts | None = None
 
     def __call__(self, x: torch.Tensor, targets: torch.Tensor, z_loss: float):
+        if self._graphs:  # the last micro-batch's backward is done: its graphs' outputs may be reused
+            torch.compiler.cudagraph_mark_step_begin()
         out = self.forward(x, targets, z_loss)
         if self._after_first is None:
             self._after_first = _Counts.now()

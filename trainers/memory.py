@@ -157,14 +157,16 @@ def logit_bytes(vocab: int, p: Precision, z_loss: bool, in_graph: bool | None = 
     """Bytes per token the loss holds at its peak, vocabulary-wide tensors only.
 
     In the graph (issue 36's readout+loss, one logsumexp for cross-entropy and z-loss):
-    compiled, the logits once in the autocast dtype and their gradient (fp32 only inside
-    fused kernels); eager, the same ops as outside it (measured on CPU). Outside (the loop's loss before issue 36): the model's logits (kept by the loop
+    compiled, the logits once in the autocast dtype and one fp32 tensor as large: with
+    `2 x act` (the logits and a gradient in the autocast dtype) the H200's step peaks were
+    8.9-14.2% above the model at micro-batches of 8 and 16 x 2048, by 0.65-0.8 of a bf16
+    logits tensor (docs/memory.md); eager, the same ops as outside it (measured on CPU). Outside (the loop's loss before issue 36): the model's logits (kept by the loop
     through the backward), their fp32 copy (kept too when z-loss's logsumexp saves it),
     log-softmax's output, and in the backward the gradients of log-softmax and of the fp32
     logits; z-loss adds logsumexp's gradient and, under autocast, keeps the fp32 copy."""
     in_graph = LOSS_IN_GRAPH if in_graph is None else in_graph
     if in_graph and p.compiled:
-        return 2 * p.act * vocab
+        return (p.act + FP32) * vocab
     if in_graph:  # eager: the logits, their fp32 copy and its gradient; without a z-loss,
         # torch's cross-entropy keeps log-softmax's output too (with one, the fused
         # `objective._CrossEntropyZLoss` keeps only the log-sum-exp)
