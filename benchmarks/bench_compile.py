@@ -191,5 +191,6 @@ def main() -> None:
               f"{both['low']:.3f}-{both['high']:.3f}); {time.perf_counter() - started:.0f} s wall",
               flush=True)
 
+
 if __name__ == "__main__":
     main()

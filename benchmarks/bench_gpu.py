@@ -45,6 +45,7 @@ import tempfile
 import time
 import traceback
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -236,22 +237,21 @@ def memory_peaks(device: str, quick: bool) -> list[str]:
         run()
         return torch.cuda.max_memory_allocated() - base
 
+    def autocast():
+        return torch.autocast(device, dtype=torch.bfloat16, enabled=cuda)
+
     lines, gib = [], 2**30
     for config, recipe, micro in rows:
         recipe = recipe.model_copy(update={"micro_batch_size": micro, "steps": 3, "tokens": None,
                                            "eval_every": 3, "eval_tokens": recipe.seq_len})
         predicted = memory.estimate(config, recipe, device, micro)
-        step = peak(lambda: train(config, recipe, device=device))
+        step = peak(partial(train, config, recipe, device=device))
         model = build_model(config).to(device)
         tokens = torch.randint(0, config.vocab_size, (micro, recipe.seq_len), device=device)
         task = SimpleNamespace(val_x=tokens, val_y=tokens)
-
-        def autocast():
-            return torch.autocast(device, dtype=torch.bfloat16, enabled=cuda)
-
         weights = sum(p.numel() * p.element_size() for p in model.parameters())
-        evaluation = peak(lambda: evaluate(model, task, micro, device, autocast)) + weights
-        del model
+        evaluation = peak(partial(evaluate, model, task, micro, device, autocast)) + weights
+        del model, task, tokens
         lines.append(f"{config.family} k={getattr(config, 'k', 0)} micro-batch {micro}: step "
                      f"predicted {predicted.step / gib:.1f} GiB, measured {step / gib:.1f} GiB "
                      f"({predicted.step / step - 1:+.1%}); evaluation predicted "

@@ -169,17 +169,22 @@ def test_bench_gpu_items_pick_and_order_and_refuse_unknown_names():
     assert bad.returncode == 2 and "unknown item nope" in bad.stderr
 
 
-def test_bench_gpu_regional_item_compares_whole_and_regional_compiles():
+def test_bench_gpu_regional_and_peaks_items_run_on_cpu():
     """The `regional` item compiles a stand-in whole and region by region, each in a fresh
-    process, then times both side by side; its line carries both compiles and the ratio
-    (compiled by dynamo, run by eager ops here, to keep it quick: the code path, no figure)."""
+    process, then times both side by side; `peaks` measures the memory model's step and
+    evaluation peaks apart. Each line carries its fields (compiled by dynamo, run by eager ops
+    here, to keep it quick: the code path, no figure)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "TORCH_COMPILE_OVERRIDE_BACKENDS": ">=0:eager"}
     out = subprocess.run([sys.executable, "benchmarks/bench_gpu.py", "--quick", "--device", "cpu",
-                          "--budget-s", "600", "--items", "regional"], cwd=ROOT, env=env,
+                          "--budget-s", "600", "--items", "regional,peaks"], cwd=ROOT, env=env,
                          capture_output=True, text=True, timeout=600, check=True).stdout
     line = next(line for line in out.splitlines() if line.startswith("whole vs regional compile: "))
     for field in ("compile whole ", "regional ", "steady tok/s whole ", "regional/whole ",
                   "10-90% of pairs "):
+        assert field in line
+    line = next(line for line in out.splitlines()
+                if line.startswith("memory peaks, step and evaluation: conventional"))
+    for field in ("step predicted ", "measured ", "evaluation predicted "):
         assert field in line
     assert out.splitlines()[-1].startswith("done, ")
 
