@@ -156,13 +156,20 @@ def test_train_json_reports_compile_and_autocast(traced, tmp_path, capsys):
     assert summary["compile_s"] > 0  # dynamo traced and AOTAutograd compiled, timed
 
 
-def test_cuda_graph_mode_is_accepted_and_trains_as_default(traced):
+def test_cuda_graph_mode_is_accepted_and_trains_as_default(traced, monkeypatch):
     """`compile_mode: reduce-overhead` (CUDA graphs on a GPU) compiles every region without a
     graph break or a recompile, the condition for capturing them, and on CPU trains as the
-    default mode does."""
+    default mode does. Each micro-batch starts a new step of the graph trees (4 steps of 2
+    micro-batches: 8 marks); the default mode marks none."""
+    marks = []
+    mark = torch.compiler.cudagraph_mark_step_begin
+    monkeypatch.setattr(torch.compiler, "cudagraph_mark_step_begin",
+                        lambda: marks.append(1) or mark())
     config = make_config(FAMILIES["conventional"])
     default = train(config, _recipe("conventional", compile=True))
+    assert not marks
     graphs = train(config, _recipe("conventional", compile=True, compile_mode="reduce-overhead"))
+    assert len(marks) == 8
     assert (graphs.compiled, graphs.graph_breaks, graphs.recompiles) == (True, 0, 0)
     assert _losses(graphs) == pytest.approx(_losses(default), abs=1e-6, rel=0)
 
