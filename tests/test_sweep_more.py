@@ -74,7 +74,8 @@ def test_ctrl_c_stops_cleanly_and_resume_finishes_each_trial_once(tmp_path):
             trials_dir = Path(sweep_dir(str(root), "ctrlc")) / "trials"
             deadline = time.monotonic() + 240
             while not (trials_dir.is_dir() and list(trials_dir.glob("*.parquet"))):
-                assert driver.poll() is None, "driver exited before Ctrl-C"
+                assert driver.poll() is None, ("driver exited before Ctrl-C: "
+                                               + (tmp_path / "run.err").read_text()[-2000:])
                 assert time.monotonic() < deadline, "no trial row appeared"
                 time.sleep(0.2)
             # What a terminal's Ctrl-C does: SIGINT to the whole foreground process group.
