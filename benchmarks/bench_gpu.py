@@ -214,6 +214,7 @@ def memory_peaks(device: str, quick: bool) -> list[str]:
     from types import SimpleNamespace
 
     from shapesweep.trainers import memory
+    from shapesweep.trainers.fitting import PeakMeter
     from shapesweep.trainers.loop import evaluate, train
     from shapesweep.trainers.models import build_model
 
@@ -231,11 +232,9 @@ def memory_peaks(device: str, quick: bool) -> list[str]:
     def peak(run: Callable[[], object]) -> float:
         if not cuda:
             return memory.measured_peak(run)[0]
-        torch.cuda.empty_cache()
-        base = torch.cuda.memory_allocated()
-        torch.cuda.reset_peak_memory_stats()
-        run()
-        return torch.cuda.max_memory_allocated() - base
+        with PeakMeter(torch.device(device)) as meter:  # the trials' own meter
+            run()
+        return meter.peak
 
     def autocast():
         return torch.autocast(device, dtype=torch.bfloat16, enabled=cuda)

@@ -54,12 +54,9 @@ LOSS_IN_GRAPH = True
 # at least one) at a time: `loop._example_losses`.
 EVAL_CHUNK_TOKENS = 4096
 # The share of a device a trial plans to use: the rest is for the caching allocator's
-# fragmentation, cuBLAS/cuDNN workspaces and the model's error. On the H200 the step peaks
-# were up to 14% above the model until its compiled logits term was set from them; with it,
-# the model is 0-9% above every step measured there (docs/memory.md). At 0.85 with the old term a
-# packed 113M hourglass (k 5, micro-batch 16, then predicted 36.7 GiB of a 46.2 GiB share)
-# ran out of memory; it now predicts 42.8 GiB there (92%) and is given 8, the 113M baseline
-# 16 (36.1 GiB, 78%; measured 34.9).
+# fragmentation, cuBLAS/cuDNN workspaces and the model's error (on the H200, within -0.1% to
+# +8.5% of every measured step; at 0.85 with the older logits term a packed trial ran out of
+# memory: docs/memory.md).
 MARGIN = 0.80
 
 
@@ -160,10 +157,9 @@ def logit_bytes(vocab: int, p: Precision, z_loss: bool, in_graph: bool | None = 
     """Bytes per token the loss holds at its peak, vocabulary-wide tensors only.
 
     In the graph (issue 36's readout+loss, one logsumexp for cross-entropy and z-loss):
-    compiled, the logits once in the autocast dtype and one fp32 tensor as large: with
-    `2 x act` (the logits and a gradient in the autocast dtype) the H200's step peaks were
-    8.9-14.2% above the model at micro-batches of 8 and 16 x 2048, by 0.65-0.8 of a bf16
-    logits tensor (docs/memory.md); eager, the same ops as outside it (measured on CPU). Outside (the loop's loss before issue 36): the model's logits (kept by the loop
+    compiled, the logits once in the autocast dtype and one fp32 tensor as large (set from
+    the H200's step peaks, docs/memory.md); eager, the same ops as outside it (measured on
+    CPU). Outside (the loop's loss before issue 36): the model's logits (kept by the loop
     through the backward), their fp32 copy (kept too when z-loss's logsumexp saves it),
     log-softmax's output, and in the backward the gradients of log-softmax and of the fp32
     logits; z-loss adds logsumexp's gradient and, under autocast, keeps the fp32 copy."""
