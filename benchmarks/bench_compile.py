@@ -1,16 +1,22 @@
-"""Whole-model vs regional compilation on CPU: compile seconds and steady throughput.
+"""Three ways to compile a training step on CPU: compile seconds and steady throughput.
 
-For each shape, three fresh processes. Two measure the compile, each with an empty Inductor
+- `whole`: `torch.compile` of the model with its loss, every block traced into one graph;
+- `regional`: the loop's way (`shapesweep.trainers.compiled.compile_by_block`): each block a
+  graph of its own, once per distinct shape, and the readout with its loss;
+- `nested`: one graph, each block a nested region (`torch.compiler.nested_compile_region`,
+  torch's hierarchical compilation) traced and compiled once per distinct shape: a candidate
+  for the loop, measured here before anything relies on it.
+
+For each shape, four fresh processes. Three measure the compile, each with an empty Inductor
 cache and one compile thread, so the compile's CPU time is the process's and its compiler
-children's: one compiles the whole training step as one graph (`torch.compile` of the model
-with its loss), the other region by region as the loop does (`shapesweep.trainers.compiled`:
-each block, once per distinct shape, and the readout with its loss); each reports its first
-step's CPU seconds less a steady step's. The third measures the steady throughput of both side
-by side: it holds both compiled models (same init, the two caches merged so nothing compiles
-again) and times their steps alternately (ABBA), so a drift of the machine's speed falls on
-both alike; it reports the median over pairs of regional/whole and the pairs' 10th-90th
-percentiles. Timed one after another in separate processes, the same shape's steady rate moved
-by up to 18% between runs on this 2-core machine, more than the effect measured.
+children's; each reports its first step's CPU seconds less a steady step's. The fourth
+measures the steady throughput of all three side by side: it holds the three compiled models
+(same init, the caches merged so nothing compiles again) and times their steps in turn, the
+order reversed every other round, so a drift of the machine's speed falls on all alike; it
+reports the median over rounds of each way's throughput over the whole graph's, and the
+rounds' 10th-90th percentiles. Timed one after another in separate processes, the same
+shape's steady rate moved by up to 18% between runs on this 2-core machine, more than the
+effect measured.
 
 The shapes (issue 36): a 2-layer conventional model, a 12-layer hourglass of k 8, the 113M
 baseline (vocab 100,352) and a 24-layer ><former; the small ones train steps of `--tokens`
@@ -25,6 +31,7 @@ seconds, are the figures to compare across machines.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import resource
@@ -76,11 +83,36 @@ def _model_and_batch(shape: str, tokens: int, device: str):
     return model.to(device), x, y
 
 
-def _compiled(how: str, model):
-    import torch
-    from shapesweep.trainers.compiled import CompiledStep
+HOWS = ("whole", "nested", "regional")
+# A nested region's cache entries: distinct (block, input shape) pairs, with room to spare.
+REUSE_ENTRIES = 256
 
-    return torch.compile(model, dynamic=False) if how == "whole" else CompiledStep(model, model)
+
+def _compiled(how: str, model):
+    """`model` compiled `how`, in place; the step is then `model(x, targets, z_loss)`."""
+    from shapesweep.trainers.compiled import compile_by_block, regions
+
+    if how == "regional":
+        compile_by_block(model, dynamic=False)
+        return model
+    if how == "nested":
+        for block in regions(model):
+            block.__class__ = _nested(type(block))
+    model.compile(dynamic=False)
+    return model
+
+
+@functools.cache
+def _nested(cls: type) -> type:
+    """`cls` with its forward marked as a nested compile region. The mark goes on a subclass
+    (only this model's blocks change): on the instance's bound forward, dynamo stamped out the
+    first block's weights for every other block (torch 2.13). Dynamo's `eager` debug backend
+    cannot run such a region's backward ("fake_mode should be enabled for HOPs"); `aot_eager`
+    can."""
+    import torch
+
+    forward = torch.compiler.nested_compile_region(cls.forward, max_reuse_entries=REUSE_ENTRIES)
+    return type(cls.__name__, (cls,), {"forward": forward, "__module__": cls.__module__})
 
 
 def _step(step, model, x, y) -> float:
@@ -105,37 +137,38 @@ def _step(step, model, x, y) -> float:
 
 
 def child(shape: str, how: str, steps: int, tokens: int, device: str = "cpu") -> None:
-    """One measurement, in this (fresh) process; prints one JSON line. `how`: `whole` or
-    `regional` (the compile), or `both` (steady throughput, side by side)."""
+    """One measurement, in this (fresh) process; prints one JSON line. `how`: one of HOWS
+    (the compile), or `all` (steady throughput, side by side)."""
     import torch
 
     torch.set_num_threads(1) if device == "cpu" else torch.set_float32_matmul_precision("high")
-    if how != "both":
+    if how != "all":
         model, x, y = _model_and_batch(shape, tokens, device)
         step = _compiled(how, model)
         times = [_step(step, model, x, y) for _ in range(steps + 1)]
         steady = statistics.median(times[1:])
         print(json.dumps({"compile_s": times[0] - steady, "tokens_per_s": x.numel() / steady}))
         return
-    # regional first: CompiledStep resets dynamo, which would drop the whole model's graph
-    runs = {how: (_compiled(how, model), model, x, y)
-            for how, (model, x, y) in ((h, _model_and_batch(shape, tokens, device))
-                                      for h in ("regional", "whole"))}
+    runs = {}
+    for how in HOWS:
+        model, x, y = _model_and_batch(shape, tokens, device)
+        runs[how] = (_compiled(how, model), model, x, y)
     for _ in range(2):  # compile (from the merged caches) and warm up
         for run in runs.values():
             _step(*run)
-    ratios, seconds = [], {"whole": [], "regional": []}
-    for pair in range(steps):
-        order = ("whole", "regional") if pair % 2 == 0 else ("regional", "whole")
-        took = {how: _step(*runs[how]) for how in order}
-        for how, value in took.items():
-            seconds[how].append(value)
-        ratios.append(took["whole"] / took["regional"])  # regional/whole throughput
+    seconds = {how: [] for how in HOWS}
+    for turn in range(steps):
+        for how in HOWS if turn % 2 == 0 else HOWS[::-1]:
+            seconds[how].append(_step(*runs[how]))
     tokens_done = runs["whole"][2].numel()
-    deciles = statistics.quantiles(ratios, n=10)
-    print(json.dumps({"ratio": statistics.median(ratios), "low": deciles[0], "high": deciles[-1],
-                      "whole_tokens_per_s": tokens_done / statistics.median(seconds["whole"]),
-                      "regional_tokens_per_s": tokens_done / statistics.median(seconds["regional"])}))
+    out = {}
+    for how in HOWS[1:]:  # throughput over the whole graph's, round by round
+        ratios = [w / t for w, t in zip(seconds["whole"], seconds[how], strict=True)]
+        deciles = statistics.quantiles(ratios, n=10)
+        out[how] = {"ratio": statistics.median(ratios), "low": deciles[0], "high": deciles[-1]}
+    for how in HOWS:
+        out[f"{how}_tokens_per_s"] = tokens_done / statistics.median(seconds[how])
+    print(json.dumps(out))
 
 
 def measure(shape: str, how: str, steps: int, tokens: int, cache: str, device: str) -> dict:
@@ -150,18 +183,26 @@ def measure(shape: str, how: str, steps: int, tokens: int, cache: str, device: s
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def compare(shape: str, steps: int, tokens: int, device: str = "cpu") -> tuple[dict, dict, dict]:
-    """(whole, regional, both) for one shape: each compile from an empty cache, then the
-    side-by-side throughput from the two caches merged. On CUDA the seconds are wall seconds
-    (bench_gpu's `regional` item)."""
+def compare(shape: str, steps: int, tokens: int, device: str = "cpu") -> tuple[dict, dict]:
+    """({how: compile measurement}, side by side) for one shape: each compile from an empty
+    cache, then the side-by-side throughput from the caches merged. On CUDA the seconds are
+    wall seconds (bench_gpu's `regional` item)."""
     with tempfile.TemporaryDirectory(prefix="bench-compile-") as tmp:
-        caches = {how: os.path.join(tmp, how) for how in ("whole", "regional", "both")}
-        whole, regional = (measure(shape, how, steps, tokens, caches[how], device)
-                           for how in ("whole", "regional"))
-        for how in ("whole", "regional"):
-            shutil.copytree(caches[how], caches["both"], dirs_exist_ok=True)
-        both = measure(shape, "both", steps, tokens, caches["both"], device)
-    return whole, regional, both
+        caches = {how: os.path.join(tmp, how) for how in (*HOWS, "all")}
+        compiles = {how: measure(shape, how, steps, tokens, caches[how], device) for how in HOWS}
+        for how in HOWS:
+            shutil.copytree(caches[how], caches["all"], dirs_exist_ok=True)
+        both = measure(shape, "all", steps, tokens, caches["all"], device)
+    return compiles, both
+
+
+def summary(compiles: dict, both: dict) -> str:
+    """One line of `compare`'s figures."""
+    seconds = ", ".join(f"{how} {compiles[how]['compile_s']:.1f} s" for how in HOWS)
+    steady = ", ".join(f"{how} {both[how]['ratio']:.3f} ({both[how]['low']:.3f}-"
+                       f"{both[how]['high']:.3f})" for how in HOWS[1:])
+    return (f"compile {seconds}; steady tok/s whole {both['whole_tokens_per_s']:,.0f}, "
+            f"over whole's (median, 10-90% of rounds): {steady}")
 
 
 def main() -> None:
@@ -182,15 +223,11 @@ def main() -> None:
     first = None
     for shape in args.shapes:
         started = time.perf_counter()
-        whole, regional, both = compare(shape, args.steps, args.tokens)
-        first = first or regional
-        print(f"{shape}: compile whole {whole['compile_s']:.1f} s, regional "
-              f"{regional['compile_s']:.1f} s (x{regional['compile_s'] / first['compile_s']:.2f} "
-              f"the first shape's regional); steady tokens/s side by side: whole "
-              f"{both['whole_tokens_per_s']:,.0f}, regional {both['regional_tokens_per_s']:,.0f}, "
-              f"regional/whole {both['ratio']:.3f} (median of {args.steps} pairs; 10-90%: "
-              f"{both['low']:.3f}-{both['high']:.3f}); {time.perf_counter() - started:.0f} s wall",
-              flush=True)
+        compiles, both = compare(shape, args.steps, args.tokens)
+        first = first or compiles["nested"]
+        print(f"{shape}: {summary(compiles, both)}; nested x"
+              f"{compiles['nested']['compile_s'] / first['compile_s']:.2f} the first shape's "
+              f"compile; {time.perf_counter() - started:.0f} s wall", flush=True)
 
 
 if __name__ == "__main__":

@@ -12,8 +12,9 @@ printed (and flushed) as soon as it is measured, so a run cut short still says w
 4. a small, launch-bound shape with CUDA graphs (`compile_mode: reduce-overhead`) over without;
 5. a mixture of experts (`vformer-moe-small`'s bottleneck) compiled against eager;
 6. `--sweep`: one real `shapesweep run` of two short 113M trials, compile seconds per trial;
-   `regional`: the 113M hourglass k 8 compiled whole and region by region, each from an empty
-   cache (`bench_compile.compare`): compile seconds, and steady tokens/s side by side;
+   `compile`: the 113M hourglass k 8 compiled whole, whole with nested blocks (the loop's
+   way) and block by block, each from an empty cache (`bench_compile.compare`): compile
+   seconds, and steady tokens/s side by side;
    `peaks`: the memory model's step and evaluation peaks, each measured alone, for the packed
    sweep's baseline and hourglass k 5;
 7. `packed`: three 113M candidates of `hourglass-fixed-attention-113m` (baseline, hourglass
@@ -193,17 +194,13 @@ def cuda_graphs(device: str, quick: bool) -> str:
             f"[{low:.2f}-{high:.2f}]")
 
 
-def regional_vs_whole(device: str, quick: bool) -> str:
-    """The 113M hourglass k 8 compiled whole and region by region (`bench_compile.compare`):
-    each compile's seconds from an empty cache, and steady tokens/s side by side (ABBA)."""
-    from bench_compile import compare
+def compile_ways(device: str, quick: bool) -> str:
+    """The 113M hourglass k 8 compiled three ways (`bench_compile.compare`): each compile's
+    seconds from an empty cache, and steady tokens/s side by side."""
+    from bench_compile import compare, summary
 
     shape = "conventional 2-layer 64" if quick or device != "cuda" else "113M hourglass k 8"
-    whole, regional, both = compare(shape, 4 if quick else 20, 256, device)
-    return (f"{shape}: compile whole {whole['compile_s']:.1f} s, regional "
-            f"{regional['compile_s']:.1f} s; steady tok/s whole {both['whole_tokens_per_s']:,.0f}, "
-            f"regional {both['regional_tokens_per_s']:,.0f}, regional/whole {both['ratio']:.3f} "
-            f"(10-90% of pairs {both['low']:.3f}-{both['high']:.3f})")
+    return f"{shape}: {summary(*compare(shape, 4 if quick else 20, 256, device))}"
 
 
 def memory_peaks(device: str, quick: bool) -> list[str]:
@@ -387,7 +384,7 @@ def time_sweep(device: str, quick: bool) -> list[str]:
 SHAPE_ITEMS = ("baseline", "hourglass", "vformer")  # the rows of `shapes`, in its order
 EXTRAS = {"graphs": ("small shape 256x4, CUDA graphs", 60.0, 30.0, cuda_graphs),
           "moe": ("mixture of experts, compiled vs eager", 90.0, 30.0, moe_compiles),
-          "regional": ("whole vs regional compile", 150.0, 60.0, regional_vs_whole),
+          "compile": ("whole, nested and regional compile", 200.0, 60.0, compile_ways),
           "peaks": ("memory peaks, step and evaluation", 60.0, 30.0, memory_peaks),
           "sweep": ("sweep", 120.0, 30.0, time_sweep),
           "packed": ("packed 113M sweep", 200.0, 60.0, packed_sweep)}

@@ -127,8 +127,8 @@ def test_compile_cache_is_shared_and_overridable(monkeypatch, tmp_path):
 def test_bench_gpu_quick_on_cpu():
     """The GPU benchmark's CPU mode prints every field for the four shapes and the mixture of
     experts within its budget (no timing checks), compiled as on CUDA (traced by dynamo and
-    run by eager ops here, to keep it quick)."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "TORCH_COMPILE_OVERRIDE_BACKENDS": ">=0:eager"}
+    AOTAutograd and run by eager ops here, to keep it quick)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TORCH_COMPILE_OVERRIDE_BACKENDS": ">=0:aot_eager"}
     out = subprocess.run([sys.executable, "benchmarks/bench_gpu.py", "--quick", "--device", "cpu",
                           "--repeats", "1", "--peak-tflops", "1", "--budget-s", "900"], cwd=ROOT,
                          env=env, capture_output=True, text=True, timeout=900, check=True).stdout
@@ -169,18 +169,19 @@ def test_bench_gpu_items_pick_and_order_and_refuse_unknown_names():
     assert bad.returncode == 2 and "unknown item nope" in bad.stderr
 
 
-def test_bench_gpu_regional_and_peaks_items_run_on_cpu():
-    """The `regional` item compiles a stand-in whole and region by region, each in a fresh
-    process, then times both side by side; `peaks` measures the memory model's step and
-    evaluation peaks apart. Each line carries its fields (compiled by dynamo, run by eager ops
+def test_bench_gpu_compile_and_peaks_items_run_on_cpu():
+    """The `compile` item compiles a stand-in three ways, each in a fresh process, then times
+    the three side by side; `peaks` measures the memory model's step and evaluation peaks
+    apart. Each line carries its fields (traced by dynamo and AOTAutograd, run by eager ops
     here, to keep it quick: the code path, no figure)."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "TORCH_COMPILE_OVERRIDE_BACKENDS": ">=0:eager"}
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TORCH_COMPILE_OVERRIDE_BACKENDS": ">=0:aot_eager"}
     out = subprocess.run([sys.executable, "benchmarks/bench_gpu.py", "--quick", "--device", "cpu",
-                          "--budget-s", "600", "--items", "regional,peaks"], cwd=ROOT, env=env,
+                          "--budget-s", "600", "--items", "compile,peaks"], cwd=ROOT, env=env,
                          capture_output=True, text=True, timeout=600, check=True).stdout
-    line = next(line for line in out.splitlines() if line.startswith("whole vs regional compile: "))
-    for field in ("compile whole ", "regional ", "steady tok/s whole ", "regional/whole ",
-                  "10-90% of pairs "):
+    line = next(line for line in out.splitlines()
+                if line.startswith("whole, nested and regional compile: "))
+    for field in ("compile whole ", "nested ", "regional ", "steady tok/s whole ",
+                  "over whole's (median, 10-90% of rounds): nested "):
         assert field in line
     line = next(line for line in out.splitlines()
                 if line.startswith("memory peaks, step and evaluation: conventional"))

@@ -63,6 +63,14 @@ def regions(model: torch.nn.Module) -> list[torch.nn.Module]:
     return list(getattr(model, "blocks", []))
 
 
+def compile_by_block(model: torch.nn.Module, **options) -> None:
+    """Compile each of `model`'s blocks in place (`torch.compile` `options`), and its readout
+    with the loss (`model.objective`)."""
+    for block in regions(model):
+        block.compile(**options)
+    model.objective = torch.compile(model.objective, **options)
+
+
 def eager():
     """Run compiled regions eagerly inside this context (evaluation, analysis)."""
     return torch.compiler.set_stance("force_eager")
@@ -97,10 +105,7 @@ class CompiledStep:
         config = torch._dynamo.config
         config.fail_on_recompile_limit_hit = True
         config.recompile_limit = max(8, 2 * len(blocks) + 2)
-        options = {"dynamic": False, "mode": None if mode == "default" else mode}
-        for block in blocks:
-            block.compile(**options)
-        model.objective = torch.compile(model.objective, **options)
+        compile_by_block(model, dynamic=False, mode=None if mode == "default" else mode)
         self.forward = forward
         self._graphs = mode == "reduce-overhead"
         self._start = _Counts.now()
