@@ -23,7 +23,7 @@ def add_arguments_demo(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--root", default=DEFAULT_ROOT, help=f"results root (default {DEFAULT_ROOT})")
     parser.add_argument("--space", default=DEMO_SPACE,
                         help=f"the space to sweep (default the built-in {DEMO_SPACE}; {FULL_DEMO_SPACE} is "
-                        "the full comparison, 3x its trials of 4x the tokens; times measured: "
+                        "the full comparison, 3x its trials of 6x the tokens; times measured: "
                         "docs/development.md)")
     parser.add_argument("--out", default=None,
                         help="report path (default ROOT/demo-report.html)")
