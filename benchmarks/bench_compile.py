@@ -186,22 +186,22 @@ def measure(shape: str, how: str, steps: int, tokens: int, cache: str, device: s
 def compare(shape: str, steps: int, tokens: int, device: str = "cpu") -> tuple[dict, dict]:
     """({how: compile measurement}, side by side) for one shape: each compile from an empty
     cache, then the side-by-side throughput from the caches merged. On CUDA the seconds are
-    wall seconds (bench_gpu's `regional` item)."""
+    wall seconds (bench_gpu's `compile` item)."""
     with tempfile.TemporaryDirectory(prefix="bench-compile-") as tmp:
         caches = {how: os.path.join(tmp, how) for how in (*HOWS, "all")}
         compiles = {how: measure(shape, how, steps, tokens, caches[how], device) for how in HOWS}
         for how in HOWS:
             shutil.copytree(caches[how], caches["all"], dirs_exist_ok=True)
-        both = measure(shape, "all", steps, tokens, caches["all"], device)
-    return compiles, both
+        side = measure(shape, "all", steps, tokens, caches["all"], device)
+    return compiles, side
 
 
-def summary(compiles: dict, both: dict) -> str:
+def summary(compiles: dict, side: dict) -> str:
     """One line of `compare`'s figures."""
     seconds = ", ".join(f"{how} {compiles[how]['compile_s']:.1f} s" for how in HOWS)
-    steady = ", ".join(f"{how} {both[how]['ratio']:.3f} ({both[how]['low']:.3f}-"
-                       f"{both[how]['high']:.3f})" for how in HOWS[1:])
-    return (f"compile {seconds}; steady tok/s whole {both['whole_tokens_per_s']:,.0f}, "
+    steady = ", ".join(f"{how} {side[how]['ratio']:.3f} ({side[how]['low']:.3f}-"
+                       f"{side[how]['high']:.3f})" for how in HOWS[1:])
+    return (f"compile {seconds}; steady tok/s whole {side['whole_tokens_per_s']:,.0f}, "
             f"over whole's (median, 10-90% of rounds): {steady}")
 
 
@@ -223,11 +223,12 @@ def main() -> None:
     first = None
     for shape in args.shapes:
         started = time.perf_counter()
-        compiles, both = compare(shape, args.steps, args.tokens)
-        first = first or compiles["nested"]
-        print(f"{shape}: {summary(compiles, both)}; nested x"
-              f"{compiles['nested']['compile_s'] / first['compile_s']:.2f} the first shape's "
-              f"compile; {time.perf_counter() - started:.0f} s wall", flush=True)
+        compiles, side = compare(shape, args.steps, args.tokens)
+        first = first or compiles
+        growth = ", ".join(f"{how} x{compiles[how]['compile_s'] / first[how]['compile_s']:.2f}"
+                           for how in HOWS)
+        print(f"{shape}: {summary(compiles, side)}; compile over the first shape's: {growth}; "
+              f"{time.perf_counter() - started:.0f} s wall", flush=True)
 
 
 if __name__ == "__main__":
