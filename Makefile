@@ -1,5 +1,11 @@
 # One command sets up a fresh machine and runs the demo; another runs the tests.
 VENV ?= .venv
+# Python writes each module's bytecode (.pyc) the first time it imports it, so every later
+# process (each trial's, each of Ray's) reads torch's and Ray's modules rather than compiling
+# their sources again: half the CPU a process spends starting. Some images set
+# PYTHONDONTWRITEBYTECODE, and uv installs no bytecode; make's recipes run without it
+# (docs/development.md: the suite in about half the time).
+unexport PYTHONDONTWRITEBYTECODE
 PY := $(VENV)/bin/python
 # The CPU build of torch goes in first, from PyTorch's CPU index, so nothing later pulls a
 # multi-GB CUDA build; where that index is unreachable, the default index's torch is used
