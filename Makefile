@@ -97,12 +97,18 @@ shells:
 demo: setup
 	$(VENV)/bin/shapesweep demo $(DEMO_ARGS)
 
+# Two pytest-xdist workers, a test module each at a time (its shared Ray stays in one
+# process): the suite mostly waits on process starts, so two run in about two thirds of the
+# time of one (docs/development.md). TEST_WORKERS=0 runs it in this one process.
+TEST_WORKERS ?= 2
+PYTEST = $(PY) -m pytest -q -ra $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile)
+
 test: setup browser postgres shells
-	$(PY) -m pytest -q -ra
+	$(PYTEST)
 
 # The inner loop: everything but the Ray end-to-end tests (marked slow), in a few minutes.
 test-fast: setup browser shells
-	$(PY) -m pytest -q -ra -m "not slow"
+	$(PYTEST) -m "not slow"
 
 lint: setup
 	$(VENV)/bin/ruff check .

@@ -13,8 +13,12 @@ import time
 from pathlib import Path
 
 RAY = str(Path(sys.executable).parent / "ray")
-# On SIGTERM a node first drains for up to 30 s (for Ray Serve); nothing here needs it.
-NODE_ENV = {"RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0", "RAY_USAGE_STATS_ENABLED": "0"}
+# On SIGTERM a node first drains for up to 30 s (for Ray Serve); nothing here needs it. The
+# head's GCS declares a node dead after its health check fails 5 times 3 s apart (Ray 2.60's
+# defaults); here after 3 checks 1 s apart, so a lost node's trial moves on in seconds. Each
+# check still waits its default 10 s for a live node's answer, so a slow node is not lost.
+NODE_ENV = {"RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0", "RAY_USAGE_STATS_ENABLED": "0",
+            "RAY_health_check_period_ms": "1000", "RAY_health_check_failure_threshold": "3"}
 # Loopback test clusters: no token auth (the cluster test in test_sweep_run covers it);
 # the nodes, the probe and the drivers must agree, so callers pass this env to drivers too.
 TEST_ENV = {"RAY_AUTH_MODE": "disabled"}
