@@ -280,8 +280,9 @@ def test_the_docs_adjusted_verdicts_are_what_their_per_seed_tables_give(monkeypa
                                                 len(f["pairs"]))
     assert counts[("hourglass-ucurve-small", "exploratory")] == (2, 0, 21)  # the U is not resolved
     assert counts[("vformer-shapes-small", "exploratory")] == (1, 0, 10)
-    assert counts[("vformer-resize-small", "primary")] == (2, 2, 3)  # zero and projection, at the edge
-    assert counts[("vformer-resize-small", "exploratory")] == (4, 0, 6)
+    # zero and projection worse at raw 95%, neither after Holm (at the carried lr both survived, at the edge)
+    assert counts[("vformer-resize-small", "primary")] == (2, 0, 3)
+    assert counts[("vformer-resize-small", "exploratory")] == (3, 0, 6)
     assert counts[("hourglass-k-ablation-small", "exploratory")] == (4, 1, 6)  # k 8 vs k 1 only
     assert counts[("hourglass-dh-ablation-small", "primary")] == (2, 1, 3)  # 0.1; not 0.8
     assert counts[("hourglass-dh-ablation-small", "exploratory")] == (5, 2, 6)
