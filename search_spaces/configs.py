@@ -88,9 +88,10 @@ class TrainConfig(_Strict):
     mup_base_width: PositiveInt = 64
     # muP's base FFN inner width (the down projection's base fan-in); None: 4 x mup_base_width
     mup_base_d_h: PositiveInt | None = None
-    # Depth-muP (Tensor Programs VI): residual branches x sqrt(2 mup_base_depth / branches),
-    # their matrices' lr likewise; needs init: mup (shapesweep.trainers.mup)
-    depth_mup: bool = False
+    # Depth-muP; needs init: mup (shapesweep.trainers.mup). true / tp6 (Tensor Programs VI):
+    # residual branches x sqrt(2 mup_base_depth / branches), their matrices' lr likewise;
+    # completep (CompleteP, Dey et al. 2025): branches x 2 mup_base_depth / branches, lr as muP's
+    depth_mup: bool | Literal["tp6", "completep"] = False
     mup_base_depth: Annotated[int, Field(gt=0, le=MAX_DIM)] = 4
     eval_every: PositiveInt | None = None  # steps; default ~10 evaluations per trial
     eval_tokens: PositiveCount = 32768  # LM validation tokens per evaluation

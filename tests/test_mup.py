@@ -177,18 +177,19 @@ def test_coordinate_check_ffn_ratio_by_the_down_projections_fan_in():
 
 
 def test_coordinate_check_depth_mup_flat_over_depth():
-    """L 2..16 (branches 4..32) at one width: under depth-muP how far the last block's output
-    moves in a few steps stays flat; muP by width alone lets it grow with depth. Measured
-    (lr 1e-2, 5 steps): depth-muP spread 1.7, width-only muP 13."""
+    """L 2..16 (branches 4..32) at one width: under depth-muP (either exponent) how far the
+    last block's output moves in a few steps stays flat; muP by width alone lets it grow with
+    depth. Measured (lr 1e-2, 5 steps): spread 1.7 under Tensor Programs VI's, 2.0 under
+    CompleteP's, 13 under width-only muP."""
     spreads = {}
-    for depth_mup in (False, True):
+    for depth_mup in (False, True, "completep"):
         runs = [_train_and_probe(ConventionalConfig(d_model=BASE, n_layers=L, n_heads=4,
                                                     d_h=4 * BASE, vocab_size=256),
                                  TrainConfig(init="mup", mup_base_width=BASE, weight_decay=0.0,
                                              depth_mup=depth_mup, mup_base_depth=2))
                 for L in (2, 4, 8, 16)]
         spreads[depth_mup] = _spreads(runs, "last_moved")[0]
-    assert spreads[True] < 2.5 and spreads[False] > 5.0, spreads
+    assert spreads[True] < 2.5 and spreads["completep"] < 3.5 and spreads[False] > 5.0, spreads
 
 
 def _lr_scales(model, groups) -> dict[str, float]:
@@ -224,11 +225,29 @@ def test_hourglass_sub_blocks_by_fan_in_and_as_branches():
     assert down.std().item() == pytest.approx(expected, rel=0.1)
 
 
-def test_depth_mup_at_its_base_depth_is_mup():
+def test_completep_scales_branches_by_one_over_depth_and_keeps_mups_lr():
+    """CompleteP (alpha 1): each residual branch x B_base / B, the branches' matrices at muP's
+    width-only lr, the writers starting at the base depth's r, as under Tensor Programs VI."""
+    config = HourglassConfig(d_model=2 * BASE, n_layers=3, n_heads=4, d_h=24, k=4, vocab_size=256)
+    model = build_model(config)
+    groups = configure(model, config, TrainConfig(init="mup", mup_base_width=BASE,
+                                                  depth_mup="completep", mup_base_depth=2))
+    mult = 2 * 2 / (3 * (1 + 4))
+    assert [b.branch_mult for b in model.blocks] == pytest.approx([mult] * 3)
+    assert [b.ffn.branch_mult for b in model.blocks] == pytest.approx([mult] * 3)
+    lrs = _lr_scales(model, groups)
+    assert lrs["blocks.0.ffn.subs.3.down.weight"] == pytest.approx(4 * BASE / 24)
+    assert lrs["blocks.1.attn.qkv.weight"] == pytest.approx(1 / 2)
+    down = model.blocks[1].ffn.subs[0].down.weight
+    assert down.std().item() == pytest.approx(0.02 * (4 * BASE / 24) ** 0.5 / 2, rel=0.1)
+
+
+@pytest.mark.parametrize("rule", [True, "tp6", "completep"])
+def test_depth_mup_at_its_base_depth_is_mup(rule):
     config = ConventionalConfig(d_model=2 * BASE, n_layers=3, n_heads=4, d_h=5 * BASE, vocab_size=256)
     idx = torch.randint(0, 256, (2, 16))
     outputs, states = [], []
-    for depth_mup in (False, True):
+    for depth_mup in (False, rule):
         torch.manual_seed(3)
         model = build_model(config)
         groups = configure(model, config, TrainConfig(init="mup", mup_base_width=BASE,
@@ -244,15 +263,24 @@ def test_depth_mup_at_its_base_depth_is_mup():
 def test_depth_mup_needs_mup():
     with pytest.raises(ValueError, match="depth_mup needs init: mup"):
         TrainConfig(depth_mup=True)
+    with pytest.raises(ValueError, match="depth_mup needs init: mup"):
+        TrainConfig(depth_mup="completep")
+
+
+def test_depth_mup_names_its_rules():
+    assert TrainConfig(init="mup", depth_mup="completep").depth_mup == "completep"
+    with pytest.raises(ValueError, match="depth_mup"):
+        TrainConfig(init="mup", depth_mup="complete-p")
 
 
 def test_the_docs_rule_table_is_the_modules():
-    """docs/lr-transfer.md states trainers/mup.py's table of muP rules line for line."""
+    """docs/lr-transfer.md states trainers/mup.py's tables of muP's and depth-muP's rules line
+    for line."""
     def table(text: str) -> list[str]:
         return [line.strip() for line in text.splitlines() if line.strip().startswith("| ")]
 
     docs = (Path(__file__).resolve().parents[1] / "docs" / "lr-transfer.md").read_text()
     rules = table(mup.__doc__)
-    assert len(rules) == 8 and rules[0].startswith("| matrix")
+    assert len(rules) == 11 and rules[0].startswith("| matrix") and rules[8].startswith("| `depth_mup`")
     section = docs.split("## The rules", 1)[1].split("\n## ", 1)[0]
     assert table(section) == rules

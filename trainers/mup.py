@@ -33,13 +33,22 @@ n_heads fixed across the sweep). Before this table, every matrix of a block was 
 the block's residual width, the down projection included, so an FFN whose d_h/d_model
 differed from the base's trained its down projection at another effective rate.
 
-Depth-muP (`train.depth_mup`; Yang et al., "Tensor Programs VI", the Adam row): the model's
-residual branches are counted, B = sum over layers of (1 attention + the FFN's branches: 1,
-or k for an hourglass FFN, whose k sub-blocks each write the stream), against the base's
-B_base = 2 x `mup_base_depth` (a conventional model of that depth). Every branch's output is
-multiplied by sqrt(B_base / B) (`Block.branch_mult`, `HourglassFFN.branch_mult`), every
-matrix inside a branch trains at lr x sqrt(B_base / B), and r is fixed at the base's
+Depth-muP (`train.depth_mup`): the model's residual branches are counted, B = sum over
+layers of (1 attention + the FFN's branches: 1, or k for an hourglass FFN, whose k sub-blocks
+each write the stream), against the base's B_base = 2 x `mup_base_depth` (a conventional
+model of that depth). With m = B / B_base and the choice's exponent alpha, every branch's
+output is multiplied by m^-alpha (`Block.branch_mult`, `HourglassFFN.branch_mult`), every
+matrix inside a branch trains at lr x m^(alpha - 1), and r is fixed at the base's
 1/sqrt(B_base) (the multiplier carries the depth). At B = B_base it is plain muP.
+
+| `depth_mup`        | alpha | branch output x  | branch matrices' Adam lr x | source                                  |
+|--------------------|-------|------------------|----------------------------|-----------------------------------------|
+| `true` (or `tp6`)  | 1/2   | sqrt(B_base / B) | sqrt(B_base / B)           | Yang et al., "Tensor Programs VI", Adam |
+| `completep`        | 1     | B_base / B       | 1                          | Dey et al. 2025, CompleteP              |
+
+CompleteP's other rules are kept as muP's: its Adam epsilon (x m^-alpha) and width-scaled
+weight decay are not applied, and norms inside a branch keep lr x 1 (CompleteP's m^(alpha-1)
+is 1 at alpha = 1, so only the epsilon differs from the paper's table at alpha = 1).
 
 Vision (hourglass-mlp, which states no init beyond a random Gaussian W_in): each matrix's
 `normal` std is 1/sqrt(fan_in) instead of 0.02, and a block's one residual write counts
@@ -68,6 +77,7 @@ from torch import nn
 from shapesweep.families.base import load, of
 
 LM_STD = 0.02  # GPT-2 / OLMo init std at the base width
+DEPTH_ALPHA = {True: 0.5, "tp6": 0.5, "completep": 1.0}  # `train.depth_mup` -> its exponent
 
 
 @dataclass(frozen=True)
@@ -119,12 +129,14 @@ class Base:
     width: int  # b: residual width (and attention width, n_heads x head_dim)
     d_h: int  # b_h: FFN inner width
     depth: int | None  # layers of a conventional base model; None: no depth-muP
+    depth_alpha: float = 0.5  # depth-muP's exponent: 1/2 Tensor Programs VI, 1 CompleteP
 
     @classmethod
     def of(cls, train) -> Base:
         return cls(width=train.mup_base_width,
                    d_h=train.mup_base_d_h or 4 * train.mup_base_width,
-                   depth=train.mup_base_depth if train.depth_mup else None)
+                   depth=train.mup_base_depth if train.depth_mup else None,
+                   depth_alpha=DEPTH_ALPHA[train.depth_mup] if train.depth_mup else 0.5)
 
     def fan_in_mult(self, fan_in: int, reads_inner: bool, mode: InitMode) -> float:
         """fan_in / the base's fan-in of the same matrix (1 outside muP)."""
@@ -135,10 +147,16 @@ class Base:
         return per_layer * (self.depth or 0)
 
     def depth_mult(self, branches: int, mode: InitMode, per_layer: int = 2) -> float:
-        """Depth-muP's branch multiplier sqrt(B_base / B); 1 without it."""
+        """Depth-muP's branch multiplier (B / B_base)^-alpha; 1 without it."""
         if not (mode.mup and self.depth):
             return 1.0
-        return math.sqrt(self.branches(per_layer) / branches)
+        return (branches / self.branches(per_layer)) ** -self.depth_alpha
+
+    def depth_lr(self, branches: int, mode: InitMode, per_layer: int = 2) -> float:
+        """Depth-muP's lr factor for a branch's matrices, (B / B_base)^(alpha - 1); 1 without it."""
+        if not (mode.mup and self.depth):
+            return 1.0
+        return (branches / self.branches(per_layer)) ** (self.depth_alpha - 1)
 
 
 def _roles(block: nn.Module) -> tuple[set[int], dict[int, list[int]], set[int]]:
@@ -160,7 +178,7 @@ def _roles(block: nn.Module) -> tuple[set[int], dict[int, list[int]], set[int]]:
 def lm_rules(model: LM, mode: InitMode, base: Base) -> Iterator[Rule]:
     """The rules of the decoder-only LM (`shapesweep.trainers.lm.LM`), every LM family's."""
     branches = sum(block.n_branches for block in model.blocks)
-    branch_mult = base.depth_mult(branches, mode)
+    branch_mult, branch_lr = base.depth_mult(branches, mode), base.depth_lr(branches, mode)
     if mode.mup and base.depth:  # depth-muP: the multiplier carries the depth, r is the base's
         residual = 1 / math.sqrt(base.branches(2))
     else:
@@ -173,7 +191,7 @@ def lm_rules(model: LM, mode: InitMode, base: Base) -> Iterator[Rule]:
             if isinstance(module, nn.Linear):
                 mult = base.fan_in_mult(module.in_features, id(module) in inner, mode)
                 std = LM_STD / math.sqrt(mult) * (residual if id(module) in writers else 1.0)
-                yield from linear_rules(module, std, branch_mult / mult, mode,
+                yield from linear_rules(module, std, branch_lr / mult, mode,
                                         fused.get(id(module)))
             elif isinstance(module, nn.RMSNorm):
                 yield module.weight, _const(1.0), False, 1.0

@@ -75,6 +75,7 @@ def init_rules(model: VisionMLP, mode: InitMode, base: Base) -> Iterator[Rule]:
     W1 reads d_z, W2 reads d_h, each block is one residual branch)."""
     c = model.config
     branch_mult = base.depth_mult(c.n_layers, mode, per_layer=1)
+    branch_lr = base.depth_lr(c.n_layers, mode, per_layer=1)
     if mode.mup and base.depth:  # depth-muP: the multiplier carries the depth
         residual = 1 / math.sqrt(base.branches(1))
     else:
@@ -84,7 +85,7 @@ def init_rules(model: VisionMLP, mode: InitMode, base: Base) -> Iterator[Rule]:
     yield from linear_rules(model.w_in, 1 / math.sqrt(c.d_x), 1.0, mode)
     for block in model.blocks:
         block.branch_mult = branch_mult
-        yield from linear_rules(block.w1, 1 / math.sqrt(c.d_z), branch_mult / up, mode)
-        yield from linear_rules(block.w2, residual / math.sqrt(c.d_h), branch_mult / down, mode)
+        yield from linear_rules(block.w1, 1 / math.sqrt(c.d_z), branch_lr / up, mode)
+        yield from linear_rules(block.w2, residual / math.sqrt(c.d_h), branch_lr / down, mode)
     yield from linear_rules(model.w_out, 1 / math.sqrt(c.d_z), 1.0, mode)
     model.output_mult = base.width / c.d_z if mode.mup else 1.0
