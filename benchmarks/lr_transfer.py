@@ -1,13 +1,25 @@
-"""The lr-transfer experiment's table: each shape's best learning rate under each muP rule.
+"""The lr-transfer experiments' tables: each shape's best learning rate under each muP rule.
 
-The sweeps are `docs/spaces/lr-transfer*.yaml` (the width-rules sweep was run with the code
-before fan-in muP; no page reports them yet). This reads their stores and prints,
-per shape and rule, the final validation loss at every learning rate of the grid, the best
-one, and whether it lies within one grid step (a factor 2) of the base shape's best.
+The sweeps are `docs/spaces/lr-transfer*.yaml` (docs/lr-transfer.md). This reads their stores
+and prints, per shape and rule, the final validation loss at every learning rate of the grid
+(the seed mean), the best one, and how many grid steps (factors of 2) it lies from the base
+shape's best:
 
     python benchmarks/lr_transfer.py --store fan-in=/work/exp/lr:lr-transfer \\
         --store width-rules=/work/exp/lr-old:lr-transfer-width-rules \\
         --store depth-muP=/work/exp/lr:lr-transfer-depth [--markdown]
+
+With `--fit` (the study of 3 seeds on a sqrt(2) grid, `docs/spaces/lr-transfer-study-*.yaml`)
+it fits each shape's optimum instead: a quadratic in log2(lr) through the 5 grid points
+around the lowest seed-mean loss (`fit_optimum`), with a 95% seed-bootstrap interval (the
+seeds resampled with replacement, one draw for a shape and the base, so the difference is
+paired), and its distance from the base's optimum in sqrt(2) steps with that interval. The
+verdict: `within one step` when the whole interval lies inside (-1, +1) steps, `moves` when it
+lies outside [-1, +1], else `unresolved`:
+
+    python benchmarks/lr_transfer.py --fit --base depth:base \\
+        --store depth=ROOT:lr-transfer-study-depth --store tp6=ROOT:lr-transfer-study-depth-tp6 \\
+        --store completep=ROOT:lr-transfer-study-depth-completep [--markdown]
 """
 
 from __future__ import annotations
@@ -16,8 +28,11 @@ import argparse
 import json
 import math
 
+import numpy as np
 import pandas as pd
 from shapesweep.results.store import load_trials
+
+WINDOW = 5  # grid points the quadratic is fitted through, centred on the lowest
 
 
 def losses(root: str, sweep: str) -> pd.DataFrame:
@@ -47,17 +62,92 @@ def table(stores: dict[str, tuple[str, str]], base: str = "base") -> pd.DataFram
     return out
 
 
+def seed_losses(root: str, sweep: str) -> dict[str, pd.DataFrame]:
+    """Per variant: lrs x seeds of the final val_loss of completed trials."""
+    trials = load_trials(root, [sweep])
+    done = trials[trials["status"] == "completed"].copy()
+    done["lr"] = [json.loads(t)["lr"] for t in done["tuned_json"]]
+    return {variant: group.pivot_table(index="lr", columns="seed", values="val_loss", aggfunc="mean")
+            for variant, group in done.groupby("variant")}
+
+
+def fit_optimum(log_lr: np.ndarray, loss: np.ndarray) -> tuple[float, bool]:
+    """The fitted optimum's log2(lr) and whether it is interior: a quadratic through the
+    WINDOW grid points around the lowest loss (fewer at the grid's edge, at least 3). Where the
+    fit has no minimum inside the window (curvature <= 0, or a vertex outside it), the lowest
+    grid point, flagged as not interior."""
+    order = np.argsort(log_lr)
+    x, y = log_lr[order], loss[order]
+    keep = ~np.isnan(y)
+    x, y = x[keep], y[keep]
+    best = int(np.argmin(y))
+    low = max(0, min(best - WINDOW // 2, len(x) - WINDOW))
+    xs, ys = x[low:low + WINDOW], y[low:low + WINDOW]
+    if len(xs) >= 3:
+        a, b, _ = np.polyfit(xs, ys, 2)
+        if a > 0 and xs[0] <= -b / (2 * a) <= xs[-1]:
+            return float(-b / (2 * a)), 0 < best < len(x) - 1
+    return float(x[best]), False
+
+
+def fit_table(stores: dict[str, tuple[str, str]], base: tuple[str, str], resamples: int = 2000,
+              seed: int = 0) -> pd.DataFrame:
+    """Per (rule, shape): the fitted optimum, its seed-bootstrap interval, and its distance from
+    the base's optimum in sqrt(2) steps with a paired bootstrap interval (module docstring)."""
+    losses = {rule: seed_losses(root, sweep) for rule, (root, sweep) in stores.items()}
+    if base[0] not in losses or base[1] not in losses[base[0]]:
+        raise SystemExit(f"no shape {base[1]!r} in store {base[0]!r}")
+    reference = losses[base[0]][base[1]]
+    rng = np.random.default_rng(seed)
+    rows = []
+    for rule, shapes in losses.items():
+        for shape, table in shapes.items():
+            seeds = sorted(set(table.columns) & set(reference.columns))
+            full = [s for s in seeds if table[s].notna().all() and reference[s].notna().all()]
+            draws = [rng.choice(full, size=len(full), replace=True) for _ in range(resamples)] if len(full) >= 2 else []
+
+            def opt(t, cols):
+                return fit_optimum(np.log2(t.index.to_numpy(float)), t[list(cols)].mean(axis=1).to_numpy(float))
+
+            own, interior = opt(table, full or table.columns)
+            ref, _ = opt(reference, full or reference.columns)
+            boot = np.array([(opt(table, d)[0], opt(reference, d)[0]) for d in draws]).reshape(-1, 2)
+            steps = 2 * (own - ref)  # log2 units to sqrt(2) steps
+            if len(boot):
+                o_low, o_high = np.percentile(boot[:, 0], [2.5, 97.5])
+                s_low, s_high = np.percentile(2 * (boot[:, 0] - boot[:, 1]), [2.5, 97.5])
+            else:
+                o_low = o_high = s_low = s_high = np.nan
+            verdict = ("unresolved" if not len(boot) else "within one step" if -1 < s_low and s_high < 1
+                       else "moves" if s_low >= 1 or s_high <= -1 else "unresolved")
+            rows.append({"rule": rule, "shape": shape, "seeds": len(full),
+                         "best_grid_lr": float(table.mean(axis=1).idxmin()),
+                         "optimum": 2 ** own, "low": 2 ** o_low, "high": 2 ** o_high, "interior": interior,
+                         "steps_from_base": steps, "steps_low": s_low, "steps_high": s_high,
+                         "verdict": verdict})
+    return pd.DataFrame(rows)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--store", action="append", required=True, metavar="RULE=ROOT:SWEEP")
     parser.add_argument("--markdown", action="store_true", help="a Markdown table")
+    parser.add_argument("--fit", action="store_true",
+                        help="fit each shape's optimum with a seed-bootstrap interval (the 3-seed study)")
+    parser.add_argument("--base", default="depth:base", metavar="RULE:SHAPE",
+                        help="the base shape the optima are measured from (with --fit)")
+    parser.add_argument("--resamples", type=int, default=2000, help="seed-bootstrap resamples (with --fit)")
     args = parser.parse_args()
     stores = {}
     for item in args.store:
         rule, rest = item.split("=", 1)
         root, sweep = rest.rsplit(":", 1)
         stores[rule] = (root, sweep)
-    out = table(stores)
+    if args.fit:
+        rule, shape = args.base.split(":", 1)
+        out = fit_table(stores, (rule, shape), args.resamples)
+    else:
+        out = table(stores)
     print(markdown(out) if args.markdown else out.to_string(index=False))
 
 

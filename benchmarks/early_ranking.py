@@ -1,0 +1,193 @@
+"""The early-ranking check of docs/scheduling.md ("Early ranking, named before it runs"): one
+sweep run twice, under FIFO and under the noise-aware ASHA, from two stores.
+
+    python benchmarks/early_ranking.py --fifo /work/er-fifo --asha /work/er-asha \\
+        --sweep early-ranking-vformer [--markdown] [--resamples 2000]
+
+Prints, as the page's protocol names them:
+
+1. tokens trained (cooldown branches included) and wall time, ASHA against FIFO;
+2. ASHA's winner (the best mean among the candidates it ran to the end on every seed) against
+   FIFO's winner: the paired difference on FIFO's seeds, Holm-adjusted over every candidate's
+   comparison with FIFO's winner;
+3. Kendall's tau between each rung's cooled ranking and FIFO's final ranking, over the pairs
+   FIFO resolves (paired 95% t-interval), at each rung either run evaluated a cooled loss,
+   with a 95% seed-bootstrap interval;
+4. every miss: a candidate ASHA stopped that FIFO places within noise of its winner after
+   adjustment, or ASHA's winner resolved worse than FIFO's after adjustment.
+
+A candidate is a (key, tuned values) pair, as `status` counts them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+import numpy as np
+import pandas as pd
+from shapesweep.results.multiplicity import adjusted_p, interval_confidence, paired_p
+from shapesweep.results.stats import canonical_tuned_column, cooled_column, paired_rows
+from shapesweep.results.store import load_curves, load_trials
+
+METRIC = "val_loss"
+ALPHA = 0.05
+
+
+def label(trials: pd.DataFrame) -> pd.Series:
+    """One name per candidate: its variant and tuned values (`baseline lr=0.003`)."""
+    tuned = [" ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in json.loads(t).items())
+             for t in canonical_tuned_column(trials["tuned_json"])]
+    return (trials["variant"].astype(str) + " " + pd.Series(tuned, index=trials.index)).str.strip()
+
+
+def seed_table(trials: pd.DataFrame, value: str = METRIC) -> pd.DataFrame:
+    """Candidates x seeds of `value` over completed trials."""
+    done = trials[trials["status"] == "completed"]
+    return done.assign(candidate=label(done)).pivot_table(index="candidate", columns="seed", values=value,
+                                                          aggfunc="mean")
+
+
+def cost(trials: pd.DataFrame) -> dict[str, float]:
+    """Tokens trained (cooldown branches included) and the sweep's wall time: from the first
+    trial's start (its finish less its wall time) to the last trial's finish."""
+    finished = pd.to_datetime(trials["finished_at"], utc=True)
+    started = finished - pd.to_timedelta(trials["wall_time_s"].fillna(0), unit="s")
+    return {"trials": len(trials), "stopped": int((trials["status"] == "stopped_early").sum()),
+            "tokens": float(trials["tokens"].fillna(0).sum() + trials["cooldown_tokens"].fillna(0).sum()),
+            "wall_s": float((finished.max() - started.min()).total_seconds())}
+
+
+def against_winner(fifo: pd.DataFrame) -> pd.DataFrame:
+    """Every candidate against FIFO's winner (lowest seed mean) on FIFO's seeds: mean
+    difference, raw and Holm-adjusted p, the adjusted (Bonferroni) interval and a verdict."""
+    means = fifo.mean(axis=1)
+    winner = means.idxmin()
+    others = fifo.drop(index=winner)
+    diff = (others - fifo.loc[winner]).to_numpy(float)
+    n, mean, sd, low, high = paired_rows(diff)
+    p = paired_p(n, mean, sd)
+    level = interval_confidence(p, "holm")
+    _, _, _, adj_low, adj_high = paired_rows(diff, level)
+    p_adj = adjusted_p(p, "holm")
+    out = pd.DataFrame({"candidate": others.index, "mean": means.drop(index=winner).to_numpy(),
+                        "diff": mean, "ci_low": low, "ci_high": high, "p": p, "p_holm": p_adj,
+                        "ci_low_holm": adj_low, "ci_high_holm": adj_high,
+                        "verdict": np.where(p_adj <= ALPHA, np.where(mean > 0, "worse", "better"),
+                                            "within noise")})
+    head = pd.DataFrame([{"candidate": winner, "mean": means[winner], "verdict": "FIFO's winner"}])
+    return pd.concat([head, out], ignore_index=True)
+
+
+def resolved_pairs(fifo: pd.DataFrame) -> list[tuple[str, str]]:
+    """The pairs (better, worse) whose paired 95% interval of FIFO's final losses excludes 0."""
+    names = list(fifo.index)
+    pairs = []
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            n, mean, _, low, high = (x[0] for x in paired_rows((fifo.loc[a] - fifo.loc[b]).to_numpy(float)[None, :]))
+            if n >= 2 and (low > 0 or high < 0):
+                pairs.append((a, b) if mean < 0 else (b, a))
+    return pairs
+
+
+def tau(rung: pd.DataFrame, final: pd.DataFrame, pairs: list[tuple[str, str]]) -> float:
+    """(concordant - swapped) / pairs: each pair's order in the rung's seed means against its
+    order in the final seed means (ties count as neither). NaN with no pair present."""
+    rung_mean, final_mean = rung.mean(axis=1), final.mean(axis=1)
+    score, count = 0, 0
+    for a, b in pairs:
+        if a not in rung_mean or b not in rung_mean or np.isnan(rung_mean[a]) or np.isnan(rung_mean[b]):
+            continue
+        count += 1
+        score += np.sign(rung_mean[b] - rung_mean[a]) * np.sign(final_mean[b] - final_mean[a])
+    return score / count if count else float("nan")
+
+
+def rung_taus(curves: pd.DataFrame, trials: pd.DataFrame, fifo: pd.DataFrame, pairs: list[tuple[str, str]],
+              resamples: int, seed: int = 0) -> pd.DataFrame:
+    """Per rung (tokens at which a cooled loss was evaluated): candidates there, resolved pairs
+    present, tau, and its 95% seed-bootstrap interval (the seeds resampled with replacement,
+    the same draw for the rung's and the final losses)."""
+    column = cooled_column(METRIC)
+    if column not in curves:
+        return pd.DataFrame(columns=["tokens", "candidates", "pairs", "tau", "low", "high"])
+    named = trials.assign(candidate=label(trials))[["trial_id", "candidate", "seed"]]
+    points = curves[curves[column].notna()].merge(named, on="trial_id")
+    rng = np.random.default_rng(seed)
+    seeds = np.array(fifo.columns)
+    rows = []
+    for tokens, at in points.groupby("tokens"):
+        rung = at.pivot_table(index="candidate", columns="seed", values=column, aggfunc="mean")
+        present = [p for p in pairs if p[0] in rung.index and p[1] in rung.index]
+        boot = []
+        for _ in range(resamples):
+            draw = rng.choice(seeds, size=len(seeds), replace=True)
+            boot.append(tau(rung.reindex(columns=draw), fifo[draw], present))
+        boot = np.array(boot, float)
+        low, high = (np.nanpercentile(boot, [2.5, 97.5]) if np.isfinite(boot).any() else (np.nan, np.nan))
+        rows.append({"tokens": int(tokens), "candidates": len(rung), "pairs": len(present),
+                     "tau": tau(rung, fifo, present), "low": float(low), "high": float(high)})
+    return pd.DataFrame(rows)
+
+
+def report(fifo_root: str, asha_root: str, sweep: str, resamples: int = 2000) -> dict:
+    fifo_trials, asha_trials = load_trials(fifo_root, [sweep]), load_trials(asha_root, [sweep])
+    fifo = seed_table(fifo_trials)
+    asha = seed_table(asha_trials)
+    full = asha[asha.notna().sum(axis=1) == len(fifo.columns)]
+    asha_winner = full.mean(axis=1).idxmin()
+    versus = against_winner(fifo)
+    winner = versus["candidate"].iloc[0]
+    row = versus.set_index("candidate").loc[asha_winner]
+    stopped = sorted(set(label(asha_trials[asha_trials["status"] == "stopped_early"])))
+    close = set(versus.loc[versus["verdict"] != "worse", "candidate"])
+    misses = [f"ASHA stopped {c}, within noise of FIFO's winner after adjustment" for c in stopped if c in close]
+    if asha_winner != winner and row["verdict"] == "worse":
+        misses.append(f"ASHA's winner {asha_winner} is worse than FIFO's {winner} after adjustment")
+    pairs = resolved_pairs(fifo)
+    taus = {name: rung_taus(load_curves(root, [sweep]), trials, fifo, pairs, resamples)
+            for name, root, trials in (("fifo", fifo_root, fifo_trials), ("asha", asha_root, asha_trials))}
+    budget = float(fifo_trials["tokens"].max())
+    for frame in taus.values():
+        frame.insert(1, "budget_fraction", frame["tokens"] / budget)
+    return {"sweep": sweep, "cost": {"fifo": cost(fifo_trials), "asha": cost(asha_trials)},
+            "fifo_winner": winner, "asha_winner": asha_winner, "versus": versus, "stopped": stopped,
+            "resolved_pairs": len(pairs), "candidates": len(fifo), "taus": taus, "misses": misses}
+
+
+def markdown(frame: pd.DataFrame) -> str:
+    cells = [[("" if v != v else f"{v:.4g}" if isinstance(v, float) else str(v)) for v in row]
+             for row in frame.itertuples(index=False)]
+    lines = [list(map(str, frame.columns)), ["---"] * len(frame.columns), *cells]
+    return "\n".join("| " + " | ".join(line) + " |" for line in lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--fifo", required=True, help="the FIFO run's store root")
+    parser.add_argument("--asha", required=True, help="the noise-aware ASHA run's store root")
+    parser.add_argument("--sweep", required=True, help="the sweep's name in both stores")
+    parser.add_argument("--resamples", type=int, default=2000, help="seed-bootstrap resamples for tau's interval")
+    parser.add_argument("--markdown", action="store_true", help="Markdown tables")
+    args = parser.parse_args(argv)
+    out = report(args.fifo, args.asha, args.sweep, args.resamples)
+    show = markdown if args.markdown else (lambda f: f.to_string(index=False))
+    fifo, asha = out["cost"]["fifo"], out["cost"]["asha"]
+    print(f"# {out['sweep']}: {out['candidates']} candidates, {out['resolved_pairs']} pairs FIFO resolves")
+    print(f"1. tokens: ASHA {asha['tokens']:.4g} / FIFO {fifo['tokens']:.4g} = {asha['tokens'] / fifo['tokens']:.3f}; "
+          f"wall: ASHA {asha['wall_s']:.0f} s / FIFO {fifo['wall_s']:.0f} s = {asha['wall_s'] / fifo['wall_s']:.3f}; "
+          f"ASHA stopped {asha['stopped']} of {asha['trials']} trials")
+    print(f"2. FIFO's winner {out['fifo_winner']}; ASHA's winner {out['asha_winner']}")
+    print(show(out["versus"]))
+    for name, frame in out["taus"].items():
+        print(f"3. tau at the cooled rungs of the {name.upper()} run, against FIFO's final ranking")
+        print(show(frame))
+    print(f"4. stopped by ASHA: {', '.join(out['stopped']) or 'none'}")
+    print("misses: " + ("; ".join(out["misses"]) if out["misses"] else "none"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

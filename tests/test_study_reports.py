@@ -1,0 +1,135 @@
+"""The study reports of issue 40 on inputs whose answers are known by construction:
+benchmarks/early_ranking.py (docs/scheduling.md's early-ranking check: the comparison with
+FIFO's winner, the resolved pairs, the rung tau) and benchmarks/lr_transfer.py's fitted
+optimum (docs/lr-transfer.md's study)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+
+@pytest.fixture
+def early_ranking(monkeypatch):
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import early_ranking
+    return early_ranking
+
+
+def _table(means: dict[str, float], noise: float = 0.01, seeds: int = 5) -> pd.DataFrame:
+    """Candidates x seeds: each candidate's mean plus a seed effect shared by all (pairing)
+    and a small own noise."""
+    rng = np.random.default_rng(0)
+    shared = rng.normal(0, 0.05, seeds)
+    return pd.DataFrame({name: mean + shared + rng.normal(0, noise, seeds) for name, mean in means.items()},
+                        index=range(seeds)).T.rename_axis(columns="seed")
+
+
+def test_against_winner_holm_verdicts(early_ranking):
+    fifo = _table({"a": 1.00, "b": 1.002, "c": 1.30})
+    versus = early_ranking.against_winner(fifo).set_index("candidate")
+    winner = versus.index[0]
+    assert versus.loc[winner, "verdict"] == "FIFO's winner" and winner in ("a", "b")
+    assert versus.loc[({"a", "b"} - {winner}).pop(), "verdict"] == "within noise"  # 0.002 apart, noise 0.01
+    assert versus.loc["c", "verdict"] == "worse"
+    # Holm over 2: the adjusted p is at least the raw one, the adjusted interval wider
+    assert (versus["p_holm"].dropna() >= versus["p"].dropna() - 1e-12).all()
+    c = versus.loc["c"]
+    assert c["ci_low_holm"] < c["ci_low"] < c["diff"] < c["ci_high"] < c["ci_high_holm"]
+
+
+def test_tau_counts_only_resolved_pairs(early_ranking):
+    final = _table({"a": 1.0, "b": 1.2, "c": 1.4, "d": 1.401})
+    pairs = early_ranking.resolved_pairs(final)
+    assert ("a", "b") in pairs and ("b", "c") in pairs
+    assert not any({"c", "d"} == set(p) for p in pairs)  # within noise: never a swap
+    same = final.copy()
+    assert early_ranking.tau(same, final, pairs) == 1.0
+    flipped = final.copy()
+    flipped.loc["a"], flipped.loc["b"] = final.loc["b"], final.loc["a"]  # one resolved pair swapped
+    swapped = early_ranking.tau(flipped, final, pairs)
+    assert swapped == pytest.approx((len(pairs) - 2) / len(pairs))
+    # a candidate missing at the rung (stopped before it) leaves its pairs out
+    assert early_ranking.tau(final.drop(index="a"), final, pairs) == 1.0
+
+
+@pytest.fixture
+def lr_transfer(monkeypatch):
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import lr_transfer
+    return lr_transfer
+
+
+@pytest.mark.parametrize("true_optimum", [-7.9, -7.1, -6.3])
+def test_lr_fit_finds_a_quadratic_optimum_between_grid_points(lr_transfer, true_optimum):
+    """benchmarks/lr_transfer.py's fit: on a loss quadratic in log2(lr) near its minimum and
+    flatter further out, the fitted optimum is the true one, off the grid's points."""
+    grid = np.log2(1.5e-3) + 0.5 * np.arange(8)  # the study's sqrt(2) grid
+    loss = 1.6 + 0.05 * (grid - true_optimum) ** 2 + 0.01 * np.abs(grid - true_optimum) ** 3
+    optimum, interior = lr_transfer.fit_optimum(grid, loss)
+    assert abs(optimum - true_optimum) < 0.1 and interior
+
+
+def test_lr_fit_at_the_grids_edge_is_flagged(lr_transfer):
+    grid = np.log2(1.5e-3) + 0.5 * np.arange(8)
+    optimum, interior = lr_transfer.fit_optimum(grid, 2.0 - 0.1 * grid)  # still falling at the top
+    assert optimum == grid[-1] and not interior
+
+
+def _trial(name: str, variant: str, lr: float, seed: int, loss: float, status: str = "completed",
+           tokens: int = 1000, finished: str = "2026-11-29T05:00:00+00:00") -> dict:
+    return {"trial_id": f"{variant}-{lr}-s{seed}", "key": name, "family": "conventional", "seed": seed,
+            "variant": variant, "tuned_json": json.dumps({"lr": lr}), "status": status,
+            "val_loss": loss, "tokens": tokens, "cooldown_tokens": tokens // 10, "wall_time_s": 10.0,
+            "finished_at": pd.Timestamp(finished), "d_model": 64, "n_layers": 4, "d_h": 256,
+            "params_non_embedding": 1000, "params_total": 1200, "params_active": 1000}
+
+
+def test_lr_fit_table_from_stores(lr_transfer, tmp_path):
+    """The --fit table read from two real stores: a shape whose optimum sits 2 sqrt(2) steps
+    above the base's `moves`, one at the base's is `within one step`, paired by seed."""
+    from shapesweep.results.store import write_trial
+
+    grid = 1.5e-3 * 2 ** (0.5 * np.arange(8))
+    seed_effect = {0: 0.0, 1: 0.03, 2: -0.02}
+    for sweep, variant, optimum in (("a", "base", 3e-3), ("a", "same", 3e-3), ("b", "up", 6e-3)):
+        for lr in grid:
+            for seed, effect in seed_effect.items():
+                loss = 1.6 + 0.04 * (np.log2(lr / optimum)) ** 2 + effect + 0.002 * ((seed + 3 * lr * 1e3) % 1)
+                write_trial(str(tmp_path), sweep, _trial(variant, variant, float(lr), seed, float(loss)), [])
+    out = lr_transfer.fit_table({"a": (str(tmp_path), "a"), "b": (str(tmp_path), "b")}, ("a", "base"),
+                                resamples=200).set_index("shape")
+    assert out.loc["base", "steps_from_base"] == 0 and out.loc["base", "verdict"] == "within one step"
+    assert out.loc["same", "verdict"] == "within one step"
+    assert out.loc["up", "steps_from_base"] == pytest.approx(2, abs=0.2) and out.loc["up", "verdict"] == "moves"
+    assert out.loc["up", "low"] <= out.loc["up", "optimum"] <= out.loc["up", "high"]
+
+
+def test_early_ranking_report_from_stores(early_ranking, tmp_path):
+    """The report from a FIFO and an ASHA store: ASHA stopped a candidate FIFO places within
+    noise of its winner (a miss), its winner is FIFO's, its tokens are counted with cooldowns."""
+    from shapesweep.results.store import write_trial
+
+    fifo, asha = str(tmp_path / "fifo"), str(tmp_path / "asha")
+    means = {"a": 1.00, "b": 1.001, "c": 1.20, "d": 1.40}
+    shared = [0.0, 0.02, -0.01, 0.03, -0.02]
+    for name, mean in means.items():
+        for seed, effect in enumerate(shared):
+            loss = mean + effect + 0.003 * ((seed * 7 + ord(name)) % 3)
+            curve = [{"step": 10, "tokens": 170, "val_loss": loss + 0.5, "val_loss_cooled": loss + 0.1}]
+            write_trial(fifo, "s", _trial(name, name, 3e-3, seed, loss), curve)
+            stopped = name in ("b", "d")
+            write_trial(asha, "s", _trial(name, name, 3e-3, seed, loss + (0.5 if stopped else 0),
+                                          "stopped_early" if stopped else "completed", 170 if stopped else 1000),
+                        curve)
+    out = early_ranking.report(fifo, asha, "s", resamples=100)
+    assert out["fifo_winner"] == out["asha_winner"] == "a lr=0.003"
+    assert out["stopped"] == ["b lr=0.003", "d lr=0.003"]
+    assert out["misses"] == ["ASHA stopped b lr=0.003, within noise of FIFO's winner after adjustment"]
+    assert out["cost"]["asha"]["tokens"] == pytest.approx(2 * 5 * 1100 + 2 * 5 * 187)
+    taus = out["taus"]["fifo"]
+    assert list(taus["tau"]) == [1.0] and taus["low"].iloc[0] == 1.0
