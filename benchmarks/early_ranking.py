@@ -107,14 +107,15 @@ def tau(rung: pd.DataFrame, final: pd.DataFrame, pairs: list[tuple[str, str]]) -
 
 def rung_taus(curves: pd.DataFrame, trials: pd.DataFrame, fifo: pd.DataFrame, pairs: list[tuple[str, str]],
               resamples: int, seed: int = 0) -> pd.DataFrame:
-    """Per rung (tokens at which a cooled loss was evaluated): candidates there, resolved pairs
-    present, tau, and its 95% seed-bootstrap interval (the seeds resampled with replacement,
-    the same draw for the rung's and the final losses)."""
-    column = cooled_column(METRIC)
+    """Per rung (tokens below the budget at which a cooled loss was evaluated; at the budget
+    the cooled loss is the final one): candidates there, resolved pairs present, tau, and its
+    95% seed-bootstrap interval (the seeds resampled with replacement, the same draw for the
+    rung's and the final losses)."""
+    column, columns = cooled_column(METRIC), ["tokens", "candidates", "pairs", "tau", "low", "high"]
     if column not in curves:
-        return pd.DataFrame(columns=["tokens", "candidates", "pairs", "tau", "low", "high"])
+        return pd.DataFrame(columns=columns)
     named = trials.assign(candidate=label(trials))[["trial_id", "candidate", "seed"]]
-    points = curves[curves[column].notna()].merge(named, on="trial_id")
+    points = curves[curves[column].notna() & (curves["tokens"] < trials["tokens"].max())].merge(named, on="trial_id")
     rng = np.random.default_rng(seed)
     seeds = np.array(fifo.columns)
     rows = []
@@ -129,7 +130,7 @@ def rung_taus(curves: pd.DataFrame, trials: pd.DataFrame, fifo: pd.DataFrame, pa
         low, high = (np.nanpercentile(boot, [2.5, 97.5]) if np.isfinite(boot).any() else (np.nan, np.nan))
         rows.append({"tokens": int(tokens), "candidates": len(rung), "pairs": len(present),
                      "tau": tau(rung, fifo, present), "low": float(low), "high": float(high)})
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows, columns=columns)
 
 
 def report(fifo_root: str, asha_root: str, sweep: str, resamples: int = 2000) -> dict:

@@ -80,8 +80,8 @@ class SweepOptions:
         "auto", "--scheduler", choices=SCHEDULERS,
         help="asha: the noise-aware ASHA, each candidate judged on its seed mean (Ray's "
              "per-trial ASHA under --search optuna); fifo: every trial to its budget; auto "
-             "(default): asha for 9+ candidates with 2+ seeds and cooldown rungs (train.decay "
-             "wsd), else fifo")
+             "(default): fifo, with the reason (the noise-aware ASHA missed on an early-ranking "
+             "check named before it ran: docs/scheduling.md)")
     grace_tokens: int | None = option(
         None, "--grace-tokens",
         help="ASHA grace period in tokens (default: an eighth of the budget, at least 100 "

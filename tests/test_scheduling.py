@@ -67,7 +67,12 @@ def _space(tmp_path, n_layers=(1, 2, 3, 4), train=WSD, seeds=(0, 1, 2), **change
     return space, plan(space).candidates
 
 
-def test_auto_runs_fifo_for_few_candidates_one_seed_or_no_cooldown_rungs(tmp_path):
+def test_auto_runs_fifo_for_few_candidates_one_seed_or_no_cooldown_rungs(tmp_path, monkeypatch):
+    """Each reason `auto` gives for FIFO; and, were the evidence to support it
+    (AUTO_RUNS_ASHA), the noise-aware ASHA where none applies."""
+    from shapesweep.sweep import scheduling
+
+    monkeypatch.setattr(scheduling, "AUTO_RUNS_ASHA", True)
     space, candidates = _space(tmp_path)  # 4 candidates
     assert ASHA_MIN_CANDIDATES > 4
     few = choose("auto", space, candidates, [0, 1, 2])
@@ -84,6 +89,20 @@ def test_auto_runs_fifo_for_few_candidates_one_seed_or_no_cooldown_rungs(tmp_pat
     cosine, candidates = _space(tmp_path, train=TINY_TRAIN, tune=lr)
     assert "no cooldown rungs" in choose("auto", cosine, candidates, [0, 1, 2]).line
     assert "Optuna" in choose("auto", space, None, [0, 1, 2]).line
+
+
+def test_auto_runs_fifo_for_every_grid_since_the_early_ranking_check_missed(tmp_path):
+    """docs/scheduling.md's rule, fixed before its sweeps ran: a miss on either turns the
+    noise-aware ASHA off under `auto`, with the reason in the plan's line."""
+    from shapesweep.sweep.scheduling import AUTO_RUNS_ASHA
+
+    assert not AUTO_RUNS_ASHA
+    space, candidates = _space(tmp_path, tune={"lr": [1e-3, 2e-3, 3e-3]})  # 12 candidates, wsd
+    auto = choose("auto", space, candidates, [0, 1, 2])
+    assert auto.kind == "fifo" and auto.rungs == []
+    assert "within noise of the winner on a sweep named before it ran" in auto.line
+    assert auto.line.endswith("--scheduler asha overrides)")
+    assert choose("asha", space, candidates, [0, 1, 2]).kind == "asha"
 
 
 def test_the_noise_aware_rungs_stop_below_the_budget_and_optuna_keeps_ray_s_asha(tmp_path):
@@ -107,8 +126,11 @@ def test_a_noise_aware_asha_it_cannot_run_is_refused(tmp_path, seeds, workers, p
     assert refused.value.key == "--scheduler"
 
 
-def test_the_plan_says_which_scheduler_and_why(tmp_path, capsys):
+def test_the_plan_says_which_scheduler_and_why(tmp_path, capsys, monkeypatch):
+    from shapesweep.sweep import scheduling
     from shapesweep.sweep.cli import main
+
+    monkeypatch.setattr(scheduling, "AUTO_RUNS_ASHA", True)  # the line it would print
 
     path = write_space(tmp_path, {**TINY_SPACE, "train": WSD, "tune": {"lr": [1e-3, 2e-3, 3e-3]},
                                   "seeds": [0, 1, 2]})
@@ -140,4 +162,4 @@ def test_a_noise_aware_asha_needs_a_concurrent_place_for_each_seed(tmp_path):
     assert refused.value.key == "--max-concurrent"
     auto = choose("auto", space, candidates, [0, 1, 2], max_concurrent=2)
     assert auto.kind == "fifo" and "--max-concurrent 2 is below the 3 seeds" in auto.line
-    assert choose("auto", space, candidates, [0, 1, 2], max_concurrent=3).kind == "asha"
+    assert "--max-concurrent" not in choose("auto", space, candidates, [0, 1, 2], max_concurrent=3).line
