@@ -28,11 +28,16 @@ import sys
 import numpy as np
 import pandas as pd
 from shapesweep.results.multiplicity import adjusted_p, interval_confidence, paired_p
-from shapesweep.results.stats import canonical_tuned_column, cooled_column, paired_rows
+from shapesweep.results.stats import (
+    _resolved_pairs,
+    _verdicts_of_p,
+    canonical_tuned_column,
+    cooled_column,
+    paired_rows,
+)
 from shapesweep.results.store import load_curves, load_trials
 
 METRIC = "val_loss"
-ALPHA = 0.05
 
 
 def label(trials: pd.DataFrame) -> pd.Series:
@@ -74,8 +79,7 @@ def against_winner(fifo: pd.DataFrame) -> pd.DataFrame:
     out = pd.DataFrame({"candidate": others.index, "mean": means.drop(index=winner).to_numpy(),
                         "diff": mean, "ci_low": low, "ci_high": high, "p": p, "p_holm": p_adj,
                         "ci_low_holm": adj_low, "ci_high_holm": adj_high,
-                        "verdict": np.where(p_adj <= ALPHA, np.where(mean > 0, "worse", "better"),
-                                            "within noise")})
+                        "verdict": _verdicts_of_p(n, mean, p_adj, METRIC)})
     head = pd.DataFrame([{"candidate": winner, "mean": means[winner], "verdict": "FIFO's winner"}])
     return pd.concat([head, out], ignore_index=True)
 
@@ -83,13 +87,9 @@ def against_winner(fifo: pd.DataFrame) -> pd.DataFrame:
 def resolved_pairs(fifo: pd.DataFrame) -> list[tuple[str, str]]:
     """The pairs (better, worse) whose paired 95% interval of FIFO's final losses excludes 0."""
     names = list(fifo.index)
-    pairs = []
-    for i, a in enumerate(names):
-        for b in names[i + 1:]:
-            n, mean, _, low, high = (x[0] for x in paired_rows((fifo.loc[a] - fifo.loc[b]).to_numpy(float)[None, :]))
-            if n >= 2 and (low > 0 or high < 0):
-                pairs.append((a, b) if mean < 0 else (b, a))
-    return pairs
+    first, second, sign = _resolved_pairs(fifo.to_numpy(float))
+    return [(names[i], names[j]) if s < 0 else (names[j], names[i])
+            for i, j, s in zip(first.tolist(), second.tolist(), sign.tolist(), strict=True)]
 
 
 def tau(rung: pd.DataFrame, final: pd.DataFrame, pairs: list[tuple[str, str]]) -> float:

@@ -35,11 +35,17 @@ from shapesweep.results.store import load_trials
 WINDOW = 5  # grid points the quadratic is fitted through, centred on the lowest
 
 
-def losses(root: str, sweep: str) -> pd.DataFrame:
-    """Mean final val_loss over seeds per (variant, lr) of a sweep's completed trials."""
+def completed(root: str, sweep: str) -> pd.DataFrame:
+    """A sweep's completed trials, with their tuned `lr` as a column."""
     trials = load_trials(root, [sweep])
     done = trials[trials["status"] == "completed"].copy()
     done["lr"] = [json.loads(t)["lr"] for t in done["tuned_json"]]
+    return done
+
+
+def losses(root: str, sweep: str) -> pd.DataFrame:
+    """Mean final val_loss over seeds per (variant, lr) of a sweep's completed trials."""
+    done = completed(root, sweep)
     return done.groupby(["variant", "lr"])["val_loss"].agg(["mean", "count"]).reset_index()
 
 
@@ -64,9 +70,7 @@ def table(stores: dict[str, tuple[str, str]], base: str = "base") -> pd.DataFram
 
 def seed_losses(root: str, sweep: str) -> dict[str, pd.DataFrame]:
     """Per variant: lrs x seeds of the final val_loss of completed trials."""
-    trials = load_trials(root, [sweep])
-    done = trials[trials["status"] == "completed"].copy()
-    done["lr"] = [json.loads(t)["lr"] for t in done["tuned_json"]]
+    done = completed(root, sweep)
     return {variant: group.pivot_table(index="lr", columns="seed", values="val_loss", aggfunc="mean")
             for variant, group in done.groupby("variant")}
 

@@ -146,17 +146,13 @@ class Base:
         """B_base: the residual branches of a base model with `per_layer` writes a layer."""
         return per_layer * (self.depth or 0)
 
-    def depth_mult(self, branches: int, mode: InitMode, per_layer: int = 2) -> float:
-        """Depth-muP's branch multiplier (B / B_base)^-alpha; 1 without it."""
+    def depth_scales(self, branches: int, mode: InitMode, per_layer: int = 2) -> tuple[float, float]:
+        """Depth-muP's branch multiplier (B / B_base)^-alpha and its branch matrices' lr factor
+        (B / B_base)^(alpha - 1); (1, 1) without it."""
         if not (mode.mup and self.depth):
-            return 1.0
-        return (branches / self.branches(per_layer)) ** -self.depth_alpha
-
-    def depth_lr(self, branches: int, mode: InitMode, per_layer: int = 2) -> float:
-        """Depth-muP's lr factor for a branch's matrices, (B / B_base)^(alpha - 1); 1 without it."""
-        if not (mode.mup and self.depth):
-            return 1.0
-        return (branches / self.branches(per_layer)) ** (self.depth_alpha - 1)
+            return 1.0, 1.0
+        m = branches / self.branches(per_layer)
+        return m ** -self.depth_alpha, m ** (self.depth_alpha - 1)
 
 
 def _roles(block: nn.Module) -> tuple[set[int], dict[int, list[int]], set[int]]:
@@ -178,7 +174,7 @@ def _roles(block: nn.Module) -> tuple[set[int], dict[int, list[int]], set[int]]:
 def lm_rules(model: LM, mode: InitMode, base: Base) -> Iterator[Rule]:
     """The rules of the decoder-only LM (`shapesweep.trainers.lm.LM`), every LM family's."""
     branches = sum(block.n_branches for block in model.blocks)
-    branch_mult, branch_lr = base.depth_mult(branches, mode), base.depth_lr(branches, mode)
+    branch_mult, branch_lr = base.depth_scales(branches, mode)
     if mode.mup and base.depth:  # depth-muP: the multiplier carries the depth, r is the base's
         residual = 1 / math.sqrt(base.branches(2))
     else:

@@ -74,8 +74,7 @@ def init_rules(model: VisionMLP, mode: InitMode, base: Base) -> Iterator[Rule]:
     1/sqrt(fan_in), and a block's one residual write counts once per layer (`mup` module:
     W1 reads d_z, W2 reads d_h, each block is one residual branch)."""
     c = model.config
-    branch_mult = base.depth_mult(c.n_layers, mode, per_layer=1)
-    branch_lr = base.depth_lr(c.n_layers, mode, per_layer=1)
+    branch_mult, branch_lr = base.depth_scales(c.n_layers, mode, per_layer=1)
     if mode.mup and base.depth:  # depth-muP: the multiplier carries the depth
         residual = 1 / math.sqrt(base.branches(1))
     else:
