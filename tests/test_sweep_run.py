@@ -12,7 +12,6 @@ import json
 import math
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -226,60 +225,34 @@ def test_driver_killed_mid_sweep_then_resume_runs_each_candidate_once(local_ray,
     assert Catalog(default_catalog_url(root)).get("killed").status == "finished"
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _wait_for_head(ray_bin: Path, port: int, env: dict, timeout_s: float = 120.0) -> None:
-    """Poll `ray health-check` until the head accepts drivers (a few seconds after start)."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        # the CLI sends the head's token only when told to (the driver finds it by itself)
-        check = subprocess.run([str(ray_bin), "health-check", "--address", f"127.0.0.1:{port}"],
-                               env={**env, "RAY_AUTH_MODE": "token"}, capture_output=True,
-                               timeout=60)
-        if check.returncode == 0:
-            return
-        time.sleep(0.5)
-    raise AssertionError(f"the Ray head on port {port} did not become healthy in {timeout_s} s")
-
-
 def test_run_against_a_real_ray_start_cluster(tmp_path):
     """`ray start --head` on loopback with token auth, then `run --address` joins it."""
     import secrets
+    import shutil
+    import tempfile
 
-    port = _free_port()
-    ray_bin = Path(sys.executable).parent / "ray"
+    from ray_nodes import start_head, stop_node
+
     token = tmp_path / "auth_token"
     token.write_text(secrets.token_hex(32))
     # RAY_AUTH_MODE unset: the head turns token auth on because a token exists, and the
-    # driver must find and send the same token by itself.
+    # driver must find and send the same token by itself (a bare `ray.init`, the probe, is
+    # told to).
     env = {k: v for k, v in CHILD_ENV.items() if k != "RAY_AUTH_MODE"}
     env["RAY_AUTH_TOKEN_PATH"] = str(token)
-    # On SIGTERM the head first drains for up to 30 s (for Ray Serve); nothing here needs it.
-    head = subprocess.Popen(
-        [str(ray_bin), "start", "--head", "--port", str(port), "--node-ip-address", "127.0.0.1",
-         "--num-cpus", "2", "--include-dashboard=false", "--disable-usage-stats", "--block"],
-        env={**env, "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0"}, start_new_session=True,
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    node_tmp = Path(tempfile.mkdtemp(prefix="ss-head-"))  # short: Ray's socket paths must fit
+    head, address = start_head(node_tmp, 2, env, probe_env={**env, "RAY_AUTH_MODE": "token"})
     try:
         space_path = write_space(tmp_path, name="on-cluster", search={"n_layers": [1, 2]})
         root = tmp_path / "sweeps"
-        _wait_for_head(ray_bin, port, env)
         driver = subprocess.run(
             [sys.executable, "-m", "shapesweep.sweep.cli", "run", str(space_path), "--root", str(root),
-             "--address", f"127.0.0.1:{port}", "--scheduler", "fifo", "--no-progress"],
+             "--address", address, "--scheduler", "fifo", "--no-progress"],
             env=env, capture_output=True, text=True, timeout=300)
         assert driver.returncode == 0, driver.stderr[-2000:]
         trials = load_trials(str(root), ["on-cluster"])
         assert sorted(trials["key"]) == sorted(k for k, _ in pairs(space_path))
         assert (trials["status"] == "completed").all()
     finally:
-        os.killpg(head.pid, signal.SIGTERM)  # `--block` stops the node's processes on SIGTERM
-        try:
-            head.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(head.pid, signal.SIGKILL)
-            head.wait()
+        stop_node(head)
+        shutil.rmtree(node_tmp, ignore_errors=True)
