@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import socket
 from pathlib import Path
 
 import pyarrow.dataset as ds
@@ -52,8 +51,9 @@ def run(*argv: str) -> int:
     return shapesweep([*argv, "--no-progress"] if argv[0] in ("run", "resume") else list(argv))
 
 
-def free_port() -> int:
-    """A TCP port free on this machine now (a torch.distributed rendezvous's)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def rendezvous(folder: Path) -> str:
+    """A torch.distributed `init_method` through a file: no port to choose, so none that
+    another test's process can take between its choice and rank 0's bind."""
+    path = Path(folder) / "rendezvous"
+    path.unlink(missing_ok=True)
+    return f"file://{path}"

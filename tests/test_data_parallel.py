@@ -11,15 +11,15 @@ import torch
 import torch.distributed as dist
 from shapesweep.search_spaces.configs import TrainConfig, make_config
 from shapesweep.trainers.loop import train
-from sweep_helpers import free_port, run, write_space
+from sweep_helpers import rendezvous, run, write_space
 
 TINY = dict(family="conventional", d_model=16, n_layers=2, n_heads=2, d_h=64)
 RECIPE = dict(steps=12, seq_len=32, batch_tokens=256, eval_tokens=1024, lr=1e-2, eval_every=4)
 
 
-def _rank(rank: int, world: int, port: int, out: str) -> None:
+def _rank(rank: int, world: int, init_method: str, out: str) -> None:
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+    dist.init_process_group("gloo", init_method=init_method, rank=rank,
                             world_size=world)
     try:
         result = train(make_config(TINY), TrainConfig(**RECIPE), checkpoint_dir=f"{out}.ckpt")
@@ -32,7 +32,7 @@ def _rank(rank: int, world: int, port: int, out: str) -> None:
 def test_two_workers_train_the_one_worker_curve(tmp_path, one_torch_thread):
     whole = train(make_config(TINY), TrainConfig(**RECIPE))
     out = str(tmp_path / "curve")
-    torch.multiprocessing.spawn(_rank, args=(2, free_port(), out), nprocs=2)
+    torch.multiprocessing.spawn(_rank, args=(2, rendezvous(Path(out).parent), out), nprocs=2)
     for rank in (0, 1):  # every rank sees the same (averaged) curve
         curve = json.loads(Path(f"{out}.{rank}").read_text())
         assert [m["step"] for m in curve] == [4, 8, 12]

@@ -21,7 +21,7 @@ from shapesweep.trainers.checkpoint import WEIGHTS, saved_step
 from shapesweep.trainers.loop import StopTrial, _fully_shard, train
 from shapesweep.trainers.models import build_model
 from shapesweep.trainers.mup import configure
-from sweep_helpers import TINY_TRAIN, free_port, run, write_space
+from sweep_helpers import TINY_TRAIN, rendezvous, run, write_space
 
 TIED = dict(family="conventional", d_model=16, n_layers=2, n_heads=2, d_h=64, tie_embeddings=True)
 RECIPE = dict(steps=12, seq_len=32, batch_tokens=256, eval_tokens=1024, lr=1e-2, eval_every=4,
@@ -35,10 +35,10 @@ def _stop_at(step: int):
     return callback
 
 
-def _rank(rank: int, world: int, port: int, out: Path) -> None:
+def _rank(rank: int, world: int, init_method: str, out: Path) -> None:
     """Train to step 4 and stop (a checkpoint there), copy it aside, then resume to the end."""
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+    dist.init_process_group("gloo", init_method=init_method, rank=rank,
                             world_size=world)
     try:
         config, recipe = make_config(TIED), TrainConfig(**RECIPE)
@@ -63,7 +63,7 @@ def _rank(rank: int, world: int, port: int, out: Path) -> None:
 def test_two_sharded_workers_train_and_resume_the_one_worker_curve(tmp_path, one_torch_thread):
     config = make_config(TIED)
     whole = train(config, TrainConfig(**RECIPE))
-    torch.multiprocessing.spawn(_rank, args=(2, free_port(), tmp_path), nprocs=2)
+    torch.multiprocessing.spawn(_rank, args=(2, rendezvous(tmp_path), tmp_path), nprocs=2)
     ranks = [json.loads((tmp_path / f"rank{rank}.json").read_text()) for rank in (0, 1)]
     # each rank holds its half of the parameters (and so of their gradients and AdamW state)
     assert sum(done["local"] for done in ranks) == whole.params_measured
@@ -184,10 +184,10 @@ def test_a_sharded_sweep_trial_equals_a_one_process_run(tmp_path, one_torch_thre
     assert logged and {(r[WORKERS_FIELD], r[PARALLEL_FIELD]) for r in logged} == {(2, "fsdp")}
 
 
-def _analysed_rank(rank: int, world: int, port: int, out: Path) -> None:
+def _analysed_rank(rank: int, world: int, init_method: str, out: Path) -> None:
     """Train sharded with the representation analysis on; write this rank's layer rows."""
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+    dist.init_process_group("gloo", init_method=init_method, rank=rank,
                             world_size=world)
     try:
         result = train(make_config(TIED), TrainConfig(**RECIPE, analysis=True), parallel="fsdp")
@@ -201,7 +201,7 @@ def test_the_analysis_of_a_sharded_model_is_the_one_process_analysis(tmp_path, o
     """The logit lens decodes with the root's (sharded) norm and unembedding: inside the
     forward pass, where FSDP has gathered them, every rank measures what one process does."""
     whole = train(make_config(TIED), TrainConfig(**RECIPE, analysis=True)).layers
-    torch.multiprocessing.spawn(_analysed_rank, args=(2, free_port(), tmp_path), nprocs=2)
+    torch.multiprocessing.spawn(_analysed_rank, args=(2, rendezvous(tmp_path), tmp_path), nprocs=2)
     for rank in (0, 1):
         rows = json.loads((tmp_path / f"layers{rank}.json").read_text())
         assert len(rows) == len(whole)
