@@ -184,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
     print(show(out["versus"]))
     for name, frame in out["taus"].items():
         print(f"3. tau at the cooled rungs of the {name.upper()} run, against FIFO's final ranking")
-        print(show(frame))
+        print(show(frame) if len(frame) else "none: this run recorded no cooled rungs (a FIFO run has none)")
     print(f"4. stopped by ASHA: {', '.join(out['stopped']) or 'none'}")
     print("misses: " + ("; ".join(out["misses"]) if out["misses"] else "none"))
     return 0

@@ -5,7 +5,7 @@ noise-aware ASHA (`shapesweep.sweep.paired_asha`, which judges each candidate on
 mean and stops it only when it is worse than the rung's cut with 95% confidence, `decide`)
 where early stopping can pay and had been shown to be trusted: a grid of at least
 ASHA_MIN_CANDIDATES candidates, 2 or more seeds, one token budget, and cooldown evaluations
-at the rungs (`decay: wsd`). It was not: on a sweep named before it ran, it stopped
+at the rungs (`decay: wsd`). It was not: on both sweeps named before they ran, it stopped
 candidates that the full run places within noise of the winner (docs/scheduling.md, "Early
 ranking, named before it runs"), so `auto` runs it for no grid (AUTO_RUNS_ASHA).
 `--scheduler fifo` and `--scheduler asha` choose directly. An Optuna search runs one seed
@@ -31,11 +31,11 @@ SCHEDULERS = ("auto", "asha", "fifo")
 ASHA_MIN_CANDIDATES = 9
 ASHA_MIN_STEPS, ASHA_MIN_FRACTION = 100, 1 / 8  # a loss after a few steps ranks nothing
 # Whether `auto` runs the noise-aware ASHA where the rules above allow it. The rule fixed before
-# the early-ranking sweeps ran (docs/scheduling.md): off if either misses; early-ranking-vformer
-# missed (ASHA stopped 3 candidates FIFO puts within noise of its winner after Holm).
+# the early-ranking sweeps ran (docs/scheduling.md): off if either misses; both missed
+# (on each, ASHA stopped 3 candidates FIFO puts within noise of its winner after Holm).
 AUTO_RUNS_ASHA = False
-EVIDENCE = ("the noise-aware ASHA stopped candidates within noise of the winner on a sweep "
-            "named before it ran: docs/scheduling.md, early ranking")
+EVIDENCE = ("the noise-aware ASHA stopped candidates within noise of the winner on both sweeps "
+            "named before they ran: docs/scheduling.md, early ranking")
 CONFIDENCE = 0.95
 
 

@@ -100,7 +100,7 @@ def test_auto_runs_fifo_for_every_grid_since_the_early_ranking_check_missed(tmp_
     space, candidates = _space(tmp_path, tune={"lr": [1e-3, 2e-3, 3e-3]})  # 12 candidates, wsd
     auto = choose("auto", space, candidates, [0, 1, 2])
     assert auto.kind == "fifo" and auto.rungs == []
-    assert "within noise of the winner on a sweep named before it ran" in auto.line
+    assert "within noise of the winner on both sweeps named before they ran" in auto.line
     assert auto.line.endswith("--scheduler asha overrides)")
     assert choose("asha", space, candidates, [0, 1, 2]).kind == "asha"
 
