@@ -28,25 +28,39 @@ pytestmark = pytest.mark.slow
 BUCKET = "shapesweep-test"
 
 
-@pytest.fixture(scope="module")
-def s3_endpoint():
-    moto = shutil.which("moto_server", path=str(Path(sys.executable).parent))
-    assert moto, "moto_server is missing: `pip install -e .[dev]` installs moto[server]"
+def _start_moto(moto: str) -> tuple[subprocess.Popen, str] | None:
+    """moto_server on a free port, once it answers (it imports Flask and moto: seconds on a
+    loaded machine); None when it exits first (its port taken before it bound it)."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     server = subprocess.Popen([moto, "-H", "127.0.0.1", "-p", str(port)],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
+    url, deadline = f"http://127.0.0.1:{port}", time.monotonic() + 120
+    while time.monotonic() < deadline and server.poll() is None:
+        try:
+            urllib.request.urlopen(url, timeout=5)
+            return server, url
+        except OSError:
+            time.sleep(0.2)
+    server.kill()
+    server.wait(timeout=10)
+    if server.returncode is not None and time.monotonic() < deadline:
+        return None
+    raise RuntimeError(f"moto_server did not answer at {url} in 120 s")
+
+
+@pytest.fixture(scope="module")
+def s3_endpoint():
+    moto = shutil.which("moto_server", path=str(Path(sys.executable).parent))
+    assert moto, "moto_server is missing: `pip install -e .[dev]` installs moto[server]"
+    for _ in range(3):
+        if started := _start_moto(moto):
+            break
+    else:
+        raise RuntimeError("moto_server exited on start three times")
+    server, url = started
     try:
-        for _ in range(100):
-            try:
-                urllib.request.urlopen(url, timeout=1)
-                break
-            except OSError:
-                time.sleep(0.1)
-        else:
-            raise RuntimeError("moto_server did not start")
         yield url
     finally:
         server.terminate()
