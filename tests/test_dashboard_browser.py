@@ -108,7 +108,7 @@ def _download(driver, downloads: Path) -> dict:
     for old in downloads.iterdir():
         old.unlink()
     driver.find_element(By.ID, "download").click()
-    deadline = time.time() + 20
+    deadline = time.time() + 60
     while not [p for p in downloads.iterdir() if p.suffix == ".yaml"]:
         assert time.time() < deadline, "no file was downloaded"
         time.sleep(0.1)
@@ -228,7 +228,7 @@ def test_live_dashboard_refreshes_and_exports(store, browser, downloads, live):
     # A trial landing in a new sweep shows up without reloading the page.
     row, curves = synthetic_sweep("late", 1, families=("hourglass",), seed=5)[0]
     write_trial(store, "late", row, curves)
-    deadline = time.time() + 30
+    deadline = time.time() + 60
     while not browser.find_elements(By.CSS_SELECTOR, "#filter-sweep input[value='late']"):
         assert time.time() < deadline, "the new sweep never appeared"
         time.sleep(0.2)
@@ -394,7 +394,7 @@ def test_serve_draws_a_running_trials_curve_as_it_grows(browser, tmp_path):
         assert running_label in table and "running:" in table  # named, not by its trial id
         assert f"stopped by ASHA at {human(stopped_at)} tokens" in table
         add(2)
-        deadline = time.time() + 20
+        deadline = time.time() + 60
         while _running_points(browser) != 4:
             assert time.time() < deadline, "the running curve never grew"
             time.sleep(0.2)
