@@ -2,7 +2,7 @@
 sweep run twice, under FIFO and under the noise-aware ASHA, from two stores.
 
     python benchmarks/early_ranking.py --fifo /work/er-fifo --asha /work/er-asha \\
-        --sweep early-ranking-vformer [--markdown] [--resamples 2000]
+        --sweep early-ranking-vformer [--markdown] [--resamples 2000] [--replay]
 
 Prints, as the page's protocol names them:
 
@@ -16,6 +16,9 @@ Prints, as the page's protocol names them:
 4. every miss: a candidate ASHA stopped that FIFO places within noise of its winner after
    adjustment, or ASHA's winner resolved worse than FIFO's after adjustment.
 
+`--replay` adds, as exploration after the fact, ASHA's stop rule replayed on the whole first
+rung, at 95% and under Bonferroni, beside FIFO's final verdicts.
+
 A candidate is a (key, tuned values) pair, as `status` counts them.
 """
 
@@ -23,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 
 import numpy as np
@@ -105,22 +109,46 @@ def tau(rung: pd.DataFrame, final: pd.DataFrame, pairs: list[tuple[str, str]]) -
     return score / count if count else float("nan")
 
 
+def rung_tables(curves: pd.DataFrame, trials: pd.DataFrame) -> dict[int, pd.DataFrame]:
+    """Per rung (tokens below the budget at which a cooled loss was evaluated), the cooled
+    loss as candidates x seeds; none for a run without rungs (FIFO's)."""
+    column = cooled_column(METRIC)
+    if column not in curves:
+        return {}
+    named = trials.assign(candidate=label(trials))[["trial_id", "candidate", "seed"]]
+    points = curves[curves[column].notna() & (curves["tokens"] < trials["tokens"].max())].merge(named, on="trial_id")
+    return {int(tokens): at.pivot_table(index="candidate", columns="seed", values=column, aggfunc="mean")
+            for tokens, at in points.groupby("tokens")}
+
+
+def replay_stops(rung: pd.DataFrame, reduction_factor: float = 3.0) -> pd.DataFrame:
+    """The noise-aware ASHA's rule (`sweep.scheduling.decide`) replayed on a whole rung at
+    once: the cut is the candidate at rank ceil(n / reduction_factor) by seed mean; each one
+    below it, paired with the cut's seeds, is stopped at 95% (the rule) and under Bonferroni
+    over the m candidates below the cut (at 1 - 0.05/m). Exploratory: the live rule decides
+    as candidates arrive, on what has arrived."""
+    means = rung.mean(axis=1).sort_values()
+    keep = math.ceil(len(means) / reduction_factor)
+    cut, below = means.index[keep - 1], list(means.index[keep:])
+    diff = (rung.loc[below] - rung.loc[cut]).to_numpy(float)
+    n, mean, sd, _, _ = paired_rows(diff)
+    p = paired_p(n, mean, sd)
+    return pd.DataFrame({"candidate": below, "cut": cut, "diff": mean, "p": p,
+                         "stop_95": (mean > 0) & (p < 0.05),
+                         "stop_bonferroni": (mean > 0) & (p * len(below) < 0.05)})
+
+
 def rung_taus(curves: pd.DataFrame, trials: pd.DataFrame, fifo: pd.DataFrame, pairs: list[tuple[str, str]],
               resamples: int, seed: int = 0) -> pd.DataFrame:
     """Per rung (tokens below the budget at which a cooled loss was evaluated; at the budget
     the cooled loss is the final one): candidates there, resolved pairs present, tau, and its
     95% seed-bootstrap interval (the seeds resampled with replacement, the same draw for the
     rung's and the final losses)."""
-    column, columns = cooled_column(METRIC), ["tokens", "candidates", "pairs", "tau", "low", "high"]
-    if column not in curves:
-        return pd.DataFrame(columns=columns)
-    named = trials.assign(candidate=label(trials))[["trial_id", "candidate", "seed"]]
-    points = curves[curves[column].notna() & (curves["tokens"] < trials["tokens"].max())].merge(named, on="trial_id")
+    columns = ["tokens", "candidates", "pairs", "tau", "low", "high"]
     rng = np.random.default_rng(seed)
     seeds = np.array(fifo.columns)
     rows = []
-    for tokens, at in points.groupby("tokens"):
-        rung = at.pivot_table(index="candidate", columns="seed", values=column, aggfunc="mean")
+    for tokens, rung in rung_tables(curves, trials).items():
         present = [p for p in pairs if p[0] in rung.index and p[1] in rung.index]
         boot = []
         for _ in range(resamples):
@@ -172,6 +200,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sweep", required=True, help="the sweep's name in both stores")
     parser.add_argument("--resamples", type=int, default=2000, help="seed-bootstrap resamples for tau's interval")
     parser.add_argument("--markdown", action="store_true", help="Markdown tables")
+    parser.add_argument("--replay", action="store_true",
+                        help="also replay ASHA's stop rule on its first rung, at 95%% and under Bonferroni, "
+                             "beside FIFO's final verdicts (exploratory)")
     args = parser.parse_args(argv)
     out = report(args.fifo, args.asha, args.sweep, args.resamples)
     show = markdown if args.markdown else (lambda f: f.to_string(index=False))
@@ -187,6 +218,16 @@ def main(argv: list[str] | None = None) -> int:
         print(show(frame) if len(frame) else "none: this run recorded no cooled rungs (a FIFO run has none)")
     print(f"4. stopped by ASHA: {', '.join(out['stopped']) or 'none'}")
     print("misses: " + ("; ".join(out["misses"]) if out["misses"] else "none"))
+    if args.replay:
+        rungs = rung_tables(load_curves(args.asha, [args.sweep]), load_trials(args.asha, [args.sweep]))
+        if not rungs:
+            print("replay: the ASHA run recorded no cooled rungs")
+            return 0
+        tokens = min(rungs)
+        final = out["versus"].set_index("candidate")[["verdict", "p_holm"]]
+        replay = replay_stops(rungs[tokens]).join(final.add_prefix("fifo_"), on="candidate")
+        print(f"replay (exploratory): ASHA's stop rule on its first rung ({tokens} tokens), whole rung at once")
+        print(show(replay))
     return 0
 
 

@@ -57,6 +57,26 @@ def test_tau_counts_only_resolved_pairs(early_ranking):
     assert early_ranking.tau(final.drop(index="a"), final, pairs) == 1.0
 
 
+def test_replayed_stops_are_the_live_rule_and_bonferroni_stops_fewer(early_ranking):
+    """`--replay`'s 95% column is `sweep.scheduling.decide` on the whole rung; Bonferroni
+    over the candidates below the cut stops a subset of what it stops."""
+    from shapesweep.sweep.scheduling import decide
+
+    # four level at the top (the cut is one of them), one a little behind (p ~0.02 against
+    # the cut: past 95%, short of Bonferroni's 0.05 / 6), four far behind
+    means = {"c0": 1.0, "c1": 1.0, "c2": 1.0, "c3": 1.0, "near": 1.015,
+             "f0": 1.1, "f1": 1.1, "f2": 1.1, "f3": 1.1}
+    rung = _table(means, noise=0.005)
+    replay = early_ranking.replay_stops(rung).set_index("candidate")
+    losses = {c: dict(rung.loc[c].items()) for c in rung.index}
+    assert len(replay) == 9 - 3 and set(replay["cut"]) <= {"c0", "c1", "c2", "c3"}  # keep ceil(9 / 3)
+    for candidate, row in replay.iterrows():
+        assert row["stop_95"] == decide(losses, candidate, 3).stop
+    assert replay.loc["near", "stop_95"] and not replay.loc["near", "stop_bonferroni"]
+    assert replay.loc[["f0", "f1", "f2", "f3"], "stop_bonferroni"].all()
+    assert (replay["stop_bonferroni"] <= replay["stop_95"]).all()
+
+
 @pytest.fixture
 def lr_transfer(monkeypatch):
     monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "benchmarks"))
