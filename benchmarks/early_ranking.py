@@ -17,7 +17,8 @@ Prints, as the page's protocol names them:
    adjustment, or ASHA's winner resolved worse than FIFO's after adjustment.
 
 `--replay` adds, as exploration after the fact, ASHA's stop rule replayed on the whole first
-rung, at 95% and under Bonferroni, beside FIFO's final verdicts.
+rung, at 95% and under Bonferroni, beside FIFO's final verdicts; `--replay-within lr` replays
+it with each candidate judged only against those of its own lr.
 
 A candidate is a (key, tuned values) pair, as `status` counts them.
 """
@@ -138,6 +139,17 @@ def replay_stops(rung: pd.DataFrame, reduction_factor: float = 3.0) -> pd.DataFr
                          "stop_bonferroni": (mean > 0) & (p * len(below) < 0.05)})
 
 
+def group_by_tuned(rung: pd.DataFrame, key: str | None) -> dict[str, pd.DataFrame]:
+    """The rung's candidates grouped by the value of tuned `key` in their label (`lr=0.003`);
+    one group of all of them without a key."""
+    if key is None:
+        return {"all": rung}
+    values = rung.index.to_series().str.extract(rf"(?:^|\s){key}=(\S+)", expand=False)
+    if values.isna().any():
+        raise ValueError(f"{', '.join(values[values.isna()].index)} carry no tuned {key}")
+    return {value: rung.loc[values == value] for value in values.unique()}
+
+
 def rung_taus(curves: pd.DataFrame, trials: pd.DataFrame, fifo: pd.DataFrame, pairs: list[tuple[str, str]],
               resamples: int, seed: int = 0) -> pd.DataFrame:
     """Per rung (tokens below the budget at which a cooled loss was evaluated; at the budget
@@ -203,7 +215,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--replay", action="store_true",
                         help="also replay ASHA's stop rule on its first rung, at 95%% and under Bonferroni, "
                              "beside FIFO's final verdicts (exploratory)")
+    parser.add_argument("--replay-within", metavar="KEY",
+                        help="replay (as --replay) with candidates judged only against those with the "
+                             "same value of the tuned KEY (e.g. lr), each group its own rung")
     args = parser.parse_args(argv)
+    groups: dict[str, pd.DataFrame] | None = None
+    if args.replay or args.replay_within:  # checked before the report's bootstrap
+        rungs = rung_tables(load_curves(args.asha, [args.sweep]), load_trials(args.asha, [args.sweep]))
+        first = min(rungs, default=None)
+        try:
+            groups = group_by_tuned(rungs[first], args.replay_within) if rungs else {}
+        except ValueError as error:
+            parser.error(f"--replay-within: {error}")
     out = report(args.fifo, args.asha, args.sweep, args.resamples)
     show = markdown if args.markdown else (lambda f: f.to_string(index=False))
     fifo, asha = out["cost"]["fifo"], out["cost"]["asha"]
@@ -218,18 +241,17 @@ def main(argv: list[str] | None = None) -> int:
         print(show(frame) if len(frame) else "none: this run recorded no cooled rungs (a FIFO run has none)")
     print(f"4. stopped by ASHA: {', '.join(out['stopped']) or 'none'}")
     print("misses: " + ("; ".join(out["misses"]) if out["misses"] else "none"))
-    if args.replay:
-        rungs = rung_tables(load_curves(args.asha, [args.sweep]), load_trials(args.asha, [args.sweep]))
-        if not rungs:
+    if groups is not None:
+        if not groups:
             print("replay: the ASHA run recorded no cooled rungs")
             return 0
-        tokens = min(rungs)
         final = out["versus"].set_index("candidate")[["verdict", "p_holm"]]
-        replay = replay_stops(rungs[tokens]).join(final.add_prefix("fifo_"), on="candidate")
-        print(f"replay (exploratory): ASHA's stop rule on its first rung ({tokens} tokens), whole rung at once")
+        replay = pd.concat([replay_stops(group) for group in groups.values()], ignore_index=True)
+        replay = replay.join(final.add_prefix("fifo_"), on="candidate")
+        within = f", within each {args.replay_within}" if args.replay_within else ""
+        print(f"replay (exploratory): ASHA's stop rule on its first rung ({first} tokens), whole rung at once{within}")
         print(show(replay))
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())

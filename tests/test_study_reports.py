@@ -77,6 +77,16 @@ def test_replayed_stops_are_the_live_rule_and_bonferroni_stops_fewer(early_ranki
     assert (replay["stop_bonferroni"] <= replay["stop_95"]).all()
 
 
+def test_replay_within_a_tuned_key_groups_by_its_value(early_ranking):
+    rung = _table({"a lr=0.003": 1.0, "b lr=0.003": 1.1, "a lr=0.0015": 1.2, "b lr=0.0015": 1.3})
+    groups = early_ranking.group_by_tuned(rung, "lr")
+    assert {k: sorted(g.index) for k, g in groups.items()} == {
+        "0.003": ["a lr=0.003", "b lr=0.003"], "0.0015": ["a lr=0.0015", "b lr=0.0015"]}
+    assert list(early_ranking.group_by_tuned(rung, None)) == ["all"]
+    with pytest.raises(ValueError, match="carry no tuned beta"):
+        early_ranking.group_by_tuned(rung, "beta")
+
+
 @pytest.fixture
 def lr_transfer(monkeypatch):
     monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "benchmarks"))
