@@ -15,7 +15,8 @@ around the lowest seed-mean loss (`fit_optimum`), with a 95% seed-bootstrap inte
 seeds resampled with replacement, one draw for a shape and the base, so the difference is
 paired), and its distance from the base's optimum in sqrt(2) steps with that interval. The
 verdict: `within one step` when the whole interval lies inside (-1, +1) steps, `moves` when it
-lies outside [-1, +1], else `unresolved`:
+lies outside [-1, +1], else `unresolved`; `incomplete` while a shape lacks any of the base's
+lrs or seeds (a sweep still running):
 
     python benchmarks/lr_transfer.py --fit --base depth:base \\
         --store depth=ROOT:lr-transfer-study-depth --store tp6=ROOT:lr-transfer-study-depth-tp6 \\
@@ -124,7 +125,10 @@ def fit_table(stores: dict[str, tuple[str, str]], base: tuple[str, str], resampl
                 o_low = o_high = s_low = s_high = np.nan
             verdict = ("unresolved" if not len(boot) else "within one step" if -1 < s_low and s_high < 1
                        else "moves" if s_low >= 1 or s_high <= -1 else "unresolved")
-            rows.append({"rule": rule, "shape": shape, "seeds": len(full),
+            lrs = int(table.notna().all(axis=1).sum())
+            if lrs < len(reference.index) or len(full) < len(reference.columns):
+                verdict = "incomplete"  # a sweep still running: no verdict on part of the grid
+            rows.append({"rule": rule, "shape": shape, "seeds": len(full), "lrs": lrs,
                          "best_grid_lr": float(table.mean(axis=1).idxmin()),
                          "optimum": 2 ** own, "low": 2 ** o_low, "high": 2 ** o_high, "interior": interior,
                          "steps_from_base": steps, "steps_low": s_low, "steps_high": s_high,
