@@ -43,10 +43,10 @@ def _start_moto(moto: str) -> tuple[subprocess.Popen, str] | None:
             return server, url
         except OSError:
             time.sleep(0.2)
+    if server.poll() is not None:
+        return None
     server.kill()
     server.wait(timeout=10)
-    if server.returncode is not None and time.monotonic() < deadline:
-        return None
     raise RuntimeError(f"moto_server did not answer at {url} in 120 s")
 
 
