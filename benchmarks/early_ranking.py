@@ -27,9 +27,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 
+import lr_transfer  # a sibling script: its Markdown tables
 import numpy as np
 import pandas as pd
 from shapesweep.results.multiplicity import adjusted_p, interval_confidence, paired_p
@@ -41,6 +41,7 @@ from shapesweep.results.stats import (
     paired_rows,
 )
 from shapesweep.results.store import load_curves, load_trials
+from shapesweep.sweep.scheduling import CONFIDENCE, rung_cut
 
 METRIC = "val_loss"
 
@@ -124,19 +125,18 @@ def rung_tables(curves: pd.DataFrame, trials: pd.DataFrame) -> dict[int, pd.Data
 
 def replay_stops(rung: pd.DataFrame, reduction_factor: float = 3.0) -> pd.DataFrame:
     """The noise-aware ASHA's rule (`sweep.scheduling.decide`) replayed on a whole rung at
-    once: the cut is the candidate at rank ceil(n / reduction_factor) by seed mean; each one
-    below it, paired with the cut's seeds, is stopped at 95% (the rule) and under Bonferroni
-    over the m candidates below the cut (at 1 - 0.05/m). Exploratory: the live rule decides
-    as candidates arrive, on what has arrived."""
-    means = rung.mean(axis=1).sort_values()
-    keep = math.ceil(len(means) / reduction_factor)
-    cut, below = means.index[keep - 1], list(means.index[keep:])
+    once: below the rung's `rung_cut`, each candidate, paired with the cut's seeds, is
+    stopped at the rule's 95% and under Bonferroni over the m candidates below the cut (at
+    1 - 0.05/m). Exploratory: the live rule decides as candidates arrive, on what has
+    arrived."""
+    alpha = 1 - CONFIDENCE
+    cut, below = rung_cut(rung.mean(axis=1).to_dict(), reduction_factor)
     diff = (rung.loc[below] - rung.loc[cut]).to_numpy(float)
     n, mean, sd, _, _ = paired_rows(diff)
     p = paired_p(n, mean, sd)
     return pd.DataFrame({"candidate": below, "cut": cut, "diff": mean, "p": p,
-                         "stop_95": (mean > 0) & (p < 0.05),
-                         "stop_bonferroni": (mean > 0) & (p * len(below) < 0.05)})
+                         "stop_95": (mean > 0) & (p < alpha),
+                         "stop_bonferroni": (mean > 0) & (p * len(below) < alpha)})
 
 
 def group_by_tuned(rung: pd.DataFrame, key: str | None) -> dict[str, pd.DataFrame]:
@@ -150,17 +150,17 @@ def group_by_tuned(rung: pd.DataFrame, key: str | None) -> dict[str, pd.DataFram
     return {value: rung.loc[values == value] for value in values.unique()}
 
 
-def rung_taus(curves: pd.DataFrame, trials: pd.DataFrame, fifo: pd.DataFrame, pairs: list[tuple[str, str]],
+def rung_taus(rungs: dict[int, pd.DataFrame], fifo: pd.DataFrame, pairs: list[tuple[str, str]],
               resamples: int, seed: int = 0) -> pd.DataFrame:
-    """Per rung (tokens below the budget at which a cooled loss was evaluated; at the budget
-    the cooled loss is the final one): candidates there, resolved pairs present, tau, and its
+    """Per rung (`rung_tables`; at the budget the cooled loss is the final one): candidates
+    there, resolved pairs present, tau, and its
     95% seed-bootstrap interval (the seeds resampled with replacement, the same draw for the
     rung's and the final losses)."""
     columns = ["tokens", "candidates", "pairs", "tau", "low", "high"]
     rng = np.random.default_rng(seed)
     seeds = np.array(fifo.columns)
     rows = []
-    for tokens, rung in rung_tables(curves, trials).items():
+    for tokens, rung in rungs.items():
         present = [p for p in pairs if p[0] in rung.index and p[1] in rung.index]
         boot = []
         for _ in range(resamples):
@@ -173,8 +173,18 @@ def rung_taus(curves: pd.DataFrame, trials: pd.DataFrame, fifo: pd.DataFrame, pa
     return pd.DataFrame(rows, columns=columns)
 
 
-def report(fifo_root: str, asha_root: str, sweep: str, resamples: int = 2000) -> dict:
+def report(fifo_root: str, asha_root: str, sweep: str, resamples: int = 2000, replay: bool = False,
+           replay_within: str | None = None) -> dict:
+    """The four items, and with `replay` (or `replay_within`) the replay of ASHA's first
+    rung (None when its run recorded no rungs). A `replay_within` key some candidate lacks
+    raises ValueError before the bootstrap runs."""
     fifo_trials, asha_trials = load_trials(fifo_root, [sweep]), load_trials(asha_root, [sweep])
+    rungs = {name: rung_tables(load_curves(root, [sweep]), trials)
+             for name, root, trials in (("fifo", fifo_root, fifo_trials), ("asha", asha_root, asha_trials))}
+    groups = None
+    if (replay or replay_within) and rungs["asha"]:
+        first = min(rungs["asha"])
+        groups = group_by_tuned(rungs["asha"][first], replay_within)
     fifo = seed_table(fifo_trials)
     asha = seed_table(asha_trials)
     full = asha[asha.notna().sum(axis=1) == len(fifo.columns)]
@@ -188,21 +198,25 @@ def report(fifo_root: str, asha_root: str, sweep: str, resamples: int = 2000) ->
     if asha_winner != winner and row["verdict"] == "worse":
         misses.append(f"ASHA's winner {asha_winner} is worse than FIFO's {winner} after adjustment")
     pairs = resolved_pairs(fifo)
-    taus = {name: rung_taus(load_curves(root, [sweep]), trials, fifo, pairs, resamples)
-            for name, root, trials in (("fifo", fifo_root, fifo_trials), ("asha", asha_root, asha_trials))}
+    taus = {name: rung_taus(tables, fifo, pairs, resamples) for name, tables in rungs.items()}
     budget = float(fifo_trials["tokens"].max())
     for frame in taus.values():
         frame.insert(1, "budget_fraction", frame["tokens"] / budget)
     return {"sweep": sweep, "cost": {"fifo": cost(fifo_trials), "asha": cost(asha_trials)},
             "fifo_winner": winner, "asha_winner": asha_winner, "versus": versus, "stopped": stopped,
-            "resolved_pairs": len(pairs), "candidates": len(fifo), "taus": taus, "misses": misses}
+            "resolved_pairs": len(pairs), "candidates": len(fifo), "taus": taus, "misses": misses,
+            "replay": None if groups is None else (first, _replay(groups, versus))}
+
+
+def _replay(groups: dict[str, pd.DataFrame], versus: pd.DataFrame) -> pd.DataFrame:
+    """`replay_stops` of each group, beside FIFO's final verdict and Holm p."""
+    final = versus.set_index("candidate")[["verdict", "p_holm"]]
+    replay = pd.concat([replay_stops(group) for group in groups.values()], ignore_index=True)
+    return replay.join(final.add_prefix("fifo_"), on="candidate")
 
 
 def markdown(frame: pd.DataFrame) -> str:
-    cells = [[("" if v != v else f"{v:.4g}" if isinstance(v, float) else str(v)) for v in row]
-             for row in frame.itertuples(index=False)]
-    lines = [list(map(str, frame.columns)), ["---"] * len(frame.columns), *cells]
-    return "\n".join("| " + " | ".join(line) + " |" for line in lines)
+    return lr_transfer.markdown(frame, number="{:.4g}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -219,15 +233,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="replay (as --replay) with candidates judged only against those with the "
                              "same value of the tuned KEY (e.g. lr), each group its own rung")
     args = parser.parse_args(argv)
-    groups: dict[str, pd.DataFrame] | None = None
-    if args.replay or args.replay_within:  # checked before the report's bootstrap
-        rungs = rung_tables(load_curves(args.asha, [args.sweep]), load_trials(args.asha, [args.sweep]))
-        first = min(rungs, default=None)
-        try:
-            groups = group_by_tuned(rungs[first], args.replay_within) if rungs else {}
-        except ValueError as error:
-            parser.error(f"--replay-within: {error}")
-    out = report(args.fifo, args.asha, args.sweep, args.resamples)
+    try:
+        out = report(args.fifo, args.asha, args.sweep, args.resamples, args.replay, args.replay_within)
+    except ValueError as error:
+        parser.error(f"--replay-within: {error}")
     show = markdown if args.markdown else (lambda f: f.to_string(index=False))
     fifo, asha = out["cost"]["fifo"], out["cost"]["asha"]
     print(f"# {out['sweep']}: {out['candidates']} candidates, {out['resolved_pairs']} pairs FIFO resolves")
@@ -241,18 +250,15 @@ def main(argv: list[str] | None = None) -> int:
         print(show(frame) if len(frame) else "none: this run recorded no cooled rungs (a FIFO run has none)")
     print(f"4. stopped by ASHA: {', '.join(out['stopped']) or 'none'}")
     print("misses: " + ("; ".join(out["misses"]) if out["misses"] else "none"))
-    if groups is not None:
-        if not groups:
+    if args.replay or args.replay_within:
+        if out["replay"] is None:
             print("replay: the ASHA run recorded no cooled rungs")
             return 0
-        final = out["versus"].set_index("candidate")[["verdict", "p_holm"]]
-        replay = pd.concat([replay_stops(group) for group in groups.values()], ignore_index=True)
-        replay = replay.join(final.add_prefix("fifo_"), on="candidate")
+        first, replay = out["replay"]
         within = f", within each {args.replay_within}" if args.replay_within else ""
         print(f"replay (exploratory): ASHA's stop rule on its first rung ({first} tokens), whole rung at once{within}")
         print(show(replay))
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())

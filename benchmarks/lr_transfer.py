@@ -123,11 +123,11 @@ def fit_table(stores: dict[str, tuple[str, str]], base: tuple[str, str], resampl
                 s_low, s_high = np.percentile(2 * (boot[:, 0] - boot[:, 1]), [2.5, 97.5])
             else:
                 o_low = o_high = s_low = s_high = np.nan
-            verdict = ("unresolved" if not len(boot) else "within one step" if -1 < s_low and s_high < 1
-                       else "moves" if s_low >= 1 or s_high <= -1 else "unresolved")
             lrs = int(table.notna().all(axis=1).sum())
-            if lrs < len(reference.index) or len(full) < len(reference.columns):
-                verdict = "incomplete"  # a sweep still running: no verdict on part of the grid
+            complete = lrs >= len(reference.index) and len(full) >= len(reference.columns)
+            verdict = ("incomplete" if not complete  # a sweep still running: no verdict on part of its grid
+                       else "unresolved" if not len(boot) else "within one step" if -1 < s_low and s_high < 1
+                       else "moves" if s_low >= 1 or s_high <= -1 else "unresolved")
             rows.append({"rule": rule, "shape": shape, "seeds": len(full), "lrs": lrs,
                          "best_grid_lr": float(table.mean(axis=1).idxmin()),
                          "optimum": 2 ** own, "low": 2 ** o_low, "high": 2 ** o_high, "interior": interior,
@@ -159,9 +159,10 @@ def main() -> None:
     print(markdown(out) if args.markdown else out.to_string(index=False))
 
 
-def markdown(frame: pd.DataFrame) -> str:
-    """A Markdown table (pandas' `to_markdown` needs tabulate, which the project does not)."""
-    cells = [[("" if v != v else f"{v:g}" if isinstance(v, float) else str(v)) for v in row]
+def markdown(frame: pd.DataFrame, number: str = "{:g}") -> str:
+    """A Markdown table, floats as `number` formats them, NaN blank (pandas' `to_markdown`
+    needs tabulate, which the project does not)."""
+    cells = [[("" if v != v else number.format(v) if isinstance(v, float) else str(v)) for v in row]
              for row in frame.itertuples(index=False)]
     lines = [list(map(str, frame.columns)), ["---"] * len(frame.columns), *cells]
     return "\n".join("| " + " | ".join(line) + " |" for line in lines)

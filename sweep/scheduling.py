@@ -181,6 +181,14 @@ class Verdict:
     ci_high: float | None = None
 
 
+def rung_cut(means: dict[Any, float], reduction_factor: float) -> tuple[Any, list[Any]]:
+    """The rung's cut (by seed mean, the candidate at rank ceil(n / reduction_factor): the
+    last one ASHA would keep) and the candidates ranked below it, best first."""
+    ranked = sorted(means, key=means.get)
+    keep = math.ceil(len(ranked) / reduction_factor)
+    return ranked[keep - 1], ranked[keep:]
+
+
 def decide(losses: dict[Any, dict[int, float]], candidate: Any, reduction_factor: float,
            protected: bool = False) -> Verdict:
     """Stop `candidate` at a rung? `losses`: the rung loss of every seed of every candidate
@@ -193,11 +201,9 @@ def decide(losses: dict[Any, dict[int, float]], candidate: Any, reduction_factor
     from shapesweep.results.stats import paired_difference
 
     means = {c: float(np.mean(list(seeds.values()))) for c, seeds in losses.items() if seeds}
-    ranked = sorted(means, key=means.get)
-    keep = math.ceil(len(ranked) / reduction_factor)
-    if protected or ranked.index(candidate) < keep:
+    cut, below = rung_cut(means, reduction_factor)
+    if protected or candidate not in below:
         return Verdict(False)
-    cut = ranked[keep - 1]
     diff = paired_difference(pd.Series(losses[candidate]), pd.Series(losses[cut]),
                              confidence=CONFIDENCE)
     return Verdict(diff["verdict"] == "worse", cut, diff["delta"], diff["ci_low"], diff["ci_high"])

@@ -80,8 +80,8 @@ class SweepOptions:
         "auto", "--scheduler", choices=SCHEDULERS,
         help="asha: the noise-aware ASHA, each candidate judged on its seed mean (Ray's "
              "per-trial ASHA under --search optuna); fifo: every trial to its budget; auto "
-             "(default): fifo, with the reason (the noise-aware ASHA missed on an early-ranking "
-             "check named before it ran: docs/scheduling.md)")
+             "(default): fifo, with the reason (the noise-aware ASHA missed on both early-ranking "
+             "checks named before they ran: docs/scheduling.md)")
     grace_tokens: int | None = option(
         None, "--grace-tokens",
         help="ASHA grace period in tokens (default: an eighth of the budget, at least 100 "
