@@ -41,7 +41,10 @@ class Snapshot:
 
 
 def store_version(root: str) -> str:
-    """A hash of every Parquet and live-curve file's path, size and mtime under the root."""
+    """A hash of every trials fragment's and live curve's path, size and mtime under the root.
+
+    A trials fragment is a trial's commit record (`write_trial` writes its curves first), so
+    the version moves when a trial lands whole, never between its curves and its row."""
     import pyarrow.fs as pafs
     from shapesweep.results.live import LIVE_FOLDER
 
@@ -52,8 +55,9 @@ def store_version(root: str) -> str:
     infos = fs.get_file_info(pafs.FileSelector(base, recursive=True, allow_not_found=True))
     digest = hashlib.sha256()
     for info in sorted(infos, key=lambda i: i.path):
-        if info.path.endswith(".parquet") or (info.path.endswith(".jsonl")
-                                               and posixpath.basename(posixpath.dirname(info.path)) == LIVE_FOLDER):
+        folder = posixpath.basename(posixpath.dirname(info.path))
+        if (info.path.endswith(".parquet") and folder == "trials") or (info.path.endswith(".jsonl")
+                                                                       and folder == LIVE_FOLDER):
             digest.update(f"{info.path}|{info.size}|{info.mtime_ns}\n".encode())
     return digest.hexdigest()[:16]
 

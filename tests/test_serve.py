@@ -27,6 +27,7 @@ import psutil
 import pytest
 from shapesweep.dashboards.report import expand
 from shapesweep.dashboards.server import make_server
+from shapesweep.dashboards.snapshots import store_version
 from shapesweep.results.store import write_trial
 from synthetic import synthetic_sweep
 
@@ -127,6 +128,18 @@ def _lands_in_the_next_payload(store: str, live: int) -> None:
     assert "landed" in expand(json.loads(after.body)["rows"])["trial_id"]
     config = get(live, "/api/config?sweep=s&trial_id=landed")
     assert config.status == 200 and b"trial_id: landed" in config.body
+
+
+def test_the_version_moves_when_a_trial_lands_whole_not_at_its_curves(store):
+    """The race CI met: the builder saw the curves fragment `write_trial` writes first, built
+    a payload without the trial's row, and the row's landing came after the test looked."""
+    before = store_version(store)
+    row, curve = synthetic_sweep("s", 1, families=("hourglass",), seeds=1, tune=None, seed=9)[0]
+    trials_fragment = write_trial(store, "s", {**row, "trial_id": "landed"},
+                                  [{**point, "trial_id": "landed"} for point in curve])
+    landed = store_version(store)
+    os.remove(trials_fragment)  # the store as it was between the curves and the row
+    assert landed != before and store_version(store) == before
 
 
 def test_paths_outside_the_api_are_not_found(live):
