@@ -154,9 +154,26 @@ def main() -> None:
     if args.fit:
         rule, shape = args.base.split(":", 1)
         out = fit_table(stores, (rule, shape), args.resamples)
-    else:
-        out = table(stores)
+        print(fit_markdown(out) if args.markdown else out.to_string(index=False))
+        return
+    out = table(stores)
     print(markdown(out) if args.markdown else out.to_string(index=False))
+
+
+def fit_markdown(fit: pd.DataFrame) -> str:
+    """`fit_table` as docs/lr-transfer.md prints it: each estimate with its 95% interval in
+    one cell (the optimum to 3 significant digits, the steps to 2 decimals)."""
+    def cell(value: float, low: float, high: float, number: str) -> str:
+        return number.format(value) + ("" if low != low else f" [{number.format(low)}, {number.format(high)}]")
+
+    shown = pd.DataFrame({
+        "rule": fit["rule"], "shape": fit["shape"], "seeds": fit["seeds"], "lrs": fit["lrs"],
+        "optimum [95%]": [cell(*r, "{:.2e}") for r in zip(fit["optimum"], fit["low"], fit["high"], strict=True)],
+        "sqrt(2) steps from the base's [95%]": [cell(*r, "{:+.2f}") for r in
+                                                zip(fit["steps_from_base"], fit["steps_low"], fit["steps_high"], strict=True)],
+        "inside the grid": fit["interior"].map({True: "yes", False: "no: an edge"}),
+        "verdict": fit["verdict"]})
+    return markdown(shown)
 
 
 def markdown(frame: pd.DataFrame, number: str = "{:g}") -> str:

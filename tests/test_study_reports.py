@@ -139,6 +139,10 @@ def test_lr_fit_table_from_stores(lr_transfer, tmp_path):
     assert out.loc["up", "steps_from_base"] == pytest.approx(2, abs=0.2) and out.loc["up", "verdict"] == "moves"
     assert out.loc["up", "low"] <= out.loc["up", "optimum"] <= out.loc["up", "high"]
     assert out.loc["running", "verdict"] == "incomplete" and out.loc["running", "lrs"] == 5
+    rows = {line.split(" | ")[1]: line for line in lr_transfer.fit_markdown(out.reset_index()).splitlines()[2:]}
+    up = out.loc["up"]
+    assert f"| {up['optimum']:.2e} [{up['low']:.2e}, {up['high']:.2e}] | {up['steps_from_base']:+.2f} [" in rows["up"]
+    assert rows["up"].endswith("| yes | moves |") and "| 3 | 8 |" in rows["up"]
 
 
 def test_early_ranking_report_from_stores(early_ranking, tmp_path):
