@@ -260,5 +260,6 @@ def main(argv: list[str] | None = None) -> int:
         print(show(replay))
     return 0
 
+
 if __name__ == "__main__":
     sys.exit(main())
