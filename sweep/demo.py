@@ -13,8 +13,9 @@ from pathlib import Path
 from shapesweep.sweep.store_args import DEFAULT_ROOT
 
 # The built-in demo space: width vs depth at one budget, conventional and hourglass FFNs
-# against the conventional baseline, 3 seeds each, so every comparison has its CI; small
-# enough to finish in minutes on 2 cores. FULL_DEMO_SPACE is the full comparison.
+# against the conventional baseline, each shape's lr chosen on one seed and measured on 3
+# others, so every comparison has its CI; small enough to finish in minutes on 2 cores.
+# FULL_DEMO_SPACE is the full comparison.
 DEMO_SPACE = "demo-quick"
 FULL_DEMO_SPACE = "demo-ucurve"
 
@@ -23,7 +24,7 @@ def add_arguments_demo(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--root", default=DEFAULT_ROOT, help=f"results root (default {DEFAULT_ROOT})")
     parser.add_argument("--space", default=DEMO_SPACE,
                         help=f"the space to sweep (default the built-in {DEMO_SPACE}; {FULL_DEMO_SPACE} is "
-                        "the full comparison, 3x its trials of 6x the tokens; times measured: "
+                        "the full comparison, one shape more and 6x the tokens a trial; times measured: "
                         "docs/development.md)")
     parser.add_argument("--out", default=None,
                         help="report path (default ROOT/demo-report.html)")

@@ -17,7 +17,9 @@ from shapesweep.search_spaces.solver import candidate_document, plan
 from shapesweep.search_spaces.space import load_space, parse_space, tuned_json
 from shapesweep.sweep.cli import main as shapesweep
 
-SPACE = yaml.safe_load(load_space("demo-quick").source_text) | {"name": "s"}
+# demo-quick's shapes and recipe, once without its lr tuning and once with a tuning of its own
+SPACE = {key: value for key, value in yaml.safe_load(load_space("demo-quick").source_text).items()
+         if key != "tune"} | {"name": "s"}
 LRS = [1.5e-3, 3.0e-3]
 TUNED_SPACE = SPACE | {"tune": {"lr": LRS}}
 
