@@ -111,6 +111,28 @@ def test_each_distinct_block_compiles_once_and_a_new_width_anew(traced, name):
     assert (distinct == 1) == (name != "vformer-carry")
 
 
+def test_compile_by_block_compiles_every_block_past_dynamos_default_limit(traced, dynamo_restored):
+    """A ><former of more distinct layer widths than dynamo's default recompile limit (8),
+    compiled by `compile_by_block` alone, as the benchmarks do: every distinct block gets its
+    graph. Before the limit was raised there, not only in the loop, the blocks past the
+    eighth ran eagerly, in silence."""
+    from shapesweep.trainers.compiled import compile_by_block
+    from torch._dynamo.utils import counters
+
+    dynamo_restored.recompile_limit = 8  # a fresh process's, as the benchmarks start from
+    dynamo_restored.fail_on_recompile_limit_hit = False
+    config = make_config(dict(VFORMER, d_model=32, n_layers=12))  # 9 distinct layer widths
+    distinct = len({repr(shape) for shape in config.layer_shapes()})
+    assert distinct > 8
+    model = build_model(config)
+    compile_by_block(model, dynamic=False)
+    before = counters["stats"]["unique_graphs"]
+    x = torch.randint(0, config.vocab_size, (2, 16))
+    objective, _ = model(x, x, 1e-4)
+    objective.backward()
+    assert counters["stats"]["unique_graphs"] - before == distinct + 1
+
+
 def test_a_ragged_micro_batch_recompiles_once_in_the_first_step(traced):
     """5 sequences in micro-batches of 2: the last (1 sequence) is a second graph of each
     region (the block both layers share, and the readout with its loss), compiled in the
