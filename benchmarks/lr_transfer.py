@@ -164,7 +164,7 @@ def fit_markdown(fit: pd.DataFrame) -> str:
     """`fit_table` as docs/lr-transfer.md prints it: each estimate with its 95% interval in
     one cell (the optimum to 3 significant digits, the steps to 2 decimals)."""
     def cell(value: float, low: float, high: float, number: str) -> str:
-        return number.format(value) + ("" if low != low else f" [{number.format(low)}, {number.format(high)}]")
+        return number.format(value) + ("" if pd.isna(low) else f" [{number.format(low)}, {number.format(high)}]")
 
     shown = pd.DataFrame({
         "rule": fit["rule"], "shape": fit["shape"], "seeds": fit["seeds"], "lrs": fit["lrs"],

@@ -80,6 +80,11 @@ def _losses(result) -> list[float]:
     return [m[key] for m in result.curve for key in ("train_loss", "val_loss")]
 
 
+def _distinct_blocks(config) -> int:
+    """Blocks of distinct shapes: one graph each under regional compilation."""
+    return len({repr(shape) for shape in config.layer_shapes()})
+
+
 @pytest.mark.parametrize("name", FAMILIES)
 def test_every_family_compiles_whole_and_trains_as_eager(traced, name):
     """No graph break, no graph compiled after the first call (the other micro-batches and
@@ -103,7 +108,7 @@ def test_each_distinct_block_compiles_once_and_a_new_width_anew(traced, name):
     from torch._dynamo.utils import counters
 
     config = make_config(FAMILIES[name])
-    distinct = len({repr(shape) for shape in config.layer_shapes()})
+    distinct = _distinct_blocks(config)
     before = counters["stats"]["unique_graphs"]
     result = train(config, _recipe(name, compile=True))
     assert (result.compiled, result.recompiles) == (True, 0)
@@ -122,7 +127,7 @@ def test_compile_by_block_compiles_every_block_past_dynamos_default_limit(traced
     dynamo_restored.recompile_limit = 8  # a fresh process's, as the benchmarks start from
     dynamo_restored.fail_on_recompile_limit_hit = False
     config = make_config(dict(VFORMER, d_model=32, n_layers=12))  # 9 distinct layer widths
-    distinct = len({repr(shape) for shape in config.layer_shapes()})
+    distinct = _distinct_blocks(config)
     assert distinct > 8
     model = build_model(config)
     compile_by_block(model, dynamic=False)
