@@ -1,16 +1,18 @@
-"""Three ways to compile a training step on CPU: compile seconds and steady throughput.
+"""Four ways to compile a training step on CPU: compile seconds and steady throughput.
 
 - `whole`: `torch.compile` of the model with its loss, every block traced into one graph;
 - `regional`: the loop's way (`shapesweep.trainers.compiled.compile_by_block`): each block a
   graph of its own, once per distinct shape, and the readout with its loss;
+- `regional:4`: the loop's way with `train.compile_blocks_per_region: 4`: up to 4 consecutive
+  alike blocks a region, fewer compiled calls a step for a longer compile;
 - `nested`: one graph, each block a nested region (`torch.compiler.nested_compile_region`,
   torch's hierarchical compilation) traced and compiled once per distinct shape: a candidate
   for the loop, measured here before anything relies on it.
 
-For each shape, four fresh processes. Three measure the compile, each with an empty Inductor
+For each shape, five fresh processes. Four measure the compile, each with an empty Inductor
 cache and one compile thread, so the compile's CPU time is the process's and its compiler
-children's; each reports its first step's CPU seconds less a steady step's. The fourth
-measures the steady throughput of all three side by side: it holds the three compiled models
+children's; each reports its first step's CPU seconds less a steady step's. The fifth
+measures the steady throughput of all four side by side: it holds the four compiled models
 (same init, the caches merged so nothing compiles again) and times their steps in turn, the
 order reversed every other round, so a drift of the machine's speed falls on all alike; it
 reports the median over rounds of each way's throughput over the whole graph's, and the
@@ -83,7 +85,7 @@ def _model_and_batch(shape: str, tokens: int, device: str):
     return model.to(device), x, y
 
 
-HOWS = ("whole", "nested", "regional")
+HOWS = ("whole", "nested", "regional", "regional:4")
 # A nested region's cache entries: distinct (block, input shape) pairs, with room to spare.
 REUSE_ENTRIES = 256
 
@@ -92,8 +94,8 @@ def _compile(how: str, model) -> None:
     """Compile `model` `how`, in place: the step is then `model(x, targets, z_loss)`."""
     from shapesweep.trainers.compiled import compile_by_block, regions
 
-    if how == "regional":
-        compile_by_block(model, dynamic=False)
+    if how.startswith("regional"):  # regional:N: up to N alike blocks a region
+        compile_by_block(model, int(how.partition(":")[2] or 1), dynamic=False)
         return
     if how == "nested":
         for block in regions(model):

@@ -12,8 +12,8 @@ printed (and flushed) as soon as it is measured, so a run cut short still says w
 4. a small, launch-bound shape with CUDA graphs (`compile_mode: reduce-overhead`) over without;
 5. a mixture of experts (`vformer-moe-small`'s bottleneck) compiled against eager;
 6. `--sweep`: one real `shapesweep run` of two short 113M trials, compile seconds per trial;
-   `compile`: the 113M hourglass k 8 compiled whole, as one graph of nested blocks, and block
-   by block (the loop's way), each from an empty cache (`bench_compile.compare`): compile
+   `compile`: the 113M hourglass k 8 compiled whole, as one graph of nested blocks, block by
+   block (the loop's way) and 4 alike blocks a region, each from an empty cache (`bench_compile.compare`): compile
    seconds, and steady tokens/s side by side;
    `peaks`: the memory model's step and evaluation peaks, each measured alone, for the packed
    sweep's baseline and hourglass k 5;
@@ -195,7 +195,7 @@ def cuda_graphs(device: str, quick: bool) -> str:
 
 
 def compile_ways(device: str, quick: bool) -> str:
-    """The 113M hourglass k 8 compiled three ways (`bench_compile.compare`): each compile's
+    """The 113M hourglass k 8 compiled four ways (`bench_compile.compare`): each compile's
     seconds from an empty cache, and steady tokens/s side by side."""
     from bench_compile import compare, summary
 

@@ -105,6 +105,11 @@ class TrainConfig(_Strict):
     # torch.compile's mode for the compiled regions; reduce-overhead: CUDA graphs, for shapes
     # whose step is launch-bound (small models on a GPU)
     compile_mode: Literal["default", "reduce-overhead"] = "default"
+    # consecutive blocks of one shape compiled as one region: 1 compiles each distinct block
+    # once (the cheapest compile); more trades compile seconds for a faster step. auto: 1 but
+    # on a GPU, where the trial's expected training time pays for longer regions
+    # (shapesweep.trainers.compile_policy; docs/benchmarks.md measures both)
+    compile_blocks_per_region: PositiveInt | Literal["auto"] = "auto"
     # bf16 autocast of the forward; auto: bfloat16 on CUDA, none elsewhere
     autocast: Literal["auto", "bfloat16", "none"] = "auto"
     noise_std: Annotated[float, Field(gt=0)] = 0.25  # vision denoising

@@ -158,7 +158,8 @@ def plan(args: argparse.Namespace) -> int:
         for row, candidate, decision in zip(rows, result.candidates, decisions, strict=True):
             row["train"] = space.train_for(candidate=candidate).model_dump(mode="json",
                                                                            exclude_none=True)
-            row["compile_on_cuda"] = {"compile": decision.compile, "reason": decision.reason}
+            row["compile_on_cuda"] = {"compile": decision.compile, "reason": decision.reason,
+                                      "blocks_per_region": decision.blocks_per_region}
     if args.out:
         _write_candidates(args.out, space, result.candidates)
     if args.format == "json":

@@ -116,6 +116,33 @@ def test_each_distinct_block_compiles_once_and_a_new_width_anew(traced, name):
     assert (distinct == 1) == (name != "vformer-carry")
 
 
+@pytest.mark.parametrize("name", ["conventional", "hourglass", "vformer-projection"])
+def test_regions_of_several_blocks_train_as_eager_with_a_graph_per_distinct_region(traced, name):
+    """`compile_blocks_per_region: 2` on 5 layers: regions of 1, 2 and 2 alike blocks, so two
+    graphs (lengths 1 and 2) and the readout's; a ><former's layers all differ, so one block a
+    region as before. The eager losses to 1e-5, and the model's parameters and state dict are
+    its blocks' as before (the regions live outside its module tree)."""
+    from shapesweep.trainers.compile_policy import layer_signatures, runs
+    from shapesweep.trainers.compiled import compile_by_block
+    from torch._dynamo.utils import counters
+
+    config = make_config({**FAMILIES[name], "n_layers": 5})
+    shapes = layer_signatures(config)
+    graphs = len({(shapes[r.start], len(r)) for r in runs(shapes, 2)})
+    assert graphs == (2 if name != "vformer-projection" else len(set(shapes)))
+    eager = train(config, _recipe(name))
+    before = counters["stats"]["unique_graphs"]
+    compiled = train(config, _recipe(name, compile=True, compile_blocks_per_region=2))
+    assert (compiled.compiled, compiled.graph_breaks, compiled.recompiles) == (True, 0, 0)
+    assert counters["stats"]["unique_graphs"] - before == graphs + 1
+    assert _losses(compiled) == pytest.approx(_losses(eager), abs=1e-5, rel=0)
+    model = build_model(config)
+    keys, parameters = list(model.state_dict()), [id(p) for p in model.parameters()]
+    compile_by_block(model, 2, dynamic=False)
+    assert list(model.state_dict()) == keys and [id(p) for p in model.parameters()] == parameters
+    assert [first for first, _ in model.stages] == [r.start for r in runs(shapes, 2)]
+
+
 def test_compile_by_block_compiles_every_block_past_dynamos_default_limit(traced, dynamo_restored):
     """A ><former of more distinct layer widths than dynamo's default recompile limit (8),
     compiled by `compile_by_block` alone, as the benchmarks do: every distinct block gets its

@@ -13,7 +13,15 @@ import pytest
 import torch
 import torch.nn.functional as F
 from shapesweep.search_spaces.configs import TrainConfig, make_config
-from shapesweep.trainers.compile_policy import PAYS_AT, decide, distinct_regions
+from shapesweep.trainers.compile_policy import (
+    COMPILE_PER_BLOCK_S,
+    PAYS_AT,
+    REGION_COMPILE_SHARE,
+    compile_seconds,
+    decide,
+    runs,
+    traced_blocks,
+)
 from shapesweep.trainers.models import build_model
 from shapesweep.trainers.objective import lm_loss
 from test_compile import FAMILIES
@@ -85,6 +93,29 @@ def test_auto_compiles_a_long_gpu_trial_and_not_a_short_one():
         pytest.approx(long.train_s / 4)
 
 
+def test_auto_regions_grow_with_the_trial_and_a_fixed_length_is_obeyed():
+    """On a GPU, the longest regions whose extra compile is at most REGION_COMPILE_SHARE of
+    the expected eager training: one block for a trial that just pays its compile, the whole
+    run of 12 alike blocks for a full 113M trial, 4 (three regions of 4) in between."""
+    config, train = make_config(BASELINE_113M), TrainConfig(seq_len=2048)
+    per_token = decide(config, train, "cuda", 10**9).train_s / 10**9
+    one_block = compile_seconds(config)
+
+    def chosen(train_s: float, **changes) -> int:
+        decision = decide(config, train.model_copy(update=changes), "cuda", int(train_s / per_token))
+        assert decision.compile
+        return decision.blocks_per_region
+
+    assert chosen(1.2 * PAYS_AT * one_block) == 1
+    assert chosen(2_500_000_000 * per_token) == 12
+    extra_for_four = compile_seconds(config, 4) - one_block  # 3 more traced blocks
+    assert chosen(1.01 * extra_for_four / REGION_COMPILE_SHARE) == 4
+    assert chosen(2_500_000_000 * per_token, compile_blocks_per_region=2) == 2
+    assert decide(config, TrainConfig(compile=True), "cpu", 10**12).blocks_per_region == 1
+    long = decide(config, train, "cuda", 2_500_000_000)
+    assert "; up to 12 alike blocks a region, ~48 s to compile (auto: " in long.reason
+
+
 def test_auto_is_eager_on_cpu_and_true_or_false_is_obeyed():
     config = make_config(BASELINE_113M)
     assert not decide(config, TrainConfig(), "cpu", 10**12).compile
@@ -96,11 +127,29 @@ def test_auto_is_eager_on_cpu_and_true_or_false_is_obeyed():
 def test_regions_are_the_distinct_block_shapes():
     """One per distinct layer shape: a conventional or hourglass model has one, a ><former as
     many as its distinct widths."""
-    assert distinct_regions(make_config(FAMILIES["hourglass"])) == 1
-    assert distinct_regions(make_config({**FAMILIES["conventional"], "n_layers": 6})) == 1
+    assert traced_blocks(make_config(FAMILIES["hourglass"])) == 1
+    assert traced_blocks(make_config({**FAMILIES["conventional"], "n_layers": 6})) == 1
     vformer = make_config(FAMILIES["vformer-carry"])
-    assert distinct_regions(vformer) == len(set(vformer.layer_shapes())) > 1
-    assert distinct_regions(make_config(FAMILIES["vision"])) == 1
+    assert traced_blocks(vformer) == len(set(vformer.layer_shapes())) > 1
+    assert traced_blocks(make_config(FAMILIES["vision"])) == 1
+
+
+def test_regions_of_several_blocks_cut_each_run_into_near_equal_chunks():
+    """`compile_blocks_per_region`: consecutive alike blocks, at most that many a region, in
+    chunks of at most two lengths; a compile traces each distinct (shape, length) once."""
+    assert runs(list("aaaaaaaaaaaa"), 5) == [range(0, 4), range(4, 8), range(8, 12)]
+    assert runs(list("aabbbc"), 2) == [range(0, 2), range(2, 3), range(3, 5), range(5, 6)]
+    assert runs(list("abab"), 4) == [range(i, i + 1) for i in range(4)]  # alike, not consecutive
+    assert runs([], 3) == []
+    six = make_config({**FAMILIES["conventional"], "n_layers": 6})
+    assert [traced_blocks(six, n) for n in (1, 2, 3, 4, 5, 6, 12)] == [1, 2, 3, 3, 3, 6, 6]
+    seven = make_config({**FAMILIES["conventional"], "n_layers": 7})
+    assert traced_blocks(seven, 3) == 2 + 3  # 2, 2, 3: two graphs
+    vformer = make_config(FAMILIES["vformer-carry"])  # no two consecutive layers alike
+    assert traced_blocks(vformer, 4) == traced_blocks(vformer)
+    short, long = (decide(six, TrainConfig(compile=True, compile_blocks_per_region=n), "cuda",
+                          10**9) for n in (1, 6))
+    assert long.compile_s - short.compile_s == pytest.approx(5 * COMPILE_PER_BLOCK_S)
 
 
 def test_plan_says_which_candidates_compile_on_a_gpu(capsys):
@@ -110,6 +159,7 @@ def test_plan_says_which_candidates_compile_on_a_gpu(capsys):
     out, err = capsys.readouterr()
     rows = json.loads(out)
     assert all(r["compile_on_cuda"]["compile"] for r in rows)
+    assert all(r["compile_on_cuda"]["blocks_per_region"] == 12 for r in rows)  # 2.5B tokens each
     assert "compile on a GPU: 5 of 5 candidates (auto: compile" in err
     assert main(["plan", "demo-quick"]) == 0
     assert "compile on a GPU: 0 of 4 candidates (auto: eager" in capsys.readouterr().out

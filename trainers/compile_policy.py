@@ -8,8 +8,10 @@ a model whose blocks are all alike, 60 s for a ><former of 16 distinct layer wid
 compiles on CUDA when the expected eager training time is at least `PAYS_AT` times the
 expected compile time; on CPU it runs eagerly (Inductor's C++ compile of a block costs tens
 of seconds on 2 cores, more than a short CPU trial wins back, and eager fp32 CPU runs
-repeat exactly). `plan` prints the decision and its figures for each candidate; a trial
-records what ran (`compiled`, `compile_s`). No torch here: planning never imports it.
+repeat exactly). A trial that compiles on a GPU also takes longer regions where it is long
+enough to pay for them (`train.compile_blocks_per_region: auto`, `longest_regions`). `plan`
+prints the decision and its figures for each candidate; a trial records what ran
+(`compiled`, `compile_s`). No torch here: planning never imports it.
 """
 
 from __future__ import annotations
@@ -28,8 +30,13 @@ PLANNING_PEAK_TFLOPS = 989  # a device to plan for when none is at hand (H100 SX
 # compile of 8.9 s for one distinct block, 60.2 s for 16 (3.5 s each beyond the first).
 EAGER_MFU = 0.22
 COMPILE_BASE_S = 6.0  # dynamo, AOTAutograd and Inductor start-up, and the readout + loss region
-COMPILE_PER_REGION_S = 3.5  # one distinct block's forward and backward
+COMPILE_PER_BLOCK_S = 3.5  # one distinct block's forward and backward, alone or in a region
 PAYS_AT = 5.0  # compile when eager training takes at least this many times the compile
+# Longer compiled regions (compile_blocks_per_region: auto) may add this share of the expected
+# eager training time (about twice it of the compiled) in compile: their gain was 3-6% of the
+# step where there was one (the hourglass k 8: H200 one block a region 0.938 of the whole
+# model's; CPU 0.91 at one block, 0.97 at 4: docs/benchmarks.md), little on a conventional one.
+REGION_COMPILE_SHARE = 0.01
 
 
 def peak_flops(device_name: str) -> float | None:
@@ -37,35 +44,88 @@ def peak_flops(device_name: str) -> float | None:
     return next((t * 1e12 for name, t in PEAK_TFLOPS.items() if name in device_name), None)
 
 
-def distinct_regions(config) -> int:
-    """How many different blocks regional compilation compiles: one per distinct layer shape."""
-    shapes = config.layer_shapes() if of(config).lm else [None]
-    return len(set(shapes))
+def runs(signatures: list, most: int) -> list[range]:
+    """Consecutive positions of equal signature, cut into near-equal chunks of at most `most`:
+    the blocks each compiled region holds (`train.compile_blocks_per_region`). Near-equal, so
+    a run's chunks come in at most two lengths (two graphs): 12 alike at most 5 are 4, 4, 4,
+    not 5, 5, 2."""
+    out, start = [], 0
+    for end in range(1, len(signatures) + 1):
+        if end < len(signatures) and signatures[end] == signatures[start]:
+            continue
+        length = end - start
+        chunks = -(-length // most)
+        cuts = [start + length * i // chunks for i in range(chunks + 1)]
+        out += [range(a, b) for a, b in zip(cuts[:-1], cuts[1:], strict=True)]
+        start = end
+    return out
+
+
+def layer_signatures(config) -> list[str | None]:
+    """One per compiled block, equal for blocks that run the same graph: an LM's layer shapes
+    (the model's other families: one signature, their blocks are all alike)."""
+    return [repr(s) for s in config.layer_shapes()] if of(config).lm else [None]
+
+
+def traced_blocks(config, blocks_per_region: int = 1) -> int:
+    """Blocks dynamo traces and Inductor compiles: one graph per distinct (shape, length)
+    region, each as long as its blocks. With one block a region, the distinct layer shapes."""
+    shapes = layer_signatures(config)
+    graphs = {(shapes[r.start], len(r)) for r in runs(shapes, blocks_per_region)}
+    return sum(length for _, length in graphs)
+
+
+def compile_seconds(config, blocks_per_region: int = 1) -> float:
+    """The expected first compile on a GPU: start-up plus each traced block."""
+    return COMPILE_BASE_S + COMPILE_PER_BLOCK_S * traced_blocks(config, blocks_per_region)
+
+
+def longest_regions(config, train_s: float) -> int:
+    """`compile_blocks_per_region: auto` for a trial of `train_s` expected eager seconds: the
+    longest regions whose extra compile (over one block a region) costs at most
+    REGION_COMPILE_SHARE of it. Longer regions never ran slower where measured, and their
+    gain is a few percent of the step, so their compile is held well below it."""
+    longest = max(len(r) for r in runs(layer_signatures(config), 10**9))
+    cheapest, budget = compile_seconds(config), REGION_COMPILE_SHARE * train_s
+    within = [n for n in range(1, longest + 1) if compile_seconds(config, n) - cheapest <= budget]
+    return max(within, key=lambda n: (traced_blocks(config, n), -n))  # the least n of the most
 
 
 @dataclass(frozen=True)
 class CompileDecision:
     compile: bool
     reason: str
-    train_s: float | None = None  # expected eager training seconds (CUDA, auto only)
-    compile_s: float | None = None  # expected compile seconds (CUDA, auto only)
+    train_s: float | None = None  # expected eager training seconds (CUDA only)
+    compile_s: float | None = None  # expected compile seconds (CUDA, compiled only)
+    blocks_per_region: int = 1  # consecutive alike blocks a compiled region holds
 
 
 def decide(config, train, device_type: str, tokens: int,
            peak: float | None = None) -> CompileDecision:
-    """`train.compile` for `config` trained on `tokens` on a `device_type` device whose dense
-    bf16 peak is `peak` FLOP/s (None: PLANNING_PEAK_TFLOPS)."""
-    if train.compile is not None and train.compile != "auto":
-        return CompileDecision(bool(train.compile), f"train.compile: {str(train.compile).lower()}")
-    if device_type != "cuda":
+    """`train.compile` and `train.compile_blocks_per_region` for `config` trained on `tokens`
+    on a `device_type` device whose dense bf16 peak is `peak` FLOP/s (None:
+    PLANNING_PEAK_TFLOPS). Auto regions are one block each but on a GPU (`longest_regions`)."""
+    fixed = train.compile_blocks_per_region
+    train_s = None
+    if device_type == "cuda":
+        flops = account(config, train.seq_len).flops_per_token * tokens
+        train_s = flops / ((peak or PLANNING_PEAK_TFLOPS * 1e12) * EAGER_MFU)
+    if train.compile is False:
+        return CompileDecision(False, "train.compile: false", train_s)
+    if train.compile is True:
+        reason = "train.compile: true"
+    elif device_type != "cuda":
         return CompileDecision(False, f"auto: eager on {device_type} (compile pays on a GPU only)")
-    regions = distinct_regions(config)
-    compile_s = COMPILE_BASE_S + COMPILE_PER_REGION_S * regions
-    flops = account(config, train.seq_len).flops_per_token * tokens
-    train_s = flops / ((peak or PLANNING_PEAK_TFLOPS * 1e12) * EAGER_MFU)
-    pays = train_s >= PAYS_AT * compile_s
-    verdict = "compile" if pays else "eager"
-    return CompileDecision(pays, f"auto: {verdict}, ~{train_s:,.0f} s of eager training vs "
-                           f"~{compile_s:.0f} s to compile {regions} distinct block"
-                           f"{'s' if regions != 1 else ''} (compiles at >= {PAYS_AT:g}x)",
-                           train_s, compile_s)
+    else:
+        least = compile_seconds(config, 1 if fixed == "auto" else fixed)
+        pays = train_s >= PAYS_AT * least
+        reason = (f"auto: {'compile' if pays else 'eager'}, ~{train_s:,.0f} s of eager training "
+                  f"vs ~{least:.0f} s to compile (compiles at >= {PAYS_AT:g}x)")
+        if not pays:
+            return CompileDecision(False, reason, train_s)
+    n = fixed if fixed != "auto" else (longest_regions(config, train_s) if train_s else 1)
+    why = ("train.compile_blocks_per_region" if fixed != "auto" else
+           f"auto: longer regions may add {REGION_COMPILE_SHARE:.0%} of the training in compile")
+    reason += (f"; up to {n} alike blocks a region, ~{compile_seconds(config, n):.0f} s to "
+               f"compile ({why})" if n > 1 else "; one block a region")
+    return CompileDecision(True, reason, train_s, compile_seconds(config, n), n)

@@ -7,7 +7,10 @@ blocks stay eager. Blocks of one shape run the same code under the same guards, 
 traces and Inductor compiles one block per distinct shape, not every copy: a 12-layer
 hourglass of k 8 costs one block's compile, a ><former one per distinct layer width. Whole-
 model compilation traced every block into one graph (issue 36: 87 s more than eager for that
-hourglass on 2 CPU cores, against 24.5 s for a 2-layer model).
+hourglass on 2 CPU cores, against 24.5 s for a 2-layer model). Between the two,
+`train.compile_blocks_per_region` compiles up to that many consecutive alike blocks as one
+region (`Region`): each compiled call a step costs dynamo's guards and AOTAutograd's wrappers,
+so fewer, longer regions run faster and compile longer (docs/benchmarks.md).
 
 Evaluation, cooldown branches' evaluations and the end-of-trial analysis run the same modules
 eagerly (`eager()`): under `no_grad` each region would be another graph per shape, a compile
@@ -42,6 +45,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 import torch
+from shapesweep.trainers.compile_policy import layer_signatures, runs
 from torch._dynamo.utils import compilation_time_metrics, counters
 
 Mode = Literal["default", "reduce-overhead"]
@@ -63,16 +67,43 @@ def regions(model: torch.nn.Module) -> list[torch.nn.Module]:
     return list(getattr(model, "blocks", []))
 
 
-def compile_by_block(model: torch.nn.Module, **options) -> None:
+class Region(torch.nn.Module):
+    """Consecutive blocks of one shape run as one compiled region (`blocks_per_region` > 1).
+
+    Held by the model outside its module tree (`model.stages`, a plain list), so parameters,
+    state dicts and checkpoints are the blocks' as before. Regions of the same length and
+    shape share one graph (their parameters are its inputs), as single blocks do."""
+
+    def __init__(self, blocks: list[torch.nn.Module]):
+        super().__init__()
+        self.members = torch.nn.ModuleList(blocks)
+        self.width = getattr(blocks[0], "width", None)
+
+    def forward(self, stream: torch.Tensor) -> torch.Tensor:
+        for block in self.members:
+            stream = block(stream)
+        return stream
+
+
+def compile_by_block(model: torch.nn.Module, blocks_per_region: int = 1, **options) -> None:
     """Compile each of `model`'s blocks in place (`torch.compile` `options`), and its readout
     with the loss (`model.objective`), under the recompile limit the module docstring states.
     The limit is set here, not by the loop alone, so every caller compiles every distinct
     block: at dynamo's default (8) a ><former of more distinct layer widths ran the rest
-    eagerly, in silence (bench_compile's regional figure for one, before)."""
+    eagerly, in silence (bench_compile's regional figure for one, before).
+
+    `blocks_per_region` > 1, on a model that runs `stages` (the LM): consecutive blocks of one
+    shape are compiled together, up to that many (`runs`): fewer compiled calls a step (each
+    costs dynamo's guards and AOTAutograd's wrappers) and fusion across their boundaries, for
+    a compile that grows with the region's length (docs/benchmarks.md)."""
     blocks = regions(model)
     config = torch._dynamo.config
     config.fail_on_recompile_limit_hit = True
     config.recompile_limit = max(8, 2 * len(blocks) + 2)
+    if blocks_per_region > 1 and hasattr(model, "stages"):
+        chunks = runs(layer_signatures(model.config), blocks_per_region)
+        model.stages = [(chunk.start, Region([blocks[i] for i in chunk])) for chunk in chunks]
+        blocks = [region for _, region in model.stages]
     for block in blocks:
         block.compile(**options)
     model.objective = torch.compile(model.objective, **options)
@@ -105,10 +136,12 @@ class CompiledStep:
     the regions' graphs as one step with "pending, uninvoked backwards" and leave the fast path.
     """
 
-    def __init__(self, model: torch.nn.Module, forward, mode: Mode = "default"):
+    def __init__(self, model: torch.nn.Module, forward, mode: Mode = "default",
+                 blocks_per_region: int = 1):
         compile_cache()
         torch._dynamo.reset()  # this trial's graphs only: see the module docstring
-        compile_by_block(model, dynamic=False, mode=None if mode == "default" else mode)
+        compile_by_block(model, blocks_per_region, dynamic=False,
+                         mode=None if mode == "default" else mode)
         self.forward = forward
         self._graphs = mode == "reduce-overhead"
         self._start = _Counts.now()

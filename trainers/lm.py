@@ -137,6 +137,9 @@ class LM(nn.Module):
         self.wte = nn.Embedding(config.vocab_size, table)
         rotaries = {hd: Rotary(hd) for hd in sorted({int(s.head_dim) for s in shapes})}
         self.blocks = nn.ModuleList(Block(s, rotaries[int(s.head_dim)]) for s in shapes)
+        # What `hidden` runs, as (first layer, module): None runs each block; a compiled trial
+        # may run consecutive blocks of one shape as one region (shapesweep.trainers.compiled)
+        self.stages: list[tuple[int, nn.Module]] | None = None
         # found once, not per micro-step: a dense model's aux_loss is then a plain 0.0
         self._routed = tuple(b.ffn for b in self.blocks if isinstance(b.ffn, MoEFFN))
         # xformer's projection ablation: grown coordinates predicted from the previous layer.
@@ -182,10 +185,10 @@ class LM(nn.Module):
         # zero / projection: the embedding is truncated to layer 1's width on the way in
         stream = _widen(self.wte(idx)[..., : self.embed_in], self.stream_width)
         prev = self.embed_in
-        for layer, block in enumerate(self.blocks):
-            stream = self._grow(stream, layer, prev, block.width)
-            stream = block(stream)
-            prev = block.width
+        for layer, stage in self.stages or enumerate(self.blocks):
+            stream = self._grow(stream, layer, prev, stage.width)
+            stream = stage(stream)
+            prev = stage.width
         return stream
 
     def objective(self, stream: torch.Tensor, targets: torch.Tensor,

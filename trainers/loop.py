@@ -348,9 +348,9 @@ def train(model_config, train: TrainConfig, data: str | None = None,
         optimizer, lambda s: lr_multiplier(s, steps, train, units_per_step))
     params = [p for g in groups for p in g["params"]]
     forward = _data_parallel(model, per_step, dev) if world > 1 and not sharded else model
-    compiling = not sharded and decide(model_config, train, dev.type, steps * units_per_step,
-                                       _peak_flops(dev)).compile
-    stepper = _compiled(model, forward, train) if compiling else forward
+    decision = decide(model_config, train, dev.type, steps * units_per_step, _peak_flops(dev))
+    compiling = not sharded and decision.compile
+    stepper = _compiled(model, forward, train, decision.blocks_per_region) if compiling else forward
     dtype = autocast_dtype(train, dev)
 
     def autocast():
@@ -459,12 +459,13 @@ def train(model_config, train: TrainConfig, data: str | None = None,
     return result
 
 
-def _compiled(model: torch.nn.Module, forward, train: TrainConfig):
-    """The training step with `model`'s blocks and readout compiled in place
-    (`shapesweep.trainers.compiled`); `forward` is the model or its DDP wrapper."""
+def _compiled(model: torch.nn.Module, forward, train: TrainConfig, blocks_per_region: int):
+    """The training step with `model`'s blocks and readout compiled in place, up to
+    `blocks_per_region` alike blocks a region (`shapesweep.trainers.compiled`); `forward` is
+    the model or its DDP wrapper."""
     from shapesweep.trainers.compiled import CompiledStep
 
-    return CompiledStep(model, forward, train.compile_mode)
+    return CompiledStep(model, forward, train.compile_mode, blocks_per_region)
 
 
 def _eager(compiling: bool):
