@@ -134,6 +134,7 @@ def test_regions_of_several_blocks_train_as_eager_with_a_graph_per_distinct_regi
     before = counters["stats"]["unique_graphs"]
     compiled = train(config, _recipe(name, compile=True, compile_blocks_per_region=2))
     assert (compiled.compiled, compiled.graph_breaks, compiled.recompiles) == (True, 0, 0)
+    assert (compiled.blocks_per_region, eager.blocks_per_region) == (2, None)
     assert counters["stats"]["unique_graphs"] - before == graphs + 1
     assert _losses(compiled) == pytest.approx(_losses(eager), abs=1e-5, rel=0)
     model = build_model(config)
@@ -208,6 +209,7 @@ def test_train_json_reports_compile_and_autocast(traced, tmp_path, capsys):
                                           "autocast_dtype")} == {
         "compiled": True, "graph_breaks": 0, "recompiles": 0, "autocast_dtype": "bfloat16"}
     assert summary["compile_s"] > 0  # dynamo traced and AOTAutograd compiled, timed
+    assert summary["blocks_per_region"] == 1  # auto: one block a region off a GPU
 
 
 def test_cuda_graph_mode_is_accepted_and_trains_as_default(traced, monkeypatch):

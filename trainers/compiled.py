@@ -35,7 +35,8 @@ What is reported, as differences over the trial (`torch._dynamo.utils.counters` 
   input shape, dtype or grad mode) and a region was traced again. A last micro-batch
   smaller than the others is one per region, in the first step;
 - `compile_s`: seconds spent compiling (dynamo's trace and Inductor's forward compile, plus
-  the backward graphs AOTAutograd compiles at their first use).
+  the backward graphs AOTAutograd compiles at their first use);
+- `blocks_per_region`: the most alike blocks one compiled region held.
 """
 
 from __future__ import annotations
@@ -143,6 +144,7 @@ class CompiledStep:
         compile_by_block(model, blocks_per_region, dynamic=False,
                          mode=None if mode == "default" else mode)
         self.forward = forward
+        self.blocks_per_region = blocks_per_region
         self._graphs = mode == "reduce-overhead"
         self._start = _Counts.now()
         self._after_first: _Counts | None = None
@@ -156,9 +158,11 @@ class CompiledStep:
         return out
 
     def report(self) -> dict[str, bool | int | float]:
-        """{compiled, graph_breaks, recompiles, compile_s} of this trial so far."""
+        """{compiled, graph_breaks, recompiles, compile_s, blocks_per_region} of this trial so
+        far."""
         end, first = _Counts.now(), self._after_first or self._start
         return {"compiled": end.graphs > self._start.graphs,
                 "graph_breaks": end.breaks - self._start.breaks,
                 "recompiles": end.graphs - first.graphs,
-                "compile_s": round(end.seconds - self._start.seconds, 3)}
+                "compile_s": round(end.seconds - self._start.seconds, 3),
+                "blocks_per_region": self.blocks_per_region}

@@ -105,6 +105,7 @@ class TrainResult:
     graph_breaks: int | None = None
     recompiles: int | None = None  # graphs compiled after the forward's first call
     compile_s: float | None = None  # seconds torch.compile spent in this trial; None: eager
+    blocks_per_region: int | None = None  # alike blocks a compiled region held at most; None: eager
     autocast_dtype: str = "none"  # bfloat16 | none
     cooldown_tokens: int = 0  # trained by cooldown branches (trainers/cooldown.py), not in `tokens`
 
