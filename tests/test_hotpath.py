@@ -170,8 +170,8 @@ def test_bench_gpu_items_pick_and_order_and_refuse_unknown_names():
 
 
 def test_bench_gpu_compile_and_peaks_items_run_on_cpu():
-    """The `compile` item compiles a stand-in three ways, each in a fresh process, then times
-    the three side by side; `peaks` measures the memory model's step and evaluation peaks
+    """The `compile` item compiles a stand-in four ways, each in a fresh process, then times
+    the four side by side; `peaks` measures the memory model's step and evaluation peaks
     apart. Each line carries its fields (traced by dynamo and AOTAutograd, run by eager ops
     here, to keep it quick: the code path, no figure)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "TORCH_COMPILE_OVERRIDE_BACKENDS": ">=0:aot_eager"}
@@ -179,8 +179,8 @@ def test_bench_gpu_compile_and_peaks_items_run_on_cpu():
                           "--budget-s", "600", "--items", "compile,peaks"], cwd=ROOT, env=env,
                          capture_output=True, text=True, timeout=600, check=True).stdout
     line = next(line for line in out.splitlines()
-                if line.startswith("whole, nested and regional compile: "))
-    for field in ("compile whole ", "nested ", "regional ", "steady tok/s whole ",
+                if line.startswith("whole, nested, regional and regions-of-4 compile: "))
+    for field in ("compile whole ", "nested ", "regional ", "regional:4 ", "steady tok/s whole ",
                   "over whole's (median, 10-90% of rounds): nested "):
         assert field in line
     line = next(line for line in out.splitlines()
