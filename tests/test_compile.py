@@ -134,7 +134,9 @@ def test_regions_of_several_blocks_train_as_eager_with_a_graph_per_distinct_regi
     before = counters["stats"]["unique_graphs"]
     compiled = train(config, _recipe(name, compile=True, compile_blocks_per_region=2))
     assert (compiled.compiled, compiled.graph_breaks, compiled.recompiles) == (True, 0, 0)
-    assert (compiled.blocks_per_region, eager.blocks_per_region) == (2, None)
+    longest = max(len(r) for r in runs(shapes, 2))  # a ><former's: 1, whatever was asked
+    assert (compiled.blocks_per_region, eager.blocks_per_region) == (longest, None)
+    assert longest == (2 if name != "vformer-projection" else 1)
     assert counters["stats"]["unique_graphs"] - before == graphs + 1
     assert _losses(compiled) == pytest.approx(_losses(eager), abs=1e-5, rel=0)
     model = build_model(config)

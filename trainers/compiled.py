@@ -86,7 +86,7 @@ class Region(torch.nn.Module):
         return stream
 
 
-def compile_by_block(model: torch.nn.Module, blocks_per_region: int = 1, **options) -> None:
+def compile_by_block(model: torch.nn.Module, blocks_per_region: int = 1, **options) -> int:
     """Compile each of `model`'s blocks in place (`torch.compile` `options`), and its readout
     with the loss (`model.objective`), under the recompile limit the module docstring states.
     The limit is set here, not by the loop alone, so every caller compiles every distinct
@@ -96,8 +96,9 @@ def compile_by_block(model: torch.nn.Module, blocks_per_region: int = 1, **optio
     `blocks_per_region` > 1, on a model that runs `stages` (the LM): consecutive blocks of one
     shape are compiled together, up to that many (`runs`): fewer compiled calls a step (each
     costs dynamo's guards and AOTAutograd's wrappers) and fusion across their boundaries, for
-    a compile that grows with the region's length (docs/benchmarks.md)."""
-    blocks = regions(model)
+    a compile that grows with the region's length (docs/benchmarks.md). Returns the most
+    blocks a region holds (1 for a model without `stages`, whatever was asked)."""
+    blocks, longest = regions(model), 1
     config = torch._dynamo.config
     config.fail_on_recompile_limit_hit = True
     config.recompile_limit = max(8, 2 * len(blocks) + 2)
@@ -105,9 +106,11 @@ def compile_by_block(model: torch.nn.Module, blocks_per_region: int = 1, **optio
         chunks = runs(layer_signatures(model.config), blocks_per_region)
         model.stages = [(chunk.start, Region([blocks[i] for i in chunk])) for chunk in chunks]
         blocks = [region for _, region in model.stages]
+        longest = max(len(chunk) for chunk in chunks)
     for block in blocks:
         block.compile(**options)
     model.objective = torch.compile(model.objective, **options)
+    return longest
 
 
 def eager():
@@ -141,10 +144,9 @@ class CompiledStep:
                  blocks_per_region: int = 1):
         compile_cache()
         torch._dynamo.reset()  # this trial's graphs only: see the module docstring
-        compile_by_block(model, blocks_per_region, dynamic=False,
-                         mode=None if mode == "default" else mode)
+        self.blocks_per_region = compile_by_block(model, blocks_per_region, dynamic=False,
+                                                  mode=None if mode == "default" else mode)
         self.forward = forward
-        self.blocks_per_region = blocks_per_region
         self._graphs = mode == "reduce-overhead"
         self._start = _Counts.now()
         self._after_first: _Counts | None = None
