@@ -122,13 +122,13 @@ def test_regions_of_several_blocks_train_as_eager_with_a_graph_per_distinct_regi
     graphs (lengths 1 and 2) and the readout's; a ><former's layers all differ, so one block a
     region as before. The eager losses to 1e-5, and the model's parameters and state dict are
     its blocks' as before (the regions live outside its module tree)."""
-    from shapesweep.trainers.compile_policy import layer_signatures, runs
+    from shapesweep.trainers.compile_policy import layer_signatures, region_graphs, runs
     from shapesweep.trainers.compiled import compile_by_block
     from torch._dynamo.utils import counters
 
     config = make_config({**FAMILIES[name], "n_layers": 5})
     shapes = layer_signatures(config)
-    graphs = len({(shapes[r.start], len(r)) for r in runs(shapes, 2)})
+    graphs = len(region_graphs(config, 2))
     assert graphs == (2 if name != "vformer-projection" else len(set(shapes)))
     eager = train(config, _recipe(name))
     before = counters["stats"]["unique_graphs"]

@@ -67,12 +67,16 @@ def layer_signatures(config) -> list[str | None]:
     return [repr(s) for s in config.layer_shapes()] if of(config).lm else [None]
 
 
-def traced_blocks(config, blocks_per_region: int = 1) -> int:
-    """Blocks dynamo traces and Inductor compiles: one graph per distinct (shape, length)
-    region, each as long as its blocks. With one block a region, the distinct layer shapes."""
+def region_graphs(config, blocks_per_region: int = 1) -> set[tuple[str | None, int]]:
+    """The distinct (shape, length) regions: one graph each."""
     shapes = layer_signatures(config)
-    graphs = {(shapes[r.start], len(r)) for r in runs(shapes, blocks_per_region)}
-    return sum(length for _, length in graphs)
+    return {(shapes[r.start], len(r)) for r in runs(shapes, blocks_per_region)}
+
+
+def traced_blocks(config, blocks_per_region: int = 1) -> int:
+    """Blocks dynamo traces and Inductor compiles: each graph's region as long as its blocks.
+    With one block a region, the distinct layer shapes."""
+    return sum(length for _, length in region_graphs(config, blocks_per_region))
 
 
 def compile_seconds(config, blocks_per_region: int = 1) -> float:
