@@ -16,7 +16,7 @@ import dataclasses
 import os
 import socket
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -286,8 +286,11 @@ class Catalog:
                             file=shown_database(self.url)) from None
 
     def register(self, name: str, space_name: str, space_yaml: str, space_hash: str,
-                 n_candidates: int) -> SweepRecord:
-        """Add a sweep, or return it if it exists with the same space; a different space is refused."""
+                 n_candidates: int, hash_now: Callable[[str], str] | None = None) -> SweepRecord:
+        """Add a sweep, or return it if it exists with the same space; a different space is
+        refused. `hash_now` hashes a saved space's text as this version parses it: a sweep
+        registered by an older version, whose hash lacked a key added since with its default,
+        is the same space when its saved text hashes to `space_hash` today."""
         existing = self.get(validate_sweep_name(name))
         if existing is None:
             with self._errors():
@@ -299,7 +302,8 @@ class Catalog:
                 except IntegrityError:  # another process registered it first
                     pass
             existing = self.get(name)
-        if existing.space_hash != space_hash:
+        if existing.space_hash != space_hash and not (
+                hash_now is not None and _hashes_to(hash_now, existing.space_yaml, space_hash)):
             raise UserError(
                 f"sweep {name!r} already exists with a different search space "
                 f"({existing.space_name}, hash {existing.space_hash[:12]}; this one is "
@@ -405,3 +409,11 @@ class Catalog:
         with self._errors(), Session(self.engine) as session, session.begin():
             session.execute(delete(_LeaseRow).where(_LeaseRow.name == name,
                                                     _LeaseRow.token == token))
+
+
+def _hashes_to(hash_now: Callable[[str], str], space_yaml: str, space_hash: str) -> bool:
+    """Whether a saved space's text hashes to `space_hash` today (False if it no longer parses)."""
+    try:
+        return hash_now(space_yaml) == space_hash
+    except UserError:
+        return False

@@ -432,7 +432,8 @@ def _plan(options: SweepOptions, checked: _Checked, catalog: Any) -> Any:
         checked.budget, skip))
     saved_space = read_sweep_file(options.root, name, SPACE_FILE)
     _check_saved_space(name, saved_space, space)
-    catalog.register(name, space.name, space.source_text, space.space_hash, plan.total)
+    catalog.register(name, space.name, space.source_text, space.space_hash, plan.total,
+                     hash_now=_space_hash)
     _say(*checked.notices)
     if saved_space is None:
         write_sweep_file(options.root, name, SPACE_FILE, space.source_text)
@@ -450,14 +451,10 @@ def _check_saved_space(name: str, saved_text: str | None, space: Any) -> None:
     """Refuse a sweep folder that holds another space's trials (one copied from another root,
     or a catalog that lost its row): `status` reads the choice seeds and the baseline from
     the saved space, so mixing two spaces' trials would mislabel them."""
-    from shapesweep.search_spaces.safe_yaml import parse_yaml
-    from shapesweep.search_spaces.space import parse_space
-
     if saved_text is None or saved_text == space.source_text:
         return
     try:
-        saved_hash = parse_space(parse_yaml(saved_text, SPACE_FILE), saved_text,
-                                 SPACE_FILE).space_hash
+        saved_hash = _space_hash(saved_text)
     except UserError:
         saved_hash = "unreadable"
     if saved_hash != space.space_hash:
@@ -466,6 +463,14 @@ def _check_saved_space(name: str, saved_text: str | None, space: Any) -> None:
             f"{SPACE_FILE} has hash {saved_hash[:12]}; this one is {space.space_hash}): choose "
             f"another --name for this space, or finish the existing sweep with "
             f"`shapesweep resume {name}`", key="name")
+
+
+def _space_hash(text: str) -> str:
+    """The hash this version gives a space's YAML text (a saved one, read without running code)."""
+    from shapesweep.search_spaces.safe_yaml import parse_yaml
+    from shapesweep.search_spaces.space import parse_space
+
+    return parse_space(parse_yaml(text, SPACE_FILE), text, SPACE_FILE).space_hash
 
 
 def _fit(options: SweepOptions, checked: _Checked, plan: Any, catalog: Any,

@@ -44,6 +44,26 @@ def test_different_space_under_same_name_is_refused(tmp_path):
         catalog.register("../escape", "tiny", SPACE, "hash-a", 1)
 
 
+def test_a_sweep_registered_by_an_older_version_is_the_same_space(tmp_path):
+    # An older version hashed the parsed space without a key added since (at its default):
+    # the saved text, hashed as this version parses it, decides.
+    catalog = Catalog(default_catalog_url(tmp_path))
+    catalog.register("alpha", "tiny", SPACE, "hash-old", 12)
+    today = {SPACE: "hash-new"}
+
+    def hash_now(text):
+        if text not in today:
+            raise UserError("no longer parses")
+        return today[text]
+
+    assert catalog.register("alpha", "tiny", SPACE, "hash-new", 12, hash_now=hash_now).name == "alpha"
+    with pytest.raises(UserError, match="different search space"):
+        catalog.register("alpha", "tiny", SPACE, "hash-other", 12, hash_now=hash_now)
+    today.clear()  # a saved text this version refuses is another space
+    with pytest.raises(UserError, match="different search space"):
+        catalog.register("alpha", "tiny", SPACE, "hash-new", 12, hash_now=hash_now)
+
+
 def test_status(tmp_path):
     catalog = Catalog(default_catalog_url(tmp_path))
     created = catalog.register("alpha", "tiny", SPACE, "hash-a", 12)

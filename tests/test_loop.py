@@ -122,6 +122,28 @@ def test_checkpoint_of_another_trial_is_refused(tmp_path):
     assert error.value.key == "config_key"
 
 
+def test_checkpoint_of_an_older_version_resumes(tmp_path):
+    """A trial interrupted under a version whose recipe lacked a key added since (at its
+    default) resumes under this one; a recipe that really differs is still refused."""
+    recipe = TrainConfig(**RECIPE)
+    whole = train(make_config(TINY), recipe)
+
+    def stop_at_8(metrics):
+        if metrics["step"] == 8:
+            raise StopTrial
+
+    train(make_config(TINY), recipe, callback=stop_at_8, checkpoint_dir=str(tmp_path))
+    path = tmp_path / "checkpoint.pt"
+    state = torch.load(path, weights_only=True)
+    del state["identity"]["train"]["compile_blocks_per_region"]  # as written before it existed
+    torch.save(state, path)
+    with pytest.raises(UserError, match="different trial") as error:
+        train(make_config(TINY), TrainConfig(**{**RECIPE, "lr": 2e-3}), checkpoint_dir=str(tmp_path))
+    assert error.value.key == "train"
+    rest = train(make_config(TINY), recipe, checkpoint_dir=str(tmp_path))
+    assert rest.steps == 12 and _comparable(rest.curve) == _comparable(whole.curve)
+
+
 @pytest.mark.parametrize("family", ["conventional", "vision_mlp"])
 def test_non_finite_loss_names_the_step(family):
     config = make_config(TINY if family == "conventional" else

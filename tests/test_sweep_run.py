@@ -25,7 +25,7 @@ from shapesweep.results.store import load_curves, load_trials, sweep_dir, write_
 from shapesweep.search_spaces.solver import candidate_document, plan
 from shapesweep.search_spaces.space import load_space
 from shapesweep.sweep.cli import main as shapesweep
-from shapesweep.sweep.runner import _check_saved_space
+from shapesweep.sweep.runner import _check_saved_space, _space_hash
 from sweep_helpers import (
     CHILD_ENV,
     TINY_TRAIN,
@@ -121,6 +121,7 @@ def test_a_folder_holding_another_spaces_trials_is_refused(tmp_path, capsys):
     # Comments and formatting do not make another space; a changed value does.
     space = load_space(space_path)
     _check_saved_space("tiny-depths", "# a comment\n" + space_path.read_text(), space)
+    assert _space_hash(space_path.read_text()) == space.space_hash  # what the catalog rereads
     with pytest.raises(UserError, match="different search space"):
         _check_saved_space("tiny-depths", changed.read_text(), space)
 

@@ -18,6 +18,7 @@ document `train` accepts), the pair `export --format hf --weights DIR` converts.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -151,8 +152,11 @@ def saved_curve(directory: str | Path) -> list[dict[str, Any]]:
                       mmap=True)["curve"]
 
 
-def load(directory: str | Path | None, identity: dict[str, Any]) -> dict[str, Any] | None:
-    """The saved state if `directory` holds a checkpoint of this same trial, else None."""
+def load(directory: str | Path | None, identity: dict[str, Any],
+         reread: Mapping[str, Callable[[Any], Any]] | None = None) -> dict[str, Any] | None:
+    """The saved state if `directory` holds a checkpoint of this same trial, else None.
+    `reread[key]` turns a saved identity value into what this version writes (a recipe
+    re-validated, so a key added since with its default is the same trial)."""
     if directory is None:
         return None
     path = Path(directory) / FILENAME
@@ -165,7 +169,7 @@ def load(directory: str | Path | None, identity: dict[str, Any]) -> dict[str, An
         raise UserError(f"cannot read checkpoint ({error})", file=str(path)) from error
     saved = state.get("identity", {})
     for key, value in identity.items():
-        if saved.get(key) != value:
+        if _read_today(saved.get(key), (reread or {}).get(key)) != value:
             raise UserError(f"checkpoint belongs to a different trial ({key} differs); "
                             "use another --checkpoint-dir", file=str(path), key=key)
     if step != state["step"]:
@@ -174,6 +178,17 @@ def load(directory: str | Path | None, identity: dict[str, Any]) -> dict[str, An
     from safetensors.torch import load_file
 
     return state | {"model": load_file(str(Path(directory) / WEIGHTS))}
+
+
+def _read_today(saved: Any, reread: Callable[[Any], Any] | None) -> Any:
+    """A saved identity value as this version writes it (unchanged without `reread`, or if it
+    no longer reads: it then differs)."""
+    if reread is None or saved is None:
+        return saved
+    try:
+        return reread(saved)
+    except (TypeError, ValueError):  # pydantic's ValidationError is a ValueError
+        return saved
 
 
 def rng_state() -> dict[str, Any]:

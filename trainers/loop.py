@@ -374,7 +374,7 @@ def train(model_config, train: TrainConfig, data: str | None = None,
     identity = {"config_key": config_key(model_config), "family": model_config.family,
                 "train": train.model_dump(mode="json"), "data_hash": data_hash}
     start, curve, prior_elapsed, train_time = 0, [], 0.0, 0.0
-    state = checkpoint.load(checkpoint_dir, identity)
+    state = checkpoint.load(checkpoint_dir, identity, reread={"train": _recipe_today})
     if state is not None:
         _load_full_state(model, optimizer, state, sharded)
         scheduler.load_state_dict(state["scheduler"])
@@ -458,6 +458,12 @@ def train(model_config, train: TrainConfig, data: str | None = None,
         for name, value in stepper.report().items():
             setattr(result, name, value)
     return result
+
+
+def _recipe_today(saved: dict[str, Any]) -> dict[str, Any]:
+    """A checkpoint's saved recipe as this version dumps it: a key added since, at its
+    default, leaves an interrupted trial resumable."""
+    return TrainConfig(**saved).model_dump(mode="json")
 
 
 def _compiled(model: torch.nn.Module, forward, train: TrainConfig, blocks_per_region: int):
