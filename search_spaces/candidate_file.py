@@ -60,4 +60,7 @@ def load_candidate(path: str | Path):
         recipe = TrainConfig.model_validate(train_fields)
     except ValidationError as error:
         raise _validation_error(error, file, "train", list(TrainConfig.model_fields)) from error
-    return config, recipe.for_params(account(config, recipe.seq_len).params_total)
+    try:
+        return config, recipe.for_model(config, account(config, recipe.seq_len).params_total)
+    except ValueError as error:
+        raise UserError(str(error), file=file, key="train.lr_base_d_model") from error

@@ -76,6 +76,10 @@ class TrainConfig(_Strict):
     micro_batch_size: PositiveInt | Literal["auto"] | None = None
     batch_size: PositiveInt = 128  # images per step (vision)
     lr: Annotated[float, Field(gt=0)] = 3e-3
+    # the d_model at which `lr` holds: a model of another d_model trains at lr x this /
+    # d_model (standard parametrization's 1/width rule for Adam), so one lr, and one `tune`
+    # grid, serves every width of a space. Not under muP, which scales each layer by itself
+    lr_base_d_model: Dim | None = None
     warmup_frac: Annotated[float, Field(ge=0, lt=1)] | None = 0.05  # None with warmup_tokens
     decay: Literal["cosine", "linear", "constant", "power", "wsd"] = "cosine"
     min_lr_frac: Annotated[float, Field(ge=0, le=1)] = 0.1
@@ -137,12 +141,20 @@ class TrainConfig(_Strict):
             raise ValueError("give warmup_frac or warmup_tokens")
         return self
 
-    def for_params(self, params: int) -> TrainConfig:
-        """This recipe with `tokens_per_param` turned into `tokens` for a model of `params`."""
-        if self.tokens_per_param is None:
+    def for_model(self, config: BaseModel, params: int) -> TrainConfig:
+        """This recipe as one model trains it: `tokens_per_param` turned into `tokens` for
+        its `params`, and `lr_base_d_model` into the lr at its d_model."""
+        fields = self.model_dump(exclude_unset=True)
+        if self.tokens_per_param is not None:
+            fields["tokens"] = round(fields.pop("tokens_per_param") * params)
+        if self.lr_base_d_model is not None:
+            d_model = getattr(config, "d_model", None)
+            if d_model is None:
+                raise ValueError(f"lr_base_d_model scales lr by d_model, which a "
+                                 f"{config.family} model does not have")
+            fields["lr"] = self.lr * fields.pop("lr_base_d_model") / d_model
+        if fields == self.model_dump(exclude_unset=True):
             return self
-        fields = self.model_dump(exclude_unset=True) | {"tokens": round(self.tokens_per_param * params)}
-        fields.pop("tokens_per_param")
         return TrainConfig.model_validate(fields)
 
     @model_validator(mode="after")
@@ -156,6 +168,9 @@ class TrainConfig(_Strict):
             raise ValueError(f"init {self.init!r} contradicts parametrization "
                              f"{self.parametrization!r} (muP is init: mup with parametrization: "
                              "mup; give one of them)")
+        if self.lr_base_d_model is not None and self.parametrization == "mup":
+            raise ValueError("lr_base_d_model scales the whole lr as 1/d_model, which muP does "
+                             "layer by layer already: drop one")
         return self
 
     @model_validator(mode="after")

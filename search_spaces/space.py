@@ -329,14 +329,16 @@ class SearchSpace(_Strict):
     def train_for(self, tuned: dict[str, Any] | None = None, seed: int | None = None,
                   candidate: Any = None) -> TrainConfig:
         """The recipe a trial runs: the candidate's variant's `train:` (else the space's), one
-        tuned combination and a seed applied, and tokens_per_param resolved against the
-        candidate's params_total (validated)."""
+        tuned combination and a seed applied, and tokens_per_param and lr_base_d_model
+        resolved for the candidate (`TrainConfig.for_model`; validated)."""
         base = self.train
         if candidate is not None:
             base = self._resolved_once()[1][candidate.variant].train
         fields = overlay(base, tuned) | ({} if seed is None else {"seed": seed})
         train = TrainConfig.model_validate(fields)
-        return train if candidate is None else train.for_params(candidate.accounting.params_total)
+        if candidate is None:
+            return train
+        return train.for_model(candidate.config, candidate.accounting.params_total)
 
     def resolved(self) -> list[Resolved]:
         """The space as a list of single-family variants (a family list expands to one each),
@@ -581,6 +583,9 @@ def _check_variant(space: SearchSpace, v: Resolved, file: str) -> None:
         raise UserError(f"unknown family {v.family!r} ({did_you_mean(v.family, FAMILIES)}"
                         f"allowed: {', '.join(FAMILIES)})", file=file, key=written_at(space, v, "family"))
     allowed = _family_fields(v.family) | set(DERIVED)
+    if v.train.lr_base_d_model is not None and "d_model" not in allowed:
+        raise UserError(f"lr_base_d_model scales lr by d_model, which the {v.family} family does "
+                        "not have", file=file, key=written_at(space, v, "train", "lr_base_d_model"))
     for section in ("fixed", "search"):
         values = getattr(v, section)
         for dim, value in values.items():

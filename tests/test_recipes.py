@@ -117,6 +117,39 @@ def test_a_candidate_file_with_tokens_per_param_trains_its_own_count(tmp_path):
     assert recipe.tokens == 2 * 147776
 
 
+# ------------------------------------------------------------------ lr_base_d_model
+
+
+def test_lr_base_d_model_gives_each_width_lr_times_base_over_d_model(tmp_path):
+    # Two widths under one tune grid: each candidate trains each tuned lr x 48 / its d_model;
+    # the trial's tuned value (what `status` reports as chosen) stays the grid's.
+    doc = {**TINY_SPACE, "name": "two-widths", "search": {}, "variants": [
+        {"name": "narrow", "fixed": {"d_model": 32, "n_layers": 2}},
+        {"name": "wide", "fixed": {"d_model": 64, "n_layers": 1}}],
+        "budget": {"non_embedding_params": 30912, "tolerance": 0.1},
+        "train": {**TINY_TRAIN, "lr_base_d_model": 48}, "tune": {"lr": [1e-3, 4e-3]}}
+    space = load_space(write_space(tmp_path, doc))
+    widths = {c.variant: c for c in plan(space).candidates}
+    for tuned in space.tuned_settings():
+        for name, factor in (("narrow", 1.5), ("wide", 0.75)):
+            train = space.train_for(tuned, seed=0, candidate=widths[name])
+            assert train.lr == pytest.approx(tuned["lr"] * factor, rel=1e-12)
+            assert train.lr_base_d_model is None  # resolved: a candidate file trains this lr
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump({"family": "conventional", "model": {
+        "d_model": 128, "n_layers": 2, "n_heads": 4, "d_h": 256},
+        "train": {"lr": 3e-3, "lr_base_d_model": 768}}))
+    assert load_candidate(path)[1].lr == pytest.approx(3e-3 * 6, rel=1e-12)
+
+
+def test_lr_base_d_model_is_refused_under_mup_and_without_a_d_model(tmp_path, capsys):
+    path = write_space(tmp_path, train={**TINY_TRAIN, "lr_base_d_model": 64, "init": "mup"})
+    _refused(capsys, path, "train", "muP does")
+    vision = yaml.safe_load(Path("search_spaces/builtin/vision-pareto-digits.yaml").read_text())
+    vision["train"]["lr_base_d_model"] = 64
+    _refused(capsys, write_space(tmp_path, vision), "train.lr_base_d_model", "does not have")
+
+
 def test_asha_needs_one_budget_fifo_does_not(tmp_path, capsys):
     path = write_space(tmp_path, TWO_RECIPES)
     root = tmp_path / "root"
