@@ -18,8 +18,10 @@ light module keeps the per-trial overhead small.
 from __future__ import annotations
 
 import json
+import os
 from typing import Any
 
+TRIAL_FOLDER_PREFIX = "shapesweep-trial-"  # then the host, the owning process's id, Python's suffix
 FINAL_FLAG = "final"  # set on the one report made after the loop returns
 LAYERS_FIELD = "layers_json"  # the final report's analysis rows, as JSON text (loggers skip text)
 START_FIELD = "start_step"  # on every report: the step this attempt of the trial started from
@@ -51,8 +53,6 @@ def run_trial(config: dict[str, Any], checkpoints: str | None = None, workers: i
     `options`: the loop's own (`shapesweep.trainers.loop.train`): `eval_at` (ASHA's rungs),
     `parallel` (ddp or fsdp), `checkpoint_every_s`. Torch trains on as many threads as the
     trial (or each worker) holds CPUs, at least one (`shapesweep.trainers.threads`)."""
-    import tempfile
-
     if workers > 1:
         return _run_data_parallel(config, checkpoints, workers, resources or {}, options,
                                   state_api)
@@ -65,7 +65,7 @@ def run_trial(config: dict[str, Any], checkpoints: str | None = None, workers: i
     use_threads(cpu_threads(resources))
 
     spec = config["spec"]
-    with tempfile.TemporaryDirectory(prefix="shapesweep-trial-") as folder:
+    with trial_folder() as folder:
         replay = _restore(folder, spec["trial_id"], checkpoints,
                           tune.get_context().get_experiment_name(), tune.get_checkpoint())
         tags = _tags(spec, folder)
@@ -93,6 +93,44 @@ def run_trial(config: dict[str, Any], checkpoints: str | None = None, workers: i
         if result.stopped:
             raise SystemExit(0)
         tune.report({**trial_result_fields(result), **tags, **fitted.fields(), FINAL_FLAG: True})
+
+
+def trial_folder() -> Any:
+    """A private temporary folder for a trial's checkpoints, named for this host and process,
+    once the folders of this host's processes that died (a killed worker, driver or machine)
+    are removed: a killed trial cannot clean up after itself, and its checkpoint copies (up
+    to GBs) would pile up in the temporary folder over a long study."""
+    import socket
+    import tempfile
+
+    owner = f"{TRIAL_FOLDER_PREFIX}{socket.gethostname()}-"
+    remove_orphans(owner)
+    return tempfile.TemporaryDirectory(prefix=f"{owner}{os.getpid()}-")
+
+
+def remove_orphans(owner: str) -> list[str]:
+    """Remove the temporary folders named `owner`PID-... whose process is gone; return them."""
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    removed = []
+    for folder in Path(tempfile.gettempdir()).glob(f"{owner}*-*"):
+        pid = folder.name.removeprefix(owner).split("-", 1)[0]
+        if pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(folder, ignore_errors=True)
+            removed.append(str(folder))
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's live process
+        return True
+    return True
 
 
 def cpu_threads(resources: dict[str, float] | None) -> int:
@@ -209,8 +247,6 @@ def _torch_trainer(worker: Any, loop_config: dict[str, Any], workers: int,
 
 def _worker(loop_config: dict[str, Any]) -> None:
     """One Ray Train worker of a data-parallel trial: the loop on its rank (see `run_trial`)."""
-    import tempfile
-
     from ray import train as ray_train
     from ray.train.torch import get_device
     from shapesweep.trainers.loop import train
@@ -219,7 +255,7 @@ def _worker(loop_config: dict[str, Any]) -> None:
     use_threads(loop_config["threads"])
     spec = loop_config["config"]["spec"]
     context = ray_train.get_context()
-    with tempfile.TemporaryDirectory(prefix="shapesweep-trial-") as folder:
+    with trial_folder() as folder:
         replay = _restore(folder, spec["trial_id"], loop_config["checkpoints"],
                           loop_config["experiment"])
         options = loop_config["options"]

@@ -7,8 +7,10 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -19,7 +21,7 @@ from shapesweep.results import live
 from shapesweep.results.store import load_curves, load_trials, sweep_dir
 from shapesweep.search_spaces.cadence import eval_steps
 from shapesweep.search_spaces.configs import TrainConfig, make_config
-from shapesweep.sweep.trainable import START_FIELD
+from shapesweep.sweep.trainable import START_FIELD, TRIAL_FOLDER_PREFIX, remove_orphans
 from shapesweep.trainers import checkpoint
 from shapesweep.trainers.loop import StopTrial, train
 from sweep_helpers import CHILD_ENV, TINY_TRAIN, run, write_space
@@ -147,6 +149,8 @@ def test_a_trial_whose_worker_is_killed_continues_from_its_last_evaluation(tmp_p
     os.kill(reports[-1]["pid"], signal.SIGKILL)
     code, _, err = driver.wait(timeout=300), *driver.communicate()
     assert code == 0, err[-2000:]
+    # the killed worker's checkpoint folder went with the retry's start (`trial_folder`)
+    assert not _folders_of(reports[-1]["pid"])
 
     _check_curve(root, "lost-worker", save_dir=tmp_path / "whole")
     (reports,) = _reports(root, "lost-worker").values()
@@ -159,6 +163,25 @@ def test_a_trial_whose_worker_is_killed_continues_from_its_last_evaluation(tmp_p
     whole = load_file(str(tmp_path / "whole" / checkpoint.WEIGHTS))
     assert load_file(str(exported)).keys() == whole.keys()
     assert all(torch.allclose(t, whole[n], atol=1e-6) for n, t in load_file(str(exported)).items())
+
+
+def _folders_of(pid: int) -> list[Path]:
+    owner = f"{TRIAL_FOLDER_PREFIX}{socket.gethostname()}-{pid}-"
+    return list(Path(tempfile.gettempdir()).glob(f"{owner}*"))
+
+
+def test_the_folders_of_dead_processes_are_removed_and_live_ones_kept(tmp_path):
+    owner = f"{TRIAL_FOLDER_PREFIX}test-{os.getpid()}-{tmp_path.name}-"  # this test's alone
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)
+    dead = Path(tempfile.mkdtemp(prefix=f"{owner}{gone.stdout.strip()}-"))
+    (dead / checkpoint.FILENAME).write_bytes(b"x" * 1000)
+    live_folder = Path(tempfile.mkdtemp(prefix=f"{owner}{os.getpid()}-"))
+    try:
+        assert remove_orphans(owner) == [str(dead)]
+        assert not dead.exists() and live_folder.is_dir()
+    finally:
+        live_folder.rmdir()
 
 
 @pytest.mark.slow
