@@ -25,6 +25,9 @@ class SeedRoles:
     choice: tuple[int, ...]  # empty: the measure seeds chose the tuned values too
     measure: tuple[int, ...]  # empty where the sweep folder does not say
     tuned: bool  # whether the space's `tune:` has more than one combination to choose from
+    # the space's `train.lr_base_d_model`: its tuned lr values are read at this d_model (a
+    # candidate of width d trains them x this / d); None where it has none
+    lr_base_d_model: int | None = None
 
 
 def seed_roles(root: str, sweep: str) -> SeedRoles:
@@ -53,7 +56,10 @@ def seed_roles(root: str, sweep: str) -> SeedRoles:
     choice = tune.get(CHOICE_SEEDS) or []
     try:
         combinations = math.prod(len(v) for k, v in tune.items() if k != CHOICE_SEEDS and isinstance(v, list))
-        return SeedRoles(tuple(int(s) for s in choice), tuple(int(s) for s in measure), combinations > 1)
+        train = document.get("train") if isinstance(document.get("train"), dict) else {}
+        base = train.get("lr_base_d_model")
+        return SeedRoles(tuple(int(s) for s in choice), tuple(int(s) for s in measure),
+                         combinations > 1, None if base is None else int(base))
     except (TypeError, ValueError):  # seeds that are no numbers: a file edited by hand
         raise UserError(f"damaged (its seeds are not whole numbers); "
                         f"{sweep_file_repair(root, sweep, OPTIONS_FILE)}",

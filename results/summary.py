@@ -70,7 +70,8 @@ def seed_document(root: str, name: str, trials) -> dict:
     seeds = sorted({int(s) for s in trials["seed"].dropna()} - set(choice))
     tuned = len(trials) > 0 and canonical_tuned_column(trials["tuned_json"]).nunique() > 1
     return {"choice_seeds": choice, "measure_seeds": list(roles.measure) or seeds,
-            "selection_bias": bool((roles.tuned or tuned) and not choice)}
+            "selection_bias": bool((roles.tuned or tuned) and not choice),
+            "lr_base_d_model": roles.lr_base_d_model}
 
 
 def warnings(document: dict) -> list[str]:
@@ -161,10 +162,13 @@ SURVIVORS_NAMED = 5  # the exploratory line names the most resolved pairs, up to
 
 def seeds_line(document: dict) -> str:
     measure = ", ".join(map(str, document["measure_seeds"])) or "-"
+    base = document.get("lr_base_d_model")
+    lr = (f"; lr values are at d_model {base} (a candidate of width d trains them x {base} / d)"
+          if base else "")
     if document["choice_seeds"]:
         return (f"seeds: {', '.join(map(str, document['choice_seeds']))} chose each candidate's tuned "
-                f"value (never in a mean, interval or verdict); {measure} measured it")
-    return f"seeds: {measure}"
+                f"value (never in a mean, interval or verdict); {measure} measured it{lr}")
+    return f"seeds: {measure}{lr}"
 
 
 def interval_text(candidate: dict) -> str:

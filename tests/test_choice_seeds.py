@@ -143,6 +143,7 @@ def test_status_says_which_seeds_chose_and_measured_and_why_there_is_no_verdict(
     document = json.loads(capsys.readouterr().out)
     assert document["choice_seeds"] == [CHOICE] and document["measure_seeds"] == list(MEASURE)
     assert not document["selection_bias"] and not any("selection bias" in w for w in document["warnings"])
+    assert document["lr_base_d_model"] is None
     by_key = {c["key"]: c for c in document["candidates"]}
     assert by_key["lucky"]["choice_val_loss_mean"] == pytest.approx(2.0)
     assert by_key["lucky"]["val_loss_mean"] == pytest.approx(2.95)
@@ -178,6 +179,23 @@ def test_status_says_which_seeds_chose_and_measured_and_why_there_is_no_verdict(
     assert "warning: optimum at the grid's edge: extend the grid (lr of " in out
     assert f"(cut): stopped by ASHA at 150 tokens: no mean from the seeds that survived; run: {expected['cut'][1]}" in out
     assert "missing seeds:\n  deep (flaky): seed 1 failed (RuntimeError: CUDA out of memory)" in out
+
+
+def test_status_says_at_which_width_lr_values_are_read(tmp_path, capsys, monkeypatch):
+    # a space with train.lr_base_d_model: its tuned lr values are at that width, and each
+    # candidate trains them scaled; status says so beside the seeds
+    root = str(tmp_path)
+    for key in ("base", "lucky"):
+        for seed, loss in SWEEP[key][3].items():
+            write_trial(root, "w", _row(key, HIGH, seed, loss), [])
+    space = {"name": "w", "train": {"lr": HIGH, "lr_base_d_model": 768}, "seeds": list(MEASURE)}
+    write_sweep_file(root, "w", "space.yaml", yaml.safe_dump(space))
+    assert run("status", "w", "--root", root, "--format", "json") == 0
+    assert json.loads(capsys.readouterr().out)["lr_base_d_model"] == 768
+    monkeypatch.setenv("COLUMNS", "1000")
+    assert run("status", "w", "--root", root) == 0
+    assert "seeds: 0, 1, 2; lr values are at d_model 768 (a candidate of width d trains them x 768 / d)" \
+        in capsys.readouterr().out
 
 
 def test_the_report_table_says_which_seeds_chose_and_why_a_candidate_has_no_verdict(root):
