@@ -21,6 +21,10 @@ lrs or seeds (a sweep still running):
     python benchmarks/lr_transfer.py --fit --base depth:base \\
         --store depth=ROOT:lr-transfer-study-depth --store tp6=ROOT:lr-transfer-study-depth-tp6 \\
         --store completep=ROOT:lr-transfer-study-depth-completep [--markdown]
+
+With `--per-seed` (and `--base`) it prints what the docs say of each shape's seeds: the
+seeds' standard deviation at the shape's lowest seed-mean lr and its median over the lrs,
+and each seed's own fitted optimum with its distance from the base's optimum on that seed.
 """
 
 from __future__ import annotations
@@ -145,12 +149,19 @@ def main() -> None:
     parser.add_argument("--base", default="depth:base", metavar="RULE:SHAPE",
                         help="the base shape the optima are measured from (with --fit)")
     parser.add_argument("--resamples", type=int, default=2000, help="seed-bootstrap resamples (with --fit)")
+    parser.add_argument("--per-seed", action="store_true",
+                        help="each shape's seed spread, and each seed's own optimum and steps from the base's")
     args = parser.parse_args()
     stores = {}
     for item in args.store:
         rule, rest = item.split("=", 1)
         root, sweep = rest.rsplit(":", 1)
         stores[rule] = (root, sweep)
+    if args.per_seed:
+        rule, shape = args.base.split(":", 1)
+        out = per_seed_table(stores, (rule, shape))
+        print(markdown(out, "{:.3g}") if args.markdown else out.to_string(index=False))
+        return
     if args.fit:
         rule, shape = args.base.split(":", 1)
         out = fit_table(stores, (rule, shape), args.resamples)
@@ -158,6 +169,33 @@ def main() -> None:
         return
     out = table(stores)
     print(markdown(out) if args.markdown else out.to_string(index=False))
+
+
+def per_seed_table(stores: dict[str, tuple[str, str]], base: tuple[str, str]) -> pd.DataFrame:
+    """Per (rule, shape): the seeds' sd at the lowest seed-mean lr and its median over the
+    lrs, and per seed its own fitted optimum (`fit_optimum` on that seed's losses) and that
+    optimum's distance in sqrt(2) steps from the base's fitted on the same seed."""
+    losses = {rule: seed_losses(root, sweep) for rule, (root, sweep) in stores.items()}
+    if base[0] not in losses or base[1] not in losses[base[0]]:
+        raise SystemExit(f"no shape {base[1]!r} in store {base[0]!r}")
+    reference = losses[base[0]][base[1]]
+
+    def optimum(t: pd.DataFrame, seed: int) -> float:
+        return fit_optimum(np.log2(t.index.to_numpy(float)), t[seed].to_numpy(float))[0]
+
+    rows = []
+    for rule, shapes in losses.items():
+        for shape, table in shapes.items():
+            spread = table.std(axis=1, ddof=1)
+            row = {"rule": rule, "shape": shape, "sd_at_lowest": spread[table.mean(axis=1).idxmin()],
+                   "median_sd": spread.median()}
+            for seed in table.columns:
+                own = optimum(table, seed)
+                row[f"seed {seed} optimum"] = 2 ** own
+                row[f"seed {seed} steps"] = (2 * (own - optimum(reference, seed))
+                                             if seed in reference.columns else np.nan)
+            rows.append(row)
+    return pd.DataFrame(rows)
 
 
 def fit_markdown(fit: pd.DataFrame) -> str:

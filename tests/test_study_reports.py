@@ -145,6 +145,26 @@ def test_lr_fit_table_from_stores(lr_transfer, tmp_path):
     assert rows["up"].endswith("| yes | moves |") and "| 3 | 8 |" in rows["up"]
 
 
+def test_lr_per_seed_table_from_a_store(lr_transfer, tmp_path):
+    """--per-seed: each seed's own optimum, its steps from the base's on that seed, and the
+    seeds' spread, read from a real store."""
+    from shapesweep.results.store import write_trial
+
+    grid = 1.5e-3 * 2 ** (0.5 * np.arange(8))
+    optima = {"base": {0: 3e-3, 1: 3e-3}, "up": {0: 6e-3, 1: 3e-3}}  # up moves on seed 0 alone
+    for variant, by_seed in optima.items():
+        for lr in grid:
+            for seed, optimum in by_seed.items():
+                loss = 1.6 + 0.04 * np.log2(lr / optimum) ** 2 + 0.01 * seed
+                write_trial(str(tmp_path), "a", _trial(variant, variant, float(lr), seed, float(loss)), [])
+    out = lr_transfer.per_seed_table({"a": (str(tmp_path), "a")}, ("a", "base")).set_index("shape")
+    assert out.loc["up", "seed 0 steps"] == pytest.approx(2, abs=0.05)
+    assert out.loc["up", "seed 1 steps"] == pytest.approx(0, abs=0.05)
+    assert out.loc["up", "seed 0 optimum"] == pytest.approx(6e-3, rel=0.03)
+    assert out.loc["base", "sd_at_lowest"] == pytest.approx(0.01 / np.sqrt(2), rel=1e-6)
+    assert out.loc["base", "median_sd"] == pytest.approx(0.01 / np.sqrt(2), rel=1e-6)
+
+
 def test_early_ranking_report_from_stores(early_ranking, tmp_path):
     """The report from a FIFO and an ASHA store: ASHA stopped a candidate FIFO places within
     noise of its winner (a miss), its winner is FIFO's, its tokens are counted with cooldowns."""
