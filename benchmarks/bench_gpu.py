@@ -16,7 +16,8 @@ printed (and flushed) as soon as it is measured, so a run cut short still says w
    block (the loop's way) and 4 alike blocks a region, each from an empty cache (`bench_compile.compare`): compile
    seconds, and steady tokens/s side by side;
    `peaks`: the memory model's step and evaluation peaks, each measured alone, for the packed
-   sweep's baseline and hourglass k 5;
+   sweep's baseline and hourglass k 5, and the baseline's compiled step with one block a
+   region against all its blocks in one;
 7. `packed`: three 113M candidates of `hourglass-fixed-attention-113m` (baseline, hourglass
    k 5 and k 10), 40 steps of 65,536 tokens, `micro_batch_size: auto`, packed three to the
    GPU (`--gpus-per-trial 0.33 --max-concurrent 3`): whether every trial completes, with
@@ -253,7 +254,23 @@ def memory_peaks(device: str, quick: bool) -> list[str]:
                      f"({predicted.step / step - 1:+.1%}); evaluation predicted "
                      f"{(predicted.evaluation + weights) / gib:.1f} GiB, measured "
                      f"{evaluation / gib:.1f} GiB ({(predicted.evaluation + weights) / evaluation - 1:+.1%})")
+    config, recipe, micro = rows[0]
+    lines.append(region_peaks(config, recipe.model_copy(update={
+        "micro_batch_size": micro, "steps": 3, "tokens": None, "eval_every": 3,
+        "eval_tokens": recipe.seq_len, "compile": True}), device, peak))
     return lines
+
+
+def region_peaks(config, recipe, device: str, peak: Callable[[Callable[[], object]], float]) -> str:
+    """The compiled step's peak with one block a region and with all the model's alike blocks
+    in one region: the memory model was measured with the first (docs/gpu.md)."""
+    from shapesweep.trainers.loop import train
+
+    longest = config.n_layers
+    one, whole = (peak(partial(train, config, recipe.model_copy(update={"compile_blocks_per_region": n}),
+                               device=device)) for n in (1, longest))
+    return (f"{config.family} compiled step, one block a region {one / 2**30:.2f} GiB, regions of "
+            f"{longest} {whole / 2**30:.2f} GiB ({whole / one - 1:+.1%})")
 
 
 def moe_compiles(device: str, quick: bool) -> str:
@@ -386,7 +403,7 @@ EXTRAS = {"graphs": ("small shape 256x4, CUDA graphs", 60.0, 30.0, cuda_graphs),
           "moe": ("mixture of experts, compiled vs eager", 90.0, 30.0, moe_compiles),
           "compile": ("whole, nested, regional and regions-of-4 compile", 260.0, 80.0,
                       compile_ways),
-          "peaks": ("memory peaks, step and evaluation", 60.0, 30.0, memory_peaks),
+          "peaks": ("memory peaks, step and evaluation", 150.0, 60.0, memory_peaks),
           "sweep": ("sweep", 120.0, 30.0, time_sweep),
           "packed": ("packed 113M sweep", 200.0, 60.0, packed_sweep)}
 ITEMS = (*SHAPE_ITEMS, *EXTRAS)

@@ -4,6 +4,7 @@ NaN still named by its step, batches still a pure function of (seed, step), benc
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -187,6 +188,8 @@ def test_bench_gpu_compile_and_peaks_items_run_on_cpu():
                 if line.startswith("memory peaks, step and evaluation: conventional"))
     for field in ("step predicted ", "measured ", "evaluation predicted "):
         assert field in line
+    assert re.search(r"conventional compiled step, one block a region [\d.]+ GiB, regions of 2 "
+                     r"[\d.]+ GiB \([+-][\d.]+%\)", out), out
     assert out.splitlines()[-1].startswith("done, ")
 
 
