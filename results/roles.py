@@ -54,12 +54,13 @@ def seed_roles(root: str, sweep: str) -> SeedRoles:
     options = read_sweep_json(root, sweep, OPTIONS_FILE, dict) or {}
     measure = options.get("seeds") or document.get("seeds") or [0]
     choice = tune.get(CHOICE_SEEDS) or []
+    train = document.get("train") if isinstance(document.get("train"), dict) else {}
+    base = train.get("lr_base_d_model")  # the saved space parsed when it ran: a whole number
+    base = base if isinstance(base, int) and not isinstance(base, bool) else None
     try:
         combinations = math.prod(len(v) for k, v in tune.items() if k != CHOICE_SEEDS and isinstance(v, list))
-        train = document.get("train") if isinstance(document.get("train"), dict) else {}
-        base = train.get("lr_base_d_model")
         return SeedRoles(tuple(int(s) for s in choice), tuple(int(s) for s in measure),
-                         combinations > 1, None if base is None else int(base))
+                         combinations > 1, base)
     except (TypeError, ValueError):  # seeds that are no numbers: a file edited by hand
         raise UserError(f"damaged (its seeds are not whole numbers); "
                         f"{sweep_file_repair(root, sweep, OPTIONS_FILE)}",
