@@ -14,7 +14,9 @@ import torch
 import torch.nn.functional as F
 from shapesweep.search_spaces.configs import TrainConfig, make_config
 from shapesweep.trainers.compile_policy import (
+    COMPILE_BASE_S,
     COMPILE_PER_BLOCK_S,
+    COMPILE_PER_SUBBLOCK_S,
     PAYS_AT,
     REGION_COMPILE_SHARE,
     compile_seconds,
@@ -132,6 +134,17 @@ def test_regions_are_the_distinct_block_shapes():
     vformer = make_config(FAMILIES["vformer-carry"])
     assert traced_blocks(vformer) == len(set(vformer.layer_shapes())) > 1
     assert traced_blocks(make_config(FAMILIES["vision"])) == 1
+
+
+def test_a_block_of_k_sub_blocks_costs_more_to_compile():
+    """An hourglass block traces k FFN sub-blocks: each beyond the first adds to its compile
+    estimate; a conventional block of the same size costs the base block's."""
+    conventional = make_config(BASELINE_113M)
+    assert compile_seconds(conventional) == pytest.approx(COMPILE_BASE_S + COMPILE_PER_BLOCK_S)
+    for k in (1, 4, 8):
+        hourglass = make_config({**BASELINE_113M, "family": "hourglass", "k": k, "d_h": 384})
+        assert compile_seconds(hourglass, 12) == pytest.approx(
+            COMPILE_BASE_S + 12 * (COMPILE_PER_BLOCK_S + (k - 1) * COMPILE_PER_SUBBLOCK_S))
 
 
 def test_regions_of_several_blocks_cut_each_run_into_near_equal_chunks():
