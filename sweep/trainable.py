@@ -110,14 +110,16 @@ def trial_folder() -> Any:
 
 def remove_orphans(owner: str) -> list[str]:
     """Remove the temporary folders named `owner`PID-... whose process is gone; return them."""
+    import re
     import shutil
     import tempfile
     from pathlib import Path
 
     removed = []
     for folder in Path(tempfile.gettempdir()).glob(f"{owner}*-*"):
-        pid = folder.name.removeprefix(owner).split("-", 1)[0]
-        if pid.isdigit() and not _alive(int(pid)):
+        # PID-SUFFIX, SUFFIX tempfile's 8 characters: not a host whose name extends this one's
+        named = re.fullmatch(r"(\d+)-[a-z0-9_]{8}", folder.name.removeprefix(owner))
+        if named and not _alive(int(named[1])):
             shutil.rmtree(folder, ignore_errors=True)
             removed.append(str(folder))
     return removed

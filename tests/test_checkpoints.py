@@ -177,11 +177,14 @@ def test_the_folders_of_dead_processes_are_removed_and_live_ones_kept(tmp_path):
     dead = Path(tempfile.mkdtemp(prefix=f"{owner}{gone.stdout.strip()}-"))
     (dead / checkpoint.FILENAME).write_bytes(b"x" * 1000)
     live_folder = Path(tempfile.mkdtemp(prefix=f"{owner}{os.getpid()}-"))
+    # a host named as this one with "-7" added: its folders are not this host's to judge
+    other_host = Path(tempfile.mkdtemp(prefix=f"{owner}7-{gone.stdout.strip()}-"))
     try:
         assert remove_orphans(owner) == [str(dead)]
-        assert not dead.exists() and live_folder.is_dir()
+        assert not dead.exists() and live_folder.is_dir() and other_host.is_dir()
     finally:
         live_folder.rmdir()
+        other_host.rmdir()
 
 
 @pytest.mark.slow
