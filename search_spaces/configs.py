@@ -152,7 +152,7 @@ class TrainConfig(_Strict):
             if d_model is None:
                 raise ValueError(f"lr_base_d_model scales lr by d_model, which a "
                                  f"{config.family} model does not have")
-            fields["lr"] = self.lr * fields.pop("lr_base_d_model") / d_model
+            fields["lr"] = self.lr * (fields.pop("lr_base_d_model") / d_model)  # 1 at the base: exact
         if fields == self.model_dump(exclude_unset=True):
             return self
         return TrainConfig.model_validate(fields)

@@ -140,6 +140,8 @@ def test_lr_base_d_model_gives_each_width_lr_times_base_over_d_model(tmp_path):
         "d_model": 128, "n_layers": 2, "n_heads": 4, "d_h": 256},
         "train": {"lr": 3e-3, "lr_base_d_model": 768}}))
     assert load_candidate(path)[1].lr == pytest.approx(3e-3 * 6, rel=1e-12)
+    at_base = TrainConfig(lr=3e-3, lr_base_d_model=64)
+    assert at_base.for_model(widths["wide"].config, 1).lr == 3e-3  # exactly: x 1 at the base
 
 
 def test_lr_base_d_model_is_refused_under_mup_and_without_a_d_model(tmp_path, capsys):
