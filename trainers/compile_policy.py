@@ -30,11 +30,11 @@ PLANNING_PEAK_TFLOPS = 989  # a device to plan for when none is at hand (H100 SX
 # compile of 8.9 s for one distinct block, 60.2 s for 16 (3.5 s each beyond the first).
 EAGER_MFU = 0.22
 COMPILE_BASE_S = 6.0  # dynamo, AOTAutograd and Inductor start-up, and the readout + loss region
+COMPILE_PER_BLOCK_S = 3.5  # one distinct block's forward and backward, alone or in a region
 # Each FFN sub-block of a block beyond its first (an hourglass block holds k): on the same H200
 # run, the hourglass k 8's one-block first compile took 13.4 s against the conventional
 # block's 10.5 s (docs/gpu.md), 2.9 s for 7 more sub-blocks.
 COMPILE_PER_SUBBLOCK_S = 0.4
-COMPILE_PER_BLOCK_S = 3.5  # one distinct block's forward and backward, alone or in a region
 PAYS_AT = 5.0  # compile when eager training takes at least this many times the compile
 # Longer compiled regions (compile_blocks_per_region: auto) may add this share of the expected
 # eager training time (about twice it of the compiled) in compile: their gain was 3-6% of the
