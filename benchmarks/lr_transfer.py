@@ -99,14 +99,19 @@ def fit_optimum(log_lr: np.ndarray, loss: np.ndarray) -> tuple[float, bool]:
     return float(x[best]), False
 
 
+def losses_and_base(stores: dict[str, tuple[str, str]], base: tuple[str, str]):
+    """Per rule, each shape's lrs x seeds losses; and the base shape's."""
+    losses = {rule: seed_losses(root, sweep) for rule, (root, sweep) in stores.items()}
+    if base[0] not in losses or base[1] not in losses[base[0]]:
+        raise SystemExit(f"no shape {base[1]!r} in store {base[0]!r}")
+    return losses, losses[base[0]][base[1]]
+
+
 def fit_table(stores: dict[str, tuple[str, str]], base: tuple[str, str], resamples: int = 2000,
               seed: int = 0) -> pd.DataFrame:
     """Per (rule, shape): the fitted optimum, its seed-bootstrap interval, and its distance from
     the base's optimum in sqrt(2) steps with a paired bootstrap interval (module docstring)."""
-    losses = {rule: seed_losses(root, sweep) for rule, (root, sweep) in stores.items()}
-    if base[0] not in losses or base[1] not in losses[base[0]]:
-        raise SystemExit(f"no shape {base[1]!r} in store {base[0]!r}")
-    reference = losses[base[0]][base[1]]
+    losses, reference = losses_and_base(stores, base)
     rng = np.random.default_rng(seed)
     rows = []
     for rule, shapes in losses.items():
@@ -175,10 +180,7 @@ def per_seed_table(stores: dict[str, tuple[str, str]], base: tuple[str, str]) ->
     """Per (rule, shape): the seeds' sd at the lowest seed-mean lr and its median over the
     lrs, and per seed its own fitted optimum (`fit_optimum` on that seed's losses) and that
     optimum's distance in sqrt(2) steps from the base's fitted on the same seed."""
-    losses = {rule: seed_losses(root, sweep) for rule, (root, sweep) in stores.items()}
-    if base[0] not in losses or base[1] not in losses[base[0]]:
-        raise SystemExit(f"no shape {base[1]!r} in store {base[0]!r}")
-    reference = losses[base[0]][base[1]]
+    losses, reference = losses_and_base(stores, base)
 
     def optimum(t: pd.DataFrame, seed: int) -> float:
         return fit_optimum(np.log2(t.index.to_numpy(float)), t[seed].to_numpy(float))[0]

@@ -38,7 +38,7 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError, SQLAlchemyError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
-from shapesweep.common import UserError
+from shapesweep.common import UserError, pid_alive
 
 SWEEP_STATUSES = ("created", "running", "finished", "interrupted", "failed")
 SQLITE_BUSY_TIMEOUT_S = 5  # wait this long for another process's write lock, then say so
@@ -122,16 +122,6 @@ def lease_timeout_s() -> float:
     return timeout
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # someone else's process: alive
-        return True
-    return True
-
-
 class _Base(DeclarativeBase):
     pass
 
@@ -194,7 +184,7 @@ class LeaseRecord:
         """A recent heartbeat, and (on this host, where we can look) a living process."""
         if _now() - self.heartbeat_at > timedelta(seconds=lease_timeout_s()):
             return False
-        return self.host != socket.gethostname() or _pid_alive(self.pid)
+        return self.host != socket.gethostname() or pid_alive(self.pid)
 
     def describe(self) -> str:
         ago = (_now() - self.heartbeat_at).total_seconds()

@@ -144,6 +144,8 @@ class TrainConfig(_Strict):
     def for_model(self, config: BaseModel, params: int) -> TrainConfig:
         """This recipe as one model trains it: `tokens_per_param` turned into `tokens` for
         its `params`, and `lr_base_d_model` into the lr at its d_model."""
+        if self.tokens_per_param is None and self.lr_base_d_model is None:
+            return self
         fields = self.model_dump(exclude_unset=True)
         if self.tokens_per_param is not None:
             fields["tokens"] = round(fields.pop("tokens_per_param") * params)
@@ -153,8 +155,6 @@ class TrainConfig(_Strict):
                 raise ValueError(f"lr_base_d_model scales lr by d_model, which a "
                                  f"{config.family} model does not have")
             fields["lr"] = self.lr * (fields.pop("lr_base_d_model") / d_model)  # 1 at the base: exact
-        if fields == self.model_dump(exclude_unset=True):
-            return self
         return TrainConfig.model_validate(fields)
 
     @model_validator(mode="after")

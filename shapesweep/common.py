@@ -2,8 +2,8 @@
 key and problem), how a message suggests the name meant (`did_you_mean`), how it names the
 `shapesweep` command to run next, how every output writes a count (`human`) and a time
 span (`duration`), how text the user or the store supplies reaches a terminal
-(`printable`, `markup_safe`), and how a setting lives in the environment for one block only
-(`environment`)."""
+(`printable`, `markup_safe`), how a setting lives in the environment for one block only
+(`environment`), and whether a process of this host is alive (`pid_alive`)."""
 
 import contextlib
 import difflib
@@ -194,3 +194,14 @@ def environment(values: dict[str, str]) -> Iterator[None]:
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether process `pid` of this host is alive (another user's counts as alive)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process: alive
+        return True
+    return True

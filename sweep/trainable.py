@@ -115,24 +115,16 @@ def remove_orphans(owner: str) -> list[str]:
     import tempfile
     from pathlib import Path
 
+    from shapesweep.common import pid_alive
+
     removed = []
     for folder in Path(tempfile.gettempdir()).glob(f"{owner}*-*"):
         # PID-SUFFIX, SUFFIX tempfile's 8 characters: not a host whose name extends this one's
         named = re.fullmatch(r"(\d+)-[a-z0-9_]{8}", folder.name.removeprefix(owner))
-        if named and not _alive(int(named[1])):
+        if named and not pid_alive(int(named[1])):
             shutil.rmtree(folder, ignore_errors=True)
             removed.append(str(folder))
     return removed
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's live process
-        return True
-    return True
 
 
 def cpu_threads(resources: dict[str, float] | None) -> int:
