@@ -109,10 +109,14 @@ def _nested(cls: type) -> type:
     (only this model's blocks change): on the instance's bound forward, dynamo stamped out the
     first block's weights for every other block (torch 2.13). Dynamo's `eager` debug backend
     cannot run such a region's backward ("fake_mode should be enabled for HOPs"); `aot_eager`
-    can."""
+    can. torch 2.11 has no `max_reuse_entries` (and no limit to lift)."""
+    import inspect
+
     import torch
 
-    forward = torch.compiler.nested_compile_region(cls.forward, max_reuse_entries=REUSE_ENTRIES)
+    mark = torch.compiler.nested_compile_region
+    limit = {"max_reuse_entries": REUSE_ENTRIES} if "max_reuse_entries" in inspect.signature(mark).parameters else {}
+    forward = mark(cls.forward, **limit)
     return type(cls.__name__, (cls,), {"forward": forward, "__module__": cls.__module__})
 
 

@@ -399,11 +399,13 @@ def time_sweep(device: str, quick: bool) -> list[str]:
 
 
 SHAPE_ITEMS = ("baseline", "hourglass", "vformer")  # the rows of `shapes`, in its order
+# (label, seconds on an H200, seconds with --quick on CPU, run): compile 412 s and peaks 90 s
+# measured on 2026-11-29 (docs/gpu.md); the others from their first runs.
 EXTRAS = {"graphs": ("small shape 256x4, CUDA graphs", 60.0, 30.0, cuda_graphs),
           "moe": ("mixture of experts, compiled vs eager", 90.0, 30.0, moe_compiles),
-          "compile": ("whole, nested, regional and regions-of-4 compile", 260.0, 80.0,
+          "compile": ("whole, nested, regional and regions-of-4 compile", 420.0, 80.0,
                       compile_ways),
-          "peaks": ("memory peaks, step and evaluation", 150.0, 60.0, memory_peaks),
+          "peaks": ("memory peaks, step and evaluation", 100.0, 60.0, memory_peaks),
           "sweep": ("sweep", 120.0, 30.0, time_sweep),
           "packed": ("packed 113M sweep", 200.0, 60.0, packed_sweep)}
 ITEMS = (*SHAPE_ITEMS, *EXTRAS)

@@ -38,8 +38,9 @@ COMPILE_PER_SUBBLOCK_S = 0.4
 PAYS_AT = 5.0  # compile when eager training takes at least this many times the compile
 # Longer compiled regions (compile_blocks_per_region: auto) may add this share of the expected
 # eager training time (about twice it of the compiled) in compile: their gain was 3-6% of the
-# step where there was one (the hourglass k 8: H200 one block a region 0.938 of the whole
-# model's; CPU 0.91 at one block, 0.97 at 4: docs/benchmarks.md), little on a conventional one.
+# step where there was one (the hourglass k 8: H200 0.918 of the whole model's one block a
+# region, 0.950 in regions of 4, for 22.6 against 37.6 s of compile, docs/gpu.md; CPU 0.91
+# and 0.97, docs/benchmarks.md), little on a conventional one.
 REGION_COMPILE_SHARE = 0.01
 
 
