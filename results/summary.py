@@ -108,11 +108,26 @@ def comparisons(trials, name: str, root: str, metric: str = "val_loss", baseline
                 "baseline": baseline if (trials["variant"] == baseline).any() else None,
                 **seed_document(root, name, trials),
                 "candidates": candidate_records(compared, metric, name, root)}
+    if document["lr_base_d_model"]:
+        add_trained_lr(document["candidates"], trials)
     document["warnings"] = warnings(document)
     levels = compared["interval_confidence"].dropna() if "interval_confidence" in compared else []
     document["adjustment"] = adjustment(document, adjust, float(levels.iloc[0]) if len(levels) else None)
     document["exploratory_pairs"] = exploratory_pairs(trials, compared, metric, adjust)
     return document
+
+
+def add_trained_lr(candidates: list[dict], trials) -> None:
+    """Each candidate's `trained_lr`: the lr its trials at its chosen tuned value trained, as
+    their rows record it. Under `lr_base_d_model` that is the tuned value x base / d_model,
+    not the value itself; None where no such trial has a row."""
+    from shapesweep.results.stats import canonical_tuned_column
+
+    chosen = trials.assign(_tuned=canonical_tuned_column(trials["tuned_json"]))
+    for candidate in candidates:
+        tuned = json.dumps(candidate["tuned"] or {}, sort_keys=True)
+        lrs = chosen.loc[(chosen["key"] == candidate["key"]) & (chosen["_tuned"] == tuned), "lr"].dropna()
+        candidate["trained_lr"] = float(lrs.iloc[0]) if len(lrs) else None
 
 
 def adjustment(document: dict, adjust: str, level: float | None) -> dict:
@@ -210,7 +225,9 @@ def tuned_text(candidate: dict) -> str:
     after a choice the choice seeds' noise could have made otherwise (`close_choice`)."""
     if not candidate["tuned"]:
         return "-"
+    trained = candidate.get("trained_lr")  # under lr_base_d_model: the lr at this width
     text = " ".join(f"{k}={v}" + (" (edge)" if k in candidate["tuned_edge"] else "")
+                    + (f" (trains {trained:.3g})" if k == "lr" and trained is not None else "")
                     for k, v in candidate["tuned"].items())
     return text + (" (close)" if candidate["close_choice"] else "")
 

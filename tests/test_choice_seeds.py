@@ -183,19 +183,24 @@ def test_status_says_which_seeds_chose_and_measured_and_why_there_is_no_verdict(
 
 def test_status_says_at_which_width_lr_values_are_read(tmp_path, capsys, monkeypatch):
     # a space with train.lr_base_d_model: its tuned lr values are at that width, and each
-    # candidate trains them scaled; status says so beside the seeds
+    # candidate trains them scaled (its rows' lr); status says so beside the seeds and shows
+    # the lr each candidate trained beside its tuned value
     root = str(tmp_path)
     for key in ("base", "lucky"):
         for seed, loss in SWEEP[key][3].items():
-            write_trial(root, "w", _row(key, HIGH, seed, loss), [])
+            write_trial(root, "w", {**_row(key, HIGH, seed, loss), "lr": HIGH * 768 / 64}, [])
     space = {"name": "w", "train": {"lr": HIGH, "lr_base_d_model": 768}, "seeds": list(MEASURE)}
     write_sweep_file(root, "w", "space.yaml", yaml.safe_dump(space))
     assert run("status", "w", "--root", root, "--format", "json") == 0
-    assert json.loads(capsys.readouterr().out)["lr_base_d_model"] == 768
+    document = json.loads(capsys.readouterr().out)
+    assert document["lr_base_d_model"] == 768
+    assert {c["key"]: c["trained_lr"] for c in document["candidates"]} == pytest.approx(
+        {"base": 0.036, "lucky": 0.036})
     monkeypatch.setenv("COLUMNS", "1000")
     assert run("status", "w", "--root", root) == 0
-    assert "seeds: 0, 1, 2; lr values are at d_model 768 (a candidate of width d trains them x 768 / d)" \
-        in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "seeds: 0, 1, 2; lr values are at d_model 768 (a candidate of width d trains them x 768 / d)" in out
+    assert "lr=0.003 (trains 0.036)" in out
 
 
 def test_the_report_table_says_which_seeds_chose_and_why_a_candidate_has_no_verdict(root):
