@@ -19,7 +19,8 @@ from shapesweep.results.store import write_trial
 # What one evaluation reports (a curve row without its sweep and trial id).
 CURVE_FIELDS = tuple(name for name in CURVE_COLUMNS.names if name not in ("sweep", "trial_id"))
 # How a trial's step ran: the loop's final report has them (`TrainResult`), a curve does not.
-COMPILE_FIELDS = ("compiled", "graph_breaks", "recompiles", "compile_s", "autocast_dtype")
+COMPILE_FIELDS = ("compiled", "graph_breaks", "recompiles", "compile_s", "autocast_dtype",
+                  "blocks_per_region")
 # How a trial used memory (shapesweep.trainers.fitting): its micro-batch at the end, the
 # out-of-memory retries before it, the predicted and the measured peak.
 MEMORY_FIELDS = ("micro_batch_size", "oom_retries", "memory_peak_bytes",

@@ -50,10 +50,11 @@ TRIAL_COLUMNS = pa.schema(
         # `train_loss_tail`: xformer's reported loss, the training loss over the last steps.
         ("val_loss_se", _FLOAT), ("train_loss_tail", _FLOAT),
         ("tokens", _INT), ("steps", _INT), ("wall_time_s", _FLOAT), ("tokens_per_s", _FLOAT),
-        # how the step ran (shapesweep.trainers.compiled): torch.compile's counts and seconds
-        # are null when the trial ran eagerly; autocast_dtype is bfloat16 | none
+        # how the step ran (shapesweep.trainers.compiled): torch.compile's counts and seconds,
+        # and the most alike blocks one compiled region held, are null when the trial ran
+        # eagerly; autocast_dtype is bfloat16 | none
         ("compiled", _BOOL), ("graph_breaks", _INT), ("recompiles", _INT), ("compile_s", _FLOAT),
-        ("autocast_dtype", _STR),
+        ("autocast_dtype", _STR), ("blocks_per_region", _INT),
         ("cooldown_tokens", _INT),  # trained by cooldown evaluations' branches, not in `tokens`
         # memory (shapesweep.trainers.fitting): the micro-batch it ended with, the out-of-memory
         # retries (each halving it) before that, the predicted and the measured peak in bytes

@@ -406,8 +406,9 @@ def test_a_sweep_on_one_warm_worker_compiles_every_trial(tmp_path, monkeypatch):
     trials = load_trials(str(root))
     assert len(trials) > torch._dynamo.config.recompile_limit
     assert set(trials.status) == {"completed"}
-    assert trials[["compiled", "graph_breaks", "recompiles", "autocast_dtype"]].drop_duplicates(
-        ).values.tolist() == [[True, 0, 0, "none"]]
+    assert trials[["compiled", "graph_breaks", "recompiles", "autocast_dtype", "blocks_per_region"]
+                  ].drop_duplicates().values.tolist() == [[True, 0, 0, "none", 1]]
+    assert (trials["compile_s"] > 0).all()
 
 
 @pytest.mark.parametrize("command", ["run", "train"])
