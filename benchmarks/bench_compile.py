@@ -115,8 +115,8 @@ def _nested(cls: type) -> type:
     import torch
 
     mark = torch.compiler.nested_compile_region
-    limit = {"max_reuse_entries": REUSE_ENTRIES} if "max_reuse_entries" in inspect.signature(mark).parameters else {}
-    forward = mark(cls.forward, **limit)
+    limited = "max_reuse_entries" in inspect.signature(mark).parameters
+    forward = mark(cls.forward, **({"max_reuse_entries": REUSE_ENTRIES} if limited else {}))
     return type(cls.__name__, (cls,), {"forward": forward, "__module__": cls.__module__})
 
 
