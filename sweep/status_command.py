@@ -497,8 +497,9 @@ def _trials_table(name: str, trials, top: int):
         cells = [_candidate_name(row), state, _fmt(None if seed is None else int(seed)),
                  _fmt(loss), "-" if tokens is None else human(tokens)]
         error = row.get("error") if isinstance(row.get("error"), str) else ""
-        seconds = _clean(row.get("compile_s"))
-        compile_cell = ["-" if seconds is None else f"{seconds:.1f}"] if compiled else []
+        seconds, blocks = _clean(row.get("compile_s")), _clean(row.get("blocks_per_region"))
+        regions = f" ({int(blocks)} blocks a region)" if blocks is not None and blocks > 1 else ""
+        compile_cell = ["-" if seconds is None else f"{seconds:.1f}{regions}"] if compiled else []
         table.add_row(*cells, *compile_cell, *([error[:60]] if failed else []))
     return table
 

@@ -178,18 +178,21 @@ def test_plan_says_which_candidates_compile_on_a_gpu(capsys):
     assert "compile on a GPU: 0 of 4 candidates (auto: eager" in capsys.readouterr().out
 
 
-def test_status_shows_each_trials_compile_seconds(tmp_path, capsys):
-    """Trials that compiled carry `compile_s` in their row, and `status` prints it."""
+def test_status_shows_each_trials_compile_seconds(tmp_path, capsys, monkeypatch):
+    """Trials that compiled carry `compile_s` in their row, and `status` prints it, with the
+    blocks a compiled region held where longer than one."""
     from shapesweep.results.store import write_trial
     from shapesweep.sweep.cli import main
     from synthetic import synthetic_sweep
 
     for i, (row, curve) in enumerate(synthetic_sweep("compiled", 4, families=("conventional",))):
-        write_trial(str(tmp_path), "compiled", {**row, "compiled": True, "compile_s": 12.5 + i},
-                    curve)
-    assert main(["status", "compiled", "--root", str(tmp_path)]) == 0
+        write_trial(str(tmp_path), "compiled", {**row, "compiled": True, "compile_s": 12.5 + i,
+                                                "blocks_per_region": 1 + 3 * (i == 1)}, curve)
+    monkeypatch.setenv("COLUMNS", "1000")  # no cell folded
+    assert main(["status", "compiled", "--root", str(tmp_path), "--all"]) == 0
     out = capsys.readouterr().out
     assert "compile s" in out and "12.5" in out
+    assert out.count("blocks a region") == 1 and "13.5 (4 blocks a region)" in out
 
 
 def test_the_fused_gradient_is_autograds():
