@@ -108,26 +108,14 @@ def comparisons(trials, name: str, root: str, metric: str = "val_loss", baseline
                 "baseline": baseline if (trials["variant"] == baseline).any() else None,
                 **seed_document(root, name, trials),
                 "candidates": candidate_records(compared, metric, name, root)}
-    if document["lr_base_d_model"]:
-        add_trained_lr(document["candidates"], trials)
+    if document["lr_base_d_model"]:  # the lr each trained: its chosen value's first row has it
+        for candidate, lr in zip(document["candidates"], compared["lr"], strict=True):
+            candidate["trained_lr"] = plain(lr) if candidate["tuned"] is not None else None
     document["warnings"] = warnings(document)
     levels = compared["interval_confidence"].dropna() if "interval_confidence" in compared else []
     document["adjustment"] = adjustment(document, adjust, float(levels.iloc[0]) if len(levels) else None)
     document["exploratory_pairs"] = exploratory_pairs(trials, compared, metric, adjust)
     return document
-
-
-def add_trained_lr(candidates: list[dict], trials) -> None:
-    """Each candidate's `trained_lr`: the lr its trials at its chosen tuned value trained, as
-    their rows record it. Under `lr_base_d_model` that is the tuned value x base / d_model,
-    not the value itself; None where no such trial has a row."""
-    from shapesweep.results.stats import canonical_tuned_column
-
-    chosen = trials.assign(_tuned=canonical_tuned_column(trials["tuned_json"]))
-    for candidate in candidates:
-        tuned = json.dumps(candidate["tuned"] or {}, sort_keys=True)
-        lrs = chosen.loc[(chosen["key"] == candidate["key"]) & (chosen["_tuned"] == tuned), "lr"].dropna()
-        candidate["trained_lr"] = float(lrs.iloc[0]) if len(lrs) else None
 
 
 def adjustment(document: dict, adjust: str, level: float | None) -> dict:
