@@ -152,7 +152,7 @@ def main() -> None:
     parser.add_argument("--fit", action="store_true",
                         help="fit each shape's optimum with a seed-bootstrap interval (the 3-seed study)")
     parser.add_argument("--base", default="depth:base", metavar="RULE:SHAPE",
-                        help="the base shape the optima are measured from (with --fit)")
+                        help="the base shape the optima (or, without --fit, the best lrs) are measured from")
     parser.add_argument("--resamples", type=int, default=2000, help="seed-bootstrap resamples (with --fit)")
     parser.add_argument("--per-seed", action="store_true",
                         help="each shape's seed spread, and each seed's own optimum and steps from the base's")
@@ -172,7 +172,7 @@ def main() -> None:
         out = fit_table(stores, (rule, shape), args.resamples)
         print(fit_markdown(out) if args.markdown else out.to_string(index=False))
         return
-    out = table(stores)
+    out = table(stores, args.base.split(":", 1)[1])
     print(markdown(out) if args.markdown else out.to_string(index=False))
 
 

@@ -25,10 +25,12 @@ COMPILE_FIELDS = ("compiled", "graph_breaks", "recompiles", "compile_s", "autoca
 # out-of-memory retries before it, the predicted and the measured peak.
 MEMORY_FIELDS = ("micro_batch_size", "oom_retries", "memory_peak_bytes",
                  "memory_peak_bytes_measured")
+# Where a trial ran (shapesweep.trainers.machine): its losses repeat bit for bit only there.
+MACHINE_FIELDS = ("cpu_model", "torch_version", "device_name", "torch_threads")
 # A trial's final metrics (`final_metrics`).
 METRIC_FIELDS = ("val_loss", "best_val_loss", "val_ppl", "train_loss", "psnr", "ssim", "tokens",
                  "steps", "wall_time_s", "tokens_per_s", "val_loss_se", "train_loss_tail",
-                 "cooldown_tokens", *COMPILE_FIELDS, *MEMORY_FIELDS)
+                 "cooldown_tokens", *COMPILE_FIELDS, *MEMORY_FIELDS, *MACHINE_FIELDS)
 
 
 @dataclass
@@ -105,6 +107,6 @@ def final_metrics(last: dict[str, Any], curve: list[dict[str, Any]], status: str
         "steps": last.get("steps", last.get("step")),
         "wall_time_s": elapsed,
         "tokens_per_s": last.get("tokens_per_s", tokens / elapsed if tokens and elapsed else None),
-        **{name: last.get(name) for name in (*COMPILE_FIELDS, *MEMORY_FIELDS)},
+        **{name: last.get(name) for name in (*COMPILE_FIELDS, *MEMORY_FIELDS, *MACHINE_FIELDS)},
         "cooldown_tokens": last.get("cooldown_tokens"),
     }

@@ -60,6 +60,8 @@ TRIAL_COLUMNS = pa.schema(
         # retries (each halving it) before that, the predicted and the measured peak in bytes
         ("micro_batch_size", _INT), ("oom_retries", _INT), ("memory_peak_bytes", _INT),
         ("memory_peak_bytes_measured", _INT),
+        # where it ran (shapesweep.trainers.machine): null in rows written before 2026-11-30
+        ("cpu_model", _STR), ("torch_version", _STR), ("device_name", _STR), ("torch_threads", _INT),
         *ACCOUNTING_COLUMNS,
         *SHAPE_COLUMNS,
         ("train_tokens_budget", _INT), ("seq_len", _INT), ("lr", _FLOAT),

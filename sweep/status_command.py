@@ -13,6 +13,7 @@ import argparse
 import json
 import math
 import sys
+from collections import Counter
 from typing import Any
 
 from shapesweep.sweep.options import add_adjust
@@ -139,7 +140,38 @@ def _status_document(args: argparse.Namespace, trials, curves, running=None) -> 
         "rank_fidelity": _fidelity_points(fidelity),
         "rank_fidelity_stable_fraction": stable_fraction(fidelity) if len(fidelity) else None,
         "asha": asha_confirmation(trials, factor, args.metric) if factor else None,
+        "machines": _machines(trials),
     }
+
+
+def _machines(trials) -> list[dict]:
+    """The machines the trials ran on (`shapesweep.trainers.machine`), most trials first: a
+    sweep spanning machines compares losses that differ by float order, not by shape alone.
+    Rows written before the columns existed count as one machine of nulls, last of its count."""
+    import pandas as pd
+    from shapesweep.results.rows import MACHINE_FIELDS
+
+    def clean(name: str, value):
+        return None if pd.isna(value) else int(value) if name == "torch_threads" else str(value)
+
+    rows = trials.reindex(columns=list(MACHINE_FIELDS)).itertuples(index=False, name=None)
+    counts = Counter(tuple(clean(n, v) for n, v in zip(MACHINE_FIELDS, row, strict=True)) for row in rows)
+    order = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0][0] is None, [str(v) for v in kv[0]]))
+    return [{**dict(zip(MACHINE_FIELDS, key, strict=True)), "trials": n} for key, n in order]
+
+
+def _machines_line(machines: list[dict]) -> str | None:
+    """`status NAME`'s "ran on:" line: each machine and its trials."""
+    def name(m: dict) -> str:
+        if m["cpu_model"] is None:
+            return "not recorded (rows from before 2026-11-30)"
+        threads = f"{m['torch_threads']} thread{'s' * (m['torch_threads'] != 1)}"
+        return f"{m['device_name']} ({m['cpu_model']}), torch {m['torch_version']}, {threads}"
+
+    if not machines:
+        return None
+    return "ran on: " + "; ".join(f"{name(m)}: {m['trials']} trial{'s' * (m['trials'] != 1)}"
+                                  for m in machines)
 
 
 def _per_tuned_table(document: dict):
@@ -580,8 +612,9 @@ def status(args: argparse.Namespace) -> int:
     counts |= {"running": len(running)} if len(running) else {}
     console.print("  ".join(f"{k.replace('_', ' ')}: {v}" for k, v in sorted(counts.items()))
                   or "no trials yet")
-    if _oom_line(trials):
-        console.print(_oom_line(trials), soft_wrap=True, highlight=False, markup=False)
+    for line in (_machines_line(document["machines"]), _oom_line(trials)):
+        if line:
+            console.print(line, soft_wrap=True, highlight=False, markup=False)
     if document["candidates"]:
         console.print(_candidates_table(document, narrow=console.width < 100))
         # wrapped at the terminal's width (status fits 80 columns), between words

@@ -62,6 +62,8 @@ def test_callback_metrics_and_result():
     assert result.val_ppl == pytest.approx(math.exp(result.val_loss))
     assert result.params_measured == 16 * 256 + 4 * 16 * 16 + 3 * 16 * 64 + 3 * 16
     assert len(result.data_hash) == 64 and result.tokens_per_s > 0 and not result.stopped
+    assert (result.torch_version, result.device_name, result.torch_threads) == (
+        torch.__version__, "cpu", torch.get_num_threads()) and result.cpu_model
     json.dumps(result.to_dict())  # plain data, ready for a results row
 
 

@@ -195,6 +195,31 @@ def test_status_shows_each_trials_compile_seconds(tmp_path, capsys, monkeypatch)
     assert out.count("blocks a region") == 1 and "13.5 (4 blocks a region)" in out
 
 
+def test_status_says_which_machines_the_trials_ran_on(tmp_path, capsys, monkeypatch):
+    """A sweep that spans machines says so, most trials first, rows from before the columns
+    counted apart: losses differ by float order between machines (docs/small-sweeps.md)."""
+    from shapesweep.results.store import write_trial
+    from shapesweep.sweep.cli import main
+    from synthetic import synthetic_sweep
+
+    epyc = {"cpu_model": "AMD EPYC", "torch_version": "2.13.0+cpu", "device_name": "cpu", "torch_threads": 1}
+    h200 = {"cpu_model": "Intel Xeon", "torch_version": "2.11.0+cu130", "device_name": "NVIDIA H200",
+            "torch_threads": 8}
+    where = [epyc, h200, epyc, {}]
+    for (row, curve), machine in zip(synthetic_sweep("spans", 4, families=("conventional",)), where, strict=True):
+        write_trial(str(tmp_path), "spans", {**row, **machine}, curve)
+    monkeypatch.setenv("COLUMNS", "1000")
+    assert main(["status", "spans", "--root", str(tmp_path)]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("ran on: "))
+    assert line == ("ran on: cpu (AMD EPYC), torch 2.13.0+cpu, 1 thread: 2 trials; NVIDIA H200 "
+                    "(Intel Xeon), torch 2.11.0+cu130, 8 threads: 1 trial; not recorded (rows from "
+                    "before 2026-11-30): 1 trial")
+    assert main(["status", "spans", "--root", str(tmp_path), "--format", "json"]) == 0
+    machines = json.loads(capsys.readouterr().out)["machines"]
+    assert machines == [{**epyc, "trials": 2}, {**h200, "trials": 1},
+                        {**dict.fromkeys(epyc), "trials": 1}]
+
+
 def test_the_fused_gradient_is_autograds():
     """`_CrossEntropyZLoss`'s one-pass backward equals autograd through torch's ops (in float64;
     the fused loss computes in fp32)."""

@@ -132,16 +132,19 @@ def test_empty_store_has_every_column(tmp_path):
 
 
 def test_a_fragment_written_before_a_column_existed_reads_it_as_null(tmp_path):
-    # a store an older shapesweep wrote (here without `blocks_per_region` and `compile_s`)
+    # a store an older shapesweep wrote (here without `blocks_per_region`, `compile_s` and
+    # `cpu_model`)
     # loads beside today's rows, the columns it predates null, before and after compaction
-    write_trial(tmp_path, "s", trial_row(CONFIGS[0], "new", compile_s=3.5, blocks_per_region=4), [])
+    write_trial(tmp_path, "s", trial_row(CONFIGS[0], "new", compile_s=3.5, blocks_per_region=4,
+                                         cpu_model="AMD EPYC"), [])
     write_trial(tmp_path, "s", trial_row(CONFIGS[0], "old"), [])
     (old,) = [p for p in (tmp_path / "s" / "trials").glob("*.parquet") if "old" in p.name]
-    pq.write_table(pq.read_table(old).drop_columns(["blocks_per_region", "compile_s"]), old)
+    pq.write_table(pq.read_table(old).drop_columns(["blocks_per_region", "compile_s", "cpu_model"]), old)
     assert "blocks_per_region" not in pq.read_schema(old).names
     for _ in range(2):
         trials = load_trials(tmp_path).set_index("trial_id")
         assert trials.loc["new", "blocks_per_region"] == 4 and trials.loc["new", "compile_s"] == 3.5
+        assert trials.loc["new", "cpu_model"] == "AMD EPYC" and pd.isna(trials.loc["old", "cpu_model"])
         assert pd.isna(trials.loc["old", "blocks_per_region"]) and pd.isna(trials.loc["old", "compile_s"])
         compact(tmp_path, "s")
 

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from shapesweep.results.catalog import Catalog, default_catalog_url
 from shapesweep.results.store import load_trials, sweep_dir
 from shapesweep.search_spaces.space import load_space
@@ -194,6 +195,10 @@ def test_retry_failed_reruns_only_failed_trials(local_ray, tmp_path):
     fixed = final[final["trial_id"] == failed["trial_id"].iloc[0]].iloc[0]
     assert math.isfinite(fixed["val_loss"]) and fixed["tokens"] == TRAIN["tokens"]
     assert fixed["data_hash"] == load_lm_data(str(data)).data_hash != first["data_hash"].iloc[0]
+    # each row names the machine it ran on: this one, its torch, its CPU, one thread a trial
+    assert final[["torch_version", "device_name", "torch_threads"]].drop_duplicates().values.tolist() == [
+        [torch.__version__, "cpu", 1]]
+    assert (final["cpu_model"].str.len() > 0).all()
     record = Catalog(default_catalog_url(root)).get("retry")
     assert record.status == "finished" and len(final) == 3  # every row completed (above)
     # Everything done: another retry has nothing to run.

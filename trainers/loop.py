@@ -54,7 +54,7 @@ from shapesweep.search_spaces.configs import (
     TrainConfig,
     config_key,
 )
-from shapesweep.trainers import checkpoint, cooldown
+from shapesweep.trainers import checkpoint, cooldown, machine
 from shapesweep.trainers.compile_policy import decide, peak_flops
 from shapesweep.trainers.loss_tail import LossTail
 from shapesweep.trainers.memory import EVAL_CHUNK_TOKENS
@@ -108,6 +108,11 @@ class TrainResult:
     blocks_per_region: int | None = None  # alike blocks a compiled region held at most; None: eager
     autocast_dtype: str = "none"  # bfloat16 | none
     cooldown_tokens: int = 0  # trained by cooldown branches (trainers/cooldown.py), not in `tokens`
+    # where it ran (shapesweep.trainers.machine): rank 0's CPU, torch build, device and threads
+    cpu_model: str | None = None
+    torch_version: str | None = None
+    device_name: str | None = None  # the CUDA device's name, or "cpu"
+    torch_threads: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -454,6 +459,8 @@ def train(model_config, train: TrainConfig, data: str | None = None,
                      params_measured, data_hash, stopped, of(model_config).lm)
     result.layers, result.train_loss_tail = layers, tail.mean()
     result.autocast_dtype = str(dtype).removeprefix("torch.") if dtype else "none"
+    for name, value in machine.describe(dev).items():
+        setattr(result, name, value)
     if compiling:
         for name, value in stepper.report().items():
             setattr(result, name, value)
