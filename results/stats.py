@@ -238,7 +238,7 @@ def candidate_results(trials: pd.DataFrame, metric: str = "val_loss") -> pd.Data
     if len(rest):
         first = _first_rows(rest, rest.groupby(["sweep", "key"], sort=False), ["sweep", "key"])
         parts.append(first.assign(mean=np.nan, std=np.nan, n=0, stopped=False, chosen=False, role=None))
-    out = pd.concat([part for part in parts if len(part)]).copy()  # one block a dtype: columns follow
+    out = pd.concat([part for part in parts if len(part)]).copy()  # consolidated: pandas warns as columns are added
     picked = choose_tuned(trials[_chooses(trials)])
     info = _result_info(trials, dict(zip(chosen.index, chosen["tuned"], strict=True)),
                         dict(zip(picked.index, picked, strict=True)), metric)

@@ -133,8 +133,8 @@ def test_empty_store_has_every_column(tmp_path):
 
 def test_a_fragment_written_before_a_column_existed_reads_it_as_null(tmp_path):
     # a store an older shapesweep wrote (here without `blocks_per_region`, `compile_s` and
-    # `cpu_model`)
-    # loads beside today's rows, the columns it predates null, before and after compaction
+    # `cpu_model`) loads beside today's rows, the columns it predates null, before and after
+    # compaction
     write_trial(tmp_path, "s", trial_row(CONFIGS[0], "new", compile_s=3.5, blocks_per_region=4,
                                          cpu_model="AMD EPYC"), [])
     write_trial(tmp_path, "s", trial_row(CONFIGS[0], "old"), [])
