@@ -17,14 +17,13 @@ CPU run (minutes on a cold Inductor cache, most of it the first call of each sha
 from __future__ import annotations
 
 import argparse
-import platform
 import statistics
-import subprocess
 import time
 
 import torch
 from shapesweep.search_spaces.configs import TrainConfig, make_config
 from shapesweep.trainers.loop import train
+from shapesweep.trainers.machine import cpu_model
 
 LM = dict(d_model=32, n_layers=2, n_heads=2, vocab_size=256)
 FAMILIES = {  # tiny models, one per family (tests/test_compile.py's, a little wider)
@@ -39,15 +38,6 @@ FAMILIES = {  # tiny models, one per family (tests/test_compile.py's, a little w
 def recipe(steps: int, seed: int, compiled: bool) -> TrainConfig:
     return TrainConfig(steps=steps, seq_len=64, batch_tokens=1024, lr=3e-3, eval_tokens=4096,
                        eval_every=steps, seed=seed, autocast="bfloat16", compile=compiled)
-
-
-def cpu_model() -> str:
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
-        return next(line.split(":", 1)[1].strip() for line in out.splitlines()
-                    if line.startswith("Model name"))
-    except (OSError, subprocess.CalledProcessError, StopIteration):
-        return platform.processor() or "unknown CPU"
 
 
 def measure(name: str, fields: dict, steps: int, seeds: int, device: str) -> dict:
