@@ -16,7 +16,8 @@ seeds resampled with replacement, one draw for a shape and the base, so the diff
 paired), and its distance from the base's optimum in sqrt(2) steps with that interval. The
 verdict: `within one step` when the whole interval lies inside (-1, +1) steps, `moves` when it
 lies outside [-1, +1], else `unresolved`; `incomplete` while a shape lacks any of the base's
-lrs or seeds (a sweep still running):
+lrs or seeds (a sweep still running). `--level` sets the intervals' coverage (e.g. 0.99167,
+Bonferroni's over six shapes at a 95% family-wise level):
 
     python benchmarks/lr_transfer.py --fit --base depth:base \\
         --store depth=ROOT:lr-transfer-study-depth --store tp6=ROOT:lr-transfer-study-depth-tp6 \\
@@ -108,9 +109,11 @@ def losses_and_base(stores: dict[str, tuple[str, str]], base: tuple[str, str]):
 
 
 def fit_table(stores: dict[str, tuple[str, str]], base: tuple[str, str], resamples: int = 2000,
-              seed: int = 0) -> pd.DataFrame:
-    """Per (rule, shape): the fitted optimum, its seed-bootstrap interval, and its distance from
-    the base's optimum in sqrt(2) steps with a paired bootstrap interval (module docstring)."""
+              seed: int = 0, level: float = 0.95) -> pd.DataFrame:
+    """Per (rule, shape): the fitted optimum, its seed-bootstrap interval at `level`, and its
+    distance from the base's optimum in sqrt(2) steps with a paired bootstrap interval (module
+    docstring)."""
+    tails = [50 * (1 - level), 50 * (1 + level)]  # percentiles
     losses, reference = losses_and_base(stores, base)
     rng = np.random.default_rng(seed)
     rows = []
@@ -128,8 +131,8 @@ def fit_table(stores: dict[str, tuple[str, str]], base: tuple[str, str], resampl
             boot = np.array([(opt(table, d)[0], opt(reference, d)[0]) for d in draws]).reshape(-1, 2)
             steps = 2 * (own - ref)  # log2 units to sqrt(2) steps
             if len(boot):
-                o_low, o_high = np.percentile(boot[:, 0], [2.5, 97.5])
-                s_low, s_high = np.percentile(2 * (boot[:, 0] - boot[:, 1]), [2.5, 97.5])
+                o_low, o_high = np.percentile(boot[:, 0], tails)
+                s_low, s_high = np.percentile(2 * (boot[:, 0] - boot[:, 1]), tails)
             else:
                 o_low = o_high = s_low = s_high = np.nan
             lrs = int(table.notna().all(axis=1).sum())
@@ -154,9 +157,14 @@ def main() -> None:
     parser.add_argument("--base", default="depth:base", metavar="RULE:SHAPE",
                         help="the base shape the optima (or, without --fit, the best lrs) are measured from")
     parser.add_argument("--resamples", type=int, default=2000, help="seed-bootstrap resamples (with --fit)")
+    parser.add_argument("--level", type=float, default=0.95,
+                        help="the intervals' coverage (with --fit; default 0.95; 0.99167 is Bonferroni's "
+                             "over six shapes at 95%% family-wise)")
     parser.add_argument("--per-seed", action="store_true",
                         help="each shape's seed spread, and each seed's own optimum and steps from the base's")
     args = parser.parse_args()
+    if not 0 < args.level < 1:
+        parser.error(f"--level: {args.level} is not between 0 and 1")
     stores = {}
     for item in args.store:
         rule, rest = item.split("=", 1)
@@ -169,8 +177,8 @@ def main() -> None:
         return
     if args.fit:
         rule, shape = args.base.split(":", 1)
-        out = fit_table(stores, (rule, shape), args.resamples)
-        print(fit_markdown(out) if args.markdown else out.to_string(index=False))
+        out = fit_table(stores, (rule, shape), args.resamples, level=args.level)
+        print(fit_markdown(out, args.level) if args.markdown else out.to_string(index=False))
         return
     out = table(stores, args.base.split(":", 1)[1])
     print(markdown(out) if args.markdown else out.to_string(index=False))
@@ -200,16 +208,17 @@ def per_seed_table(stores: dict[str, tuple[str, str]], base: tuple[str, str]) ->
     return pd.DataFrame(rows)
 
 
-def fit_markdown(fit: pd.DataFrame) -> str:
-    """`fit_table` as docs/lr-transfer.md prints it: each estimate with its 95% interval in
-    one cell (the optimum to 3 significant digits, the steps to 2 decimals)."""
+def fit_markdown(fit: pd.DataFrame, level: float = 0.95) -> str:
+    """`fit_table` as docs/lr-transfer.md prints it: each estimate with its interval (at
+    `level`) in one cell (the optimum to 3 significant digits, the steps to 2 decimals)."""
+    tag = f"[{100 * level:.4g}%]"
     def cell(value: float, low: float, high: float, number: str) -> str:
         return number.format(value) + ("" if pd.isna(low) else f" [{number.format(low)}, {number.format(high)}]")
 
     shown = pd.DataFrame({
         "rule": fit["rule"], "shape": fit["shape"], "seeds": fit["seeds"], "lrs": fit["lrs"],
-        "optimum [95%]": [cell(*r, "{:.2e}") for r in zip(fit["optimum"], fit["low"], fit["high"], strict=True)],
-        "sqrt(2) steps from the base's [95%]": [cell(*r, "{:+.2f}") for r in
+        f"optimum {tag}": [cell(*r, "{:.2e}") for r in zip(fit["optimum"], fit["low"], fit["high"], strict=True)],
+        f"sqrt(2) steps from the base's {tag}": [cell(*r, "{:+.2f}") for r in
                                                 zip(fit["steps_from_base"], fit["steps_low"], fit["steps_high"], strict=True)],
         "inside the grid": fit["interior"].map({True: "yes", False: "no: an edge"}),
         "verdict": fit["verdict"]})

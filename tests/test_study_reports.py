@@ -145,6 +145,55 @@ def test_lr_fit_table_from_stores(lr_transfer, tmp_path):
     assert rows["up"].endswith("| yes | moves |") and "| 3 | 8 |" in rows["up"]
 
 
+def _noisy_store(root: Path, seeds: int) -> None:
+    """A base at 3e-3 and a shape at 4.2e-3, each seed's optimum jittered, in one real store."""
+    from shapesweep.results.store import write_trial
+
+    rng = np.random.default_rng(1)
+    grid = 1.5e-3 * 2 ** (0.5 * np.arange(8))
+    for variant, optimum in (("base", 3e-3), ("up", 4.2e-3)):
+        for seed in range(seeds):
+            own = optimum * 2 ** rng.normal(0, 0.4)
+            for lr in grid:
+                loss = 1.6 + 0.04 * np.log2(lr / own) ** 2 + 0.01 * seed
+                write_trial(str(root), "a", _trial(variant, variant, float(lr), seed, float(loss)), [])
+
+
+@pytest.mark.parametrize("seeds, same", [(3, True), (8, False)])
+def test_lr_fit_level(lr_transfer, tmp_path, seeds, same):
+    """--level: on 3 seeds every bootstrap multiset is >= 1/27 likely, so a 95% interval already
+    spans all the resamples and Bonferroni's 99.17% is the same interval (docs/lr-transfer.md,
+    "The intervals, over an axis"); on 8 seeds the stricter level is wider."""
+    _noisy_store(tmp_path, seeds)
+    stores, base = {"a": (str(tmp_path), "a")}, ("a", "base")
+    resamples = 2000 if same else 500  # the study's count where the claim is about it
+    at95 = lr_transfer.fit_table(stores, base, resamples=resamples, level=0.95).set_index("shape").loc["up"]
+    at99 = lr_transfer.fit_table(stores, base, resamples=resamples, level=0.99167).set_index("shape").loc["up"]
+    assert at99["steps_low"] <= at95["steps_low"] <= at95["steps_high"] <= at99["steps_high"]
+    widened = at99["steps_high"] - at99["steps_low"] - (at95["steps_high"] - at95["steps_low"])
+    assert (widened == pytest.approx(0, abs=1e-9)) if same else widened > 1e-6
+    assert "optimum [99.17%]" in lr_transfer.fit_markdown(at99.to_frame().T.reset_index(names="shape").assign(
+        rule="a"), 0.99167)
+
+
+STUDY = Path(__file__).resolve().parents[1] / "benchmarks" / "data" / "lr-transfer-study"
+
+
+@pytest.mark.parametrize("sweep, shapes, trials", [("lr-transfer-study-depth-tp6", 6, 144),
+                                                  ("lr-transfer-study-vformer", 3, 72),
+                                                  ("lr-transfer-study-depth", 1, 24)])
+def test_committed_study_stores_are_whole(sweep, shapes, trials):
+    """The study's committed stores, which docs/lr-transfer.md's tables are read from, hold
+    each shape's whole grid (8 lrs x seeds 0-2) once, every trial completed."""
+    from shapesweep.results.store import load_trials
+
+    rows = load_trials(str(STUDY), [sweep])
+    assert len(rows) == trials and set(rows["status"]) == {"completed"}
+    per_cell = rows.groupby(["variant", "lr", "seed"]).size()
+    assert len(per_cell) == trials and per_cell.max() == 1
+    assert rows["variant"].nunique() == shapes and rows["lr"].nunique() == 8 and set(rows["seed"]) == {0, 1, 2}
+
+
 def test_lr_per_seed_table_from_a_store(lr_transfer, tmp_path):
     """--per-seed: each seed's own optimum, its steps from the base's on that seed, and the
     seeds' spread, read from a real store."""
