@@ -12,10 +12,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+STUDY = BENCHMARKS / "data" / "lr-transfer-study"  # the lr-transfer study's committed stores
+
 
 @pytest.fixture
 def early_ranking(monkeypatch):
-    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
     import early_ranking
     return early_ranking
 
@@ -89,7 +92,7 @@ def test_replay_within_a_tuned_key_groups_by_its_value(early_ranking):
 
 @pytest.fixture
 def lr_transfer(monkeypatch):
-    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
     import lr_transfer
     return lr_transfer
 
@@ -174,9 +177,6 @@ def test_lr_fit_level(lr_transfer, tmp_path, seeds, same):
     assert (widened == pytest.approx(0, abs=1e-9)) if same else widened > 1e-6
     assert "optimum [99.17%]" in lr_transfer.fit_markdown(at99.to_frame().T.reset_index(names="shape").assign(
         rule="a"), 0.99167)
-
-
-STUDY = Path(__file__).resolve().parents[1] / "benchmarks" / "data" / "lr-transfer-study"
 
 
 @pytest.mark.parametrize("sweep, shapes, trials", [("lr-transfer-study-depth-tp6", 6, 144),
