@@ -6,12 +6,12 @@ for `--rounds` rounds, and prints each run's training tokens/s (the loop's own c
 the median of the per-round ratios, and whether both reached the same validation loss (the
 same arithmetic). Load on the machine moves both sides alike, round by round.
 
-The other checkout is a git worktree (`git worktree add /tmp/old COMMIT`); each child
+The other checkout is a git worktree (`git worktree add ../old COMMIT`); each child
 process imports shapesweep from its checkout by rewriting the editable install's path
 mapping (setuptools' `__editable__..._finder`, as `make setup` installs it) before the
 first import, so no second environment is built.
 
-    python benchmarks/bench_commits.py /tmp/old [--rounds 3]
+    python benchmarks/bench_commits.py ../old [--rounds 3]
 """
 
 from __future__ import annotations

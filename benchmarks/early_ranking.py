@@ -1,7 +1,7 @@
 """The early-ranking check of docs/scheduling.md ("Early ranking, named before it runs"): one
 sweep run twice, under FIFO and under the noise-aware ASHA, from two stores.
 
-    python benchmarks/early_ranking.py --fifo /work/er-fifo --asha /work/er-asha \\
+    python benchmarks/early_ranking.py --fifo er-fifo --asha er-asha \\
         --sweep early-ranking-vformer [--markdown] [--resamples 2000] [--replay]
 
 Prints, as the page's protocol names them:

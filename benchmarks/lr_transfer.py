@@ -5,9 +5,9 @@ and prints, per shape and rule, the final validation loss at every learning rate
 (the seed mean), the best one, and how many grid steps (factors of 2) it lies from the base
 shape's best:
 
-    python benchmarks/lr_transfer.py --store fan-in=/work/exp/lr:lr-transfer \\
-        --store width-rules=/work/exp/lr-old:lr-transfer-width-rules \\
-        --store depth-muP=/work/exp/lr:lr-transfer-depth [--markdown]
+    python benchmarks/lr_transfer.py --store fan-in=ROOT:lr-transfer \\
+        --store width-rules=OLD_ROOT:lr-transfer-width-rules \\
+        --store depth-muP=ROOT:lr-transfer-depth [--markdown]
 
 With `--fit` (the study of 3 seeds on a sqrt(2) grid, `docs/spaces/lr-transfer-study-*.yaml`)
 it fits each shape's optimum instead: a quadratic in log2(lr) through the 5 grid points
