@@ -18,13 +18,34 @@ printed (and flushed) as soon as it is measured, so a run cut short still says w
    `peaks`: the memory model's step and evaluation peaks, each measured alone, for the packed
    sweep's baseline and hourglass k 5, and the baseline's compiled step with one block a
    region against all its blocks in one;
-7. `packed`: three 113M candidates of `hourglass-fixed-attention-113m` (baseline, hourglass
+7. `e2e`: `hourglass-fixed-attention-113m` swept end to end, 4 steps a trial (plan -> run ->
+   status -> export, `bench_gpu_sweep.py`): each candidate's predicted step time and peak
+   memory against the measured ones;
+8. `packed`: three 113M candidates of `hourglass-fixed-attention-113m` (baseline, hourglass
    k 5 and k 10), 40 steps of 65,536 tokens, `micro_batch_size: auto`, packed three to the
    GPU (`--gpus-per-trial 0.33 --max-concurrent 3`): whether every trial completes, with
    each one's micro-batch, predicted and measured peak, OOM retries and compile seconds.
 
-`--items` picks and orders them (default: everything but `sweep` and `packed`, whose flags
-`--sweep` and `--packed` add them at the end).
+`--items` picks and orders them (default: everything but `sweep`, `e2e` and `packed`, whose
+flags `--sweep`, `--e2e` and `--packed` add them at the end).
+
+The figures file: on CUDA, each figure measured (tokens/s, MFU, loop/plain, compiled/eager,
+peak memory and first compile of each shape; the CUDA-graphs ratio; the end-to-end sweep's
+predicted and measured step and peak) is merged into `trainers/gpu-figures.json`, or the
+file `--figures PATH` names (on CPU only then), each with its device, torch build, CUDA
+version, command and date. Its format, in `shapesweep.trainers.gpu_figures`:
+
+    {"format": 1, "figures": {"mfu_113m_baseline": {"value": 0.402, "format": ".1%",
+        "unit": "MFU", "family": "conventional", "what": "...", "device": "NVIDIA H200",
+        "torch": "2.11.0+cu130", "cuda": "13.0", "command": "python benchmarks/bench_gpu.py
+        ...", "date": "2026-11-27", "provenance": "measured by bench_gpu.py"}}}
+
+Keys: `{tokens_per_s,mfu,loop_over_plain,compiled_over_eager,peak_memory_gib,
+first_compile_s}_{113m_baseline,113m_hourglass_k8,500m_vformer_constant,
+500m_vformer_bottleneck}`, `graphs_speedup_run1`, `e2e_*`. README.md, docs/gpu.md and
+docs/memory.md quote them (tests/test_gpu_figures.py); after a run,
+`python -m shapesweep.trainers.gpu_figures README.md docs/gpu.md docs/memory.md` rewrites
+the quoted numbers.
 
 MFU follows PaLM: `account(config).flops_per_token` x tokens/s over the device's dense bf16
 peak (`compile_policy.PEAK_TFLOPS` by device name, or --peak-tflops). The micro-batch is
@@ -36,14 +57,16 @@ On CPU (`--device cpu`, the default without CUDA) the same items run on tiny sta
 (`--quick`) or a small LM: the code path checked, not a figure to quote.
 
     python benchmarks/bench_gpu.py [--budget-s 480] [--quick] [--device cuda|cpu]
-                                   [--peak-tflops T] [--repeats N] [--sweep] [--packed]
-                                   [--items packed,baseline,graphs,moe,...]
+                                   [--peak-tflops T] [--repeats N] [--sweep] [--e2e]
+                                   [--packed] [--items packed,baseline,graphs,moe,...]
+                                   [--figures PATH]
 """
 
 from __future__ import annotations
 
 import argparse
-import tempfile
+import datetime
+import sys
 import time
 import traceback
 from collections.abc import Callable
@@ -51,13 +74,12 @@ from functools import partial
 from pathlib import Path
 
 import torch
-from bench_sweep_overhead import DEPTHS, overhead_space
+from bench_gpu_sweep import TOKENS_PER_MICRO_BATCH, e2e_sweep, packed_sweep, time_sweep
 from bench_train_step import ours_tokens_per_s, paired_ratio, plain_tokens_per_s
 from shapesweep.search_spaces.accounting import account
 from shapesweep.search_spaces.configs import TrainConfig, make_config
+from shapesweep.trainers import gpu_figures
 from shapesweep.trainers.compile_policy import peak_flops
-
-TOKENS_PER_MICRO_BATCH = 16384  # 8 x 2048 or 4 x 4096: the first H200 run's micro-batch
 
 
 class Budget:
@@ -77,6 +99,25 @@ def say(line: str) -> None:
     print(line, flush=True)
 
 
+class Recorder:
+    """The figures this run measured, each with its device, torch, CUDA, command and date,
+    merged into the figures file (`gpu_figures.record`) as each is measured."""
+
+    def __init__(self, path: Path | None, device: str):
+        self.path, self.device = path, device
+
+    def __call__(self, key: str, value: float, fmt: str, unit: str, what: str,
+                 **extra: str) -> None:
+        if self.path is None:
+            return
+        gpu_figures.record({key: dict(
+            value=value, format=fmt, unit=unit, what=what, **extra, device=self.device,
+            torch=torch.__version__, cuda=torch.version.cuda,
+            command=" ".join(["python benchmarks/bench_gpu.py", *sys.argv[1:]]),
+            date=datetime.datetime.now(datetime.UTC).date().isoformat(),
+            provenance="measured by bench_gpu.py")}, self.path)
+
+
 def space_candidates(name: str) -> tuple[list, TrainConfig]:
     """A built-in space's candidates and its recipe (the baseline's)."""
     from shapesweep.search_spaces.solver import plan
@@ -87,9 +128,9 @@ def space_candidates(name: str) -> tuple[list, TrainConfig]:
     return candidates, space.train_for(candidate=candidates[0])
 
 
-def shapes(quick: bool, device: str) -> list[tuple[str, object, TrainConfig, float]]:
-    """(name, config, recipe, estimated seconds on the device) of each measured shape, in
-    priority order; tiny stand-ins with --quick, one small LM on CPU."""
+def shapes(quick: bool, device: str) -> list[tuple[str, str, object, TrainConfig, float]]:
+    """(name, figure key, config, recipe, estimated seconds on the device) of each measured
+    shape, in priority order; tiny stand-ins with --quick, one small LM on CPU."""
     if quick or device == "cpu":
         lm = dict(vocab_size=256, n_heads=2)
         recipe = TrainConfig(seq_len=64, batch_tokens=256, micro_batch_size=2, lr=1e-3,
@@ -99,8 +140,9 @@ def shapes(quick: bool, device: str) -> list[tuple[str, object, TrainConfig, flo
                   ("hourglass tiny k=2", dict(family="hourglass", d_model=32, n_layers=2,
                                               d_h=16, k=2, **lm))]
         vformer, _ = space_candidates("vformer-shapes-small")
-        out = [(name, make_config(fields), recipe, 60.0) for name, fields in shapes]
-        return out + [(f"><former tiny {c.config.shape}", c.config,
+        out = [(name, f"tiny_{i}", make_config(fields), recipe, 60.0)
+               for i, (name, fields) in enumerate(shapes)]
+        return out + [(f"><former tiny {c.config.shape}", f"tiny_vformer_{c.config.shape}", c.config,
                        recipe.model_copy(update={"seq_len": 64}), 60.0)
                       for c in _pair(vformer)]
     fixed, recipe = space_candidates("hourglass-fixed-attention-113m")
@@ -113,10 +155,12 @@ def shapes(quick: bool, device: str) -> list[tuple[str, object, TrainConfig, flo
     recipe_500m = vrecipe.model_copy(update={
         "batch_tokens": TOKENS_PER_MICRO_BATCH, "micro_batch_size":
         TOKENS_PER_MICRO_BATCH // vrecipe.seq_len, "compile": True})
-    return [("113M baseline conventional 768x12 d_h 3072", baseline, recipe_113m, 150.0),
-            (f"113M hourglass 768x12 k 8 d_h {k8.d_h}", k8, recipe_113m, 100.0),
-            *((f"500M ><former {c.config.shape}", c.config, recipe_500m, 100.0)
-              for c in _pair(vformer))]
+    return [("113M baseline conventional 768x12 d_h 3072", "113m_baseline", baseline,
+             recipe_113m, 150.0),
+            (f"113M hourglass 768x12 k 8 d_h {k8.d_h}", "113m_hourglass_k8", k8, recipe_113m,
+             100.0),
+            *((f"500M ><former {c.config.shape}", f"500m_vformer_{c.config.shape}", c.config,
+               recipe_500m, 100.0) for c in _pair(vformer))]
 
 
 def _pair(candidates) -> list:
@@ -126,10 +170,11 @@ def _pair(candidates) -> list:
 
 
 def measure(config, recipe: TrainConfig, device: str, quick: bool, repeats: int,
-            peak: float | None, full: bool) -> dict[str, str]:
+            peak: float | None, full: bool) -> tuple[dict[str, str], dict[str, float]]:
     """One shape, compiled with its recipe: the loop's tokens/s, MFU, memory and compile
     seconds; with `full`, the loop over the plain compiled loop (`repeats` ABBA pairs) and
-    compiled over eager, else one plain and one eager run beside it."""
+    compiled over eager, else one plain and one eager run beside it. The printed fields, and
+    the figures (name: (value, format, unit))."""
     cuda = device == "cuda"
     warmup, measured = (2, 4) if quick else (8, 30)
     clock = time.perf_counter if cuda else time.process_time
@@ -162,6 +207,11 @@ def measure(config, recipe: TrainConfig, device: str, quick: bool, repeats: int,
         speedup = s_low = s_high = ours / eager
     flops = account(config, recipe.seq_len).flops_per_token
     compiled = [r for r in runs if r.compiled]
+    figures = {"tokens_per_s": (ours, ",.0f", "tokens/s"), "loop_over_plain": (ratio, ".3f", "x"),
+               "compiled_over_eager": (speedup, ".3f", "x"),
+               **({"mfu": (flops * ours / peak, ".1%", "MFU")} if peak else {}),
+               **({"peak_memory_gib": (max(memory) / 2**30, ".1f", "GiB")} if memory else {}),
+               **({"first_compile_s": (compiled[0].compile_s, ".1f", "s")} if compiled else {})}
     return {"tokens/s": f"{ours:,.0f}", "MFU": f"{flops * ours / peak:.1%}" if peak else "n/a",
             "plain tokens/s": f"{base:,.0f}", "loop/plain": f"{ratio:.3f} [{low:.2f}-{high:.2f}]",
             "eager tokens/s": f"{eager:,.0f}",
@@ -171,10 +221,10 @@ def measure(config, recipe: TrainConfig, device: str, quick: bool, repeats: int,
             "micro-batch": f"{recipe.micro_batch_size} x {recipe.seq_len}",
             "compile": "; ".join(sorted({f"{r.graph_breaks} graph breaks, {r.recompiles} "
                                          f"recompiles, autocast {r.autocast_dtype}"
-                                         for r in compiled}))}
+                                         for r in compiled}))}, figures
 
 
-def cuda_graphs(device: str, quick: bool) -> str:
+def cuda_graphs(device: str, quick: bool, record: Recorder) -> str:
     """A small, launch-bound shape (conventional 256x4, vocab 50304, 8 x 1024 tokens) with
     `compile_mode: reduce-overhead` (CUDA graphs) over `default`, one ABBA pair."""
     config = make_config(dict(family="conventional", d_model=64 if quick else 256, n_layers=4,
@@ -191,6 +241,8 @@ def cuda_graphs(device: str, quick: bool) -> str:
                                          warmup, measured, device, clock)
 
     ratio, low, high, graphs, default = paired_ratio(run("reduce-overhead"), run("default"), 2)
+    record("graphs_speedup_run1", ratio, ".3f", "x", "CUDA graphs (compile_mode reduce-overhead) "
+           "over default, conventional 256x4 d_h 1024 vocab 50,304, 8 x 1024 tokens (item graphs)")
     return (f"{graphs:,.0f} vs {default:,.0f} tok/s, reduce-overhead/default {ratio:.3f} "
             f"[{low:.2f}-{high:.2f}]")
 
@@ -294,110 +346,6 @@ def moe_compiles(device: str, quick: bool) -> str:
             f"{compiled.graph_breaks} graph breaks, {compiled.recompiles} recompiles")
 
 
-def tiny_space(tokens: int) -> dict:
-    """Two depths of the overhead benchmark's d_model-32 LM at its one parameter budget."""
-    space = overhead_space(DEPTHS, tokens)
-    space["search"] = {"n_layers": [1, 2], "n_heads": [2]}
-    return space
-
-
-def sweep_space(quick: bool, steps: int) -> dict:
-    """Two shapes at one budget, short trials, evaluated every `steps // 4` steps."""
-    if quick:
-        space = tiny_space(4096)
-        space["train"]["eval_every"] = 2
-        return space
-    space = tiny_space(steps * TOKENS_PER_MICRO_BATCH)
-    conventional = make_config(dict(family="conventional", d_model=768, n_layers=12, n_heads=12,
-                                    d_h=3072, vocab_size=50304))
-    space.update(name="bench-gpu-sweep", budget={
-        "non_embedding_params": account(conventional).params_non_embedding, "tolerance": 0.05},
-        fixed={"d_model": 768, "n_heads": 12, "vocab_size": 50304}, search={"n_layers": [11, 12]})
-    space["train"].update(seq_len=2048, batch_tokens=TOKENS_PER_MICRO_BATCH,
-                          micro_batch_size=TOKENS_PER_MICRO_BATCH // 2048, lr=1e-3,
-                          eval_tokens=2048, eval_every=max(1, steps // 4), compile=True)
-    return space
-
-
-def packed_space(quick: bool) -> dict:
-    """The issue's packed sweep: the 113M baseline and hourglass k 5 and k 10, 40 steps of
-    65,536 tokens, evaluated at the end on 65,536 tokens, micro-batch chosen by the memory
-    model; a tiny stand-in with --quick."""
-    if quick:
-        space = tiny_space(4096)
-        space["train"].update(eval_every=2, micro_batch_size="auto")
-        return space
-    from shapesweep.search_spaces.safe_yaml import read_yaml
-
-    from shapesweep import search_spaces
-
-    space = read_yaml(Path(search_spaces.__file__).parent / "builtin"
-                      / "hourglass-fixed-attention-113m.yaml")
-    space["name"] = "bench-gpu-packed"
-    space["variants"][1]["search"] = {"k": [5, 10]}
-    batch = 65536
-    space["train"].update(tokens=40 * batch, batch_tokens=batch, micro_batch_size="auto",
-                          warmup_tokens=4 * batch, eval_tokens=batch, eval_every=20,
-                          compile=True)
-    return space
-
-
-def run_space(space: dict, args: list[str]):
-    """`shapesweep run` of one space in a temporary root: (exit code, wall seconds, trials)."""
-    import yaml
-    from shapesweep.results.store import load_trials
-    from shapesweep.sweep.cli import main as shapesweep
-
-    with tempfile.TemporaryDirectory() as tmp:
-        space_path = Path(tmp) / "space.yaml"
-        space_path.write_text(yaml.safe_dump(space))
-        root = str(Path(tmp) / "sweeps")
-        start = time.perf_counter()
-        code = shapesweep(["run", str(space_path), "--root", root, "--seeds", "1",
-                           "--no-progress", *args])
-        wall = time.perf_counter() - start
-        trials = load_trials(root) if Path(root).exists() else None
-    return code, wall, trials
-
-
-def packed_sweep(device: str, quick: bool) -> list[str]:
-    """Three candidates packed on one GPU with an automatic micro-batch: every trial's fate."""
-    cuda = device == "cuda"
-    code, wall, trials = run_space(packed_space(quick or not cuda), [  # CPU: the stand-in
-        "--scheduler", "fifo", "--max-concurrent", "3",
-        "--gpus-per-trial", "0.33" if cuda else "0"])
-    if trials is None or trials.empty:
-        return [f"shapesweep run exit {code}, no trials stored ({wall:.0f} s)"]
-    counts = trials["status"].value_counts().to_dict()
-    lines = [f"exit {code}, {len(trials)} trials in {wall:.1f} s wall: "
-             + ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))]
-    gib = 2**30
-    for t in trials.sort_values("key").itertuples():
-        measured = getattr(t, "memory_peak_bytes_measured", None)
-        lines.append(
-            f"  {t.family} k={getattr(t, 'k', None)} d_h={t.d_h}: {t.status}, micro-batch "
-            f"{t.micro_batch_size}, predicted {t.memory_peak_bytes / gib:.1f} GiB, measured "
-            f"{measured / gib:.1f} GiB, {t.oom_retries} OOM retries, compile {t.compile_s:.1f} s, "
-            f"{t.tokens_per_s:,.0f} tok/s, val_loss {t.val_loss:.4f}, wall {t.wall_time_s:.1f} s"
-            if t.status == "completed" else
-            f"  {t.family} k={getattr(t, 'k', None)}: {t.status}: {str(t.error)[:300]}")
-    return lines
-
-
-def time_sweep(device: str, quick: bool) -> list[str]:
-    """One real sweep (FIFO, one trial at a time): the timings read back from its store."""
-    code, wall, trials = run_space(sweep_space(quick, 40), [
-        "--scheduler", "fifo", "--max-concurrent", "1",
-        "--gpus-per-trial", "1" if device == "cuda" else "0"])
-    if code != 0 or trials is None:
-        return [f"shapesweep run failed (exit {code})"]
-    lines = [f"{len(trials)} trials in {wall:.1f} s wall"]
-    lines += [f"  trial n_layers={t.n_layers}: {t.wall_time_s:.1f} s, compile {t.compile_s:.1f} s, "
-              f"{t.tokens_per_s:,.0f} tok/s, {t.graph_breaks} graph breaks, {t.recompiles} "
-              "recompiles" for t in trials.sort_values("finished_at").itertuples()]
-    return lines
-
-
 SHAPE_ITEMS = ("baseline", "hourglass", "vformer")  # the rows of `shapes`, in its order
 # (label, seconds on an H200, seconds with --quick on CPU, run): compile 412 s and peaks 90 s
 # measured on 2026-11-29 (docs/gpu.md); the others from their first runs.
@@ -407,7 +355,9 @@ EXTRAS = {"graphs": ("small shape 256x4, CUDA graphs", 60.0, 30.0, cuda_graphs),
                       compile_ways),
           "peaks": ("memory peaks, step and evaluation", 100.0, 60.0, memory_peaks),
           "sweep": ("sweep", 120.0, 30.0, time_sweep),
+          "e2e": ("end-to-end 113M sweep", 360.0, 60.0, e2e_sweep),
           "packed": ("packed 113M sweep", 200.0, 60.0, packed_sweep)}
+RECORDS = ("graphs", "e2e")  # the extra items that keep figures: run(device, quick, record[, peak])
 ITEMS = (*SHAPE_ITEMS, *EXTRAS)
 
 
@@ -434,15 +384,20 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=2,
                         help="ABBA pairs for the first shape (default 2)")
     parser.add_argument("--sweep", action="store_true", help="also time one real shapesweep run")
+    parser.add_argument("--e2e", action="store_true",
+                        help="also sweep hourglass-fixed-attention-113m end to end, 4 steps a trial")
+    parser.add_argument("--figures", type=Path, default=None,
+                        help="merge the figures into this file (default on CUDA: the package's "
+                             "trainers/gpu-figures.json; on CPU none is written)")
     parser.add_argument("--packed", action="store_true",
                         help="also run the packed 113M sweep (three trials on one GPU)")
     parser.add_argument("--items", type=item_list, default=None,
                         help=f"which items, in this order, comma separated ({', '.join(ITEMS)}; "
-                             "default: baseline,hourglass,vformer,graphs,moe plus --sweep "
-                             "and --packed)")
+                             "default: baseline,hourglass,vformer,graphs,moe plus --sweep, "
+                             "--e2e and --packed)")
     args = parser.parse_args()
     items = args.items or [*SHAPE_ITEMS, "graphs", "moe", *(["sweep"] if args.sweep else []),
-                           *(["packed"] if args.packed else [])]
+                           *(["e2e"] if args.e2e else []), *(["packed"] if args.packed else [])]
     budget = Budget(args.budget_s)
     from shapesweep.trainers.compiled import compile_cache
 
@@ -457,9 +412,12 @@ def main() -> None:
         peak_flops(name) if args.device == "cuda" else None)
     say(f"device: {name}, torch {torch.__version__}, peak "
         f"{peak / 1e12:.0f} TFLOP/s" if peak else f"device: {name}, torch {torch.__version__}")
-    say(f"budget {args.budget_s:.0f} s; inductor cache {cache}; items {', '.join(items)}")
+    record = Recorder(args.figures or (gpu_figures.PATH if args.device == "cuda" else None), name)
+    say(f"budget {args.budget_s:.0f} s; inductor cache {cache}; items {', '.join(items)}; "
+        f"figures {record.path or 'not written'}")
     shape_rows = shapes(args.quick, args.device)
     rows_of = {"baseline": shape_rows[:1], "hourglass": shape_rows[1:2], "vformer": shape_rows[2:]}
+    families = {"113m_baseline": "conventional", "113m_hourglass_k8": "hourglass"}
     first = True
     for item in items:
         if item in EXTRAS:
@@ -470,7 +428,9 @@ def main() -> None:
                 continue
             started = time.monotonic()
             try:
-                result = run(args.device, args.quick)
+                result = (run(args.device, args.quick, peak, record) if item == "e2e" else
+                          run(args.device, args.quick, record) if item in RECORDS else
+                          run(args.device, args.quick))
             except Exception as error:  # one item's failure is a finding, not the end of the run
                 say(f"{label}: failed: {type(error).__name__}: {str(error)[:300]}")
                 continue
@@ -478,21 +438,26 @@ def main() -> None:
                 say(line if line.startswith(" ") else f"{label}: {line}")
             say(f"{label}: done in {time.monotonic() - started:.0f} s")
             continue
-        for shape, config, recipe, estimate in rows_of[item]:
+        for shape, key, config, recipe, estimate in rows_of[item]:
             if not budget.allows(estimate):
                 say(f"{shape}: skipped ({budget.left():.0f} s left of the budget, ~{estimate:.0f} s needed)")
                 continue
             started = time.monotonic()
             try:
-                row = measure(config, recipe, args.device, args.quick, args.repeats, peak,
-                              full=first)
+                row, figures = measure(config, recipe, args.device, args.quick, args.repeats,
+                                       peak, full=first)
             except Exception as error:  # one shape's failure is a finding, not the end of the run
                 say(f"{shape}: failed: {type(error).__name__}: {str(error)[:300]}")
                 continue
             finally:
                 first = False
-            say(f"{shape}: " + ", ".join(f"{key} {value}" for key, value in row.items())
+            say(f"{shape}: " + ", ".join(f"{field} {value}" for field, value in row.items())
                 + f" ({time.monotonic() - started:.0f} s)")
+            for metric, (value, fmt, unit) in figures.items():
+                family = families.get(key, "vformer" if "vformer" in key else None)
+                record(f"{metric}_{key}", value, fmt, unit, f"{shape}, its space's recipe, "
+                       f"micro-batch {recipe.micro_batch_size} x {recipe.seq_len}: {metric}",
+                       **({"family": family} if metric == "mfu" and family else {}))
     say(f"done, {budget.left():.0f} s of the budget left")
 
 

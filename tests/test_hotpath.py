@@ -3,6 +3,7 @@ NaN still named by its step, batches still a pure function of (seed, step), benc
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -207,3 +208,26 @@ def test_bench_gpu_packed_sweep_runs_on_cpu():
     for line in trials:
         for field in ("completed, micro-batch ", "predicted ", "measured ", "0 OOM retries"):
             assert field in line
+
+
+@pytest.mark.slow
+def test_bench_gpu_end_to_end_sweep_runs_on_cpu(tmp_path):
+    """The `e2e` item runs plan, run, status and export as a user would (a tiny stand-in, a
+    few seconds of training), sets each candidate's predicted peak beside the measured one,
+    and writes what it measured into the figures file `--figures` names, each figure with its
+    device, torch build and command (on CPU the committed file is never written)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    figures = tmp_path / "figures.json"
+    out = subprocess.run([sys.executable, "benchmarks/bench_gpu.py", "--quick", "--device", "cpu",
+                          "--budget-s", "600", "--items", "e2e", "--figures", str(figures)],
+                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
+                         check=True).stdout
+    assert re.search(r"end-to-end 113M sweep: plan 2 candidates; run exit 0 in [\d.]+ s; status "
+                     r"exit 0; export exit 0, [1-9]\d* files", out), out
+    rows = [line for line in out.splitlines() if line.startswith("  L")]
+    assert len(rows) == 2 and all("completed" in r and "peak predicted " in r for r in rows), out
+    written = json.loads(figures.read_text())["figures"]
+    assert {"e2e_wall_s", "e2e_step_s_measured_L1", "e2e_peak_gib_predicted_L2"} <= set(written)
+    for figure in written.values():
+        assert figure["device"] == "CPU" and figure["torch"] and figure["value"] > 0
+        assert figure["command"].startswith("python benchmarks/bench_gpu.py --quick")

@@ -32,8 +32,9 @@ from pathlib import Path
 
 PATH = Path(__file__).with_name("gpu-figures.json")
 FORMAT = 1
-# A quoted number (optionally a percent) directly followed by its tag.
-TAG = re.compile(r"(?P<text>-?\d[\d,]*(?:\.\d+)?%?)<!--gpu:(?P<key>\w+)(?::(?P<spec>[^>]+?))?-->")
+# A quoted number (optionally a percent) directly followed by its tag; a hyphen after a word
+# or a tag is a range's (0.6-1.2), not a minus.
+TAG = re.compile(r"(?P<text>(?:(?<![\w>])-)?\d[\d,]*(?:\.\d+)?(?:e[-+]?\d+)?%?)<!--gpu:(?P<key>\w+)(?::(?P<spec>[^>]+?))?-->")
 
 Figure = dict[str, object]
 
