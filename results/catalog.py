@@ -7,7 +7,9 @@ driver holds on its sweep (`shapesweep.sweep.lease`). A sweep marked `running` w
 longer holds a live lease (it was killed) is reported as `interrupted`.
 
 Every database problem (a file that is not a database, a lock held past the busy
-timeout, a server that refuses) leaves the catalog as one `UserError` naming the database.
+timeout, a server that refuses, or accepts and never answers) leaves the catalog as one
+`UserError` naming the database; each request waits at most `db_timeout_s()`, in a wait
+Ctrl-C and SIGTERM end (`shapesweep.results.deadlines`).
 """
 
 from __future__ import annotations
@@ -20,7 +22,15 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import TypeVar
 
+from shapesweep.results.deadlines import (
+    DB_TIMEOUT_ENV,
+    answered,
+    connect_args,
+    db_timeout_s,
+    one_per_thread,
+)
 from shapesweep.results.store import SWEEP_NAME, validate_sweep_name
 from sqlalchemy import (
     DateTime,
@@ -70,6 +80,7 @@ def _utc(stamp: datetime) -> datetime:
     return stamp.replace(tzinfo=UTC) if stamp.tzinfo is None else stamp
 
 
+T = TypeVar("T")
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)  # what an unreadable time stands for: long ago
 
 
@@ -244,19 +255,31 @@ class Catalog:
 
     def __init__(self, url: str):
         self.url = url
+        self.timeout = db_timeout_s()
         sqlite = url.startswith("sqlite")
-        # SQLite: wait a little for another writer, then fail with "database is locked".
-        connect_args = {"timeout": SQLITE_BUSY_TIMEOUT_S} if sqlite else {}
         with self._errors():
-            self.engine = create_engine(url, connect_args=connect_args)
             database = make_url(url).database
-            if sqlite and database and database != ":memory:":
-                os.makedirs(os.path.dirname(os.path.abspath(database)), exist_ok=True)
-            try:
-                _Base.metadata.create_all(self.engine)
-            except (OperationalError, ProgrammingError) as error:  # another process created
-                if "locked" in str(error) or not self._has_tables():  # them meanwhile?
-                    raise
+            # SQLite: wait a little for another writer, then fail with "database is locked".
+            self.engine = create_engine(url, connect_args=connect_args(
+                url, self.timeout, sqlite_busy_s=SQLITE_BUSY_TIMEOUT_S))
+        self._inline = one_per_thread(url)
+        if sqlite and not self._inline:
+            os.makedirs(os.path.dirname(os.path.abspath(database)), exist_ok=True)
+        self._ask(self._create_tables)  # the first request: a server that never answers ends here
+
+    def _create_tables(self) -> None:
+        try:
+            _Base.metadata.create_all(self.engine)
+        except (OperationalError, ProgrammingError) as error:  # another process created
+            if "locked" in str(error) or not self._has_tables():  # them meanwhile?
+                raise
+
+    def _ask(self, request: Callable[[], T]) -> T:
+        """`request()`, any failure of it one line, and at most `self.timeout` waited for it."""
+        with self._errors():
+            if self._inline:
+                return request()
+            return answered(request, shown_database(self.url), self.timeout)
 
     def _has_tables(self) -> bool:
         tables = set(inspect(self.engine).get_table_names())
@@ -272,6 +295,8 @@ class Catalog:
             if "locked" in problem:
                 problem += (f" (another process held it for over {SQLITE_BUSY_TIMEOUT_S} s; "
                             "try again when it is done)")
+            elif "timeout" in problem or "timed out" in problem:  # the driver's own timeout
+                problem += f" (after {self.timeout:g} s; to wait longer, set {DB_TIMEOUT_ENV})"
             raise UserError(f"cannot use the catalog database: {problem}",
                             file=shown_database(self.url)) from None
 
@@ -283,7 +308,7 @@ class Catalog:
         is the same space when its saved text hashes to `space_hash` today."""
         existing = self.get(validate_sweep_name(name))
         if existing is None:
-            with self._errors():
+            def add() -> None:
                 try:
                     with Session(self.engine) as session, session.begin():
                         session.add(_SweepRow(name=name, space_name=space_name,
@@ -291,6 +316,7 @@ class Catalog:
                                               n_candidates=n_candidates))
                 except IntegrityError:  # another process registered it first
                     pass
+            self._ask(add)
             existing = self.get(name)
         if existing.space_hash != space_hash and not (
                 hash_now is not None and _hashes_to(hash_now, existing.space_yaml, space_hash)):
@@ -303,16 +329,19 @@ class Catalog:
         return existing
 
     def get(self, name: str) -> SweepRecord | None:
-        with self._errors(), Session(self.engine) as session:
-            row = self._sweep_rows(session, _SweepRow.name == name)
-            return self._reported(session, row[0]) if row else None
+        def read() -> SweepRecord | None:
+            with Session(self.engine) as session:
+                row = self._sweep_rows(session, _SweepRow.name == name)
+                return self._reported(session, row[0]) if row else None
+        return self._ask(read)
 
     def list(self) -> list[SweepRecord]:
         """Every sweep, oldest first (a row whose time is unreadable, first); a row whose
         name no sweep can have is left out with one warning line, never failing the rest."""
-        with self._errors(), Session(self.engine) as session:
-            records = [self._reported(session, r) for r in self._sweep_rows(session)]
-        return sorted(records, key=lambda r: (r.created_at or _EPOCH, r.name))
+        def read() -> list[SweepRecord]:
+            with Session(self.engine) as session:
+                return [self._reported(session, r) for r in self._sweep_rows(session)]
+        return sorted(self._ask(read), key=lambda r: (r.created_at or _EPOCH, r.name))
 
     def _sweep_rows(self, session: Session, *where) -> list[SweepRecord]:
         rows = session.execute(select(*_raw(_SweepRow)).where(*where)).mappings()
@@ -342,12 +371,14 @@ class Catalog:
     def _update(self, name: str, **values) -> SweepRecord:
         """Set columns of a sweep's row (by statement: a row whose time is unreadable takes
         updates too); returns the row as it is now."""
-        with self._errors(), Session(self.engine) as session, session.begin():
-            changed = session.execute(update(_SweepRow).where(_SweepRow.name == name)
-                                      .values(**values, updated_at=_now())).rowcount
-            if changed != 1:
-                raise UserError(f"no sweep named {name!r} in the catalog {self.url}", key="name")
-            return self._sweep_rows(session, _SweepRow.name == name)[0]
+        def write() -> SweepRecord:
+            with Session(self.engine) as session, session.begin():
+                changed = session.execute(update(_SweepRow).where(_SweepRow.name == name)
+                                          .values(**values, updated_at=_now())).rowcount
+                if changed != 1:
+                    raise UserError(f"no sweep named {name!r} in the catalog {self.url}", key="name")
+                return self._sweep_rows(session, _SweepRow.name == name)[0]
+        return self._ask(write)
 
     def set_status(self, name: str, status: str) -> SweepRecord:
         if status not in SWEEP_STATUSES:
@@ -362,43 +393,52 @@ class Catalog:
         drivers racing for it exactly one succeeds."""
         mine = {"host": socket.gethostname(), "pid": os.getpid(), "token": token}
         for _ in range(5):  # each round loses only to a driver that won meanwhile
-            now = _now()
-            with self._errors():
-                try:
-                    with Session(self.engine) as session, session.begin():
-                        session.add(_LeaseRow(name=name, since=now, heartbeat_at=now, **mine))
-                    return None
-                except IntegrityError:
-                    pass
-                holder = self.lease(name)
-                if holder is None:
-                    continue  # released meanwhile: insert again
-                if holder.alive():
-                    return holder
-                with Session(self.engine) as session, session.begin():
-                    taken = session.execute(
-                        update(_LeaseRow)
-                        .where(_LeaseRow.name == name, _LeaseRow.token == holder.token)
-                        .values(since=now, heartbeat_at=now, **mine)).rowcount
-                if taken == 1:
-                    return None
+            taken, holder = self._ask(lambda: self._take_round(name, mine))
+            if taken or (holder is not None and holder.alive()):
+                return None if taken else holder
         return self.lease(name)
 
+    def _take_round(self, name: str, mine: dict[str, object]) -> tuple[bool, LeaseRecord | None]:
+        """One try at the lease: (taken, the holder read when it was not)."""
+        now = _now()
+        try:
+            with Session(self.engine) as session, session.begin():
+                session.add(_LeaseRow(name=name, since=now, heartbeat_at=now, **mine))
+            return True, None
+        except IntegrityError:
+            pass
+        with Session(self.engine) as session:
+            holder = self._lease(session, name)
+        if holder is None or holder.alive():
+            return False, holder  # released meanwhile (insert again), or held
+        with Session(self.engine) as session, session.begin():
+            taken = session.execute(
+                update(_LeaseRow)
+                .where(_LeaseRow.name == name, _LeaseRow.token == holder.token)
+                .values(since=now, heartbeat_at=now, **mine)).rowcount
+        return taken == 1, None
+
     def lease(self, name: str) -> LeaseRecord | None:
-        with self._errors(), Session(self.engine) as session:
-            return self._lease(session, name)
+        def read() -> LeaseRecord | None:
+            with Session(self.engine) as session:
+                return self._lease(session, name)
+        return self._ask(read)
 
     def renew_lease(self, name: str, token: str) -> bool:
         """Heartbeat; False when the lease is no longer ours (it was taken over)."""
-        with self._errors(), Session(self.engine) as session, session.begin():
-            return session.execute(
-                update(_LeaseRow).where(_LeaseRow.name == name, _LeaseRow.token == token)
-                .values(heartbeat_at=_now())).rowcount == 1
+        def write() -> bool:
+            with Session(self.engine) as session, session.begin():
+                return session.execute(
+                    update(_LeaseRow).where(_LeaseRow.name == name, _LeaseRow.token == token)
+                    .values(heartbeat_at=_now())).rowcount == 1
+        return self._ask(write)
 
     def release_lease(self, name: str, token: str) -> None:
-        with self._errors(), Session(self.engine) as session, session.begin():
-            session.execute(delete(_LeaseRow).where(_LeaseRow.name == name,
-                                                    _LeaseRow.token == token))
+        def write() -> None:
+            with Session(self.engine) as session, session.begin():
+                session.execute(delete(_LeaseRow).where(_LeaseRow.name == name,
+                                                        _LeaseRow.token == token))
+        self._ask(write)
 
 
 def _hashes_to(hash_now: Callable[[str], str], space_yaml: str, space_hash: str) -> bool:

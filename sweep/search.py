@@ -96,11 +96,18 @@ class GridVariants(BasicVariantGenerator):
 
 
 def open_storage(url: str):
-    """An `optuna.storages.RDBStorage`, waiting on a busy SQLite file rather than failing."""
+    """An `optuna.storages.RDBStorage` with the database's timeouts (a busy SQLite file is
+    waited for rather than failing); its first connect waits at most `db_timeout_s()`,
+    in a wait Ctrl-C and SIGTERM end."""
     import optuna
+    from shapesweep.results.catalog import shown_database
+    from shapesweep.results.deadlines import answered, connect_args, db_timeout_s, one_per_thread
 
-    return optuna.storages.RDBStorage(url, engine_kwargs=(
-        {"connect_args": {"timeout": 30}} if url.startswith("sqlite") else {}))
+    timeout = db_timeout_s()
+
+    def storage() -> optuna.storages.RDBStorage:
+        return optuna.storages.RDBStorage(url, engine_kwargs={"connect_args": connect_args(url, timeout)})
+    return storage() if one_per_thread(url) else answered(storage, shown_database(url), timeout)
 
 
 def study_directions(multi_objective: bool) -> list[str]:

@@ -80,12 +80,14 @@ def check_root(root: str) -> str:
 
 
 def check_store_answers(root: str) -> None:
-    """An object-store root whose store does not answer (no network, a refused endpoint) is
-    one line, not pyarrow's traceback from the first read (`store.probe`)."""
+    """An object-store root whose store does not answer (no network, a refused endpoint, one
+    that never replies within `db_timeout_s()`) is one line, not pyarrow's traceback from the
+    first read (`store.probe`) nor a wait for ever."""
+    from shapesweep.results.deadlines import answered, db_timeout_s
     from shapesweep.results.store import probe
 
     try:
-        probe(root)
+        answered(lambda: probe(root), root, db_timeout_s(), what="the object store", key="--root")
     except (OSError, ValueError) as error:  # pyarrow's ArrowInvalid is a ValueError
         reason = (str(error).strip() or type(error).__name__).splitlines()[0]
         raise UserError(f"cannot open the results root {root!r}: {reason}", key="--root") from None
