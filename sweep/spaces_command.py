@@ -7,17 +7,20 @@ import argparse
 import json
 import sys
 
+from shapesweep.sweep.pricing import add_pricing_flags
+from shapesweep.sweep.verdict import add_verdict_flags
+
 from shapesweep.common import UserError, printable, write_csv
 
 TABLE_COLUMNS = ("variant", "key", "family", "d_model", "n_layers", "n_heads", "d_h", "k", "ffn_ratio",
                  "width_depth_ratio", "params_non_embedding", "params_total", "flops_per_token",
-                 "avg_layer_width", "budget_error")
+                 "avg_layer_width", "budget_error", "trials", "gpu_hours", "cost")
 VARYING_EXTRA = ("shape", "beta", "alpha", "activation", "resize", "d_x", "d_z", "input_projection", "task")
 HEADERS = {"n_layers": "L", "n_heads": "heads", "ffn_ratio": "d_h/d", "width_depth_ratio": "d/L",
            "params_non_embedding": "non-emb", "params_total": "total", "flops_per_token": "FLOPs/tok",
-           "avg_layer_width": "avg width", "budget_error": "budget err"}
+           "avg_layer_width": "avg width", "budget_error": "budget err", "gpu_hours": "GPU-h"}
 # Left out in this order until the table fits the terminal (`--format csv` has every column).
-DROP_FIRST = ("n_heads", "avg_layer_width", "key", "params_total", "flops_per_token", "ffn_ratio", "family")
+DROP_FIRST = ("trials", "n_heads", "avg_layer_width", "key", "params_total", "flops_per_token", "ffn_ratio", "family")
 
 
 def add_arguments_spaces(parser: argparse.ArgumentParser) -> None:
@@ -46,6 +49,10 @@ def add_arguments_plan(parser: argparse.ArgumentParser) -> None:
                              "GPU, or its RAM for cpu); implies --device cuda")
     parser.add_argument("--gpus-per-trial", type=float, default=1.0, metavar="F",
                         help="each trial's share of the GPU, as `run --gpus-per-trial` (default 1)")
+    parser.add_argument("--seeds", default=None, metavar="N|LIST",
+                        help="the measure seeds `run --seeds` would give (default: the space's)")
+    add_pricing_flags(parser)
+    add_verdict_flags(parser, run=False)
 
 
 def spaces(args: argparse.Namespace) -> int:
@@ -146,14 +153,26 @@ def plan(args: argparse.Namespace) -> int:
     from shapesweep.search_spaces.space import check_sweep_trials, load_space
     from shapesweep.sweep.scheduling import choose
 
-    device = planned_device(args)  # bad flags refused before the solve
+    from shapesweep.sweep.pricing import device_from, price_sweep, short_price, total_lines
+    from shapesweep.sweep.sweep_options import parse_seeds
+    from shapesweep.sweep.verdict import seed_verdict, verdict_line
+
+    gpus = device_from(args)  # bad flags refused before the solve
+    device = planned_device(args, gpus)
+    seeds = parse_seeds(args.seeds)
     space = load_space(args.space)
     result = solve(space, seq_len=args.seq_len)
-    check_sweep_trials(space, len(result.candidates))
+    check_sweep_trials(space, len(result.candidates), seeds)
+    measure = len(seeds or space.seeds)
+    verdict = seed_verdict(space, measure, len(result.candidates), "grid", args)
     rows = [c.to_row() for c in result.candidates]
     for row, candidate in zip(rows, result.candidates, strict=True):
         row.update(_memory_fields(candidate.config, space.train_for(candidate=candidate), device))
-    decisions = _compile_decisions(space, result.candidates)
+    decisions = _compile_decisions(space, result.candidates, gpus)
+    choice = choose("auto", space, result.candidates, list(range(measure)))
+    prices = price_sweep(space, result.candidates, decisions, gpus, measure, choice.rungs)
+    for row, price in zip(rows, prices, strict=True):
+        row.update(price.fields(gpus))
     if args.format == "json":  # each candidate's resolved recipe (its variant's, per size)
         for row, candidate, decision in zip(rows, result.candidates, decisions, strict=True):
             row["train"] = space.train_for(candidate=candidate).model_dump(mode="json",
@@ -169,13 +188,16 @@ def plan(args: argparse.Namespace) -> int:
         write_csv(rows, sys.stdout)
     else:
         _print_table(space, result, rows)
-    trials = _trials_line(space, len(rows))
+    trials = _trials_line(space, len(rows), measure)
     memory = _memory_line(rows, device)
     # which scheduler `run` picks and why, and what evaluation and cooldowns cost there
-    choice = choose("auto", space, result.candidates, list(space.seeds))
+    needed = (None if verdict.gives_verdict else short_price(price_sweep(
+        space, result.candidates, decisions, gpus, verdict.needed, choice.rungs), gpus))
     cost = [line for line in (choice.line, evaluation_line(space, result.candidates, choice.rungs),
                               cooldown_line(space, result.candidates, choice.rungs),
-                              _compile_line(decisions)) if line]
+                              _compile_line(decisions),
+                              *total_lines(prices, gpus, args.gpus_per_trial),
+                              verdict_line(verdict, short_price(prices, gpus), needed)) if line]
     if args.format != "table":  # stdout holds only the data; the summary goes to stderr
         print(*map(printable, (result.counts_line(), *result.dropped_lines(), trials, memory, *cost)),
               sep="\n", file=sys.stderr)
@@ -184,7 +206,7 @@ def plan(args: argparse.Namespace) -> int:
     return 0
 
 
-def _compile_decisions(space, candidates) -> list:
+def _compile_decisions(space, candidates, gpus) -> list:
     """Whether each candidate's trial compiles on a GPU (`train.compile`; `auto` weighs its
     expected training time against its compile, `shapesweep.trainers.compile_policy`)."""
     from shapesweep.search_spaces.cadence import token_budget
@@ -194,7 +216,7 @@ def _compile_decisions(space, candidates) -> list:
     for candidate in candidates:
         train = space.train_for(candidate=candidate)
         tokens = token_budget(train, candidate.config.family)
-        decisions.append(decide(candidate.config, train, "cuda", tokens))
+        decisions.append(decide(candidate.config, train, "cuda", tokens, gpus.peak))
     return decisions
 
 
@@ -209,16 +231,18 @@ def _compile_line(decisions: list) -> str | None:
             "on CPU auto runs eagerly")
 
 
-def planned_device(args: argparse.Namespace) -> tuple[str, int]:
+def planned_device(args: argparse.Namespace, gpus=None) -> tuple[str, int]:
     """(device type, bytes a trial may use there) as `plan`'s flags describe them: --device
-    (default: cuda where this machine has a GPU), --gpu-memory (default: this machine's GPU,
-    or its RAM) times --gpus-per-trial."""
+    (default: cuda where this machine has a GPU or --gpu names one), --gpu-memory (default:
+    --gpu's card, this machine's GPU, or its RAM) times --gpus-per-trial."""
     from shapesweep.trainers.memory import parse_size
 
     share = args.gpus_per_trial
     if not 0 < share <= 1:  # a trial of several GPUs is data parallel: each worker's share
         raise UserError(f"must be in (0, 1] (got {share:g})", key="--gpus-per-trial")
     given = parse_size(args.gpu_memory, "--gpu-memory") if args.gpu_memory else None
+    if given is None and args.gpu and args.device != "cpu":  # --gpu names the card
+        given = parse_size(gpus.memory, "--gpu")
     device = args.device or ("cuda" if given or _has_gpu() else "cpu")
     if device == "cpu":
         if given:
@@ -273,13 +297,14 @@ def _memory_line(rows: list[dict], device: tuple[str, int]) -> str:
             f"{span}, predicted peak up to {size(peak)}; {verdict}")
 
 
-def _trials_line(space, n_candidates: int) -> str:
+def _trials_line(space, n_candidates: int, seeds: int) -> str:
     """How many trials a sweep of the space runs: candidates x tuned combinations x seeds
     (with choice seeds: the combinations on those, then the chosen one on the seeds)."""
-    tuned, seeds, choice = space.tuned_count, len(space.seeds), len(space.choice_seeds)
+    tuned, choice = space.tuned_count, len(space.choice_seeds)
     per = (f"({tuned} tuned settings x {choice} choice seeds + {seeds} measure seeds)" if choice
            else f"{tuned} tuned settings x {seeds} seeds")
-    return f"{n_candidates} candidates x {per} = {n_candidates * space.trials_per_candidate()} trials"
+    trials = n_candidates * space.trials_per_candidate(list(range(seeds)))
+    return f"{n_candidates} candidates x {per} = {trials} trials"
 
 
 def _write_candidates(out: str, space, candidates) -> None:
@@ -354,6 +379,8 @@ def _cell(column: str, value) -> str:
         return ""
     if column == "budget_error":
         return f"{value:+.4%}"
+    if column in ("gpu_hours", "cost"):
+        return f"{value:,.1f}"
     if column.startswith(("params", "flops")):
         return _short(value)
     if isinstance(value, float):

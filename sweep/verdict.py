@@ -1,0 +1,101 @@
+"""Whether a sweep's measure seeds can end in a verdict, said before it runs.
+
+A sweep that compares candidates with a baseline (its space has a variant named
+`baseline`, searched as a grid) needs at least 2 measure seeds for a paired interval; where
+the user states the effect they expect (`--min-effect` nats, with the seed spread of a paired
+difference `--seed-sd`), as many as `shapesweep.results.stats.seeds_for_power` says a paired
+t-test at the Bonferroni level (Holm's first step) needs for 80% power. `plan` says so with
+the price of the seeds that would; `run` refuses such a sweep unless given `--no-verdict`.
+A search without a baseline (Optuna, one seed a point) is no comparison: nothing to say.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+
+from shapesweep.common import UserError
+
+# The spread over seeds of a paired difference of final losses, when the user names none:
+# the -small spaces' per-candidate seed spread is 0.009-0.040 nats (docs/small-sweeps.md).
+DEFAULT_SEED_SD = 0.02
+NO_VERDICT_FLAG = "--no-verdict"
+
+
+def add_verdict_flags(parser: argparse.ArgumentParser, run: bool) -> None:
+    """`--min-effect`, `--seed-sd` (plan and run) and `--no-verdict` (run)."""
+    parser.add_argument("--min-effect", metavar="NATS", type=float, default=None,
+                        help="the smallest difference in final loss from the baseline you want "
+                             "a verdict on: the measure seeds must give it 80%% power")
+    parser.add_argument("--seed-sd", metavar="NATS", type=float, default=None,
+                        help="with --min-effect: the spread over seeds of a paired difference "
+                             f"(default {DEFAULT_SEED_SD:g}, the -small spaces' measured "
+                             "0.009-0.040: docs/small-sweeps.md)")
+    if run:
+        parser.add_argument(NO_VERDICT_FLAG, action="store_true", dest="no_verdict",
+                            help="run a comparison whose measure seeds cannot give a verdict "
+                                 "(fewer than 2, or fewer than --min-effect needs): means only")
+
+
+@dataclass(frozen=True)
+class SeedVerdict:
+    compares: bool  # the sweep compares candidates with a baseline
+    measure: int  # its measure seeds
+    needed: int  # the measure seeds a verdict needs
+    why: str  # how `needed` was found
+
+    @property
+    def gives_verdict(self) -> bool:
+        return not self.compares or self.measure >= self.needed
+
+
+def seed_verdict(space, measure: int, candidates: int, search: str,
+                 args: argparse.Namespace) -> SeedVerdict:
+    """What the sweep's `measure` seeds give (`candidates` solved; `search` grid or optuna)."""
+    from shapesweep.search_spaces.space import BASELINE_VARIANT
+
+    effect, sd = getattr(args, "min_effect", None), getattr(args, "seed_sd", None)
+    if effect is not None and not effect > 0:
+        raise UserError(f"must be above 0 nats (got {effect:g})", key="--min-effect")
+    if sd is not None and not sd > 0:
+        raise UserError(f"must be above 0 nats (got {sd:g})", key="--seed-sd")
+    if sd is not None and effect is None:
+        raise UserError("is the spread --min-effect is judged against: give --min-effect too",
+                        key="--seed-sd")
+    compares = search == "grid" and any(v.name == BASELINE_VARIANT for v in space.resolved())
+    if not compares or effect is None:
+        return SeedVerdict(compares, measure, 2, "a paired interval needs 2 seeds")
+    from shapesweep.results.stats import CONFIDENCE, seeds_for_power
+
+    sd = sd or DEFAULT_SEED_SD
+    comparisons = max(1, candidates - 1)
+    level = (1 - CONFIDENCE) / comparisons
+    needed = seeds_for_power(effect, sd, confidence=1 - level)
+    n = int(needed) if needed == needed else 10**6
+    return SeedVerdict(True, measure, max(2, n),
+                       f"80% power for {effect:g} nats at a seed sd of {sd:g}"
+                       f"{'' if getattr(args, 'seed_sd', None) else ' (the default)'}, "
+                       f"{comparisons} comparisons at level {level:.2g} (Holm's first step)")
+
+
+def verdict_line(verdict: SeedVerdict, cost_now: str, cost_needed: str | None) -> str | None:
+    """One line for `plan`: whether the seeds give a verdict, and what the ones that would cost."""
+    if not verdict.compares:
+        return None
+    if verdict.gives_verdict:
+        return (f"verdict: {verdict.measure} measure seeds give one (at least {verdict.needed}: "
+                f"{verdict.why})")
+    return (f"verdict: none - {verdict.measure} measure seed{'s' * (verdict.measure != 1)} "
+            f"cannot give one ({verdict.why}: at least {verdict.needed}); `run` refuses it "
+            f"without {NO_VERDICT_FLAG}. With --seeds {verdict.needed}: {cost_needed} "
+            f"(now {cost_now})")
+
+
+def refuse_without_verdict(verdict: SeedVerdict, args: argparse.Namespace) -> None:
+    """`run`'s check: a comparison that cannot end in a verdict runs only when asked to."""
+    if verdict.gives_verdict or getattr(args, "no_verdict", False):
+        return
+    raise UserError(f"{verdict.measure} measure seed{'s' * (verdict.measure != 1)} cannot give "
+                    f"the comparison with the baseline a verdict ({verdict.why}: at least "
+                    f"{verdict.needed}): give --seeds {verdict.needed} (`shapesweep plan` prices "
+                    f"it), or {NO_VERDICT_FLAG} for means only", key="--seeds")
