@@ -17,11 +17,10 @@ from __future__ import annotations
 import dataclasses
 import os
 import socket
-import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from typing import TypeVar
 
 from shapesweep.results.deadlines import (
@@ -31,7 +30,17 @@ from shapesweep.results.deadlines import (
     db_timeout_s,
     one_per_thread,
 )
-from shapesweep.results.store import SWEEP_NAME, validate_sweep_name
+from shapesweep.results.layout import SWEEP_NAME, validate_sweep_name
+from shapesweep.results.lease_record import (  # the lease's names, importable from here as before
+    _EPOCH,
+    DEFAULT_LEASE_TIMEOUT_S,  # noqa: F401
+    LEASE_TIMEOUT_ENV,  # noqa: F401
+    LeaseRecord,
+    _now,
+    _stamp,
+    _warn,
+    lease_timeout_s,  # noqa: F401
+)
 from sqlalchemy import (
     DateTime,
     Integer,
@@ -48,12 +57,10 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError, SQLAlchemyError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
-from shapesweep.common import UserError, pid_alive
+from shapesweep.common import UserError
 
 SWEEP_STATUSES = ("created", "running", "finished", "interrupted", "failed")
 SQLITE_BUSY_TIMEOUT_S = 5  # wait this long for another process's write lock, then say so
-LEASE_TIMEOUT_ENV = "SHAPESWEEP_LEASE_TIMEOUT_S"
-DEFAULT_LEASE_TIMEOUT_S = 60.0  # a lease whose heartbeat is older than this is dead
 
 
 def default_catalog_url(root: str | os.PathLike) -> str:
@@ -71,31 +78,7 @@ def default_catalog_url(root: str | os.PathLike) -> str:
     return f"sqlite:///{os.path.join(os.path.abspath(root), 'shapesweep.db')}"
 
 
-def _now() -> datetime:
-    return datetime.now(UTC)
-
-
-def _utc(stamp: datetime) -> datetime:
-    """SQLite drops the zone; we store UTC."""
-    return stamp.replace(tzinfo=UTC) if stamp.tzinfo is None else stamp
-
-
 T = TypeVar("T")
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)  # what an unreadable time stands for: long ago
-
-
-def _stamp(value: object) -> datetime | None:
-    """A time as the database gave it (a datetime; SQLite: its text), or None when it is
-    not one (a row edited by hand, a damaged file)."""
-    if isinstance(value, datetime):
-        return _utc(value)
-    try:
-        return _utc(datetime.fromisoformat(str(value)))
-    except ValueError:
-        return None
-
-
-_warned: set[str] = set()
 
 
 def _where_name(name: object) -> str:
@@ -107,30 +90,11 @@ def _where_name(name: object) -> str:
     return f"WHERE hex(name) = '{text.encode('utf-8', 'surrogatepass').hex().upper()}'"
 
 
-def _warn(line: str) -> None:
-    """One warning line on stderr per damaged row and process."""
-    if line not in _warned:
-        _warned.add(line)
-        print(f"warning: {line}", file=sys.stderr, flush=True)
-
-
 def _raw(model) -> list:
     """The columns of `model` to select, its times as text: a time that is not one (a row
     edited by hand) would otherwise fail the whole query, for every row."""
     return [type_coerce(column, String) if isinstance(column.type, DateTime) else column
             for column in model.__table__.columns]
-
-
-def lease_timeout_s() -> float:
-    """How old a lease's heartbeat may get before its driver counts as gone."""
-    text = os.environ.get(LEASE_TIMEOUT_ENV)
-    try:
-        timeout = float(text) if text else DEFAULT_LEASE_TIMEOUT_S
-    except ValueError:
-        raise UserError(f"{text!r} is not a number of seconds", key=LEASE_TIMEOUT_ENV) from None
-    if not timeout > 0:
-        raise UserError("must be more than 0 seconds", key=LEASE_TIMEOUT_ENV)
-    return timeout
 
 
 class _Base(DeclarativeBase):
@@ -166,41 +130,6 @@ class _LeaseRow(_Base):
     token: Mapped[str] = mapped_column(String(64))
     since: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     heartbeat_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
-
-
-@dataclass(frozen=True)
-class LeaseRecord:
-    """Who holds a sweep's lease, detached from the database session."""
-
-    name: str
-    host: str
-    pid: int
-    token: str
-    since: datetime
-    heartbeat_at: datetime
-
-    @classmethod
-    def _from_row(cls, row, where: str) -> LeaseRecord:
-        """From a raw row (`_raw`); an unreadable time is long ago: a dead lease, taken over."""
-        stamps = {}
-        for name in ("since", "heartbeat_at"):
-            stamps[name] = _stamp(row[name])
-            if stamps[name] is None:
-                _warn(f"{where}: lease of sweep {row['name']!r}: {name} {row[name]!r} is not a time "
-                      "(counted as a dead lease: the next run takes it over)")
-                stamps[name] = _EPOCH
-        return cls(row["name"], row["host"], row["pid"], row["token"], **stamps)
-
-    def alive(self) -> bool:
-        """A recent heartbeat, and (on this host, where we can look) a living process."""
-        if _now() - self.heartbeat_at > timedelta(seconds=lease_timeout_s()):
-            return False
-        return self.host != socket.gethostname() or pid_alive(self.pid)
-
-    def describe(self) -> str:
-        ago = (_now() - self.heartbeat_at).total_seconds()
-        return (f"host {self.host}, pid {self.pid}, since {self.since:%Y-%m-%d %H:%M:%S} UTC, "
-                f"last heartbeat {ago:.0f} s ago")
 
 
 @dataclass(frozen=True)

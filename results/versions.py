@@ -14,7 +14,7 @@ folder, and compaction writes a whole new version beside it, then flips one link
 
 A listing resolves the links when it runs, so it sees the old version or the new one,
 never a mix; a reader that listed the old one and then finds a file gone lists again
-(`store._with_retries`). Links are relative, so a moved or copied root keeps working.
+(`fragments._with_retries`). Links are relative, so a moved or copied root keeps working.
 Writers take a shared `flock` on ROOT/SWEEP/.lock and compaction an exclusive one, so no
 fragment lands in a version being retired. A version no link names is what a killed
 compaction left: the next one deletes it. A sweep of plain table folders (written before

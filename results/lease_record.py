@@ -1,0 +1,100 @@
+"""Who holds a sweep's lease, and when a lease counts as dead: shared by every store.
+
+The lease is the one driver allowed to write a sweep; it renews a heartbeat, and a lease
+whose heartbeat is older than `lease_timeout_s()` (or whose process on this host is gone)
+is dead: `status` shows such a sweep as not running, and the next driver takes it over.
+This module imports no database driver, so an in-memory store uses it as the catalog does.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from shapesweep.common import UserError, pid_alive
+
+LEASE_TIMEOUT_ENV = "SHAPESWEEP_LEASE_TIMEOUT_S"
+DEFAULT_LEASE_TIMEOUT_S = 60.0  # a lease whose heartbeat is older than this is dead
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _utc(stamp: datetime) -> datetime:
+    """SQLite drops the zone; we store UTC."""
+    return stamp.replace(tzinfo=UTC) if stamp.tzinfo is None else stamp
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)  # what an unreadable time stands for: long ago
+
+
+def _stamp(value: object) -> datetime | None:
+    """A time as the database gave it (a datetime; SQLite: its text), or None when it is
+    not one (a row edited by hand, a damaged file)."""
+    if isinstance(value, datetime):
+        return _utc(value)
+    try:
+        return _utc(datetime.fromisoformat(str(value)))
+    except ValueError:
+        return None
+
+
+_warned: set[str] = set()
+
+
+def _warn(line: str) -> None:
+    """One warning line on stderr per damaged row and process."""
+    if line not in _warned:
+        _warned.add(line)
+        print(f"warning: {line}", file=sys.stderr, flush=True)
+
+
+def lease_timeout_s() -> float:
+    """How old a lease's heartbeat may get before its driver counts as gone."""
+    text = os.environ.get(LEASE_TIMEOUT_ENV)
+    try:
+        timeout = float(text) if text else DEFAULT_LEASE_TIMEOUT_S
+    except ValueError:
+        raise UserError(f"{text!r} is not a number of seconds", key=LEASE_TIMEOUT_ENV) from None
+    if not timeout > 0:
+        raise UserError("must be more than 0 seconds", key=LEASE_TIMEOUT_ENV)
+    return timeout
+
+
+@dataclass(frozen=True)
+class LeaseRecord:
+    """Who holds a sweep's lease, detached from the database session."""
+
+    name: str
+    host: str
+    pid: int
+    token: str
+    since: datetime
+    heartbeat_at: datetime
+
+    @classmethod
+    def _from_row(cls, row, where: str) -> LeaseRecord:
+        """From a raw row (`_raw`); an unreadable time is long ago: a dead lease, taken over."""
+        stamps = {}
+        for name in ("since", "heartbeat_at"):
+            stamps[name] = _stamp(row[name])
+            if stamps[name] is None:
+                _warn(f"{where}: lease of sweep {row['name']!r}: {name} {row[name]!r} is not a time "
+                      "(counted as a dead lease: the next run takes it over)")
+                stamps[name] = _EPOCH
+        return cls(row["name"], row["host"], row["pid"], row["token"], **stamps)
+
+    def alive(self) -> bool:
+        """A recent heartbeat, and (on this host, where we can look) a living process."""
+        if _now() - self.heartbeat_at > timedelta(seconds=lease_timeout_s()):
+            return False
+        return self.host != socket.gethostname() or pid_alive(self.pid)
+
+    def describe(self) -> str:
+        ago = (_now() - self.heartbeat_at).total_seconds()
+        return (f"host {self.host}, pid {self.pid}, since {self.since:%Y-%m-%d %H:%M:%S} UTC, "
+                f"last heartbeat {ago:.0f} s ago")
