@@ -59,6 +59,7 @@ from shapesweep.sweep.ray_session import (
 )
 from shapesweep.sweep.scheduling import Choice, choose
 from shapesweep.sweep.sweep_options import SweepOptions
+from shapesweep.trainers.spec import TrainerOptions
 
 from shapesweep.common import UserError, printable
 from shapesweep.families import base as families
@@ -534,12 +535,14 @@ def _tuner(options: SweepOptions, checked: _Checked, plan: Any, run_config: Any,
 
     resources = {"cpu": options.cpus_per_trial, "gpu": options.gpus_per_trial}
     checkpoints = str(ray_storage(options.root, options.name).resolve())
-    trainable = tune.with_parameters(
-        run_trial, checkpoints=checkpoints, workers=options.workers_per_trial, resources=resources,
-        parallel=options.parallel, eval_at=checked.rungs, state_api=state_api,
+    trainer = TrainerOptions(
+        parallel=options.parallel, eval_at=tuple(checked.rungs),
         # kept checkpoints are exported as the trial's weights, so each is its final state:
         # a trial stopped by ASHA ends at an evaluation no interval can foresee
         checkpoint_every_s=0.0 if options.keep_checkpoints else options.checkpoint_every_s)
+    trainable = tune.with_parameters(
+        run_trial, checkpoints=checkpoints, workers=options.workers_per_trial, resources=resources,
+        state_api=state_api, trainer=trainer)
     # N > 1 workers: the trial's actor only drives the Train workers, so it holds no CPU
     # (a Ray bundle must ask for something: one byte of memory)
     own = resources if options.workers_per_trial == 1 else {"cpu": 0, "memory": 1}

@@ -6,10 +6,12 @@ import argparse
 import json
 import signal
 import sys
+from dataclasses import replace
 
 from shapesweep.search_spaces.configs import parse_count
 from shapesweep.sweep.run_command import check_parallel, check_placement
 from shapesweep.sweep.sweep_options import PARALLEL, ray_address
+from shapesweep.trainers.spec import TrialSpec
 
 from shapesweep.common import UserError, duration, human, is_tty
 from shapesweep.families.base import of
@@ -164,9 +166,9 @@ def _check_workers(args: argparse.Namespace) -> dict[str, float]:
     return {"cpu": 1.0, "gpu": gpus}
 
 
-def _train_on_workers(args: argparse.Namespace, config, recipe, resources: dict[str, float]):
-    """The run on `args.workers` Ray Train workers (`shapesweep.sweep.trainable.train_on_workers`)
-    of a local Ray, or of `--address`'s cluster; paths made absolute for the workers."""
+def _train_on_workers(args: argparse.Namespace, trial: TrialSpec, resources: dict[str, float]):
+    """`trial` on `args.workers` Ray Train workers (`shapesweep.sweep.trainable.train_on_workers`)
+    of a local Ray, or of `--address`'s cluster; its paths made absolute for the workers."""
     from pathlib import Path
 
     from shapesweep.sweep.ray_session import init_ray, quiet, stop_ray
@@ -175,14 +177,13 @@ def _train_on_workers(args: argparse.Namespace, config, recipe, resources: dict[
     def absolute(path: str | None) -> str | None:
         return None if path is None else str(Path(path).resolve())
 
+    trial = replace(trial, data=absolute(trial.data), tokenizer=absolute(trial.tokenizer),
+                    checkpoint_dir=absolute(trial.checkpoint_dir), save_dir=absolute(trial.save_dir))
     on_ctrl_c = signal.getsignal(signal.SIGINT)  # Ray Train installs its own while it trains
     with quiet():
         started, session = init_ray(args.address)
         try:
-            return train_on_workers(config, recipe, args.workers, resources, args.parallel,
-                                    data=absolute(args.data), tokenizer=absolute(args.tokenizer),
-                                    checkpoint_dir=absolute(args.checkpoint_dir),
-                                    save_dir=absolute(args.save))
+            return train_on_workers(trial, args.workers, resources)
         finally:
             signal.signal(signal.SIGINT, on_ctrl_c)
             if started:
@@ -217,7 +218,7 @@ def _threads(args: argparse.Namespace) -> int | None:
 
 def train(args: argparse.Namespace) -> int:
     from shapesweep.search_spaces.candidate_file import load_candidate
-    from shapesweep.trainers.fitting import train_fitting
+    from shapesweep.trainers import fitting
     from shapesweep.trainers.parallel import (
         check_compilable,
         check_shardable,
@@ -249,18 +250,17 @@ def train(args: argparse.Namespace) -> int:
     # A progress bar on a terminal; else (a log, or --json) one plain line per evaluation
     # on stderr, so stdout stays the one JSON object.
     bar = not args.json and is_tty(sys.stderr) and args.workers == 1
+    trial = TrialSpec(config, recipe, device=args.device, data=args.data, tokenizer=args.tokenizer,
+                      parallel=args.parallel, checkpoint_dir=args.checkpoint_dir,
+                      save_dir=args.save, progress=bar)
     memory = {}  # one process: the micro-batch, the predicted and measured peak, OOM retries
     try:
         if args.workers == 1:
             use_threads(threads)
-            result, fitted = train_fitting(config, recipe, data=args.data,
-                                           checkpoint_dir=args.checkpoint_dir, device=args.device,
-                                           progress=bar, tokenizer=args.tokenizer,
-                                           save_dir=args.save,
-                                           callback=None if bar else _evaluation_line)
+            result, fitted = fitting.train(trial, None if bar else _evaluation_line)
             memory = fitted.fields()
         else:
-            result = _train_on_workers(args, config, recipe, resources)
+            result = _train_on_workers(args, trial, resources)
     except KeyboardInterrupt:
         print(_resume_hint(args.checkpoint_dir), file=sys.stderr, flush=True)
         raise

@@ -11,15 +11,24 @@ evaluation goes with a checkpoint (`shapesweep.trainers.checkpoint`) once the sw
 checkpoint interval has passed, so a trial whose worker dies continues from its last
 checkpoint (`shapesweep.sweep.checkpoints`), and its evaluations since are made again.
 
-Imports stay inside the function: the worker imports this module per actor, and a
-light module keeps the per-trial overhead small.
+Imports of torch's modules stay inside the functions: the sweep's driver imports this module
+and never imports torch, and a worker imports it per actor (a light module keeps the
+per-trial overhead small).
 """
 
 from __future__ import annotations
 
 import json
 import os
-from typing import Any
+from collections.abc import Callable
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from shapesweep.trainers.spec import TrainerOptions, TrialSpec
+
+if TYPE_CHECKING:  # torch's: imported where a trial trains, never by the sweep's driver
+    from shapesweep.trainers.fitting import Fitted
+    from shapesweep.trainers.loop import TrainResult
 
 TRIAL_FOLDER_PREFIX = "shapesweep-trial-"  # then the host, the owning process's id, Python's suffix
 FINAL_FLAG = "final"  # set on the one report made after the loop returns
@@ -44,27 +53,29 @@ def trial_result_fields(result: Any) -> dict[str, Any]:
 
 def run_trial(config: dict[str, Any], checkpoints: str | None = None, workers: int = 1,
               resources: dict[str, float] | None = None, state_api: bool = True,
-              **options: Any) -> None:
+              trainer: TrainerOptions = TrainerOptions()) -> None:
     """Train `config['spec']['document']` (a candidate document) and report every evaluation,
     with the checkpoint it saved, if any. `checkpoints`: the sweep's Ray folder, where a
     trial that `resume` runs again finds what an earlier, killed run left. `workers` > 1:
     data parallel on that many Ray Train workers, each with `resources` ({cpu, gpu}), and
     `state_api` False where Ray serves no State API (`ray_compat.without_placement_group_cleaner`).
-    `options`: the loop's own (`shapesweep.trainers.loop.train`): `eval_at` (ASHA's rungs),
-    `parallel` (ddp or fsdp), `checkpoint_every_s`. Torch trains on as many threads as the
-    trial (or each worker) holds CPUs, at least one (`shapesweep.trainers.threads`)."""
+    `trainer`: the sweep's trainer options (ASHA's rungs, ddp or fsdp, the checkpoint
+    interval). The trial's `TrialSpec` is built here once and trained by
+    `shapesweep.trainers.fitting.train`, in this process or on each worker. Torch trains on
+    as many threads as the trial (or each worker) holds CPUs, at least one
+    (`shapesweep.trainers.threads`)."""
+    spec = config["spec"]
+    trial = trainer.trial(*_configs(spec), data=spec.get("data"), device=spec.get("device"),
+                          memory_share=(resources or {}).get("gpu"))
     if workers > 1:
-        return _run_data_parallel(config, checkpoints, workers, resources or {}, options,
-                                  state_api)
+        return _run_data_parallel(config, trial, checkpoints, workers, resources or {}, state_api)
 
     from ray import tune
-    from shapesweep.trainers.fitting import train_fitting
+    from shapesweep.trainers import fitting
     from shapesweep.trainers.loop import StopTrial
     from shapesweep.trainers.threads import use_threads
 
     use_threads(cpu_threads(resources))
-
-    spec = config["spec"]
     with trial_folder() as folder:
         replay = _restore(folder, spec["trial_id"], checkpoints,
                           tune.get_context().get_experiment_name(), tune.get_checkpoint())
@@ -83,16 +94,19 @@ def run_trial(config: dict[str, Any], checkpoints: str | None = None, workers: i
                 report(metrics, replayed=True)
         except StopTrial:
             raise SystemExit(0) from None  # stopped: end the thread, see the module docstring
-        def retried(fitted) -> None:  # later reports say so (status, the live box)
-            tags.update(oom_retries=fitted.oom_retries, micro_batch_size=fitted.micro_batch_size)
-
-        result, fitted = train_fitting(
-            *_configs(spec), data=spec.get("data"), callback=report, checkpoint_dir=folder,
-            device=spec.get("device"), share=(resources or {}).get("gpu"), on_retry=retried,
-            **options)
+        result, fitted = fitting.train(replace(trial, checkpoint_dir=folder), report,
+                                       on_retry=_retried(tags))
         if result.stopped:
             raise SystemExit(0)
         tune.report({**trial_result_fields(result), **tags, **fitted.fields(), FINAL_FLAG: True})
+
+
+def _retried(tags: dict[str, Any]) -> Callable[[Fitted], None]:
+    """An out-of-memory retry's news, on the trial's later reports (status, the live box)."""
+    def retried(fitted: Fitted) -> None:
+        tags.update(oom_retries=fitted.oom_retries, micro_batch_size=fitted.micro_batch_size)
+
+    return retried
 
 
 def trial_folder() -> Any:
@@ -195,9 +209,8 @@ def _restore(folder: str, trial_id: str, earlier: str | None, this_run: str,
     return [] if Path(found).parent.parent.name == this_run else checkpoint.saved_curve(folder)
 
 
-def _run_data_parallel(config: dict[str, Any], checkpoints: str | None, workers: int,
-                       resources: dict[str, float], options: dict[str, Any],
-                       state_api: bool = True) -> None:
+def _run_data_parallel(config: dict[str, Any], trial: TrialSpec, checkpoints: str | None,
+                       workers: int, resources: dict[str, float], state_api: bool = True) -> None:
     """One trial as a Ray Train `TorchTrainer` (DDP or FSDP; gloo on CPU, nccl on GPU) whose rank 0
     reports reach Tune (`TuneReportCallback`); its checkpoints land where a one-worker
     trial's do (RAY/RUN/TRIAL_ID/checkpoint_*), so retries, `resume` and cleanup are shared."""
@@ -208,9 +221,8 @@ def _run_data_parallel(config: dict[str, Any], checkpoints: str | None, workers:
     from ray.tune.integration.ray_train import TuneReportCallback
 
     experiment = tune.get_context().get_experiment_name()
-    _torch_trainer(_worker, {"config": config, "checkpoints": checkpoints,
-                             "experiment": experiment, "options": options,
-                             "threads": cpu_threads(resources)},
+    _torch_trainer(_worker, {"config": config, "trial": trial, "checkpoints": checkpoints,
+                             "experiment": experiment, "threads": cpu_threads(resources)},
                    workers, resources, ray_train.RunConfig(
                        name=config["spec"]["trial_id"],
                        storage_path=str(Path(checkpoints) / experiment),
@@ -240,21 +252,21 @@ def _torch_trainer(worker: Any, loop_config: dict[str, Any], workers: int,
 
 
 def _worker(loop_config: dict[str, Any]) -> None:
-    """One Ray Train worker of a data-parallel trial: the loop on its rank (see `run_trial`)."""
+    """One Ray Train worker of a data-parallel trial: its `TrialSpec` on this rank's device,
+    trained as a one-process trial is (`fitting.train`: the out-of-memory retry included)."""
     from ray import train as ray_train
     from ray.train.torch import get_device
-    from shapesweep.trainers.loop import train
+    from shapesweep.trainers import fitting
     from shapesweep.trainers.threads import use_threads
 
     use_threads(loop_config["threads"])
-    spec = loop_config["config"]["spec"]
+    spec, trial = loop_config["config"]["spec"], loop_config["trial"]
     context = ray_train.get_context()
     with trial_folder() as folder:
         replay = _restore(folder, spec["trial_id"], loop_config["checkpoints"],
                           loop_config["experiment"])
-        options = loop_config["options"]
         tags = _tags(spec, folder) | {WORKERS_FIELD: context.get_world_size(),
-                                      PARALLEL_FIELD: options.get("parallel", "ddp")}
+                                      PARALLEL_FIELD: trial.parallel}
 
         def report(metrics: dict[str, Any], replayed: bool = False) -> None:
             # rank 0 alone writes the checkpoint (one copy); every rank reports
@@ -265,17 +277,16 @@ def _worker(loop_config: dict[str, Any]) -> None:
 
         for metrics in replay:
             report(metrics, replayed=True)
-        result = train(*_configs(spec), data=spec.get("data"), callback=report,
-                       checkpoint_dir=folder, device=str(get_device()), **options)
-        ray_train.report({**trial_result_fields(result), **tags, FINAL_FLAG: True})
+        result, fitted = fitting.train(trial.on(str(get_device()), folder), report,
+                                       on_retry=_retried(tags))
+        ray_train.report({**trial_result_fields(result), **tags, **fitted.fields(), FINAL_FLAG: True})
 
 
-def train_on_workers(model_config: Any, recipe: Any, workers: int, resources: dict[str, float],
-                     parallel: str = "ddp", **options: Any) -> Any:
-    """`shapesweep.trainers.loop.train` on `workers` Ray Train workers of the Ray this process
-    is connected to, outside any sweep (`shapesweep train --workers N`): the same workers as a
-    data-parallel trial's, `options` the loop's own (paths absolute: workers run elsewhere).
-    Returns rank 0's `TrainResult`; a worker's UserError is raised here as itself."""
+def train_on_workers(trial: TrialSpec, workers: int, resources: dict[str, float]) -> TrainResult:
+    """`trial` trained (`fitting.train`) on `workers` Ray Train workers of the Ray this
+    process is connected to, outside any sweep (`shapesweep train --workers N`): the same
+    workers as a data-parallel trial's (its paths absolute: workers run elsewhere). Returns
+    rank 0's `TrainResult`; a worker's UserError is raised here as itself."""
     import shutil
     import tempfile
 
@@ -285,8 +296,7 @@ def train_on_workers(model_config: Any, recipe: Any, workers: int, resources: di
     folder = tempfile.mkdtemp(prefix="shapesweep-train-")  # Ray Train's own files, not ours
     try:
         trainer = _torch_trainer(
-            _train_worker, {"configs": (model_config, recipe), "parallel": parallel,
-                            "options": options, "threads": cpu_threads(resources)},
+            _train_worker, {"trial": trial, "threads": cpu_threads(resources)},
             workers, resources, ray_train.RunConfig(name="train", storage_path=folder))
         try:
             result = trainer.fit()
@@ -301,19 +311,19 @@ def train_on_workers(model_config: Any, recipe: Any, workers: int, resources: di
 
 
 def _train_worker(loop_config: dict[str, Any]) -> None:
-    """One Ray Train worker of `train_on_workers`: the loop on its rank, its result reported.
+    """One Ray Train worker of `train_on_workers`: the trial on its rank, its result reported.
     Ray Train hands the driver only metrics that came with a checkpoint, so rank 0's come
     with one (an empty folder: the loop's own checkpoints are in --checkpoint-dir)."""
     import tempfile
 
     from ray import train as ray_train
     from ray.train.torch import get_device
-    from shapesweep.trainers.loop import train
+    from shapesweep.trainers import fitting
     from shapesweep.trainers.threads import use_threads
 
     use_threads(loop_config["threads"])
-    result = train(*loop_config["configs"], device=str(get_device()),
-                   parallel=loop_config["parallel"], **loop_config["options"])
+    trial = loop_config["trial"]
+    result, _ = fitting.train(trial.on(str(get_device()), trial.checkpoint_dir))
     with tempfile.TemporaryDirectory(prefix="shapesweep-result-") as folder:
         first = ray_train.get_context().get_world_rank() == 0
         ray_train.report({RESULT_FIELD: json.dumps(result.to_dict())},

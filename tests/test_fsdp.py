@@ -18,7 +18,8 @@ from shapesweep.search_spaces.accounting import account
 from shapesweep.search_spaces.configs import TrainConfig, make_config
 from shapesweep.sweep.trainable import PARALLEL_FIELD, WORKERS_FIELD
 from shapesweep.trainers.checkpoint import WEIGHTS, saved_step
-from shapesweep.trainers.loop import StopTrial, _fully_shard, train
+from shapesweep.trainers.distributed import fully_shard_model
+from shapesweep.trainers.loop import StopTrial, train
 from shapesweep.trainers.models import build_model
 from shapesweep.trainers.mup import configure
 from sweep_helpers import TINY_TRAIN, rendezvous, run, write_space
@@ -43,7 +44,7 @@ def _rank(rank: int, world: int, init_method: str, out: Path) -> None:
     try:
         config, recipe = make_config(TIED), TrainConfig(**RECIPE)
         model = build_model(config)
-        groups = _fully_shard(model, configure(model, config, recipe), 8)
+        groups = fully_shard_model(model, configure(model, config, recipe), 8)
         assert {id(p) for g in groups for p in g["params"]} == {id(p) for p in model.parameters()}
         local = sum(p.to_local().numel() for p in model.parameters())  # this rank's shard
         train(config, recipe, checkpoint_dir=str(out / "ckpt"), callback=_stop_at(4),

@@ -11,9 +11,10 @@ import pytest
 import torch
 from shapesweep.search_spaces.configs import TrainConfig, make_config
 from shapesweep.sweep.cli import main
-from shapesweep.trainers import memory
-from shapesweep.trainers.fitting import compare_cli, train_fitting
+from shapesweep.trainers import fitting, memory
+from shapesweep.trainers.fitting import compare_cli
 from shapesweep.trainers.loop import train
+from shapesweep.trainers.spec import TrialSpec
 
 from tests.sweep_helpers import TINY_SPACE, write_space
 
@@ -127,8 +128,9 @@ def test_auto_picks_the_largest_micro_batch_dividing_the_step_that_fits():
     room = int(sizes[4] / memory.MARGIN) + 1
     assert memory.fitting_micro_batch(config, recipe, "cpu", room) == 4
     assert memory.fitting_micro_batch(config, recipe, "cpu", sizes[1] // 2) == 1
-    with memory.budget(bytes=room):  # what `loop.train` asks, on the device it trains on
-        assert memory.micro_batch(config, recipe, torch.device("cpu"), 8) == 4
+    # what the loop asks, on the device it trains on, with the bytes the run may use
+    assert memory.micro_batch(config, recipe, torch.device("cpu"), 8, have=room) == 4
+    assert memory.micro_batch(config, recipe, torch.device("cpu"), 8, room, imposed=2) == 2
     # unset: the whole step on CPU as before `auto`; on CUDA a given number is the most
     unset = recipe.model_copy(update={"micro_batch_size": None})
     assert memory.chosen(config, unset, "cpu", lambda: room) == 8
@@ -143,9 +145,9 @@ def test_auto_trains_the_same_step_as_the_whole_batch():
     whole = train(config, _recipe(8))
     auto = _recipe(8).model_copy(update={"micro_batch_size": "auto"})
     room = int(memory.estimate(config, auto, "cpu", 2).total / memory.MARGIN) + 1
-    with memory.budget(bytes=room) as used:
-        split = train(config, auto)
-    assert used.used == 2
+    assert memory.micro_batch(config, auto, torch.device("cpu"), 8, have=room) == 2  # auto's pick
+    split = train(config, auto, micro_batch=2)
+    assert split.micro_batch_size == 2
     assert split.val_loss == pytest.approx(whole.val_loss, rel=1e-4)
 
 
@@ -248,8 +250,8 @@ def test_out_of_memory_is_retried_at_half_the_micro_batch_from_the_last_checkpoi
     config = make_config(FAMILIES["conventional swiglu"])
     recipe = _recipe(4).model_copy(update={"steps": 8, "eval_every": 4})
     plain = train(config, recipe)
-    result, fitted = train_fitting(config, recipe, device="cpu", callback=InjectedOOM({4}, 1),
-                                   checkpoint_dir=str(tmp_path / "ckpt"))
+    spec = TrialSpec(config, recipe, device="cpu", checkpoint_dir=str(tmp_path / "ckpt"))
+    result, fitted = fitting.train(spec, InjectedOOM({4}, 1))
     assert (fitted.oom_retries, fitted.micro_batch_size) == (1, 2)
     assert fitted.memory_peak_bytes == memory.estimate(config, recipe, "cpu", 2).total
     assert fitted.memory_peak_bytes_measured and fitted.memory_peak_bytes_measured > 0
@@ -262,7 +264,7 @@ def test_out_of_memory_at_micro_batch_1_fails_the_run():
     config = make_config(FAMILIES["conventional swiglu"])
     heard = []
     with pytest.raises(torch.OutOfMemoryError, match="at micro-batch 1 after 2 retries"):
-        train_fitting(config, _recipe(4), device="cpu", callback=InjectedOOM({2}, 9),
+        fitting.train(TrialSpec(config, _recipe(4), device="cpu"), InjectedOOM({2}, 9),
                       on_retry=lambda f: heard.append(f.micro_batch_size))
     assert heard == [2, 1]
 

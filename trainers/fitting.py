@@ -2,23 +2,35 @@
 predicted one, and an out-of-memory error recovered by halving the micro-batch; and
 `compare`, the memory model beside a measured peak (on a GPU: `compare_cli`).
 
-`loop.train` knows nothing of this: it asks `shapesweep.trainers.memory.micro_batch` for its
-micro-batch, which reads the `memory.budget` this module sets around it. When CUDA runs out
-of memory (`torch.OutOfMemoryError`), the run is started again with half the micro-batch it
-used, at most down to 1: the same tokens per step (gradient accumulation), resumed from the
-run's last checkpoint in `checkpoint_dir` when it has one, else from the start. The recipe is
-left as it is, so the checkpoint's identity (the recipe) still matches.
+`train(spec, reporter)` is the one way a trial is trained: `shapesweep train`, a sweep's
+trial and each Ray Train worker of a data-parallel one all call it. When CUDA runs out of
+memory (`loop.OutOfMemoryAt`), the run is started again at half the micro-batch it used, at
+most down to 1: the spec replaced with that micro-batch (`TrialSpec.at_micro_batch`), the same
+tokens per step (gradient accumulation), resumed from the run's last checkpoint in its
+`checkpoint_dir` when it has one, else from the start. The recipe is left as it is, so the
+checkpoint's identity (the recipe) still matches. In a data-parallel group every rank
+retries alike when every rank runs out of memory at the same step (the ranks resume from
+rank 0's checkpoint, `distributed.from_rank0`); one rank alone running out leaves the
+others waiting in a collective, as before.
 """
 
 from __future__ import annotations
 
+import argparse
 import gc
+import json
+import resource
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import torch
+from shapesweep.search_spaces.candidate_file import load_candidate
+from shapesweep.search_spaces.configs import config_key
 from shapesweep.trainers import memory
+from shapesweep.trainers.loop import OutOfMemoryAt, TrainResult, run
+from shapesweep.trainers.spec import Reporter, TrialSpec
 
 
 @dataclass
@@ -35,59 +47,47 @@ class Fitted:
         return dict(self.__dict__)
 
 
-def train_fitting(config, recipe, device: str | None = None, share: float | None = None,
-                  on_retry: Callable[[Fitted], None] | None = None,
-                  train: Callable | None = None, **options: Any) -> tuple[Any, Fitted]:
-    """`loop.train(config, recipe, device=device, **options)` inside this process's memory
-    (`share`: its fraction of a CUDA device, capped there with
-    `torch.cuda.set_per_process_memory_fraction`), retried on CUDA out-of-memory with half the
-    micro-batch; returns (TrainResult, Fitted). `on_retry` hears of each retry before it runs."""
-    import torch
-
-    if train is None:
-        from shapesweep.trainers.loop import train
-    dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+def train(spec: TrialSpec, reporter: Reporter | None = None,
+          on_retry: Callable[[Fitted], None] | None = None) -> tuple[TrainResult, Fitted]:
+    """Train `spec` inside its memory (`memory_share`: its fraction of a CUDA device, capped
+    there with `torch.cuda.set_per_process_memory_fraction`), retried on CUDA out-of-memory
+    at half the micro-batch; returns (TrainResult, Fitted). `on_retry` hears of each retry
+    before it runs."""
+    dev = torch.device(spec.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     if dev.type == "cuda" and dev.index is None:  # the cap and the meter want an index
         dev = torch.device("cuda", torch.cuda.current_device())
-    have = None
-    if dev.type == "cuda" and share:
-        fraction = min(share, 1.0)
-        torch.cuda.set_per_process_memory_fraction(fraction, dev)
-        have = int(fraction * memory.device_bytes(dev))
-    fitted, imposed = Fitted(), None
+    if dev.type == "cuda" and spec.memory_share:
+        torch.cuda.set_per_process_memory_fraction(min(spec.memory_share, 1.0), dev)
+    spec, fitted = replace(spec, device=str(dev)), Fitted()
     while True:
-        meter = PeakMeter(dev)
-        with memory.budget(bytes=have, micro_batch=imposed) as state:
-            try:
-                with meter:
-                    result = train(config, recipe, device=str(dev), **options)
-                out_of_memory = False
-            except torch.OutOfMemoryError:
-                out_of_memory = True  # retried below, once the error's frames are gone
-        used = state.used
-        if not out_of_memory:
+        meter, used = PeakMeter(dev), None
+        try:
+            with meter:
+                result = run(spec, reporter)
+        except OutOfMemoryAt as error:
+            used = error.micro_batch  # retried below, once the error's frames are gone
+        if used is None:
             break
-        if used is None or used <= 1:
+        if used <= 1:
             raise torch.OutOfMemoryError(
                 f"out of memory at micro-batch {used} after {fitted.oom_retries} retries "
                 f"with smaller ones")
-        imposed = used // 2
+        spec = spec.at_micro_batch(used // 2)
         fitted.oom_retries += 1
-        fitted.micro_batch_size = imposed
+        fitted.micro_batch_size = spec.micro_batch
         _release(dev)
         if on_retry is not None:
             on_retry(fitted)
-    fitted.micro_batch_size = used
-    if used is not None:
-        fitted.memory_peak_bytes = memory.estimate(config, recipe, dev.type, used).total
+    fitted.micro_batch_size = result.micro_batch_size
+    if result.micro_batch_size is not None:
+        fitted.memory_peak_bytes = memory.estimate(spec.model, spec.recipe, dev.type,
+                                                   result.micro_batch_size).total
     fitted.memory_peak_bytes_measured = meter.peak
     return result, fitted
 
 
 def _release(dev) -> None:
     """Give what the failed attempt held back to the device before the next one."""
-    import torch
-
     gc.collect()
     if dev.type == "cuda":
         torch.cuda.empty_cache()
@@ -104,8 +104,6 @@ class PeakMeter:
         self.dev, self.peak, self._start = dev, None, 0
 
     def __enter__(self) -> PeakMeter:
-        import torch
-
         if self.dev.type == "cuda":
             torch.cuda.reset_peak_memory_stats(self.dev)
             self._start = torch.cuda.memory_allocated(self.dev)
@@ -115,15 +113,11 @@ class PeakMeter:
         return self
 
     def __exit__(self, *exc) -> None:
-        import torch
-
         if self.dev.type == "cuda":
             self.peak = torch.cuda.max_memory_allocated(self.dev) - self._start
             return
         high = _status_kib("VmHWM")
         if high is None:
-            import resource
-
             high = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
         self.peak = max(0, high - self._start) * 1024
 
@@ -153,20 +147,16 @@ def compare(config, train, device: str = "cuda", data: str | None = None) -> dic
 
         python -c "from shapesweep.trainers.fitting import compare_cli; compare_cli()" FILE.yaml
     """
-    import torch
-    from shapesweep.trainers.loop import train as run_train
-
     micro = memory.micro_batch(config, train, torch.device(device), memory._per_step(config, train))
     predicted = memory.estimate(config, train, torch.device(device).type, micro)
+    spec = TrialSpec(config, train, device=device, data=data)
     if device.startswith("cuda"):
         torch.cuda.reset_peak_memory_stats()
         base = torch.cuda.memory_allocated()
-        run_train(config, train, data=data, device=device)
+        run(spec)
         measured = torch.cuda.max_memory_allocated() - base
     else:
-        measured, _ = memory.measured_peak(lambda: run_train(config, train, data=data, device=device))
-    from shapesweep.search_spaces.configs import config_key
-
+        measured, _ = memory.measured_peak(lambda: run(spec))
     return {"key": config_key(config), "family": config.family, **predicted.to_dict(),
             "measured": measured, "error": predicted.total / measured - 1}
 
@@ -174,11 +164,6 @@ def compare(config, train, device: str = "cuda", data: str | None = None) -> dic
 def compare_cli() -> None:
     """Print `compare` for each candidate file named on the command line (a `plan --out`
     file, or `train`'s): `--steps N` (default 3), `--micro-batch-size M` override the recipe."""
-    import argparse
-    import json
-
-    from shapesweep.search_spaces.candidate_file import load_candidate
-
     parser = argparse.ArgumentParser(description="predicted vs measured peak memory")
     parser.add_argument("files", nargs="+")
     parser.add_argument("--device", default="cuda")

@@ -36,12 +36,13 @@ from __future__ import annotations
 import contextlib
 import math
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Unpack
 
 import torch
 import torch.nn.functional as F
+from pydantic import BaseModel
 from shapesweep.search_spaces.cadence import (
     at_steps,
     cooldown_points,
@@ -54,16 +55,29 @@ from shapesweep.search_spaces.configs import (
     TrainConfig,
     config_key,
 )
-from shapesweep.trainers import checkpoint, cooldown, machine
+from shapesweep.trainers import analysis, checkpoint, cooldown, machine
 from shapesweep.trainers.compile_policy import decide, peak_flops
+from shapesweep.trainers.distributed import (
+    agreed,
+    data_parallel,
+    from_rank0,
+    full_state,
+    fully_shard_model,
+    load_full_state,
+    over_ranks,
+    process_group,
+    shard_batches,
+)
 from shapesweep.trainers.loss_tail import LossTail
-from shapesweep.trainers.memory import EVAL_CHUNK_TOKENS
+from shapesweep.trainers.memory import EVAL_CHUNK_TOKENS, check_fits, micro_batch, share_bytes
+from shapesweep.trainers.models import build_model
+from shapesweep.trainers.mup import configure
 from shapesweep.trainers.parallel import (
     check_compilable,
     check_shardable,
-    check_split,
     sequences_per_step,
 )
+from shapesweep.trainers.spec import Options, Reporter, TrialSpec
 
 from shapesweep.common import UserError
 from shapesweep.families.base import of
@@ -73,6 +87,14 @@ EVAL_IMAGES_PER_BATCH = 1024
 
 class StopTrial(Exception):
     """Raised by a callback to end the trial early (e.g. an ASHA decision); not an error."""
+
+
+class OutOfMemoryAt(torch.OutOfMemoryError):
+    """CUDA ran out of memory in a run at `micro_batch` sequences (images) a forward."""
+
+    def __init__(self, micro_batch: int):
+        super().__init__(f"out of memory at micro-batch {micro_batch}")
+        self.micro_batch = micro_batch
 
 
 class NonFiniteLoss(RuntimeError):
@@ -109,6 +131,7 @@ class TrainResult:
     autocast_dtype: str = "none"  # bfloat16 | none
     cooldown_tokens: int = 0  # trained by cooldown branches (trainers/cooldown.py), not in `tokens`
     # where it ran (shapesweep.trainers.machine): rank 0's CPU, torch build, device and threads
+    micro_batch_size: int | None = None  # sequences (images) a forward (`memory.micro_batch`)
     cpu_model: str | None = None
     torch_version: str | None = None
     device_name: str | None = None  # the CUDA device's name, or "cpu"
@@ -296,49 +319,58 @@ def _progress(enabled: bool):
                     console=Console(stderr=True), transient=False)
 
 
-def train(model_config, train: TrainConfig, data: str | None = None,
-          callback: Callable[[dict], None] | None = None, checkpoint_dir: str | None = None,
-          device: str | None = None, progress: bool = False,
-          tokenizer: str | None = None, save_dir: str | None = None,
-          eval_at: Sequence[float] = (), parallel: str = "ddp",
-          checkpoint_every_s: float = 0.0) -> TrainResult:
-    """Train `model_config` under the recipe `train`; resumes from `checkpoint_dir` if it holds one.
+def train(model_config: BaseModel, recipe: TrainConfig, callback: Reporter | None = None,
+          **options: Unpack[Options]) -> TrainResult:
+    """One attempt at `TrialSpec(model_config, recipe, **options)` (`run`): the shorthand of
+    tests and benchmarks. The CLI, the sweep and its workers train through
+    `shapesweep.trainers.fitting.train`, which retries an out-of-memory error."""
+    return run(TrialSpec(model_config, recipe, **options), callback)
 
-    `checkpoint_every_s`: an evaluation saves a checkpoint once this many seconds have passed
-    since the last one (0: every evaluation), so a sweep's short trials pay for few saves, yet a
-    lost worker costs at most that long and an evaluation interval.
-    `save_dir`: where to write the trained model (`checkpoint.save_model`).
-    `eval_at`: token counts to evaluate at besides the recipe's cadence (a scheduler's
-    decision points).
-    `parallel` (in a process group of N > 1): "ddp" replicates the model on every rank,
-    "fsdp" shards its parameters, gradients and optimizer state over the ranks.
-    """
-    from shapesweep.trainers import analysis
-    from shapesweep.trainers.memory import check_fits, micro_batch
-    from shapesweep.trainers.models import build_model
-    from shapesweep.trainers.mup import configure
 
-    checkpoint.check_save_dir(save_dir)
-    analysed = analysis.wanted(model_config, train)
-
-    dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    rank, world = _process_group()
-    sharded = world > 1 and parallel == "fsdp"
+def run(spec: TrialSpec, reporter: Reporter | None = None) -> TrainResult:
+    """One attempt at training `spec`, resumed from its `checkpoint_dir` if that holds one;
+    `reporter(metrics)` hears each evaluation. CUDA running out of memory is raised as
+    `OutOfMemoryAt` the micro-batch it ran at (`shapesweep.trainers.fitting` retries it)."""
+    checkpoint.check_save_dir(spec.save_dir)
+    dev = torch.device(spec.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    world = process_group()[1]
+    sharded = world > 1 and spec.parallel == "fsdp"
     if sharded:
-        check_shardable(model_config)
-        check_compilable(train)
+        check_shardable(spec.model)
+        check_compilable(spec.recipe)
+    have = share_bytes(dev, spec.memory_share)
     # refuse a model too large before torch allocates it
-    check_fits(model_config, train, dev, shards=world if sharded else 1)
-    cuda = dev.type == "cuda"
-    if cuda:
+    check_fits(spec.model, spec.recipe, dev, world if sharded else 1, have, spec.micro_batch)
+    if dev.type == "cuda":
         _cuda_speedups()
-    task, per_step, units_per_step, data_hash = make_task(model_config, train, data, tokenizer)
+    made = make_task(spec.model, spec.recipe, spec.data, spec.tokenizer)
+    # the retry's, the recipe's, or what fits
+    micro = micro_batch(spec.model, spec.recipe, dev, made[1], have, spec.micro_batch)
+    try:
+        result = _attempt(spec, reporter, dev, made, micro)
+    except torch.OutOfMemoryError as error:
+        raise OutOfMemoryAt(micro) from error
+    result.micro_batch_size = micro
+    return result
+
+
+def _attempt(spec: TrialSpec, reporter: Reporter | None, dev: torch.device, made: tuple,
+             micro: int) -> TrainResult:
+    """`run`'s training, on `made` (`make_task`'s) at `micro` sequences (images) a forward:
+    the model and optimizer built (or resumed), then each step, each evaluation with its
+    checkpoint and report, then the saved model and the result."""
+    model_config, train = spec.model, spec.recipe
+    task, per_step, units_per_step, data_hash = made
+    rank, world = process_group()
+    sharded = world > 1 and spec.parallel == "fsdp"
+    cuda = dev.type == "cuda"
+    analysed = analysis.wanted(model_config, train)
     steps = total_steps(train, units_per_step)
-    evals = set(eval_steps(train, steps, units_per_step, eval_at))
-    rungs = at_steps(eval_at, steps, units_per_step)  # a scheduler may pause a trial there
+    evals = set(eval_steps(train, steps, units_per_step, spec.eval_at))
+    rungs = at_steps(spec.eval_at, steps, units_per_step)  # a scheduler may pause a trial there
     cooled = cooldown_points(train, evals, rungs, steps)
-    micro = micro_batch(model_config, train, dev, per_step)  # the recipe's, or what fits
     eval_batch = micro if of(model_config).lm else EVAL_IMAGES_PER_BATCH
+    checkpoint_dir, callback = spec.checkpoint_dir, reporter
 
     torch.manual_seed(train.seed)
     model = build_model(model_config)
@@ -347,13 +379,13 @@ def train(model_config, train: TrainConfig, data: str | None = None,
     groups = configure(model, model_config, train)
     model.to(dev)
     if sharded:
-        groups = _fully_shard(model, groups, per_step)
+        groups = fully_shard_model(model, groups, per_step)
     params_measured = sum(p.numel() for p in model.parameters() if p.requires_grad)  # sharded: whole
     optimizer = adamw(groups, train, fused=cuda)
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda s: lr_multiplier(s, steps, train, units_per_step))
     params = [p for g in groups for p in g["params"]]
-    forward = _data_parallel(model, per_step, dev) if world > 1 and not sharded else model
+    forward = data_parallel(model, per_step, dev) if world > 1 and not sharded else model
     decision = decide(model_config, train, dev.type, steps * units_per_step, _peak_flops(dev))
     compiling = not sharded and decision.compile
     stepper = _compiled(model, forward, train, decision.blocks_per_region) if compiling else forward
@@ -379,9 +411,10 @@ def train(model_config, train: TrainConfig, data: str | None = None,
     identity = {"config_key": config_key(model_config), "family": model_config.family,
                 "train": train.model_dump(mode="json"), "data_hash": data_hash}
     start, curve, prior_elapsed, train_time = 0, [], 0.0, 0.0
-    state = checkpoint.load(checkpoint_dir, identity, reread={"train": _recipe_today})
+    state = from_rank0(checkpoint.load(checkpoint_dir, identity, reread={"train": _recipe_today}),
+                       world)
     if state is not None:
-        _load_full_state(model, optimizer, state, sharded)
+        load_full_state(model, optimizer, state, sharded)
         scheduler.load_state_dict(state["scheduler"])
         checkpoint.set_rng_state(state["rng"])
         start, curve = state["step"], state["curve"]
@@ -392,10 +425,10 @@ def train(model_config, train: TrainConfig, data: str | None = None,
     reporting = 0.0  # time in `callback`: a sweep's trial waits there on the driver (trackers)
     losses, stopped = [], False  # this interval's per-step losses, on the device
     model.train()
-    with _progress(progress) as bar:
+    with _progress(spec.progress) as bar:
         bar_task = bar.add_task("", total=steps, completed=start) if bar else None
         t_interval = time.perf_counter()
-        batches = _shard(task.train_batch, rank, world)
+        batches = shard_batches(task.train_batch, rank, world)
         brancher = cooldown.Brancher(
             train, steps, model, optimizer, scheduler.base_lrs, optimizer_step,
             lambda step: batches(step, per_step),
@@ -410,7 +443,7 @@ def train(model_config, train: TrainConfig, data: str | None = None,
                 bar.update(bar_task, completed=done)
             if done not in evals:
                 continue
-            losses = _over_ranks(losses, world)
+            losses = over_ranks(losses, world)
             train_loss = _interval_loss(losses, done, steps, train.lr)  # waits for the device
             tail.add(losses, done)
             train_time += time.perf_counter() - t_interval
@@ -424,10 +457,10 @@ def train(model_config, train: TrainConfig, data: str | None = None,
                 metrics["cooldown_tokens"] = cooldown_tokens(train, cooled, done, steps,
                                                              units_per_step)
             curve.append(metrics)
-            due = checkpoint_dir is not None and _agreed(
-                done in rungs or time.perf_counter() - saved_at >= checkpoint_every_s, world, dev)
+            due = checkpoint_dir is not None and agreed(
+                done in rungs or time.perf_counter() - saved_at >= spec.checkpoint_every_s, world, dev)
             if due:
-                weights, moments = _full_state(model, optimizer, sharded)  # collective if sharded
+                weights, moments = full_state(model, optimizer, sharded)  # collective if sharded
                 saved_at = time.perf_counter()
             if due and rank == 0:
                 checkpoint.save(checkpoint_dir, weights, model_config, train, {
@@ -448,10 +481,10 @@ def train(model_config, train: TrainConfig, data: str | None = None,
                 finally:
                     reporting += time.perf_counter() - called
             t_interval = time.perf_counter()
-    if save_dir is not None:
-        weights = _full_state(model, None, sharded)[0]
-    if save_dir is not None and rank == 0:
-        checkpoint.save_model(save_dir, weights, model_config, train)
+    if spec.save_dir is not None:
+        weights = full_state(model, None, sharded)[0]
+    if spec.save_dir is not None and rank == 0:
+        checkpoint.save_model(spec.save_dir, weights, model_config, train)
     with _eager(compiling):
         layers = (analysis.analyse(model, *analysis.sequences(task.val_x, task.val_y, model),
                                    autocast) if analysed and not stopped else [])
@@ -494,137 +527,6 @@ def _eager(compiling: bool):
 def _peak_flops(dev: torch.device) -> float | None:
     """The CUDA device's dense bf16 peak (`compile_policy.PEAK_TFLOPS`), None elsewhere."""
     return peak_flops(torch.cuda.get_device_name(dev)) if dev.type == "cuda" else None
-
-
-def _process_group() -> tuple[int, int]:
-    """(rank, world size) of this process's data-parallel group; (0, 1) when there is none."""
-    import torch.distributed as dist
-
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_rank(), dist.get_world_size()
-    return 0, 1
-
-
-def _data_parallel(model: torch.nn.Module, per_step: int, dev) -> torch.nn.Module:
-    """`model` under DDP: each rank trains its slice of every step's batch and the gradients
-    are averaged, so the step is the one-process step."""
-    from shapesweep.trainers.moe import MoEFFN
-    from torch.nn.parallel import DistributedDataParallel
-
-    check_split(per_step, _process_group()[1])
-    wrapped = DistributedDataParallel(
-        model, device_ids=[dev.index] if dev.type == "cuda" else None, broadcast_buffers=False,
-        # routed experts a step's tokens never reach get no gradient
-        find_unused_parameters=any(isinstance(m, MoEFFN) for m in model.modules()))
-    return wrapped
-
-
-def _fully_shard(model: torch.nn.Module, groups: list[dict], per_step: int) -> list[dict]:
-    """Shard `model` in place with FSDP2 as torchtitan does: each block its own unit (its
-    parameters gathered only while it runs; the last one stays gathered for the backward that
-    follows), then the root, which holds the embedding, final norm and head, so a tied
-    embedding and readout are one parameter in one unit. Sharding replaces the parameters
-    with DTensors, so `groups` (the optimizer's) come back holding the new ones, by name.
-    Gradients are averaged over the ranks, as DDP's are."""
-    from torch.distributed.fsdp import fully_shard
-
-    check_split(per_step, _process_group()[1])
-    names = {p: name for name, p in model.named_parameters()}
-    blocks = list(model.blocks)
-    for i, block in enumerate(blocks):
-        fully_shard(block, reshard_after_forward=i < len(blocks) - 1)
-    fully_shard(model)
-    sharded = dict(model.named_parameters())
-    return [g | {"params": [sharded[names[p]] for p in g["params"]]} for g in groups]
-
-
-def _full_state(model: torch.nn.Module, optimizer, sharded: bool) -> tuple[dict, dict | None]:
-    """The model's and (given one) the optimizer's whole state dicts, in the one-process
-    format (optimizer state by parameter index), so a checkpoint reads the same whatever
-    wrote it. Sharded: gathered to CPU on rank 0 (the others get empty dicts); a collective,
-    so every rank calls it."""
-    if not sharded:
-        return model.state_dict(), optimizer and optimizer.state_dict()
-    from torch.distributed.checkpoint.state_dict import (
-        StateDictOptions,
-        get_model_state_dict,
-        get_optimizer_state_dict,
-    )
-
-    options = StateDictOptions(full_state_dict=True, cpu_offload=True)
-    weights = get_model_state_dict(model, options=options)
-    if optimizer is None:
-        return weights, None
-    by_name = get_optimizer_state_dict(model, optimizer, options=options)
-    return weights, by_name and _renamed(by_name, _parameter_names(model, optimizer), to_names=False)
-
-
-def _load_full_state(model: torch.nn.Module, optimizer, state: dict, sharded: bool) -> None:
-    """Load a checkpoint's whole state dicts (`_full_state`'s) into the model and optimizer;
-    sharded: each rank keeps its shard of them."""
-    if not sharded:
-        model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        return
-    from torch.distributed.checkpoint.state_dict import (
-        StateDictOptions,
-        set_model_state_dict,
-        set_optimizer_state_dict,
-    )
-
-    options = StateDictOptions(full_state_dict=True)
-    set_model_state_dict(model, state["model"], options=options)
-    by_name = _renamed(state["optimizer"], _parameter_names(model, optimizer), to_names=True)
-    set_optimizer_state_dict(model, optimizer, by_name, options=options)
-
-
-def _parameter_names(model: torch.nn.Module, optimizer) -> list[str]:
-    """The optimizer's parameters' names, in the order its state dict numbers them."""
-    names = {p: name for name, p in model.named_parameters()}
-    return [names[p] for g in optimizer.param_groups for p in g["params"]]
-
-
-def _renamed(state: dict, names: list[str], to_names: bool) -> dict:
-    """An optimizer state dict keyed by parameter index (torch's own format) as one keyed by
-    parameter name (torch.distributed.checkpoint's), or back."""
-    key = dict(enumerate(names)) if to_names else {name: i for i, name in enumerate(names)}
-    return {"state": {key[k]: v for k, v in state["state"].items()},
-            "param_groups": [g | {"params": [key[k] for k in g["params"]]}
-                             for g in state["param_groups"]]}
-
-
-def _shard(train_batch: Callable, rank: int, world: int) -> Callable:
-    """`train_batch` giving this rank its contiguous slice of each (seed, step) batch."""
-    if world == 1:
-        return train_batch
-
-    def batch(step: int, n: int):
-        return tuple(t.tensor_split(world)[rank] for t in train_batch(step, n))
-
-    return batch
-
-
-def _over_ranks(losses: list[torch.Tensor], world: int) -> list[torch.Tensor]:
-    """The interval's per-step losses averaged over the ranks (one collective per evaluation)."""
-    if world == 1:
-        return losses
-    import torch.distributed as dist
-
-    stacked = torch.stack(losses)
-    dist.all_reduce(stacked)
-    return list(stacked / world)
-
-
-def _agreed(decision: bool, world: int, device: torch.device) -> bool:
-    """Rank 0's `decision`, on every rank: each rank's clock says when to checkpoint, and
-    saving a sharded model is collective, so all must take the same one."""
-    if world == 1:
-        return decision
-    import torch.distributed as dist
-
-    flag = torch.tensor([float(decision)], device=device)
-    dist.broadcast(flag, src=0)
-    return bool(flag.item())
 
 
 def _result(curve, wall, train_time, params_measured, data_hash, stopped, lm: bool) -> TrainResult:

@@ -31,10 +31,7 @@ sets the prediction beside `torch.cuda.max_memory_allocated` for any candidate.
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import os
-from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 
 from shapesweep.search_spaces.accounting import account
@@ -223,48 +220,23 @@ def _given(train: TrainConfig) -> int | None:
 # ------------------------------------------------------------------ the micro-batch
 
 
-@dataclass
-class Budget:
-    """What a run may use: `bytes` of its device (its share of a card), and a micro-batch an
-    out-of-memory retry imposes (`shapesweep.trainers.fitting`), if any; `used` is the
-    micro-batch the loop then chose (`micro_batch`)."""
-
-    bytes: int | None = None
-    micro_batch: int | None = None
-    used: int | None = None
+def share_bytes(device, share: float | None) -> int | None:
+    """`share` of a CUDA device, in bytes (a sweep trial's fraction of its GPU); None where no
+    share applies (no share, or not CUDA): the run may use the whole device."""
+    if share and str(device).startswith("cuda"):
+        return int(min(share, 1.0) * device_bytes(device))
+    return None
 
 
-_budget: contextvars.ContextVar[Budget | None] = contextvars.ContextVar("shapesweep_memory_budget",
-                                                                        default=None)
-
-
-def _current() -> Budget:
-    return _budget.get() or Budget()
-
-
-@contextlib.contextmanager
-def budget(bytes: int | None = None, micro_batch: int | None = None) -> Iterator[Budget]:
-    """Train inside this to give `loop.train` a memory share (a sweep trial's fraction of
-    its GPU) and/or a micro-batch to use whatever the recipe says (an OOM retry's). Carried
-    beside the recipe, not in it: a retry resumes its trial's checkpoint, whose identity is
-    the recipe."""
-    token = _budget.set(Budget(bytes, micro_batch))
-    try:
-        yield _current()
-    finally:
-        _budget.reset(token)
-
-
-def micro_batch(config, train: TrainConfig, device, per_step: int) -> int:
-    """The micro-batch the loop trains with: an OOM retry's (`budget`), else `chosen`'s on
-    this device and the memory this process may use."""
-    current = _current()
-    if current.micro_batch is not None:
-        current.used = min(current.micro_batch, per_step)
-    else:
-        current.used = chosen(config, train, getattr(device, "type", str(device)),
-                              lambda: available_bytes(device), per_step)
-    return current.used
+def micro_batch(config, train: TrainConfig, device, per_step: int, have: int | None = None,
+                imposed: int | None = None) -> int:
+    """The micro-batch the loop trains with: `imposed` (an out-of-memory retry's, a field of
+    its trial spec) if given, else `chosen`'s on this device where the run may use `have`
+    bytes (default: the whole device)."""
+    if imposed is not None:
+        return min(imposed, per_step)
+    return chosen(config, train, getattr(device, "type", str(device)),
+                  lambda: device_bytes(device) if have is None else have, per_step)
 
 
 def chosen(config, train: TrainConfig, device_type: str, have, per_step: int | None = None) -> int:
@@ -304,12 +276,6 @@ def fitting_micro_batch(config, train: TrainConfig, device_type: str, have: int,
     return 1
 
 
-def available_bytes(device) -> int:
-    """What this process may use: its `budget` if set (a trial's share), else the device's."""
-    share = _current().bytes
-    return share if share is not None else device_bytes(device)
-
-
 def device_bytes(device) -> int:
     """The device's memory: physical RAM for the CPU, the GPU's total for CUDA (a trial
     sharing the GPU may see less free; the total is what no trial can exceed). torch is
@@ -321,16 +287,19 @@ def device_bytes(device) -> int:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
-def check_fits(config, train: TrainConfig, device, shards: int = 1) -> None:
+def check_fits(config, train: TrainConfig, device, shards: int = 1, have: int | None = None,
+               imposed: int | None = None) -> None:
     """Raise UserError when training `config` at the micro-batch the loop will use (its
-    states split over `shards` FSDP ranks) is predicted to need more than the memory this
-    process may use (`available_bytes`)."""
+    states split over `shards` FSDP ranks) is predicted to need more than the `have` bytes
+    this run may use (default: the whole device; a trial's share: `share_bytes`)."""
     import torch
 
     device = torch.device(device)
+    shared = have is not None
+    have = device_bytes(device) if have is None else have
     per_step = _per_step(config, train)
-    micro = micro_batch(config, train, device, per_step)
-    need, have = estimate(config, train, device.type, micro, shards).total, available_bytes(device)
+    micro = micro_batch(config, train, device, per_step, have, imposed)
+    need = estimate(config, train, device.type, micro, shards).total
     if not fits(need, have):
         params = account(config, train.seq_len).params_total
         smallest = estimate(config, train, device.type, 1, shards).total
@@ -339,7 +308,7 @@ def check_fits(config, train: TrainConfig, device, shards: int = 1) -> None:
         raise UserError(f"{config.family} candidate {config_key(config)} ({params:,} parameters) "
                         f"needs about {size(need)} to train at micro-batch {micro} (fp32 "
                         f"weights, gradients, AdamW states and activations); {device.type} "
-                        f"{'gives this trial' if _current().bytes else 'has'} {size(have)}, "
+                        f"{'gives this trial' if shared else 'has'} {size(have)}, "
                         f"{MARGIN:.0%} of it to plan on{hint}", key="model")
 
 
