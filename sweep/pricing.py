@@ -18,9 +18,9 @@ from dataclasses import dataclass
 
 from shapesweep.search_spaces.accounting import account
 from shapesweep.search_spaces.cadence import (
+    at_steps,
     cooldown_points,
     cooldown_tokens,
-    at_steps,
     eval_steps,
     step_tokens,
     token_budget,

@@ -151,9 +151,8 @@ def plan(args: argparse.Namespace) -> int:
     from shapesweep.search_spaces.cadence import cooldown_line, evaluation_line
     from shapesweep.search_spaces.solver import plan as solve
     from shapesweep.search_spaces.space import check_sweep_trials, load_space
-    from shapesweep.sweep.scheduling import choose
-
     from shapesweep.sweep.pricing import device_from, price_sweep, short_price, total_lines
+    from shapesweep.sweep.scheduling import choose
     from shapesweep.sweep.sweep_options import parse_seeds
     from shapesweep.sweep.verdict import seed_verdict, verdict_line
 

@@ -51,9 +51,12 @@ def trial_result_fields(result: Any) -> dict[str, Any]:
     return {**scalars, LAYERS_FIELD: json.dumps(layers)} if layers else scalars
 
 
+DEFAULT_TRAINER = TrainerOptions()  # one process per trial, no rungs, no checkpoint interval
+
+
 def run_trial(config: dict[str, Any], checkpoints: str | None = None, workers: int = 1,
               resources: dict[str, float] | None = None, state_api: bool = True,
-              trainer: TrainerOptions = TrainerOptions()) -> None:
+              trainer: TrainerOptions = DEFAULT_TRAINER) -> None:
     """Train `config['spec']['document']` (a candidate document) and report every evaluation,
     with the checkpoint it saved, if any. `checkpoints`: the sweep's Ray folder, where a
     trial that `resume` runs again finds what an earlier, killed run left. `workers` > 1:

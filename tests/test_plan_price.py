@@ -3,7 +3,6 @@
 import json
 
 import pytest
-
 from shapesweep.sweep.cli import main
 
 
