@@ -32,14 +32,14 @@ from shapesweep.results.deadlines import (
 )
 from shapesweep.results.layout import SWEEP_NAME, validate_sweep_name
 from shapesweep.results.lease_record import (  # the lease's names, importable from here as before
-    _EPOCH,
     DEFAULT_LEASE_TIMEOUT_S,  # noqa: F401
+    EPOCH,
     LEASE_TIMEOUT_ENV,  # noqa: F401
     LeaseRecord,
-    _now,
-    _stamp,
-    _warn,
     lease_timeout_s,  # noqa: F401
+    read_stamp,
+    utc_now,
+    warn_once,
 )
 from sqlalchemy import (
     DateTime,
@@ -115,8 +115,8 @@ class _SweepRow(_Base):
     completed: Mapped[int] = mapped_column(Integer, default=0)
     stopped_early: Mapped[int] = mapped_column(Integer, default=0)
     failed: Mapped[int] = mapped_column(Integer, default=0)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=_now)
-    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=_now)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utc_now)
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utc_now)
 
 
 class _LeaseRow(_Base):
@@ -150,9 +150,9 @@ class SweepRecord:
         """From a raw row (`_raw`): an unreadable time is None, with one warning line."""
         values = {name: row[name] for name in cls.__dataclass_fields__}
         for name in ("created_at", "updated_at"):
-            values[name] = _stamp(row[name])
+            values[name] = read_stamp(row[name])
             if values[name] is None:
-                _warn(f"{where}: sweep {row['name']!r}: {name} {row[name]!r} is not a time "
+                warn_once(f"{where}: sweep {row['name']!r}: {name} {row[name]!r} is not a time "
                       f"(shown as unknown; to repair: UPDATE {_SweepRow.__tablename__} SET {name} = "
                       f"CURRENT_TIMESTAMP {_where_name(row['name'])})")
         return cls(**values)
@@ -270,14 +270,14 @@ class Catalog:
         def read() -> list[SweepRecord]:
             with Session(self.engine) as session:
                 return [self._reported(session, r) for r in self._sweep_rows(session)]
-        return sorted(self._ask(read), key=lambda r: (r.created_at or _EPOCH, r.name))
+        return sorted(self._ask(read), key=lambda r: (r.created_at or EPOCH, r.name))
 
     def _sweep_rows(self, session: Session, *where) -> list[SweepRecord]:
         rows = session.execute(select(*_raw(_SweepRow)).where(*where)).mappings()
         records = []
         for row in rows:
             if not isinstance(row["name"], str) or not SWEEP_NAME.fullmatch(row["name"]):
-                _warn(f"{shown_database(self.url)}: a sweep row named {row['name']!r}, which no sweep can "
+                warn_once(f"{shown_database(self.url)}: a sweep row named {row['name']!r}, which no sweep can "
                       f"be, is left out (to repair: DELETE FROM {_SweepRow.__tablename__} "
                       f"{_where_name(row['name'])})")
                 continue
@@ -303,7 +303,7 @@ class Catalog:
         def write() -> SweepRecord:
             with Session(self.engine) as session, session.begin():
                 changed = session.execute(update(_SweepRow).where(_SweepRow.name == name)
-                                          .values(**values, updated_at=_now())).rowcount
+                                          .values(**values, updated_at=utc_now())).rowcount
                 if changed != 1:
                     raise UserError(f"no sweep named {name!r} in the catalog {self.url}", key="name")
                 return self._sweep_rows(session, _SweepRow.name == name)[0]
@@ -329,7 +329,7 @@ class Catalog:
 
     def _take_round(self, name: str, mine: dict[str, object]) -> tuple[bool, LeaseRecord | None]:
         """One try at the lease: (taken, the holder read when it was not)."""
-        now = _now()
+        now = utc_now()
         try:
             with Session(self.engine) as session, session.begin():
                 session.add(_LeaseRow(name=name, since=now, heartbeat_at=now, **mine))
@@ -359,7 +359,7 @@ class Catalog:
             with Session(self.engine) as session, session.begin():
                 return session.execute(
                     update(_LeaseRow).where(_LeaseRow.name == name, _LeaseRow.token == token)
-                    .values(heartbeat_at=_now())).rowcount == 1
+                    .values(heartbeat_at=utc_now())).rowcount == 1
         return self._ask(write)
 
     def release_lease(self, name: str, token: str) -> None:

@@ -13,18 +13,18 @@ import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import shapesweep.results.versions as versions
 from shapesweep.results.fragments import (
-    _CURVES,
-    _LAYERS,
-    _TRIALS,
-    _fragments,
-    _newest,
-    _Scan,
-    _scan,
+    CURVES,
+    LAYERS,
+    TRIALS,
+    Scan,
+    fragment_files,
+    newest_attempts,
+    scan_fragments,
 )
-from shapesweep.results.layout import _filesystem, _stamp, _write_atomic, validate_sweep_name
-from shapesweep.results.readers import _attempt_curves, _attempt_rows, _quarantined
+from shapesweep.results.layout import filesystem, stamp, validate_sweep_name, write_atomic
+from shapesweep.results.readers import attempt_curves, attempt_rows, quarantined_rows
 from shapesweep.results.schema import TRIAL_COLUMNS
-from shapesweep.results.sweep_folders import _ready
+from shapesweep.results.sweep_folders import ready_sweeps
 
 STALE_S = 3600.0  # leftovers older than this have no live writer: compact deletes them
 
@@ -46,18 +46,18 @@ def compact(root, sweep: str, grace_s: float = 0.25, stale_s: float = STALE_S) -
     one, one warning line each (`_set_aside`: a damaged trials fragment takes its curves and
     layers along; a damaged curves or layers fragment goes alone, and its trials' rows stay,
     unmerged, until `resume` has run them again): the folders stay globbable and nothing is
-    lost. A sweep whose version links are missing is repaired first (`_ready`). Leftovers older than `stale_s` are deleted: temporary
+    lost. A sweep whose version links are missing is repaired first (`ready_sweeps`). Leftovers older than `stale_s` are deleted: temporary
     files of killed writers, curves or layers whose trial never landed, and live curves
     (`shapesweep.results.live`) no evaluation has appended to since; so are versions a
     killed compaction left. `stale_s=0` is for a caller that knows no writer of this sweep
     runs (the driver holding it).
     """
-    fs, base = _filesystem(root)
+    fs, base = filesystem(root)
     folder = posixpath.join(base, validate_sweep_name(sweep))
     local = isinstance(fs, pafs.LocalFileSystem)
     if local and not os.path.isdir(folder):
         return None  # nothing written yet: make nothing
-    _ready(fs, base, sweep)  # never a version taken for a killed compaction's leftover
+    ready_sweeps(fs, base, sweep)  # never a version taken for a killed compaction's leftover
     with versions.locked(folder, exclusive=True) if local else contextlib.nullcontext():
         if local:
             versions.remove_stale(folder)
@@ -70,9 +70,9 @@ def compact(root, sweep: str, grace_s: float = 0.25, stale_s: float = STALE_S) -
 def _merge(fs, folder: str, grace_s: float, local: bool) -> str | None:
     """`compact`'s merge: damaged inputs set aside, the rest published as one file per table."""
     trials_dir, curves_dir, layers_dir = (posixpath.join(folder, t) for t in versions.TABLES)
-    trials = _scan(fs, trials_dir, _TRIALS, warn=False)
-    curves = _scan(fs, curves_dir, _CURVES, warn=False)
-    layers = _scan(fs, layers_dir, _LAYERS, warn=False)
+    trials = scan_fragments(fs, trials_dir, TRIALS, warn=False)
+    curves = scan_fragments(fs, curves_dir, CURVES, warn=False)
+    layers = scan_fragments(fs, layers_dir, LAYERS, warn=False)
     moved = _set_aside(fs, folder, trials, curves, layers)
     readable = [p for p in trials.listed if p not in moved]
     held = _held(fs, folder, readable, trials.rows) | _holding_bad_rows(trials)
@@ -82,19 +82,19 @@ def _merge(fs, folder: str, grace_s: float, local: bool) -> str | None:
     # Only the listed files: on an object store a fragment written meanwhile is neither
     # merged nor deleted.
     kept = pa.array(sorted(posixpath.basename(p) for p in inputs), pa.string())
-    winners = _newest(trials.rows.filter(pc.is_in(trials.rows["_file"], kept)))
+    winners = newest_attempts(trials.rows.filter(pc.is_in(trials.rows["_file"], kept)))
     merged_tables = {
-        "curves": _attempt_curves(curves.rows, curves.listed, winners, missing_ok=True),
-        "layers": _attempt_rows(layers.rows, winners, _LAYERS),
+        "curves": attempt_curves(curves.rows, curves.listed, winners, missing_ok=True),
+        "layers": attempt_rows(layers.rows, winners, LAYERS),
         "trials": winners.select(TRIAL_COLUMNS.names),  # last: the commit record
     }
-    name = f"compact-{_stamp()}.parquet"
+    name = f"compact-{stamp()}.parquet"
     merged_names = {posixpath.basename(p) for p in inputs}
     if local:
         version = versions.new_version(folder)
         for table, rows in merged_tables.items():
             if rows.num_rows or table != "layers":
-                _write_atomic(fs, posixpath.join(version, table, name), rows)
+                write_atomic(fs, posixpath.join(version, table, name), rows)
             versions.carry(posixpath.join(folder, table), posixpath.join(version, table),
                            skip=merged_names)
         retired = versions.publish(folder, versions.mark_complete(version))
@@ -104,7 +104,7 @@ def _merge(fs, folder: str, grace_s: float, local: bool) -> str | None:
     for table, rows in merged_tables.items():
         if rows.num_rows or table != "layers":
             fs.create_dir(posixpath.join(folder, table), recursive=True)
-            _write_atomic(fs, posixpath.join(folder, table, name), rows)
+            write_atomic(fs, posixpath.join(folder, table, name), rows)
     time.sleep(grace_s)
     # Trials first (an orphan curves or layers file is ignored), then their siblings only:
     # a sibling listed without its trials file is a write in flight, or a crashed one.
@@ -116,7 +116,7 @@ def _merge(fs, folder: str, grace_s: float, local: bool) -> str | None:
     return posixpath.join(trials_dir, name)
 
 
-def _set_aside(fs, folder: str, trials: _Scan, *siblings: _Scan) -> set[str]:
+def _set_aside(fs, folder: str, trials: Scan, *siblings: Scan) -> set[str]:
     """Move damaged fragments into `folder/damaged/`, one by one: a damaged trials fragment
     takes its curves and layers along (they belong to rows no one can read, whose trials
     run again); a damaged curves or layers fragment goes alone, its trials' rows stay where
@@ -140,16 +140,16 @@ def _held(fs, folder: str, readable: list[str], rows: pa.Table) -> set[str]:
     """Trials fragments left out of a merge: those whose curves or layers are quarantined
     and that still hold a trial's newest row. Their name is how `completed_keys` knows the
     trials to run again; once every row is superseded (run again) they merge away."""
-    quarantined = _quarantined(fs, folder)
+    quarantined = quarantined_rows(fs, folder)
     named = [p for p in readable if posixpath.basename(p) in quarantined]
     if not named:
         return set()
     names = pa.array(sorted({posixpath.basename(p) for p in readable}), pa.string())
-    winning = set(_newest(rows.filter(pc.is_in(rows["_file"], names)))["_file"].to_pylist())
+    winning = set(newest_attempts(rows.filter(pc.is_in(rows["_file"], names)))["_file"].to_pylist())
     return {p for p in named if posixpath.basename(p) in winning}
 
 
-def _holding_bad_rows(trials: _Scan) -> set[str]:
+def _holding_bad_rows(trials: Scan) -> set[str]:
     """Trials fragments with a row left out (`_bad_json`) of a trial no other fragment
     holds: merging would drop that row unseen. They stay as they are (a reader skips the row,
     with a warning) until `resume` has run the trial again; then they merge away."""
@@ -166,7 +166,7 @@ def _remove_leftovers(fs, folder: str, stale_s: float) -> None:
     older than `stale_s`: no live writer owns them."""
     trials_dir, *sibling_dirs = (posixpath.join(folder, t) for t in ("trials", "curves", "layers"))
     live_dir = posixpath.join(folder, "live")
-    trial_names = {info.base_name for info in _fragments(fs, trials_dir)}
+    trial_names = {info.base_name for info in fragment_files(fs, trials_dir)}
     cutoff = time.time() - stale_s
     for where in (folder, trials_dir, *sibling_dirs, live_dir):
         for info in fs.get_file_info(pafs.FileSelector(where, allow_not_found=True)):

@@ -1,9 +1,9 @@
 """Reading a table folder's fragments: each once, a damaged or foreign one named and skipped.
 
-A fragment is one Parquet file of `trials/`, `curves/` or `layers/`; `_scan` reads a whole
-folder (one dataset scan from `_BULK` fragments on), checks each file's schema against its
+A fragment is one Parquet file of `trials/`, `curves/` or `layers/`; `scan_fragments` reads a whole
+folder (one dataset scan from `BULK` fragments on), checks each file's schema against its
 table's, and leaves out a trial row whose JSON columns are not JSON objects. Readers that
-race a compaction list and read again (`_with_retries`).
+race a compaction list and read again (`with_retries`).
 """
 
 from __future__ import annotations
@@ -28,14 +28,14 @@ from shapesweep.results.schema import CURVE_COLUMNS, LAYER_COLUMNS, TRIAL_COLUMN
 from shapesweep.common import UserError
 
 _READ_RETRIES = 20  # a concurrent `compact` may delete a fragment between listing and reading
-_BULK = 32  # from this many fragments a folder is read as one dataset scan (a running sweep's)
+BULK = 32  # from this many fragments a folder is read as one dataset scan (a running sweep's)
 
 
 class DamagedStore(UserError):
     """Every fragment asked for is unreadable: a one-line error (exit 2; HTTP 500 when served)."""
 
 
-class _Table(NamedTuple):
+class FragmentTable(NamedTuple):
     """A table folder's schema, the columns a fragment must have to be one of ours, those
     that may not be null (a foreign file would otherwise show as an all-null row), and the
     columns that order a trial's rows."""
@@ -47,11 +47,11 @@ class _Table(NamedTuple):
     order: tuple[str, ...] = ()
 
 
-_TRIALS = _Table("trials", TRIAL_COLUMNS, ("sweep", "trial_id", "key", "seed", "status"),
+TRIALS = FragmentTable("trials", TRIAL_COLUMNS, ("sweep", "trial_id", "key", "seed", "status"),
                  ("sweep", "trial_id", "status"))
-_CURVES = _Table("curves", CURVE_COLUMNS, ("sweep", "trial_id", "step"), ("sweep", "trial_id"),
+CURVES = FragmentTable("curves", CURVE_COLUMNS, ("sweep", "trial_id", "step"), ("sweep", "trial_id"),
                  ("step",))
-_LAYERS = _Table("layers", LAYER_COLUMNS, ("sweep", "trial_id", "layer"), ("sweep", "trial_id"),
+LAYERS = FragmentTable("layers", LAYER_COLUMNS, ("sweep", "trial_id", "layer"), ("sweep", "trial_id"),
                  ("layer", "threshold"))
 _KINDS = (pa.types.is_integer, pa.types.is_floating, pa.types.is_boolean, pa.types.is_timestamp,
           pa.types.is_list, lambda t: pa.types.is_string(t) or pa.types.is_large_string(t))
@@ -68,7 +68,7 @@ def _unreadable(path: str, error: OSError) -> UserError:
     return UserError(f"cannot read ({reason}): give this process access to it", file=path)
 
 
-def _schema_problem(found: pa.Schema, table: _Table) -> str | None:
+def _schema_problem(found: pa.Schema, table: FragmentTable) -> str | None:
     """Why a fragment's schema is not its table's, or None. Types must be of the same kind
     (a whole number where a whole number belongs): a foreign file's numbers never become names."""
     if found.equals(table.schema):  # what write_trial and compact write
@@ -106,7 +106,7 @@ def _describe(error: Exception) -> str:
     return f"damaged Parquet file ({text})"
 
 
-def _read_fragment(fs: pafs.FileSystem, path: str, table: _Table, names: list[str]) -> pa.Table:
+def _read_fragment(fs: pafs.FileSystem, path: str, table: FragmentTable, names: list[str]) -> pa.Table:
     """One fragment's `names` columns in its table's types (columns it predates are null),
     plus `_file`; raises _Damaged. One open: the footer gives the schema, then the columns."""
     try:
@@ -124,7 +124,7 @@ def _read_fragment(fs: pafs.FileSystem, path: str, table: _Table, names: list[st
             raise _Damaged(f"not a {table.folder} fragment (null {', '.join(nulls)})")
         columns = _conform(found, table.schema, names)
     except FileNotFoundError:
-        raise  # a concurrent compaction removed it: `_with_retries` lists again
+        raise  # a concurrent compaction removed it: `with_retries` lists again
     except PermissionError as error:
         raise _unreadable(path, error) from None
     except (pa.ArrowException, OSError) as error:
@@ -133,14 +133,14 @@ def _read_fragment(fs: pafs.FileSystem, path: str, table: _Table, names: list[st
     return pa.Table.from_arrays([*columns, files], [*names, "_file"])
 
 
-def _read_or_problem(fs, path: str, table: _Table, names: list[str]) -> pa.Table | str:
+def _read_or_problem(fs, path: str, table: FragmentTable, names: list[str]) -> pa.Table | str:
     try:
         return _read_fragment(fs, path, table, names)
     except _Damaged as damage:
         return str(damage)
 
 
-def _read_fragments(fs, paths: list[str], table: _Table, names: list[str]) -> list[pa.Table | str]:
+def _read_fragments(fs, paths: list[str], table: FragmentTable, names: list[str]) -> list[pa.Table | str]:
     """Each file's rows, or the problem that made it unreadable; threads hide object-store latency."""
     if len(paths) < 2:
         return [_read_or_problem(fs, p, table, names) for p in paths]
@@ -151,30 +151,30 @@ def _read_fragments(fs, paths: list[str], table: _Table, names: list[str]) -> li
 _warned: set[tuple[str, str]] = set()
 
 
-def _warn(path: str, problem: str) -> None:
+def warn_damaged(path: str, problem: str) -> None:
     """One line on stderr per damaged file and process, however many readers meet it."""
     if (path, problem) not in _warned:
         _warned.add((path, problem))
         print(f"warning: skipping {path}: {problem}", file=sys.stderr, flush=True)
 
 
-def _fragments(fs: pafs.FileSystem, folder: str) -> list[pafs.FileInfo]:
+def fragment_files(fs: pafs.FileSystem, folder: str) -> list[pafs.FileInfo]:
     """Visible Parquet files of one table folder (temporary names start with '.'), by path."""
     version = _version(fs, folder)
     infos = sorted(
-        (info for info in _listing(fs, folder)
+        (info for info in fragment_listing(fs, folder)
          if info.type == pafs.FileType.File and info.base_name.endswith(".parquet")
          and not info.base_name.startswith((".", "_"))),
         key=lambda info: info.path,
     )
     if not infos and _version(fs, folder) != version:
         # An empty listing is also what a version retired mid-listing gives (`versions`): a
-        # compaction swapped the folder meanwhile, and `_with_retries` lists it again.
+        # compaction swapped the folder meanwhile, and `with_retries` lists it again.
         raise FileNotFoundError(f"{folder} was compacted while listing it")
     return infos
 
 
-def _listing(fs: pafs.FileSystem, folder: str) -> list[pafs.FileInfo]:
+def fragment_listing(fs: pafs.FileSystem, folder: str) -> list[pafs.FileInfo]:
     """A folder's entries (none when it does not exist); one we may not list is one line."""
     try:
         return fs.get_file_info(pafs.FileSelector(folder, allow_not_found=True))
@@ -196,7 +196,7 @@ def _footer(fragment: ds.ParquetFileFragment) -> pa.Schema | None:
         return None
 
 
-def _read_bulk(fs, paths: list[str], table: _Table, names: list[str]):
+def _read_bulk(fs, paths: list[str], table: FragmentTable, names: list[str]):
     """Rows and problems of many fragments: one dataset scan of those whose footer is one of
     ours, each other read alone (so its problem is named, or a vanished file retried). A
     scan costs less per file than opening each: the cost follows the rows, not the files."""
@@ -221,7 +221,7 @@ def _read_bulk(fs, paths: list[str], table: _Table, names: list[str]):
     return pa.concat_tables([rows, rest]), damaged
 
 
-class _Scan(NamedTuple):
+class Scan(NamedTuple):
     rows: pa.Table  # the readable fragments' rows, plus `_file` (the fragment's base name)
     listed: list[str]  # every visible fragment's path, readable or not
     damaged: dict[str, str]  # path -> why it cannot be read
@@ -249,21 +249,21 @@ def _bad_json(rows: pa.Table) -> np.ndarray | None:
     return bad if bad.any() else None
 
 
-def _empty(table: _Table, names: list[str]) -> pa.Table:
+def empty_frame(table: FragmentTable, names: list[str]) -> pa.Table:
     return table.schema.empty_table().select(names).append_column("_file", pa.array([], pa.string()))
 
 
-def _combine(paths: list[str], results: list, table: _Table, names: list[str]):
+def _combine(paths: list[str], results: list, table: FragmentTable, names: list[str]):
     """Rows of the readable results (one table) and the problems of the others, by path."""
     tables = [r for r in results if not isinstance(r, str)]
     damaged = {p: r for p, r in zip(paths, results, strict=True) if isinstance(r, str)}
-    return pa.concat_tables([_empty(table, names), *tables]), damaged
+    return pa.concat_tables([empty_frame(table, names), *tables]), damaged
 
 
-def _read_each(fs, paths: list[str], table: _Table, names: list[str]) -> list[pa.Table | str]:
+def _read_each(fs, paths: list[str], table: FragmentTable, names: list[str]) -> list[pa.Table | str]:
     """Each file's rows or problem, as `_read_fragments` gives them; many files are read in
     one scan (`_read_bulk`) and its rows split by file, which costs less than opening each."""
-    if len(paths) < _BULK:
+    if len(paths) < BULK:
         return _read_fragments(fs, paths, table, names)
     rows, damaged = _read_bulk(fs, paths, table, names)
     rows = rows.sort_by("_file")  # a stable sort: each file's rows keep their order
@@ -271,7 +271,7 @@ def _read_each(fs, paths: list[str], table: _Table, names: list[str]) -> list[pa
     starts = np.flatnonzero(np.r_[True, files[1:] != files[:-1]]) if len(files) else []
     ends = [*starts[1:], len(files)]
     own = {files[start]: rows.slice(start, end - start) for start, end in zip(starts, ends, strict=True)}
-    empty = _empty(table, names)
+    empty = empty_frame(table, names)
     return [damaged.get(p) or own.get(posixpath.basename(p), empty) for p in paths]
 
 
@@ -287,7 +287,7 @@ class FragmentCache:
         # folder -> (listing, rows, damaged, bad rows)
         self._folders: dict[str, tuple[tuple, pa.Table, dict, dict]] = {}
 
-    def folder(self, fs, folder: str, infos: list[pafs.FileInfo], table: _Table):
+    def folder(self, fs, folder: str, infos: list[pafs.FileInfo], table: FragmentTable):
         """Every column of a folder's readable fragments (less the rows `_drop_bad` leaves
         out, checked once per fragment), the damaged ones, and the rows left out."""
         listing = tuple((i.path, i.size, i.mtime_ns) for i in infos)
@@ -299,7 +299,7 @@ class FragmentCache:
             fresh = [p for p in stamps if self._files.get(p, (None,))[0] != stamps[p]]
             names = table.schema.names
             results = _read_each(fs, fresh, table, names)
-            if table is _TRIALS:
+            if table is TRIALS:
                 results = [self._checked(fs, path, result) for path, result in zip(fresh, results, strict=True)]
             gone = [p for p in self._files if posixpath.dirname(p) == folder and p not in stamps]
             appended = cached is not None and not gone and not any(p in self._files for p in fresh)
@@ -339,32 +339,32 @@ def _drop_bad(rows: pa.Table, folder: str) -> tuple[pa.Table, dict[str, set[str]
     return rows.filter(~bad), found
 
 
-def _scan(fs, folder: str, table: _Table, columns=None, cache: FragmentCache | None = None,
-          warn: bool = True) -> _Scan:
+def scan_fragments(fs, folder: str, table: FragmentTable, columns=None, cache: FragmentCache | None = None,
+          warn: bool = True) -> Scan:
     """Read a table folder: each fragment once, a damaged or foreign one skipped (and named)."""
-    infos = _fragments(fs, folder)
+    infos = fragment_files(fs, folder)
     names = list(columns or table.schema.names)
     # a trial row is read with its JSON columns, whatever is asked: each reader skips the same rows
-    read = list(dict.fromkeys([*names, *(("trial_id", *_JSON_COLUMNS) if table is _TRIALS else ())]))
+    read = list(dict.fromkeys([*names, *(("trial_id", *_JSON_COLUMNS) if table is TRIALS else ())]))
     if cache is None:
         paths = [info.path for info in infos]
-        rows, damaged = (_read_bulk(fs, paths, table, read) if len(paths) >= _BULK else
+        rows, damaged = (_read_bulk(fs, paths, table, read) if len(paths) >= BULK else
                          _combine(paths, _read_fragments(fs, paths, table, read), table, read))
-        rows, bad_rows = _drop_bad(rows, folder) if table is _TRIALS else (rows, {})
+        rows, bad_rows = _drop_bad(rows, folder) if table is TRIALS else (rows, {})
     else:
         rows, damaged, bad_rows = cache.folder(fs, folder, infos, table)
     rows = rows.select([*names, "_file"])
     if warn:
         for path, problem in damaged.items():
-            _warn(path, problem)
+            warn_damaged(path, problem)
         for path, trial_ids in bad_rows.items():
-            _warn(path, f"trial(s) {', '.join(sorted(trial_ids))}: config_json or tuned_json is not a "
+            warn_damaged(path, f"trial(s) {', '.join(sorted(trial_ids))}: config_json or tuned_json is not a "
                         "JSON object (row skipped; resume runs the trial again)")
-    return _Scan(rows, [info.path for info in infos], damaged, bad_rows)
+    return Scan(rows, [info.path for info in infos], damaged, bad_rows)
 
 
 
-def _with_retries(read):
+def with_retries(read):
     """Run a listing+read, again if a concurrent compaction removed a file in between."""
     for attempt in range(_READ_RETRIES):
         try:
@@ -375,7 +375,7 @@ def _with_retries(read):
             time.sleep(0.05)
 
 
-def _newest(table: pa.Table) -> pa.Table:
+def newest_attempts(table: pa.Table) -> pa.Table:
     """Keep the newest row per (sweep, trial_id): latest `finished_at`, then latest file name."""
     keys = table.select(["sweep", "trial_id", "finished_at", "_file"]).append_column(
         "_row", pa.array(range(table.num_rows), pa.int64()))  # sort the keys; take the rows once

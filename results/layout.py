@@ -34,7 +34,7 @@ def validate_sweep_name(sweep: str) -> str:
     return sweep
 
 
-def _filesystem(root: str | os.PathLike) -> tuple[pafs.FileSystem, str]:
+def filesystem(root: str | os.PathLike) -> tuple[pafs.FileSystem, str]:
     root = os.fspath(root)
     if "://" in root:
         return pafs.FileSystem.from_uri(root)
@@ -43,14 +43,14 @@ def _filesystem(root: str | os.PathLike) -> tuple[pafs.FileSystem, str]:
 
 def local_folder(root: str | os.PathLike) -> str | None:
     """The root as a folder of this machine (a path or file:// URI), or None (object stores)."""
-    fs, base = _filesystem(root)
+    fs, base = filesystem(root)
     return base if isinstance(fs, pafs.LocalFileSystem) else None
 
 
 def probe(root: str | os.PathLike) -> None:
     """Ask an object-store root's store once (pyarrow's error if it does not answer); a
     local root is not asked."""
-    fs, base = _filesystem(root)
+    fs, base = filesystem(root)
     if not isinstance(fs, pafs.LocalFileSystem):
         fs.get_file_info(base)
 
@@ -64,16 +64,16 @@ def sweep_dir(root: str | os.PathLike, sweep: str) -> str:
     return os.path.join(os.path.abspath(root), sweep)
 
 
-def _stamp() -> str:
+def stamp() -> str:
     """Sorts by write time (tie-break between equal `finished_at`), unique across writers."""
     return f"{time.time_ns():020d}-{uuid.uuid4().hex[:12]}"
 
 
-def _safe(text: str) -> str:
+def safe(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]", "_", text)[:80]
 
 
-def _write_atomic(fs: pafs.FileSystem, path: str, content: pa.Table | bytes) -> None:
+def write_atomic(fs: pafs.FileSystem, path: str, content: pa.Table | bytes) -> None:
     """Write a Parquet table (or raw bytes) under a hidden temporary name, then rename
     (object stores: one PUT, which is atomic)."""
     def write(out) -> None:
@@ -103,16 +103,16 @@ def _write_atomic(fs: pafs.FileSystem, path: str, content: pa.Table | bytes) -> 
 def write_sweep_file(root, sweep: str, name: str, text: str) -> None:
     """A small text file of the sweep (its space, how it was run), written atomically,
     under any root the store takes: local, file:// or an object store."""
-    fs, base = _filesystem(root)
+    fs, base = filesystem(root)
     folder = posixpath.join(base, validate_sweep_name(sweep))
     fs.create_dir(folder, recursive=True)
-    _write_atomic(fs, posixpath.join(folder, name), text.encode())
+    write_atomic(fs, posixpath.join(folder, name), text.encode())
 
 
 def read_sweep_file(root, sweep: str, name: str) -> str | None:
     """The text `write_sweep_file` wrote, or None when there is none; text that is not
     UTF-8 (a garbled file) is one line naming the file and its repair."""
-    fs, base = _filesystem(root)
+    fs, base = filesystem(root)
     path = posixpath.join(base, validate_sweep_name(sweep), name)
     if fs.get_file_info(path).type != pafs.FileType.File:
         return None

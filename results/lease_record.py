@@ -20,7 +20,7 @@ LEASE_TIMEOUT_ENV = "SHAPESWEEP_LEASE_TIMEOUT_S"
 DEFAULT_LEASE_TIMEOUT_S = 60.0  # a lease whose heartbeat is older than this is dead
 
 
-def _now() -> datetime:
+def utc_now() -> datetime:
     return datetime.now(UTC)
 
 
@@ -29,10 +29,10 @@ def _utc(stamp: datetime) -> datetime:
     return stamp.replace(tzinfo=UTC) if stamp.tzinfo is None else stamp
 
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)  # what an unreadable time stands for: long ago
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)  # what an unreadable time stands for: long ago
 
 
-def _stamp(value: object) -> datetime | None:
+def read_stamp(value: object) -> datetime | None:
     """A time as the database gave it (a datetime; SQLite: its text), or None when it is
     not one (a row edited by hand, a damaged file)."""
     if isinstance(value, datetime):
@@ -46,7 +46,7 @@ def _stamp(value: object) -> datetime | None:
 _warned: set[str] = set()
 
 
-def _warn(line: str) -> None:
+def warn_once(line: str) -> None:
     """One warning line on stderr per damaged row and process."""
     if line not in _warned:
         _warned.add(line)
@@ -81,20 +81,20 @@ class LeaseRecord:
         """From a raw row (`_raw`); an unreadable time is long ago: a dead lease, taken over."""
         stamps = {}
         for name in ("since", "heartbeat_at"):
-            stamps[name] = _stamp(row[name])
+            stamps[name] = read_stamp(row[name])
             if stamps[name] is None:
-                _warn(f"{where}: lease of sweep {row['name']!r}: {name} {row[name]!r} is not a time "
+                warn_once(f"{where}: lease of sweep {row['name']!r}: {name} {row[name]!r} is not a time "
                       "(counted as a dead lease: the next run takes it over)")
-                stamps[name] = _EPOCH
+                stamps[name] = EPOCH
         return cls(row["name"], row["host"], row["pid"], row["token"], **stamps)
 
     def alive(self) -> bool:
         """A recent heartbeat, and (on this host, where we can look) a living process."""
-        if _now() - self.heartbeat_at > timedelta(seconds=lease_timeout_s()):
+        if utc_now() - self.heartbeat_at > timedelta(seconds=lease_timeout_s()):
             return False
         return self.host != socket.gethostname() or pid_alive(self.pid)
 
     def describe(self) -> str:
-        ago = (_now() - self.heartbeat_at).total_seconds()
+        ago = (utc_now() - self.heartbeat_at).total_seconds()
         return (f"host {self.host}, pid {self.pid}, since {self.since:%Y-%m-%d %H:%M:%S} UTC, "
                 f"last heartbeat {ago:.0f} s ago")

@@ -19,7 +19,7 @@ import pandas as pd
 import pyarrow as pa
 from shapesweep.results.interface import ResultsStore, Row, TrialKeys
 from shapesweep.results.layout import validate_sweep_name
-from shapesweep.results.lease_record import LeaseRecord, _now
+from shapesweep.results.lease_record import LeaseRecord, utc_now
 from shapesweep.results.schema import CURVE_COLUMNS, LAYER_COLUMNS, TRIAL_COLUMNS
 from shapesweep.results.sweep_folders import prepare_trial
 
@@ -108,7 +108,7 @@ class MemoryStore(ResultsStore):
             holder = self._leases.get(validate_sweep_name(sweep))
             if holder is not None and holder.alive():
                 return holder
-            now = _now()
+            now = utc_now()
             self._leases[sweep] = LeaseRecord(sweep, socket.gethostname(), os.getpid(), token, now, now)
             return None
 
@@ -121,7 +121,7 @@ class MemoryStore(ResultsStore):
             holder = self._leases.get(sweep)
             if holder is None or holder.token != token:
                 return False
-            self._leases[sweep] = replace(holder, heartbeat_at=_now())
+            self._leases[sweep] = replace(holder, heartbeat_at=utc_now())
             return True
 
     def release_lease(self, sweep: str, token: str) -> None:

@@ -26,7 +26,7 @@ names importable.
 from __future__ import annotations
 
 from shapesweep.results.compaction import STALE_S, compact
-from shapesweep.results.fragments import _BULK, DamagedStore, FragmentCache
+from shapesweep.results.fragments import BULK, DamagedStore, FragmentCache
 from shapesweep.results.layout import (
     SWEEP_NAME,
     local_folder,
@@ -48,7 +48,7 @@ from shapesweep.results.readers import (
 from shapesweep.results.sweep_folders import list_sweeps, unknown_sweep, write_trial
 
 __all__ = [
-    "_BULK", "STALE_S", "SWEEP_NAME", "DamagedStore", "FragmentCache", "compact", "completed_keys",
+    "BULK", "STALE_S", "SWEEP_NAME", "DamagedStore", "FragmentCache", "compact", "completed_keys",
     "list_sweeps", "load_curves", "load_layers", "load_trials", "local_folder", "probe",
     "quarantined_trials", "read_sweep_file", "read_sweep_json", "sweep_dir", "sweep_file_repair",
     "unknown_sweep", "validate_sweep_name", "write_sweep_file", "write_trial",

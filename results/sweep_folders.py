@@ -14,14 +14,14 @@ from datetime import UTC, datetime
 import pyarrow as pa
 import pyarrow.fs as pafs
 import shapesweep.results.versions as versions
-from shapesweep.results.fragments import _fragments, _listing
+from shapesweep.results.fragments import fragment_files, fragment_listing
 from shapesweep.results.layout import (
     SWEEP_NAME,
-    _filesystem,
-    _safe,
-    _stamp,
-    _write_atomic,
+    filesystem,
+    safe,
+    stamp,
     validate_sweep_name,
+    write_atomic,
 )
 from shapesweep.results.schema import (
     CURVE_COLUMNS,
@@ -73,16 +73,16 @@ def write_trial(root, sweep: str, trial_row: dict, curve_rows: list[dict],
     if layers:
         siblings.append(("layers", LAYER_COLUMNS, layers))
 
-    fs, base = _filesystem(root)
-    name = f"part-{_safe(row['trial_id'])}-{_stamp()}.parquet"
+    fs, base = filesystem(root)
+    name = f"part-{safe(row['trial_id'])}-{stamp()}.parquet"
     tables = [(folder, pa.Table.from_pylist(rows, schema=schema)) for folder, schema, rows in siblings]
     with _writing(fs, posixpath.join(base, sweep)):
         for table_name in ("trials", *(folder for folder, _ in tables)):
             fs.create_dir(posixpath.join(base, sweep, table_name), recursive=True)
         for folder, table in tables:
-            _write_atomic(fs, posixpath.join(base, sweep, folder, name), table)
+            write_atomic(fs, posixpath.join(base, sweep, folder, name), table)
         trial_path = posixpath.join(base, sweep, "trials", name)
-        _write_atomic(fs, trial_path, pa.Table.from_pylist([row], schema=TRIAL_COLUMNS))
+        write_atomic(fs, trial_path, pa.Table.from_pylist([row], schema=TRIAL_COLUMNS))
     return trial_path
 
 
@@ -91,16 +91,16 @@ def _writing(fs: pafs.FileSystem, folder: str):
     """A writer's hold on a local sweep (`versions`): its folders laid out, and the shared
     lock that keeps a compaction from retiring the version it writes into."""
     if not isinstance(fs, pafs.LocalFileSystem):
-        _ready(fs, *posixpath.split(folder))
+        ready_sweeps(fs, *posixpath.split(folder))
         yield
         return
-    _ready(fs, *posixpath.split(folder))
+    ready_sweeps(fs, *posixpath.split(folder))
     versions.ensure(folder)
     with versions.locked(folder, exclusive=False):
         yield
 
 
-def _ready(fs: pafs.FileSystem, base: str, sweep: str) -> None:
+def ready_sweeps(fs: pafs.FileSystem, base: str, sweep: str) -> None:
     """A sweep folder whose version links are missing or dangling, repaired before anything
     reads or writes it (`versions.repair`; on an object store, `_restore`), with one warning
     line saying what was found; one line naming the repair where it cannot be. Never a
@@ -130,7 +130,7 @@ def _restore(fs: pafs.FileSystem, folder: str) -> None:
     if fs.get_file_info(posixpath.join(folder, "trials")).type == pafs.FileType.Directory:
         return
     stored = posixpath.join(folder, versions.VERSIONS)
-    found = sorted(i.path for i in _listing(fs, stored) if i.type == pafs.FileType.Directory)
+    found = sorted(i.path for i in fragment_listing(fs, stored) if i.type == pafs.FileType.Directory)
     if not found:
         return
     complete = [v for v in found if fs.get_file_info(posixpath.join(v, versions.COMPLETE)).type
@@ -142,7 +142,7 @@ def _restore(fs: pafs.FileSystem, folder: str) -> None:
     chosen = (complete or found)[-1]
     copied = 0
     for table in ("curves", "layers", "trials"):
-        for info in _fragments(fs, posixpath.join(chosen, table)):
+        for info in fragment_files(fs, posixpath.join(chosen, table)):
             target = posixpath.join(folder, table, info.base_name)
             if fs.get_file_info(target).type != pafs.FileType.File:
                 fs.copy_file(info.path, target)
@@ -170,13 +170,13 @@ def unknown_sweep(name: str, root, known=()) -> UserError:
 def list_sweeps(root) -> list[str]:
     """Names of the sweeps with a results folder under root, sorted.
 
-    A sweep folder whose version links are missing is repaired first (`_ready`), or, where
+    A sweep folder whose version links are missing is repaired first (`ready_sweeps`), or, where
     it cannot be, left out with one warning line naming the repair."""
-    fs, base = _filesystem(root)
+    fs, base = filesystem(root)
     if fs.get_file_info(base).type != pafs.FileType.Directory:
         return []
     names = []
-    for info in _listing(fs, base):
+    for info in fragment_listing(fs, base):
         if info.type == pafs.FileType.Directory and SWEEP_NAME.fullmatch(info.base_name):
             trials = posixpath.join(info.path, "trials")
             if fs.get_file_info(trials).type != pafs.FileType.Directory:
@@ -185,7 +185,7 @@ def list_sweeps(root) -> list[str]:
                         posixpath.join(info.path, versions.VERSIONS)).type == pafs.FileType.Directory):
                     continue
                 try:
-                    _ready(fs, base, info.base_name)
+                    ready_sweeps(fs, base, info.base_name)
                 except UserError as error:
                     print(f"warning: skipping {info.path}: {error.problem}", file=sys.stderr, flush=True)
                     continue
@@ -194,11 +194,11 @@ def list_sweeps(root) -> list[str]:
     return sorted(names)
 
 
-def _sweeps(root, sweeps: list[str] | None) -> list[str]:
-    """The sweeps asked for (None: all), each ready to read (`_ready`)."""
+def sweep_names(root, sweeps: list[str] | None) -> list[str]:
+    """The sweeps asked for (None: all), each ready to read (`ready_sweeps`)."""
     if sweeps is None:
         return list_sweeps(root)
-    fs, base = _filesystem(root)
+    fs, base = filesystem(root)
     for sweep in sweeps:
-        _ready(fs, base, validate_sweep_name(sweep))
+        ready_sweeps(fs, base, validate_sweep_name(sweep))
     return list(sweeps)

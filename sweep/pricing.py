@@ -39,8 +39,6 @@ GPU_KINDS = {"h100": ("H100", "80GB"), "h100-pcie": ("H100 PCIe", "80GB"), "h200
              "a10": ("A10", "24GB")}
 DEFAULT_GPU = "h100"
 DEFAULT_MFU = 0.30  # a family with no measured figure: below the measured 29.7-40.2% (docs/gpu.md)
-# The figures file names the variable-width family by its paper's name.
-FIGURE_FAMILY = {"variable_width": "vformer"}
 FORWARD_SHARE = 1 / 3  # an evaluation token runs the forward pass: 2 of the 6 FLOPs a parameter
 
 
@@ -113,7 +111,8 @@ def mfu_for(family: str, compiled: bool) -> Mfu:
     """The MFU a candidate's trials are priced at, and its source."""
     if not compiled:
         return Mfu(EAGER_MFU, "eager: compile_policy.EAGER_MFU (measured on an H200)")
-    found = gpu_figures.mfu(FIGURE_FAMILY.get(family, family))
+    spec = families.find(family)
+    found = gpu_figures.mfu((spec.figures_name if spec else "") or family)
     if found is None:
         return Mfu(DEFAULT_MFU, f"no {family} figure: pricing.DEFAULT_MFU")
     key, figure = found

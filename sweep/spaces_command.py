@@ -20,7 +20,8 @@ HEADERS = {"n_layers": "L", "n_heads": "heads", "ffn_ratio": "d_h/d", "width_dep
            "params_non_embedding": "non-emb", "params_total": "total", "flops_per_token": "FLOPs/tok",
            "avg_layer_width": "avg width", "budget_error": "budget err", "gpu_hours": "GPU-h"}
 # Left out in this order until the table fits the terminal (`--format csv` has every column).
-DROP_FIRST = ("trials", "n_heads", "avg_layer_width", "key", "params_total", "flops_per_token", "ffn_ratio", "family")
+DROP_FIRST = ("trials", "n_heads", "avg_layer_width", "key", "params_total", "flops_per_token", "ffn_ratio", "family",
+              "cost", "gpu_hours")  # the price per candidate last: its totals print below the table
 
 
 def add_arguments_spaces(parser: argparse.ArgumentParser) -> None:

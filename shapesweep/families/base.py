@@ -154,6 +154,7 @@ class FamilySpec:
     vector_totals: Callable[[Any, int], dict] | None = None
     init: str = "shapesweep.trainers.mup:lm_rules"  # "module:callable" yielding init rules
     lm: bool = True  # a language model: token data, embeddings, attention heads
+    figures_name: str = ""  # its name in trainers/gpu-figures.json, where that differs
     width: str = "d_model"  # the width ffn_ratio and width_depth_ratio are relative to
     # The stored fields that set a candidate's shape beside width x depth, in the order a
     # label shows them (`status`'s candidate tables).

@@ -237,6 +237,7 @@ def _constant(row: dict) -> bool:
 
 SPEC = FamilySpec(
     name="variable_width",
+    figures_name="vformer",  # bench_gpu.py files its figures under the paper's name
     config=VariableWidthConfig,
     account=_account,
     model="shapesweep.trainers.lm:LM",  # vector_totals None: widths are solved per config
