@@ -51,7 +51,7 @@ def failure_line(error: BaseException, address: str, log: str | None, wait_s: in
     reason = (str(error).strip() or type(error).__name__).splitlines()[0]
     what = "Ray did not start" if address == "local" else f"could not join the Ray cluster at {address}"
     where = (f"Ray's log: {log}" if log else
-             "Ray's logs: the cluster head's session folder (/tmp/ray/session_latest/logs)"
+             "Ray's logs: session_latest/logs in Ray's temp folder on the cluster's head node"
              if address != "local" else "Ray wrote no log")
     return RayStartFailed(
         f"{what}: {type(error).__name__}: {reason} (tried twice, the second time waiting "
