@@ -76,6 +76,13 @@ def command_name() -> str:
     return "shapesweep" if on_path and Path(on_path).resolve() == script.resolve() else str(script)
 
 
+def resume_command(name: str, root: str) -> str:
+    """The command that finishes sweep `name` of `root`, as a line to copy."""
+    import shlex
+
+    return f"{command_name()} resume {shlex.quote(name)} --root {shlex.quote(root)}"
+
+
 def duration(seconds: float | None) -> str:
     """`1h05m`, `4m10s`, `12s`; `-` when unknown (progress, status, train)."""
     if seconds is None or not math.isfinite(seconds):

@@ -19,8 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from shapesweep.sweep import ray_compat
+from shapesweep.sweep.ray_failure import START_WAIT_ENV, failure_line, retry_wait_s, start_log
 
-from shapesweep.common import UserError
+from shapesweep.common import UserError, environment
 
 
 def ray_storage(root: str, name: str) -> Path:
@@ -58,7 +59,8 @@ def check_address(address: str | None) -> None:
                         "give the address of one that runs", key="--address") from None
 
 
-def init_ray(address: str | None, record: Path | None = None) -> tuple[bool, str | None]:
+def init_ray(address: str | None, record: Path | None = None,
+             then: str | None = None) -> tuple[bool, str | None]:
     """Start a Ray of this sweep's own, or join `address` (`--address`; never a cluster
     not named there or in $RAY_ADDRESS, which the CLI reads into it).
 
@@ -68,12 +70,42 @@ def init_ray(address: str | None, record: Path | None = None) -> tuple[bool, str
     before it starts, so that a driver killed even during `ray.init` has what it left
     removed by the next (`clear_dead_session`). Interrupted while it starts (Ctrl-C,
     SIGTERM, SIGHUP), it stops what had started and removes its folder before re-raising.
+
+    A start or join that fails is tried once more, Ray's start-up wait doubled (a loaded
+    machine's GCS can miss the first); a second failure is one line (`RayStartFailed`:
+    what failed, the log that says why, kept, and `then`, what to run next).
     """
     import ray
 
     if ray.is_initialized():
         return False, None
     address = address or "local"
+    try:
+        return True, _start(address, record, keep_logs=False)
+    except _StartFailed:
+        pass
+    wait_s = retry_wait_s()
+    try:
+        with environment({START_WAIT_ENV: str(wait_s)}):
+            return True, _start(address, record, keep_logs=True)
+    except _StartFailed as failed:
+        raise failure_line(failed.error, address, start_log(failed.session_dir), wait_s,
+                           then) from None
+
+
+class _StartFailed(Exception):
+    """One failed `ray.init`: Ray's exception and the session folder whose logs it kept."""
+
+    def __init__(self, error: Exception, session_dir: str | None):
+        super().__init__(str(error))
+        self.error, self.session_dir = error, session_dir
+
+
+def _start(address: str, record: Path | None, keep_logs: bool) -> str | None:
+    """One `ray.init`; the local Ray's session folder. A failure (not an interrupt) raises
+    _StartFailed once what had started is stopped."""
+    import ray
+
     kwargs: dict[str, Any] = {"include_dashboard": False} if address == "local" else {}
     local = address == "local"
     if local:
@@ -91,11 +123,22 @@ def init_ray(address: str | None, record: Path | None = None) -> tuple[bool, str
         session_dir = (local and context.address_info.get("session_dir")) or None
         if session_dir and record is not None:
             _write_record(record, session_dir)
+    except Exception as error:  # noqa: BLE001 - whatever Ray raised, said in one line
+        kept = _abandon_start(since, record, keep_logs) if local else _shut_down()
+        raise _StartFailed(error, kept) from None
     except BaseException:
         if local:
             _abandon_start(since, record)
         raise
-    return True, session_dir
+    return session_dir
+
+
+def _shut_down() -> None:
+    """After a failed join: whatever Ray set up in this process, gone."""
+    import ray
+
+    with contextlib.suppress(Exception):
+        ray.shutdown()
 
 
 SESSION_RECORD = "local-ray.json"  # in the sweep's Ray folder while its driver's local Ray runs
@@ -114,17 +157,22 @@ def _write_record(path: Path, session_dir: str | None) -> None:
     os.replace(tmp, path)
 
 
-def _abandon_start(since: float, record: Path | None) -> None:
-    """After an interrupted `ray.init`: stop what Ray had started, and remove the session
-    folder this driver's start made (named by its pid, made since `since`)."""
+def _abandon_start(since: float, record: Path | None, keep_logs: bool = False) -> str | None:
+    """After an interrupted or failed `ray.init`: stop what Ray had started, and remove the
+    session folder this driver's start made (named by its pid, made since `since`); with
+    `keep_logs`, its `logs` folder stays, for the user to read why. Returns that folder's
+    session (None when there was none, or none kept)."""
     import ray
 
     with contextlib.suppress(Exception):
         ray.shutdown()
+    kept = None
     for session_dir in _sessions_of(os.getpid(), ray_compat.ray_temp_dir(), since):
-        _remove_leftover(session_dir)
+        _remove_leftover(session_dir, keep_logs)
+        kept = session_dir if keep_logs else None
     if record is not None:
         record.unlink(missing_ok=True)
+    return kept
 
 
 def _sessions_of(pid: int, temp_dir: str | None, since: float) -> list[str]:
@@ -140,13 +188,14 @@ def _sessions_of(pid: int, temp_dir: str | None, since: float) -> list[str]:
     return found
 
 
-def _remove_leftover(session_dir: str) -> None:
+def _remove_leftover(session_dir: str, keep_logs: bool = False) -> None:
     """A dead or abandoned local Ray: its processes still running (this user's, naming its
-    folder: Ray's agents outlive their raylet for a minute) killed, its folder removed."""
+    folder: Ray's agents outlive their raylet for a minute) killed, its folder removed (but
+    its `logs`, with `keep_logs`)."""
     for leftover in _processes_naming(session_dir):
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(leftover, signal.SIGKILL)
-    remove_session(session_dir)
+    remove_session(session_dir, keep_logs)
 
 
 def clear_dead_session(root: str, name: str) -> None:
@@ -212,11 +261,21 @@ def stop_ray(session_dir: str | None, record: Path | None = None) -> None:
         record.unlink(missing_ok=True)
 
 
-def remove_session(session_dir: str | None) -> None:
-    """Delete a shut-down local Ray's session folder and the `session_latest` link to it."""
+def remove_session(session_dir: str | None, keep_logs: bool = False) -> None:
+    """Delete a shut-down local Ray's session folder (all but its `logs`, with `keep_logs`)
+    and the `session_latest` link to it."""
     if not session_dir:
         return
-    shutil.rmtree(session_dir, ignore_errors=True)
+    if keep_logs:
+        with contextlib.suppress(OSError):
+            for entry in Path(session_dir).iterdir():
+                if entry.name != "logs":
+                    if entry.is_dir() and not entry.is_symlink():
+                        shutil.rmtree(entry, ignore_errors=True)
+                    else:
+                        entry.unlink(missing_ok=True)
+    else:
+        shutil.rmtree(session_dir, ignore_errors=True)
     latest = Path(session_dir).parent / "session_latest"
     if latest.is_symlink() and Path(os.readlink(latest)).name == Path(session_dir).name:
         latest.unlink(missing_ok=True)

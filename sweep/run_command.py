@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shlex
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
@@ -18,7 +17,7 @@ from typing import Any
 from shapesweep.sweep.options import add_flags, parsed, resumed
 from shapesweep.sweep.sweep_options import SweepOptions
 
-from shapesweep.common import UserError, command_name, terminal_console
+from shapesweep.common import UserError, resume_command, terminal_console
 
 
 def add_arguments_run(parser: argparse.ArgumentParser, model: type = SweepOptions) -> None:
@@ -64,8 +63,8 @@ def _resume_hint(name: str | None, space: str, root: str) -> Iterator[None]:
         name = name or load_space(space).name  # it loaded before: the sweep started
         if read_sweep_file(root, name, "sweep.json") is not None:
             with suppress(OSError):  # SIGHUP: the terminal may be gone
-                print(f"interrupted; to finish the sweep: {command_name()} resume "
-                      f"{shlex.quote(name)} --root {shlex.quote(root)}", file=sys.stderr, flush=True)
+                print(f"interrupted; to finish the sweep: {resume_command(name, root)}",
+                      file=sys.stderr, flush=True)
         raise
 
 

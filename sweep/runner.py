@@ -61,7 +61,7 @@ from shapesweep.sweep.scheduling import Choice, choose
 from shapesweep.sweep.sweep_options import SweepOptions
 from shapesweep.trainers.spec import TrainerOptions
 
-from shapesweep.common import UserError, printable
+from shapesweep.common import UserError, printable, resume_command
 from shapesweep.families import base as families
 
 OPTIONS_FILE = "sweep.json"  # how the sweep was run, so `resume NAME` can run it again
@@ -482,7 +482,8 @@ def _fit(options: SweepOptions, checked: _Checked, plan: Any, catalog: Any,
     from shapesweep.sweep.progress import SweepProgress
 
     name = options.name
-    started_ray, session_dir = init_ray(options.address, ray_storage(options.root, name) / SESSION_RECORD)
+    started_ray, session_dir = init_ray(options.address, ray_storage(options.root, name) / SESSION_RECORD,
+                                        then=f"to resume: {resume_command(name, options.root)}")
     status = "failed"
     try:  # from here on, an interrupt stops the Ray just started
         grid = plan.param_space.get("spec")  # a grid's trials are known now: `tune.grid_search(specs)`

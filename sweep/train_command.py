@@ -9,6 +9,7 @@ import sys
 from dataclasses import replace
 
 from shapesweep.search_spaces.configs import parse_count
+from shapesweep.sweep.ray_session import check_address
 from shapesweep.sweep.run_command import check_parallel, check_placement
 from shapesweep.sweep.sweep_options import PARALLEL, ray_address
 from shapesweep.trainers.spec import TrialSpec
@@ -160,6 +161,7 @@ def _check_workers(args: argparse.Namespace) -> dict[str, float]:
     if args.workers > 1:
         check_placement(args.workers, ("--workers", 1.0), ("--gpus-per-worker", gpus),
                         args.address, "--workers")
+        check_address(args.address)  # a cluster nothing answers at: one line, not minutes
         if cuda and not gpus:
             raise UserError("0 GPUs per worker trains on the CPU, not on cuda (--device): "
                             "give each worker a GPU, or --device cpu", key="--gpus-per-worker")
@@ -181,7 +183,7 @@ def _train_on_workers(args: argparse.Namespace, trial: TrialSpec, resources: dic
                     checkpoint_dir=absolute(trial.checkpoint_dir), save_dir=absolute(trial.save_dir))
     on_ctrl_c = signal.getsignal(signal.SIGINT)  # Ray Train installs its own while it trains
     with quiet():
-        started, session = init_ray(args.address)
+        started, session = init_ray(args.address, then="then run the same command again")
         try:
             return train_on_workers(trial, args.workers, resources)
         finally:
