@@ -24,7 +24,7 @@ def test_a_ray_that_fails_to_start_is_one_line_with_its_log_and_the_resume_comma
     assert time.monotonic() - began < 110
     assert done.returncode == 2, done.stderr[-2000:]
     assert "Traceback" not in done.stderr
-    (line,) = [l for l in done.stderr.splitlines() if "error" in l]
+    (line,) = [text for text in done.stderr.splitlines() if "error" in text]
     assert line.startswith("shapesweep run: error: Ray did not start: "), line
     assert "tried twice, the second time waiting 4 s" in line, line  # the retry doubled the wait
     log = line.split("Ray's log: ")[1].split(";")[0]
