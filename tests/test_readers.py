@@ -18,7 +18,7 @@ from shapesweep.results import live, store
 from shapesweep.results.store import FragmentCache, compact, load_curves, load_trials, write_trial
 from synthetic import synthetic_sweep
 
-N_LOOSE = store._BULK + 4  # enough fragments that a reader scans them as one dataset
+N_LOOSE = store.BULK + 4  # enough fragments that a reader scans them as one dataset
 
 
 def _write(root: str, pairs) -> None:
