@@ -16,6 +16,7 @@ import re
 from pathlib import Path
 
 from mkdocs.structure.files import File
+
 from shapesweep.trainers import gpu_figures
 
 README_LINK = re.compile(r"\]\(\.\./README\.md")

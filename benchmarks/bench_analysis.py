@@ -15,6 +15,7 @@ import statistics
 import time
 
 import torch
+
 from shapesweep.search_spaces.solver import plan
 from shapesweep.search_spaces.space import load_space
 from shapesweep.trainers import analysis

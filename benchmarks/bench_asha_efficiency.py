@@ -75,6 +75,7 @@ def crossing_tau(grid, curves) -> tuple[float, int]:
     """Kendall tau between the grid's (key, lr) ranking at its first evaluation and the
     final one (1: no curve crosses), and that evaluation's tokens."""
     from scipy.stats import kendalltau
+
     from shapesweep.results.stats import canonical_tuned_column
 
     first = int(curves["tokens"].min())

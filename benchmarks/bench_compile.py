@@ -69,6 +69,7 @@ def cpu_seconds() -> float:
 
 def _model_and_batch(shape: str, tokens: int, device: str):
     import torch
+
     from shapesweep.search_spaces.configs import make_config
     from shapesweep.trainers.models import build_model
 

@@ -21,6 +21,7 @@ import statistics
 import time
 
 import torch
+
 from shapesweep.search_spaces.configs import TrainConfig, make_config
 from shapesweep.trainers.loop import train
 from shapesweep.trainers.machine import cpu_model

@@ -76,6 +76,7 @@ from pathlib import Path
 import torch
 from bench_gpu_sweep import TOKENS_PER_MICRO_BATCH, e2e_sweep, packed_sweep, time_sweep
 from bench_train_step import ours_tokens_per_s, paired_ratio, plain_tokens_per_s
+
 from shapesweep.search_spaces.accounting import account
 from shapesweep.search_spaces.configs import TrainConfig, make_config
 from shapesweep.trainers import gpu_figures

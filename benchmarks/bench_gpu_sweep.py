@@ -26,6 +26,8 @@ from pathlib import Path
 import pandas as pd
 import yaml
 from bench_sweep_overhead import DEPTHS, overhead_space
+
+from shapesweep import search_spaces
 from shapesweep.results.store import load_trials
 from shapesweep.search_spaces.accounting import account
 from shapesweep.search_spaces.configs import make_config
@@ -33,8 +35,6 @@ from shapesweep.search_spaces.safe_yaml import read_yaml
 from shapesweep.sweep.cli import main as cli_main
 from shapesweep.trainers import gpu_figures
 from shapesweep.trainers.compile_policy import EAGER_MFU
-
-from shapesweep import search_spaces
 
 TOKENS_PER_MICRO_BATCH = 16384  # 8 x 2048 or 4 x 4096: the first H200 run's micro-batch
 STEPS = 4  # optimizer steps a trial: compile, a few steps and one evaluation

@@ -21,6 +21,7 @@ import argparse
 import json
 
 import torch
+
 from shapesweep.search_spaces.configs import TrainConfig, make_config
 from shapesweep.trainers import memory
 from shapesweep.trainers.loop import train

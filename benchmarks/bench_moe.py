@@ -17,12 +17,12 @@ import argparse
 import time
 
 import torch
+
+from benchmarks.bench_train_step import ours_tokens_per_s, paired_ratio, print_rows
 from shapesweep.search_spaces.accounting import account
 from shapesweep.search_spaces.configs import TrainConfig, make_config
 from shapesweep.search_spaces.solver import plan
 from shapesweep.search_spaces.space import parse_space
-
-from benchmarks.bench_train_step import ours_tokens_per_s, paired_ratio, print_rows
 
 
 def dense_twin(moe):

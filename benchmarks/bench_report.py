@@ -26,7 +26,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the synthetic sw
 
 def make_store(root: str, trials: int) -> dict[str, int]:
     from shapesweep.results.store import compact, list_sweeps, load_trials
-
     from tests.synthetic import write_synthetic
 
     sweeps = {"bench-lm-30m": (0.4, ("conventional", "hourglass", "variable_width"), (30e6,)),
@@ -52,6 +51,7 @@ def main() -> None:
     args = parser.parse_args()
 
     import plotly.offline
+
     from shapesweep.dashboards.figures import applicable_figures
     from shapesweep.dashboards.frames import python_strings, with_derived
     from shapesweep.dashboards.report import budget_labels, build_payload, load_frames, write_report

@@ -59,7 +59,6 @@ ONCE = ("/", "/plotly.min.js")
 def make_store(root: str, trials: int) -> list[str]:
     """The sweep's trial ids, after writing it when the store lacks it."""
     from shapesweep.results.store import list_sweeps, load_trials
-
     from tests.synthetic import write_synthetic
 
     remove_landed(root)

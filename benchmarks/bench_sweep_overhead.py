@@ -68,6 +68,7 @@ def plain_loop(space_path: str, threads: int) -> None:
     and ended (JSON) for the parent, both sides' way: its end less the loop's own clock
     (`wall_time_s`, which starts once the data is loaded and the model built)."""
     import torch
+
     from shapesweep.search_spaces.configs import TrainConfig, make_config
     from shapesweep.search_spaces.solver import plan
     from shapesweep.search_spaces.space import load_space

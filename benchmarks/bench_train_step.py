@@ -28,6 +28,7 @@ from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
+
 from shapesweep.search_spaces.accounting import account
 from shapesweep.search_spaces.configs import TrainConfig, make_config
 from shapesweep.trainers.compile_policy import peak_flops

@@ -40,6 +40,7 @@ def main() -> None:
 
     import ray
     from ray.train.torch import TorchTrainer
+
     from shapesweep.sweep.ray_compat import without_placement_group_cleaner
 
     ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,

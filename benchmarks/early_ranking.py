@@ -32,6 +32,7 @@ import sys
 import lr_transfer  # a sibling script: its Markdown tables
 import numpy as np
 import pandas as pd
+
 from shapesweep.results.multiplicity import adjusted_p, interval_confidence, paired_p
 from shapesweep.results.stats import (
     _resolved_pairs,

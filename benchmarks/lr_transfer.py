@@ -36,6 +36,7 @@ import math
 
 import numpy as np
 import pandas as pd
+
 from shapesweep.results.store import load_trials
 
 WINDOW = 5  # grid points the quadratic is fitted through, centred on the lowest

@@ -16,6 +16,8 @@ import functools
 
 import numpy as np
 import pandas as pd
+
+from shapesweep.common import UserError
 from shapesweep.dashboards.frames import (
     BASELINE,
     LOWER_IS_BETTER,
@@ -48,8 +50,6 @@ from shapesweep.results.stats import (
     rank_fidelity,
     stable_fraction,
 )
-
-from shapesweep.common import UserError
 
 Scatter = trace_type("scatter")
 Scattergl = trace_type("scattergl")

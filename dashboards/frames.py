@@ -15,6 +15,11 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+
+from shapesweep.common import human  # noqa: F401 (figures and scaling take it from here)
+from shapesweep.families import base
+from shapesweep.families.base import HOVER, candidate_label, shape_text  # noqa: F401 (figures take them from here)
+from shapesweep.families.base import value as _val
 from shapesweep.results.stats import (
     HIGHER_IS_BETTER,
     ROLE_COLUMN,
@@ -22,11 +27,6 @@ from shapesweep.results.stats import (
     canonical_tuned_column,
     tuned_stats,
 )
-
-from shapesweep.common import human  # noqa: F401 (figures and scaling take it from here)
-from shapesweep.families import base
-from shapesweep.families.base import HOVER, candidate_label, shape_text  # noqa: F401 (figures take them from here)
-from shapesweep.families.base import value as _val
 
 METRIC_LABELS = {"val_loss": "validation loss", "best_val_loss": "best validation loss",
                  "val_ppl": "validation perplexity", "psnr": "PSNR (dB)", "ssim": "SSIM"}

@@ -395,6 +395,7 @@ def write_report(root: str, sweeps: list[str], out: str | Path, adjust: str | No
     """One self-contained HTML file (plotly.js embedded, opens offline), written atomically;
     `adjust`: as `build_payload`'s."""
     import plotly.offline
+
     from shapesweep.dashboards.page import render_page
     from shapesweep.results.store import FragmentCache
 

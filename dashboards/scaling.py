@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 from scipy import stats
+
 from shapesweep.dashboards.frames import (
     BASELINE,
     Figure,

@@ -23,9 +23,8 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlparse
 
-from shapesweep.dashboards.snapshots import LiveSnapshots, Snapshot, config_document
-
 from shapesweep.common import UserError
+from shapesweep.dashboards.snapshots import LiveSnapshots, Snapshot, config_document
 
 IDLE_S = 60  # a keep-alive connection idle this long is closed (its thread ends)
 

@@ -46,6 +46,7 @@ def store_version(root: str) -> str:
     A trials fragment is a trial's commit record (`write_trial` writes its curves first), so
     the version moves when a trial lands whole, never between its curves and its row."""
     import pyarrow.fs as pafs
+
     from shapesweep.results.live import LIVE_FOLDER
 
     if "://" in root:

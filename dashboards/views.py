@@ -18,6 +18,7 @@ import math
 import optuna
 import pandas as pd
 from plotly.colors import sequential
+
 from shapesweep.dashboards.figures import error_bars, metric_for
 from shapesweep.dashboards.frames import (
     LOWER_IS_BETTER,

@@ -23,6 +23,23 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TypeVar
 
+from sqlalchemy import (
+    DateTime,
+    Integer,
+    String,
+    Text,
+    create_engine,
+    delete,
+    inspect,
+    select,
+    type_coerce,
+    update,
+)
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError, SQLAlchemyError
+from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
+
+from shapesweep.common import UserError
 from shapesweep.results.deadlines import (
     DB_TIMEOUT_ENV,
     answered,
@@ -41,23 +58,6 @@ from shapesweep.results.lease_record import (  # the lease's names, importable f
     utc_now,
     warn_once,
 )
-from sqlalchemy import (
-    DateTime,
-    Integer,
-    String,
-    Text,
-    create_engine,
-    delete,
-    inspect,
-    select,
-    type_coerce,
-    update,
-)
-from sqlalchemy.engine import URL, make_url
-from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError, SQLAlchemyError
-from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
-
-from shapesweep.common import UserError
 
 SWEEP_STATUSES = ("created", "running", "finished", "interrupted", "failed")
 SQLITE_BUSY_TIMEOUT_S = 5  # wait this long for another process's write lock, then say so

@@ -11,6 +11,7 @@ import time
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.fs as pafs
+
 import shapesweep.results.versions as versions
 from shapesweep.results.fragments import (
     CURVES,

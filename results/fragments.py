@@ -23,9 +23,9 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
-from shapesweep.results.schema import CURVE_COLUMNS, LAYER_COLUMNS, TRIAL_COLUMNS
 
 from shapesweep.common import UserError
+from shapesweep.results.schema import CURVE_COLUMNS, LAYER_COLUMNS, TRIAL_COLUMNS
 
 _READ_RETRIES = 20  # a concurrent `compact` may delete a fragment between listing and reading
 BULK = 32  # from this many fragments a folder is read as one dataset scan (a running sweep's)

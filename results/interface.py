@@ -35,9 +35,9 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 
 import pandas as pd
-from shapesweep.results.lease_record import LeaseRecord
 
 from shapesweep.common import UserError
+from shapesweep.results.lease_record import LeaseRecord
 
 TrialKeys = dict[tuple[str, str, int], str]  # (key, tuned_json, seed) -> status, for resume
 Row = Mapping[str, object]

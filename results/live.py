@@ -23,10 +23,10 @@ from datetime import UTC, datetime
 
 import pandas as pd
 import pyarrow as pa
-from shapesweep.results.schema import CURVE_COLUMNS, TRIAL_COLUMNS, normalize_trial_row
-from shapesweep.results.store import local_folder, validate_sweep_name
 
 from shapesweep.common import UserError
+from shapesweep.results.schema import CURVE_COLUMNS, TRIAL_COLUMNS, normalize_trial_row
+from shapesweep.results.store import local_folder, validate_sweep_name
 
 LIVE_FOLDER = "live"
 RUNNING = "running"  # the status a live trial shows with (never stored in a trials row)

@@ -17,6 +17,7 @@ from itertools import count
 
 import pandas as pd
 import pyarrow as pa
+
 from shapesweep.results.interface import ResultsStore, Row, TrialKeys
 from shapesweep.results.layout import validate_sweep_name
 from shapesweep.results.lease_record import LeaseRecord, utc_now

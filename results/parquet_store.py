@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 import pyarrow.fs as pafs
+
 from shapesweep.results import compaction, layout, readers, sweep_folders
 from shapesweep.results.fragments import FragmentCache
 from shapesweep.results.interface import ResultsStore, Row, TrialKeys

@@ -11,6 +11,7 @@ import posixpath
 import pandas as pd
 import pyarrow as pa
 import pyarrow.fs as pafs
+
 from shapesweep.results.fragments import (
     CURVES,
     LAYERS,

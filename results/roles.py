@@ -13,9 +13,9 @@ import math
 from dataclasses import dataclass
 
 import pandas as pd
-from shapesweep.results.stats import ROLE_COLUMN
 
 from shapesweep.common import UserError
+from shapesweep.results.stats import ROLE_COLUMN
 
 SPACE_FILE, OPTIONS_FILE = "space.yaml", "sweep.json"  # as shapesweep.sweep.runner writes them
 

@@ -12,9 +12,9 @@ from datetime import UTC, datetime
 from typing import Any, get_type_hints
 
 import pyarrow as pa
-from shapesweep.search_spaces.accounting import Accounting
 
 from shapesweep.families.base import stored_fields
+from shapesweep.search_spaces.accounting import Accounting
 
 STATUSES = ("completed", "stopped_early", "failed")
 

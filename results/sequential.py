@@ -39,10 +39,10 @@ from functools import lru_cache
 import numpy as np
 from scipy import optimize
 from scipy import stats as sps
-from shapesweep.results.multiplicity import ALPHA
-from shapesweep.results.stats import HIGHER_IS_BETTER, POWER
 
 from shapesweep.common import UserError
+from shapesweep.results.multiplicity import ALPHA
+from shapesweep.results.stats import HIGHER_IS_BETTER, POWER
 
 DEFAULT_MIN_EFFECT = 0.02  # metric units; val_loss: 2/3 of the median paired sd (0.031)
 STATES = ("open", "resolved-better", "resolved-worse", "futile", "max")

@@ -60,6 +60,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 from scipy import stats as sps
+
+from shapesweep.common import UserError, plain
 from shapesweep.results.multiplicity import (
     ALPHA,
     DEFAULT_ADJUST,
@@ -68,8 +70,6 @@ from shapesweep.results.multiplicity import (
     interval_confidence,
     paired_p,
 )
-
-from shapesweep.common import UserError, plain
 
 HIGHER_IS_BETTER = frozenset({"psnr", "ssim", "accuracy", "tokens_per_s"})  # the rest: losses
 CONFIDENCE = 0.95

@@ -32,6 +32,7 @@ def candidate_records(compared, metric: str, sweep: str, root: str) -> list[dict
     comparison, and where a candidate has no verdict, why (`why`) and what to run (`to_run`);
     where its result lacks measure seeds, which (`missing`) and what to run (`to_run_missing`)."""
     import pyarrow as pa
+
     from shapesweep.results.explain import missing_seeds, why_no_verdict
     from shapesweep.results.schema import SHAPE_COLUMNS, TRIAL_COLUMNS
     from shapesweep.results.stats import CHOICE_METRIC

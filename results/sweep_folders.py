@@ -13,7 +13,9 @@ from datetime import UTC, datetime
 
 import pyarrow as pa
 import pyarrow.fs as pafs
+
 import shapesweep.results.versions as versions
+from shapesweep.common import UserError, did_you_mean
 from shapesweep.results.fragments import fragment_files, fragment_listing
 from shapesweep.results.layout import (
     SWEEP_NAME,
@@ -31,8 +33,6 @@ from shapesweep.results.schema import (
     normalize_layer_row,
     normalize_trial_row,
 )
-
-from shapesweep.common import UserError, did_you_mean
 
 
 def _own_rows(rows: list[dict], trial: dict, normalize, what: str) -> list[dict]:

@@ -6,11 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from pydantic import ValidationError
+
+from shapesweep.common import UserError, did_you_mean
 from shapesweep.search_spaces.accounting import account
 from shapesweep.search_spaces.configs import FAMILIES, TrainConfig, make_config
 from shapesweep.search_spaces.safe_yaml import read_yaml
-
-from shapesweep.common import UserError, did_you_mean
 
 
 def _validation_error(error, file: str, prefix: str, fields) -> UserError:

@@ -29,6 +29,10 @@ from typing import Any
 
 import numpy as np
 from pydantic import ValidationError
+
+from shapesweep.common import UserError, human
+from shapesweep.families import base
+from shapesweep.families.base import MAX_DEPTH, STORED
 from shapesweep.search_spaces.accounting import Accounting, account
 from shapesweep.search_spaces.configs import (
     FAMILIES,
@@ -52,10 +56,6 @@ from shapesweep.search_spaces.space import (
     is_categorical,
     reference_config,
 )
-
-from shapesweep.common import UserError, human
-from shapesweep.families import base
-from shapesweep.families.base import MAX_DEPTH, STORED
 
 METRIC_COLUMN = {"non_embedding_params": "params_non_embedding", "total_params": "params_total",
                  "flops_per_token": "flops_per_token", "active_params": "params_active"}

@@ -33,6 +33,12 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+
+from shapesweep.common import UserError, did_you_mean
+from shapesweep.families import base
+from shapesweep.families.base import INTEGER, MAX_DEPTH, NUMERIC, POSITIVE
+from shapesweep.families.base import SOLVABLE_FIELDS as SOLVABLE
+from shapesweep.families.lm import has_experts
 from shapesweep.search_spaces.accounting import Accounting
 from shapesweep.search_spaces.configs import (
     FAMILIES,
@@ -53,12 +59,6 @@ from shapesweep.search_spaces.limits import (
     check_work,
 )
 from shapesweep.search_spaces.safe_yaml import MAX_BYTES, parse_yaml, read_bytes, read_yaml
-
-from shapesweep.common import UserError, did_you_mean
-from shapesweep.families import base
-from shapesweep.families.base import INTEGER, MAX_DEPTH, NUMERIC, POSITIVE
-from shapesweep.families.base import SOLVABLE_FIELDS as SOLVABLE
-from shapesweep.families.lm import has_experts
 
 BUILTIN_DIR = Path(__file__).parent / "builtin"
 METRICS = ("non_embedding_params", "total_params", "flops_per_token", "active_params")

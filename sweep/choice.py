@@ -16,6 +16,7 @@ from typing import Any
 
 import pandas as pd
 from ray.tune.search import Searcher
+
 from shapesweep.results.stats import CHOICE_METRIC, choose_tuned
 from shapesweep.search_spaces.cadence import token_budget
 from shapesweep.sweep.search import reached_budget, trial_spec, trial_triple

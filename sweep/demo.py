@@ -40,10 +40,9 @@ def first_hour(exe: str, root: Path, name: str) -> list[str]:
 
 
 def demo(args: argparse.Namespace) -> int:
+    from shapesweep.common import command_name, terminal_console
     from shapesweep.search_spaces.space import load_space
     from shapesweep.sweep.cli import main as shapesweep
-
-    from shapesweep.common import command_name, terminal_console
 
     console = terminal_console()
     name = load_space(args.space).name  # bad input stops here, before anything is written

@@ -13,10 +13,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from shapesweep.sweep.store_args import add_root, read_catalog
-
 from shapesweep.common import UserError, check_output, make_folder
 from shapesweep.common import plain as _clean
+from shapesweep.sweep.store_args import add_root, read_catalog
 
 SWEEP_WEIGHTS = ""  # a bare `export --weights`: from the sweep's kept checkpoints
 
@@ -73,6 +72,7 @@ def _budget_groups(trials, record) -> Any:
 
 def export(args: argparse.Namespace) -> int:
     import yaml
+
     from shapesweep.results.roles import with_seed_roles
     from shapesweep.results.schema import TRIAL_COLUMNS
     from shapesweep.results.store import load_trials
@@ -308,6 +308,7 @@ def _export_folders(documents: list[tuple[str, dict]], out: Path, weight_folders
     import shutil
 
     import yaml
+
     from shapesweep.search_spaces.configs import config_key
 
     exporter.require()

@@ -22,9 +22,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from shapesweep.results.catalog import lease_timeout_s
-
 from shapesweep.common import UserError
+from shapesweep.results.catalog import lease_timeout_s
 
 
 def heartbeat_interval_s() -> float:

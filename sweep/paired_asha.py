@@ -37,6 +37,7 @@ from typing import Any
 
 from ray.tune.experiment import Trial
 from ray.tune.schedulers import FIFOScheduler, TrialScheduler
+
 from shapesweep.sweep.scheduling import decide
 
 DECISIONS_FILE = "asha.json"  # the noise-aware ASHA's decisions, beside the sweep's results

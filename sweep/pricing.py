@@ -16,6 +16,8 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass
 
+from shapesweep.common import UserError, did_you_mean
+from shapesweep.families import base as families
 from shapesweep.search_spaces.accounting import account
 from shapesweep.search_spaces.cadence import (
     at_steps,
@@ -28,9 +30,6 @@ from shapesweep.search_spaces.cadence import (
 )
 from shapesweep.trainers import gpu_figures
 from shapesweep.trainers.compile_policy import EAGER_MFU, PEAK_TFLOPS, CompileDecision
-
-from shapesweep.common import UserError, did_you_mean
-from shapesweep.families import base as families
 
 # `--gpu KIND` -> (the device name PEAK_TFLOPS knows its dense bf16 peak by, its memory: what
 # `--gpu-memory` defaults to with `--gpu`; the A100 here is the 80GB one).

@@ -18,10 +18,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from shapesweep.common import UserError, environment
 from shapesweep.sweep import ray_compat
 from shapesweep.sweep.ray_failure import START_WAIT_ENV, failure_line, retry_wait_s, start_log
-
-from shapesweep.common import UserError, environment
 
 
 def ray_storage(root: str, name: str) -> Path:

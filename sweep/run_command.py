@@ -14,10 +14,9 @@ from contextlib import contextmanager, suppress
 from dataclasses import replace
 from typing import Any
 
+from shapesweep.common import UserError, resume_command, terminal_console
 from shapesweep.sweep.options import add_flags, parsed, resumed
 from shapesweep.sweep.sweep_options import SweepOptions
-
-from shapesweep.common import UserError, resume_command, terminal_console
 
 
 def add_arguments_run(parser: argparse.ArgumentParser, model: type = SweepOptions) -> None:

@@ -36,6 +36,9 @@ from typing import Any
 
 from pydantic import TypeAdapter
 from ray.tune import Callback
+
+from shapesweep.common import UserError, printable, resume_command
+from shapesweep.families import base as families
 from shapesweep.results import live
 from shapesweep.results.rows import CURVE_FIELDS, TrialRecord, final_metrics
 from shapesweep.results.store import STALE_S
@@ -60,9 +63,6 @@ from shapesweep.sweep.ray_session import (
 from shapesweep.sweep.scheduling import Choice, choose
 from shapesweep.sweep.sweep_options import SweepOptions
 from shapesweep.trainers.spec import TrainerOptions
-
-from shapesweep.common import UserError, printable, resume_command
-from shapesweep.families import base as families
 
 OPTIONS_FILE = "sweep.json"  # how the sweep was run, so `resume NAME` can run it again
 SPACE_FILE = "space.yaml"
@@ -135,6 +135,7 @@ def load_options(root: str, name: str, model: type = SweepOptions) -> SweepOptio
     """The options a sweep was started with (for `resume`), its space resolved under `root`:
     a copied or moved root resumes with its own copy of the space."""
     from pydantic import ValidationError
+
     from shapesweep.results.store import (
         list_sweeps,
         read_sweep_file,
@@ -296,6 +297,7 @@ def _scheduler(options: SweepOptions, space: Any, candidates: list | None,
     """Tune's scheduler for the sweep, and the choice it comes from (`scheduling.choose`:
     which, why, and the token counts of ASHA's rungs, where trials evaluate)."""
     from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
+
     from shapesweep.sweep.paired_asha import PairedASHA
 
     choice = choose(options.scheduler, space, candidates, seeds, options.grace_tokens,
@@ -532,6 +534,7 @@ def _tuner(options: SweepOptions, checked: _Checked, plan: Any, run_config: Any,
            state_api: bool = True):
     from ray import tune
     from ray.tune.search import Searcher
+
     from shapesweep.sweep.trainable import run_trial
 
     resources = {"cpu": options.cpus_per_trial, "gpu": options.gpus_per_trial}
@@ -570,6 +573,7 @@ def _tuner(options: SweepOptions, checked: _Checked, plan: Any, run_config: Any,
 def _run_config(options: SweepOptions, callbacks: list[Callback]):
     """Where Tune keeps its files, what it calls back, and how it treats a failed trial."""
     from ray import tune
+
     from shapesweep.sweep.checkpoints import CheckpointCleaner
     from shapesweep.sweep.trackers import tracker_callbacks
 

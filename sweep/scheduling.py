@@ -198,6 +198,7 @@ def decide(losses: dict[Any, dict[int, float]], candidate: Any, reduction_factor
     cut's seeds (a 95% t-interval) lies above zero. `protected` (the baseline): never."""
     import numpy as np
     import pandas as pd
+
     from shapesweep.results.stats import paired_difference
 
     means = {c: float(np.mean(list(seeds.values()))) for c, seeds in losses.items() if seeds}

@@ -100,6 +100,7 @@ def open_storage(url: str):
     waited for rather than failing); its first connect waits at most `db_timeout_s()`,
     in a wait Ctrl-C and SIGTERM end."""
     import optuna
+
     from shapesweep.results.catalog import shown_database
     from shapesweep.results.deadlines import answered, connect_args, db_timeout_s, one_per_thread
 

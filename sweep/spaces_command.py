@@ -7,10 +7,9 @@ import argparse
 import json
 import sys
 
+from shapesweep.common import UserError, printable, write_csv
 from shapesweep.sweep.pricing import add_pricing_flags
 from shapesweep.sweep.verdict import add_verdict_flags
-
-from shapesweep.common import UserError, printable, write_csv
 
 TABLE_COLUMNS = ("variant", "key", "family", "d_model", "n_layers", "n_heads", "d_h", "k", "ffn_ratio",
                  "width_depth_ratio", "params_non_embedding", "params_total", "flops_per_token",
@@ -96,6 +95,7 @@ def _spaces_table(records: list[dict], wide: bool, fast: bool) -> None:
     from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
+
     from shapesweep.search_spaces.space import load_space
 
     console = Console()
@@ -314,6 +314,7 @@ def _write_candidates(out: str, space, candidates) -> None:
     from pathlib import Path
 
     import yaml
+
     from shapesweep.search_spaces.solver import candidate_document
 
     target = Path(out)

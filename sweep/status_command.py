@@ -16,12 +16,11 @@ import sys
 from collections import Counter
 from typing import Any
 
-from shapesweep.sweep.options import add_adjust
-from shapesweep.sweep.store_args import add_root, read_catalog
-
 from shapesweep.common import UserError, duration, human, printable, terminal_console, write_csv
 from shapesweep.common import plain as _clean
 from shapesweep.families import base as families
+from shapesweep.sweep.options import add_adjust
+from shapesweep.sweep.store_args import add_root, read_catalog
 
 STATUS_FORMATS = ("table", "json", "csv")
 
@@ -149,6 +148,7 @@ def _machines(trials) -> list[dict]:
     sweep spanning machines compares losses that differ by float order, not by shape alone.
     Rows written before the columns existed count as one machine of nulls, last of its count."""
     import pandas as pd
+
     from shapesweep.results.rows import MACHINE_FIELDS
 
     def clean(name: str, value):
@@ -177,6 +177,7 @@ def _machines_line(machines: list[dict]) -> str | None:
 def _per_tuned_table(document: dict):
     """`status NAME --per tuned`: each candidate at each tuned value, the baseline's rows first."""
     from rich.table import Table
+
     from shapesweep.results.tuned_view import per_tuned_delta_text, per_tuned_mean_text
 
     metric, baseline = document["metric"], document["baseline"] or "baseline"
@@ -324,6 +325,7 @@ def _candidates_table(document: dict, narrow: bool = False):
     the seeds an unresolved one needs; `narrow` (under 100 columns) leaves out the key (the
     trials table names it)."""
     from rich.table import Table
+
     from shapesweep.results.summary import (
         adjusted_header,
         adjusted_text,
@@ -561,6 +563,7 @@ def _running_table(name: str, running):
 def status(args: argparse.Namespace) -> int:
 
     from rich.text import Text
+
     from shapesweep.results.live import live_sweeps, load_live
     from shapesweep.results.store import (
         FragmentCache,

@@ -7,9 +7,8 @@ import argparse
 import os
 from dataclasses import dataclass
 
-from shapesweep.sweep.options import add_flags, option
-
 from shapesweep.common import DEFAULT_ROOT, UserError
+from shapesweep.sweep.options import add_flags, option
 
 
 @dataclass

@@ -108,6 +108,7 @@ class GridStrategy(SearchStrategy):
 
     def plan(self, context: PlanContext) -> TrialPlan:
         from ray import tune
+
         from shapesweep.sweep.search import GridVariants, grid_specs
 
         if self.space.choice_seeds:  # the chosen value's measure trials wait for its choice trials

@@ -9,13 +9,12 @@ import os
 from dataclasses import MISSING, dataclass, field
 from typing import Any
 
+from shapesweep.common import UserError
 from shapesweep.search_spaces.cadence import CHECKPOINT_EVERY_S
 from shapesweep.sweep.options import option, same_as
 from shapesweep.sweep.scheduling import SCHEDULERS
 from shapesweep.sweep.store_args import StoreOptions
 from shapesweep.sweep.strategies import SAMPLERS, STRATEGIES
-
-from shapesweep.common import UserError
 
 PARALLEL = ("ddp", "fsdp")  # how N > 1 workers share a model (shapesweep.trainers.loop.train)
 OBJECTIVES = ("params_non_embedding", "flops_per_token")  # --multi-objective's second objective

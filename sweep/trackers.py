@@ -25,9 +25,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from shapesweep.sweep import ray_compat
-
 from shapesweep.common import UserError, environment
+from shapesweep.sweep import ray_compat
 
 Ended = Callable[[Any], str]  # a trial that did not fail -> completed / stopped_early
 STATUS_TAG = "status"  # completed / stopped_early / failed, as the trial's row says
@@ -66,6 +65,7 @@ def curve_step(result: dict) -> dict:
     """The result a tracker logs: stepped by tokens, without the trial's config (the tracker
     keeps that as params); a final summary without curve fields."""
     from ray.tune.result import TIMESTEPS_TOTAL, TRAINING_ITERATION
+
     from shapesweep.results.rows import CURVE_FIELDS
     from shapesweep.sweep.trainable import FINAL_FLAG
 

@@ -8,14 +8,13 @@ import signal
 import sys
 from dataclasses import replace
 
+from shapesweep.common import UserError, duration, human, is_tty
+from shapesweep.families.base import of
 from shapesweep.search_spaces.configs import parse_count
 from shapesweep.sweep.ray_session import check_address
 from shapesweep.sweep.run_command import check_parallel, check_placement
 from shapesweep.sweep.sweep_options import PARALLEL, ray_address
 from shapesweep.trainers.spec import TrialSpec
-
-from shapesweep.common import UserError, duration, human, is_tty
-from shapesweep.families.base import of
 
 SPACE_KEYS = ("budget", "search", "solve", "variants", "constraints", "seeds")  # only a space has them
 

@@ -74,6 +74,7 @@ def run_trial(config: dict[str, Any], checkpoints: str | None = None, workers: i
         return _run_data_parallel(config, trial, checkpoints, workers, resources or {}, state_api)
 
     from ray import tune
+
     from shapesweep.trainers import fitting
     from shapesweep.trainers.loop import StopTrial
     from shapesweep.trainers.threads import use_threads
@@ -172,6 +173,7 @@ def _tags(spec: dict[str, Any], folder: str) -> dict[str, Any]:
     restored trial picked up (`folder` holds what it continues from); THREADS_FIELD says how
     many torch threads it trains on."""
     import torch
+
     from shapesweep.trainers import checkpoint
 
     return {"trial_key": spec["key"], "seed": spec["seed"], **spec["objectives"],
@@ -241,6 +243,7 @@ def _torch_trainer(worker: Any, loop_config: dict[str, Any], workers: int,
     cleaner, which would only wait on it (`ray_compat.without_placement_group_cleaner`)."""
     from ray import train as ray_train
     from ray.train.torch import TorchConfig, TorchTrainer
+
     from shapesweep.sweep.ray_compat import without_placement_group_cleaner
 
     gpus = resources.get("gpu", 0.0)
@@ -259,6 +262,7 @@ def _worker(loop_config: dict[str, Any]) -> None:
     trained as a one-process trial is (`fitting.train`: the out-of-memory retry included)."""
     from ray import train as ray_train
     from ray.train.torch import get_device
+
     from shapesweep.trainers import fitting
     from shapesweep.trainers.threads import use_threads
 
@@ -294,6 +298,7 @@ def train_on_workers(trial: TrialSpec, workers: int, resources: dict[str, float]
     import tempfile
 
     from ray import train as ray_train
+
     from shapesweep.trainers.loop import TrainResult
 
     folder = tempfile.mkdtemp(prefix="shapesweep-train-")  # Ray Train's own files, not ours
@@ -321,6 +326,7 @@ def _train_worker(loop_config: dict[str, Any]) -> None:
 
     from ray import train as ray_train
     from ray.train.torch import get_device
+
     from shapesweep.trainers import fitting
     from shapesweep.trainers.threads import use_threads
 

@@ -24,9 +24,10 @@ HOSTILE = "<script>alert(1)</script>"  # a user-supplied name that must render a
 @pytest.fixture(scope="module")
 def synthetic_store(tmp_path_factory) -> str:
     """Three sweeps through the real results store, a hostile space name and error text."""
+    from synthetic import synthetic_sweep, write_synthetic
+
     from shapesweep.results.catalog import Catalog, default_catalog_url
     from shapesweep.results.store import write_trial
-    from synthetic import synthetic_sweep, write_synthetic
 
     root = str(tmp_path_factory.mktemp("store"))
     write_synthetic(root, "ucurve", 10_000, families=("conventional", "hourglass"), budgets=(113e6,),

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pyarrow.dataset as ds
 import yaml
+
 from shapesweep.results.store import sweep_dir
 from shapesweep.search_spaces.solver import plan
 from shapesweep.search_spaces.space import load_space

@@ -22,6 +22,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import numpy as np
+
 from shapesweep.results.rows import TrialRecord
 from shapesweep.search_spaces.accounting import account
 from shapesweep.search_spaces.configs import TrainConfig, config_key, make_config

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 from pydantic import ValidationError
+
 from shapesweep.search_spaces.accounting import account
 from shapesweep.search_spaces.configs import (
     ConventionalConfig,

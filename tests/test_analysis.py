@@ -14,6 +14,10 @@ from pathlib import Path
 import pyarrow.dataset as ds
 import pytest
 import torch
+from synthetic import synthetic_sweep
+from torch import nn
+
+from shapesweep.common import UserError
 from shapesweep.results.store import (
     FragmentCache,
     compact,
@@ -26,10 +30,6 @@ from shapesweep.search_spaces.configs import TrainConfig, make_config
 from shapesweep.trainers import analysis
 from shapesweep.trainers.loop import StopTrial, train
 from shapesweep.trainers.models import build_model
-from synthetic import synthetic_sweep
-from torch import nn
-
-from shapesweep.common import UserError
 
 TINY = {"vocab_size": 256, "n_heads": 2, "d_model": 32, "n_layers": 3}
 CONFIGS = {

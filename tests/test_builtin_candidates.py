@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 
 import pytest
+
 from shapesweep.search_spaces.solver import plan
 from shapesweep.search_spaces.space import list_builtin, load_space
 from shapesweep.trainers.loop import train

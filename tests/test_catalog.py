@@ -7,9 +7,9 @@ import multiprocessing
 import optuna
 import pytest
 import sqlalchemy
-from shapesweep.results import SWEEP_STATUSES, Catalog, default_catalog_url
 
 from shapesweep.common import UserError
+from shapesweep.results import SWEEP_STATUSES, Catalog, default_catalog_url
 
 SPACE = "name: tiny\nfamily: hourglass\n"
 

@@ -17,6 +17,9 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import load_file
+from sweep_helpers import CHILD_ENV, TINY_TRAIN, run, write_space
+
+from shapesweep.common import UserError
 from shapesweep.results import live
 from shapesweep.results.store import load_curves, load_trials, sweep_dir
 from shapesweep.search_spaces.cadence import eval_steps
@@ -24,9 +27,6 @@ from shapesweep.search_spaces.configs import TrainConfig, make_config
 from shapesweep.sweep.trainable import START_FIELD, TRIAL_FOLDER_PREFIX, remove_orphans
 from shapesweep.trainers import checkpoint
 from shapesweep.trainers.loop import StopTrial, train
-from sweep_helpers import CHILD_ENV, TINY_TRAIN, run, write_space
-
-from shapesweep.common import UserError
 
 TINY = dict(family="conventional", d_model=16, n_layers=1, n_heads=2, d_h=64)
 RECIPE = dict(steps=12, seq_len=32, batch_tokens=256, eval_tokens=1024, lr=1e-2, eval_every=4)
@@ -263,6 +263,7 @@ def test_a_truncated_newest_checkpoint_falls_back_to_the_older_intact_one(tmp_pa
     trial continues from the older intact one, at its step, saying so in one line, and ends
     with the curve of a run never interrupted."""
     from ray.tune import Checkpoint
+
     from shapesweep.sweep.trainable import _restore
 
     ray_folder = tmp_path / "_ray"

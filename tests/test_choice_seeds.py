@@ -20,13 +20,14 @@ from pathlib import Path
 import pytest
 import yaml
 from scipy import stats as sps
+from sweep_helpers import CHILD_ENV, TINY_TRAIN, run, write_space
+
 from shapesweep.results.roles import with_seed_roles
 from shapesweep.results.stats import choose_tuned, compare
 from shapesweep.results.store import load_trials, sweep_dir, write_sweep_file, write_trial
 from shapesweep.results.summary import comparisons, tuned_text
 from shapesweep.search_spaces.solver import plan
 from shapesweep.search_spaces.space import load_space, tuned_json
-from sweep_helpers import CHILD_ENV, TINY_TRAIN, run, write_space
 
 CHOICE, MEASURE = 100, (0, 1, 2)
 LOW, HIGH = 0.001, 0.003

@@ -20,6 +20,7 @@ import sys
 from importlib.metadata import version
 
 import pytest
+
 from shapesweep.results.store import write_trial
 from shapesweep.search_spaces.accounting import account
 from shapesweep.search_spaces.configs import config_key, make_config

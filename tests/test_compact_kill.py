@@ -20,8 +20,9 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from shapesweep.results.store import compact, load_curves, load_trials, write_trial
 from synthetic import synthetic_sweep
+
+from shapesweep.results.store import compact, load_curves, load_trials, write_trial
 
 CHANGES = {"os.mkdir", "os.rename", "os.link", "os.symlink", "os.remove", "os.rmdir",
            "shutil.rmtree", "os.truncate"}

@@ -6,11 +6,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from sweep_helpers import pairs as planned
+from sweep_helpers import raw_trial_rows, run, write_space
+
 from shapesweep.results import store
 from shapesweep.results.store import compact, load_curves
 from shapesweep.sweep.runner import ResultsWriter
-from sweep_helpers import pairs as planned
-from sweep_helpers import raw_trial_rows, run, write_space
 
 pytestmark = pytest.mark.slow
 

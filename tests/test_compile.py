@@ -18,6 +18,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+
 from shapesweep.search_spaces.configs import TrainConfig, make_config
 from shapesweep.trainers import loop
 from shapesweep.trainers.loop import _backward, adamw, lr_multiplier, make_task, train
@@ -122,9 +123,10 @@ def test_regions_of_several_blocks_train_as_eager_with_a_graph_per_distinct_regi
     graphs (lengths 1 and 2) and the readout's; a ><former's layers all differ, so one block a
     region as before. The eager losses to 1e-5, and the model's parameters and state dict are
     its blocks' as before (the regions live outside its module tree)."""
+    from torch._dynamo.utils import counters
+
     from shapesweep.trainers.compile_policy import layer_signatures, region_graphs, runs
     from shapesweep.trainers.compiled import compile_by_block
-    from torch._dynamo.utils import counters
 
     config = make_config({**FAMILIES[name], "n_layers": 5})
     shapes = layer_signatures(config)
@@ -151,8 +153,9 @@ def test_compile_by_block_compiles_every_block_past_dynamos_default_limit(traced
     compiled by `compile_by_block` alone, as the benchmarks do: every distinct block gets its
     graph. Before the limit was raised there, not only in the loop, the blocks past the
     eighth ran eagerly, in silence."""
-    from shapesweep.trainers.compiled import compile_by_block
     from torch._dynamo.utils import counters
+
+    from shapesweep.trainers.compiled import compile_by_block
 
     dynamo_restored.recompile_limit = 8  # a fresh process's, as the benchmarks start from
     dynamo_restored.fail_on_recompile_limit_hit = False
@@ -199,6 +202,7 @@ def test_train_json_reports_compile_and_autocast(traced, tmp_path, capsys):
     import json
 
     import yaml
+
     from shapesweep.sweep.cli import main
 
     path = tmp_path / "candidate.yaml"
@@ -396,8 +400,9 @@ def test_a_sweep_on_one_warm_worker_compiles_every_trial(tmp_path, monkeypatch):
     """More shapes than the recompile limit, one trial at a time on one warm Ray worker
     (dynamo alone, set in the workers' environment): every trial's row in the store says
     it ran compiled, whole, and compiled once."""
-    from shapesweep.results.store import load_trials
     from sweep_helpers import run
+
+    from shapesweep.results.store import load_trials
 
     monkeypatch.setenv("TORCH_COMPILE_OVERRIDE_BACKENDS", ">=0:eager")
     root = tmp_path / "sweeps"

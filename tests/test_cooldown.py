@@ -8,6 +8,7 @@ import math
 
 import pytest
 from pydantic import ValidationError
+
 from shapesweep.search_spaces.configs import TrainConfig, make_config
 from shapesweep.trainers import cooldown
 from shapesweep.trainers.loop import StopTrial, lr_multiplier, train
@@ -127,6 +128,7 @@ def test_a_cosine_recipe_round_trips_with_the_cooldown_defaults():
 
 def test_cooled_rank_fidelity_ranks_on_the_cooled_losses_against_the_final_ones():
     import pandas as pd
+
     from shapesweep.results.stats import cooled_rank_fidelity, rank_fidelity
 
     finals = {"a": 3.0, "b": 3.1, "c": 3.2}  # the final ranking: a, b, c

@@ -19,17 +19,17 @@ from selenium.common.exceptions import NoAlertPresentException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.action_chains import ActionChains
 from selenium.webdriver.common.by import By
+from synthetic import synthetic_sweep, write_demo_like
+
+from shapesweep.common import human
 from shapesweep.dashboards.figures import applicable_figures
 from shapesweep.dashboards.frames import with_derived
 from shapesweep.dashboards.report import budget_labels, load_frames, write_report
 from shapesweep.dashboards.server import make_server
 from shapesweep.dashboards.views import analysis_views
+from shapesweep.families.base import candidate_label
 from shapesweep.results.store import load_layers, write_trial
 from shapesweep.search_spaces.configs import TrainConfig, make_config
-from synthetic import synthetic_sweep, write_demo_like
-
-from shapesweep.common import human
-from shapesweep.families.base import candidate_label
 
 HOSTILE = "<script>alert(1)</script>"
 ARTIFACTS = Path(__file__).parent / "artifacts"

@@ -7,6 +7,10 @@ from __future__ import annotations
 import json
 
 import pandas as pd
+from synthetic import synthetic_sweep
+from test_live import _iso_budget_frame
+from test_status_complete import LRS, TUNED_SPACE, Sweep, _flipping_sweep
+
 from shapesweep.dashboards.figures import (
     learning_curves_figure,
     rank_fidelity_figure,
@@ -14,9 +18,6 @@ from shapesweep.dashboards.figures import (
 )
 from shapesweep.dashboards.frames import with_derived
 from shapesweep.dashboards.report import build_payload
-from synthetic import synthetic_sweep
-from test_live import _iso_budget_frame
-from test_status_complete import LRS, TUNED_SPACE, Sweep, _flipping_sweep
 
 
 def test_an_iso_budget_line_joins_one_k_only():

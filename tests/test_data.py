@@ -9,12 +9,12 @@ import sys
 import numpy as np
 import pytest
 import torch
+
+from shapesweep.common import UserError
 from shapesweep.search_spaces.configs import TrainConfig, make_config
 from shapesweep.trainers import data as lm_data
 from shapesweep.trainers import vision_data
 from shapesweep.trainers.loop import train
-
-from shapesweep.common import UserError
 
 
 @pytest.fixture(autouse=True)

@@ -10,12 +10,13 @@ from pathlib import Path
 import pytest
 import torch
 import torch.distributed as dist
+from sweep_helpers import rendezvous, run, write_space
+from test_memory import InjectedOOM
+
 from shapesweep.search_spaces.configs import TrainConfig, make_config
 from shapesweep.trainers import fitting
 from shapesweep.trainers.loop import train
 from shapesweep.trainers.spec import TrialSpec
-from sweep_helpers import rendezvous, run, write_space
-from test_memory import InjectedOOM
 
 TINY = dict(family="conventional", d_model=16, n_layers=2, n_heads=2, d_h=64)
 RECIPE = dict(steps=12, seq_len=32, batch_tokens=256, eval_tokens=1024, lr=1e-2, eval_every=4)

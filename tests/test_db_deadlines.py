@@ -18,11 +18,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from shapesweep.results.catalog import Catalog
-from shapesweep.results.deadlines import DB_TIMEOUT_ENV, connect_args, db_timeout_s
 from sweep_helpers import CHILD_ENV, write_space
 
 from shapesweep.common import UserError
+from shapesweep.results.catalog import Catalog
+from shapesweep.results.deadlines import DB_TIMEOUT_ENV, connect_args, db_timeout_s
 
 SIGNAL_MARGIN_S = 10.0  # the bound for a signal to end the command
 TIMEOUT_MARGIN_S = 8.0  # past the timeout: the process's own exit, on a loaded machine

@@ -8,6 +8,8 @@ import json
 from pathlib import Path
 
 import pytest
+from sweep_helpers import TINY_TRAIN, run, write_space
+
 from shapesweep.results.store import load_curves, load_trials, sweep_dir
 from shapesweep.search_spaces.cadence import eval_steps, evaluation_line
 from shapesweep.search_spaces.configs import TrainConfig, make_config
@@ -15,7 +17,6 @@ from shapesweep.search_spaces.solver import plan
 from shapesweep.search_spaces.space import BUILTIN_DIR, load_space
 from shapesweep.sweep.scheduling import rung_tokens
 from shapesweep.trainers.loop import train
-from sweep_helpers import TINY_TRAIN, run, write_space
 
 STEP = TINY_TRAIN["batch_tokens"]  # 512 tokens a step; the tiny recipe trains 16 steps
 BUDGET = TINY_TRAIN["tokens"]

@@ -15,6 +15,8 @@ import pytest
 import torch
 import yaml
 from safetensors.torch import load_file
+from transformers import AutoConfig, LlamaForCausalLM
+
 from shapesweep.results.store import write_trial
 from shapesweep.search_spaces.accounting import account
 from shapesweep.search_spaces.candidate_file import load_candidate
@@ -24,7 +26,6 @@ from shapesweep.trainers.checkpoint import save_model
 from shapesweep.trainers.data import builtin_corpus
 from shapesweep.trainers.models import build_model
 from shapesweep.trainers.mup import configure
-from transformers import AutoConfig, LlamaForCausalLM
 
 TRAIN = dict(steps=3, seq_len=32, batch_tokens=256, eval_tokens=512, lr=1e-2)
 BASE = dict(family="conventional", d_model=32, n_layers=2, n_heads=2, d_h=96)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 
 import yaml
+
 from shapesweep.results.store import write_trial
 from shapesweep.search_spaces.accounting import account
 from shapesweep.search_spaces.configs import config_key, make_config

@@ -13,6 +13,12 @@ from typing import Annotated, Any, Literal
 
 import pytest
 from pydantic import Field, model_validator
+
+from shapesweep.common import UserError
+from shapesweep.families import base
+from shapesweep.families.base import INTEGER, POSITIVE, Dim, FamilySpec, Stored
+from shapesweep.families.counts import lm_account, uniform_totals
+from shapesweep.families.lm import LayerShape, LMBase, uniform_shape
 from shapesweep.results.schema import TRIAL_COLUMNS
 from shapesweep.results.store import load_trials, write_trial
 from shapesweep.search_spaces.accounting import account
@@ -22,12 +28,6 @@ from shapesweep.search_spaces.space import parse_space
 from shapesweep.sweep.runner import data_hash_for
 from shapesweep.trainers.loop import train
 from shapesweep.trainers.models import build_model, count_params
-
-from shapesweep.common import UserError
-from shapesweep.families import base
-from shapesweep.families.base import INTEGER, POSITIVE, Dim, FamilySpec, Stored
-from shapesweep.families.counts import lm_account, uniform_totals
-from shapesweep.families.lm import LayerShape, LMBase, uniform_shape
 
 ROOT = Path(__file__).resolve().parent.parent
 

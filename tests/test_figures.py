@@ -15,6 +15,9 @@ import pandas as pd
 import plotly.graph_objects as go
 import pytest
 from plotly.subplots import make_subplots
+from synthetic import write_demo_like
+
+from shapesweep.common import UserError
 from shapesweep.dashboards.figures import (
     applicable_figures,
     baseline_figure,
@@ -41,9 +44,6 @@ from shapesweep.dashboards.scaling import fit_power_law, flops_to_match, match_s
 from shapesweep.dashboards.views import analysis_views
 from shapesweep.results.stats import FIDELITY_THRESHOLD, compare, rank_fidelity
 from shapesweep.results.store import load_curves, load_layers, load_trials, write_trial
-from synthetic import write_demo_like
-
-from shapesweep.common import UserError
 
 HOSTILE = "<script>alert(1)</script>"
 

@@ -13,6 +13,8 @@ import pytest
 import torch
 import torch.distributed as dist
 from safetensors import safe_open
+from sweep_helpers import TINY_TRAIN, rendezvous, run, write_space
+
 from shapesweep.results.store import load_curves, load_trials, read_sweep_file
 from shapesweep.search_spaces.accounting import account
 from shapesweep.search_spaces.configs import TrainConfig, make_config
@@ -22,7 +24,6 @@ from shapesweep.trainers.distributed import fully_shard_model
 from shapesweep.trainers.loop import StopTrial, train
 from shapesweep.trainers.models import build_model
 from shapesweep.trainers.mup import configure
-from sweep_helpers import TINY_TRAIN, rendezvous, run, write_space
 
 TIED = dict(family="conventional", d_model=16, n_layers=2, n_heads=2, d_h=64, tie_embeddings=True)
 RECIPE = dict(steps=12, seq_len=32, batch_tokens=256, eval_tokens=1024, lr=1e-2, eval_every=4,
@@ -116,6 +117,7 @@ def test_train_on_two_ray_workers_equals_one_worker(tmp_path, capsys, one_torch_
     """`shapesweep train --workers 2 --parallel fsdp`: a local Ray's two Ray Train workers
     give the plain one-process result; its --save and --checkpoint-dir are the usual ones."""
     import yaml
+
     from shapesweep.sweep.cli import main
 
     path = tmp_path / "winner.yaml"
@@ -137,6 +139,7 @@ def test_train_on_two_ray_workers_equals_one_worker(tmp_path, capsys, one_torch_
 
 def test_train_workers_that_cannot_run_are_one_line(tmp_path, capsys):
     import yaml
+
     from shapesweep.sweep.cli import main
 
     odd = tmp_path / "odd.yaml"  # three sequences a step

@@ -11,6 +11,7 @@ import re
 from pathlib import Path
 
 import pytest
+
 from shapesweep.trainers import gpu_figures, memory
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
+
 from shapesweep.search_spaces.configs import TrainConfig, make_config
 from shapesweep.trainers import loop
 from shapesweep.trainers.compiled import compile_cache

@@ -10,6 +10,8 @@ import math
 
 import pytest
 import torch
+
+from shapesweep.common import UserError
 from shapesweep.search_spaces.configs import (
     ConventionalConfig,
     HourglassConfig,
@@ -21,8 +23,6 @@ from shapesweep.search_spaces.solver import plan
 from shapesweep.search_spaces.space import load_space, parse_space
 from shapesweep.trainers.models import build_model
 from shapesweep.trainers.mup import configure
-
-from shapesweep.common import UserError
 
 MODES = ("normal", "scaled", "xavier", "mup")
 

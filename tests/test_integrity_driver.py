@@ -23,15 +23,15 @@ from pathlib import Path
 
 import pytest
 import yaml
+from sweep_helpers import CHILD_ENV, TINY_SPACE, TINY_TRAIN, pairs, run, write_space
+
+from shapesweep.common import UserError
 from shapesweep.results.catalog import Catalog, default_catalog_url
 from shapesweep.results.store import load_trials, sweep_dir
 from shapesweep.search_spaces.solver import candidate_document, plan
 from shapesweep.search_spaces.space import load_space
 from shapesweep.sweep.cli import main as shapesweep
 from shapesweep.sweep.lease import sweep_lease
-from sweep_helpers import CHILD_ENV, TINY_SPACE, TINY_TRAIN, pairs, run, write_space
-
-from shapesweep.common import UserError
 
 SPACE_TEXT = "name: s\n"
 

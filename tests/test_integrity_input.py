@@ -15,11 +15,11 @@ import numpy as np
 import pytest
 import torch
 import yaml
+
+from shapesweep.common import UserError
 from shapesweep.search_spaces.expressions import ExpressionError, compile_expression
 from shapesweep.search_spaces.space import load_space
 from shapesweep.sweep.cli import main
-
-from shapesweep.common import UserError
 from tests.sweep_helpers import TINY_SPACE, TINY_TRAIN, write_space
 
 MARKER = "PWNED"  # the file a payload would create
@@ -496,7 +496,6 @@ def test_a_number_written_as_text_plans_as_the_number(capsys, tmp_path, case):
                                   '{"scheduler": "asha"}', '{"scheduler": "asha", "reduction_factor": "x"}'])
 def test_status_of_a_damaged_sweep_json_is_one_line(capsys, tmp_path, text):
     from shapesweep.results.store import sweep_dir
-
     from tests.synthetic import write_synthetic
 
     root = tmp_path / "root"
@@ -568,7 +567,6 @@ def sweep_folder(tmp_path) -> Path:
     from shapesweep.results.store import sweep_dir, write_sweep_file
     from shapesweep.sweep.options import saved_values
     from shapesweep.sweep.sweep_options import SweepOptions
-
     from tests.synthetic import write_synthetic
 
     root = tmp_path / "root"
@@ -735,6 +733,7 @@ OPTUNA_DAMAGES = {
 def test_resume_of_an_optuna_sweep_with_a_damaged_study_is_one_line_before_ray(capsys, tmp_path,
                                                                              sweep_folder, damage):
     import optuna
+
     from shapesweep.results.catalog import default_catalog_url
     from shapesweep.results.store import write_sweep_file
 

@@ -25,6 +25,10 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
 import yaml
+from synthetic import synthetic_sweep
+from test_object_store import bucket, s3_endpoint  # noqa: F401 - fixtures: a real S3 endpoint (moto)
+
+from shapesweep.common import UserError
 from shapesweep.dashboards.server import make_server
 from shapesweep.results.store import (
     DamagedStore,
@@ -36,10 +40,6 @@ from shapesweep.results.store import (
     write_trial,
 )
 from shapesweep.sweep.cli import main as shapesweep
-from synthetic import synthetic_sweep
-from test_object_store import bucket, s3_endpoint  # noqa: F401 - fixtures: a real S3 endpoint (moto)
-
-from shapesweep.common import UserError
 
 N_TRIALS = 4
 

@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 import yaml
+
+from shapesweep.families import variable_width as widths
 from shapesweep.search_spaces import limits
 from shapesweep.search_spaces.configs import make_config
 from shapesweep.search_spaces.space import parse_space
 from shapesweep.sweep.cli import main
-
-from shapesweep.families import variable_width as widths
 from tests.sweep_helpers import TINY_SPACE, write_space
 
 REPO = Path(__file__).resolve().parents[1]
@@ -264,9 +264,8 @@ def test_a_lone_surrogate_is_one_line_naming_its_key(capsys, tmp_path, where):
 def test_the_fast_yaml_reader_gives_the_same_documents_and_refusals(tmp_path):
     """libyaml composes (`CSafeLoader`) where PyYAML has it; the documents are the pure-Python
     loader's, and a refusal is the pure-Python loader's message."""
-    from shapesweep.search_spaces import safe_yaml
-
     from shapesweep.common import UserError
+    from shapesweep.search_spaces import safe_yaml
 
     texts = [yaml.safe_dump(TINY_SPACE), "a: [1, 2.5, x, null, true, 1e3, '7']\nb: {c: [d]}\n",
              "a: &x 1\nb: *x\n", "a: 1\na: 2\n", "a: [1\n", "x: <<\n"]
@@ -347,10 +346,10 @@ def test_a_postgresql_url_gets_the_driver_that_is_installed():
     installed one, and a URL naming one, or another database, is kept as given."""
     import importlib.util
 
-    from shapesweep.sweep.store_args import POSTGRES_DRIVERS, with_installed_driver
     from sqlalchemy.engine import make_url
 
     from shapesweep.common import UserError
+    from shapesweep.sweep.store_args import POSTGRES_DRIVERS, with_installed_driver
 
     url = "postgresql://u:secret@db.example:5432/sweeps"
     default = make_url(url).get_dialect().driver

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-from shapesweep.trainers import hf_export, litgpt_export
-from shapesweep.trainers.litgpt_export import INSTALL
 from test_export_formats import (  # noqa: F401 - _one_thread is an autouse fixture
     BASE,
     MODELS,
@@ -21,6 +19,9 @@ from test_export_formats import (  # noqa: F401 - _one_thread is an autouse fixt
     _train_saved,
     branch_scaled_mup_model,
 )
+
+from shapesweep.trainers import hf_export, litgpt_export
+from shapesweep.trainers.litgpt_export import INSTALL
 
 try:  # make setup installs it; missing is a failure, not a skip
     import litgpt

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from synthetic import synthetic_sweep
+
 from shapesweep.dashboards.figures import applicable_figures, pareto_figure, searched_figure
 from shapesweep.dashboards.frames import with_derived
 from shapesweep.dashboards.report import build_payload, expand, write_report
@@ -18,7 +20,6 @@ from shapesweep.results import live
 from shapesweep.results.store import compact, load_curves, load_trials, write_trial
 from shapesweep.search_spaces.space import list_builtin
 from shapesweep.sweep.cli import main as shapesweep
-from synthetic import synthetic_sweep
 
 POINT_FIELDS = ("step", "tokens", "train_loss", "val_loss", "lr", "elapsed_s")
 
@@ -173,6 +174,7 @@ HOURGLASS_ROW = {"family": "hourglass", "variant": "hourglass", "d_model": 80, "
 
 def test_progress_prints_plain_lines_with_an_eta(monkeypatch):
     from rich.console import Console
+
     from shapesweep.sweep.progress import SweepProgress
 
     out = io.StringIO()
@@ -192,6 +194,7 @@ def test_the_live_box_names_each_candidate_with_its_seeds_and_tokens():
     """Not only trials and a best loss: each candidate by name, its seeds done / running of
     those planned, the tokens its trials trained, its completed seeds' mean loss; 80 columns."""
     from rich.console import Console
+
     from shapesweep.sweep.progress import SweepProgress
 
     planned = [{"key": key, "seed": seed, "tuned_json": "{}", "row": row}

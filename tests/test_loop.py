@@ -7,6 +7,8 @@ import math
 
 import pytest
 import torch
+
+from shapesweep.common import UserError
 from shapesweep.search_spaces.candidate_file import load_candidate
 from shapesweep.search_spaces.configs import TrainConfig, make_config
 from shapesweep.trainers.loop import (
@@ -16,8 +18,6 @@ from shapesweep.trainers.loop import (
     train,
 )
 from shapesweep.trainers.objective import lm_loss
-
-from shapesweep.common import UserError
 
 TINY = dict(family="conventional", d_model=16, n_layers=1, n_heads=2, d_h=64)
 RECIPE = dict(steps=12, seq_len=32, batch_tokens=256, eval_tokens=1024, lr=1e-2, eval_every=4)

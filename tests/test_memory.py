@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 import torch
+
 from shapesweep.search_spaces.configs import TrainConfig, make_config
 from shapesweep.sweep.cli import main
 from shapesweep.trainers import fitting, memory
 from shapesweep.trainers.fitting import compare_cli
 from shapesweep.trainers.loop import train
 from shapesweep.trainers.spec import TrialSpec
-
 from tests.sweep_helpers import TINY_SPACE, write_space
 
 LM = dict(vocab_size=256, n_heads=4)

@@ -15,9 +15,10 @@ from pathlib import Path
 
 import pytest
 import yaml
+from sweep_helpers import CHILD_ENV, TINY_TRAIN, write_space
+
 from shapesweep.results.store import sweep_dir
 from shapesweep.sweep.cli import main
-from sweep_helpers import CHILD_ENV, TINY_TRAIN, write_space
 
 VARIANTS = {
     "name": "typos",
@@ -88,8 +89,9 @@ def test_an_unknown_verb_gets_the_verb_meant(capsys):
 
 def _a_sweep(root: Path, name: str) -> None:
     """A sweep's results folder with one trial (the real store; no Ray)."""
-    from shapesweep.results.store import write_trial
     from synthetic import synthetic_sweep
+
+    from shapesweep.results.store import write_trial
 
     row, curve = synthetic_sweep(name, 1, families=("conventional",), seed=1)[0]
     write_trial(str(root), name, row, curve)

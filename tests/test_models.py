@@ -7,6 +7,9 @@ import random
 import pytest
 import torch
 from pydantic import ValidationError
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.utils.flop_counter import FlopCounterMode
+
 from shapesweep.search_spaces.accounting import account
 from shapesweep.search_spaces.configs import (
     ConventionalConfig,
@@ -17,8 +20,6 @@ from shapesweep.search_spaces.configs import (
 )
 from shapesweep.trainers.models import build_model, count_params
 from shapesweep.trainers.mup import configure
-from torch.nn.attention import SDPBackend, sdpa_kernel
-from torch.utils.flop_counter import FlopCounterMode
 
 ACTIVATIONS = ["relu", "gelu", "swiglu", "geglu", "simple_gated"]
 

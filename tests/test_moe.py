@@ -10,6 +10,7 @@ import tempfile
 import pytest
 import torch
 from pydantic import ValidationError
+
 from shapesweep.search_spaces.accounting import account
 from shapesweep.search_spaces.configs import (
     ConventionalConfig,
@@ -26,7 +27,6 @@ from shapesweep.trainers.loop import _backward, make_task, train
 from shapesweep.trainers.models import build_model, count_params
 from shapesweep.trainers.moe import MoEFFN, grouped_mm
 from shapesweep.trainers.mup import configure
-
 from tests.test_integrity_input import assert_refused
 from tests.test_models import _measured_flops
 
@@ -374,6 +374,7 @@ def test_vformer_widths_match_active_params_when_the_budget_asks():
     """xformer matches the ><former MoE on total parameters (it then has fewer active ones);
     an active_params budget solves its widths for the active count instead."""
     import yaml
+
     from shapesweep.search_spaces.space import BUILTIN_DIR, parse_space
 
     doc = yaml.safe_load((BUILTIN_DIR / "vformer-moe.yaml").read_text())

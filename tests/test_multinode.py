@@ -16,11 +16,12 @@ from pathlib import Path
 
 import pytest
 from ray_nodes import TEST_ENV, kill_node, start_head, start_worker, stop_node, wait_for_nodes
+from sweep_helpers import CHILD_ENV, TINY_TRAIN, write_space
+from test_checkpoints import _check_curve, _reports, _wait_for_reports
+
 from shapesweep.search_spaces.cadence import eval_steps
 from shapesweep.search_spaces.configs import TrainConfig
 from shapesweep.sweep.trainable import START_FIELD
-from sweep_helpers import CHILD_ENV, TINY_TRAIN, write_space
-from test_checkpoints import _check_curve, _reports, _wait_for_reports
 
 pytestmark = pytest.mark.slow
 

@@ -16,6 +16,10 @@ import numpy as np
 import pandas as pd
 import pytest
 from scipy import stats as sps
+from test_stats import _paired, _row, _status
+from test_stats import root as root  # noqa: F401  (the fixture: tests/test_stats.py's sweep)
+
+from shapesweep.common import UserError
 from shapesweep.results.multiplicity import (
     ADJUST_METHODS,
     adjusted_p,
@@ -26,10 +30,6 @@ from shapesweep.results.multiplicity import (
 from shapesweep.results.stats import compare, paired_rows
 from shapesweep.results.store import load_trials, write_trial
 from shapesweep.sweep.cli import main as shapesweep
-from test_stats import _paired, _row, _status
-from test_stats import root as root  # noqa: F401  (the fixture: tests/test_stats.py's sweep)
-
-from shapesweep.common import UserError
 
 
 def test_holm_matches_a_hand_worked_step_down():

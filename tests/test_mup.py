@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
+
 from shapesweep.search_spaces.configs import (
     ConventionalConfig,
     HourglassConfig,

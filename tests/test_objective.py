@@ -12,6 +12,8 @@ import json
 import pytest
 import torch
 import torch.nn.functional as F
+from test_compile import FAMILIES
+
 from shapesweep.search_spaces.configs import TrainConfig, make_config
 from shapesweep.trainers.compile_policy import (
     COMPILE_BASE_S,
@@ -26,7 +28,6 @@ from shapesweep.trainers.compile_policy import (
 )
 from shapesweep.trainers.models import build_model
 from shapesweep.trainers.objective import lm_loss
-from test_compile import FAMILIES
 
 
 @pytest.fixture(autouse=True)
@@ -181,9 +182,10 @@ def test_plan_says_which_candidates_compile_on_a_gpu(capsys):
 def test_status_shows_each_trials_compile_seconds(tmp_path, capsys, monkeypatch):
     """Trials that compiled carry `compile_s` in their row, and `status` prints it, with the
     blocks a compiled region held where longer than one."""
+    from synthetic import synthetic_sweep
+
     from shapesweep.results.store import write_trial
     from shapesweep.sweep.cli import main
-    from synthetic import synthetic_sweep
 
     for i, (row, curve) in enumerate(synthetic_sweep("compiled", 4, families=("conventional",))):
         write_trial(str(tmp_path), "compiled", {**row, "compiled": True, "compile_s": 12.5 + i,
@@ -198,9 +200,10 @@ def test_status_shows_each_trials_compile_seconds(tmp_path, capsys, monkeypatch)
 def test_status_says_which_machines_the_trials_ran_on(tmp_path, capsys, monkeypatch):
     """A sweep that spans machines says so, most trials first, rows from before the columns
     counted apart: losses differ by float order between machines (docs/small-sweeps.md)."""
+    from synthetic import synthetic_sweep
+
     from shapesweep.results.store import write_trial
     from shapesweep.sweep.cli import main
-    from synthetic import synthetic_sweep
 
     epyc = {"cpu_model": "AMD EPYC", "torch_version": "2.13.0+cpu", "device_name": "cpu", "torch_threads": 1}
     h200 = {"cpu_model": "Intel Xeon", "torch_version": "2.11.0+cu130", "device_name": "NVIDIA H200",

@@ -9,14 +9,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from sweep_helpers import write_space
+
+from shapesweep.common import UserError
 from shapesweep.results.store import sweep_dir
 from shapesweep.sweep.options import option
 from shapesweep.sweep.run_command import add_arguments_resume, add_arguments_run, resume, run
 from shapesweep.sweep.runner import OPTIONS_FILE, load_options
 from shapesweep.sweep.sweep_options import SweepOptions
-from sweep_helpers import write_space
-
-from shapesweep.common import UserError
 
 
 @dataclass

@@ -14,12 +14,13 @@ from pathlib import Path
 import optuna
 import pytest
 from optuna.trial import TrialState
+from sweep_helpers import TINY_SPACE, TINY_TRAIN, run, write_space
+
 from shapesweep.results.store import load_curves, load_trials, sweep_dir
 from shapesweep.search_spaces.space import load_space
 from shapesweep.sweep.search import SpecMaker, make_optuna_search
 from shapesweep.sweep.strategies import default_sampler, make_sampler
 from shapesweep.sweep.trainable import FINAL_FLAG
-from sweep_helpers import TINY_SPACE, TINY_TRAIN, run, write_space
 
 BUDGET = TINY_TRAIN["tokens"]
 

@@ -10,12 +10,13 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from sweep_helpers import TINY_SPACE, TINY_TRAIN, run, write_space
+
 from shapesweep.results.store import load_curves, load_trials, read_sweep_file, sweep_dir
 from shapesweep.search_spaces.configs import TrainConfig, make_config
 from shapesweep.sweep.paired_asha import DECISIONS_FILE
 from shapesweep.sweep.trainable import START_FIELD
 from shapesweep.trainers.loop import train
-from sweep_helpers import TINY_SPACE, TINY_TRAIN, run, write_space
 
 pytestmark = pytest.mark.slow
 

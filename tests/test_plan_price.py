@@ -3,6 +3,7 @@
 import json
 
 import pytest
+
 from shapesweep.sweep.cli import main
 
 

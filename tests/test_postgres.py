@@ -16,11 +16,12 @@ from pathlib import Path
 
 import pytest
 from pg_server import find_bin_dir, start_server
+from sweep_helpers import TINY_SPACE
+from sweep_helpers import write_space as write_tiny_space
+
 from shapesweep.results.catalog import Catalog
 from shapesweep.results.store import load_trials, sweep_dir
 from shapesweep.sweep.cli import main as shapesweep
-from sweep_helpers import TINY_SPACE
-from sweep_helpers import write_space as write_tiny_space
 
 pytestmark = pytest.mark.slow
 

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 import ray
+
 from shapesweep.sweep import ray_compat
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -13,10 +13,11 @@ import time
 from pathlib import Path
 
 import pandas as pd
+from synthetic import synthetic_sweep
+
 from shapesweep.dashboards.report import build_payload, load_frames
 from shapesweep.results import live, store
 from shapesweep.results.store import FragmentCache, compact, load_curves, load_trials, write_trial
-from synthetic import synthetic_sweep
 
 N_LOOSE = store.BULK + 4  # enough fragments that a reader scans them as one dataset
 

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+from sweep_helpers import TINY_SPACE, TINY_TRAIN, run, write_space
+
 from shapesweep.search_spaces.cadence import eval_steps, total_steps
 from shapesweep.search_spaces.candidate_file import load_candidate
 from shapesweep.search_spaces.configs import ConventionalConfig, TrainConfig
@@ -17,7 +19,6 @@ from shapesweep.search_spaces.space import list_builtin, load_space
 from shapesweep.sweep.search import grid_specs
 from shapesweep.trainers.loop import lr_multiplier, warmup_steps
 from shapesweep.trainers.memory import MARGIN, estimate, fitting_micro_batch
-from sweep_helpers import TINY_SPACE, TINY_TRAIN, run, write_space
 
 FULL_SPACES = [n for n, _ in list_builtin() if not n.endswith("-small") and not n.startswith("demo-")]
 GPU_BYTES = 80 * 2**30  # one 80 GB GPU

@@ -10,6 +10,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+
 from shapesweep.results.rows import TrialRecord, final_metrics
 from shapesweep.results.store import load_trials
 from shapesweep.search_spaces.configs import TrainConfig, make_config

@@ -16,6 +16,8 @@ import pandas as pd
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
+
+from shapesweep.common import UserError
 from shapesweep.results import (
     CURVE_COLUMNS,
     TRIAL_COLUMNS,
@@ -33,8 +35,6 @@ from shapesweep.results import (
 )
 from shapesweep.search_spaces.accounting import account
 from shapesweep.search_spaces.configs import make_config
-
-from shapesweep.common import UserError
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 CONFIGS = [

@@ -5,12 +5,12 @@ cut with 95% confidence, paired by seed; near-ties and the baseline are kept."""
 from __future__ import annotations
 
 import pytest
-from shapesweep.search_spaces.solver import plan
-from shapesweep.search_spaces.space import load_space
-from shapesweep.sweep.scheduling import ASHA_MIN_CANDIDATES, choose, decide, rung_tokens
 from sweep_helpers import TINY_SPACE, TINY_TRAIN, write_space
 
 from shapesweep.common import UserError
+from shapesweep.search_spaces.solver import plan
+from shapesweep.search_spaces.space import load_space
+from shapesweep.sweep.scheduling import ASHA_MIN_CANDIDATES, choose, decide, rung_tokens
 
 WSD = {**TINY_TRAIN, "decay": "wsd"}  # cooldown evaluations at the rungs by default
 

@@ -17,6 +17,8 @@ import math
 
 import numpy as np
 import pytest
+
+from shapesweep.common import UserError
 from shapesweep.results.multiplicity import ALPHA, adjusted_p, paired_p
 from shapesweep.results.sequential import (
     Decision,
@@ -27,8 +29,6 @@ from shapesweep.results.sequential import (
     t_boundaries,
     z_boundaries,
 )
-
-from shapesweep.common import UserError
 
 SD = 0.031  # paired difference, val_loss units (module docstring: where it is from)
 M = 6

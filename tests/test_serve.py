@@ -25,11 +25,12 @@ from pathlib import Path
 
 import psutil
 import pytest
+from synthetic import synthetic_sweep
+
 from shapesweep.dashboards.report import expand
 from shapesweep.dashboards.server import make_server
 from shapesweep.dashboards.snapshots import store_version
 from shapesweep.results.store import write_trial
-from synthetic import synthetic_sweep
 
 CHECKOUT = Path(__file__).resolve().parents[1]
 

@@ -17,11 +17,12 @@ import time
 from pathlib import Path
 
 import pytest
+from sweep_helpers import CHILD_ENV, TINY_TRAIN, write_space
+
 from shapesweep.results.catalog import Catalog, default_catalog_url
 from shapesweep.results.store import sweep_dir
 from shapesweep.sweep import ray_compat, ray_session
 from shapesweep.sweep.ray_session import SESSION_RECORD, clear_dead_session, ray_storage
-from sweep_helpers import CHILD_ENV, TINY_TRAIN, write_space
 
 
 def test_a_local_ray_starts_in_its_own_group_without_rays_sigterm_handler():

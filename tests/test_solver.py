@@ -7,12 +7,12 @@ import itertools
 import numpy as np
 import pytest
 import yaml
+
+from shapesweep.common import UserError
 from shapesweep.search_spaces.accounting import account
 from shapesweep.search_spaces.configs import TrainConfig, config_key, make_config
 from shapesweep.search_spaces.solver import candidate_document, plan, solve_point
 from shapesweep.search_spaces.space import Range, load_space, parse_space
-
-from shapesweep.common import UserError
 
 LM = {"n_heads": 12, "vocab_size": 50304, "activation": "swiglu"}
 

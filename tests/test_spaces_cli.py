@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from shapesweep.search_spaces.space import list_builtin
 from shapesweep.sweep import cli
 

@@ -14,6 +14,8 @@ import re
 
 import pytest
 from scipy import stats as sps
+
+from shapesweep.common import UserError
 from shapesweep.results.stats import (
     asha_confirmation,
     compare,
@@ -25,8 +27,6 @@ from shapesweep.results.stats import (
 )
 from shapesweep.results.store import load_curves, load_trials, write_sweep_file, write_trial
 from shapesweep.sweep.cli import main as shapesweep
-
-from shapesweep.common import UserError
 
 SEEDS = (0, 1, 2)
 TOKENS = (100, 200, 300)  # evaluation points; the last is the end of the run

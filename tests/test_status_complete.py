@@ -9,6 +9,7 @@ import json
 
 import pytest
 import yaml
+
 from shapesweep.dashboards.report import build_payload, expand
 from shapesweep.results import live
 from shapesweep.results.rows import TrialRecord

@@ -11,12 +11,12 @@ from datetime import UTC, datetime, timedelta
 
 import pandas as pd
 import pytest
+
+from shapesweep.common import UserError
 from shapesweep.results.interface import ResultsStore
 from shapesweep.results.memory_store import MemoryStore
 from shapesweep.results.parquet_store import ParquetStore
 from shapesweep.results.schema import CURVE_COLUMNS, LAYER_COLUMNS, TRIAL_COLUMNS
-
-from shapesweep.common import UserError
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 STORES = ("parquet", "memory")

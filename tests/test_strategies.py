@@ -15,6 +15,8 @@ from datetime import UTC, datetime
 
 import optuna
 import pytest
+from sweep_helpers import TINY_TRAIN, run, write_space
+
 from shapesweep.results.rows import CURVE_FIELDS, TrialRecord, final_metrics
 from shapesweep.results.store import load_curves, load_trials, read_sweep_file
 from shapesweep.search_spaces.solver import candidate_document, plan
@@ -32,7 +34,6 @@ from shapesweep.sweep.strategies import (
     make_sampler,
     strategy_for,
 )
-from sweep_helpers import TINY_TRAIN, run, write_space
 
 
 @pytest.mark.parametrize("name", sorted(SAMPLERS))

@@ -22,14 +22,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from shapesweep.results.catalog import Catalog, default_catalog_url
-from shapesweep.results.store import load_trials, sweep_dir
-from shapesweep.search_spaces.space import load_space
-from shapesweep.sweep.cli import main as shapesweep
 from sweep_helpers import CHILD_ENV, TINY_SPACE, TINY_TRAIN, pairs, raw_trial_rows, run
 from sweep_helpers import write_space as write_tiny_space
 
 from shapesweep.families.base import candidate_label
+from shapesweep.results.catalog import Catalog, default_catalog_url
+from shapesweep.results.store import load_trials, sweep_dir
+from shapesweep.search_spaces.space import load_space
+from shapesweep.sweep.cli import main as shapesweep
 
 pytestmark = pytest.mark.slow
 
@@ -303,6 +303,7 @@ def test_progress_is_a_live_table_on_a_terminal_and_plain_lines_elsewhere(on_ter
     import io
 
     from rich.console import Console
+
     from shapesweep.sweep.progress import SweepProgress
 
     master, replica = os.openpty()

@@ -20,12 +20,6 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
-from shapesweep.results.catalog import Catalog, default_catalog_url
-from shapesweep.results.store import load_curves, load_trials, sweep_dir, write_sweep_file
-from shapesweep.search_spaces.solver import candidate_document, plan
-from shapesweep.search_spaces.space import load_space
-from shapesweep.sweep.cli import main as shapesweep
-from shapesweep.sweep.runner import _check_saved_space, _space_hash
 from sweep_helpers import (
     CHILD_ENV,
     TINY_TRAIN,
@@ -36,6 +30,12 @@ from sweep_helpers import (
 )
 
 from shapesweep.common import UserError
+from shapesweep.results.catalog import Catalog, default_catalog_url
+from shapesweep.results.store import load_curves, load_trials, sweep_dir, write_sweep_file
+from shapesweep.search_spaces.solver import candidate_document, plan
+from shapesweep.search_spaces.space import load_space
+from shapesweep.sweep.cli import main as shapesweep
+from shapesweep.sweep.runner import _check_saved_space, _space_hash
 
 pytestmark = pytest.mark.slow
 

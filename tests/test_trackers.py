@@ -11,9 +11,10 @@ from __future__ import annotations
 import sys
 
 import pytest
+from sweep_helpers import TINY_SPACE, TINY_TRAIN, run, write_space
+
 from shapesweep.results.store import load_curves, load_trials, sweep_dir
 from shapesweep.search_spaces.solver import SHAPE_COLUMNS
-from sweep_helpers import TINY_SPACE, TINY_TRAIN, run, write_space
 
 SPACE = {**TINY_SPACE, "name": "tracked", "search": {"n_layers": [1, 2]},
          "train": {**TINY_TRAIN, "tokens": 4096}}

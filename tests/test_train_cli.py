@@ -9,6 +9,7 @@ import sys
 
 import pytest
 import yaml
+
 from shapesweep.search_spaces.configs import TrainConfig, make_config
 from shapesweep.sweep.cli import main
 from shapesweep.trainers.data import builtin_corpus, unigram_entropy

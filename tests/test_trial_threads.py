@@ -9,8 +9,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from shapesweep.results.store import sweep_dir
 from sweep_helpers import CHILD_ENV, write_space
+
+from shapesweep.results.store import sweep_dir
 
 pytestmark = pytest.mark.slow
 

@@ -9,6 +9,8 @@ import json
 import numpy as np
 import pandas as pd
 import pytest
+from synthetic import synthetic_sweep, write_synthetic
+
 from shapesweep.dashboards import views as views_module
 from shapesweep.dashboards.figures import applicable_figures
 from shapesweep.dashboards.frames import human, with_derived
@@ -18,7 +20,6 @@ from shapesweep.results.schema import TRIAL_COLUMNS
 from shapesweep.results.store import load_curves, load_trials, write_trial
 from shapesweep.search_spaces.accounting import account
 from shapesweep.search_spaces.configs import config_key, make_config
-from synthetic import synthetic_sweep, write_synthetic
 
 
 def _grid(root, loss, seeds: int = 1, n: int | None = None) -> pd.DataFrame:

@@ -7,11 +7,6 @@ import threading
 
 import pytest
 from selenium.webdriver.common.by import By
-from shapesweep.dashboards.frames import METRIC_LABELS
-from shapesweep.dashboards.report import write_report
-from shapesweep.dashboards.server import make_server
-from shapesweep.results.store import load_layers, load_trials
-from shapesweep.trainers.analysis import THRESHOLDS
 from test_analysis import VFORMER_SPACE
 from test_dashboard_browser import (  # noqa: F401 - browser and downloads are fixtures
     ARTIFACTS,
@@ -20,6 +15,12 @@ from test_dashboard_browser import (  # noqa: F401 - browser and downloads are f
     browser,
     downloads,
 )
+
+from shapesweep.dashboards.frames import METRIC_LABELS
+from shapesweep.dashboards.report import write_report
+from shapesweep.dashboards.server import make_server
+from shapesweep.results.store import load_layers, load_trials
+from shapesweep.trainers.analysis import THRESHOLDS
 
 SWEEPS = ["mlp", "shapes", "ucurve"]  # the views' index is the sweep's place in sorted order
 

@@ -103,6 +103,7 @@ def save_model(directory: str | Path, weights: dict[str, torch.Tensor], model_co
     weights' metadata."""
     import yaml
     from safetensors.torch import save_file
+
     from shapesweep.search_spaces.accounting import account
     from shapesweep.search_spaces.solver import Candidate, candidate_document
 
@@ -120,6 +121,7 @@ def load_model(directory: str | Path):
     """(model_config, TrainConfig, state dict) from a `train --save` folder; UserError if unusable."""
     from safetensors import SafetensorError
     from safetensors.torch import load_file
+
     from shapesweep.search_spaces.candidate_file import load_candidate
     from shapesweep.trainers.models import build_model
 

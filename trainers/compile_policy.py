@@ -18,9 +18,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from shapesweep.search_spaces.accounting import account
-
 from shapesweep.families.base import of
+from shapesweep.search_spaces.accounting import account
 
 # Dense bf16 peak TFLOP/s by (a substring of) the CUDA device name, most specific first.
 PEAK_TFLOPS = {"H100 PCIe": 756, "H100": 989, "H200": 989, "B200": 2250, "A100": 312,

@@ -46,8 +46,9 @@ from dataclasses import dataclass
 from typing import Literal
 
 import torch
-from shapesweep.trainers.compile_policy import layer_signatures, runs
 from torch._dynamo.utils import compilation_time_metrics, counters
+
+from shapesweep.trainers.compile_policy import layer_signatures, runs
 
 Mode = Literal["default", "reduce-overhead"]
 # dynamo's timers of the forward compile (trace + Inductor) and of each lazily compiled backward

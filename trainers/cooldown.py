@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+
 from shapesweep.search_spaces.cadence import cooldown_steps
 from shapesweep.trainers import checkpoint
 

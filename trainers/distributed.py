@@ -12,6 +12,7 @@ from collections.abc import Callable
 
 import torch
 import torch.distributed as dist
+
 from shapesweep.trainers.parallel import check_split
 
 
@@ -25,8 +26,9 @@ def process_group() -> tuple[int, int]:
 def data_parallel(model: torch.nn.Module, per_step: int, dev) -> torch.nn.Module:
     """`model` under DDP: each rank trains its slice of every step's batch and the gradients
     are averaged, so the step is the one-process step."""
-    from shapesweep.trainers.moe import MoEFFN
     from torch.nn.parallel import DistributedDataParallel
+
+    from shapesweep.trainers.moe import MoEFFN
 
     check_split(per_step, process_group()[1])
     wrapped = DistributedDataParallel(

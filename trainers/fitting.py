@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+
 from shapesweep.search_spaces.candidate_file import load_candidate
 from shapesweep.search_spaces.configs import config_key
 from shapesweep.trainers import memory

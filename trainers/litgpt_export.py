@@ -33,9 +33,9 @@ a matrix of its own, so tied embeddings travel as two equal matrices.
 from __future__ import annotations
 
 import torch
-from shapesweep.trainers import hf_export
 
 from shapesweep import common
+from shapesweep.trainers import hf_export
 
 INSTALL = "pip install --no-deps litgpt && pip install lightning psutil"  # litgpt pins an old huggingface_hub
 MLP_CLASS = {"swiglu": "LLaMAMLP", "geglu": "GemmaMLP"}

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from shapesweep.trainers.ffn import make_ffn
-from shapesweep.trainers.moe import MoEFFN, make_moe
-from shapesweep.trainers.objective import lm_loss
 from torch import nn
 
 from shapesweep.families.lm import LayerShape
 from shapesweep.families.variable_width import end_widths
+from shapesweep.trainers.ffn import make_ffn
+from shapesweep.trainers.moe import MoEFFN, make_moe
+from shapesweep.trainers.objective import lm_loss
 
 
 def _widen(h: torch.Tensor, width: int) -> torch.Tensor:

@@ -43,6 +43,9 @@ from typing import Any, Unpack
 import torch
 import torch.nn.functional as F
 from pydantic import BaseModel
+
+from shapesweep.common import UserError
+from shapesweep.families.base import of
 from shapesweep.search_spaces.cadence import (
     at_steps,
     cooldown_points,
@@ -78,9 +81,6 @@ from shapesweep.trainers.parallel import (
     sequences_per_step,
 )
 from shapesweep.trainers.spec import Options, Reporter, TrialSpec
-
-from shapesweep.common import UserError
-from shapesweep.families.base import of
 
 EVAL_IMAGES_PER_BATCH = 1024
 

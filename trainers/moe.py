@@ -38,9 +38,10 @@ from __future__ import annotations
 import functools
 
 import torch
-from shapesweep.trainers.ffn import GatedFFN
 from torch import nn
 from torch.utils.flop_counter import register_flop_formula
+
+from shapesweep.trainers.ffn import GatedFFN
 
 
 @functools.cache

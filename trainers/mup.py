@@ -70,11 +70,11 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import torch
-from shapesweep.trainers.ffn import GatedFFN
-from shapesweep.trainers.lm import LM, Attention
 from torch import nn
 
 from shapesweep.families.base import load, of
+from shapesweep.trainers.ffn import GatedFFN
+from shapesweep.trainers.lm import LM, Attention
 
 LM_STD = 0.02  # GPT-2 / OLMo init std at the base width
 DEPTH_ALPHA = {True: 0.5, "tp6": 0.5, "completep": 1.0}  # `train.depth_mup` -> its exponent

@@ -24,6 +24,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Literal, TypedDict
 
 from pydantic import BaseModel
+
 from shapesweep.search_spaces.configs import TrainConfig
 
 Parallel = Literal["ddp", "fsdp"]

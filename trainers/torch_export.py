@@ -16,11 +16,11 @@ import re
 from dataclasses import asdict
 
 import torch
-from shapesweep.search_spaces import configs
-from shapesweep.trainers import ffn, lm, moe
 
 from shapesweep import common
 from shapesweep.families.base import of
+from shapesweep.search_spaces import configs
+from shapesweep.trainers import ffn, lm, moe
 
 OWN_IMPORTS = re.compile(r"^(from shapesweep[. ].*|from __future__ import annotations)\n", re.MULTILINE)
 HEADER = '''"""Standalone shapesweep language model, written by `shapesweep export --format torch`.

@@ -8,11 +8,11 @@ from collections.abc import Iterator
 
 import torch
 import torch.nn.functional as F
-from shapesweep.trainers.mup import Base, InitMode, Rule, linear_rules
-from shapesweep.trainers.objective import mse_loss
 from torch import nn
 
 from shapesweep.families.vision_mlp import VisionMLPConfig
+from shapesweep.trainers.mup import Base, InitMode, Rule, linear_rules
+from shapesweep.trainers.objective import mse_loss
 
 
 class ResidualMLPBlock(nn.Module):

@@ -27,6 +27,7 @@ import numpy as np
 import pandas as pd
 import yaml
 from scipy import stats
+
 from shapesweep.results.multiplicity import adjusted_p, paired_p
 from shapesweep.results.store import load_trials
 
