@@ -53,7 +53,10 @@ def checkout(into: Path) -> Path:
                             capture_output=True, text=True, check=True).stdout
     for name in filter(None, listed.split("\0")):
         source = REPO / name
-        if source.is_file():
+        if source.is_symlink():  # shapesweep/sweep -> ../sweep: a link, as git keeps it
+            (into / name).parent.mkdir(parents=True, exist_ok=True)
+            (into / name).symlink_to(source.readlink())
+        elif source.is_file():
             (into / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(source, into / name)
     return into
