@@ -6,7 +6,7 @@ validation, and the first boolean in a numeric place is refused in one line."""
 from __future__ import annotations
 
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 from pydantic import BaseModel
@@ -31,7 +31,7 @@ def _join(prefix: str, name: object) -> str:
     return f"{prefix}.{name}" if prefix else str(name)
 
 
-def _members(annotation: Any) -> list[Any]:
+def _members(annotation: object) -> list[object]:
     """An annotation's alternatives, with Annotated and Optional unwrapped."""
     origin = get_origin(annotation)
     if origin is Annotated:
@@ -41,13 +41,13 @@ def _members(annotation: Any) -> list[Any]:
     return [annotation]
 
 
-def _takes_bool(member: Any, value: bool) -> bool:
+def _takes_bool(member: object, value: bool) -> bool:
     if member is bool or member is Any or member is object:
         return True
     return get_origin(member) is Literal and any(arg is value for arg in get_args(member))
 
 
-def _in_value(annotation: Any, value: object, key: str) -> Found:
+def _in_value(annotation: object, value: object, key: str) -> Found:
     members = _members(annotation)
     if isinstance(value, bool):
         numeric = any(m in (int, float) for m in members)
@@ -80,7 +80,7 @@ def _in_model(model: type[BaseModel], document: object, prefix: str) -> Found:
     return None
 
 
-def _first(results: Any) -> Found:
+def _first(results: Iterable[Found]) -> Found:
     return next((found for found in results if found is not None), None)
 
 

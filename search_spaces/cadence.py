@@ -13,14 +13,21 @@ before it starts.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING
 
 from shapesweep.common import UserError, human
 from shapesweep.families import base as families
+from shapesweep.search_spaces.configs import TrainConfig
+
+if TYPE_CHECKING:  # annotations only: `--help` imports this module (CHECKPOINT_EVERY_S)
+    from shapesweep.search_spaces.candidates import Candidate
+    from shapesweep.search_spaces.schema import SearchSpace
+
+Recipe = TrainConfig | Mapping[str, object]  # a recipe, or its JSON as a trial spec carries it
 
 
-def total_steps(train: Any, units_per_step: int) -> int:
+def total_steps(train: TrainConfig, units_per_step: int) -> int:
     """Optimizer steps of the recipe `train` (a TrainConfig), each of `units_per_step` tokens
     (images for vision)."""
     if train.steps is not None:
@@ -31,7 +38,7 @@ def total_steps(train: Any, units_per_step: int) -> int:
                     key="train.tokens")
 
 
-def eval_steps(train: Any, steps: int, units_per_step: int,
+def eval_steps(train: TrainConfig, steps: int, units_per_step: int,
                at_tokens: Iterable[float] = ()) -> list[int]:
     """The steps (1-based counts done) after which a run of `steps` steps evaluates, ascending."""
     every = train.eval_every or max(1, steps // 10)
@@ -47,18 +54,19 @@ def at_steps(at_tokens: Iterable[float], steps: int, units_per_step: int) -> set
     return {min(steps, max(1, math.ceil(t / units_per_step))) for t in at_tokens}
 
 
-def token_budget(train: Any, family: str) -> int:
+def token_budget(train: Recipe, family: str) -> int:
     """What a trial that runs to the end has trained on (images for vision), under its
     resolved recipe `train` (a TrainConfig or its JSON)."""
-    from shapesweep.search_spaces.configs import TrainConfig
-
     train = TrainConfig.model_validate(train)
     if train.steps:
         return int(train.steps * step_tokens(train, family))
+    if train.tokens is None:
+        raise UserError("no training budget: set train.tokens or train.steps (or --tokens/--steps)",
+                        key="train.tokens")
     return int(train.tokens)
 
 
-def sweep_budgets(space: Any, candidates: list | None) -> set[int] | None:
+def sweep_budgets(space: SearchSpace, candidates: list[Candidate] | None) -> set[int] | None:
     """The token budgets the sweep's trials train: one per grid candidate's recipe; for an
     Optuna search each variant's, or None when tokens_per_param makes it per candidate."""
     if candidates is not None:
@@ -69,22 +77,20 @@ def sweep_budgets(space: Any, candidates: list | None) -> set[int] | None:
     return {token_budget(v.train, v.family) for v in variants}
 
 
-def step_tokens(train: Any, family: str) -> int:
+def step_tokens(train: Recipe, family: str) -> int:
     """Tokens (images for vision) one optimizer step trains on."""
-    from shapesweep.search_spaces.configs import TrainConfig
-
     train = TrainConfig.model_validate(train)
     return train.batch_tokens if families.get(family).lm else train.batch_size
 
 
-def cooldown_steps(train: Any, steps: int) -> int:
+def cooldown_steps(train: TrainConfig, steps: int) -> int:
     """Steps of the cooldown that ends a run of `steps` steps under `decay: wsd`, or of the
     cooldown branched after `steps` steps (`shapesweep.trainers.cooldown`): cooldown_frac
     of them, at least one."""
     return max(1, round(train.cooldown_frac * steps))
 
 
-def cooldown_points(train: Any, evals: Iterable[int], rungs: Iterable[int], steps: int) -> set[int]:
+def cooldown_points(train: TrainConfig, evals: Iterable[int], rungs: Iterable[int], steps: int) -> set[int]:
     """The evaluations (steps done) that record `val_loss_cooled`: the rungs' or every one,
     and the last (its loss is cooled already)."""
     if train.cooldown_evals == "off":
@@ -93,7 +99,7 @@ def cooldown_points(train: Any, evals: Iterable[int], rungs: Iterable[int], step
     return {*chosen, steps} & set(evals)
 
 
-def cooldown_tokens(train: Any, cooled: Iterable[int], done: int, steps: int,
+def cooldown_tokens(train: TrainConfig, cooled: Iterable[int], done: int, steps: int,
                     units_per_step: int) -> int:
     """Tokens (images) the branches at `cooled` points up to step `done` have trained: a
     count, not a tally, so a trial resumed from a checkpoint reports the same."""
@@ -109,7 +115,7 @@ CHECKPOINT_EVERY_S = 60.0
 EVAL_SHARE_TARGET = 0.10  # evaluated / trained tokens a recipe should stay under
 
 
-def evaluation_line(space: Any, candidates: list | None, rungs: list[float]) -> str | None:
+def evaluation_line(space: SearchSpace, candidates: list[Candidate] | None, rungs: list[float]) -> str | None:
     """What evaluation costs: evaluations per trial x eval_tokens, as a share of the tokens
     a trial trains, for the sweep's costliest recipe; says so above EVAL_SHARE_TARGET.
     Language models only (a vision trial evaluates its dataset's whole validation split);
@@ -143,7 +149,7 @@ def evaluation_line(space: Any, candidates: list | None, rungs: list[float]) -> 
     return line
 
 
-def cooldown_line(space: Any, candidates: list | None, rungs: list[float]) -> str | None:
+def cooldown_line(space: SearchSpace, candidates: list[Candidate] | None, rungs: list[float]) -> str | None:
     """What cooldown evaluations cost: the tokens their branches train, as a share of the
     tokens a trial trains, for the sweep's costliest recipe; None when no trial branches
     one (cooldowns off, or `rungs` with no scheduler rungs)."""

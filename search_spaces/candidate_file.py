@@ -41,7 +41,7 @@ def load_candidate(path: str | Path):
         raise UserError("expected a mapping with keys family, model and train", file=file)
     model = doc.get("model", None)
     family = doc.get("family") or (model.get("family") if isinstance(model, dict) else None)
-    if family not in FAMILIES:
+    if not isinstance(family, str) or family not in FAMILIES:
         raise UserError(f"unknown family {family!r}; {did_you_mean(family, FAMILIES)}expected one "
                         f"of {', '.join(FAMILIES)}", file=file, key="family")
     if model is None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import ast
 import functools
 import operator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,13 +24,13 @@ MAX_LENGTH = 1000  # characters of one expression
 MAX_NODES = 200  # syntax-tree nodes of one expression
 MAX_EXPONENT = 64  # a constant exponent beyond this is a mistake (or a `9**9**9` hang)
 # name -> (numpy function, number of arguments)
-SAFE_FUNCTIONS = {"abs": (np.abs, 1), "min": (np.minimum, 2), "max": (np.maximum, 2),
+SAFE_FUNCTIONS: dict[str, tuple[Callable[..., Any], int]] = {"abs": (np.abs, 1), "min": (np.minimum, 2), "max": (np.maximum, 2),
                   "log": (np.log, 1), "log2": (np.log2, 1), "sqrt": (np.sqrt, 1),
                   "round": (np.round, 1), "floor": (np.floor, 1), "ceil": (np.ceil, 1)}
-BINARY = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
+BINARY: dict[type[ast.operator], Callable[..., Any]] = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
           ast.Div: operator.truediv, ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod,
           ast.Pow: operator.pow}
-UNARY = {ast.UAdd: operator.pos, ast.USub: operator.neg, ast.Not: np.logical_not}
+UNARY: dict[type[ast.unaryop], Callable[..., Any]] = {ast.UAdd: operator.pos, ast.USub: operator.neg, ast.Not: np.logical_not}
 COMPARE = {ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt,
            ast.LtE: operator.le, ast.Gt: operator.gt, ast.GtE: operator.ge}
 BOOLEAN = {ast.And: np.logical_and, ast.Or: np.logical_or}
@@ -113,7 +114,7 @@ def _check(node: ast.AST, names, compared: bool) -> None:
         return
     if isinstance(node, ast.Constant) and type(node.value) in (int, float, bool):
         try:
-            float(node.value)
+            float(node.value)  # type: ignore[arg-type]  # int, float or bool (checked above)
         except OverflowError:
             raise ExpressionError(f"the number {str(node.value)[:12]}... ({len(str(node.value))} "
                                   "digits) is beyond float64, which every column is") from None
@@ -145,7 +146,7 @@ def _eval(node: ast.AST, columns: dict[str, Any]) -> Any:
     if isinstance(node, ast.Constant):
         if isinstance(node.value, str):
             return np.str_(node.value)
-        return np.bool_(node.value) if isinstance(node.value, bool) else np.float64(node.value)
+        return np.bool_(node.value) if isinstance(node.value, bool) else np.float64(node.value)  # type: ignore[arg-type]
     if isinstance(node, ast.Name):
         return _column(node.id, columns)
     if isinstance(node, ast.BinOp):
@@ -161,7 +162,7 @@ def _eval(node: ast.AST, columns: dict[str, Any]) -> Any:
             result = np.logical_and(result, COMPARE[type(op)](left, right))
             left = right
         return result
-    if isinstance(node, ast.Call):
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):  # compile_expression: only names
         function = SAFE_FUNCTIONS[node.func.id][0]
         return function(*(_eval(a, columns) for a in node.args))
     raise ExpressionError(f"{type(node).__name__} is not allowed")  # compile_expression refused it

@@ -18,6 +18,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from shapesweep.families import base
 from shapesweep.families.base import MAX_DEPTH
@@ -55,13 +56,14 @@ def multiple(v: Resolved, cols: Columns, dim: str) -> Any:
     return 1
 
 
-def round_to(x: Any, step: Any, how: str) -> np.ndarray:
+def round_to(x: ArrayLike, step: ArrayLike, how: str) -> np.ndarray:
     m = np.asarray(step, dtype=float)
     q = {"floor": np.floor, "ceil": np.ceil, "nearest": np.rint}[how](np.asarray(x, float) / m)
     return np.maximum(q, 1) * m
 
 
-def with_free(v: Resolved, cols: Columns, t: Any, rounding: tuple[str, ...] | None) -> Columns:
+def with_free(v: Resolved, cols: Columns, t: np.ndarray | float | None,
+              rounding: tuple[str, ...] | None) -> Columns:
     """`cols` with the free dims set from t (continuous when `rounding` is None, else floor/ceil
     per free dim) and the dependent dims derived (rounded to nearest)."""
     cols = dict(cols)
@@ -202,7 +204,7 @@ def root(coeffs: np.ndarray, target: float, upper: float) -> np.ndarray:
     return result
 
 
-def _pick(better: np.ndarray, new: Any, old: Any) -> Any:
+def _pick(better: np.ndarray, new: ArrayLike, old: ArrayLike) -> ArrayLike:
     return np.where(better, new, old) if is_array(new) or is_array(old) else new
 
 

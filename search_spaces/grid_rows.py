@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from shapesweep.families.base import INTEGER
 from shapesweep.search_spaces.accounting import account
@@ -16,10 +16,12 @@ from shapesweep.search_spaces.configs import FAMILIES, make_config
 from shapesweep.search_spaces.free_dims import Columns, Totals, is_array, with_free
 from shapesweep.search_spaces.variants import Resolved
 
+ConfigFields = dict[str, Any]  # a family config's fields by name, as make_config takes them
 
-def row_fields(v: Resolved, cols: Columns, i: int) -> dict[str, Any]:
+
+def row_fields(v: Resolved, cols: Columns, i: int) -> ConfigFields:
     """Config fields of row i (derived-only columns like ffn_ratio are left out)."""
-    fields: dict[str, Any] = {"family": v.family}
+    fields: ConfigFields = {"family": v.family}
     for dim in FAMILIES[v.family].model_fields:
         if dim == "family" or dim not in cols:
             continue
@@ -56,8 +58,8 @@ def dedupe(cols: Columns, rows: np.ndarray) -> np.ndarray:
     return result
 
 
-def build(v: Resolved, fields: dict[str, Any], target: float, column: str, seq_len: int,
-          config: Any = None) -> Candidate | None:
+def build(v: Resolved, fields: ConfigFields, target: float, column: str, seq_len: int,
+          config: BaseModel | None = None) -> Candidate | None:
     """Typed config for a survivor, verified with `account()` (the single source of truth)."""
     if config is None:
         try:
@@ -70,14 +72,14 @@ def build(v: Resolved, fields: dict[str, Any], target: float, column: str, seq_l
 
 
 def scalar_rows(v: Resolved, cols: Columns, n: int,
-                seq_len: int) -> tuple[Columns, Totals, np.ndarray, list[Any]]:
+                seq_len: int) -> tuple[Columns, Totals, np.ndarray, list[BaseModel | None]]:
     """A family that solves its own shape inside each config (variable_width's widths):
     build configs point by point."""
     rows = {d: x for d, x in cols.items()}
     if v.budget.target_metric == "active_params":  # a MoE's widths then match active params
         rows.setdefault("width_match", "active_params")
     derived = with_free(v, rows, None, ())
-    configs: list[Any] = []
+    configs: list[BaseModel | None] = []
     records: list[dict[str, Any] | None] = []
     for i in range(n):
         try:

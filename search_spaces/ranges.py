@@ -49,6 +49,7 @@ class Range(StrictModel):
         return float(np.floor(span + 1e-9)) + 1 if np.isfinite(span) else math.inf
 
     def values(self, integer: bool = False) -> list[Any]:
+        points: np.ndarray
         if self.num is not None:
             space = np.geomspace if self.log else np.linspace
             points = space(self.min, self.max, self.num)
@@ -69,7 +70,7 @@ class Range(StrictModel):
 SearchValues = list[Any] | Range
 
 
-def is_categorical(dim: str, values: list[Any] | Range) -> bool:
+def is_categorical(dim: str, values: SearchValues) -> bool:
     """Whether the solver takes this dimension's values one at a time instead of as a numpy
     column: k (the hourglass's sub-block count, a Python int in its accounting) and text or
     flag dimensions; a numeric one is a column even where it is written as a count ('1.5K')."""

@@ -8,7 +8,6 @@ needs the seeds as a list asks `fixed_seed_list`, which refuses a range in one l
 from __future__ import annotations
 
 import re
-from typing import Any
 
 from pydantic import ValidationError, field_validator, model_validator
 
@@ -30,7 +29,7 @@ class AdaptiveSeeds(StrictModel):
 
     @field_validator("min", "max", mode="before")
     @classmethod
-    def _whole(cls, value: Any) -> int:
+    def _whole(cls, value: object) -> int:
         if isinstance(value, bool) or not isinstance(value, int):
             raise ValueError(f"expected a whole number of seeds, got {value!r}")
         return value

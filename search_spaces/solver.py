@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from pydantic import BaseModel
 
 from shapesweep.common import UserError, human
 from shapesweep.families import base
@@ -45,6 +46,7 @@ from shapesweep.search_spaces.free_dims import (
 )
 from shapesweep.search_spaces.grid_filters import constraints, valid
 from shapesweep.search_spaces.grid_rows import (
+    ConfigFields,
     build,
     dedupe,
     first_of_config,
@@ -59,7 +61,8 @@ from shapesweep.search_spaces.variants import Resolved
 __all__ = ["ACCOUNTING_COLUMNS", "MAX_DROPPED", "METRIC_COLUMN", "RATIO_SLACK", "SHAPE_COLUMNS",
            "UPPER", "Candidate", "Dropped", "Plan", "candidate_document", "plan", "solve_point"]
 
-Closest = tuple[dict[str, Any], float]  # the config fields nearest the budget, and its error
+GridValues = dict[str, list[Any]]  # each searched dimension's values, ranges expanded
+Closest = tuple[ConfigFields, float]  # the config fields nearest the budget, and its error
 
 
 @dataclass
@@ -82,7 +85,8 @@ def plan(space: SearchSpace, seq_len: int | None = None) -> Plan:
     found: dict[str, Candidate] = {}
     targets: dict[str, float] = {}
     closest: Closest | None = None
-    reach, dropped, built = [np.inf, -np.inf], [], 0
+    dropped: list[Dropped] = []
+    reach, built = [np.inf, -np.inf], 0
     for variant in space.resolved():
         length = seq_len or variant.train.seq_len
         target = _target(space, variant, length)
@@ -107,7 +111,8 @@ def plan(space: SearchSpace, seq_len: int | None = None) -> Plan:
                 dropped=dropped)
 
 
-def solve_point(space: SearchSpace, point: dict[str, Any], seq_len: int | None = None) -> Candidate | None:
+def solve_point(space: SearchSpace, point: dict[str, object],
+                seq_len: int | None = None) -> Candidate | None:
     """Solve one point (values for the searched dims; `variant` picks a variant by index or
     name, default the first). None when it cannot meet the budget or is invalid."""
     variants = space.resolved()
@@ -151,14 +156,14 @@ def _explain_empty(space: SearchSpace, counts: dict[str, int], targets: dict[str
                     f"{_describe(config)} with budget error {error:+.4f}", file=file, key="budget.tolerance")
 
 
-def _describe(fields: dict[str, Any]) -> str:
+def _describe(fields: ConfigFields) -> str:
     return " ".join(f"{k}={v}" for k, v in fields.items() if k != "family")
 
 
 class _Dropper:
     """Records dropped rows of one categorical combination, up to MAX_DROPPED in all."""
 
-    def __init__(self, v: Resolved, searched: dict[str, Any], numeric_cols: Columns,
+    def __init__(self, v: Resolved, searched: dict[str, object], numeric_cols: Columns,
                  into: list[Dropped]):
         self.v, self.searched, self.numeric, self.into = v, searched, numeric_cols, into
 
@@ -170,7 +175,7 @@ class _Dropper:
             self.into.append(Dropped(self.v.name, point, reason if isinstance(reason, str) else reason(i)))
 
 
-def _as_number(dim: str, value: Any) -> Any:
+def _as_number(dim: str, value: object) -> object:
     """A numeric dimension's count ('1.5K', checked when the space was loaded) as a number."""
     if isinstance(value, str) and dim in NUMERIC:
         return parse_count(value)
@@ -185,7 +190,7 @@ def _budget_column(v: Resolved) -> str:
     return name
 
 
-def _solve_variant(space: SearchSpace, v: Resolved, values: dict[str, list[Any]], target: float,
+def _solve_variant(space: SearchSpace, v: Resolved, values: GridValues, target: float,
                    seq_len: int, built: int = 0) -> _Outcome:
     """Raw grid of one variant -> survivors; also the closest miss and the reachable range.
     `built`: typed configs the space's earlier variants built (MAX_CANDIDATES in all)."""
@@ -254,7 +259,7 @@ def _solve_combo(space: SearchSpace, v: Resolved, cols: Columns, n: int, target:
 
 
 def _build_survivors(space: SearchSpace, v: Resolved, cols: Columns, met: np.ndarray,
-                     configs: list[Any] | None, target: float, name: str, seq_len: int,
+                     configs: list[BaseModel | None] | None, target: float, name: str, seq_len: int,
                      drop: _Dropper, out: _Outcome) -> None:
     """The rows within budget (`met`, their indices) as verified candidates, one build a shape."""
     rows = dedupe(cols, met)

@@ -4,7 +4,6 @@ checked, and the sweep's trial count refused above the limit before any trial is
 from __future__ import annotations
 
 import itertools
-from typing import Any
 
 from pydantic import ValidationError
 
@@ -58,7 +57,7 @@ def check_tune(space: SearchSpace, file: str) -> None:
             raise UserError(f"{tuned_json(tuned)}: {problem}", file=file, key="tune") from None
 
 
-def _tuned_values(space: SearchSpace, name: str, values: list[Any], file: str) -> list[Any]:
+def _tuned_values(space: SearchSpace, name: str, values: list[object], file: str) -> list[object]:
     """One tuned key's values, each as TrainConfig reads it, none twice."""
     if name in UNTUNABLE:
         raise UserError(f"{name!r} cannot be tuned ({UNTUNABLE[name]})", file=file,
@@ -69,7 +68,7 @@ def _tuned_values(space: SearchSpace, name: str, values: list[Any], file: str) -
                         f"{', '.join(allowed)})", file=file, key=f"tune.{name}")
     if not values:
         raise UserError("empty list of values", file=file, key=f"tune.{name}")
-    normal: list[Any] = []
+    normal: list[object] = []
     for i, value in enumerate(values):
         try:
             train = space.train_for({name: value}, 0)
@@ -83,12 +82,13 @@ def _tuned_values(space: SearchSpace, name: str, values: list[Any], file: str) -
     return normal
 
 
-def _check_choice_seeds(space: SearchSpace, seeds: list[Any], file: str) -> list[int]:
+def _check_choice_seeds(space: SearchSpace, written: list[object], file: str) -> list[int]:
     """Choice seeds choose among two or more tuned values and are never measure seeds (a
     seed that chose a value would measure it favourably: selection bias)."""
     key = f"tune.{CHOICE_SEEDS}"
-    if any(isinstance(s, bool) or not isinstance(s, int) for s in seeds):
-        raise UserError(f"seeds are whole numbers, got {seeds!r}", file=file, key=key)
+    seeds = [s for s in written if isinstance(s, int) and not isinstance(s, bool)]
+    if len(seeds) < len(written):
+        raise UserError(f"seeds are whole numbers, got {written!r}", file=file, key=key)
     try:
         check_seeds(seeds)
     except ValueError as error:
