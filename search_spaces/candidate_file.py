@@ -9,6 +9,7 @@ from pydantic import ValidationError
 
 from shapesweep.common import UserError, did_you_mean
 from shapesweep.search_spaces.accounting import account
+from shapesweep.search_spaces.booleans import refuse_booleans
 from shapesweep.search_spaces.configs import FAMILIES, TrainConfig, make_config
 from shapesweep.search_spaces.safe_yaml import read_yaml
 
@@ -51,6 +52,8 @@ def load_candidate(path: str | Path):
     train_fields = doc.get("train") or {}
     if not isinstance(train_fields, dict):
         raise UserError("expected a mapping of training settings", file=file, key="train")
+    refuse_booleans(FAMILIES[family], model, file, "model")
+    refuse_booleans(TrainConfig, train_fields, file, "train")
     try:
         config = make_config({**model, "family": family})
     except ValidationError as error:

@@ -361,7 +361,7 @@ def _check(options: SweepOptions) -> tuple[SweepOptions, _Checked]:
     check_trackers(options.log_to)
     space = load_space(options.space)  # an unreadable file is one line (safe_yaml)
     name = validate_sweep_name(options.name or space.name)
-    seeds = check_seeds_option(options.seeds or list(space.seeds))
+    seeds = check_seeds_option(options.seeds or space.fixed_seeds())
     given = seeds if options.seeds else None
     check_sweep_trials(space, seeds=given)  # before the solver, one candidate per variant
     strategy = strategy_for(options, space)

@@ -163,7 +163,7 @@ def plan(args: argparse.Namespace) -> int:
     space = load_space(args.space)
     result = solve(space, seq_len=args.seq_len)
     check_sweep_trials(space, len(result.candidates), seeds)
-    measure = len(seeds or space.seeds)
+    measure = len(seeds or space.fixed_seeds("priced by plan"))
     verdict = seed_verdict(space, measure, len(result.candidates), "grid", args)
     rows = [c.to_row() for c in result.candidates]
     for row, candidate in zip(rows, result.candidates, strict=True):
