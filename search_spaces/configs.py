@@ -94,8 +94,9 @@ class TrainConfig(_Strict):
     mup_base_d_h: PositiveInt | None = None
     # Depth-muP; needs init: mup (shapesweep.trainers.mup). true / tp6 (Tensor Programs VI):
     # residual branches x sqrt(2 mup_base_depth / branches), their matrices' lr likewise;
-    # completep (CompleteP, Dey et al. 2025): branches x 2 mup_base_depth / branches, lr as muP's
-    depth_mup: bool | Literal["tp6", "completep"] = False
+    # completep (CompleteP, Dey et al. 2025): branches x mup_base_depth / layers, Adam eps too;
+    # completep-subblocks: CompleteP counting residual branches (2 mup_base_depth / branches)
+    depth_mup: bool | Literal["tp6", "completep", "completep-subblocks"] = False
     mup_base_depth: Annotated[int, Field(gt=0, le=MAX_DIM)] = 4
     eval_every: PositiveInt | None = None  # steps; default ~10 evaluations per trial
     eval_tokens: PositiveCount = 32768  # LM validation tokens per evaluation

@@ -17,6 +17,7 @@ from shapesweep.search_spaces.configs import (
     VisionMLPConfig,
 )
 from shapesweep.trainers import mup
+from shapesweep.trainers.loop import adamw
 from shapesweep.trainers.models import build_model
 from shapesweep.trainers.mup import configure
 
@@ -226,13 +227,14 @@ def test_hourglass_sub_blocks_by_fan_in_and_as_branches():
     assert down.std().item() == pytest.approx(expected, rel=0.1)
 
 
-def test_completep_scales_branches_by_one_over_depth_and_keeps_mups_lr():
-    """CompleteP (alpha 1): each residual branch x B_base / B, the branches' matrices at muP's
-    width-only lr, the writers starting at the base depth's r, as under Tensor Programs VI."""
+def test_completep_subblocks_scales_branches_by_one_over_branches_and_keeps_mups_lr():
+    """CompleteP over residual branches (alpha 1, the lr-transfer study's `completep`): each
+    branch x B_base / B, the branches' matrices at muP's width-only lr, the writers starting at
+    the base depth's r, as under Tensor Programs VI; Adam's eps untouched."""
     config = HourglassConfig(d_model=2 * BASE, n_layers=3, n_heads=4, d_h=24, k=4, vocab_size=256)
     model = build_model(config)
     groups = configure(model, config, TrainConfig(init="mup", mup_base_width=BASE,
-                                                  depth_mup="completep", mup_base_depth=2))
+                                                  depth_mup="completep-subblocks", mup_base_depth=2))
     mult = 2 * 2 / (3 * (1 + 4))
     assert [b.branch_mult for b in model.blocks] == pytest.approx([mult] * 3)
     assert [b.ffn.branch_mult for b in model.blocks] == pytest.approx([mult] * 3)
@@ -241,9 +243,46 @@ def test_completep_scales_branches_by_one_over_depth_and_keeps_mups_lr():
     assert lrs["blocks.1.attn.qkv.weight"] == pytest.approx(1 / 2)
     down = model.blocks[1].ffn.subs[0].down.weight
     assert down.std().item() == pytest.approx(0.02 * (4 * BASE / 24) ** 0.5 / 2, rel=0.1)
+    assert all("eps" not in g for g in groups)
 
 
-@pytest.mark.parametrize("rule", [True, "tp6", "completep"])
+def test_completep_is_the_papers_rule_counting_layers():
+    """CompleteP as Dey et al. write it: m = L / L_base counts layers, whatever an hourglass
+    layer's sub-blocks; every branch x 1/m, muP's lr, Adam eps x 1/m on every group, and the
+    writers start at the r of the same model at L_base layers (every write counted)."""
+    config = HourglassConfig(d_model=2 * BASE, n_layers=3, n_heads=4, d_h=24, k=4, vocab_size=256)
+    model = build_model(config)
+    groups = configure(model, config, TrainConfig(init="mup", mup_base_width=BASE,
+                                                  depth_mup="completep", mup_base_depth=2))
+    mult = 2 / 3  # L_base / L, not 4 / 15 (branches)
+    assert [b.branch_mult for b in model.blocks] == pytest.approx([mult] * 3)
+    assert [b.ffn.branch_mult for b in model.blocks] == pytest.approx([mult] * 3)
+    lrs = _lr_scales(model, groups)
+    assert lrs["blocks.0.ffn.subs.3.down.weight"] == pytest.approx(4 * BASE / 24)
+    assert lrs["blocks.1.attn.qkv.weight"] == pytest.approx(1 / 2)
+    assert [g["eps"] for g in groups] == pytest.approx([1e-8 * mult] * len(groups))
+    down = model.blocks[1].ffn.subs[0].down.weight
+    base_writes = 2 * (1 + 4)  # the same model at 2 layers
+    assert down.std().item() == pytest.approx(0.02 * (4 * BASE / 24) ** 0.5 / base_writes ** 0.5, rel=0.1)
+    # the loop's AdamW takes each group's eps
+    optimizer = adamw(groups, TrainConfig(init="mup", depth_mup="completep"), fused=False)
+    assert [g["eps"] for g in optimizer.param_groups] == pytest.approx([1e-8 * mult] * len(groups))
+
+
+def test_completep_on_a_k8_hourglass_at_the_base_depth_is_mup():
+    """issue 56: a k 8 hourglass at L = L_base is plain muP under the paper's rule (branches x 1),
+    where the sub-block variant scales every branch by 8 / 36."""
+    config = HourglassConfig(d_model=BASE, n_layers=4, n_heads=4, d_h=32, k=8, vocab_size=256)
+    mults = {}
+    for rule in ("completep", "completep-subblocks"):
+        model = build_model(config)
+        configure(model, config, TrainConfig(init="mup", mup_base_width=BASE, depth_mup=rule,
+                                             mup_base_depth=4))
+        mults[rule] = model.blocks[0].ffn.branch_mult
+    assert mults == {"completep": 1.0, "completep-subblocks": pytest.approx(8 / 36)}
+
+
+@pytest.mark.parametrize("rule", [True, "tp6", "completep", "completep-subblocks"])
 def test_depth_mup_at_its_base_depth_is_mup(rule):
     config = ConventionalConfig(d_model=2 * BASE, n_layers=3, n_heads=4, d_h=5 * BASE, vocab_size=256)
     idx = torch.randint(0, 256, (2, 16))
@@ -270,6 +309,7 @@ def test_depth_mup_needs_mup():
 
 def test_depth_mup_names_its_rules():
     assert TrainConfig(init="mup", depth_mup="completep").depth_mup == "completep"
+    assert TrainConfig(init="mup", depth_mup="completep-subblocks").depth_mup == "completep-subblocks"
     with pytest.raises(ValueError, match="depth_mup"):
         TrainConfig(init="mup", depth_mup="complete-p")
 
@@ -282,6 +322,6 @@ def test_the_docs_rule_table_is_the_modules():
 
     docs = (Path(__file__).resolve().parents[1] / "docs" / "lr-transfer.md").read_text()
     rules = table(mup.__doc__)
-    assert len(rules) == 11 and rules[0].startswith("| matrix") and rules[8].startswith("| `depth_mup`")
+    assert len(rules) == 12 and rules[0].startswith("| matrix") and rules[8].startswith("| `depth_mup`")
     section = docs.split("## The rules", 1)[1].split("\n## ", 1)[0]
     assert table(section) == rules

@@ -5,8 +5,12 @@ models with the same attention shapes start with the same attention weights:
 
 - `normal` (OLMo-2, hourglass-ffn): every matrix and embedding N(0, 0.02); norms 1, biases 0.
 - `scaled`: `normal`, with each residual-writing matrix (attention output, the FFN's last
-  projection, each hourglass sub-block's last projection) times 1/sqrt(2 * n_layers).
-  It counts layers (an attention and an FFN write per layer), never FFN sub-blocks.
+  projection, each hourglass sub-block's last projection) times r = 1/sqrt(W), W the model's
+  residual writes: n_layers x (1 attention + the FFN's writes: 1, or k for an hourglass FFN).
+  A conventional model has W = 2 n_layers (GPT-2's 1/sqrt(2 n_layers)); every family counts
+  the same way, so two models with the same writes start with the same residual-write
+  variance (before 2026-12-03 it counted 2 n_layers for every family, which gave a k-sub-block
+  hourglass model (1+k)/2 times the variance: issue 56).
 - `xavier` (simple-gated): every projection matrix xavier-uniform with gain 1, the same at
   every depth (a fused q|k|v or gate|up matrix as its separate parts); embeddings normal.
 - `mup`: `scaled` at muP's base shape, plus muP's rules below.
@@ -26,29 +30,39 @@ At the base shape every rule below reduces to `scaled`:
 | embedding, norms, biases, scalars                                 | -                | -           | as `normal`               | 1            |
 | readout                                                           | readout width    | b           | 0.02; logits x b / fan_in | 1            |
 
-r is the residual-write factor: 1/sqrt(2 n_layers) (`scaled`). Attention logits are scaled
+r is the residual-write factor: 1/sqrt(W) (`scaled`). Attention logits are scaled
 by 1/head_dim instead of 1/sqrt(head_dim) (`Attention.scale`: 1/sqrt(head_dim x q_dim / b),
 equal to the standard value at the base width; the rule assumes head_dim grows with width,
 n_heads fixed across the sweep). Before this table, every matrix of a block was scaled by
 the block's residual width, the down projection included, so an FFN whose d_h/d_model
 differed from the base's trained its down projection at another effective rate.
 
-Depth-muP (`train.depth_mup`): the model's residual branches are counted, B = sum over
-layers of (1 attention + the FFN's branches: 1, or k for an hourglass FFN, whose k sub-blocks
-each write the stream), against the base's B_base = 2 x `mup_base_depth` (a conventional
-model of that depth). With m = B / B_base and the choice's exponent alpha, every branch's
-output is multiplied by m^-alpha (`Block.branch_mult`, `HourglassFFN.branch_mult`), every
-matrix inside a branch trains at lr x m^(alpha - 1), and r is fixed at the base's
-1/sqrt(B_base) (the multiplier carries the depth). At B = B_base it is plain muP.
+Depth-muP (`train.depth_mup`): with m the model's depth relative to the base's and the
+choice's exponent alpha, every residual branch's output is multiplied by m^-alpha
+(`Block.branch_mult`, `HourglassFFN.branch_mult`), every matrix inside a branch trains at
+lr x m^(alpha - 1), and r is the base model's (the multiplier carries the depth). At m = 1
+it is plain muP. The choices differ in how they count depth (B: the model's residual
+branches, = W; L: its layers):
 
-| `depth_mup`        | alpha | branch output x  | branch matrices' Adam lr x | source                                  |
-|--------------------|-------|------------------|----------------------------|-----------------------------------------|
-| `true` (or `tp6`)  | 1/2   | sqrt(B_base / B) | sqrt(B_base / B)           | Yang et al., "Tensor Programs VI", Adam |
-| `completep`        | 1     | B_base / B       | 1                          | Dey et al. 2025, CompleteP              |
+| `depth_mup`           | alpha | m                  | branch output x | branch matrices' Adam lr x | Adam eps x | source                                  |
+|-----------------------|-------|--------------------|-----------------|----------------------------|------------|-----------------------------------------|
+| `true` (or `tp6`)     | 1/2   | B / (2 base_depth) | m^-1/2          | m^-1/2                     | 1          | Yang et al., "Tensor Programs VI", Adam |
+| `completep`           | 1     | L / base_depth     | 1 / m           | 1                          | 1 / m      | Dey et al. 2025, CompleteP, as written  |
+| `completep-subblocks` | 1     | B / (2 base_depth) | 1 / m           | 1                          | 1          | this project's CompleteP over branches  |
 
-CompleteP's other rules are kept as muP's: its Adam epsilon (x m^-alpha) and width-scaled
-weight decay are not applied, and norms inside a branch keep lr x 1 (CompleteP's m^(alpha-1)
-is 1 at alpha = 1, so only the epsilon differs from the paper's table at alpha = 1).
+base_depth is `mup_base_depth`. `tp6` and `completep-subblocks` count every residual branch
+(each hourglass sub-block writes the stream and is a branch of its own) against a
+conventional base of 2 x base_depth branches, whose r is 1/sqrt(2 base_depth): a k 8
+hourglass at L 4 has m = 36 / 8 and each branch x 0.22 under `completep-subblocks`, the
+variant the lr-transfer study of 2026-11-29 ran under the name `completep`
+(docs/lr-transfer.md). `completep` is the paper's rule: m = L / L_base counts layers (one
+multiplier for a layer's attention and FFN writes alike), so that k 8 hourglass at L_base
+is plain muP; its base is the same model at L_base layers (r = 1/sqrt(W L_base / L)), and
+its Adam epsilon is CompleteP's depth rule, eps x m^-alpha on every parameter group, as the
+paper's reference implementation applies it (EleutherAI nanoGPT-mup, branch `completep`,
+`configure_optimizers`). CompleteP's width factor on eps (x m_N^-1) and its width-scaled
+weight decay are muP's choices here and stay off under every rule; norms inside a branch
+keep lr x 1 (CompleteP's m^(alpha - 1) is 1 at alpha = 1).
 
 Vision (hourglass-mlp, which states no init beyond a random Gaussian W_in): each matrix's
 `normal` std is 1/sqrt(fan_in) instead of 0.02, and a block's one residual write counts
@@ -77,7 +91,10 @@ from shapesweep.trainers.ffn import GatedFFN
 from shapesweep.trainers.lm import LM, Attention
 
 LM_STD = 0.02  # GPT-2 / OLMo init std at the base width
-DEPTH_ALPHA = {True: 0.5, "tp6": 0.5, "completep": 1.0}  # `train.depth_mup` -> its exponent
+# `train.depth_mup` -> (its exponent, whether it counts layers (else residual branches), eps rule)
+DEPTH_RULES = {True: (0.5, False, False), "tp6": (0.5, False, False),
+               "completep": (1.0, True, True), "completep-subblocks": (1.0, False, False)}
+ADAM_EPS = 1e-8  # torch's AdamW default, which the loop uses (CompleteP scales it per group)
 
 
 @dataclass(frozen=True)
@@ -130,13 +147,16 @@ class Base:
     d_h: int  # b_h: FFN inner width
     depth: int | None  # layers of a conventional base model; None: no depth-muP
     depth_alpha: float = 0.5  # depth-muP's exponent: 1/2 Tensor Programs VI, 1 CompleteP
+    counts_layers: bool = False  # depth m = L / depth (CompleteP), else branches / (2 depth)
+    scales_eps: bool = False  # Adam eps x m^-alpha (CompleteP)
 
     @classmethod
     def of(cls, train) -> Base:
+        alpha, layers, eps = DEPTH_RULES[train.depth_mup] if train.depth_mup else (0.5, False, False)
         return cls(width=train.mup_base_width,
                    d_h=train.mup_base_d_h or 4 * train.mup_base_width,
                    depth=train.mup_base_depth if train.depth_mup else None,
-                   depth_alpha=DEPTH_ALPHA[train.depth_mup] if train.depth_mup else 0.5)
+                   depth_alpha=alpha, counts_layers=layers, scales_eps=eps)
 
     def fan_in_mult(self, fan_in: int, reads_inner: bool, mode: InitMode) -> float:
         """fan_in / the base's fan-in of the same matrix (1 outside muP)."""
@@ -146,13 +166,27 @@ class Base:
         """B_base: the residual branches of a base model with `per_layer` writes a layer."""
         return per_layer * (self.depth or 0)
 
-    def depth_scales(self, branches: int, mode: InitMode, per_layer: int = 2) -> tuple[float, float]:
-        """Depth-muP's branch multiplier (B / B_base)^-alpha and its branch matrices' lr factor
-        (B / B_base)^(alpha - 1); (1, 1) without it."""
+    def depth_mult(self, branches: int, per_layer: int = 2, layers: int | None = None) -> float:
+        """m: the model's depth over the base's, in layers (CompleteP; `layers`, else
+        branches / per_layer) or in residual branches (B / B_base)."""
+        if self.counts_layers:
+            return (layers if layers is not None else branches / per_layer) / (self.depth or 1)
+        return branches / self.branches(per_layer)
+
+    def depth_scales(self, branches: int, mode: InitMode, per_layer: int = 2,
+                     layers: int | None = None) -> tuple[float, float]:
+        """Depth-muP's branch multiplier m^-alpha and its branch matrices' lr factor
+        m^(alpha - 1); (1, 1) without it."""
         if not (mode.mup and self.depth):
             return 1.0, 1.0
-        m = branches / self.branches(per_layer)
+        m = self.depth_mult(branches, per_layer, layers)
         return m ** -self.depth_alpha, m ** (self.depth_alpha - 1)
+
+    def eps_scale(self, model: nn.Module, mode: InitMode) -> float:
+        """CompleteP's Adam epsilon factor (L / L_base)^-alpha; 1 for every other rule."""
+        if not (mode.mup and self.depth and self.scales_eps):
+            return 1.0
+        return (len(model.blocks) / self.depth) ** -self.depth_alpha  # type: ignore[arg-type]
 
 
 def _roles(block: nn.Module) -> tuple[set[int], dict[int, list[int]], set[int]]:
@@ -173,12 +207,14 @@ def _roles(block: nn.Module) -> tuple[set[int], dict[int, list[int]], set[int]]:
 
 def lm_rules(model: LM, mode: InitMode, base: Base) -> Iterator[Rule]:
     """The rules of the decoder-only LM (`shapesweep.trainers.lm.LM`), every LM family's."""
-    branches = sum(block.n_branches for block in model.blocks)
-    branch_mult, branch_lr = base.depth_scales(branches, mode)
+    writes = sum(block.n_branches for block in model.blocks)  # W: every residual write
+    layers = len(model.blocks)
+    branch_mult, branch_lr = base.depth_scales(writes, mode, layers=layers)
     if mode.mup and base.depth:  # depth-muP: the multiplier carries the depth, r is the base's
-        residual = 1 / math.sqrt(base.branches(2))
+        base_writes = writes * base.depth / layers if base.counts_layers else base.branches(2)
+        residual = 1 / math.sqrt(base_writes)
     else:
-        residual = 1 / math.sqrt(2 * len(model.blocks)) if mode.depth_scaled else 1.0
+        residual = 1 / math.sqrt(writes) if mode.depth_scaled else 1.0
     yield model.wte.weight, _normal(LM_STD), False, 1.0
     for layer, block in enumerate(model.blocks):
         block.set_branch_mult(branch_mult)
@@ -213,7 +249,8 @@ def configure(model: nn.Module, config, train) -> list[dict]:
     `lr_scale` (the loop uses lr = schedule * train.lr * lr_scale). Frozen parameters
     (a fixed vision W_in) are initialised but left out of the groups.
     """
-    rules = load(of(config).init)(model, MODES[train.init], Base.of(train))  # the family's
+    mode, base = MODES[train.init], Base.of(train)
+    rules = load(of(config).init)(model, mode, base)  # the family's
     groups: dict[tuple[float, float], list[nn.Parameter]] = {}
     seen: set[int] = set()
     with torch.no_grad():
@@ -226,5 +263,7 @@ def configure(model: nn.Module, config, train) -> list[dict]:
     missed = [name for name, p in model.named_parameters() if id(p) not in seen]
     if missed:
         raise RuntimeError(f"configure has no init rule for parameters {missed}")
-    return [{"params": params, "weight_decay": wd, "lr_scale": lr_scale}
+    eps = base.eps_scale(model, mode)  # CompleteP's; AdamW reads a group's own "eps"
+    return [{"params": params, "weight_decay": wd, "lr_scale": lr_scale,
+             **({"eps": ADAM_EPS * eps} if eps != 1.0 else {})}
             for (wd, lr_scale), params in groups.items()]
