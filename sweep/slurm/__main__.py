@@ -9,5 +9,5 @@ from shapesweep.sweep.slurm import script_path
 
 if __name__ == "__main__":
     if sys.argv[1:]:
-        sys.exit(f"usage: python -m {__spec__.parent} (prints the path of the SLURM batch script)")
+        sys.exit("usage: python -m shapesweep.sweep.slurm (prints the path of the SLURM batch script)")
     print(script_path())

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import sys
+from typing import NoReturn
 
 from shapesweep.common import UserError
 from shapesweep.results.store import read_sweep_file
@@ -26,7 +27,7 @@ SET_BY_SCRIPT = ("address", "progress")
 class _OneLineParser(argparse.ArgumentParser):
     """A parser whose error is one line (a job's log), not argparse's usage block."""
 
-    def error(self, message: str):  # type: ignore[override]
+    def error(self, message: str) -> NoReturn:
         raise UserError(f"{message} (the options are `shapesweep run`'s: shapesweep run --help)")
 
 

@@ -6,6 +6,7 @@ are, else one line and exit 2."""
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import sys
@@ -30,13 +31,22 @@ def wait_for_cluster(address: str, nodes: int, seconds: float, watched: Sequence
         _check(address, nodes, 0, deadline, seconds, watched)
         time.sleep(POLL_S)
     ray_compat.use_cluster_token()
-    ray.init(address=address, logging_level="ERROR", log_to_driver=False)
+    while not _joined(address):  # a GCS too busy to answer yet: Ray's error, tried again
+        _check(address, nodes, 0, deadline, seconds, watched)
     try:
         while (alive := sum(bool(node["Alive"]) for node in ray.nodes())) < nodes:
             _check(address, nodes, alive, deadline, seconds, watched)
             time.sleep(POLL_S)
     finally:
         ray.shutdown()
+
+
+def _joined(address: str) -> bool:
+    try:
+        ray.init(address=address, logging_level=logging.ERROR, log_to_driver=False)
+        return True
+    except (ConnectionError, RuntimeError):
+        return False
 
 
 def _answers(host: str, port: int) -> bool:
