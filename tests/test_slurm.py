@@ -24,9 +24,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from sweep_helpers import CHILD_ENV, TINY_TRAIN, pairs, raw_trial_rows, write_space
+from sweep_helpers import CHILD_ENV, TINY_TRAIN, pairs, write_space
 
-from shapesweep.results.store import sweep_dir
+from shapesweep.results.store import load_trials, sweep_dir
 from shapesweep.sweep.slurm import SCRIPT_NAME, script_path
 from shapesweep.sweep.slurm.driver import sweep_command
 
@@ -215,17 +215,31 @@ def _job_env(cluster: Slurm) -> dict[str, str]:
     env = {key: value for key, value in cluster.env.items() if not key.startswith("RAY_")}
     return {**env, "SHAPESWEEP_PYTHON": sys.executable,
             "SHAPESWEEP_RAY_TMPDIR": str(cluster.folder / "ray"),
-            "RAY_AUTH_TOKEN_PATH": str(token)}
+            "RAY_AUTH_TOKEN_PATH": str(token),
+            # a node's agents may start slowly on a busy 2-core machine (Ray's default: 30 s)
+            "RAY_agent_register_timeout_ms": "180000"}
 
 
 def _finished(fields: dict[str, str]) -> bool:
     return fields.get("JobState") in FINAL_STATES
 
 
-def _check_exactly_once(root: Path, name: str, expected: set[tuple[str, int]]) -> None:
-    rows = raw_trial_rows(root, name)  # every row on disk, no dedupe
-    assert sorted(zip(rows["key"], rows["seed"], strict=True)) == sorted(expected)
-    assert (rows["status"] == "completed").all()
+def _trials(root: Path, name: str) -> dict[tuple[str, int], tuple[str, object]]:
+    """Each (candidate key, seed) in the store with its trial id and finish time, after
+    checking there is one completed row for each."""
+    rows = load_trials(str(root), [name])
+    assert (rows["status"] == "completed").all(), rows[["key", "seed", "status", "error"]]
+    found = {(k, s): (t, f) for k, s, t, f in zip(rows["key"], rows["seed"], rows["trial_id"],
+                                                  rows["finished_at"], strict=True)}
+    assert len(found) == len(rows)
+    return found
+
+
+def _trained(root: Path, name: str) -> list[int]:
+    """The trials Ray Tune started, per driver (one experiment folder each), oldest first."""
+    experiments = sorted((Path(sweep_dir(str(root), name)) / "_ray").iterdir(),
+                         key=lambda p: p.stat().st_mtime)
+    return [sum(1 for p in e.iterdir() if p.is_dir()) for e in experiments if e.is_dir()]
 
 
 def _no_ray_left(cluster: Slurm, job: str) -> None:
@@ -247,13 +261,15 @@ def test_sbatch_runs_a_sweep_on_a_head_and_a_worker_node_every_trial_once(slurm,
     assert (fields["JobState"], fields["ExitCode"]) == ("COMPLETED", "0:0"), log[-4000:]
     assert f"{SCRIPT_NAME}: every node is up; running: shapesweep run {space}" in log
     assert "Traceback" not in log, log[-4000:]
-    _check_exactly_once(root, "slurm-once", pairs(space))
+    expected = pairs(space)
+    assert set(_trials(root, "slurm-once")) == expected
+    assert _trained(root, "slurm-once") == [len(expected)]  # each trial trained once
     # Both nodes ran Ray (the worker from srun, on n2) and trained trials there.
     for node in NODES:
-        logs = list((slurm.folder / "ray" / f"ray-{job}-{node}").glob("session_*/logs/worker-*"))
-        assert logs, node
+        outs = (slurm.folder / "ray" / f"ray-{job}-{node}").glob("session_*/logs/worker-*.out")
+        assert any(":actor_name:run_trial" in p.read_text(errors="replace") for p in outs), node
+    assert f"{SCRIPT_NAME}: Ray stopped" in log, log[-2000:]
     _no_ray_left(slurm, job)
-    assert log.rstrip().endswith(f"{SCRIPT_NAME}: Ray stopped"), log[-2000:]
 
 
 @pytest.mark.slow
@@ -267,15 +283,15 @@ def test_a_job_stopped_before_its_end_is_requeued_and_resumes_without_repeats(sl
                        env=_job_env(slurm))
     trials = Path(sweep_dir(str(root), "slurm-requeue")) / "trials"
     deadline = time.monotonic() + JOB_DONE_S
-    while not list(trials.glob("part-*.parquet")):  # a trial filed: mid-way
+    while not list(trials.glob("*.parquet")):  # a trial filed: mid-way
         assert not _finished(slurm.job(job)), slurm.log(job)[-4000:]
         assert time.monotonic() < deadline, slurm.log(job)[-4000:]
         time.sleep(0.2)
     # What SLURM sends 120 s before the time limit (--signal=B:USR1@120): to the batch shell.
     slurm.command("scancel", "--signal=USR1", "--batch", job)
     fields = slurm.wait(job, lambda f: f.get("Restarts") == "1" and f.get("JobState") == "PENDING")
-    filed = len(list(trials.glob("part-*.parquet")))
-    assert 1 <= filed < len(expected), slurm.log(job)[-4000:]
+    filed = _trials(root, "slurm-requeue")
+    assert 1 <= len(filed) < len(expected), slurm.log(job)[-4000:]
     first = slurm.log(job)
     assert f"{SCRIPT_NAME}: job {job} requeued: its next start resumes the sweep" in first
     assert "shapesweep run: interrupted" in first, first[-4000:]
@@ -289,9 +305,13 @@ def test_a_job_stopped_before_its_end_is_requeued_and_resumes_without_repeats(sl
     summary = re.search(r"sweep slurm-requeue: finished - (\d+) completed, 0 stopped early, "
                         r"0 failed \((\d+) trials this run\)", second)
     assert summary, second[-4000:]
-    assert int(summary[1]) == len(expected) and int(summary[2]) <= len(expected) - filed
+    missing = len(expected) - len(filed)
+    assert (int(summary[1]), int(summary[2])) == (len(expected), missing), summary[0]
     assert "Traceback" not in log, log[-4000:]
-    _check_exactly_once(root, "slurm-requeue", expected)
+    final = _trials(root, "slurm-requeue")
+    assert set(final) == expected
+    assert {pair: final[pair] for pair in filed} == filed  # none of the first start's again
+    assert _trained(root, "slurm-requeue")[-1] == missing  # the requeued start's driver
     _no_ray_left(slurm, job)
 
 

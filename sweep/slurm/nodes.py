@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import socket
 import sys
 import time
@@ -26,6 +27,7 @@ def wait_for_cluster(address: str, nodes: int, seconds: float, watched: Sequence
     """Return once `nodes` Ray nodes are alive at `address` (HOST:PORT); UserError when
     `seconds` pass first or a process of `watched` (the script's `ray start`s) ends."""
     deadline = time.monotonic() + seconds
+    signal.signal(signal.SIGTERM, _stopped)
     host, _, port = address.rpartition(":")
     while not _answers(host, int(port)):
         _check(address, nodes, 0, deadline, seconds, watched)
@@ -33,12 +35,18 @@ def wait_for_cluster(address: str, nodes: int, seconds: float, watched: Sequence
     ray_compat.use_cluster_token()
     while not _joined(address):  # a GCS too busy to answer yet: Ray's error, tried again
         _check(address, nodes, 0, deadline, seconds, watched)
+    signal.signal(signal.SIGTERM, _stopped)  # again: ray.init sets its own
     try:
         while (alive := sum(bool(node["Alive"]) for node in ray.nodes())) < nodes:
             _check(address, nodes, alive, deadline, seconds, watched)
             time.sleep(POLL_S)
     finally:
         ray.shutdown()
+
+
+def _stopped(signum: int, frame: object) -> None:
+    """TERM (the job's end, or the script's USR1): the wait is over, with nothing to clean."""
+    os._exit(128 + signum)
 
 
 def _joined(address: str) -> bool:
