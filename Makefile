@@ -34,7 +34,7 @@ TORCH_FROM_LINKS = $(if $(and $(UV),$(PIP_FIND_LINKS)),$(INSTALL) $(foreach l,$(
 # An unreachable torch index costs 20 s, not minutes of retries.
 QUICK = $(if $(UV),UV_HTTP_TIMEOUT=20 UV_HTTP_RETRIES=1 $(INSTALL),$(INSTALL) --timeout 20 --retries 1)
 
-.PHONY: setup demo test test-fast lint docs browser postgres shells bench FORCE
+.PHONY: setup demo test test-fast lint docs browser postgres shells slurm bench FORCE
 setup: $(VENV)/.installed
 
 $(PY):
@@ -94,6 +94,13 @@ postgres:
 shells:
 	@command -v zsh >/dev/null || { apt-get update -q && apt-get install -y -q zsh; }
 
+# SLURM (slurmctld, slurmd, sbatch) and munge for the local-cluster test of the batch script
+# (Debian packages; needs root or sudo).
+slurm:
+	@command -v sbatch >/dev/null && command -v slurmctld >/dev/null && command -v slurmd >/dev/null && \
+	  command -v munged >/dev/null || \
+	  { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q slurm-wlm munge; }
+
 demo: setup
 	$(VENV)/bin/shapesweep demo $(DEMO_ARGS)
 
@@ -103,7 +110,7 @@ demo: setup
 TEST_WORKERS ?= 2
 PYTEST = $(PY) -m pytest -q -ra $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile)
 
-test: setup browser postgres shells
+test: setup browser postgres shells slurm
 	$(PYTEST)
 
 # The inner loop: everything but the Ray end-to-end tests (marked slow), in a few minutes.
