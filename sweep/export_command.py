@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from shapesweep.common import UserError, check_output, make_folder
+from shapesweep.common import UserError, check_output, make_folder, pid_alive
 from shapesweep.common import plain as _clean
 from shapesweep.sweep.store_args import add_root, read_catalog
 
@@ -134,6 +134,7 @@ def export(args: argparse.Namespace) -> int:
         return _export_folders(documents, out, folders, exporter, previous, tokenizer)
 
     make_folder(out, "--out")  # /proc/self/x: refused only here, before any file
+    remove_dead_leftovers(out)
     written = []
     for stem, document in documents:
         path = out / f"{stem}.{args.format}"
@@ -155,7 +156,7 @@ EXPORT_MANIFEST = ".shapesweep-export.json"  # what an export wrote into its --o
 EXPORTED = re.compile(r"\d{2,}-[A-Za-z0-9._-]+")  # an exported file or folder's name (`_file_name`)
 
 
-LEFT_OVER = re.compile(r"\..+\.\d+\.(tmp|old)")  # what an export killed midway leaves
+LEFT_OVER = re.compile(r"\..+\.(\d+)\.(tmp|old)")  # what an export killed midway leaves
 
 
 def _file_name(row: dict) -> str:
@@ -185,6 +186,25 @@ def _previous_export(out: Path, force: bool) -> set[str]:
         raise UserError(f"holds files no earlier export wrote ({shown}): give an empty or new "
                         "folder, or --force to write beside them", file=str(out), key="--out")
     return previous
+
+
+def remove_dead_leftovers(out: Path) -> list[str]:
+    """Remove the temporaries (`.NAME.PID.tmp` / `.old`) an export killed midway left in `out`,
+    those whose PID is no longer alive (a live one is another export still writing), as the
+    trial folders' orphans are (`shapesweep.sweep.trainable.remove_orphans`); return them."""
+    import shutil
+
+    removed = []
+    for path in sorted(out.iterdir()) if out.is_dir() else []:
+        named = LEFT_OVER.fullmatch(path.name)
+        if named is None or int(named[1]) == os.getpid() or pid_alive(int(named[1])):
+            continue
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+        removed.append(path.name)
+    return removed
 
 
 def _replace_previous(out: Path, written: list[Path], previous: set[str]) -> None:
@@ -327,6 +347,7 @@ def _export_folders(documents: list[tuple[str, dict]], out: Path, weight_folders
             exporter.check_vocab(tokenizer, config.vocab_size, tokenizer_source[0])
 
     make_folder(out, "--out")  # /proc/self/x: refused only here, before any file
+    remove_dead_leftovers(out)
     written = []
     for key, (stem, document, config, train) in configs.items():
         path, tmp = out / stem, out / f".{stem}.{os.getpid()}.tmp"
