@@ -74,7 +74,7 @@ def step_tokens(train: Any, family: str) -> int:
     from shapesweep.search_spaces.configs import TrainConfig
 
     train = TrainConfig.model_validate(train)
-    return train.batch_tokens if families.get(family).lm else train.batch_size
+    return getattr(train, families.get(family).task.batch_key)
 
 
 def cooldown_steps(train: Any, steps: int) -> int:
@@ -122,7 +122,7 @@ def evaluation_line(space: Any, candidates: list | None, rungs: list[float]) -> 
                    if v.train.tokens is not None or v.train.steps is not None]
     costs = []
     for train, family in recipes:
-        if not families.get(family).lm:
+        if not families.get(family).task.reads_tokens:
             continue
         per_step = step_tokens(train, family)
         steps = total_steps(train, per_step)

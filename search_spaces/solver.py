@@ -254,7 +254,7 @@ def _solve_variant(space: SearchSpace, v: Resolved, values: dict[str, list], tar
     numeric_cols = {d: m.ravel() for d, m in zip(numeric, mesh, strict=True)}
     n = int(np.prod([len(x) for x in numeric.values()])) if numeric else 1
     column = METRIC_COLUMN[v.budget.target_metric]
-    if not base.get(v.family).lm and column == "params_non_embedding":
+    if not base.get(v.family).task.reads_tokens and column == "params_non_embedding":
         column = "params_total"  # no embeddings: the two are one
     out = {"counts": {"raw": 0, "feasible": 0}, "candidates": [], "closest": None,
            "reach": [np.inf, -np.inf], "dropped": [], "built": built}
