@@ -212,12 +212,12 @@ def present(frame: pd.DataFrame, column: str) -> bool:
 
 def language_models() -> list[str]:
     """The registered language-model families (the LM figures' rows)."""
-    return [spec.name for spec in base.specs() if spec.lm]
+    return [spec.name for spec in base.specs() if spec.task.reads_tokens]
 
 
 def compared_families() -> list[str]:
     """The language-model families a U-curve compares with the baseline: every other one."""
-    return [spec.name for spec in base.specs() if spec.lm and not spec.baseline]
+    return [spec.name for spec in base.specs() if spec.task.reads_tokens and not spec.baseline]
 
 
 def ratio_families() -> list[str]:

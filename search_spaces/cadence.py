@@ -80,7 +80,7 @@ def sweep_budgets(space: SearchSpace, candidates: list[Candidate] | None) -> set
 def step_tokens(train: Recipe, family: str) -> int:
     """Tokens (images for vision) one optimizer step trains on."""
     train = TrainConfig.model_validate(train)
-    return train.batch_tokens if families.get(family).lm else train.batch_size
+    return getattr(train, families.get(family).task.batch_key)
 
 
 def cooldown_steps(train: TrainConfig, steps: int) -> int:
@@ -128,7 +128,7 @@ def evaluation_line(space: SearchSpace, candidates: list[Candidate] | None, rung
                    if v.train.tokens is not None or v.train.steps is not None]
     costs = []
     for train, family in recipes:
-        if not families.get(family).lm:
+        if not families.get(family).task.reads_tokens:
             continue
         per_step = step_tokens(train, family)
         steps = total_steps(train, per_step)

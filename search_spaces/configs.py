@@ -218,15 +218,11 @@ class TrainConfig(_Strict):
         return self
 
 
-# Train keys only an image task reads (images per step, the denoising noise): a language model's
-# candidate document leaves them out (they would read as settings it trains with).
-VISION_ONLY = ("batch_size", "noise_std")
-
-
 def train_document(train: Mapping[str, Any], family: str) -> dict[str, Any]:
     """A candidate document's `train:` block for `family`: `train` (a recipe's set keys) less
-    the keys that family never reads."""
-    unread = VISION_ONLY if base.get(family).lm else ()
+    the keys that family's task never reads (a language model's: images per step, the
+    denoising noise; they would read as settings it trains with)."""
+    unread = base.get(family).task.unread_train_keys
     return {k: v for k, v in train.items() if k not in unread}
 
 

@@ -185,7 +185,7 @@ def _as_number(dim: str, value: object) -> object:
 def _budget_column(v: Resolved) -> str:
     """The accounting column the budget is met on (a model without embeddings: the total)."""
     name = METRIC_COLUMN[v.budget.target_metric]
-    if not base.get(v.family).lm and name == "params_non_embedding":
+    if not base.get(v.family).task.reads_tokens and name == "params_non_embedding":
         name = "params_total"  # no embeddings: the two are one
     return name
 

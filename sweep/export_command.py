@@ -11,10 +11,14 @@ import os
 import re
 import sys
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
-from shapesweep.common import UserError, check_output, make_folder
+from pydantic import BaseModel
+
+from shapesweep.common import UserError, check_output, make_folder, pid_alive
 from shapesweep.common import plain as _clean
+from shapesweep.families.base import of
 from shapesweep.sweep.store_args import add_root, read_catalog
 
 SWEEP_WEIGHTS = ""  # a bare `export --weights`: from the sweep's kept checkpoints
@@ -134,6 +138,7 @@ def export(args: argparse.Namespace) -> int:
         return _export_folders(documents, out, folders, exporter, previous, tokenizer)
 
     make_folder(out, "--out")  # /proc/self/x: refused only here, before any file
+    remove_dead_leftovers(out)
     written = []
     for stem, document in documents:
         path = out / f"{stem}.{args.format}"
@@ -155,7 +160,7 @@ EXPORT_MANIFEST = ".shapesweep-export.json"  # what an export wrote into its --o
 EXPORTED = re.compile(r"\d{2,}-[A-Za-z0-9._-]+")  # an exported file or folder's name (`_file_name`)
 
 
-LEFT_OVER = re.compile(r"\..+\.\d+\.(tmp|old)")  # what an export killed midway leaves
+LEFT_OVER = re.compile(r"\..+\.(\d+)\.(tmp|old)")  # what an export killed midway leaves
 
 
 def _file_name(row: dict) -> str:
@@ -185,6 +190,25 @@ def _previous_export(out: Path, force: bool) -> set[str]:
         raise UserError(f"holds files no earlier export wrote ({shown}): give an empty or new "
                         "folder, or --force to write beside them", file=str(out), key="--out")
     return previous
+
+
+def remove_dead_leftovers(out: Path) -> list[str]:
+    """Remove the temporaries (`.NAME.PID.tmp` / `.old`) an export killed midway left in `out`,
+    those whose PID is no longer alive (a live one is another export still writing), as the
+    trial folders' orphans are (`shapesweep.sweep.trainable.remove_orphans`); return them."""
+    import shutil
+
+    removed = []
+    for path in sorted(out.iterdir()) if out.is_dir() else []:
+        named = LEFT_OVER.fullmatch(path.name)
+        if named is None or int(named[1]) == os.getpid() or pid_alive(int(named[1])):
+            continue
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+        removed.append(path.name)
+    return removed
 
 
 def _replace_previous(out: Path, written: list[Path], previous: set[str]) -> None:
@@ -259,7 +283,19 @@ def _weight_folders(root: str, name: str, documents: list[tuple[str, dict]],
     return [folder for folder in folders if folder != SWEEP_WEIGHTS] + kept
 
 
-def _weights(configs: dict[str, tuple], folders: list[str], exporter) -> dict[str, tuple]:
+def family_exporter(config: BaseModel, fmt: str) -> ModuleType:
+    """The module that writes `config`'s family in folder format `fmt`, as the family declares
+    it (`FamilySpec.exporters`); a format it does not declare is refused in one line."""
+    spec = of(config)
+    if fmt not in spec.exporters:
+        formats = " or ".join(f"--format {f}" for f in [*spec.exporters, "yaml", "json"])
+        raise UserError(f"the {spec.name} family has no --format {fmt} export; use {formats}",
+                        key="--format")
+    return importlib.import_module(spec.exporters[fmt])
+
+
+def _weights(configs: dict[str, tuple], folders: list[str],
+             writers: dict[str, ModuleType]) -> dict[str, tuple]:
     """Each `--weights` folder's (train recipe, state dict), by the key of its exported config."""
     from shapesweep.search_spaces.configs import config_key
     from shapesweep.trainers import checkpoint
@@ -273,7 +309,7 @@ def _weights(configs: dict[str, tuple], folders: list[str], exporter) -> dict[st
                             "(see --top / --per)", file=folder, key="--weights")
         if key in found:
             raise UserError(f"a second folder for config {key}", file=folder, key="--weights")
-        reason = exporter.unsupported(config, train)
+        reason = writers[key].unsupported(config, train)
         if reason:
             raise UserError(reason, file=folder, key="--weights")
         found[key] = (train, state)
@@ -312,14 +348,19 @@ def _export_folders(documents: list[tuple[str, dict]], out: Path, weight_folders
     from shapesweep.search_spaces.configs import config_key
 
     exporter.require()
-    configs = {}
+    fmt = next(f for f, module in FOLDER_FORMATS.items() if module == exporter.__name__)
+    configs, writers = {}, {}
     for stem, document in documents:
         config, train = _typed(document)
-        reason = exporter.unsupported(config, train)
+        try:
+            writers[config_key(config)] = writer = family_exporter(config, fmt)
+        except UserError as error:
+            raise UserError(f"{stem}: {error.problem}", key="--format") from None
+        reason = writer.unsupported(config, train)
         if reason:
             raise UserError(f"{stem}: {reason}", key="--format")
         configs[config_key(config)] = (stem, document, config, train)
-    weights = _weights(configs, weight_folders, exporter)
+    weights = _weights(configs, weight_folders, writers)
     tokenizer = None
     if tokenizer_source is not None:
         tokenizer = exporter.read_tokenizer(tokenizer_source[0])
@@ -327,6 +368,7 @@ def _export_folders(documents: list[tuple[str, dict]], out: Path, weight_folders
             exporter.check_vocab(tokenizer, config.vocab_size, tokenizer_source[0])
 
     make_folder(out, "--out")  # /proc/self/x: refused only here, before any file
+    remove_dead_leftovers(out)
     written = []
     for key, (stem, document, config, train) in configs.items():
         path, tmp = out / stem, out / f".{stem}.{os.getpid()}.tmp"
@@ -334,7 +376,7 @@ def _export_folders(documents: list[tuple[str, dict]], out: Path, weight_folders
         tmp.mkdir()
         try:
             (tmp / "shapesweep.yaml").write_text(yaml.safe_dump(document, sort_keys=False))
-            exporter.write_folder(tmp, config, trained, state)
+            writers[key].write_folder(tmp, config, trained, state)
             if tokenizer is not None:
                 exporter.write_tokenizer(tmp, tokenizer)
             if path.exists():  # a previous export of the same config: swap it out whole

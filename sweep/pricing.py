@@ -151,7 +151,7 @@ def price_candidate(space, candidate, decision: CompileDecision, device: Device,
     per_token = account(config, train.seq_len).flops_per_token
     tokens = token_budget(train, family)
     evaluated = extra = 0
-    if families.get(family).lm:
+    if families.get(family).task.reads_tokens:
         per_step = step_tokens(train, family)
         steps = total_steps(train, per_step)
         evals = eval_steps(train, steps, per_step, rungs)

@@ -101,7 +101,7 @@ def data_hash_for(space: Any, candidates: list | None, data: str | None) -> tupl
     seq_len + 1) refuses the sweep; data only some candidates cannot read is a notice, and
     their trials fail with the reason (the sweep goes on, `--retry-failed` reruns them).
     """
-    if space.families and not any(families.get(f).lm for f in space.families):  # images
+    if space.families and not any(families.get(f).task.reads_tokens for f in space.families):  # images
         from shapesweep.trainers.vision_data import load_images
 
         return load_images(data).data_hash, []
@@ -121,8 +121,8 @@ def _vocab_sizes(space: Any, candidates: list | None) -> set[int]:
     """Every vocab_size the sweep may train: the grid's candidates', else each language-model
     variant's (its family's default where the variant sets none)."""
     if candidates is not None:
-        return {c.config.vocab_size for c in candidates if families.of(c.config).lm}
-    return {v for variant in space.resolved() if families.get(variant.family).lm
+        return {c.config.vocab_size for c in candidates if families.of(c.config).task.reads_tokens}
+    return {v for variant in space.resolved() if families.get(variant.family).task.reads_tokens
             for v in variant.grid_values().get("vocab_size")
             or [variant.fixed.get("vocab_size", _default(variant.family, "vocab_size"))]}
 
@@ -400,7 +400,7 @@ def _check_data_parallel(options: SweepOptions, space: Any, candidates: list | N
         for variant in space.resolved():
             check_compilable(variant.train, "--parallel")
     for candidate in candidates or []:
-        if families.get(candidate.config.family).lm:
+        if families.get(candidate.config.family).task.reads_tokens:
             train = space.train_for(candidate=candidate)
             check_split(sequences_per_step(train), options.workers_per_trial)
         if options.parallel == "fsdp":

@@ -237,7 +237,7 @@ def train(args: argparse.Namespace) -> int:
     if args.workers > 1 and args.parallel == "fsdp":
         check_shardable(config)
         check_compilable(recipe)
-    if args.workers > 1 and of(config).lm:  # before Ray starts (images: once they are read)
+    if args.workers > 1 and of(config).task.reads_tokens:  # before Ray starts (images: once they are read)
         check_split(sequences_per_step(recipe), args.workers, "--workers")
     if args.steps is not None or args.tokens is not None:
         from pydantic import ValidationError

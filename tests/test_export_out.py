@@ -6,6 +6,12 @@ The sweep is written through the real results store (no Ray)."""
 from __future__ import annotations
 
 import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
 
 import yaml
 
@@ -129,3 +135,58 @@ def test_a_manifest_naming_paths_outside_the_folder_removes_nothing_there(tmp_pa
     capsys.readouterr()
     assert (tmp_path / "keep.txt").read_text() == "mine" and (tmp_path / "root").is_dir()
     assert _files(best) == ["01-baseline.yaml"]
+
+
+def _sweep_of(root, n: int) -> None:
+    """`n` conventional candidates of distinct depth, best first (`--format torch` takes them)."""
+    for rank in range(n):
+        config = make_config(dict(family="conventional", d_model=32, n_layers=1 + rank, n_heads=2,
+                                  d_h=64))
+        document = {"family": config.family, "train": TRAIN,
+                    "model": config.model_dump(mode="json", exclude={"family"})}
+        write_trial(str(root), "s", {"trial_id": f"t{rank}", "key": config_key(config),
+                                     "family": config.family, "variant": f"v{rank}", "seed": 0,
+                                     "status": "completed", "val_loss": 2.0 + rank,
+                                     "config_json": json.dumps(document),
+                                     **account(config, seq_len=32).to_dict()}, [])
+
+
+def _killed_midway(tmp_path, command: list[str]) -> list[str]:
+    """Start `command` (an export into tmp_path/best), SIGKILL it as soon as a temporary of its
+    appears there, and return the temporaries it left (none when it got past them first)."""
+    best = tmp_path / "best"
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    mine = f".{process.pid}.tmp"
+    try:
+        deadline = time.monotonic() + 120  # a loaded machine imports torch slowly
+        while process.poll() is None and time.monotonic() < deadline:
+            if best.is_dir() and any(p.name.endswith(mine) for p in best.iterdir()):
+                process.send_signal(signal.SIGKILL)
+                break
+    finally:
+        process.kill()
+        process.wait()
+    return sorted(p.name for p in best.iterdir() if p.name.endswith(mine)) if best.is_dir() else []
+
+
+def test_an_export_removes_the_temporaries_a_killed_export_left(tmp_path, capsys):
+    """An export SIGKILLed mid-write leaves its `.NN-NAME.PID.tmp` folder; the next export into
+    that folder removes it (its PID is dead), and keeps a live process's temporary."""
+    _sweep_of(tmp_path / "root", 6)
+    command = [sys.executable, "-m", "shapesweep.sweep.cli", "export", "s", "--root",
+               str(tmp_path / "root"), "--top", "6", "--format", "torch", "--out",
+               str(tmp_path / "best")]
+    best, left = tmp_path / "best", []
+    for _ in range(5):  # the kill may land between two folders: try again
+        left = _killed_midway(tmp_path, command)
+        if left:
+            break
+    assert left and all(re.fullmatch(r"\.\d\d-v\d+\.\d+\.tmp", name) for name in left), left
+    live = best / f".01-v0.{os.getppid()}.tmp"  # a live process's (another export still writing): kept
+    live.mkdir()
+    assert main(["export", "s", "--root", str(tmp_path / "root"), "--top", "2", "--format", "torch",
+                 "--out", str(best)]) == 0
+    capsys.readouterr()
+    assert sorted(p.name for p in best.iterdir() if p.name.startswith(".")) == [
+        live.name, ".shapesweep-export.json"]
+    assert _files(best) == ["01-v0", "02-v1"]

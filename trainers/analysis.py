@@ -54,7 +54,7 @@ def wanted(model_config, train) -> bool:
     """Whether a trial ends with the analysis: `train.analysis`, else its family's default
     (`FamilySpec.analysis`: on for xformer's variable-width family, off otherwise)."""
     spec = of(model_config)
-    if train.analysis and not spec.lm:
+    if train.analysis and not spec.task.reads_tokens:
         raise UserError("the representation analysis needs a language model (residual stream "
                         f"of tokens); {model_config.family} has none", key="train.analysis")
     if train.analysis is None:

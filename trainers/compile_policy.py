@@ -68,7 +68,7 @@ def runs(signatures: list, most: int) -> list[range]:
 def layer_signatures(config) -> list[str | None]:
     """One per compiled block, equal for blocks that run the same graph: an LM's layer shapes
     (the model's other families: one signature, their blocks are all alike)."""
-    return [repr(s) for s in config.layer_shapes()] if of(config).lm else [None]
+    return [repr(s) for s in config.layer_shapes()] if of(config).task.reads_tokens else [None]
 
 
 def region_graphs(config, blocks_per_region: int = 1) -> set[tuple[str | None, int]]:

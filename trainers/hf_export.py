@@ -90,7 +90,7 @@ def unsupported(model_config, train) -> str | None:
 
 
 def _unsupported(model_config, train) -> str | None:
-    if not of(model_config).llama:
+    if "hf" not in of(model_config).exporters:  # a family with Llama's layout declares it
         return f"the {model_config.family} family has no standard architecture"
     if getattr(model_config, "n_experts", None):
         return "a mixture of experts is not Llama's dense FFN"

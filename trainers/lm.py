@@ -120,9 +120,13 @@ class Block(nn.Module):
 
 
 class LM(nn.Module):
-    """Token embedding -> blocks on a global residual stream -> final RMSNorm -> unembedding."""
+    """Token embedding -> blocks on a global residual stream -> final RMSNorm -> unembedding.
 
-    def __init__(self, config):
+    `block` is the family's (`FamilySpec.block`): built from each layer's `LayerShape` and the
+    layer's shared `Rotary`, it maps the stream to the stream, reading and writing its leading
+    `width` coordinates; `Block` unless a family brings its own."""
+
+    def __init__(self, config, block: type[nn.Module] = Block):
         super().__init__()
         self.config = config
         shapes = config.layer_shapes()
@@ -136,7 +140,7 @@ class LM(nn.Module):
         table = max(self.embed_in, self.readout) if config.tie_embeddings else self.embed_in
         self.wte = nn.Embedding(config.vocab_size, table)
         rotaries = {hd: Rotary(hd) for hd in sorted({int(s.head_dim) for s in shapes})}
-        self.blocks = nn.ModuleList(Block(s, rotaries[int(s.head_dim)]) for s in shapes)
+        self.blocks = nn.ModuleList(block(s, rotaries[int(s.head_dim)]) for s in shapes)
         # What `hidden` runs, as (first layer, module): None runs each block; a compiled trial
         # may run consecutive blocks of one shape as one region (shapesweep.trainers.compiled)
         self.stages: list[tuple[int, nn.Module]] | None = None

@@ -44,8 +44,7 @@ import torch
 import torch.nn.functional as F
 from pydantic import BaseModel
 
-from shapesweep.common import UserError
-from shapesweep.families.base import of
+from shapesweep.families.base import load, of
 from shapesweep.search_spaces.cadence import (
     at_steps,
     cooldown_points,
@@ -75,14 +74,9 @@ from shapesweep.trainers.loss_tail import LossTail
 from shapesweep.trainers.memory import EVAL_CHUNK_TOKENS, check_fits, micro_batch, share_bytes
 from shapesweep.trainers.models import build_model
 from shapesweep.trainers.mup import configure
-from shapesweep.trainers.parallel import (
-    check_compilable,
-    check_shardable,
-    sequences_per_step,
-)
+from shapesweep.trainers.parallel import check_compilable, check_shardable
 from shapesweep.trainers.spec import Options, Reporter, TrialSpec
-
-EVAL_IMAGES_PER_BATCH = 1024
+from shapesweep.trainers.tasks import Made, TrainerTask
 
 
 class StopTrial(Exception):
@@ -175,26 +169,15 @@ def lr_multiplier(step: int, total: int, train: TrainConfig,
     return 1.0
 
 
-def make_task(config, train: TrainConfig, data: str | None, tokenizer: str | None):
+def trainer_task(config: BaseModel) -> TrainerTask:
+    """The torch side of the config's family's task (`FamilySpec.task`)."""
+    return load(of(config).task.trainer)
+
+
+def make_task(config: BaseModel, train: TrainConfig, data: str | None,
+              tokenizer: str | None) -> Made:
     """The data task: (task, items per optimizer step, tokens or images per step, data hash)."""
-    if not of(config).lm:  # images (hourglass-mlp's tasks)
-        from shapesweep.trainers.vision_data import VisionTask, load_images
-
-        images = load_images(data)
-        task = VisionTask(images, config.task, train.noise_std, train.seed, train.eval_tokens)
-        for key, need, got in (("d_x", task.d_x, config.d_x), ("d_out", task.d_out, config.d_out)):
-            if need != got:
-                raise UserError(f"the {config.task} task on this data needs {key}={need}, the "
-                                f"config has {key}={got}", file=images.source, key=key)
-        n_images = min(train.batch_size, len(images.train))
-        return task, n_images, n_images, images.data_hash
-    from shapesweep.trainers.data import LMTask, check_fits, load_lm_data
-
-    tokens = load_lm_data(data, tokenizer)
-    check_fits(tokens, config.vocab_size, train.seq_len)
-    n_seq = sequences_per_step(train)
-    task = LMTask(tokens, train.seq_len, train.seed, train.eval_tokens)
-    return task, n_seq, n_seq * train.seq_len, tokens.data_hash
+    return trainer_task(config).made(config, train, data, tokenizer)
 
 
 def _backward(forward, x, y, micro: int, dev, autocast, z_loss: float) -> torch.Tensor:
@@ -369,7 +352,7 @@ def _attempt(spec: TrialSpec, reporter: Reporter | None, dev: torch.device, made
     evals = set(eval_steps(train, steps, units_per_step, spec.eval_at))
     rungs = at_steps(spec.eval_at, steps, units_per_step)  # a scheduler may pause a trial there
     cooled = cooldown_points(train, evals, rungs, steps)
-    eval_batch = micro if of(model_config).lm else EVAL_IMAGES_PER_BATCH
+    eval_batch = trainer_task(model_config).eval_batch(micro)
     checkpoint_dir, callback = spec.checkpoint_dir, reporter
 
     torch.manual_seed(train.seed)
@@ -489,7 +472,7 @@ def _attempt(spec: TrialSpec, reporter: Reporter | None, dev: torch.device, made
         layers = (analysis.analyse(model, *analysis.sequences(task.val_x, task.val_y, model),
                                    autocast) if analysed and not stopped else [])
     result = _result(curve, prior_elapsed + time.perf_counter() - t0 - reporting, train_time,
-                     params_measured, data_hash, stopped, of(model_config).lm)
+                     params_measured, data_hash, stopped, trainer_task(model_config).perplexity)
     result.layers, result.train_loss_tail = layers, tail.mean()
     result.autocast_dtype = str(dtype).removeprefix("torch.") if dtype else "none"
     for name, value in machine.describe(dev).items():
@@ -529,11 +512,12 @@ def _peak_flops(dev: torch.device) -> float | None:
     return peak_flops(torch.cuda.get_device_name(dev)) if dev.type == "cuda" else None
 
 
-def _result(curve, wall, train_time, params_measured, data_hash, stopped, lm: bool) -> TrainResult:
+def _result(curve, wall, train_time, params_measured, data_hash, stopped,
+            perplexity: bool) -> TrainResult:
     last = curve[-1]
     return TrainResult(
         val_loss=last["val_loss"], best_val_loss=min(m["val_loss"] for m in curve),
-        val_ppl=math.exp(min(last["val_loss"], 700.0)) if lm else None,
+        val_ppl=math.exp(min(last["val_loss"], 700.0)) if perplexity else None,
         train_loss=last["train_loss"], val_loss_se=last.get("val_loss_se"),
         tokens=last["tokens"], steps=last["step"],
         wall_time_s=wall, tokens_per_s=last["tokens"] / max(train_time, 1e-9),

@@ -181,7 +181,7 @@ def estimate(config, train: TrainConfig, device_type: str, micro_batch: int | No
     copies = BF16 * trained // shards if p.act != FP32 else 0
     per_step = _per_step(config, train)
     micro = min(micro_batch or _given(train) or per_step, per_step)
-    if not of(config).lm:  # images: d_x in, d_out out, a residual MLP of d_z between
+    if not of(config).task.reads_tokens:  # images: d_x in, d_out out, a residual MLP of d_z between
         per_example = FP32 * (config.d_x + config.d_out) + sum(
             8 * FP32 * w for w in accounting.widths)
         return Estimate(states, copies, int(micro * per_example), 0, micro)
@@ -205,7 +205,7 @@ def evaluation_bytes(vocab: int, p: Precision, micro: int, seq_len: int) -> int:
 def _per_step(config, train: TrainConfig) -> int:
     """Sequences (images) per optimizer step: the loop's `per_step` (whole sequences of
     batch_tokens; images up to batch_size, fewer when the data set is smaller)."""
-    if of(config).lm:
+    if of(config).task.reads_tokens:
         return max(1, train.batch_tokens // train.seq_len)
     return train.batch_size
 

@@ -10,6 +10,7 @@ real init and optimizer groups.
 
 from __future__ import annotations
 
+from pydantic import BaseModel
 from torch import nn
 
 from shapesweep.families import base
@@ -17,9 +18,12 @@ from shapesweep.families import base
 __all__ = ["build_model", "count_params"]
 
 
-def build_model(config) -> nn.Module:
-    """LM families: idx[B, T] -> logits[B, T, vocab]; vision_mlp: x[B, d_x] -> y[B, d_out]."""
-    return base.load(base.of(config).model)(config)
+def build_model(config: BaseModel) -> nn.Module:
+    """LM families: idx[B, T] -> logits[B, T, vocab]; vision_mlp: x[B, d_x] -> y[B, d_out].
+    A family that names a `block` has its model stack that block."""
+    spec = base.of(config)
+    model = base.load(spec.model)
+    return model(config, block=base.load(spec.block)) if spec.block else model(config)
 
 
 def count_params(model: nn.Module) -> tuple[int, int]:

@@ -15,7 +15,7 @@ from shapesweep.families.base import of
 def check_shardable(model_config) -> None:
     """Refuse to shard a mixture of experts: FSDP2 reduces only the gradients a rank has, and
     a rank whose tokens skip an expert has none for it, so the ranks' collectives would differ."""
-    shapes = model_config.layer_shapes() if of(model_config).lm else []
+    shapes = model_config.layer_shapes() if of(model_config).task.reads_tokens else []
     if any(int(s.n_experts) > 1 for s in shapes):
         raise UserError("fsdp cannot shard a mixture of experts (a worker's tokens may skip an "
                         "expert); use --parallel ddp", key="--parallel")

@@ -1,7 +1,9 @@
 """Any language-model family as one standalone PyTorch file: what `--format hf` cannot hold.
 
 `model.py` is shapesweep's own model code (`trainers/ffn.py`, `trainers/moe.py`, `trainers/lm.py` and
-`LayerShape`), copied verbatim at export time so it cannot drift from what was trained,
+`LayerShape`, and the family's own block class when it has one: `FamilySpec.block`, whose code
+may use what those modules define), copied verbatim at export time so it cannot drift from what
+was trained,
 with the shapesweep imports replaced by `config.json`: the solved per-layer shapes, the
 embedding/readout widths and muP's multipliers. It needs only torch (and
 safetensors for weights), and reads a `train --save` model.safetensors unchanged: the
@@ -16,11 +18,15 @@ import re
 from dataclasses import asdict
 
 import torch
+from pydantic import BaseModel
 
 from shapesweep import common
-from shapesweep.families.base import of
-from shapesweep.search_spaces import configs
+from shapesweep.families.base import load, of
+from shapesweep.families.lm import LayerShape
+from shapesweep.search_spaces.configs import TrainConfig
 from shapesweep.trainers import ffn, lm, moe
+from shapesweep.trainers.models import build_model
+from shapesweep.trainers.mup import configure
 
 OWN_IMPORTS = re.compile(r"^(from shapesweep[. ].*|from __future__ import annotations)\n", re.MULTILINE)
 HEADER = '''"""Standalone shapesweep language model, written by `shapesweep export --format torch`.
@@ -64,7 +70,7 @@ def load(folder: str | Path = ".") -> LM:
     """The model config.json describes, with model.safetensors' weights when the folder has them."""
     folder = Path(folder)
     config = ResolvedConfig(json.loads((folder / "config.json").read_text()))
-    model = LM(config)
+    model = LM(config, block=BLOCK)
     model.output_mult = config.output_mult
     for block, scale in zip(model.blocks, config.attention_scales, strict=True):
         block.attn.scale = scale
@@ -83,25 +89,25 @@ def require() -> None:
     common.require(("safetensors",), "pip install 'shapesweep[hf]'", key="--format torch")
 
 
-def unsupported(model_config, train) -> str | None:
-    """Every language-model family is its own code; the vision MLP is not exported this way."""
-    if not of(model_config).lm:
-        return f"the {model_config.family} family is not a language model; use --format yaml"
+def unsupported(model_config: BaseModel, train: TrainConfig) -> str | None:
+    """Every language-model family (each declares this format) is its own code."""
     return None
 
 
-def source() -> str:
-    """model.py: the model modules' source without their shapesweep imports."""
-    parts = [inspect.getsource(configs.LayerShape)]
+def source(model_config: BaseModel | None = None) -> str:
+    """model.py: the model modules' source without their shapesweep imports, and the block
+    class of `model_config`'s family (`lm.Block` by default) as `BLOCK`."""
+    name = of(model_config).block if model_config is not None else None
+    block = load(name) if name else lm.Block
+    parts = [inspect.getsource(LayerShape)]
     parts += [OWN_IMPORTS.sub("", inspect.getsource(module)) for module in (ffn, moe, lm)]
-    return HEADER + "\n\n".join(parts) + TAIL
+    if block is not lm.Block:
+        parts.append(inspect.getsource(block))
+    return HEADER + "\n\n".join(parts) + f"\n\n\nBLOCK = {block.__name__}  # the family's block\n" + TAIL
 
 
 def resolved(model_config, train) -> dict:
     """config.json: what `LM` reads from a config, and what muP sets after building it."""
-    from shapesweep.trainers.models import build_model
-    from shapesweep.trainers.mup import configure
-
     with torch.device("meta"):  # the real shapes and multipliers, no memory
         model = build_model(model_config)
         configure(model, model_config, train)
@@ -120,7 +126,7 @@ def write_folder(folder, model_config, train, state: dict[str, torch.Tensor] | N
     """model.py and config.json (and the weights, under shapesweep's names) into `folder`."""
     from safetensors.torch import save_file
 
-    (folder / "model.py").write_text(source())
+    (folder / "model.py").write_text(source(model_config))
     (folder / "config.json").write_text(json.dumps(resolved(model_config, train), indent=2,
                                                    default=int) + "\n")
     if state is not None:

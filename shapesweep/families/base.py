@@ -21,7 +21,7 @@ import math
 import re
 import types
 import typing
-from collections.abc import Callable, Iterator, Set
+from collections.abc import Callable, Iterator, Mapping, Set
 from dataclasses import dataclass, field
 from typing import Annotated, Any
 
@@ -29,6 +29,8 @@ import annotated_types
 import numpy as np
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 from pydantic.fields import FieldInfo
+
+from shapesweep.families.task import LANGUAGE, Task
 
 # ---------------------------------------------------------------- shared field types
 
@@ -140,6 +142,14 @@ def lm_shape_text(row: dict) -> str:
     return f"{value(row, 'd_model')}×{value(row, 'n_layers')}L d_h={value(row, 'd_h')}"
 
 
+# A decoder-only LM's export formats beside yaml and json (which every family has): the format
+# -> its exporter module ("module" path, imported only to export). A family with Llama's exact
+# layout adds `hf` and `litgpt` (`LLAMA_EXPORTERS`).
+LM_EXPORTERS: Mapping[str, str] = {"torch": "shapesweep.trainers.torch_export"}
+LLAMA_EXPORTERS: Mapping[str, str] = {**LM_EXPORTERS, "hf": "shapesweep.trainers.hf_export",
+                                      "litgpt": "shapesweep.trainers.litgpt_export"}
+
+
 @dataclass(frozen=True)
 class FamilySpec:
     """What one model family is. Everything but `name`, `config`, `account` and `model` has
@@ -153,7 +163,13 @@ class FamilySpec:
     # when the config solves its own shape, so the solver builds configs point by point.
     vector_totals: Callable[[Any, int], dict] | None = None
     init: str = "shapesweep.trainers.mup:lm_rules"  # "module:callable" yielding init rules
-    lm: bool = True  # a language model: token data, embeddings, attention heads
+    # "module:class" of the block `model` stacks (an LM's: `LayerShape` -> nn.Module, e.g. a
+    # parallel attention + MLP block of its own); None: `model` builds its own layers.
+    block: str | None = "shapesweep.trainers.lm:Block"
+    task: Task = LANGUAGE  # what it learns from: data, evaluation, metrics (families.task)
+    # Formats `export --format` writes its folders in, each with its exporter module (yaml and
+    # json: every family). A format not here is refused for this family.
+    exporters: Mapping[str, str] = field(default_factory=lambda: dict(LM_EXPORTERS))
     figures_name: str = ""  # its name in trainers/gpu-figures.json, where that differs
     width: str = "d_model"  # the width ffn_ratio and width_depth_ratio are relative to
     # The stored fields that set a candidate's shape beside width x depth, in the order a
@@ -161,7 +177,6 @@ class FamilySpec:
     label_fields: tuple[str, ...] = ("d_h", "activation")
     baseline: bool = False  # the LM family the others are drawn against (dashed)
     analysis: bool = False  # trials end with the representation analysis unless train.analysis says
-    llama: bool = False  # exactly Llama's layout, so --format hf / litgpt can export it
     # Its k and d_h/d_model are designed series (hourglass-ffn: the ratio figure, its Fig. 3, and
     # the U-curve's per-k, per-ratio lines, its Fig. 4).
     ratio_series: bool = False

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from shapesweep.families.base import FamilySpec
+from shapesweep.families.base import LLAMA_EXPORTERS, FamilySpec
 from shapesweep.families.counts import lm_account, uniform_totals
 from shapesweep.families.lm import MoELMBase
 
@@ -25,5 +25,6 @@ SPEC = FamilySpec(
     model="shapesweep.trainers.lm:LM",
     colors={"conventional": "#7b3fa0"},
     baseline=True,
-    llama=True,  # Llama's layout (hf_export refuses the settings Llama lacks: experts, post-norm)
+    # Llama's layout (hf_export refuses the settings Llama lacks: experts, post-norm)
+    exporters=LLAMA_EXPORTERS,
 )

@@ -17,6 +17,7 @@ from shapesweep.families.base import (
     value,
 )
 from shapesweep.families.counts import Accounting
+from shapesweep.families.task import IMAGES
 
 
 class VisionMLPConfig(Strict):
@@ -92,7 +93,9 @@ SPEC = FamilySpec(
     vector_totals=vision_totals,
     model="shapesweep.trainers.vision:VisionMLP",
     init="shapesweep.trainers.vision:init_rules",
-    lm=False,
+    block=None,  # VisionMLP stacks its own residual MLP blocks
+    task=IMAGES,
+    exporters={},  # yaml and json only
     width="d_z",
     colors={"vision_mlp (wide-narrow-wide)": "#d62728", "vision_mlp (narrow-wide-narrow)": "#7f7f7f"},
     design=_design,
