@@ -8,22 +8,19 @@ import os
 from dataclasses import dataclass
 
 from shapesweep.common import DEFAULT_ROOT, UserError
-from shapesweep.sweep.options import add_flags, option
+from shapesweep.sweep.options import option
 
 
-@dataclass
+@dataclass(kw_only=True)
 class StoreOptions:
-    """Where sweeps are kept; `SweepOptions` declares these two as they are here."""
+    """Where sweeps are kept: every verb that reads or writes a results root takes both
+    (`same_as(StoreOptions, ...)`)."""
 
     root: str = option(DEFAULT_ROOT, "--root", help=f"results root (default {DEFAULT_ROOT})",
                        resume=True, saved=False)  # not saved: a moved root resumes
     storage: str | None = option(None, "--storage", resume=True,
                                  help="SQLAlchemy URL of the catalog + Optuna storage "
                                  "(default sqlite:///ROOT/shapesweep.db)")
-
-
-def add_root(parser: argparse.ArgumentParser) -> None:
-    add_flags(parser, StoreOptions)
 
 
 def catalog(args: argparse.Namespace):
