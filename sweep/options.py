@@ -146,12 +146,12 @@ def in_range(value: Any, flag: Flag) -> None:
     if value is None or isinstance(value, bool) or not isinstance(value, int | float):
         return
     if flag.above is not None and not value > flag.above:
-        raise UserError(f"must be more than {flag.above:g} (got {value:g})", key=flag.names[0])
+        raise UserError(f"must be more than {flag.above:g}", key=flag.names[0])
     if flag.at_least is not None and not value >= flag.at_least:
         wanted = "0 or more" if flag.at_least == 0 else f"at least {flag.at_least:g}"
-        raise UserError(f"must be {wanted} (got {value:g})", key=flag.names[0])
+        raise UserError(f"must be {wanted}", key=flag.names[0])
     if flag.at_most is not None and not value <= flag.at_most:
-        raise UserError(f"must be at most {flag.at_most:g} (got {value:g})", key=flag.names[0])
+        raise UserError(f"must be at most {flag.at_most:g}", key=flag.names[0])
 
 
 def parsed(model: type, args: argparse.Namespace, which: Callable[[Flag], bool] = every) -> dict[str, Any]:
