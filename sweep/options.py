@@ -112,7 +112,9 @@ def _argparse_settings(f: dataclasses.Field, flag: Flag, hint: Any) -> dict[str,
         default = None
     settings.update(dest=f.name, default=default)
     kind = value_type(hint)
-    if hint is bool:
+    if flag.read:  # the text as given, read once parsing is done
+        pass
+    elif hint is bool:
         settings["action"] = "store_false" if default else "store_true"  # --no-X for a default on
     elif typing.get_origin(kind) is list:
         settings["action"] = "append"
