@@ -31,7 +31,7 @@ def dashboard(args: argparse.Namespace) -> int:
 def serve(args: argparse.Namespace) -> int:
     from shapesweep.dashboards.server import make_server
 
-    server = make_server(args.root, args.host, args.port, poll_s=args.poll)
+    server = make_server(args.root, args.host, args.port, poll_s=args.poll, storage=args.storage)
     host, port = server.server_address[:2]
     print(f"serving the dashboard for {args.root} at http://{host}:{port}/ (Ctrl-C stops)", flush=True)
     try:

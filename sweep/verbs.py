@@ -172,8 +172,6 @@ class DashboardArgs:
 @dataclass(kw_only=True)
 class ServeArgs:
     root: str = same_as(StoreOptions, "root")
-    # checked as every verb's (its driver installed); the live page's header still reads the
-    # root's own catalog (the builder process is given the root only)
     storage: str | None = same_as(StoreOptions, "storage")
     host: str = option("127.0.0.1", "--host",
                        help="address to bind (default 127.0.0.1, this machine only)")
