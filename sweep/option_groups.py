@@ -23,7 +23,6 @@ from shapesweep.sweep.strategies import SAMPLERS, STRATEGIES
 PARALLEL = ("ddp", "fsdp")  # how N > 1 workers share a model (shapesweep.trainers.loop.train)
 OBJECTIVES = ("params_non_embedding", "flops_per_token")  # --multi-objective's second objective
 MAX_SEED = 2**32 - 1  # numpy and torch take seeds 0 <= seed < 2**32
-MAX_THREADS = 4096  # torch threads: far beyond any machine (the check against this one's is train's)
 # `--gpu KIND` -> (the device name PEAK_TFLOPS knows its dense bf16 peak by, its memory: what
 # `--gpu-memory` defaults to with `--gpu`; the A100 here is the 80GB one).
 GPU_KINDS = {"h100": ("H100", "80GB"), "h100-pcie": ("H100 PCIe", "80GB"), "h200": ("H200", "141GB"),
@@ -169,7 +168,7 @@ class TrainerOptions:
         help="cpu, cuda, cuda:1 or mps (default: cuda where this machine has a GPU); plan: "
              "the device each candidate's micro_batch_size and memory_peak_bytes are planned for")
     threads: int | None = option(
-        None, "--threads", at_least=1, at_most=MAX_THREADS,
+        None, "--threads",  # 1 to the cores this process may use: train's check names them
         help="torch threads (default: the cores not busy now, from the load average, at least "
              "1; with --workers, each worker's CPU)")
     parallel: str = option(

@@ -51,6 +51,9 @@ ACCEPTED = {
     ("*", "--seeds", "huge"): "refused by the seed check: too many seeds",
     ("*", "--seeds", "negative"): "refused by the seed check",
     ("*", "--poll", "huge"): "refused: at most a day",
+    ("*", "--threads", "zero"): "refused by train: 1 to the cores this process may use",
+    ("*", "--threads", "negative"): "refused by train: 1 to the cores this process may use",
+    ("*", "--threads", "huge"): "refused by train: 1 to the cores this process may use",
 }
 BASE = {"spaces": [], "plan": ["tiny"], "train": ["c.yaml"], "run": ["tiny"], "resume": ["s"],
         "status": [], "export": ["s", "--top", "1", "--out", "out"], "dashboard": ["s"],
