@@ -70,14 +70,16 @@ def budget_labels(trials: pd.DataFrame, max_groups: int = 8) -> pd.Series:
     return labels.reindex(trials.index).fillna("unknown")
 
 
-def _catalog(root: str) -> dict[str, dict]:
-    """Space name and status per sweep from the catalog, when the root has one."""
-    if "://" in str(root) or not os.path.exists(os.path.join(root, "shapesweep.db")):
+def _catalog(root: str, storage: str | None = None) -> dict[str, dict]:
+    """Space name and status per sweep from the catalog (`storage`'s, else the root's own
+    when it has one)."""
+    if storage is None and ("://" in str(root) or not os.path.exists(os.path.join(root, "shapesweep.db"))):
         return {}
     from shapesweep.results.catalog import Catalog, default_catalog_url
 
     try:
-        return {r.name: {"space": r.space_name, "status": r.status} for r in Catalog(default_catalog_url(root)).list()}
+        return {r.name: {"space": r.space_name, "status": r.status}
+                for r in Catalog(storage or default_catalog_url(root)).list()}
     except Exception:  # noqa: BLE001 - a catalog we cannot read only loses the header's space names
         return {}
 
@@ -94,7 +96,7 @@ def _clean(value):
 
 def build_payload(root: str, sweeps: list[str] | None = None, title: str | None = None,
                   version: str = "", cache=None, frames: tuple[pd.DataFrame, pd.DataFrame] | None = None,
-                  adjust: str | None = None) -> str:
+                  adjust: str | None = None, storage: str | None = None) -> str:
     """The JSON the page renders: sweeps, filter values, per-trial rows, figures. `frames`:
     the (trials, curves) `load_frames` gave, where the caller needs them too (the live server);
     `adjust`: the verdicts' family adjustment (shapesweep.results.multiplicity; default Holm)."""
@@ -116,7 +118,7 @@ def build_payload(root: str, sweeps: list[str] | None = None, title: str | None 
     vision = (~trials["family"].isin(language_models())).to_numpy() if len(trials) else np.array([], bool)
     vision_metric = metric_for(trials[vision]) if vision.any() else "psnr"
     metric_names = np.where(vision, vision_metric, "val_loss")
-    catalog = _catalog(root)
+    catalog = _catalog(root, storage)
     names = sorted(trials["sweep"].unique()) if len(trials) else list(sweeps or [])
     rows = {
         "sweep": trials["sweep"].tolist(), "trial_id": trials["trial_id"].tolist(),
@@ -391,16 +393,17 @@ def script_safe(payload: str) -> str:
     return payload.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 
-def write_report(root: str, sweeps: list[str], out: str | Path, adjust: str | None = None) -> Path:
+def write_report(root: str, sweeps: list[str], out: str | Path, adjust: str | None = None,
+                 storage: str | None = None) -> Path:
     """One self-contained HTML file (plotly.js embedded, opens offline), written atomically;
-    `adjust`: as `build_payload`'s."""
+    `adjust`, `storage` (the catalog's URL, `--storage`): as `build_payload`'s."""
     import plotly.offline
 
     from shapesweep.dashboards.page import render_page
     from shapesweep.results.store import FragmentCache
 
     cache = FragmentCache()  # each fragment read once: curves and layers need the trials again
-    page = render_page(script_safe(build_payload(root, sweeps, cache=cache, adjust=adjust)), plotly_js=plotly.offline.get_plotlyjs())
+    page = render_page(script_safe(build_payload(root, sweeps, cache=cache, adjust=adjust, storage=storage)), plotly_js=plotly.offline.get_plotlyjs())
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     fd, temp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)

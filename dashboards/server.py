@@ -45,11 +45,12 @@ class Static:
 class DashboardState:
     """What the handlers share: the snapshots of the store, the page, plotly.js, the host names."""
 
-    def __init__(self, root: str, poll_s: float = 3.0, refresh_s: float = 0.5):
+    def __init__(self, root: str, poll_s: float = 3.0, refresh_s: float = 0.5,
+                 storage: str | None = None):
         from shapesweep.dashboards.page import render_page
 
         self.root = str(root)
-        self.snapshots = LiveSnapshots(self.root, refresh_s)
+        self.snapshots = LiveSnapshots(self.root, refresh_s, storage)
         self.page = Static.of(render_page(poll_ms=int(poll_s * 1000)).encode())
         self.hosts: set[str] = set()  # the `Host` values naming this server (make_server sets them)
         self._plotly_js: Static | None = None
@@ -192,10 +193,11 @@ class DashboardServer(ThreadingHTTPServer):
 
 
 def make_server(root: str, host: str = "127.0.0.1", port: int = 8050, poll_s: float = 3.0,
-                refresh_s: float = 0.5) -> DashboardServer:
+                refresh_s: float = 0.5, storage: str | None = None) -> DashboardServer:
     """A ready-to-serve HTTP server (port 0 picks a free port; see `server.server_address`).
-    The store is checked for new trials every `refresh_s`."""
-    state = DashboardState(root, poll_s, refresh_s)
+    The store is checked for new trials every `refresh_s`; `storage`: the catalog's URL
+    (`--storage`; default the root's own)."""
+    state = DashboardState(root, poll_s, refresh_s, storage)
     handler = type("DashboardHandler", (Handler,), {"state": state})
     try:
         server = DashboardServer((host, port), handler)

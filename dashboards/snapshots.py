@@ -63,14 +63,15 @@ def store_version(root: str) -> str:
     return digest.hexdigest()[:16]
 
 
-def build_snapshot(root: str, version: str, cache) -> Snapshot:
-    """The payload of every sweep under `root`; a store that cannot be read gives its one line."""
+def build_snapshot(root: str, version: str, cache, storage: str | None = None) -> Snapshot:
+    """The payload of every sweep under `root` (the catalog `storage` names, else the root's);
+    a store that cannot be read gives its one line."""
     from shapesweep.dashboards.report import build_payload, load_frames
 
     try:
         trials, curves = load_frames(root, None, cache)
         body = build_payload(root, None, title="shapesweep live dashboard", version=version,
-                             cache=cache, frames=(trials, curves)).encode()
+                             cache=cache, frames=(trials, curves), storage=storage).encode()
     except Exception as error:  # noqa: BLE001 - a damaged store or catalog: say so, keep serving
         return Snapshot(version, error=one_line(error))
     configs = {(sweep, trial_id): (config, int(seed) if seed == seed else None)
@@ -89,7 +90,7 @@ def one_line(error: Exception) -> str:
     return f"{type(error).__name__}: {lines[0] if lines else ''}"
 
 
-def _build_forever(root: str, refresh_s: float, out) -> None:
+def _build_forever(root: str, refresh_s: float, out, storage: str | None = None) -> None:
     """The builder: a snapshot per store version, pickled to `out`, until the server closes
     this process's stdin (or dies, which closes it too)."""
     from shapesweep.results.store import FragmentCache
@@ -103,7 +104,7 @@ def _build_forever(root: str, refresh_s: float, out) -> None:
             if version != built:
                 snapshot = Snapshot(version, error=one_line(error))
         else:
-            snapshot = build_snapshot(root, version, cache) if version != built else None
+            snapshot = build_snapshot(root, version, cache, storage) if version != built else None
         if snapshot is not None:
             pickle.dump(snapshot, out, protocol=pickle.HIGHEST_PROTOCOL)
             out.flush()
@@ -118,14 +119,18 @@ BUILDER = ("import signal; signal.signal(signal.SIGINT, signal.SIG_IGN)\n"
            "from shapesweep.dashboards.snapshots import main; main()")
 
 
+STORAGE_ENV = "SHAPESWEEP_BUILDER_STORAGE"  # `serve --storage`, to the builder (a password stays off `ps`)
+
+
 class LiveSnapshots:
     """The server's side: starts the builder, keeps its latest snapshot, stops it on close."""
 
-    def __init__(self, root: str, refresh_s: float = 0.5):
+    def __init__(self, root: str, refresh_s: float = 0.5, storage: str | None = None):
         import shapesweep
 
         home = str(Path(shapesweep.__file__).resolve().parents[1])  # the builder imports this same code
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, (home, os.environ.get("PYTHONPATH"))))}
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, (home, os.environ.get("PYTHONPATH")))),
+               STORAGE_ENV: storage or ""}
         self._process = subprocess.Popen([sys.executable, "-c", BUILDER, root, str(refresh_s)],
                                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
         self.pid = self._process.pid
@@ -178,6 +183,6 @@ def main() -> None:
     out = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # a stray print cannot garble the snapshots
     try:
-        _build_forever(sys.argv[1], float(sys.argv[2]), out)
+        _build_forever(sys.argv[1], float(sys.argv[2]), out, os.environ.get(STORAGE_ENV) or None)
     except BrokenPipeError:  # the server is gone: exit without flushing to it again
         os._exit(0)

@@ -106,11 +106,6 @@ def cooldown_tokens(train: TrainConfig, cooled: Iterable[int], done: int, steps:
     return sum(cooldown_steps(train, p) for p in cooled if p <= done and p < steps) * units_per_step
 
 
-# A sweep trial saves a checkpoint at its first evaluation this many seconds after its last
-# (`run --checkpoint-every`): a lost worker costs this much training and an evaluation
-# interval at most, and a trial shorter than this pays no saves (on 2 CPU cores, a save and
-# its report cost a 16-step trial 0.2 s of its 0.4 s).
-CHECKPOINT_EVERY_S = 60.0
 
 EVAL_SHARE_TARGET = 0.10  # evaluated / trained tokens a recipe should stay under
 

@@ -1,7 +1,9 @@
 """`shapesweep`: one entry point; each verb lives in the package that owns the work.
 
-Verb modules are imported only when their verb runs, so `--help` stays fast and a
-verb that does not need Ray or torch never imports them.
+The verbs, their arguments and their functions are the table in sweep/verbs.py: each verb's
+parser is derived from its arguments, every value is read and checked (one line naming the
+flag, exit 2) before the verb runs, and a verb's module is imported only then, so `--help`
+stays fast and a verb that does not need Ray or torch never imports them.
 """
 
 from __future__ import annotations
@@ -16,20 +18,18 @@ import threading
 from typing import NoReturn
 
 from shapesweep.common import UserError, did_you_mean, printable
+from shapesweep.sweep.options import add_flags, checked
+from shapesweep.sweep.verbs import VERBS, Verb
 
-# verb -> (module, one-line help). Each module defines add_arguments_<verb>(parser) and <verb>(args) -> int.
-VERBS: dict[str, tuple[str, str]] = {
-    "spaces": ("shapesweep.sweep.spaces_command", "list the built-in search spaces"),
-    "plan": ("shapesweep.sweep.spaces_command", "solve a space into iso-budget candidates and print them"),
-    "train": ("shapesweep.sweep.train_command", "train one candidate config on real data"),
-    "run": ("shapesweep.sweep.run_command", "run a sweep of a space with Ray Tune"),
-    "resume": ("shapesweep.sweep.run_command", "finish a sweep: run only the candidates missing from its results"),
-    "status": ("shapesweep.sweep.status_command", "list sweeps, or one sweep's trials and best results"),
-    "export": ("shapesweep.sweep.export_command", "write the best configurations as files `train` accepts"),
-    "dashboard": ("shapesweep.dashboards.cli", "write a self-contained HTML report for sweeps"),
-    "serve": ("shapesweep.dashboards.cli", "serve a live dashboard over every sweep in the store"),
-    "demo": ("shapesweep.sweep.demo", "run the small built-in demo sweep and build its dashboard"),
-}
+__all__ = ["VERBS", "Verb", "build_parser", "entry", "main", "parse"]
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, with its refusals in one line (`shapesweep run: error: ...`), exit 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {printable(message, one_line=True)} "
+                     f"(see {self.prog} --help)\n")
 
 
 SHELLS = ("bash", "zsh")  # shell completion scripts shtab writes
@@ -71,7 +71,7 @@ def _print_and_exit(parser: argparse.ArgumentParser, text: str) -> NoReturn:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="shapesweep",
         description="Architecture-search sweeps over the shape of transformer language models "
         "(width, depth, FFN shape, variable width) at a fixed parameter or FLOP budget.",
@@ -82,11 +82,17 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--print-completion", choices=SHELLS, action=PrintCompletion,
                         help="print the shell completion script for SHELL and exit")
     subparsers = parser.add_subparsers(dest="verb", metavar="VERB", required=True)
-    for verb, (module_name, help_text) in VERBS.items():
-        sub = subparsers.add_parser(verb, help=help_text, description=help_text)
-        module = importlib.import_module(module_name)
-        getattr(module, f"add_arguments_{verb}")(sub)
+    for verb, spec in VERBS.items():
+        add_flags(subparsers.add_parser(verb, help=spec.help, description=spec.help), spec.arguments)
     return parser
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    """`argv` parsed (argparse exits 2 on a flag the verb does not take), then every value
+    read and checked against its declaration (a UserError names the flag): what the verb
+    is given. Nothing is run or written."""
+    args = build_parser().parse_args(argv)
+    return checked(VERBS[args.verb].arguments, args)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -96,14 +102,16 @@ def main(argv: list[str] | None = None) -> int:
               f"{', '.join(VERBS)})", file=sys.stderr)
         return 2
     args = build_parser().parse_args(argv)
-    module = importlib.import_module(VERBS[args.verb][0])
     from shapesweep.sweep.ray_session import terminate_as_interrupt  # once a verb runs
     from shapesweep.sweep.store_args import check_store_args
 
     try:
         with terminate_as_interrupt():  # SIGTERM, SIGHUP: as Ctrl-C, from the verb's start
+            args = checked(VERBS[args.verb].arguments, args)  # every flag, before any work
             check_store_args(args)  # --root and --storage, for every verb that has them
-            return int(getattr(module, args.verb)(args) or 0)
+            verb = VERBS[args.verb]
+            run = getattr(importlib.import_module(verb.module), verb.function)
+            return int(run(args) or 0)
     except UserError as error:  # its text may hold what the user wrote: escaped, one line
         print(f"shapesweep {args.verb}: error: {printable(error, one_line=True)}", file=sys.stderr)
         return 2

@@ -10,26 +10,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from shapesweep.sweep.store_args import DEFAULT_ROOT
-
-# The built-in demo space: width vs depth at one budget, conventional and hourglass FFNs
+# The built-in demo space (`--space`, sweep/verbs.py DEMO_SPACE): width vs depth at one budget, conventional and hourglass FFNs
 # against the conventional baseline, each shape's lr chosen on one seed and measured on 3
 # others, so every comparison has its CI; small enough to finish in minutes on 2 cores.
-# FULL_DEMO_SPACE is the full comparison.
-DEMO_SPACE = "demo-quick"
-FULL_DEMO_SPACE = "demo-ucurve"
-
-
-def add_arguments_demo(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--root", default=DEFAULT_ROOT, help=f"results root (default {DEFAULT_ROOT})")
-    parser.add_argument("--space", default=DEMO_SPACE,
-                        help=f"the space to sweep (default the built-in {DEMO_SPACE}; {FULL_DEMO_SPACE} is "
-                        "the full comparison, one shape more and 6x the tokens a trial; times measured: "
-                        "docs/development.md)")
-    parser.add_argument("--out", default=None,
-                        help="report path (default ROOT/demo-report.html)")
-    parser.add_argument("--max-concurrent", type=int, default=2,
-                        help="trials at once (default 2, one per core here)")
+# FULL_DEMO_SPACE there is the full comparison.
 
 
 def first_hour(exe: str, root: Path, name: str) -> list[str]:
@@ -49,20 +33,22 @@ def demo(args: argparse.Namespace) -> int:
     root = Path(args.root)
     report = Path(args.out) if args.out else root / "demo-report.html"
     console.rule(f"[bold]sweep {name}[/] (space {args.space})")
-    code = shapesweep(["run", args.space, "--root", str(root),
-                       "--max-concurrent", str(args.max_concurrent), "--scheduler", "fifo"])
+    store = ["--root", str(root), *(["--storage", args.storage] if args.storage else [])]
+    code = shapesweep(["run", args.space, *store,
+                       *(["--max-concurrent", str(args.max_concurrent)] if args.max_concurrent else []),
+                       "--scheduler", "fifo"])
     if code:
         return code
     console.rule(f"[bold]status {name}[/]: mean ± std over seeds, difference to the baseline")
-    code = shapesweep(["status", name, "--root", str(root)])
+    code = shapesweep(["status", name, *store])
     if code:
         return code
     console.rule("[bold]dashboard and export")
-    code = shapesweep(["dashboard", name, "--root", str(root), "--out", str(report)])
+    code = shapesweep(["dashboard", name, *store, "--out", str(report)])
     if code:
         return code
     best = root / "demo-best" / name
-    code = shapesweep(["export", name, "--root", str(root), "--top", "3", "--out", str(best)])
+    code = shapesweep(["export", name, *store, "--top", "3", "--out", str(best)])
     if code:
         return code
     console.print(f"\n[bold green]Report:[/] {report.resolve()} (open it in any browser; it works offline)")

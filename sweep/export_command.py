@@ -19,10 +19,8 @@ from pydantic import BaseModel
 from shapesweep.common import UserError, check_output, make_folder, pid_alive
 from shapesweep.common import plain as _clean
 from shapesweep.families.base import of
-from shapesweep.sweep.store_args import add_root, read_catalog
-
-SWEEP_WEIGHTS = ""  # a bare `export --weights`: from the sweep's kept checkpoints
-
+from shapesweep.sweep.store_args import read_catalog
+from shapesweep.sweep.verbs import SWEEP_WEIGHTS  # a bare `export --weights`
 
 FOLDER_FORMATS = {"hf": "shapesweep.trainers.hf_export", "litgpt": "shapesweep.trainers.litgpt_export",
                   "torch": "shapesweep.trainers.torch_export"}
@@ -30,35 +28,6 @@ FOLDER_FORMATS = {"hf": "shapesweep.trainers.hf_export", "litgpt": "shapesweep.t
 
 EXPORT_METRICS = ("val_loss", "best_val_loss", "val_ppl", "train_loss", "psnr", "ssim", "tokens",
                   "steps", "wall_time_s", "tokens_per_s")
-
-
-def add_arguments_export(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("name", help="the sweep")
-    add_root(parser)
-    parser.add_argument("--top", type=int, required=True, help="how many configs (per group)")
-    parser.add_argument("--per", choices=("family", "budget"), default=None,
-                        help="take the top N of each family or of each budget")
-    parser.add_argument("--metric", default="val_loss", help="rank by this trials column")
-    parser.add_argument("--format", choices=("yaml", "json", *FOLDER_FORMATS), default="yaml",
-                        help="hf: a Hugging Face LlamaForCausalLM folder per config "
-                             "(conventional family); torch: a standalone PyTorch model.py "
-                             "folder (any LM family); both need shapesweep[hf]")
-    parser.add_argument("--weights", action="append", nargs="?", const=SWEEP_WEIGHTS,
-                        metavar="DIR",
-                        help="--format hf/torch: the trained weights go with each config; bare: "
-                             "from the sweep's last checkpoints (run --keep-checkpoints); DIR: "
-                             "a `train --save` folder, with the config of its shape (repeatable)")
-    parser.add_argument("--tokenizer", metavar="JSON", default=None,
-                        help="--format hf: the tokenizer.json the model was trained with "
-                             "(default: the byte-level one of the built-in corpus and text data)")
-    parser.add_argument("--out", required=True,
-                        help="folder for the config files: empty, new, or holding only what an "
-                             "earlier export wrote there (replaced)")
-    parser.add_argument("--force", action="store_true",
-                        help="write into an --out that holds other files too (they stay; an "
-                             "earlier export's files are replaced)")
-    parser.add_argument("--include-stopped", action="store_true",
-                        help="rank stopped-early trials too (default: completed only)")
 
 
 def _budget_groups(trials, record) -> Any:

@@ -28,15 +28,13 @@ from shapesweep.search_spaces.cadence import (
     token_budget,
     total_steps,
 )
+from shapesweep.sweep.option_groups import (  # `--gpu KIND`: the flag's declaration
+    DEFAULT_GPU,
+    GPU_KINDS,
+)
 from shapesweep.trainers import gpu_figures
 from shapesweep.trainers.compile_policy import EAGER_MFU, PEAK_TFLOPS, CompileDecision
 
-# `--gpu KIND` -> (the device name PEAK_TFLOPS knows its dense bf16 peak by, its memory: what
-# `--gpu-memory` defaults to with `--gpu`; the A100 here is the 80GB one).
-GPU_KINDS = {"h100": ("H100", "80GB"), "h100-pcie": ("H100 PCIe", "80GB"), "h200": ("H200", "141GB"),
-             "b200": ("B200", "180GB"), "a100": ("A100", "80GB"), "l40s": ("L40S", "48GB"),
-             "a10": ("A10", "24GB")}
-DEFAULT_GPU = "h100"
 DEFAULT_MFU = 0.30  # a family with no measured figure: below the measured 29.7-40.2% (docs/gpu.md)
 FORWARD_SHARE = 1 / 3  # an evaluation token runs the forward pass: 2 of the 6 FLOPs a parameter
 
@@ -61,19 +59,6 @@ class Device:
     @property
     def memory(self) -> str:
         return GPU_KINDS[self.kind][1]
-
-
-def add_pricing_flags(parser: argparse.ArgumentParser) -> None:
-    """`--gpu`, `--gpus`, `--gpu-hour-price`: what `plan` and `run --dry-run` price on."""
-    parser.add_argument("--gpu", metavar="KIND", default=None,
-                        help=f"the GPU the sweep is priced on: {', '.join(GPU_KINDS)} (dense bf16 "
-                             f"peak from shapesweep.trainers.compile_policy; default {DEFAULT_GPU}); plans "
-                             "memory on its card (80GB for h100) unless --gpu-memory says")
-    parser.add_argument("--gpus", metavar="N", default=None,
-                        help="GPUs the sweep runs on at once, for its wall time (default 1); "
-                             "`run --dry-run` also checks each trial's placement against them")
-    parser.add_argument("--gpu-hour-price", metavar="PRICE", default=None,
-                        help="price of one GPU-hour, to say what the sweep costs (no currency)")
 
 
 def device_from(args: argparse.Namespace) -> Device:

@@ -15,13 +15,8 @@ from dataclasses import replace
 from typing import Any
 
 from shapesweep.common import UserError, resume_command, terminal_console
-from shapesweep.sweep.options import add_flags, parsed, resumed
+from shapesweep.sweep.options import parsed, resumed
 from shapesweep.sweep.sweep_options import SweepOptions
-
-
-def add_arguments_run(parser: argparse.ArgumentParser, model: type = SweepOptions) -> None:
-    add_flags(parser, model)
-
 
 EXIT_FAILED_TRIALS = 1  # the sweep ran, and some of its trials failed (2 is bad input, refused)
 
@@ -108,11 +103,6 @@ def _local_gpus() -> int:
     import torch
 
     return torch.cuda.device_count()
-
-
-def add_arguments_resume(parser: argparse.ArgumentParser, model: type = SweepOptions) -> None:
-    parser.add_argument("name", help="the sweep to finish")
-    add_flags(parser, model, resumed)
 
 
 def resume(args: argparse.Namespace, model: type = SweepOptions) -> int:

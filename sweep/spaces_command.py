@@ -8,8 +8,7 @@ import json
 import sys
 
 from shapesweep.common import UserError, printable, write_csv
-from shapesweep.sweep.pricing import add_pricing_flags
-from shapesweep.sweep.verdict import add_verdict_flags
+from shapesweep.sweep.option_groups import has_gpu
 
 TABLE_COLUMNS = ("variant", "key", "family", "d_model", "n_layers", "n_heads", "d_h", "k", "ffn_ratio",
                  "width_depth_ratio", "params_non_embedding", "params_total", "flops_per_token",
@@ -21,38 +20,6 @@ HEADERS = {"n_layers": "L", "n_heads": "heads", "ffn_ratio": "d_h/d", "width_dep
 # Left out in this order until the table fits the terminal (`--format csv` has every column).
 DROP_FIRST = ("trials", "n_heads", "avg_layer_width", "key", "params_total", "flops_per_token", "ffn_ratio", "family",
               "cost", "gpu_hours")  # the price per candidate last: its totals print below the table
-
-
-def add_arguments_spaces(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--fast", action="store_true",
-                        help="show raw grid sizes instead of solving each space for its candidate count")
-    parser.add_argument("--format", choices=("table", "json"), default="table",
-                        help="table: one line per space, its description cut to the terminal's "
-                             "width; json: every field, in full")
-    parser.add_argument("--wide", action="store_true",
-                        help="the table with each space's budget and its whole description")
-
-
-def add_arguments_plan(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("space", help="a built-in space name (see `shapesweep spaces`) or a YAML file")
-    parser.add_argument("--format", choices=("table", "json", "csv"), default="table")
-    parser.add_argument("--seq-len", type=int, default=None,
-                        help="sequence length for FLOPs (default: the space's train.seq_len)")
-    parser.add_argument("--out", metavar="DIR", default=None,
-                        help="also write one candidate YAML per candidate into DIR "
-                             "(each trains as is with `shapesweep train DIR/KEY.yaml`)")
-    parser.add_argument("--device", choices=("cpu", "cuda"), default=None,
-                        help="the device each candidate's micro_batch_size and memory_peak_bytes "
-                             "are planned for (default: this machine's: cuda where it has a GPU)")
-    parser.add_argument("--gpu-memory", metavar="SIZE", default=None,
-                        help="that device's memory, e.g. 80GiB or 141GB (default: this machine's "
-                             "GPU, or its RAM for cpu); implies --device cuda")
-    parser.add_argument("--gpus-per-trial", type=float, default=1.0, metavar="F",
-                        help="each trial's share of the GPU, as `run --gpus-per-trial` (default 1)")
-    parser.add_argument("--seeds", default=None, metavar="N|LIST",
-                        help="the measure seeds `run --seeds` would give (default: the space's)")
-    add_pricing_flags(parser)
-    add_verdict_flags(parser, run=False)
 
 
 def spaces(args: argparse.Namespace) -> int:
@@ -237,13 +204,15 @@ def planned_device(args: argparse.Namespace, gpus=None) -> tuple[str, int]:
     --gpu's card, this machine's GPU, or its RAM) times --gpus-per-trial."""
     from shapesweep.trainers.memory import parse_size
 
-    share = args.gpus_per_trial
+    share = 1.0 if args.gpus_per_trial is None else args.gpus_per_trial  # a GPU a trial on cuda
     if not 0 < share <= 1:  # a trial of several GPUs is data parallel: each worker's share
         raise UserError(f"must be in (0, 1] (got {share:g})", key="--gpus-per-trial")
     given = parse_size(args.gpu_memory, "--gpu-memory") if args.gpu_memory else None
     if given is None and args.gpu and args.device != "cpu":  # --gpu names the card
         given = parse_size(gpus.memory, "--gpu")
-    device = args.device or ("cuda" if given or _has_gpu() else "cpu")
+    device = (args.device or "").partition(":")[0] or ("cuda" if given or _has_gpu() else "cpu")
+    if device not in ("cpu", "cuda"):
+        raise UserError(f"plan plans memory for cpu or cuda, not {args.device!r}", key="--device")
     if device == "cpu":
         if given:
             raise UserError("describes a GPU: give it with --device cuda", key="--gpu-memory")
@@ -260,10 +229,7 @@ def planned_device(args: argparse.Namespace, gpus=None) -> tuple[str, int]:
 
 def _has_gpu() -> bool:
     """Whether this machine has an NVIDIA GPU, without importing torch (as the driver does)."""
-    from pathlib import Path
-
-    gpus = Path("/proc/driver/nvidia/gpus")
-    return gpus.is_dir() and any(gpus.iterdir())
+    return has_gpu()
 
 
 def _ram() -> int:

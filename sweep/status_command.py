@@ -19,35 +19,9 @@ from typing import Any
 from shapesweep.common import UserError, duration, human, printable, terminal_console, write_csv
 from shapesweep.common import plain as _clean
 from shapesweep.families import base as families
-from shapesweep.sweep.options import add_adjust
-from shapesweep.sweep.store_args import add_root, read_catalog
+from shapesweep.sweep.store_args import read_catalog
 
 STATUS_FORMATS = ("table", "json", "csv")
-
-
-def add_arguments_status(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("name", nargs="?", default=None, help="one sweep (default: all)")
-    add_root(parser)
-    parser.add_argument("--top", type=int, default=20,
-                        help="trials to list for one sweep, best first (default 20; the table says how "
-                        "many it leaves out)")
-    parser.add_argument("--all", action="store_true", help="list every trial of one sweep (no --top cut)")
-    # Checked in `status`, not by argparse: a bad value is then one line (argparse adds usage).
-    parser.add_argument("--format", default="table",
-                        help="table, json or csv: one sweep's candidates with mean, std and "
-                        "the difference to the baseline with its 95%% interval; without NAME, "
-                        "the sweeps with their trial counts")
-    parser.add_argument("--baseline", default=None,
-                        help="the variant the others are compared with (default: baseline, "
-                        "when the sweep has it)")
-    parser.add_argument("--per", default=None, metavar="tuned",
-                        help="tuned: one sweep's candidates at every tuned value (a space's `tune:`), each "
-                        "with the paired difference to the baseline at the same value and at the "
-                        "baseline's chosen value")
-    parser.add_argument("--metric", default="val_loss",
-                        help="final metric to compare (val_loss; train_loss_tail, xformer's "
-                        "reported loss; psnr or ssim for vision)")
-    add_adjust(parser)
 
 
 def _fmt(value: Any, digits: int = 4) -> str:

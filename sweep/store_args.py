@@ -8,22 +8,19 @@ import os
 from dataclasses import dataclass
 
 from shapesweep.common import DEFAULT_ROOT, UserError
-from shapesweep.sweep.options import add_flags, option
+from shapesweep.sweep.options import option
 
 
-@dataclass
+@dataclass(kw_only=True)
 class StoreOptions:
-    """Where sweeps are kept; `SweepOptions` declares these two as they are here."""
+    """Where sweeps are kept: every verb that reads or writes a results root takes both
+    (`same_as(StoreOptions, ...)`)."""
 
     root: str = option(DEFAULT_ROOT, "--root", help=f"results root (default {DEFAULT_ROOT})",
                        resume=True, saved=False)  # not saved: a moved root resumes
     storage: str | None = option(None, "--storage", resume=True,
                                  help="SQLAlchemy URL of the catalog + Optuna storage "
                                  "(default sqlite:///ROOT/shapesweep.db)")
-
-
-def add_root(parser: argparse.ArgumentParser) -> None:
-    add_flags(parser, StoreOptions)
 
 
 def catalog(args: argparse.Namespace):
@@ -54,6 +51,13 @@ ROOT_SCHEMES = ("file", "local", "s3", "gs", "gcs", "hdfs", "viewfs", "abfs", "a
 # SQLAlchemy's PostgreSQL drivers, each with the module it imports and how to install it
 POSTGRES_DRIVERS = {"psycopg": ("psycopg", "psycopg[binary]"),
                     "psycopg2": ("psycopg2", "psycopg2-binary")}
+
+
+# the package that installs a DBAPI module SQLAlchemy's dialects import, where the names differ
+DBAPI_PACKAGES = {"MySQLdb": "mysqlclient", "pymysql": "PyMySQL", "mysql": "mysql-connector-python",
+                  "psycopg2": "psycopg2-binary", "psycopg": "psycopg[binary]", "cx_Oracle": "cx-Oracle",
+                  "pymssql": "pymssql", "pyodbc": "pyodbc", "oracledb": "oracledb",
+                  "asyncpg": "asyncpg", "aiosqlite": "aiosqlite", "mariadb": "mariadb", "pg8000": "pg8000"}
 
 
 def check_store_args(args: argparse.Namespace) -> None:
@@ -93,26 +97,38 @@ def check_store_answers(root: str) -> None:
 
 
 def with_installed_driver(url: str) -> str:
-    """`postgresql://...` names SQLAlchemy's default driver, which may not be the one
-    installed (SQLAlchemy 2.1: psycopg 3): the URL with the installed one named, or one line
-    saying what to install. Any other URL is returned as given."""
+    """The URL whose SQLAlchemy dialect's driver (DBAPI) is installed: `postgresql://...`
+    names SQLAlchemy's default driver, which may not be the one installed (SQLAlchemy 2.1:
+    psycopg 3), so the installed one is named instead; any URL whose driver is missing is one
+    line naming the package to install (`mysql://` without mysqlclient), not the import's
+    traceback from the first connect. A URL SQLAlchemy cannot read is returned as given (the
+    catalog says what is wrong with it)."""
     import importlib.util
 
-    scheme, sep, rest = url.partition("://")
-    if not sep or scheme.lower() != "postgresql":
-        return url
     from sqlalchemy.engine import make_url
 
+    scheme, sep, rest = url.partition("://")
+    if not sep or "://" not in url:
+        return url
     try:
-        default = make_url(url).get_dialect().driver
+        dialect = make_url(url).get_dialect()
     except Exception:  # noqa: BLE001 - the catalog says what is wrong with the URL
         return url
-    installed = [driver for driver, (module, _) in POSTGRES_DRIVERS.items()
-                 if importlib.util.find_spec(module) is not None]
-    if default in installed or default not in POSTGRES_DRIVERS:
-        return url
-    if installed:
-        return f"postgresql+{installed[0]}://{rest}"
-    raise UserError(f"{url.partition('@')[2] or 'postgresql'}: no PostgreSQL driver is installed: "
-                    f"pip install {POSTGRES_DRIVERS[default][1]} (or name the one you have, e.g. "
-                    "postgresql+psycopg2://...)", key="--storage")
+    if scheme.lower() == "postgresql":
+        installed = [driver for driver, (module, _) in POSTGRES_DRIVERS.items()
+                     if importlib.util.find_spec(module) is not None]
+        if dialect.driver not in installed and dialect.driver in POSTGRES_DRIVERS:
+            if installed:
+                return f"postgresql+{installed[0]}://{rest}"
+            raise UserError(f"{url.partition('@')[2] or 'postgresql'}: no PostgreSQL driver is "
+                            f"installed: pip install {POSTGRES_DRIVERS[dialect.driver][1]} (or "
+                            "name the one you have, e.g. postgresql+psycopg2://...)", key="--storage")
+    try:
+        dialect.import_dbapi()
+    except ImportError as error:
+        module = (error.name or str(error)).split(".")[0]
+        package = DBAPI_PACKAGES.get(module, module)
+        raise UserError(f"{scheme}: its driver {module!r} is not installed: pip install {package} "
+                        f"(or name one you have, e.g. {scheme.partition('+')[0]}+DRIVER://...)",
+                        key="--storage") from None
+    return url

@@ -10,57 +10,11 @@ from dataclasses import replace
 
 from shapesweep.common import UserError, duration, human, is_tty
 from shapesweep.families.base import of
-from shapesweep.search_spaces.configs import parse_count
 from shapesweep.sweep.ray_session import check_address
 from shapesweep.sweep.run_command import check_parallel, check_placement
-from shapesweep.sweep.sweep_options import PARALLEL, ray_address
 from shapesweep.trainers.spec import TrialSpec
 
 SPACE_KEYS = ("budget", "search", "solve", "variants", "constraints", "seeds")  # only a space has them
-
-
-def _count(text: str) -> int:
-    try:
-        value = parse_count(text)
-    except ValueError as error:
-        raise argparse.ArgumentTypeError(str(error)) from error
-    if not isinstance(value, int) or value <= 0:
-        raise argparse.ArgumentTypeError(f"expected a positive whole number, got {text!r}")
-    return value
-
-
-def add_arguments_train(parser: argparse.ArgumentParser) -> None:
-    # Several files (a glob such as best/01-*.yaml matching two) are refused in one line.
-    parser.add_argument("config", metavar="CONFIG", nargs="+",
-                        help="candidate YAML/JSON: {family, model: {...}, train: {...}}")
-    parser.add_argument("--steps", type=_count, help="optimizer steps (overrides train.steps/tokens)")
-    parser.add_argument("--tokens", type=_count,
-                        help="token budget, e.g. 2M (images for vision; overrides train.tokens)")
-    parser.add_argument("--data", metavar="PATH",
-                        help="text file/folder, .bin/.npy tokens, Parquet with a `text` column; "
-                             "vision: MNIST folder/.npz or ImageNet-32 folder (default: built-in)")
-    parser.add_argument("--tokenizer", metavar="JSON",
-                        help="a Hugging Face tokenizer.json for text data (default: bytes)")
-    parser.add_argument("--device", help="cpu, cuda, cuda:1 (default: cuda if available)")
-    parser.add_argument("--threads", type=int, default=None,
-                        help="torch threads (default: the cores not busy now, from the load "
-                             "average, at least 1; with --workers, each worker's CPU)")
-    parser.add_argument("--checkpoint-dir", metavar="DIR",
-                        help="checkpoint every evaluation; resume from it if it holds one")
-    parser.add_argument("--save", metavar="DIR",
-                        help="write the trained model.safetensors and its config.yaml into DIR")
-    parser.add_argument("--json", action="store_true", help="print one JSON object of final metrics")
-    parser.add_argument("--workers", type=int, default=1,
-                        help="train data parallel on N Ray Train workers, each on its slice of "
-                             "every step's batch (same result as 1; default 1: no Ray)")
-    parser.add_argument("--parallel", choices=PARALLEL, default="ddp",
-                        help="with --workers N > 1: ddp keeps a whole model on each worker; "
-                             "fsdp shards parameters, gradients and AdamW state (default ddp)")
-    parser.add_argument("--gpus-per-worker", type=float, default=None,
-                        help="GPUs each worker holds (default: 1 when training on cuda, else 0)")
-    parser.add_argument("--address", default=ray_address(),
-                        help="with --workers: join a Ray cluster (auto or HOST:PORT); default: "
-                             "$RAY_ADDRESS when set, else start Ray locally")
 
 
 def _print_summary(result, config, train, threads: int | None) -> None:
@@ -156,7 +110,7 @@ def _check_workers(args: argparse.Namespace) -> dict[str, float]:
         raise UserError("must be at least 1", key="--workers")
     check_parallel(args.parallel, args.workers, "--workers")
     cuda = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu")).type == "cuda"
-    gpus = (1.0 if cuda else 0.0) if args.gpus_per_worker is None else args.gpus_per_worker
+    gpus = (1.0 if cuda else 0.0) if args.gpus_per_trial is None else args.gpus_per_trial
     if args.workers > 1:
         check_placement(args.workers, ("--workers", 1.0), ("--gpus-per-worker", gpus),
                         args.address, "--workers")

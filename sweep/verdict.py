@@ -15,26 +15,10 @@ import argparse
 from dataclasses import dataclass
 
 from shapesweep.common import UserError
-
-# The spread over seeds of a paired difference of final losses, when the user names none:
-# the -small spaces' per-candidate seed spread is 0.009-0.040 nats (docs/small-sweeps.md).
-DEFAULT_SEED_SD = 0.02
-NO_VERDICT_FLAG = "--no-verdict"
-
-
-def add_verdict_flags(parser: argparse.ArgumentParser, run: bool) -> None:
-    """`--min-effect`, `--seed-sd` (plan and run) and `--no-verdict` (run)."""
-    parser.add_argument("--min-effect", metavar="NATS", type=float, default=None,
-                        help="the smallest difference in final loss from the baseline you want "
-                             "a verdict on: the measure seeds must give it 80%% power")
-    parser.add_argument("--seed-sd", metavar="NATS", type=float, default=None,
-                        help="with --min-effect: the spread over seeds of a paired difference "
-                             f"(default {DEFAULT_SEED_SD:g}, the -small spaces' measured "
-                             "0.009-0.040: docs/small-sweeps.md)")
-    if run:
-        parser.add_argument(NO_VERDICT_FLAG, action="store_true", dest="no_verdict",
-                            help="run a comparison whose measure seeds cannot give a verdict "
-                                 "(fewer than 2, or fewer than --min-effect needs): means only")
+from shapesweep.sweep.option_groups import (  # the flags' declarations
+    DEFAULT_SEED_SD,
+    NO_VERDICT_FLAG,
+)
 
 
 @dataclass(frozen=True)

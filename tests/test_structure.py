@@ -33,8 +33,8 @@ def test_each_verb_has_its_own_module():
     from shapesweep.sweep.cli import VERBS
 
     modules = {}
-    for verb, (module, _) in VERBS.items():
-        modules.setdefault(module, []).append(verb)
+    for verb, spec in VERBS.items():
+        modules.setdefault(spec.module, []).append(verb)
     # the pairs that share one job: a sweep and its resumption, a space listed and solved,
     # the static report and the live one
     assert sorted(v for v in modules.values() if len(v) > 1) == [
