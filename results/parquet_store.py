@@ -86,6 +86,10 @@ class ParquetStore(ResultsStore):
         folder = layout.sweep_dir(self.root, sweep)
         return f"{folder}/{name}" if name else folder
 
+    def file_repair(self, sweep: str, name: str) -> str:
+        """Each of a sweep's own files has its repair (`sweep.json`: run its space again)."""
+        return layout.sweep_file_repair(self.root, sweep, name)
+
     # ---- the lease, in the catalog's database
 
     @cached_property

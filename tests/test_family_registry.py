@@ -284,7 +284,7 @@ base.FAMILY_MODULES = (*base.FAMILY_MODULES, "grouped_family")  # the one line
 from shapesweep.results.schema import TRIAL_COLUMNS
 from shapesweep.search_spaces.solver import plan
 from shapesweep.search_spaces.space import parse_space
-from shapesweep.sweep.status_command import _shape
+from shapesweep.sweep.status_view import shape_label as _shape
 
 assert base.names()[-1] == "grouped", base.names()
 assert "groups" in TRIAL_COLUMNS.names and "groups" in base.INTEGER and "groups" in base.POSITIVE

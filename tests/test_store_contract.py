@@ -120,6 +120,9 @@ def test_small_files_round_trip_replaced_whole(store):
         store.read_json("s", "sweep.json", dict)
     assert error.value.file == store.file_location("s", "sweep.json")
     assert store.file_location("s", "x").startswith(store.file_location("s"))
+    # the damaged file's line ends in its repair, in words a user can follow
+    assert store.file_repair("s", "sweep.json").startswith("to repair")
+    assert str(error.value).endswith(store.file_repair("s", "sweep.json"))
 
 
 def test_the_lease_is_taken_once_renewed_and_taken_over_when_its_heartbeat_stops(store, monkeypatch):
