@@ -41,6 +41,11 @@ class ParquetStore(ResultsStore):
         self.storage = storage
         self.cache = cache
 
+    def __getstate__(self) -> dict:
+        """Pickled (a Tune callback holding it, another process) without its open catalog,
+        whose database engine does not pickle: the copy opens its own on first use."""
+        return {k: v for k, v in self.__dict__.items() if k != "catalog"}
+
     @property
     def location(self) -> str:
         return self.root

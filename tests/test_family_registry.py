@@ -25,7 +25,7 @@ from shapesweep.search_spaces.accounting import account
 from shapesweep.search_spaces.configs import FAMILIES, make_config
 from shapesweep.search_spaces.solver import plan
 from shapesweep.search_spaces.space import parse_space
-from shapesweep.sweep.runner import data_hash_for
+from shapesweep.sweep.sweep_check import data_hash_for
 from shapesweep.trainers.loop import train
 from shapesweep.trainers.models import build_model, count_params
 
