@@ -111,6 +111,10 @@ class ResultsStore(ABC):
     def file_location(self, sweep: str, name: str = "") -> str:
         """Where a sweep's file (or, with no name, the sweep) is, as a user can find it."""
 
+    def file_repair(self, sweep: str, name: str) -> str:
+        """How a user repairs a damaged file of the sweep, in words they can follow."""
+        return "to repair, delete it"
+
     def read_json(self, sweep: str, name: str, kind: type,
                   check: Callable[[object], str | None] | None = None) -> object:
         """A JSON file of the sweep, or None when there is none; damaged (not JSON, not a
@@ -125,7 +129,8 @@ class ResultsStore(ABC):
             problem = f"not JSON: {getattr(error, 'msg', error)}"
         problem = problem or (check(value) if check else None)
         if problem:
-            raise UserError(f"damaged ({problem}); to repair, delete it", file=self.file_location(sweep, name))
+            raise UserError(f"damaged ({problem}); {self.file_repair(sweep, name)}",
+                            file=self.file_location(sweep, name))
         return value
 
     # ---- the lease: one driver per sweep

@@ -41,6 +41,11 @@ class ParquetStore(ResultsStore):
         self.storage = storage
         self.cache = cache
 
+    def __getstate__(self) -> dict:
+        """Pickled (a Tune callback holding it, another process) without its open catalog,
+        whose database engine does not pickle: the copy opens its own on first use."""
+        return {k: v for k, v in self.__dict__.items() if k != "catalog"}
+
     @property
     def location(self) -> str:
         return self.root
@@ -85,6 +90,10 @@ class ParquetStore(ResultsStore):
     def file_location(self, sweep: str, name: str = "") -> str:
         folder = layout.sweep_dir(self.root, sweep)
         return f"{folder}/{name}" if name else folder
+
+    def file_repair(self, sweep: str, name: str) -> str:
+        """Each of a sweep's own files has its repair (`sweep.json`: run its space again)."""
+        return layout.sweep_file_repair(self.root, sweep, name)
 
     # ---- the lease, in the catalog's database
 

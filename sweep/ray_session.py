@@ -26,10 +26,10 @@ from shapesweep.sweep.ray_failure import START_WAIT_ENV, failure_line, retry_wai
 def ray_storage(root: str, name: str) -> Path:
     """Where Ray Tune keeps its own files (trial logs, error.txt): in the sweep's folder when
     the root is on this machine, else in the local temp folder (results never need them)."""
-    from shapesweep.results.store import local_folder
+    from shapesweep.results.parquet_store import ParquetStore  # pyarrow: this module is in --help's
 
-    local = local_folder(root)
-    return Path(local or tempfile.gettempdir()) / (name if local else f"shapesweep-{name}") / "_ray"
+    folder = ParquetStore(root).scratch_folder(name, "_ray")
+    return Path(folder) if folder else Path(tempfile.gettempdir()) / f"shapesweep-{name}" / "_ray"
 
 
 PROBE_TIMEOUT_S = 5.0  # a cluster's GCS answers a connect at once; Ray's own client waits minutes

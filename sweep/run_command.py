@@ -12,31 +12,37 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING
 
 from shapesweep.common import UserError, resume_command, terminal_console
 from shapesweep.sweep.options import parsed, resumed
 from shapesweep.sweep.sweep_options import SweepOptions
 
+if TYPE_CHECKING:
+    from shapesweep.sweep.runner import SweepOutcome
+
+
+
+
 EXIT_FAILED_TRIALS = 1  # the sweep ran, and some of its trials failed (2 is bad input, refused)
 
 
-def _report(outcome: Any, root: str) -> int:
+def _report(outcome: SweepOutcome, root: str) -> int:
     """The sweep's one-line summary; the exit code: 0 when every trial completed or was
     stopped by the scheduler, EXIT_FAILED_TRIALS when the sweep holds failed ones."""
-    from shapesweep.results.store import sweep_dir
+    from shapesweep.results.parquet_store import ParquetStore  # pyarrow: not for --help
 
     c = outcome.counts
     # soft_wrap: one line even in a log (rich wraps at 80 columns off a terminal)
     terminal_console(soft_wrap=True).print(
         f"sweep [bold]{outcome.name}[/]: {outcome.status} - {c['completed']} completed, "
         f"{c['stopped_early']} stopped early, {c['failed']} failed "
-        f"({outcome.launched} trials this run); results in {sweep_dir(root, outcome.name)}")
+        f"({outcome.launched} trials this run); results in {ParquetStore(root).file_location(outcome.name)}")
     return EXIT_FAILED_TRIALS if c["failed"] else 0
 
 
-def run(args: argparse.Namespace, model: type = SweepOptions) -> int:
-    from shapesweep.sweep.runner import run_sweep
+def run(args: argparse.Namespace, model: type[SweepOptions] = SweepOptions) -> int:
+    from shapesweep.sweep.runner import run_sweep  # Ray: not for --help
 
     options = model(**parsed(model, args))  # each option checked against its declaration
     _check_resources(options)
@@ -51,18 +57,19 @@ def _resume_hint(name: str | None, space: str, root: str) -> Iterator[None]:
     try:
         yield
     except KeyboardInterrupt:
-        from shapesweep.results.store import read_sweep_file
+        from shapesweep.results.parquet_store import ParquetStore  # pyarrow: not for --help
         from shapesweep.search_spaces.space import load_space
+        from shapesweep.sweep.sweep_files import OPTIONS_FILE
 
         name = name or load_space(space).name  # it loaded before: the sweep started
-        if read_sweep_file(root, name, "sweep.json") is not None:
+        if ParquetStore(root).read_file(name, OPTIONS_FILE) is not None:
             with suppress(OSError):  # SIGHUP: the terminal may be gone
                 print(f"interrupted; to finish the sweep: {resume_command(name, root)}",
                       file=sys.stderr, flush=True)
         raise
 
 
-def _check_resources(options: Any) -> None:
+def _check_resources(options: SweepOptions) -> None:
     """Refuse trials that can never run, before the sweep starts (the options together;
     each alone is checked against its declaration)."""
     workers = options.workers_per_trial
@@ -105,8 +112,10 @@ def _local_gpus() -> int:
     return torch.cuda.device_count()
 
 
-def resume(args: argparse.Namespace, model: type = SweepOptions) -> int:
-    from shapesweep.sweep.runner import load_options, run_sweep
+
+
+def resume(args: argparse.Namespace, model: type[SweepOptions] = SweepOptions) -> int:
+    from shapesweep.sweep.runner import load_options, run_sweep  # Ray: not for --help
 
     given = {key: value for key, value in parsed(model, args, resumed).items() if value is not None}
     options = replace(load_options(args.root, args.name, model), **given)

@@ -17,6 +17,7 @@ from shapesweep.dashboards.figures import applicable_figures, pareto_figure, sea
 from shapesweep.dashboards.frames import with_derived
 from shapesweep.dashboards.report import build_payload, expand, write_report
 from shapesweep.results import live
+from shapesweep.results.parquet_store import ParquetStore
 from shapesweep.results.store import compact, load_curves, load_trials, write_trial
 from shapesweep.search_spaces.space import list_builtin
 from shapesweep.sweep.cli import main as shapesweep
@@ -126,6 +127,11 @@ def test_status_shows_running_trials_and_fits_80_columns(sweep, capsys, monkeypa
     assert "error" not in trials  # no trial has an error: no empty column
     assert f"{row['variant']} {row['d_model']}×{row['n_layers']}L" in trials and row["key"] not in trials
     assert re.search(r"│ +\d+ │", trials) and ".0000 │" not in trials.split("val_loss")[0]
+    # The sweeps list counts a live curve as a running trial only while a driver holds the
+    # sweep's live lease: without one (a killed driver's leftovers) nothing runs (issue 57).
+    code, out, _ = _status(capsys, "--root", root)
+    assert code == 0 and "1 running" not in out and "1 completed, 1 stopped" in out
+    ParquetStore(root).take_lease("s", "this-test")  # this process: a live driver
     code, out, _ = _status(capsys, "--root", root)
     assert code == 0 and "1 running" in out and max(len(x) for x in out.splitlines()) <= 80
     # a failed trial brings the error column, its text beside that trial only
@@ -145,14 +151,14 @@ def test_status_of_a_missing_sweep_creates_nothing(tmp_path, capsys):
 
 
 def test_status_shows_integer_shape_fields_as_integers():
-    from shapesweep.sweep.status_command import _shape
+    from shapesweep.sweep.status_view import shape_label as _shape
 
     candidate = {"d_model": 64, "n_layers": 4, "d_h": 256, "k": 2.0, "beta": 0.25}
     assert _shape(candidate, ("d_h", "k", "beta")) == "64×4L d_h=256 k=2 beta=0.25"
 
 
 def test_status_leaves_out_the_fields_that_do_not_shape_a_constant_width_model():
-    from shapesweep.sweep.status_command import _shape
+    from shapesweep.sweep.status_view import shape_label as _shape
 
     row = {"family": "variable_width", "d_model": 64, "n_layers": 6, "d_h": 170,
            "beta": 0.5, "alpha": 0.3}

@@ -5,6 +5,7 @@ the in-memory store. A new backend joins by adding itself to `STORES`."""
 from __future__ import annotations
 
 import multiprocessing
+import pickle
 import threading
 import time
 from datetime import UTC, datetime, timedelta
@@ -120,6 +121,9 @@ def test_small_files_round_trip_replaced_whole(store):
         store.read_json("s", "sweep.json", dict)
     assert error.value.file == store.file_location("s", "sweep.json")
     assert store.file_location("s", "x").startswith(store.file_location("s"))
+    # the damaged file's line ends in its repair, in words a user can follow
+    assert store.file_repair("s", "sweep.json").startswith("to repair")
+    assert str(error.value).endswith(store.file_repair("s", "sweep.json"))
 
 
 def test_the_lease_is_taken_once_renewed_and_taken_over_when_its_heartbeat_stops(store, monkeypatch):
@@ -197,3 +201,14 @@ def test_both_stores_read_the_same_writes_as_the_same_frames(tmp_path):
     for read in ("load_trials", "load_curves", "load_layers"):
         parquet, memory = (getattr(store, read)(["s"]) for store in stores)
         pd.testing.assert_frame_equal(parquet, memory, check_dtype=True)
+
+
+def test_a_parquet_store_pickles_without_its_open_catalog(tmp_path):
+    """A Tune callback holding the store is pickled by Tune: the copy opens its own catalog."""
+    store = ParquetStore(tmp_path / "root")
+    store.write_trial("s", row("t1"), curve(2))
+    assert store.take_lease("s", "mine") is None  # the catalog is open now
+    copy = pickle.loads(pickle.dumps(store))
+    assert "catalog" not in copy.__dict__
+    pd.testing.assert_frame_equal(copy.load_trials(["s"]), store.load_trials(["s"]))
+    assert copy.lease("s").token == "mine"

@@ -19,10 +19,11 @@ from sweep_helpers import TINY_TRAIN, run, write_space
 
 from shapesweep.results.rows import CURVE_FIELDS, TrialRecord, final_metrics
 from shapesweep.results.store import load_curves, load_trials, read_sweep_file
+from shapesweep.search_spaces.cadence import token_budget
 from shapesweep.search_spaces.solver import candidate_document, plan
 from shapesweep.search_spaces.space import load_space
 from shapesweep.sweep.ray_compat import QUIET_ENV
-from shapesweep.sweep.runner import SweepOptions, run_sweep, token_budget
+from shapesweep.sweep.runner import SweepOptions, run_sweep
 from shapesweep.sweep.search import trial_spec
 from shapesweep.sweep.strategies import (
     SAMPLERS,
