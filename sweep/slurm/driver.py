@@ -15,8 +15,7 @@ from typing import NoReturn
 from shapesweep.common import UserError
 from shapesweep.results.store import read_sweep_file
 from shapesweep.search_spaces.space import load_space
-from shapesweep.sweep.options import Flag
-from shapesweep.sweep.run_command import add_arguments_run
+from shapesweep.sweep.options import Flag, add_flags, checked
 from shapesweep.sweep.slurm import step_main
 from shapesweep.sweep.sweep_options import SweepOptions
 
@@ -34,7 +33,7 @@ class _OneLineParser(argparse.ArgumentParser):
 def run_parser() -> argparse.ArgumentParser:
     """`shapesweep run`'s own arguments, so the script reads the options as `run` would."""
     parser = _OneLineParser(prog="shapesweep run", add_help=False)
-    add_arguments_run(parser)
+    add_flags(parser, SweepOptions)
     return parser
 
 
@@ -42,7 +41,7 @@ def sweep_command(argv: list[str], restarts: int) -> list[str]:
     """The `shapesweep` arguments for this start of the job (its `--address` and
     `--no-progress` the script adds)."""
     parser = run_parser()
-    args = parser.parse_args(argv)  # bad options: one line and exit 2, before Ray starts
+    args = checked(SweepOptions, parser.parse_args(argv))  # bad options: one line, before Ray starts
     name = args.name or load_space(args.space).name  # a bad space: refused before Ray starts
     if restarts <= 0:
         return ["run", *argv]
