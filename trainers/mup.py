@@ -1,7 +1,8 @@
 """Initialisation and AdamW parameter groups: one table of init modes, muP among them.
 
 `train.init` picks a row of `MODES`; every family goes through the same rules, so two
-models with the same attention shapes start with the same attention weights:
+models with the same attention shapes start with the same q/k/v weights, and with the same
+residual-write variance in all (the attention output is a residual write: see `scaled`):
 
 - `normal` (OLMo-2, hourglass-ffn): every matrix and embedding N(0, 0.02); norms 1, biases 0.
 - `scaled`: `normal`, with each residual-writing matrix (attention output, the FFN's last
