@@ -14,7 +14,7 @@ from __future__ import annotations
 import ast
 import functools
 import operator
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,7 +47,7 @@ class Expression:
     text: str
     tree: ast.Expression
 
-    def evaluate(self, columns: dict[str, Any], n: int) -> np.ndarray:
+    def evaluate(self, columns: Mapping[str, object], n: int) -> np.ndarray:
         """A bool mask of the n rows where the expression holds."""
         with np.errstate(all="ignore"):
             value = _eval(self.tree.body, columns)
@@ -142,7 +142,7 @@ def _check(node: ast.AST, names, compared: bool) -> None:
                           f"{', '.join(SAFE_FUNCTIONS)}, and text compared with a column)")
 
 
-def _eval(node: ast.AST, columns: dict[str, Any]) -> Any:
+def _eval(node: ast.AST, columns: Mapping[str, object]) -> Any:
     if isinstance(node, ast.Constant):
         if isinstance(node.value, str):
             return np.str_(node.value)
@@ -168,7 +168,7 @@ def _eval(node: ast.AST, columns: dict[str, Any]) -> Any:
     raise ExpressionError(f"{type(node).__name__} is not allowed")  # compile_expression refused it
 
 
-def _column(name: str, columns: dict[str, Any]) -> np.ndarray:
+def _column(name: str, columns: Mapping[str, object]) -> np.ndarray:
     """A column as float64 (text stays text): numpy never builds Python's unbounded ints."""
     if name not in columns:
         raise ExpressionError(f"unknown name {name!r}")

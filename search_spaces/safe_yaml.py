@@ -155,10 +155,10 @@ def _check_no_alias(root: yaml.Node) -> None:
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
-def _check_encodable(document: Any) -> None:
+def _check_encodable(document: object) -> None:
     """Refuse text no UTF-8 file, table or terminal can hold: a lone surrogate, which a quoted
     YAML string may spell (`"demo\\ud800"`)."""
-    todo: list[tuple[Any, str]] = [(document, "")]
+    todo: list[tuple[object, str]] = [(document, "")]
     while todo:
         value, where = todo.pop()
         if isinstance(value, dict):
