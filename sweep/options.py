@@ -18,7 +18,7 @@ import dataclasses
 import math
 import types
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -59,7 +59,7 @@ def same_as(model: type, name: str, **changes: Any) -> Any:
     verb may make, where its own default differs (`demo --max-concurrent 2`)."""
     declared = next(f for f in dataclasses.fields(model) if f.name == name)
     default = changes.pop("default", declared.default)
-    metadata = declared.metadata
+    metadata: Mapping[str, Any] = declared.metadata
     if changes:
         metadata = {**metadata, "flag": dataclasses.replace(metadata["flag"], **changes)}
     if declared.default_factory is not dataclasses.MISSING and default is dataclasses.MISSING:
