@@ -18,7 +18,7 @@ import dataclasses
 import math
 import types
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -53,13 +53,13 @@ def option(default: Any, *names: str, **flag: Any) -> Any:
     return dataclasses.field(default=default, metadata=metadata)
 
 
-def same_as(model: type, name: str, **changes: Any) -> Any:
+def same_as(model: type, name: str, **changes: object) -> Any:
     """`model`'s field `name` declared again as is, for an option several verbs take (its
     group declares it once). `default=` (and a `help=` that says so) is the one change a
     verb may make, where its own default differs (`demo --max-concurrent 2`)."""
     declared = next(f for f in dataclasses.fields(model) if f.name == name)
     default = changes.pop("default", declared.default)
-    metadata = declared.metadata
+    metadata: Mapping[str, Any] = declared.metadata
     if changes:
         metadata = {**metadata, "flag": dataclasses.replace(metadata["flag"], **changes)}
     if declared.default_factory is not dataclasses.MISSING and default is dataclasses.MISSING:
@@ -128,7 +128,7 @@ def value_type(hint: Any) -> Any:
     return hint
 
 
-def number(text: Any, kind: type, flag: Flag) -> Any:
+def number(text: object, kind: type, flag: Flag) -> object:
     """`text` read as an int or a float (a default is already one): NaN is refused, and
     infinity unless the flag gives it a meaning."""
     if not isinstance(text, str):
@@ -143,7 +143,7 @@ def number(text: Any, kind: type, flag: Flag) -> Any:
     return value
 
 
-def in_range(value: Any, flag: Flag) -> None:
+def in_range(value: object, flag: Flag) -> None:
     """One line naming the flag when `value` is outside its declared range."""
     if value is None or isinstance(value, bool) or not isinstance(value, int | float):
         return
@@ -181,7 +181,7 @@ def checked(model: type, args: argparse.Namespace) -> argparse.Namespace:
     return argparse.Namespace(**{**vars(args), **parsed(model, args)})
 
 
-def whole_count(value: Any) -> int | None:
+def whole_count(value: str | int | None) -> int | None:
     """A positive whole count from its text: `2M`, `50_000`, `1e6` (None: not given)."""
     from shapesweep.families.base import parse_count  # at check time only: numpy and pydantic
 

@@ -62,27 +62,16 @@ class Device:
 
 
 def device_from(args: argparse.Namespace) -> Device:
-    """The flags read and checked (one line naming the flag, before any work)."""
+    """The GPUs `plan` prices on, from its flags (each read and checked against its
+    declaration before the verb ran: option_groups.PlanPriceOptions); an unknown --gpu is one
+    line naming the kinds."""
     kind = (args.gpu or DEFAULT_GPU).lower()
     if kind not in GPU_KINDS:
         raise UserError(f"unknown GPU {args.gpu!r} ({did_you_mean(kind, GPU_KINDS)}known: "
                         f"{', '.join(GPU_KINDS)})", key="--gpu")
-    count = _number(args.gpus, "--gpus", int, 1)
-    if count < 1:
-        raise UserError(f"must be 1 or more (got {count})", key="--gpus")
-    price = _number(args.gpu_hour_price, "--gpu-hour-price", float, None)
-    if price is not None and not price >= 0:
-        raise UserError(f"must be 0 or more (got {price:g})", key="--gpu-hour-price")
+    count: int = 1 if args.gpus is None else args.gpus
+    price: float | None = args.gpu_hour_price
     return Device(kind, count, price)
-
-
-def _number(text: str | None, flag: str, kind: type, default: float | None) -> float | None:
-    if text is None:
-        return default
-    try:
-        return kind(text)
-    except ValueError:
-        raise UserError(f"not a number: {text!r}", key=flag) from None
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import MISSING, dataclass, field
 from typing import Any
 
-from shapesweep.common import CHECKPOINT_EVERY_S
+from shapesweep.common import CHECKPOINT_EVERY_S, UserError
 from shapesweep.sweep.option_groups import (
     OBJECTIVES,
     PARALLEL,
@@ -29,8 +29,6 @@ __all__ = ["OBJECTIVES", "PARALLEL", "SweepOptions", "parse_seeds", "ray_address
 
 def parse_seeds(text: str | list[int] | None) -> list[int] | None:
     """`--seeds` read (shapesweep.sweep.option_groups.seeds_list), one line naming it."""
-    from shapesweep.common import UserError
-
     try:
         return seeds_list(text)
     except ValueError as error:
