@@ -199,8 +199,8 @@ def _first_rows(done: pd.DataFrame, grouped, keys: list[str]) -> pd.DataFrame:
     out = done.iloc[first[numbers >= 0]].drop(columns=keys)  # -1: a key with NaN, dropped
     out.index = grouped.size().index
     gaps = [c for c in out.columns if out[c].isna().any()]
-    if gaps:
-        out[gaps] = grouped[gaps].first()
+    if gaps:  # joined in one step: a column set at a time fragments the frame
+        out = pd.concat([out.drop(columns=gaps), grouped[gaps].first()], axis=1)[list(out.columns)]
     return out
 
 
@@ -364,15 +364,21 @@ def seeds_for_power(delta: Any, sd: Any, power: float = POWER,
     probability `power` when the true mean difference is `delta` and the differences spread
     by `sd` (arrays): the smallest n >= 2 with P(|T| > t_crit(n-1)) >= power, T noncentral t
     with n-1 degrees of freedom and noncentrality delta/sd*sqrt(n) (scipy.stats.nct, no
-    normal approximation). NaN where no n up to MAX_POWER_SEEDS does (delta 0, or tiny)."""
-    effect = np.abs(np.asarray(delta, float)) / np.asarray(sd, float)
-    effect = np.where(np.isfinite(effect), effect, np.nan)
+    normal approximation). NaN where no n up to MAX_POWER_SEEDS does (delta 0, or tiny); 2 for
+    a large effect, or one with no spread (sd 0)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        effect = np.abs(np.asarray(delta, float)) / np.asarray(sd, float)
+    # no spread (sd 0) under a nonzero difference: every pair of seeds shows it, 2 suffice
+    effect = np.where(np.isfinite(effect) | (effect == np.inf), effect, np.nan)
 
     def enough(n: np.ndarray) -> np.ndarray:
         crit = sps.t.ppf((1 + confidence) / 2, n - 1)
         noncentral = effect * np.sqrt(n)
         with np.errstate(all="ignore"):
-            return (sps.nct.sf(crit, n - 1, noncentral) + sps.nct.cdf(-crit, n - 1, noncentral)) >= power
+            upper = np.where(np.isinf(noncentral), 1.0, sps.nct.sf(crit, n - 1, noncentral))
+            # the far tail underflows to NaN in scipy at a large noncentrality: it is ~0 there
+            lower = np.nan_to_num(sps.nct.cdf(-crit, n - 1, noncentral), nan=0.0)
+            return (upper + lower) >= power
 
     low = np.ones(effect.shape)  # fails (n = 1 has no test)
     high = np.full(effect.shape, 2.0)
@@ -722,18 +728,28 @@ def with_planned(compared: pd.DataFrame, planned: pd.DataFrame, measure_seeds: l
     fresh = planned[~planned["key"].isin(set(compared["key"]))] if len(planned) else planned
     if fresh.empty:
         return out
-    pending = fresh.reindex(columns=[c for c in out.columns if c in fresh or c in ("sweep", "key")])
-    pending = pending.assign(state="pending", no_verdict="pending", n=0, mean=np.nan, std=np.nan,
-                             stopped=False, chosen=False, role=None, tuned=None, choice_n=0,
-                             choice_mean=None, close_choice=False, stopped_tokens=None, error=None)
-    for column in ("seeds", "failed_seeds", "tuned_edge"):
-        pending[column] = [[] for _ in range(len(pending))]
-    pending["missing_seeds"] = [sorted(wanted)] * len(pending)
-    out = pd.concat([out, pending], ignore_index=True)
+    out = pd.concat([out, _pending_rows(out.columns, fresh, wanted)], ignore_index=True)
     out["n"] = out["n"].astype(int)
     if baseline is not None:
         _point_at_pending_baselines(out, baseline)
     return out
+
+
+PENDING_VALUES = {"state": "pending", "no_verdict": "pending", "n": 0, "mean": np.nan, "std": np.nan,
+                  "stopped": False, "chosen": False, "role": None, "tuned": None, "choice_n": 0,
+                  "choice_mean": None, "close_choice": False, "stopped_tokens": None, "error": None}
+
+
+def _pending_rows(columns: pd.Index, fresh: pd.DataFrame, wanted: set[int]) -> pd.DataFrame:
+    """`with_planned`'s rows of the candidates in `fresh`, built in one step (a column at a
+    time fragments the frame, and pandas warns at every later insert)."""
+    count = len(fresh)
+    lists = {"seeds": [[] for _ in range(count)], "failed_seeds": [[] for _ in range(count)],
+             "tuned_edge": [[] for _ in range(count)], "missing_seeds": [sorted(wanted)] * count}
+    names = dict.fromkeys([*(c for c in columns if c in fresh or c in ("sweep", "key")), *PENDING_VALUES, *lists])
+    data = {name: lists[name] if name in lists else PENDING_VALUES[name] if name in PENDING_VALUES
+            else fresh[name] if name in fresh else np.nan for name in names}
+    return pd.DataFrame(data, index=fresh.index)
 
 
 def _point_at_pending_baselines(rows: pd.DataFrame, baseline: str) -> None:
