@@ -173,10 +173,51 @@ def searched_figure(trials: pd.DataFrame, metric: str = "val_loss",
     if not varying:
         return None
     dim = max(varying)[1]
+    params = means["params_non_embedding"].astype(float)
+    return _against(means, dim, metric, f"Iso-budget sweep: {METRIC_LABELS[metric]} vs {dim} "
+                    f"(non-embedding params {human(params.min())}–{human(params.max())})")
+
+
+BASELINE_VARIANT = "baseline"  # the variant the statistics compare with (shapesweep.results.stats.compare)
+AXES = {"ffn_ratio": "d_h / d_model", "k": "k (hourglass sub-blocks)", "n_layers": "n_layers (L)",
+        "width_depth_ratio": "d_model / n_layers", "beta": "beta (bottleneck position)",
+        "alpha": "alpha (bottleneck width)"}  # the axes a report plots loss against, where a space varies them
+
+
+def varied_axes(means: pd.DataFrame) -> list[str]:
+    """The AXES the candidates of `means` (a sweep's language models at their chosen values)
+    vary, widest spread first (max / min): the axis a space was built to vary leads, before an
+    axis that moves with it (a d_model searched at fixed L moves d_model / L a little while d_h,
+    solved to the budget, moves the FFN ratio a lot). The baseline variant is left out where
+    others exist: it is one point of another family, and varies nothing by design."""
+    others = means[means["variant"] != BASELINE_VARIANT] if "variant" in means else means
+    rows = others if len(others) else means
+    spreads = []
+    for axis in AXES:
+        if axis not in rows:
+            continue
+        values = pd.to_numeric(rows[axis], errors="coerce").dropna().round(3)
+        if values.nunique() >= 2 and values.min() > 0:
+            spreads.append((-float(values.max() / values.min()), list(AXES).index(axis), axis))
+    return [axis for *_, axis in sorted(spreads)]
+
+
+def axis_figure(trials: pd.DataFrame, axis: str, metric: str = "val_loss",
+                points: tuple[pd.DataFrame, pd.DataFrame] | None = None) -> Figure | None:
+    """The metric against one of the AXES the sweep varies, one series per design, mean ± std
+    over seeds; None where fewer than two candidates take two values of it."""
+    means, _ = points or chosen_and_others(trials, metric)
+    if len(means) < 2 or axis not in means or means[axis].dropna().nunique() < 2:
+        return None
+    return _against(means[means[axis].notna()], axis, metric,
+                    f"{METRIC_LABELS[metric]} vs {AXES.get(axis, axis)}", AXES.get(axis, axis))
+
+
+def _against(means: pd.DataFrame, dim: str, metric: str, title: str, label: str | None = None) -> Figure:
+    """The metric of `means` against `dim`: a line per design and each value of its discrete
+    shape fields (hourglass k 2 and k 3 are two series, never one line through both)."""
     numeric = pd.api.types.is_numeric_dtype(means[dim])
     fig, n_sweeps = Figure(), means["sweep"].nunique()
-    # one line per design and each value of its discrete shape fields (hourglass k 2 and k 3 are
-    # two series, never one line through both)
     split = [f for f in SERIES_FIELDS if f != dim and f in means
              and (means.groupby("design")[f].nunique(dropna=True) > 1).any()]
     sweeps_per_design = means.groupby("design")["sweep"].nunique()
@@ -193,11 +234,8 @@ def searched_figure(trials: pd.DataFrame, metric: str = "val_loss",
             error_y=error_bars(group, c), text=_spread_text(group), customdata=point_data(group),
             hovertemplate="%{customdata[1]}<br>%{y:.4g}%{text}<extra></extra>",
             meta={"rows": True, "sweep": sweep, "family": group["family"].iloc[0]}))
-    params = means["params_non_embedding"].astype(float)
     log = numeric and means[dim].min() > 0 and means[dim].max() / means[dim].min() >= 8
-    return layout(fig, f"Iso-budget sweep: {METRIC_LABELS[metric]} vs {dim} "
-                  f"(non-embedding params {human(params.min())}–{human(params.max())})",
-                  dim + (" (log)" if log else ""), METRIC_LABELS[metric], log_x=log)
+    return layout(fig, title, (label or dim) + (" (log)" if log else ""), METRIC_LABELS[metric], log_x=log)
 
 
 SERIES_FIELDS = ("k", "shape", "activation", "n_experts")  # discrete shape fields: a series each
@@ -759,6 +797,26 @@ def rank_fidelity_figure(trials: pd.DataFrame, curves: pd.DataFrame,
     return fig
 
 
+def _axis_builders(lm: pd.DataFrame, lm_points) -> list[tuple[str, object]]:
+    """The report's figures of loss against each axis the language models vary (`varied_axes`,
+    the widest first): d_model / L is the U-curve, the FFN ratio the ratio figure where they
+    apply; where no axis figure applies, the searched dimension's iso-budget figure."""
+    means = lm_points()[0] if len(lm) else pd.DataFrame()
+    axes = varied_axes(means) if len(means) else []
+    special = {"width_depth_ratio": ("ucurve", lambda: ucurve_figure(lm)), "ffn_ratio": ("ratio", lambda: ratio_figure(lm))}
+    builders = []
+    for axis in axes:
+        plain = (f"axis-lm-{axis}", functools.cache(lambda axis=axis: axis_figure(lm, axis, points=lm_points())))
+        if axis in special:
+            figure_id, build = special[axis]
+            fig = build()
+            builders.append((figure_id, lambda fig=fig: fig) if fig is not None else plain)
+        else:
+            builders.append(plain)
+    drawn = functools.cache(lambda: any(build() is not None for _, build in builders))
+    return builders + [("searched-lm", lambda: None if drawn() else searched_figure(lm, points=lm_points()))]
+
+
 def applicable_figures(trials: pd.DataFrame, curves: pd.DataFrame, layers: pd.DataFrame | None = None,
                        compared: dict | None = None) -> list[tuple[str, Figure]]:
     """(id, figure) for every figure whose columns and families the data has (`layers`:
@@ -771,12 +829,7 @@ def applicable_figures(trials: pd.DataFrame, curves: pd.DataFrame, layers: pd.Da
     lm_points = functools.cache(lambda: pareto_points(lm))
     vision_points = functools.cache(lambda: pareto_points(vision, vision_metric))
     pareto = [(f"pareto-lm-{x}", lambda x=x: pareto_figure(lm, x, "val_loss", lm_points())) for x in LM_X_AXES]
-    ucurve = functools.cache(lambda: ucurve_figure(lm))
-    builders = pareto[:1] + [
-        # a width/depth sweep's iso-budget figure is its U-curve: the two plotted the same points
-        ("searched-lm", lambda: None if ucurve() else searched_figure(lm, points=lm_points())),
-        ("ucurve", ucurve),
-        ("ratio", lambda: ratio_figure(lm)),
+    builders = pareto[:1] + _axis_builders(lm, lm_points) + [
         ("vs-baseline-lm", lambda: baseline_figure(lm, "val_loss", compared)),
         ("rank-fidelity-lm", lambda: rank_fidelity_figure(lm, curves, "val_loss")),
         ("scaling", lambda: scaling_figure(lm, lm_points())),
