@@ -301,8 +301,16 @@ def _hover_body(row: dict) -> str:
 def python_strings(frame: pd.DataFrame) -> pd.DataFrame:
     """`frame` with its text columns as Python strings: the figures select and join rows many
     times over, and a take or join of Arrow-backed strings (pandas' default) costs several
-    times more."""
-    return frame.astype({name: object for name, kind in frame.dtypes.items() if kind == "str"})
+    times more. Built in one step: `astype` by column leaves a block per column, and pandas
+    then warns of a fragmented frame at every later insert."""
+    text = [name for name, kind in frame.dtypes.items() if kind == "str"]
+    if not text:
+        return frame
+    strings = pd.DataFrame({name: frame[name].astype(object) for name in text}, index=frame.index)
+    return pd.concat([frame.drop(columns=text), strings], axis=1)[list(frame.columns)]
+
+
+TEXT_DERIVED = ("design", "hover", "hover_body", "shape_text", "label", "reason")  # Python strings
 
 
 def with_derived(trials: pd.DataFrame) -> pd.DataFrame:
@@ -310,27 +318,33 @@ def with_derived(trials: pd.DataFrame) -> pd.DataFrame:
     first line, which names the trial) and why a trial did not complete (`reason`), computed
     once per report."""
     frame = python_strings(trials.reset_index(drop=True))
-    frame["row_id"] = np.arange(len(frame))
-    frame["training_flops"] = frame["flops_per_token"].astype(float) * frame["tokens"].astype(float)
+    row_id = np.arange(len(frame))
     # One record per candidate key and tuned values: its seeds share series, shape and hover
     # body (a trial without a key is its own); plain dicts are far faster than iterrows
     shared = frame.groupby(["key", "tuned_json"], dropna=False, sort=False).ngroup().to_numpy()
-    shared = np.where(frame["key"].isna(), -1 - frame["row_id"], shared)
+    shared = np.where(frame["key"].isna(), -1 - row_id, shared)
     first, of = np.unique(shared, return_index=True, return_inverse=True)[1:]
     records = _records(frame.iloc[first])
-    series = np.array([design(row) for row in records], dtype=object)
     bodies = np.array([_hover_body(row) for row in records], dtype=object)
-    frame["design"] = series[of]
-    frame["hover_body"] = bodies[of]
     labels = np.array([candidate_label(row) for row in records], dtype=object)
-    frame["hover"] = [_hover_title({"sweep": sweep, "seed": seed}, label) + "<br>" + body
-                      for sweep, seed, label, body in zip(frame["sweep"], frame["seed"].tolist(), labels[of],
-                                                          bodies[of], strict=True)]
-    frame["shape_text"] = np.array([shape_text(row) for row in records], dtype=object)[of]
-    frame["label"] = labels[of]
-    frame["reason"] = trial_reasons(frame)
-    return frame.astype({name: object for name in ("design", "hover", "hover_body", "shape_text", "label",
-                                                   "reason")})
+    hover = [_hover_title({"sweep": sweep, "seed": seed}, label) + "<br>" + body
+             for sweep, seed, label, body in zip(frame["sweep"], frame["seed"].tolist(), labels[of],
+                                                 bodies[of], strict=True)]
+    derived = {
+        "row_id": row_id,
+        "training_flops": frame["flops_per_token"].astype(float) * frame["tokens"].astype(float),
+        "design": np.array([design(row) for row in records], dtype=object)[of],
+        "hover_body": bodies[of],
+        "hover": np.array(hover, dtype=object),
+        "shape_text": np.array([shape_text(row) for row in records], dtype=object)[of],
+        "label": labels[of],
+        "reason": np.array(trial_reasons(frame), dtype=object),
+    }
+    # joined in one step (an insert a column at a time fragments the frame: pandas warns)
+    columns = list(dict.fromkeys([*frame.columns, *derived]))
+    added = pd.DataFrame({name: pd.Series(values, index=frame.index, dtype=object if name in TEXT_DERIVED else None)
+                          for name, values in derived.items()})
+    return pd.concat([frame.drop(columns=[c for c in derived if c in frame]), added], axis=1)[columns]
 
 
 def _records(frame: pd.DataFrame) -> list[dict]:

@@ -12,6 +12,7 @@ read answers 500 with one line; a client that hangs up early is no error.
 
 from __future__ import annotations
 
+import errno
 import gzip
 import hashlib
 import json
@@ -189,21 +190,34 @@ class DashboardServer(ThreadingHTTPServer):
 
     def server_close(self):
         super().server_close()
-        self.state.snapshots.close()
+        state = getattr(self, "state", None)  # a bind that failed closes before any state exists
+        if state is not None:
+            state.snapshots.close()
+
+
+def _bind_problem(error: OSError, host: str, port: int) -> str:
+    """The one line a failed bind gives (a taken port the usual one)."""
+    if error.errno == errno.EADDRINUSE:
+        return f"port {port} on {host} is in use (another server holds it); --port 0 picks a free one"
+    return f"cannot listen on {host}:{port}: {error.strerror or error}; --port 0 picks a free port"
 
 
 def make_server(root: str, host: str = "127.0.0.1", port: int = 8050, poll_s: float = 3.0,
                 refresh_s: float = 0.5, storage: str | None = None) -> DashboardServer:
     """A ready-to-serve HTTP server (port 0 picks a free port; see `server.server_address`).
-    The store is checked for new trials every `refresh_s`; `storage`: the catalog's URL
-    (`--storage`; default the root's own)."""
-    state = DashboardState(root, poll_s, refresh_s, storage)
-    handler = type("DashboardHandler", (Handler,), {"state": state})
+    The port is bound first, so a taken one is refused (UserError, `--port`) before the
+    builder starts. The store is checked for new trials every `refresh_s`; `storage`: the
+    catalog's URL (`--storage`; default the root's own)."""
+    handler = type("DashboardHandler", (Handler,), {})
     try:
         server = DashboardServer((host, port), handler)
+    except OSError as error:
+        raise UserError(_bind_problem(error, host, port), key="--port") from None
+    try:
+        state = DashboardState(root, poll_s, refresh_s, storage)
     except BaseException:
-        state.snapshots.close()
+        server.server_close()
         raise
-    server.state = state
+    handler.state = server.state = state
     state.hosts = _host_names(host, server.server_address[1])
     return server

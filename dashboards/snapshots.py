@@ -40,6 +40,26 @@ class Snapshot:
     error: str | None = None  # a store that cannot be read: HTTP 500 with this line
 
 
+FIRST_WAIT_S = 0.5  # a request before the first build waits this long, then gets WAITING
+WAITING_VERSION = "building"  # no store fingerprint is this (they are hex)
+
+
+def _waiting_snapshot() -> Snapshot:
+    """What the server answers before the builder's first snapshot: the payload of a store
+    with no sweeps yet (`report.build_payload`'s keys; a test holds them equal), titled to
+    say the first view is being built."""
+    coded = {"values": [], "codes": {"dtype": "u1", "bdata": ""}}
+    rows = {name: coded for name in ("sweep", "family", "design", "budget", "status", "metric_name",
+                                      "label", "error", "reason", "hover")}
+    rows |= {"trial_id": [], "seed": [], "doc": [], "train": [], "metric": {"dtype": "f8", "bdata": ""},
+             **{name: {"dtype": "f4", "bdata": ""} for name in ("val_ppl", "params_non_embedding", "training_flops")}}
+    payload = {"title": "shapesweep live dashboard: reading the store (the page fills in when it is read)",
+               "version": WAITING_VERSION, "sweeps": [], "families": [], "budgets": [], "metrics": [],
+               "rows": rows, "docs": [], "trains": [], "comparisons": [], "shared": [], "figures": []}
+    body = json.dumps(payload).encode()
+    return Snapshot(WAITING_VERSION, body, gzip.compress(body, 6), '"' + hashlib.sha256(body).hexdigest()[:20] + '"')
+
+
 def store_version(root: str) -> str:
     """A hash of every trials fragment's and live curve's path, size and mtime under the root.
 
@@ -121,6 +141,8 @@ BUILDER = ("import signal; signal.signal(signal.SIGINT, signal.SIG_IGN)\n"
 
 STORAGE_ENV = "SHAPESWEEP_BUILDER_STORAGE"  # `serve --storage`, to the builder (a password stays off `ps`)
 
+WAITING = _waiting_snapshot()
+
 
 class LiveSnapshots:
     """The server's side: starts the builder, keeps its latest snapshot, stops it on close."""
@@ -140,9 +162,18 @@ class LiveSnapshots:
         threading.Thread(target=self._receive, name="shapesweep-serve-snapshots", daemon=True).start()
 
     def latest(self) -> Snapshot:
-        """The newest snapshot (the first request waits for the first build)."""
-        self._ready.wait()
+        """The newest snapshot; until the builder's first one arrives (its interpreter starts,
+        imports and reads the whole store: tens of seconds on a large store under load), after
+        FIRST_WAIT_S the waiting one, so a first request is answered at once and the page
+        renders the real one when `/api/version` moves."""
+        if not self._ready.wait(FIRST_WAIT_S) or self._latest is None:
+            return WAITING
         return self._latest
+
+    def wait_built(self, timeout_s: float | None = None) -> bool:
+        """Whether the builder's first snapshot (or its one line of failure) came within
+        `timeout_s` (None: however long it takes)."""
+        return self._ready.wait(timeout_s)
 
     def _receive(self) -> None:
         last_error = None

@@ -30,16 +30,24 @@ DRIVER_GRACE_S = 2
 T = TypeVar("T")
 
 
+def seconds_from_env(env: str, default: float, *, infinite_ok: bool = False) -> float:
+    """A timeout in seconds from the environment variable `env` (`default` when unset or
+    empty): more than 0, and finite unless `infinite_ok` (`inf`: never). Anything else is
+    one UserError naming the variable."""
+    text = os.environ.get(env)
+    try:
+        timeout = float(text) if text else default
+    except ValueError:
+        raise UserError(f"{text!r} is not a number of seconds", key=env) from None
+    if not (0 < timeout < math.inf or (infinite_ok and timeout == math.inf)):
+        raise UserError(f"{text!r}: must be a number of seconds more than 0"
+                        + (" (or inf: never)" if infinite_ok else ""), key=env)
+    return timeout
+
+
 def db_timeout_s() -> float:
     """How long a database may take to answer a connect or a request."""
-    text = os.environ.get(DB_TIMEOUT_ENV)
-    try:
-        timeout = float(text) if text else DEFAULT_DB_TIMEOUT_S
-    except ValueError:
-        raise UserError(f"{text!r} is not a number of seconds", key=DB_TIMEOUT_ENV) from None
-    if not 0 < timeout < math.inf:
-        raise UserError(f"{text!r}: must be a number of seconds more than 0", key=DB_TIMEOUT_ENV)
-    return timeout
+    return seconds_from_env(DB_TIMEOUT_ENV, DEFAULT_DB_TIMEOUT_S)
 
 
 def connect_args(url: str, timeout: float, sqlite_busy_s: float | None = None) -> dict[str, object]:

@@ -30,13 +30,13 @@ checked against both by `tests/test_store_contract.py`. The contract:
 
 from __future__ import annotations
 
-import json
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 
 import pandas as pd
 
 from shapesweep.common import UserError
+from shapesweep.results.layout import decode_json
 from shapesweep.results.lease_record import LeaseRecord
 
 TrialKeys = dict[tuple[str, str, int], str]  # (key, tuned_json, seed) -> status, for resume
@@ -122,12 +122,7 @@ class ResultsStore(ABC):
         text = self.read_file(sweep, name)
         if text is None:
             return None
-        try:
-            value = json.loads(text)
-            problem = None if isinstance(value, kind) else f"a JSON {type(value).__name__}, not a {kind.__name__}"
-        except ValueError as error:
-            problem = f"not JSON: {getattr(error, 'msg', error)}"
-        problem = problem or (check(value) if check else None)
+        value, problem = decode_json(text, kind, check)
         if problem:
             raise UserError(f"damaged ({problem}); {self.file_repair(sweep, name)}",
                             file=self.file_location(sweep, name))

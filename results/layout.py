@@ -14,6 +14,7 @@ import posixpath
 import re
 import time
 import uuid
+from collections.abc import Callable
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -126,19 +127,28 @@ def read_sweep_file(root, sweep: str, name: str) -> str | None:
                         file=sweep_dir(root, sweep) + "/" + name) from None
 
 
-def read_sweep_json(root, sweep: str, name: str, kind: type, check=None):
+def decode_json(text: str, kind: type, check: Callable[[object], str | None] | None = None,
+                ) -> tuple[object, str | None]:
+    """(value, problem) of a small JSON file's text: the problem, None when it is none, says
+    why it is damaged (not JSON, not a `kind`, or what `check(value)` says)."""
+    try:
+        value = json.loads(text)
+    except ValueError as error:
+        return None, f"not JSON: {getattr(error, 'msg', error)}"
+    if not isinstance(value, kind):
+        return value, f"a JSON {type(value).__name__}, not a {kind.__name__}"
+    return value, check(value) if check else None
+
+
+def read_sweep_json(root, sweep: str, name: str, kind: type,
+                    check: Callable[[object], str | None] | None = None) -> object:
     """A small JSON file of the sweep (`sweep.json`, `asha.json`), or None when there is
     none. Damaged (truncated, zeroed, garbled, not a `kind`, or `check(value)` says why
     not), it is one line naming the file and its repair (exit 2), never a traceback."""
     text = read_sweep_file(root, sweep, name)
     if text is None:
         return None
-    try:
-        value = json.loads(text)
-        problem = None if isinstance(value, kind) else f"a JSON {type(value).__name__}, not a {kind.__name__}"
-    except ValueError as error:
-        problem = f"not JSON: {getattr(error, 'msg', error)}"
-    problem = problem or (check(value) if check else None)
+    value, problem = decode_json(text, kind, check)
     if problem:
         raise UserError(f"damaged ({problem}); {sweep_file_repair(root, sweep, name)}",
                         file=sweep_dir(root, sweep) + "/" + name)

@@ -8,13 +8,13 @@ This module imports no database driver, so an in-memory store uses it as the cat
 
 from __future__ import annotations
 
-import os
 import socket
 import sys
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from shapesweep.common import UserError, pid_alive
+from shapesweep.common import pid_alive
+from shapesweep.results.deadlines import seconds_from_env
 
 LEASE_TIMEOUT_ENV = "SHAPESWEEP_LEASE_TIMEOUT_S"
 DEFAULT_LEASE_TIMEOUT_S = 60.0  # a lease whose heartbeat is older than this is dead
@@ -54,15 +54,8 @@ def warn_once(line: str) -> None:
 
 
 def lease_timeout_s() -> float:
-    """How old a lease's heartbeat may get before its driver counts as gone."""
-    text = os.environ.get(LEASE_TIMEOUT_ENV)
-    try:
-        timeout = float(text) if text else DEFAULT_LEASE_TIMEOUT_S
-    except ValueError:
-        raise UserError(f"{text!r} is not a number of seconds", key=LEASE_TIMEOUT_ENV) from None
-    if not timeout > 0:
-        raise UserError("must be more than 0 seconds", key=LEASE_TIMEOUT_ENV)
-    return timeout
+    """How old a lease's heartbeat may get before its driver counts as gone (inf: never)."""
+    return seconds_from_env(LEASE_TIMEOUT_ENV, DEFAULT_LEASE_TIMEOUT_S, infinite_ok=True)
 
 
 @dataclass(frozen=True)

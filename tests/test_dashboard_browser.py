@@ -211,6 +211,7 @@ def test_report_in_the_browser(store, browser, downloads, tmp_path):
 @pytest.fixture()
 def live(store):
     server = make_server(store, "127.0.0.1", 0, poll_s=0.5)
+    assert server.state.snapshots.wait_built(300)  # the first request answers at once; the page, built
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     yield f"http://127.0.0.1:{server.server_address[1]}/"
@@ -383,6 +384,7 @@ def test_serve_draws_a_running_trials_curve_as_it_grows(browser, tmp_path):
     add, stopped_at, running_label = _live_store(root)
     add(2)
     server = make_server(root, "127.0.0.1", 0, poll_s=0.3)
+    assert server.state.snapshots.wait_built(300)  # the first request answers at once; the page, built
     threading.Thread(target=server.serve_forever, daemon=True).start()
     browser.get("about:blank")  # an earlier test's page polled a server now gone
     browser.get_log("browser")

@@ -167,3 +167,22 @@ def test_an_object_store_root_that_never_answers_is_one_line_in_its_timeout(sile
         check_store_answers(root)
     assert silent.accepted.is_set()
     assert time.monotonic() - began < 1.5 + TIMEOUT_MARGIN_S
+
+
+def test_one_reading_of_a_timeout_serves_the_database_and_the_lease(monkeypatch):
+    """`seconds_from_env` reads both timeouts: a positive number of seconds; the lease's
+    may be inf (never dead), the database's may not (every wait has a deadline)."""
+    from shapesweep.results.deadlines import seconds_from_env
+    from shapesweep.results.lease_record import LEASE_TIMEOUT_ENV, lease_timeout_s
+
+    monkeypatch.setenv(LEASE_TIMEOUT_ENV, "inf")
+    assert lease_timeout_s() == float("inf")
+    monkeypatch.setenv(DB_TIMEOUT_ENV, "inf")
+    with pytest.raises(UserError, match=DB_TIMEOUT_ENV):
+        db_timeout_s()
+    for value in ("0", "-1", "nan", "soon"):
+        monkeypatch.setenv(LEASE_TIMEOUT_ENV, value)
+        with pytest.raises(UserError, match=LEASE_TIMEOUT_ENV):
+            lease_timeout_s()
+    monkeypatch.delenv("SHAPESWEEP_TEST_TIMEOUT_S", raising=False)
+    assert seconds_from_env("SHAPESWEEP_TEST_TIMEOUT_S", 7.5) == 7.5

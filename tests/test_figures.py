@@ -481,3 +481,43 @@ def test_two_sweeps_of_one_space_are_drawn_in_two_colours(tmp_path):
             assert len(colours) == 2, (figure_id, name, colours)
             checked += 1
     assert checked >= 8  # the baseline's dashed line, the iso-budget series, the curves, ...
+
+
+def _planned_sweep(root: Path, space: str) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Every candidate a built-in space plans (real shapes and accounting), 2 seeds each
+    with noisy losses, through the store, as the report gives them to the figures."""
+    from shapesweep.search_spaces.solver import plan
+    from shapesweep.search_spaces.space import load_space
+
+    rng = np.random.default_rng(0)
+    for c in plan(load_space(space)).candidates:
+        for seed in range(2):
+            write_trial(str(root), "s", c.to_row() | {
+                "sweep": "s", "trial_id": f"{c.key}-s{seed}", "seed": seed, "status": "completed",
+                "val_loss": 2 + rng.normal(0, 0.02), "tokens": 1000, "tuned_json": "{}"}, [])
+    return with_derived(load_trials(str(root))), load_curves(str(root))
+
+
+def _axis_ids(ids: list[str]) -> list[str]:
+    return [i for i in ids if i in ("ucurve", "ratio") or i.startswith("axis-lm-")]
+
+
+def test_the_report_plots_loss_against_each_axis_the_space_varies_its_own_first(tmp_path):
+    """A space that varies the FFN ratio (d_model at fixed L, d_h solved) leads with loss
+    against d_h / d_model, not with the d_model / L U-curve that moves with it; k gets its
+    own figure; a width/depth space still leads with its U-curve; the ><former's beta and
+    alpha are each an axis."""
+    trials, curves = _planned_sweep(tmp_path / "ratio", "hourglass-ffn-ratio-small")
+    figures = dict(applicable_figures(trials, curves))
+    axes = _axis_ids(list(figures))
+    assert axes[0] == "ratio" and "axis-lm-k" in axes and "searched-lm" not in figures
+    ratios = {round(x, 6) for t in figures["ratio"].data if (t.get("meta") or {}).get("rows") for x in t["x"]}
+    assert len(ratios) >= 2 and ratios <= {round(x, 6) for x in trials["ffn_ratio"]}  # loss against d_h / d_model
+    trials, curves = _planned_sweep(tmp_path / "ucurve", "demo-ucurve")
+    assert _axis_ids([i for i, _ in applicable_figures(trials, curves)])[0] == "ucurve"
+    trials, curves = _planned_sweep(tmp_path / "vformer", "vformer-beta-alpha-small")
+    figures = dict(applicable_figures(trials, curves))
+    assert {"axis-lm-beta", "axis-lm-alpha"} <= set(figures)
+    for axis in ("beta", "alpha"):
+        xs = {x for t in figures[f"axis-lm-{axis}"].data for x in t["x"]}
+        assert len(xs) >= 2 and xs <= set(trials[axis].dropna())

@@ -27,9 +27,9 @@ import psutil
 import pytest
 from synthetic import synthetic_sweep
 
-from shapesweep.dashboards.report import expand
+from shapesweep.dashboards.report import build_payload, expand
 from shapesweep.dashboards.server import make_server
-from shapesweep.dashboards.snapshots import store_version
+from shapesweep.dashboards.snapshots import WAITING_VERSION, store_version
 from shapesweep.results.store import write_trial
 
 CHECKOUT = Path(__file__).resolve().parents[1]
@@ -45,6 +45,7 @@ def write_store(root: str) -> str:
 def serving(root: str):
     server = make_server(root, "127.0.0.1", 0, refresh_s=0.1)
     threading.Thread(target=server.serve_forever, daemon=True).start()
+    assert server.state.snapshots.wait_built(300)  # these tests read the built payload
     try:
         yield server.server_address[1]
     finally:
@@ -155,7 +156,11 @@ def _serve(root: str) -> tuple[subprocess.Popen, int]:
                               cwd=CHECKOUT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     match = re.search(r"http://127\.0\.0\.1:(\d+)/", server.stdout.readline())
     assert match, server.communicate(timeout=30)
-    return server, int(match.group(1))
+    port = int(match.group(1))
+    deadline = time.monotonic() + 300
+    while served_version(port) == WAITING_VERSION and time.monotonic() < deadline:
+        time.sleep(0.1)  # answered at once; these tests read the built payload
+    return server, port
 
 
 def _reset(sock: socket.socket) -> None:
@@ -212,3 +217,48 @@ def test_the_payload_builder_ends_with_the_server_however_it_ends(store):
     finally:
         served.kill()
         served.communicate()
+
+
+def test_a_taken_port_is_refused_in_one_line_and_port_0_serves_on_a_free_one(store):
+    """`serve --port P` with P taken: one line naming the port and suggesting --port 0, exit
+    2, no traceback, no builder left; `--port 0` picks a free port and prints its URL."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = subprocess.run([sys.executable, "-m", "shapesweep.sweep.cli", "serve", "--root", store,
+                               "--port", str(port)], cwd=CHECKOUT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done
+    assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr, done.stderr
+    assert f"port {port}" in done.stderr and "in use" in done.stderr and "--port 0" in done.stderr
+    assert done.stdout == ""
+    server, free = _serve(store)  # prints http://127.0.0.1:PORT/, and answers there
+    try:
+        assert free != port and get(free, "/api/version").status == 200
+    finally:
+        server.kill()
+        server.communicate()
+
+
+def test_the_first_request_on_a_fresh_root_is_answered_before_the_first_build(store):
+    """The builder (a fresh interpreter that imports pandas and plotly, then reads the whole
+    store) has sent nothing when the first requests come: they are answered from what the
+    server has, a waiting payload of the same keys as an empty store's, and the real one
+    follows under a new version."""
+    server = make_server(store, "127.0.0.1", 0, refresh_s=0.1)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        port = server.server_address[1]
+        first = json.loads(get(port, "/api/version").body)
+        waiting = json.loads(get(port, "/api/dashboard").body)
+        assert first["version"] == WAITING_VERSION and waiting["version"] == WAITING_VERSION
+        assert waiting["sweeps"] == [] and waiting["figures"] == []
+        empty = json.loads(build_payload(str(Path(store).parent / "empty"), None))
+        assert set(waiting) == set(empty) and set(waiting["rows"]) == set(empty["rows"])
+        assert server.state.snapshots.wait_built(300)
+        built = json.loads(get(port, "/api/dashboard").body)
+        assert built["version"] == served_version(port) == store_version(store)
+        assert [s["name"] for s in built["sweeps"]] == ["s"]
+    finally:
+        server.shutdown()
+        server.server_close()

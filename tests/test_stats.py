@@ -191,6 +191,22 @@ def test_seeds_for_80pct_power_recomputed_by_hand_from_the_stored_rows(trials):
     assert math.isnan(seeds_for_power(0.0, 1.0)) and seeds_for_power(5.0, 1.0) == _seeds_for_power_by_hand(5.0, 1.0)
 
 
+def test_seeds_for_power_gives_the_small_count_a_large_effect_needs():
+    """A large effect needs few seeds, never NaN: scipy's lower tail (P(T < -crit), ~0 there)
+    underflows to NaN at a large noncentrality, which once read as "not enough" and ran the
+    search to its cap. The count never rises as the effect grows, at every family level; an
+    effect with no spread (sd 0) needs the 2 seeds any test needs."""
+    effects = [0.5, 1.0, 5.0, 10.0, 30.0, 50.0, 100.0, 1e3, 1e6]
+    for confidence in (0.95, 0.99, 0.999, 0.9999):
+        needed = seeds_for_power(effects, [1.0] * len(effects), confidence=confidence).tolist()
+        assert all(n == n and 2 <= n <= 100 for n in needed), (confidence, needed)
+        assert needed == sorted(needed, reverse=True), (confidence, needed)
+    # at 99%, d = 30: 2 pairs give power 0.49 (one degree of freedom, heavy tails), 3 give ~1
+    assert seeds_for_power(30.0, 1.0, confidence=0.99) == 3
+    assert seeds_for_power(1e6, 1.0) == 2 and seeds_for_power(0.3, 0.0) == 2
+    assert math.isnan(seeds_for_power(0.0, 0.0))
+
+
 def test_rank_fidelity_counts_only_pairs_whose_final_difference_is_resolved(root, trials):
     """Kendall's tau over the pairs of candidates whose paired 95% interval at the end
     excludes zero, recomputed from the stored rows; unresolved pairs are counted apart and

@@ -94,6 +94,7 @@ def test_views_in_the_report(synthetic_store, browser, tmp_path):  # noqa: F811 
 @pytest.fixture()
 def live(synthetic_store):
     server = make_server(synthetic_store, "127.0.0.1", 0, poll_s=0.5)
+    assert server.state.snapshots.wait_built(300)  # the first request answers at once; the page, built
     threading.Thread(target=server.serve_forever, daemon=True).start()
     yield f"http://127.0.0.1:{server.server_address[1]}/"
     server.shutdown()
