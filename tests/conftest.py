@@ -16,15 +16,18 @@ START_ENV = dict(os.environ)
 class SharedRay:
     """One local Ray for every test of this pytest process (each xdist worker has its own)
     that needs a Ray but not a Ray of its own: started by the first, kept for the next, stopped
-    for a test marked `own_ray` (it starts or joins one itself, in this process) and at the end.
-    Started as a sweep's driver starts its own (`ray_session.init_ray` inside `quiet()`: no
-    dashboard, no prestarted workers, Tune's quiet settings), on this machine's CPUs, in the
-    environment pytest started with; a sweep run in this process (`run(...)`) finds it started
-    and uses it, as a driver uses a cluster it joins. A test whose trials must see variables it
-    sets, or that checks the driver's own start, is marked `own_ray`."""
+    for a test marked `own_ray` and at the end.
+
+    Started and stopped by the driver's own `init_ray` and `stop_ray` (its CPUs, no dashboard,
+    no prestarted workers, the retry of a slow start, the session folder removed after), inside
+    `quiet()` as a sweep does, in the environment pytest started with. A sweep run in this
+    process (`run(...)`) finds it started and uses it, as a driver uses a cluster it joins; a
+    test whose trials must see variables it sets, or that checks the driver's own start, is
+    marked `own_ray`."""
 
     def __init__(self) -> None:
         self.gcs_address: str | None = None
+        self.session_dir: str | None = None
 
     def ours(self) -> bool:
         ray = sys.modules.get("ray")  # not imported: no Ray here
@@ -34,7 +37,7 @@ class SharedRay:
     def start(self) -> None:
         import ray
 
-        from shapesweep.sweep import ray_compat
+        from shapesweep.sweep.ray_session import init_ray, quiet
 
         if self.ours():
             return
@@ -44,10 +47,8 @@ class SharedRay:
         os.environ.clear()
         os.environ.update(START_ENV)
         try:
-            with ray_compat.quiet_environment(), ray_compat.local_ray_start():
-                ray.init(address="local", num_cpus=os.cpu_count(), include_dashboard=False,
-                         log_to_driver=False, logging_level="ERROR",
-                         **ray_compat.without_prestarted_workers())
+            with quiet():
+                _, self.session_dir = init_ray(None)
         finally:
             os.environ.clear()
             os.environ.update(test_env)
@@ -55,15 +56,11 @@ class SharedRay:
 
     def stop(self) -> None:
         """Ours shut down, if it runs (a Ray a test started stays its own)."""
-        if not self.ours():
-            return
-        import ray
+        if self.ours():
+            from shapesweep.sweep.ray_session import stop_ray
 
-        from shapesweep.sweep import ray_compat
-
-        ray_compat.kill_autoscaler_monitor()  # else ray.shutdown waits a second for it
-        ray.shutdown()
-        self.gcs_address = None
+            stop_ray(self.session_dir)
+        self.gcs_address = self.session_dir = None
 
 
 @pytest.fixture(scope="session")
