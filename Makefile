@@ -110,15 +110,21 @@ demo: setup
 TEST_WORKERS ?= 2
 PYTEST = $(PY) -m pytest -q -ra $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile)
 
+# The whole suite, what CI runs (.ci/run): with the system packages its tests need, and the
+# type checker (tests/test_types.py runs mypy with pyproject's ratchet of untyped modules).
 test: setup browser postgres shells slurm
 	$(PYTEST)
 
-# The inner loop: everything but the Ray end-to-end tests (marked slow), in a few minutes.
-test-fast: setup browser shells
-	$(PYTEST) -m "not slow"
+# The inner loop, under 5 minutes on 2 cores: all but the Ray end-to-end tests (marked slow)
+# and the tests of a system package (marked system: Chromium, zsh), so it installs nothing
+# outside the venv.
+test-fast: setup
+	$(PYTEST) -m "not slow and not system"
 
+# ruff, and mypy over the package (pyproject's [tool.mypy]: the modules still untyped listed).
 lint: setup
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy -p shapesweep
 
 # The documentation site (mkdocs.yml) into site/: strict, so a broken link or anchor, or a page
 # missing from nav, fails the build.

@@ -2,20 +2,94 @@
 
 from __future__ import annotations
 
+import os
 import signal
+import sys
 
 import pytest
 
+# The environment this pytest process started with: the shared Ray's processes (its raylet, so
+# every worker it starts) get this one, never a test's monkeypatched variables.
+START_ENV = dict(os.environ)
 
-@pytest.fixture(scope="module")
-def local_ray():
-    """An in-process local Ray with this machine's 2 CPUs, shut down after the module."""
-    import ray
 
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
-             logging_level="ERROR")
+class SharedRay:
+    """One local Ray for every test of this pytest process (each xdist worker has its own)
+    that needs a Ray but not a Ray of its own: started by the first, kept for the next, stopped
+    for a test marked `own_ray` and at the end.
+
+    Started and stopped by the driver's own `init_ray` and `stop_ray` (its CPUs, no dashboard,
+    no prestarted workers, the retry of a slow start, the session folder removed after), inside
+    `quiet()` as a sweep does, in the environment pytest started with. A sweep run in this
+    process (`run(...)`) finds it started and uses it, as a driver uses a cluster it joins; a
+    test whose trials must see variables it sets, or that checks the driver's own start, is
+    marked `own_ray`."""
+
+    def __init__(self) -> None:
+        self.gcs_address: str | None = None
+        self.session_dir: str | None = None
+
+    def ours(self) -> bool:
+        ray = sys.modules.get("ray")  # not imported: no Ray here
+        return (ray is not None and ray.is_initialized()
+                and ray.get_runtime_context().gcs_address == self.gcs_address)
+
+    def start(self) -> None:
+        import ray
+
+        from shapesweep.sweep.ray_session import init_ray, quiet
+
+        if self.ours():
+            return
+        if ray.is_initialized():
+            ray.shutdown()  # one a test left: its own, or a cluster it joined
+        test_env = dict(os.environ)
+        os.environ.clear()
+        os.environ.update(START_ENV)
+        try:
+            with quiet():
+                _, self.session_dir = init_ray(None)
+        finally:
+            os.environ.clear()
+            os.environ.update(test_env)
+        self.gcs_address = ray.get_runtime_context().gcs_address
+
+    def stop(self) -> None:
+        """Ours shut down, if it runs (a Ray a test started stays its own)."""
+        if self.ours():
+            from shapesweep.sweep.ray_session import stop_ray
+
+            stop_ray(self.session_dir)
+        self.gcs_address = self.session_dir = None
+
+
+@pytest.fixture(scope="session")
+def shared_ray():
+    ray = SharedRay()
+    yield ray
+    ray.stop()
+
+
+@pytest.fixture
+def local_ray(shared_ray):
+    """The shared local Ray (`SharedRay`), started if it is not."""
+    shared_ray.start()
     yield
-    ray.shutdown()
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _own_ray_module(request, shared_ray):
+    """A module marked `own_ray` (`pytestmark`) finds no Ray in this process: before its
+    module-scoped fixtures start one of their own."""
+    if request.node.get_closest_marker("own_ray"):
+        shared_ray.stop()
+
+
+@pytest.fixture(autouse=True)
+def _own_ray(request, shared_ray):
+    """A test marked `own_ray` finds no Ray in this process."""
+    if request.node.get_closest_marker("own_ray"):
+        shared_ray.stop()
 
 
 HOSTILE = "<script>alert(1)</script>"  # a user-supplied name that must render as text

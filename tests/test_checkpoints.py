@@ -220,7 +220,7 @@ def _trial_worker(driver: subprocess.Popen) -> int:
 
 
 @pytest.mark.slow
-def test_resume_of_a_killed_driver_continues_the_trial_from_its_checkpoint(tmp_path, capsys):
+def test_resume_of_a_killed_driver_continues_the_trial_from_its_checkpoint(local_ray, tmp_path, capsys):
     space_path, root = _space(tmp_path, "lost-driver"), tmp_path / "sweeps"
     driver = _start(space_path, root, "--checkpoint-every", "0")
     _wait_for_reports(root, "lost-driver", 2, driver)

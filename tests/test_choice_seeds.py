@@ -308,7 +308,7 @@ def _ray_trials(root: Path, sweep: str) -> dict[str, set[str]]:
 
 
 @pytest.mark.slow
-def test_resume_after_a_kill_between_choice_and_measure_runs_only_the_missing_trials(tmp_path):
+def test_resume_after_a_kill_between_choice_and_measure_runs_only_the_missing_trials(local_ray, tmp_path):
     lrs = [1.0e-3, 3.0e-3]
     path = write_space(tmp_path, name="chosen", search={"n_layers": [1, 2]},
                        train={**TINY_TRAIN, "tokens": 4096},

@@ -69,6 +69,7 @@ def test_bash_completes_verbs_options_and_choices(tmp_path, words, expected):
     assert sorted(done.stdout.split()) == expected
 
 
+@pytest.mark.system  # zsh: `make shells`
 def test_zsh_loads_the_completion_function_for_shapesweep(tmp_path):
     folder = tmp_path / "completions"
     folder.mkdir()

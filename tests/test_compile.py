@@ -396,6 +396,7 @@ def _compiled_space(tmp_path, depths: range) -> str:
 
 
 @pytest.mark.slow
+@pytest.mark.own_ray  # its trials read TORCH_COMPILE_OVERRIDE_BACKENDS: a Ray started after it is set
 def test_a_sweep_on_one_warm_worker_compiles_every_trial(tmp_path, monkeypatch):
     """More shapes than the recompile limit, one trial at a time on one warm Ray worker
     (dynamo alone, set in the workers' environment): every trial's row in the store says

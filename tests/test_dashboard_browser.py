@@ -35,8 +35,9 @@ HOSTILE = "<script>alert(1)</script>"
 ARTIFACTS = Path(__file__).parent / "artifacts"
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 
-pytestmark = pytest.mark.skipif(not Path(CHROMEDRIVER).exists() or not Path(CHROMIUM).exists(),
-                                reason="needs Debian chromium + chromium-driver (make browser)")
+pytestmark = [pytest.mark.system,
+              pytest.mark.skipif(not Path(CHROMEDRIVER).exists() or not Path(CHROMIUM).exists(),
+                                 reason="needs Debian chromium + chromium-driver (make browser)")]
 
 
 @pytest.fixture(scope="module")

@@ -113,7 +113,7 @@ def test_a_space_that_cannot_train_data_parallel_is_refused_before_the_sweep(
 
 
 @pytest.mark.slow
-def test_train_on_two_ray_workers_equals_one_worker(tmp_path, capsys, one_torch_thread):
+def test_train_on_two_ray_workers_equals_one_worker(local_ray, tmp_path, capsys, one_torch_thread):
     """`shapesweep train --workers 2 --parallel fsdp`: a local Ray's two Ray Train workers
     give the plain one-process result; its --save and --checkpoint-dir are the usual ones."""
     import yaml
@@ -160,7 +160,7 @@ def test_train_workers_that_cannot_run_are_one_line(tmp_path, capsys):
 
 
 @pytest.mark.slow
-def test_a_sharded_sweep_trial_equals_a_one_process_run(tmp_path, one_torch_thread):
+def test_a_sharded_sweep_trial_equals_a_one_process_run(local_ray, tmp_path, one_torch_thread):
     """`run --workers-per-trial 2 --parallel fsdp`: the option reaches each trial's Ray Train
     workers and is kept in sweep.json for `resume`; kept checkpoints are saved at every
     evaluation (rank 0's, gathered whole), so the one kept is the final state; the trial lands

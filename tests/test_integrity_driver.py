@@ -275,7 +275,7 @@ def trained_trials(root: Path, sweep: str) -> int:
 
 
 @pytest.mark.slow
-def test_concurrent_drivers_one_refused_then_a_moved_root_resumes(tmp_path, capsys):
+def test_concurrent_drivers_one_refused_then_a_moved_root_resumes(local_ray, tmp_path, capsys):
     space_path = write_space(tmp_path, name="race", train={**TINY_TRAIN, "tokens": 4096})
     root = tmp_path / "sweeps"
     ray_tmp = Path(tempfile.mkdtemp(prefix="ss-race-"))  # this test's alone (short: Ray's sockets)

@@ -315,7 +315,7 @@ def test_train_prints_a_plain_line_per_evaluation_and_json_alone_on_stdout(tmp_p
 
 
 @pytest.mark.slow
-def test_a_real_sweep_streams_live_curves_and_leaves_none_behind(tmp_path, capsys):
+def test_a_real_sweep_streams_live_curves_and_leaves_none_behind(local_ray, tmp_path, capsys):
     """Real Ray, the default scheduler: which one and why is announced before the sweep
     starts; while trials run their live files exist (a reader sees them); when the sweep
     ends none is left."""

@@ -275,7 +275,7 @@ def test_measured_peak_counts_live_tensors():
 
 
 @pytest.mark.slow
-def test_a_packed_cpu_sweep_runs_and_its_rows_say_how_it_used_memory(tmp_path):
+def test_a_packed_cpu_sweep_runs_and_its_rows_say_how_it_used_memory(local_ray, tmp_path):
     """Real Ray: two trials at once on this machine's CPUs; each row holds its micro-batch
     (the whole step on CPU, as before `auto`), no retries, the predicted and measured peak."""
     from shapesweep.results.store import load_trials

@@ -24,6 +24,7 @@ import ray
 
 from shapesweep.sweep import ray_compat
 
+pytestmark = pytest.mark.own_ray  # own_ray below: the sweep's own local Ray, in this process
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("shapesweep", "sweep", "trainers", "results", "dashboards", "search_spaces")
 DOOR = ROOT / "sweep" / "ray_compat.py"

@@ -306,7 +306,7 @@ def test_every_full_size_candidate_fits_one_80gb_gpu(name):
 
 
 @pytest.mark.slow
-def test_a_fifo_sweep_trains_each_candidate_to_its_own_budget(tmp_path):
+def test_a_fifo_sweep_trains_each_candidate_to_its_own_budget(local_ray, tmp_path):
     """Real Ray: each trial trains its variant's tokens, is `completed` at its own budget,
     and its row records that budget and the resolved recipe."""
     from shapesweep.results.store import load_trials

@@ -6,6 +6,7 @@ optimum (docs/lr-transfer.md's study)."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -182,12 +183,14 @@ def test_lr_fit_level(lr_transfer, tmp_path, seeds):
 @pytest.mark.parametrize("sweep, shapes, trials", [("lr-transfer-study-depth-tp6", 6, 144),
                                                   ("lr-transfer-study-vformer", 3, 72),
                                                   ("lr-transfer-study-depth", 1, 24)])
-def test_committed_study_stores_are_whole(sweep, shapes, trials):
+def test_committed_study_stores_are_whole(sweep, shapes, trials, tmp_path):
     """The study's committed stores, which docs/lr-transfer.md's tables are read from, hold
-    each shape's whole grid (8 lrs x seeds 0-2) once, every trial completed."""
+    each shape's whole grid (8 lrs x seeds 0-2) once, every trial completed. Read from a
+    copy: a read takes the store's lock file, which would leave the checkout unclean."""
     from shapesweep.results.store import load_trials
 
-    rows = load_trials(str(STUDY), [sweep])
+    shutil.copytree(STUDY / sweep, tmp_path / sweep, symlinks=True)
+    rows = load_trials(str(tmp_path), [sweep])
     assert len(rows) == trials and set(rows["status"]) == {"completed"}
     per_cell = rows.groupby(["variant", "lr", "seed"]).size()
     assert len(per_cell) == trials and per_cell.max() == 1

@@ -34,6 +34,7 @@ def test_bad_targets_are_one_line_before_any_work(tmp_path, capsys, monkeypatch,
     assert not root.exists()
 
 
+@pytest.mark.own_ray  # it asserts this process started no Ray
 @pytest.mark.parametrize(("uri", "problem"), [
     ("file:{tmp}/mlruns", "MLflow 3 no longer writes its file store"),
     ("nowhere://tracking", "nowhere://tracking"),

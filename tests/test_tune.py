@@ -105,7 +105,7 @@ def test_optuna_suggests_tuned_values_as_categorical_params(tmp_path):
 
 
 @pytest.mark.slow
-def test_tuned_sweep_rows_then_resume_trains_nothing(tmp_path):
+def test_tuned_sweep_rows_then_resume_trains_nothing(local_ray, tmp_path):
     lrs = [1.0e-3, 3.0e-3]
     path = write_space(tmp_path, name="tiny-tuned", search={"n_layers": [1, 2]},
                        tune={"lr": lrs}, seeds=[0, 1])

@@ -22,6 +22,7 @@ from shapesweep.dashboards.server import make_server
 from shapesweep.results.store import load_layers, load_trials
 from shapesweep.trainers.analysis import THRESHOLDS
 
+pytestmark = pytest.mark.system  # Chromium: `make browser`
 SWEEPS = ["mlp", "shapes", "ucurve"]  # the views' index is the sweep's place in sorted order
 
 
