@@ -216,8 +216,8 @@ def _job_env(cluster: Slurm) -> dict[str, str]:
     return {**env, "SHAPESWEEP_PYTHON": sys.executable,
             "SHAPESWEEP_RAY_TMPDIR": str(cluster.folder / "ray"),
             "RAY_AUTH_TOKEN_PATH": str(token),
-            # a node's agents may start slowly on a busy 2-core machine (Ray's default: 30 s)
-            "RAY_agent_register_timeout_ms": "180000"}
+            # a node's Ray may start slowly on a busy 2-core machine: more tries
+            "SHAPESWEEP_RAY_TRIES": "6"}
 
 
 def _finished(fields: dict[str, str]) -> bool:
