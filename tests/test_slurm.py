@@ -1,8 +1,8 @@
 """The SLURM batch script (sweep/slurm/shapesweep.sbatch) on a real SLURM: Debian's slurmctld
 and two slurmd (nodes n1 and n2, one CPU each) on this machine, with munge, in a temp folder.
 `sbatch` of the script runs a sweep on a Ray head on n1 and a Ray worker on n2 (srun), and
-every trial lands in the Parquet store once; a second sweep stopped mid-way as the
-allocation's end stops it (USR1 to the batch shell) is requeued by the script, and the
+every trial lands in the Parquet store once; a second sweep (one node) stopped mid-way as
+the allocation's end stops it (USR1 to the batch shell) is requeued by the script, and the
 requeued job resumes it without repeating a trial. `make slurm` (a prerequisite of `make
 test`) installs the packages; the test installs them itself where it may (root and apt).
 """
@@ -93,9 +93,9 @@ class Slurm:
         path = self.folder / f"job-{job}.out"
         return path.read_text(errors="replace") if path.exists() else "(no log)"
 
-    def submit(self, *argv: str, env: dict[str, str]) -> str:
+    def submit(self, *argv: str, env: dict[str, str], nodes: int = 2) -> str:
         done = subprocess.run(
-            ["sbatch", "--parsable", "--nodes=2", f"--output={self.folder}/job-%j.out",
+            ["sbatch", "--parsable", f"--nodes={nodes}", f"--output={self.folder}/job-%j.out",
              str(SCRIPT), *argv], env=env, capture_output=True, text=True, timeout=60,
             cwd=self.folder)
         assert done.returncode == 0, done.stderr
@@ -279,8 +279,9 @@ def test_a_job_stopped_before_its_end_is_requeued_and_resumes_without_repeats(sl
                         train={**TINY_TRAIN, "tokens": 32768})
     expected = pairs(space, seeds)
     root = tmp_path / "sweeps"
+    # One node (the first test has two): half the Ray processes on this 2-core machine.
     job = slurm.submit(str(space), "--root", str(root), "--scheduler", "fifo",
-                       env=_job_env(slurm))
+                       env=_job_env(slurm), nodes=1)
     trials = Path(sweep_dir(str(root), "slurm-requeue")) / "trials"
     deadline = time.monotonic() + JOB_DONE_S
     while not list(trials.glob("*.parquet")):  # a trial filed: mid-way
