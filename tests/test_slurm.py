@@ -331,7 +331,7 @@ def test_the_script_outside_an_allocation_says_so_in_one_line(tmp_path):
 
 def test_the_script_ships_with_the_package_and_its_path_is_printed():
     assert SCRIPT.is_file() and os.access(SCRIPT, os.X_OK)
-    assert SCRIPT.read_text().startswith("#!/bin/bash\n")
+    assert SCRIPT.read_text().startswith("#!/usr/bin/env bash\n")
     printed = subprocess.run([sys.executable, "-m", "shapesweep.sweep.slurm"],
                              capture_output=True, text=True, timeout=60)
     assert printed.returncode == 0 and printed.stdout.strip() == str(SCRIPT)
