@@ -26,11 +26,13 @@ from pathlib import Path
 import pytest
 from sweep_helpers import CHILD_ENV, TINY_TRAIN, pairs, write_space
 
+import shapesweep
 from shapesweep.results.store import load_trials, sweep_dir
 from shapesweep.sweep.slurm import SCRIPT_NAME, script_path
 from shapesweep.sweep.slurm.driver import sweep_command
 
 REPO = Path(__file__).resolve().parent.parent
+PACKAGE = Path(shapesweep.__file__).parent  # a traceback through it is ours
 SCRIPT = script_path()
 COMMANDS = ("sbatch", "squeue", "scontrol", "scancel", "sinfo", "slurmctld", "slurmd", "munged")
 NODES = ("n1", "n2")
@@ -242,6 +244,13 @@ def _trained(root: Path, name: str) -> list[int]:
     return [sum(1 for p in e.iterdir() if p.is_dir()) for e in experiments if e.is_dir()]
 
 
+def _no_traceback_of_ours(log: str) -> None:
+    """No traceback runs through shapesweep's code. Ray's own may be there: a node's start
+    that failed on a busy machine and was tried again prints one."""
+    ours = [line for line in log.splitlines() if f'File "{PACKAGE}/' in line]
+    assert not ours, log[-4000:]
+
+
 def _no_ray_left(cluster: Slurm, job: str) -> None:
     ray_folder = str(cluster.folder / "ray" / f"ray-{job}-")
     deadline = time.monotonic() + 60  # the nodes were told to stop; give them a moment
@@ -260,7 +269,7 @@ def test_sbatch_runs_a_sweep_on_a_head_and_a_worker_node_every_trial_once(slurm,
     log = slurm.log(job)
     assert (fields["JobState"], fields["ExitCode"]) == ("COMPLETED", "0:0"), log[-4000:]
     assert f"{SCRIPT_NAME}: every node is up; running: shapesweep run {space}" in log
-    assert "Traceback" not in log, log[-4000:]
+    _no_traceback_of_ours(log)
     expected = pairs(space)
     assert set(_trials(root, "slurm-once")) == expected
     assert _trained(root, "slurm-once") == [len(expected)]  # each trial trained once
@@ -308,7 +317,7 @@ def test_a_job_stopped_before_its_end_is_requeued_and_resumes_without_repeats(sl
     assert summary, second[-4000:]
     missing = len(expected) - len(filed)
     assert (int(summary[1]), int(summary[2])) == (len(expected), missing), summary[0]
-    assert "Traceback" not in log, log[-4000:]
+    _no_traceback_of_ours(log)
     final = _trials(root, "slurm-requeue")
     assert set(final) == expected
     assert {pair: final[pair] for pair in filed} == filed  # none of the first start's again
