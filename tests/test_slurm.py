@@ -1,8 +1,8 @@
 """The SLURM batch script (sweep/slurm/shapesweep.sbatch) on a real SLURM: Debian's slurmctld
 and two slurmd (nodes n1 and n2, one CPU each) on this machine, with munge, in a temp folder.
 `sbatch` of the script runs a sweep on a Ray head on n1 and a Ray worker on n2 (srun), and
-every trial lands in the Parquet store once; a second sweep stopped mid-way as the
-allocation's end stops it (USR1 to the batch shell) is requeued by the script, and the
+every trial lands in the Parquet store once; a second sweep (one node) stopped mid-way as
+the allocation's end stops it (USR1 to the batch shell) is requeued by the script, and the
 requeued job resumes it without repeating a trial. `make slurm` (a prerequisite of `make
 test`) installs the packages; the test installs them itself where it may (root and apt).
 """
@@ -26,11 +26,13 @@ from pathlib import Path
 import pytest
 from sweep_helpers import CHILD_ENV, TINY_TRAIN, pairs, write_space
 
+import shapesweep
 from shapesweep.results.store import load_trials, sweep_dir
 from shapesweep.sweep.slurm import SCRIPT_NAME, script_path
 from shapesweep.sweep.slurm.driver import sweep_command
 
 REPO = Path(__file__).resolve().parent.parent
+PACKAGE = Path(shapesweep.__file__).parent  # a traceback through it is ours
 SCRIPT = script_path()
 COMMANDS = ("sbatch", "squeue", "scontrol", "scancel", "sinfo", "slurmctld", "slurmd", "munged")
 NODES = ("n1", "n2")
@@ -93,9 +95,9 @@ class Slurm:
         path = self.folder / f"job-{job}.out"
         return path.read_text(errors="replace") if path.exists() else "(no log)"
 
-    def submit(self, *argv: str, env: dict[str, str]) -> str:
+    def submit(self, *argv: str, env: dict[str, str], nodes: int = 2) -> str:
         done = subprocess.run(
-            ["sbatch", "--parsable", "--nodes=2", f"--output={self.folder}/job-%j.out",
+            ["sbatch", "--parsable", f"--nodes={nodes}", f"--output={self.folder}/job-%j.out",
              str(SCRIPT), *argv], env=env, capture_output=True, text=True, timeout=60,
             cwd=self.folder)
         assert done.returncode == 0, done.stderr
@@ -216,8 +218,8 @@ def _job_env(cluster: Slurm) -> dict[str, str]:
     return {**env, "SHAPESWEEP_PYTHON": sys.executable,
             "SHAPESWEEP_RAY_TMPDIR": str(cluster.folder / "ray"),
             "RAY_AUTH_TOKEN_PATH": str(token),
-            # a node's agents may start slowly on a busy 2-core machine (Ray's default: 30 s)
-            "RAY_agent_register_timeout_ms": "180000"}
+            # a node's Ray may start slowly on a busy 2-core machine: more tries
+            "SHAPESWEEP_RAY_TRIES": "6"}
 
 
 def _finished(fields: dict[str, str]) -> bool:
@@ -242,6 +244,13 @@ def _trained(root: Path, name: str) -> list[int]:
     return [sum(1 for p in e.iterdir() if p.is_dir()) for e in experiments if e.is_dir()]
 
 
+def _no_traceback_of_ours(log: str) -> None:
+    """No traceback runs through shapesweep's code. Ray's own may be there: a node's start
+    that failed on a busy machine and was tried again prints one."""
+    ours = [line for line in log.splitlines() if f'File "{PACKAGE}/' in line]
+    assert not ours, log[-4000:]
+
+
 def _no_ray_left(cluster: Slurm, job: str) -> None:
     ray_folder = str(cluster.folder / "ray" / f"ray-{job}-")
     deadline = time.monotonic() + 60  # the nodes were told to stop; give them a moment
@@ -260,7 +269,7 @@ def test_sbatch_runs_a_sweep_on_a_head_and_a_worker_node_every_trial_once(slurm,
     log = slurm.log(job)
     assert (fields["JobState"], fields["ExitCode"]) == ("COMPLETED", "0:0"), log[-4000:]
     assert f"{SCRIPT_NAME}: every node is up; running: shapesweep run {space}" in log
-    assert "Traceback" not in log, log[-4000:]
+    _no_traceback_of_ours(log)
     expected = pairs(space)
     assert set(_trials(root, "slurm-once")) == expected
     assert _trained(root, "slurm-once") == [len(expected)]  # each trial trained once
@@ -279,8 +288,9 @@ def test_a_job_stopped_before_its_end_is_requeued_and_resumes_without_repeats(sl
                         train={**TINY_TRAIN, "tokens": 32768})
     expected = pairs(space, seeds)
     root = tmp_path / "sweeps"
+    # One node (the first test has two): half the Ray processes on this 2-core machine.
     job = slurm.submit(str(space), "--root", str(root), "--scheduler", "fifo",
-                       env=_job_env(slurm))
+                       env=_job_env(slurm), nodes=1)
     trials = Path(sweep_dir(str(root), "slurm-requeue")) / "trials"
     deadline = time.monotonic() + JOB_DONE_S
     while not list(trials.glob("*.parquet")):  # a trial filed: mid-way
@@ -307,7 +317,7 @@ def test_a_job_stopped_before_its_end_is_requeued_and_resumes_without_repeats(sl
     assert summary, second[-4000:]
     missing = len(expected) - len(filed)
     assert (int(summary[1]), int(summary[2])) == (len(expected), missing), summary[0]
-    assert "Traceback" not in log, log[-4000:]
+    _no_traceback_of_ours(log)
     final = _trials(root, "slurm-requeue")
     assert set(final) == expected
     assert {pair: final[pair] for pair in filed} == filed  # none of the first start's again
@@ -330,7 +340,7 @@ def test_the_script_outside_an_allocation_says_so_in_one_line(tmp_path):
 
 def test_the_script_ships_with_the_package_and_its_path_is_printed():
     assert SCRIPT.is_file() and os.access(SCRIPT, os.X_OK)
-    assert SCRIPT.read_text().startswith("#!/bin/bash\n")
+    assert SCRIPT.read_text().startswith("#!/usr/bin/env bash\n")
     printed = subprocess.run([sys.executable, "-m", "shapesweep.sweep.slurm"],
                              capture_output=True, text=True, timeout=60)
     assert printed.returncode == 0 and printed.stdout.strip() == str(SCRIPT)

@@ -11,6 +11,7 @@ import os
 import signal
 import socket
 import sys
+import threading
 import time
 from collections.abc import Sequence
 
@@ -25,23 +26,34 @@ POLL_S = 1.0
 
 def wait_for_cluster(address: str, nodes: int, seconds: float, watched: Sequence[int] = ()) -> None:
     """Return once `nodes` Ray nodes are alive at `address` (HOST:PORT); UserError when
-    `seconds` pass first or a process of `watched` (the script's `ray start`s) ends."""
+    `seconds` pass first or a process of `watched` (the script's `ray start`s) ends.
+
+    Ray is asked in a thread of its own: `ray.init` at a head that dies while it answers
+    retries for minutes, so this thread watches the clock and the processes meanwhile."""
     deadline = time.monotonic() + seconds
     signal.signal(signal.SIGTERM, _stopped)
+    alive: list[int] = [0]
+    ready = threading.Event()
+    threading.Thread(target=_count, args=(address, nodes, alive, ready), daemon=True).start()
+    while not ready.wait(POLL_S):
+        _check(address, nodes, alive[0], deadline, seconds, watched)
+
+
+def _count(address: str, nodes: int, alive: list[int], ready: threading.Event) -> None:
+    """Join the cluster once its port answers, then count its live nodes into `alive[0]`
+    until there are `nodes`."""
     host, _, port = address.rpartition(":")
     while not _answers(host, int(port)):
-        _check(address, nodes, 0, deadline, seconds, watched)
         time.sleep(POLL_S)
     ray_compat.use_cluster_token()
     while not _joined(address):  # a GCS too busy to answer yet: Ray's error, tried again
-        _check(address, nodes, 0, deadline, seconds, watched)
-    signal.signal(signal.SIGTERM, _stopped)  # again: ray.init sets its own
-    try:
-        while (alive := sum(bool(node["Alive"]) for node in ray.nodes())) < nodes:
-            _check(address, nodes, alive, deadline, seconds, watched)
-            time.sleep(POLL_S)
-    finally:
-        ray.shutdown()
+        time.sleep(POLL_S)
+    while (count := sum(bool(node["Alive"]) for node in ray.nodes())) < nodes:
+        alive[0] = count
+        time.sleep(POLL_S)
+    alive[0] = count
+    ray.shutdown()
+    ready.set()
 
 
 def _stopped(signum: int, frame: object) -> None:
@@ -99,4 +111,7 @@ def _wait(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(step_main(_wait, USAGE))
+    code = step_main(_wait, USAGE)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)  # not Python's exit: it would wait on Ray's threads, maybe still retrying
