@@ -290,7 +290,7 @@ class _Trial:
                                      decision.blocks_per_region)
                         if self.compiling else self.forward)
         self.dtype = autocast_dtype(train, dev)
-        self.identity = {"config_key": config_key(config), "family": config.family,
+        self.identity = {"config_key": config_key(config), "family": of(config).name,
                          "train": train.model_dump(mode="json"), "data_hash": made.data_hash}
 
     def lr_factor(self, step: int) -> float:
@@ -339,7 +339,7 @@ class _Trial:
         when its state was gathered (the next one is due checkpoint_every_s after)."""
         weights, moments = full_state(self.model, self.optimizer, self.sharded)
         gathered = time.perf_counter()
-        if self.rank == 0:
+        if self.rank == 0 and self.spec.checkpoint_dir is not None:
             checkpoint.save(self.spec.checkpoint_dir, weights, self.spec.model, self.train, {
                 "identity": self.identity, "optimizer": moments,
                 "scheduler": self.scheduler.state_dict(), "rng": checkpoint.rng_state(),
@@ -381,7 +381,7 @@ def _attempt(spec: TrialSpec, reporter: Reporter | None, dev: torch.device, made
     state = trial.resume()
     start, curve = (state["step"], state["curve"]) if state else (0, [])
     prior_elapsed, train_time = (state["elapsed_s"], state["train_time_s"]) if state else (0.0, 0.0)
-    tail = LossTail(trial.steps, train.loss_tail_steps, state and state.get("loss_tail"))
+    tail = LossTail(trial.steps, train.loss_tail_steps, state.get("loss_tail") if state else None)
     t0 = saved_at = time.perf_counter()
     reporting = 0.0  # time in `reporter`: a sweep's trial waits there on the driver (trackers)
     losses, stopped = [], False  # this interval's per-step losses, on the device
@@ -396,7 +396,7 @@ def _attempt(spec: TrialSpec, reporter: Reporter | None, dev: torch.device, made
             losses.append(trial.optimizer_step(x, y))
             trial.scheduler.step()
             done = step + 1
-            if bar:
+            if bar is not None and bar_task is not None:
                 bar.update(bar_task, completed=done)
             if done not in trial.evals:
                 continue
@@ -421,7 +421,7 @@ def _attempt(spec: TrialSpec, reporter: Reporter | None, dev: torch.device, made
                 trial.world, dev)
             if due:
                 saved_at = trial.save(done, curve, tail, metrics["elapsed_s"], train_time)
-            if bar:
+            if bar is not None and bar_task is not None:
                 bar.update(bar_task, description=f"loss {metrics['train_loss']:.4f} "
                                                  f"val {metrics['val_loss']:.4f}")
             if reporter is not None:
