@@ -207,10 +207,16 @@ LOWER_LAYERS = {"shapesweep.trainers": ("shapesweep.sweep", "shapesweep.dashboar
                 "shapesweep.results": ("shapesweep.sweep", "shapesweep.dashboards")}
 
 
+# The recipe is the trainer's, and a space's `train:` block is one: the torch-free module that
+# declares it sits below search_spaces.
+BELOW_SEARCH_SPACES = ("shapesweep.trainers.recipe",)
+
+
 def test_imports_never_go_back_up_the_data_flow():
     back = sorted((module, name) for module, path in _modules().items()
                   for layer, above in LOWER_LAYERS.items() if module.startswith(layer)
-                  for name in _imports(path) if name.startswith(above))
+                  for name in _imports(path) if name.startswith(above)
+                  and name not in BELOW_SEARCH_SPACES)
     assert back == []
 
 

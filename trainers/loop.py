@@ -26,9 +26,11 @@ step's (seed, step) batch, so the step, and the curve, are the one-process ones.
 calls `callback` (Ray Train's report is collective); rank 0 alone writes checkpoints and
 `save_dir`, whole state dicts in the one-process format whichever way the model was split.
 
-Why one module of this length: the loop is one function whose steps share its state
-(model, optimizer, schedule, checkpoint, evaluation cadence); the parts that stand
-alone are their own modules (`cooldown`, `compiled`, `checkpoint`, `parallel`, `mup`).
+The step reads top to bottom in `_attempt` (nanoGPT's train.py is the model): `_Trial` builds
+what it trains with (model, init, optimizer, schedule, the compiled forward, the cadence) and
+restores a checkpoint; the parts that stand alone are their own modules (`recipe` and
+`schedule`: the recipe and its lr schedule and AdamW; `evaluation`, `tasks`, `cooldown`,
+`compiled`, `checkpoint`, `parallel`, `mup`).
 """
 
 from __future__ import annotations
@@ -41,24 +43,22 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Unpack
 
 import torch
-import torch.nn.functional as F
 from pydantic import BaseModel
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from shapesweep.families.base import load, of
 from shapesweep.search_spaces.cadence import (
     at_steps,
     cooldown_points,
-    cooldown_steps,
     cooldown_tokens,
     eval_steps,
     total_steps,
 )
-from shapesweep.search_spaces.configs import (
-    TrainConfig,
-    config_key,
-)
+from shapesweep.search_spaces.configs import config_key
 from shapesweep.trainers import analysis, checkpoint, cooldown, machine
 from shapesweep.trainers.compile_policy import decide, peak_flops
+from shapesweep.trainers.compiled import CompiledStep, eager
 from shapesweep.trainers.distributed import (
     agreed,
     data_parallel,
@@ -70,11 +70,19 @@ from shapesweep.trainers.distributed import (
     process_group,
     shard_batches,
 )
+from shapesweep.trainers.evaluation import _example_losses, evaluate  # noqa: F401 (tests)
 from shapesweep.trainers.loss_tail import LossTail
-from shapesweep.trainers.memory import EVAL_CHUNK_TOKENS, check_fits, micro_batch, share_bytes
+from shapesweep.trainers.memory import check_fits, micro_batch, share_bytes
 from shapesweep.trainers.models import build_model
 from shapesweep.trainers.mup import configure
 from shapesweep.trainers.parallel import check_compilable, check_shardable
+from shapesweep.trainers.recipe import TrainConfig
+from shapesweep.trainers.schedule import (  # noqa: F401 (re-exported: tests, benchmarks)
+    adamw,
+    autocast_dtype,
+    lr_multiplier,
+    warmup_steps,
+)
 from shapesweep.trainers.spec import Options, Reporter, TrialSpec
 from shapesweep.trainers.tasks import Made, TrainerTask
 
@@ -135,40 +143,6 @@ class TrainResult:
         return asdict(self)
 
 
-def warmup_steps(train: TrainConfig, total: int, units_per_step: int | None = None) -> int:
-    """round(warmup_frac x total), or round(warmup_tokens / units_per_step): tokens (images
-    for vision) per optimizer step, by default the LM's whole sequences of batch_tokens."""
-    if train.warmup_tokens is None:
-        return round(train.warmup_frac * total)
-    units_per_step = units_per_step or train.batch_tokens // train.seq_len * train.seq_len
-    return round(train.warmup_tokens / units_per_step)
-
-
-def lr_multiplier(step: int, total: int, train: TrainConfig,
-                  units_per_step: int | None = None) -> float:
-    """Schedule factor for optimizer step `step` (0-based): linear warmup over W steps
-    (`warmup_steps`), then decay to min_lr_frac. `power` (xformer): with t = step + 1,
-    t/W while t < W, then max(min_lr_frac, (W/t)^decay_power), an inverse-power decay
-    (p = 0.5 is the inverse square root). `wsd`: 1 until the last cooldown_frac of the
-    steps, which cool down as `cooldown.factor` says."""
-    warmup = warmup_steps(train, total, units_per_step)
-    if train.decay == "power":
-        t, w = step + 1, max(warmup, 1)
-        return t / w if t < w else max(train.min_lr_frac, (w / t) ** train.decay_power)
-    if step < warmup:
-        return (step + 1) / warmup
-    if train.decay == "wsd":
-        cool = cooldown_steps(train, total)
-        return 1.0 if step < total - cool else cooldown.factor(train, 1.0, step - (total - cool), cool)
-    progress = min(1.0, (step - warmup) / max(1, total - warmup))
-    floor = train.min_lr_frac
-    if train.decay == "cosine":
-        return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * progress))
-    if train.decay == "linear":
-        return 1 - (1 - floor) * progress
-    return 1.0
-
-
 def trainer_task(config: BaseModel) -> TrainerTask:
     """The torch side of the config's family's task (`FamilySpec.task`)."""
     return load(of(config).task.trainer)
@@ -227,76 +201,14 @@ def prefetched(train_batch: Callable, steps: range, per_step: int, dev) -> Itera
         yield step, *batch
 
 
-def autocast_dtype(train: TrainConfig, dev: torch.device) -> torch.dtype | None:
-    """The forward's autocast dtype: `train.autocast`, whose `auto` is bf16 on CUDA only.
-    Losses, norms and the router's softmax stay in fp32 under it (`_loss`, RMSNorm's opmath)."""
-    if train.autocast == "auto":
-        return torch.bfloat16 if dev.type == "cuda" else None
-    return torch.bfloat16 if train.autocast == "bfloat16" else None
-
-
-def adamw(groups: list[dict], train: TrainConfig, fused: bool) -> torch.optim.AdamW:
-    """AdamW over the muP groups, each at train.lr x its lr_scale; `fused` on CUDA (one
-    kernel for all parameters), torch's default (foreach) implementation elsewhere."""
-    return torch.optim.AdamW([{**g, "lr": train.lr * g.get("lr_scale", 1.0)} for g in groups],
-                             lr=train.lr, betas=(train.beta1, train.beta2), fused=fused or None)
-
-
 def _cuda_speedups() -> None:
     """TF32 for the float32 matmuls autocast leaves (bf16 does the rest)."""
     torch.set_float32_matmul_precision("high")
 
 
-def _example_losses(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """Each held-out example's loss: a sequence's mean cross-entropy, an image's MSE (their
-    mean is `_loss`'s reported loss: every example has as many tokens or pixels)."""
-    if y.is_floating_point():
-        return (out.float() - y).square().flatten(1).mean(1)
-    rows = max(1, EVAL_CHUNK_TOKENS // y.shape[1])  # fp32 logits a few sequences at a time
-    return torch.cat([F.cross_entropy(o.float().flatten(0, 1), t.flatten(), reduction="none")
-                      .view(t.shape).mean(1) for o, t in zip(out.split(rows), y.split(rows),
-                                                             strict=True)])
-
-
-@torch.no_grad()
-def evaluate(model, task, batch: int, device, autocast) -> dict[str, float]:
-    """Validation loss (and ppl, or image metrics) on the task's fixed held-out set, and its
-    standard error over the held-out sequences (images): std / sqrt(n) of their losses, so a
-    comparison can tell an effect from the sampling noise of a finite evaluation set."""
-    model.eval()
-    sums, count, preds = torch.zeros(2, dtype=torch.float64, device=device), 0, []
-    for x, y in zip(task.val_x.split(batch), task.val_y.split(batch), strict=True):
-        with autocast():
-            out = model(x.to(device))
-        losses = _example_losses(out, y.to(device)).double()
-        sums += torch.stack([losses.sum(), losses.square().sum()])  # on the device, read once below
-        count += len(x)
-        if y.is_floating_point():
-            preds.append(out.float())
-    model.train()
-    total, squares = sums.tolist()
-    mean = total / count
-    spread = max(squares - count * mean * mean, 0.0) / (count - 1) if count > 1 else math.nan
-    metrics = {"val_loss": mean, "val_loss_se": math.sqrt(spread / count)}
-    if preds:
-        metrics.update(task.metrics(torch.cat(preds).cpu()))
-    else:
-        metrics["val_ppl"] = math.exp(min(metrics["val_loss"], 700.0))
-    return metrics
-
-
-def _progress(enabled: bool):
+def _progress(enabled: bool) -> contextlib.AbstractContextManager[Progress | None]:
     if not enabled:
         return contextlib.nullcontext(None)
-    from rich.console import Console
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeRemainingColumn,
-    )
-
     return Progress(TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(),
                     TextColumn("{task.description}"), TimeRemainingColumn(),
                     console=Console(stderr=True), transient=False)
@@ -337,150 +249,193 @@ def run(spec: TrialSpec, reporter: Reporter | None = None) -> TrainResult:
     return result
 
 
-def _attempt(spec: TrialSpec, reporter: Reporter | None, dev: torch.device, made: tuple,
-             micro: int) -> TrainResult:
-    """`run`'s training, on `made` (`make_task`'s) at `micro` sequences (images) a forward:
-    the model and optimizer built (or resumed), then each step, each evaluation with its
-    checkpoint and report, then the saved model and the result."""
-    model_config, train = spec.model, spec.recipe
-    task, per_step, units_per_step, data_hash = made
-    rank, world = process_group()
-    sharded = world > 1 and spec.parallel == "fsdp"
-    cuda = dev.type == "cuda"
-    analysed = analysis.wanted(model_config, train)
-    steps = total_steps(train, units_per_step)
-    evals = set(eval_steps(train, steps, units_per_step, spec.eval_at))
-    rungs = at_steps(spec.eval_at, steps, units_per_step)  # a scheduler may pause a trial there
-    cooled = cooldown_points(train, evals, rungs, steps)
-    eval_batch = trainer_task(model_config).eval_batch(micro)
-    checkpoint_dir, callback = spec.checkpoint_dir, reporter
+class _Trial:
+    """One attempt's state, built before its first step as nanoGPT's train.py builds it: the
+    model (initialised, moved, sharded or wrapped, compiled), the optimizer and schedule, the
+    evaluation cadence, and what a resumed checkpoint restores. `_attempt` runs its steps."""
 
-    torch.manual_seed(train.seed)
-    model = build_model(model_config)
-    if analysed:
-        analysis.check(model)
-    groups = configure(model, model_config, train)
-    model.to(dev)
-    if sharded:
-        groups = fully_shard_model(model, groups, per_step)
-    params_measured = sum(p.numel() for p in model.parameters() if p.requires_grad)  # sharded: whole
-    optimizer = adamw(groups, train, fused=cuda)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda s: lr_multiplier(s, steps, train, units_per_step))
-    params = [p for g in groups for p in g["params"]]
-    forward = data_parallel(model, per_step, dev) if world > 1 and not sharded else model
-    decision = decide(model_config, train, dev.type, steps * units_per_step, _peak_flops(dev))
-    compiling = not sharded and decision.compile
-    stepper = _compiled(model, forward, train, decision.blocks_per_region) if compiling else forward
-    dtype = autocast_dtype(train, dev)
+    def __init__(self, spec: TrialSpec, dev: torch.device, made: Made, micro: int):
+        self.spec, self.train, self.dev, self.made, self.micro = spec, spec.recipe, dev, made, micro
+        config, train, units = spec.model, spec.recipe, made.units_per_step
+        self.rank, self.world = process_group()
+        self.sharded = self.world > 1 and spec.parallel == "fsdp"
+        self.analysed = analysis.wanted(config, train)
+        # the cadence: total steps, evaluations, a scheduler's rungs, cooldown branches
+        self.steps = total_steps(train, units)
+        self.evals = set(eval_steps(train, self.steps, units, spec.eval_at))
+        self.rungs = at_steps(spec.eval_at, self.steps, units)  # a scheduler may pause there
+        self.cooled = cooldown_points(train, self.evals, self.rungs, self.steps)
+        self.eval_batch = trainer_task(config).eval_batch(micro)
+        # the model, its init, the optimizer and schedule
+        torch.manual_seed(train.seed)
+        self.model = model = build_model(config)
+        if self.analysed:
+            analysis.check(model)
+        groups = configure(model, config, train)
+        model.to(dev)
+        if self.sharded:
+            groups = fully_shard_model(model, groups, made.per_step)
+        self.params_measured = sum(p.numel() for p in model.parameters() if p.requires_grad)
+        self.optimizer = adamw(groups, train, fused=dev.type == "cuda")
+        # a plain lambda: LambdaLR's state (in checkpoints) keeps no state of functions
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer,
+                                                           lambda s: self.lr_factor(s))
+        self.params = [p for g in groups for p in g["params"]]
+        # the forward: DDP-wrapped over ranks, compiled block by block when it pays
+        data_par = self.world > 1 and not self.sharded
+        self.forward = data_parallel(model, made.per_step, dev) if data_par else model
+        decision = decide(config, train, dev.type, self.steps * units, _peak_flops(dev))
+        self.compiling = not self.sharded and decision.compile
+        self.stepper = (CompiledStep(model, self.forward, train.compile_mode,
+                                     decision.blocks_per_region)
+                        if self.compiling else self.forward)
+        self.dtype = autocast_dtype(train, dev)
+        self.identity = {"config_key": config_key(config), "family": of(config).name,
+                         "train": train.model_dump(mode="json"), "data_hash": made.data_hash}
 
-    def autocast():
-        return torch.autocast(dev.type, dtype=dtype) if dtype else contextlib.nullcontext()
+    def lr_factor(self, step: int) -> float:
+        return lr_multiplier(step, self.steps, self.train, self.made.units_per_step)
 
-    def evaluated() -> dict[str, float]:
+    def autocast(self) -> contextlib.AbstractContextManager:
+        return (torch.autocast(self.dev.type, dtype=self.dtype) if self.dtype
+                else contextlib.nullcontext())
+
+    def evaluated(self) -> dict[str, float]:
         """The held-out metrics, with the compiled regions run eagerly (see `compiled`)."""
-        with _eager(compiling):
-            return evaluate(forward, task, eval_batch, dev, autocast)
+        with _eager(self.compiling):
+            return evaluate(self.forward, self.made.task, self.eval_batch, self.dev, self.autocast)
 
-    def optimizer_step(x, y) -> torch.Tensor:
+    def optimizer_step(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """One step's gradient, clipped and applied (the main run's and a cooldown branch's)."""
-        loss = _backward(stepper, x, y, micro, dev, autocast, train.z_loss)
-        if train.grad_clip > 0:  # no sync: a non-finite norm is caught with the loss
-            torch.nn.utils.clip_grad_norm_(params, train.grad_clip)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
+        loss = _backward(self.stepper, x, y, self.micro, self.dev, self.autocast, self.train.z_loss)
+        if self.train.grad_clip > 0:  # no sync: a non-finite norm is caught with the loss
+            torch.nn.utils.clip_grad_norm_(self.params, self.train.grad_clip)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
         return loss
 
-    identity = {"config_key": config_key(model_config), "family": model_config.family,
-                "train": train.model_dump(mode="json"), "data_hash": data_hash}
-    start, curve, prior_elapsed, train_time = 0, [], 0.0, 0.0
-    state = from_rank0(checkpoint.load(checkpoint_dir, identity, reread={"train": _recipe_today}),
-                       world)
-    if state is not None:
-        load_full_state(model, optimizer, state, sharded)
-        scheduler.load_state_dict(state["scheduler"])
-        checkpoint.set_rng_state(state["rng"])
-        start, curve = state["step"], state["curve"]
-        prior_elapsed, train_time = state["elapsed_s"], state["train_time_s"]
-    tail = LossTail(steps, train.loss_tail_steps, state and state.get("loss_tail"))
+    def resume(self) -> dict[str, Any] | None:
+        """The checkpoint's state restored into the model, optimizer, schedule and RNGs (None:
+        a fresh start)."""
+        saved = checkpoint.load(self.spec.checkpoint_dir, self.identity,
+                                reread={"train": _recipe_today})
+        state = from_rank0(saved, self.world)
+        if state is not None:
+            load_full_state(self.model, self.optimizer, state, self.sharded)
+            self.scheduler.load_state_dict(state["scheduler"])
+            checkpoint.set_rng_state(state["rng"])
+        return state
 
+    def brancher(self, batches: Callable) -> cooldown.Brancher:
+        """The cooldown branches an evaluation may run (trainers/cooldown.py)."""
+        return cooldown.Brancher(self.train, self.steps, self.model, self.optimizer,
+                                 self.scheduler.base_lrs, self.optimizer_step,
+                                 lambda step: batches(step, self.made.per_step), self.evaluated,
+                                 self.lr_factor)
+
+    def save(self, done: int, curve: list, tail: LossTail, elapsed: float,
+             train_time: float) -> float:
+        """A checkpoint after step `done` (rank 0 writes it; gathering is collective); returns
+        when its state was gathered (the next one is due checkpoint_every_s after)."""
+        weights, moments = full_state(self.model, self.optimizer, self.sharded)
+        gathered = time.perf_counter()
+        if self.rank == 0 and self.spec.checkpoint_dir is not None:
+            checkpoint.save(self.spec.checkpoint_dir, weights, self.spec.model, self.train, {
+                "identity": self.identity, "optimizer": moments,
+                "scheduler": self.scheduler.state_dict(), "rng": checkpoint.rng_state(),
+                "step": done, "curve": curve, "loss_tail": tail.values, "elapsed_s": elapsed,
+                "train_time_s": train_time})
+        return gathered
+
+    def finish(self, curve: list, elapsed: Callable[[], float], train_time: float,
+               tail: LossTail, stopped: bool) -> TrainResult:
+        """The trained model saved where asked, the analysis run, and the result (its wall
+        time `elapsed()` once both are done)."""
+        if self.spec.save_dir is not None:
+            weights = full_state(self.model, None, self.sharded)[0]
+            if self.rank == 0:
+                checkpoint.save_model(self.spec.save_dir, weights, self.spec.model, self.train)
+        task = self.made.task
+        with _eager(self.compiling):
+            layers = (analysis.analyse(self.model, *analysis.sequences(task.val_x, task.val_y,
+                                                                       self.model), self.autocast)
+                      if self.analysed and not stopped else [])
+        result = _result(curve, elapsed(), train_time, self.params_measured, self.made.data_hash,
+                         stopped, trainer_task(self.spec.model).perplexity)
+        result.layers, result.train_loss_tail = layers, tail.mean()
+        result.autocast_dtype = str(self.dtype).removeprefix("torch.") if self.dtype else "none"
+        for name, value in machine.describe(self.dev).items():
+            setattr(result, name, value)
+        if isinstance(self.stepper, CompiledStep):
+            for name, value in self.stepper.report().items():
+                setattr(result, name, value)
+        return result
+
+
+def _attempt(spec: TrialSpec, reporter: Reporter | None, dev: torch.device, made: Made,
+             micro: int) -> TrainResult:
+    """`run`'s training, on `made` (`make_task`'s) at `micro` sequences (images) a forward:
+    the trial built (or resumed), then each step, each evaluation with its checkpoint and
+    report, then the saved model and the result."""
+    trial, train, units = _Trial(spec, dev, made, micro), spec.recipe, made.units_per_step
+    state = trial.resume()
+    start, curve = (state["step"], state["curve"]) if state else (0, [])
+    prior_elapsed, train_time = (state["elapsed_s"], state["train_time_s"]) if state else (0.0, 0.0)
+    tail = LossTail(trial.steps, train.loss_tail_steps, state.get("loss_tail") if state else None)
     t0 = saved_at = time.perf_counter()
-    reporting = 0.0  # time in `callback`: a sweep's trial waits there on the driver (trackers)
+    reporting = 0.0  # time in `reporter`: a sweep's trial waits there on the driver (trackers)
     losses, stopped = [], False  # this interval's per-step losses, on the device
-    model.train()
+    trial.model.train()
     with _progress(spec.progress) as bar:
-        bar_task = bar.add_task("", total=steps, completed=start) if bar else None
+        bar_task = bar.add_task("", total=trial.steps, completed=start) if bar else None
         t_interval = time.perf_counter()
-        batches = shard_batches(task.train_batch, rank, world)
-        brancher = cooldown.Brancher(
-            train, steps, model, optimizer, scheduler.base_lrs, optimizer_step,
-            lambda step: batches(step, per_step),
-            evaluated,
-            lambda step: lr_multiplier(step, steps, train, units_per_step))
-        for step, x, y in prefetched(batches, range(start, steps), per_step, dev):
-            lr_now = train.lr * lr_multiplier(step, steps, train, units_per_step)
-            losses.append(optimizer_step(x, y))
-            scheduler.step()
+        batches = shard_batches(made.task.train_batch, trial.rank, trial.world)
+        brancher = trial.brancher(batches)
+        for step, x, y in prefetched(batches, range(start, trial.steps), made.per_step, dev):
+            lr_now = train.lr * trial.lr_factor(step)
+            losses.append(trial.optimizer_step(x, y))
+            trial.scheduler.step()
             done = step + 1
-            if bar:
+            if bar is not None and bar_task is not None:
                 bar.update(bar_task, completed=done)
-            if done not in evals:
+            if done not in trial.evals:
                 continue
-            losses = over_ranks(losses, world)
-            train_loss = _interval_loss(losses, done, steps, train.lr)  # waits for the device
+            # an evaluation: the interval's training loss (the one wait for the device), the
+            # held-out metrics, cooldown branches, a checkpoint when due, the report
+            losses = over_ranks(losses, trial.world)
+            train_loss = _interval_loss(losses, done, trial.steps, train.lr)
             tail.add(losses, done)
             train_time += time.perf_counter() - t_interval
             losses = []
-            metrics = {"step": done, "tokens": done * units_per_step, "train_loss": train_loss,
-                       **evaluated(), "lr": lr_now,
+            metrics = {"step": done, "tokens": done * units, "train_loss": train_loss,
+                       **trial.evaluated(), "lr": lr_now,
                        "elapsed_s": prior_elapsed + time.perf_counter() - t0 - reporting}
-            if cooled:
-                if done in cooled:
+            if trial.cooled:
+                if done in trial.cooled:
                     metrics.update(brancher.cooled(done, metrics))
-                metrics["cooldown_tokens"] = cooldown_tokens(train, cooled, done, steps,
-                                                             units_per_step)
+                metrics["cooldown_tokens"] = cooldown_tokens(train, trial.cooled, done,
+                                                             trial.steps, units)
             curve.append(metrics)
-            due = checkpoint_dir is not None and agreed(
-                done in rungs or time.perf_counter() - saved_at >= spec.checkpoint_every_s, world, dev)
+            due = spec.checkpoint_dir is not None and agreed(
+                done in trial.rungs or time.perf_counter() - saved_at >= spec.checkpoint_every_s,
+                trial.world, dev)
             if due:
-                weights, moments = full_state(model, optimizer, sharded)  # collective if sharded
-                saved_at = time.perf_counter()
-            if due and rank == 0:
-                checkpoint.save(checkpoint_dir, weights, model_config, train, {
-                    "identity": identity,
-                    "optimizer": moments, "scheduler": scheduler.state_dict(),
-                    "rng": checkpoint.rng_state(), "step": done, "curve": curve, "loss_tail": tail.values,
-                    "elapsed_s": metrics["elapsed_s"], "train_time_s": train_time})
-            if bar:
+                saved_at = trial.save(done, curve, tail, metrics["elapsed_s"], train_time)
+            if bar is not None and bar_task is not None:
                 bar.update(bar_task, description=f"loss {metrics['train_loss']:.4f} "
                                                  f"val {metrics['val_loss']:.4f}")
-            if callback is not None:
+            if reporter is not None:
                 called = time.perf_counter()
                 try:
-                    callback(dict(metrics))
+                    reporter(dict(metrics))
                 except StopTrial:
                     stopped = True
                     break
                 finally:
                     reporting += time.perf_counter() - called
             t_interval = time.perf_counter()
-    if spec.save_dir is not None:
-        weights = full_state(model, None, sharded)[0]
-    if spec.save_dir is not None and rank == 0:
-        checkpoint.save_model(spec.save_dir, weights, model_config, train)
-    with _eager(compiling):
-        layers = (analysis.analyse(model, *analysis.sequences(task.val_x, task.val_y, model),
-                                   autocast) if analysed and not stopped else [])
-    result = _result(curve, prior_elapsed + time.perf_counter() - t0 - reporting, train_time,
-                     params_measured, data_hash, stopped, trainer_task(model_config).perplexity)
-    result.layers, result.train_loss_tail = layers, tail.mean()
-    result.autocast_dtype = str(dtype).removeprefix("torch.") if dtype else "none"
-    for name, value in machine.describe(dev).items():
-        setattr(result, name, value)
-    if compiling:
-        for name, value in stepper.report().items():
-            setattr(result, name, value)
-    return result
+    return trial.finish(curve, lambda: prior_elapsed + time.perf_counter() - t0 - reporting,
+                        train_time, tail, stopped)
 
 
 def _recipe_today(saved: dict[str, Any]) -> dict[str, Any]:
@@ -489,22 +444,9 @@ def _recipe_today(saved: dict[str, Any]) -> dict[str, Any]:
     return TrainConfig(**saved).model_dump(mode="json")
 
 
-def _compiled(model: torch.nn.Module, forward, train: TrainConfig, blocks_per_region: int):
-    """The training step with `model`'s blocks and readout compiled in place, up to
-    `blocks_per_region` alike blocks a region (`shapesweep.trainers.compiled`); `forward` is
-    the model or its DDP wrapper."""
-    from shapesweep.trainers.compiled import CompiledStep
-
-    return CompiledStep(model, forward, train.compile_mode, blocks_per_region)
-
-
-def _eager(compiling: bool):
+def _eager(compiling: bool) -> contextlib.AbstractContextManager:
     """Run compiled regions eagerly inside this context (evaluation, analysis)."""
-    if not compiling:
-        return contextlib.nullcontext()
-    from shapesweep.trainers.compiled import eager
-
-    return eager()
+    return eager() if compiling else contextlib.nullcontext()
 
 
 def _peak_flops(dev: torch.device) -> float | None:

@@ -37,7 +37,8 @@ from dataclasses import asdict, dataclass
 from shapesweep.common import UserError
 from shapesweep.families.base import of
 from shapesweep.search_spaces.accounting import account
-from shapesweep.search_spaces.configs import TrainConfig, config_key
+from shapesweep.search_spaces.configs import config_key
+from shapesweep.trainers.recipe import TrainConfig
 
 FP32, BF16 = 4, 2
 ADAM_STATES = 16  # per trained parameter: fp32 weight, gradient, exp_avg and exp_avg_sq

@@ -12,9 +12,7 @@ the spec.
 The recipe (`TrainConfig`) is the trial's identity (a checkpoint is resumed only under the
 same recipe); the options are how and where it runs, so a retry at a smaller micro-batch
 still resumes its checkpoint. `compile` stays in the recipe, where spaces and candidate files
-set it. (`TrainConfig` is still declared in `shapesweep.search_spaces.configs`, beside the
-family configs it is validated with; moving it beside the trainer is left for the layout step
-of issue 54.)
+set it. `TrainConfig` is the trainer's (`shapesweep.trainers.recipe`).
 """
 
 from __future__ import annotations
@@ -25,7 +23,7 @@ from typing import Any, Literal, TypedDict
 
 from pydantic import BaseModel
 
-from shapesweep.search_spaces.configs import TrainConfig
+from shapesweep.trainers.recipe import TrainConfig
 
 Parallel = Literal["ddp", "fsdp"]
 Reporter = Callable[[dict[str, Any]], None]  # hears each evaluation's metrics; may raise StopTrial

@@ -16,10 +16,10 @@ import torch
 from pydantic import BaseModel
 
 from shapesweep.common import UserError
-from shapesweep.search_spaces.configs import TrainConfig
 from shapesweep.trainers import data as lm_data
 from shapesweep.trainers import vision_data
 from shapesweep.trainers.parallel import sequences_per_step
+from shapesweep.trainers.recipe import TrainConfig
 
 EVAL_IMAGES_PER_BATCH = 1024
 

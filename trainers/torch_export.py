@@ -23,10 +23,10 @@ from pydantic import BaseModel
 from shapesweep import common
 from shapesweep.families.base import load, of
 from shapesweep.families.lm import LayerShape
-from shapesweep.search_spaces.configs import TrainConfig
 from shapesweep.trainers import ffn, lm, moe
 from shapesweep.trainers.models import build_model
 from shapesweep.trainers.mup import configure
+from shapesweep.trainers.recipe import TrainConfig
 
 OWN_IMPORTS = re.compile(r"^(from shapesweep[. ].*|from __future__ import annotations)\n", re.MULTILINE)
 HEADER = '''"""Standalone shapesweep language model, written by `shapesweep export --format torch`.
