@@ -72,7 +72,9 @@ def budget_labels(trials: pd.DataFrame, max_groups: int = 8) -> pd.Series:
 
 def _catalog(root: str) -> dict[str, dict]:
     """Space name and status per sweep from the catalog, when the root has one."""
-    if "://" in str(root) or not os.path.exists(os.path.join(root, "shapesweep.db")):
+    from shapesweep.results.parquet_store import ParquetStore
+
+    if "://" in str(root) or not ParquetStore(root).has_own_catalog():
         return {}
     from shapesweep.results.catalog import Catalog, default_catalog_url
 

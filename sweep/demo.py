@@ -40,14 +40,18 @@ def first_hour(exe: str, root: Path, name: str) -> list[str]:
 
 
 def demo(args: argparse.Namespace) -> int:
-    from shapesweep.common import command_name, terminal_console
+    from shapesweep.common import UserError, command_name, terminal_console
+    from shapesweep.results.parquet_store import ParquetStore
     from shapesweep.search_spaces.space import load_space
     from shapesweep.sweep.cli import main as shapesweep
 
     console = terminal_console()
     name = load_space(args.space).name  # bad input stops here, before anything is written
-    root = Path(args.root)
-    report = Path(args.out) if args.out else root / "demo-report.html"
+    root, store = Path(args.root), ParquetStore(args.root)
+    if store.local_folder() is None:
+        raise UserError("the demo writes its report and configs on this machine: give a local folder",
+                        key="--root")
+    report = Path(args.out or str(store.local_path("demo-report.html")))
     console.rule(f"[bold]sweep {name}[/] (space {args.space})")
     code = shapesweep(["run", args.space, "--root", str(root),
                        "--max-concurrent", str(args.max_concurrent), "--scheduler", "fifo"])
@@ -61,7 +65,7 @@ def demo(args: argparse.Namespace) -> int:
     code = shapesweep(["dashboard", name, "--root", str(root), "--out", str(report)])
     if code:
         return code
-    best = root / "demo-best" / name
+    best = Path(str(store.local_path("demo-best", name)))
     code = shapesweep(["export", name, "--root", str(root), "--top", "3", "--out", str(best)])
     if code:
         return code
