@@ -32,6 +32,7 @@ import math
 import random
 import warnings
 from collections.abc import Callable, Iterator
+from collections.abc import Set as AbstractSet
 from typing import TYPE_CHECKING, Any
 
 from ray.tune.search import BasicVariantGenerator, Searcher
@@ -140,7 +141,7 @@ def reconcile_study(study: optuna.Study, finished: dict[str, dict]) -> None:
             study.tell(trial.number, stored["values"])
 
 
-def launched_count(study: optuna.Study, lost: set[str] = frozenset()) -> int:
+def launched_count(study: optuna.Study, lost: AbstractSet[str] = frozenset()) -> int:
     """Trials of the study that ran in Ray to their end or to an ASHA stop (what
     --num-samples counts), each trial id once; `lost`: trial ids whose results the store
     no longer holds (damaged), which run again."""
@@ -354,7 +355,7 @@ class OptunaSearcher(Searcher):
                 return config
         return None  # Tune asks again
 
-    def _draft(self, random_point: bool) -> optuna.Trial:
+    def _draft(self, random_point: bool) -> optuna.Trial | None:
         """The proposer's next trial: the sampler's point, or an unseen one drawn at random
         when the sampler keeps repeating itself; None when no unseen point is left."""
         if random_point:

@@ -120,9 +120,9 @@ class GridStrategy(SearchStrategy):
         if self.space.choice_seeds:  # the chosen value's measure trials wait for its choice trials
             from shapesweep.sweep.choice import choice_plan
 
-            searcher, total, launches = choice_plan(self.space, self.candidates, context)
+            searcher, total, launches = choice_plan(self.space, self.candidates or [], context)
             return TrialPlan({}, max(launches, 1), searcher, total, launches)
-        specs, total = grid_specs(self.space, self.candidates, context.seeds, context.data,
+        specs, total = grid_specs(self.space, self.candidates or [], context.seeds, context.data,
                                   context.skip)
         variants = GridVariants(max_concurrent=self.options.max_concurrent or 0)
         return TrialPlan({"spec": tune.grid_search(specs)}, 1, variants, total, len(specs), specs)
