@@ -73,7 +73,9 @@ def budget_labels(trials: pd.DataFrame, max_groups: int = 8) -> pd.Series:
 def _catalog(root: str, storage: str | None = None) -> dict[str, dict]:
     """Space name and status per sweep from the catalog (`storage`'s, else the root's own
     when it has one)."""
-    if storage is None and ("://" in str(root) or not os.path.exists(os.path.join(root, "shapesweep.db"))):
+    from shapesweep.results.parquet_store import ParquetStore
+
+    if storage is None and ("://" in str(root) or not ParquetStore(root).has_own_catalog()):
         return {}
     from shapesweep.results.catalog import Catalog, default_catalog_url
 

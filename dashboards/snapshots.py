@@ -17,7 +17,6 @@ import hashlib
 import json
 import os
 import pickle
-import posixpath
 import select
 import subprocess
 import sys
@@ -65,22 +64,9 @@ def store_version(root: str) -> str:
 
     A trials fragment is a trial's commit record (`write_trial` writes its curves first), so
     the version moves when a trial lands whole, never between its curves and its row."""
-    import pyarrow.fs as pafs
+    from shapesweep.results.parquet_store import ParquetStore
 
-    from shapesweep.results.live import LIVE_FOLDER
-
-    if "://" in root:
-        fs, base = pafs.FileSystem.from_uri(root)
-    else:
-        fs, base = pafs.LocalFileSystem(), os.path.abspath(root)
-    infos = fs.get_file_info(pafs.FileSelector(base, recursive=True, allow_not_found=True))
-    digest = hashlib.sha256()
-    for info in sorted(infos, key=lambda i: i.path):
-        folder = posixpath.basename(posixpath.dirname(info.path))
-        if (info.path.endswith(".parquet") and folder == "trials") or (info.path.endswith(".jsonl")
-                                                                       and folder == LIVE_FOLDER):
-            digest.update(f"{info.path}|{info.size}|{info.mtime_ns}\n".encode())
-    return digest.hexdigest()[:16]
+    return ParquetStore(root).version()
 
 
 def build_snapshot(root: str, version: str, cache, storage: str | None = None) -> Snapshot:

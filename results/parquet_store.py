@@ -131,14 +131,19 @@ class ParquetStore(ResultsStore):
     def scratch_folder(self, sweep: str, name: str) -> str | None:
         """A folder of the sweep for files that are not results (Ray's trial logs), on a
         local root; None on an object store (such files then go to the local temp folder)."""
+        return self.local_path(layout.validate_sweep_name(sweep), name)
+
+    def local_path(self, *names: str) -> str | None:
+        """A path in a local root's folder for files that are not results (the demo's report
+        and exported configs); None on an object store."""
         folder = self.local_folder()
-        return os.path.join(folder, layout.validate_sweep_name(sweep), name) if folder else None
+        return os.path.join(folder, *names) if folder else None
 
     def version(self) -> str:
         """A hash of every trials fragment's and live curve's path, size and mtime: it moves
         when a trial lands whole (a trials fragment is the commit record), never between its
         curves and its row."""
-        fs, base = layout._filesystem(self.root)
+        fs, base = layout.filesystem(self.root)
         infos = fs.get_file_info(pafs.FileSelector(base, recursive=True, allow_not_found=True))
         digest = hashlib.sha256()
         for info in sorted(infos, key=lambda i: i.path):

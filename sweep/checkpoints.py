@@ -14,9 +14,9 @@ from __future__ import annotations
 import math
 import shutil
 from pathlib import Path
-from typing import Any
 
 from ray.tune import Callback
+from ray.tune.experiment import Trial
 
 
 def trial_checkpoints(ray_folder: str | Path, trial_id: str) -> list[Path]:
@@ -71,7 +71,7 @@ class CheckpointCleaner(Callback):
     def __init__(self, ray_folder: str | Path, keep: bool):
         self.ray_folder, self.keep = Path(ray_folder), keep
 
-    def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info) -> None:
+    def on_trial_complete(self, iteration: int, trials: list[Trial], trial: Trial, **info: object) -> None:
         if self.keep:
             return
         for folder in trial_checkpoints(self.ray_folder, trial.config["spec"]["trial_id"]):

@@ -12,21 +12,26 @@ what is missing of either kind. Trial ids stay `KEY-tHASH-sSEED`.
 from __future__ import annotations
 
 from collections import deque
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 from ray.tune.search import Searcher
 
+from shapesweep.results.parquet_store import ParquetStore
 from shapesweep.results.stats import CHOICE_METRIC, choose_tuned
 from shapesweep.search_spaces.cadence import token_budget
+from shapesweep.search_spaces.solver import Candidate
+from shapesweep.search_spaces.space import SearchSpace, tuned_json
 from shapesweep.sweep.search import reached_budget, trial_spec, trial_triple
+
+if TYPE_CHECKING:
+    from shapesweep.sweep.strategies import PlanContext
 
 
 class MeasureSpecs:
     """candidate key + chosen tuned text -> its measure trials not yet held (picklable: Tune
     keeps the searcher with its experiment state)."""
-
-    def __init__(self, space: Any, candidates: list, seeds: list[int], data: str | None,
+    def __init__(self, space: SearchSpace, candidates: list[Candidate], seeds: list[int], data: str | None,
                  skip: set[tuple[str, str, int]]):
         self.space, self.seeds, self.data, self.skip = space, seeds, data, skip
         self.candidates = {c.key: c for c in candidates}
@@ -40,8 +45,6 @@ class MeasureSpecs:
 
 def _text(tuned: dict[str, Any]) -> str:
     """The canonical text `choose_tuned` names a tuned combination by (a trial's tuned_json)."""
-    from shapesweep.search_spaces.space import tuned_json
-
     return tuned_json(tuned)
 
 
@@ -60,7 +63,6 @@ def chosen(rows: list[dict]) -> str | None:
 
 class ChoiceSearcher(Searcher):
     """Choice trials first; a candidate's measure trials as soon as its choice is made."""
-
     def __init__(self, queue: list[dict], waiting: dict[str, set[str]], rows: dict[str, list[dict]],
                  measure: MeasureSpecs, choice_seeds: list[int]):
         super().__init__(metric=CHOICE_METRIC, mode="min")
@@ -96,15 +98,14 @@ class ChoiceSearcher(Searcher):
             self.queue.extendleft(reversed(self.measure(key, tuned)))
 
 
-def choice_plan(space: Any, candidates: list, context: Any) -> tuple[Searcher, int, int]:
+def choice_plan(space: SearchSpace, candidates: list[Candidate],
+                context: PlanContext) -> tuple[Searcher, int, int]:
     """What `shapesweep.sweep.strategies` makes the `TrialPlan` of a grid with choice seeds
     from (searcher, trials of the sweep, trials this run starts at most), from the trials the
     store holds: choice trials missing, and measure trials of every candidate
     whose choice is already made; the searcher adds the rest as choices are made."""
-    from shapesweep.results.store import load_trials
-
     measure = MeasureSpecs(space, candidates, context.seeds, context.data, context.skip)
-    stored = _stored_choices(load_trials(context.root, [context.name]), space.choice_seeds, context.skip)
+    stored = _stored_choices(ParquetStore(context.root).load_trials([context.name]), space.choice_seeds, context.skip)
     queue, waiting, rows, undecided = [], {}, {}, 0
     for candidate in candidates:
         specs = [trial_spec(candidate, space, seed, context.data, tuned=tuned)

@@ -24,31 +24,35 @@ def first_hour(exe: str, root: Path, name: str) -> list[str]:
 
 
 def demo(args: argparse.Namespace) -> int:
-    from shapesweep.common import command_name, terminal_console
+    from shapesweep.common import UserError, command_name, terminal_console
+    from shapesweep.results.parquet_store import ParquetStore
     from shapesweep.search_spaces.space import load_space
     from shapesweep.sweep.cli import main as shapesweep
 
     console = terminal_console()
     name = load_space(args.space).name  # bad input stops here, before anything is written
-    root = Path(args.root)
-    report = Path(args.out) if args.out else root / "demo-report.html"
+    root, store = Path(args.root), ParquetStore(args.root)
+    if store.local_folder() is None:
+        raise UserError("the demo writes its report and configs on this machine: give a local folder",
+                        key="--root")
+    report = Path(args.out or str(store.local_path("demo-report.html")))
     console.rule(f"[bold]sweep {name}[/] (space {args.space})")
-    store = ["--root", str(root), *(["--storage", args.storage] if args.storage else [])]
-    code = shapesweep(["run", args.space, *store,
+    where = ["--root", str(root), *(["--storage", args.storage] if args.storage else [])]
+    code = shapesweep(["run", args.space, *where,
                        *(["--max-concurrent", str(args.max_concurrent)] if args.max_concurrent else []),
                        "--scheduler", "fifo"])
     if code:
         return code
     console.rule(f"[bold]status {name}[/]: mean ± std over seeds, difference to the baseline")
-    code = shapesweep(["status", name, *store])
+    code = shapesweep(["status", name, *where])
     if code:
         return code
     console.rule("[bold]dashboard and export")
-    code = shapesweep(["dashboard", name, *store, "--out", str(report)])
+    code = shapesweep(["dashboard", name, *where, "--out", str(report)])
     if code:
         return code
-    best = root / "demo-best" / name
-    code = shapesweep(["export", name, *store, "--top", "3", "--out", str(best)])
+    best = Path(str(store.local_path("demo-best", name)))
+    code = shapesweep(["export", name, *where, "--top", "3", "--out", str(best)])
     if code:
         return code
     console.print(f"\n[bold green]Report:[/] {report.resolve()} (open it in any browser; it works offline)")

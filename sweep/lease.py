@@ -20,10 +20,20 @@ import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Protocol
 
 from shapesweep.common import UserError
-from shapesweep.results.catalog import lease_timeout_s
+from shapesweep.results.lease_record import LeaseRecord, lease_timeout_s
+
+
+class LeaseTable(Protocol):
+    """Where a sweep's lease lives: a `ResultsStore` (what the driver passes), or a catalog."""
+
+    def take_lease(self, name: str, token: str, /) -> LeaseRecord | None: ...
+
+    def renew_lease(self, name: str, token: str, /) -> bool: ...
+
+    def release_lease(self, name: str, token: str, /) -> None: ...
 
 
 def heartbeat_interval_s() -> float:
@@ -32,7 +42,7 @@ def heartbeat_interval_s() -> float:
 
 
 @contextmanager
-def sweep_lease(catalog: Any, name: str) -> Iterator[None]:
+def sweep_lease(catalog: LeaseTable, name: str) -> Iterator[None]:
     """Hold sweep `name`'s lease for the block, or refuse (UserError) if a live driver has it."""
     token = secrets.token_hex(16)
     holder = catalog.take_lease(name, token)
@@ -54,7 +64,7 @@ def sweep_lease(catalog: Any, name: str) -> Iterator[None]:
             _warn(f"could not release the lease: {error}")
 
 
-def _heartbeat(catalog: Any, name: str, token: str, stop: threading.Event) -> None:
+def _heartbeat(catalog: LeaseTable, name: str, token: str, stop: threading.Event) -> None:
     interval = heartbeat_interval_s()
     while not stop.wait(interval):
         try:

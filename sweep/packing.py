@@ -6,19 +6,22 @@ only as its trials start; each then checks itself (`memory.check_fits`)."""
 from __future__ import annotations
 
 import os
-from typing import Any
 
 from shapesweep.common import UserError
+from shapesweep.search_spaces.configs import config_key
+from shapesweep.search_spaces.solver import Candidate
+from shapesweep.search_spaces.space import SearchSpace
+from shapesweep.sweep.sweep_options import SweepOptions
+from shapesweep.trainers import memory
+from shapesweep.trainers.memory import device_bytes, parse_size
 
 
-def check_memory(options: Any, space: Any, candidates: list | None) -> None:
+def check_memory(options: SweepOptions, space: SearchSpace, candidates: list[Candidate] | None) -> None:
     """Refuse, before Ray starts, a sweep whose trials cannot fit their memory: on GPUs, a
     candidate whose predicted peak at micro-batch 1 exceeds its --gpus-per-trial share of
     the card (each trial then gets the largest micro-batch that fits its share, and caps its
     process there: shapesweep.trainers.fitting); on CPUs, the trials that run at once (at most
     --max-concurrent, and as many as the CPUs hold) together exceeding this machine's memory."""
-    from shapesweep.trainers import memory
-
     if not candidates:
         return
     trains = [space.train_for(candidate=c) for c in candidates]
@@ -66,13 +69,11 @@ def check_memory(options: Any, space: Any, candidates: list | None) -> None:
             key="--max-concurrent")
 
 
-def _named(candidate: Any) -> str:
-    from shapesweep.search_spaces.configs import config_key
-
+def _named(candidate: Candidate) -> str:
     return f"{candidate.config.family} candidate {config_key(candidate.config)}"
 
 
-def _trials_at_once(options: Any, trials: int) -> int:
+def _trials_at_once(options: SweepOptions, trials: int) -> int:
     """How many trials this machine runs at once: --max-concurrent, as many as its CPUs hold
     (--cpus-per-trial each), and no more than the sweep has."""
     at_once = min(options.max_concurrent or trials, trials)
@@ -82,11 +83,9 @@ def _trials_at_once(options: Any, trials: int) -> int:
     return max(1, at_once)
 
 
-def _card_bytes(options: Any) -> int | None:
+def _card_bytes(options: SweepOptions) -> int | None:
     """Each GPU's memory: --gpu-memory, else this machine's first GPU (None where it has
     none: the trials then run on a cluster joined with --address)."""
-    from shapesweep.trainers.memory import device_bytes, parse_size
-
     if options.gpu_memory:
         return parse_size(options.gpu_memory, "--gpu-memory")
     import torch  # the driver imports torch only when a trial asks for a GPU

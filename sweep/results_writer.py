@@ -58,7 +58,7 @@ def error_text(trial: Trial) -> str:
             break
     if not text:
         try:
-            text = trial.get_error() or ""
+            text = str(trial.get_error() or "")
         except Exception:  # noqa: BLE001 - no error text is not worth failing the sweep for
             text = ""
     lines = [line.strip() for line in text.strip().splitlines() if line.strip()]

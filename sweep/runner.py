@@ -30,6 +30,7 @@ from shapesweep.results.parquet_store import ParquetStore
 from shapesweep.sweep import ray_compat
 from shapesweep.sweep.lease import sweep_lease
 from shapesweep.sweep.options import saved_values
+from shapesweep.sweep.paired_asha import PairedASHA
 from shapesweep.sweep.progress import SweepProgress
 from shapesweep.sweep.ray_session import (
     SESSION_RECORD,
@@ -130,7 +131,7 @@ def _fit(options: SweepOptions, checked: Checked, plan: TrialPlan, store: Parque
                                  budget=checked.budget,
                                  planned=grid.get("grid_search") if isinstance(grid, dict) else None)
         writer = ResultsWriter(store, name, checked.data_hash, progress)
-        if hasattr(checked.scheduler, "expect"):  # the noise-aware ASHA: each candidate's seeds
+        if isinstance(checked.scheduler, PairedASHA):  # the noise-aware ASHA: each candidate's seeds
             record_decisions(checked.scheduler, store, name)
             checked.scheduler.expect(plan.specs)
         fit = tuner(options, checked, plan, run_config(options, name, [writer, progress]),

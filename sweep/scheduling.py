@@ -18,9 +18,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from shapesweep.common import UserError, human
+from shapesweep.search_spaces.cadence import step_tokens, sweep_budgets
+
+if TYPE_CHECKING:  # types only: this module is imported for --help, the space's YAML reader is not
+    from shapesweep.search_spaces.solver import Candidate
+    from shapesweep.search_spaces.space import SearchSpace
 
 SCHEDULERS = ("auto", "asha", "fifo")
 # Below this many candidates (key x tuned values) `auto` runs FIFO: ASHA keeps the top third
@@ -44,7 +49,6 @@ class Choice:
     """The scheduler a sweep runs: `fifo` or `asha` (noise-aware per candidate, or Ray's
     per trial when `per_trial`), the rungs where ASHA decides (tokens) and the line that
     says which and why."""
-
     kind: str
     line: str
     per_trial: bool = False
@@ -68,7 +72,7 @@ def rung_tokens(grace: float, reduction_factor: float, max_t: float) -> list[flo
     return [grace * reduction_factor**i for i in range(count)]
 
 
-def cooled_rungs(space: Any, candidates: list | None) -> bool:
+def cooled_rungs(space: SearchSpace, candidates: list[Candidate] | None) -> bool:
     """Whether every trial of the sweep branches a cooldown at its rungs (`decay: wsd` with
     cooldown_evals `rungs` or `all`)."""
     recipes = ([space.train_for(candidate=c) for c in candidates] if candidates is not None
@@ -76,13 +80,11 @@ def cooled_rungs(space: Any, candidates: list | None) -> bool:
     return bool(recipes) and all(train.cooldown_evals != "off" for train in recipes)
 
 
-def choose(requested: str, space: Any, candidates: list | None, seeds: list[int],
+def choose(requested: str, space: SearchSpace, candidates: list[Candidate] | None, seeds: list[int],
            grace_tokens: int | None = None, reduction_factor: float = 3.0,
            workers_per_trial: int = 1, max_concurrent: int | None = None) -> Choice:
     """The scheduler `--scheduler requested` means for this sweep (`candidates`: the grid's,
     None for an Optuna search); raises UserError for an ASHA that cannot run."""
-    from shapesweep.search_spaces.cadence import step_tokens, sweep_budgets
-
     if requested not in SCHEDULERS:
         raise UserError(f"unknown scheduler {requested!r} ({', '.join(SCHEDULERS)})", key="--scheduler")
     if requested == "fifo":
@@ -173,7 +175,6 @@ def _fifo_reason(budgets: set[int] | None, n: int | None, n_seeds: int, cooled: 
 @dataclass
 class Verdict:
     """The noise-aware decision on one candidate at one rung."""
-
     stop: bool
     cut: Any = None  # the candidate at ASHA's cut it was compared with, if any
     delta: float | None = None  # its mean paired difference to the cut (loss)

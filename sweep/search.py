@@ -32,11 +32,20 @@ import math
 import random
 import warnings
 from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Set as AbstractSet
+from typing import TYPE_CHECKING, Any
 
 from ray.tune.search import BasicVariantGenerator, Searcher
 
 from shapesweep.common import UserError
+from shapesweep.results.catalog import shown_database, without_password
+from shapesweep.results.deadlines import answered, connect_args, db_timeout_s, one_per_thread
+from shapesweep.search_spaces.solver import Candidate, candidate_document, solve_point
+from shapesweep.search_spaces.space import SearchSpace, tuned_json, tuned_tag
+from shapesweep.sweep.trainable import FINAL_FLAG
+
+if TYPE_CHECKING:  # optuna is imported where a study is made: a grid sweep never needs it
+    import optuna
 
 OBJECTIVES = ("params_non_embedding", "flops_per_token")  # second objectives Optuna may trade
 MAX_SUGGEST_TRIES = 500  # points looked at in one `suggest` before Tune is asked to call again
@@ -45,17 +54,12 @@ LISTED_POINTS = 100_000  # a space this small lists its unseen points; a larger 
 
 
 def trial_id_for(key: str, seed: int, tuned: dict[str, Any] | None = None) -> str:
-    from shapesweep.search_spaces.space import tuned_tag
-
     return f"{key}-t{tuned_tag(tuned)}-s{seed}" if tuned else f"{key}-s{seed}"
 
 
-def trial_spec(candidate: Any, space: Any, seed: int, data: str | None,
+def trial_spec(candidate: Candidate, space: SearchSpace, seed: int, data: str | None,
                device: str | None = None, tuned: dict[str, Any] | None = None) -> dict[str, Any]:
     """The config one Ray trial receives (JSON-safe: it travels through Ray and Optuna)."""
-    from shapesweep.search_spaces.solver import candidate_document
-    from shapesweep.search_spaces.space import tuned_json
-
     tuned = tuned or {}
     train = space.train_for(tuned, seed, candidate)
     row = candidate.to_row()
@@ -77,7 +81,7 @@ def trial_triple(spec: dict[str, Any]) -> tuple[str, str, int]:
     return spec["key"], spec["tuned_json"], spec["seed"]
 
 
-def grid_specs(space: Any, candidates: list, seeds: list[int], data: str | None,
+def grid_specs(space: SearchSpace, candidates: list[Candidate], seeds: list[int], data: str | None,
                skip: set[tuple[str, str, int]], device: str | None = None) -> tuple[list[dict], int]:
     """Every planned candidate x tuned combination x seed not in `skip`; also how many in all."""
     specs = [trial_spec(c, space, seed, data, device, tuned)
@@ -90,7 +94,6 @@ class GridVariants(BasicVariantGenerator):
     state file it saves for an experiment restore, which `resume` never uses (it reads the
     results store): that pickle holds Tune's argparse parser, the interpreter's path with it.
     Returning False is how Tune's own generator skips saving a lazily expanded grid."""
-
     def save_to_dir(self, dirpath: str, session_str: str) -> bool:
         return False
 
@@ -101,8 +104,6 @@ def open_storage(url: str):
     in a wait Ctrl-C and SIGTERM end."""
     import optuna
 
-    from shapesweep.results.catalog import shown_database
-    from shapesweep.results.deadlines import answered, connect_args, db_timeout_s, one_per_thread
 
     timeout = db_timeout_s()
 
@@ -118,14 +119,12 @@ def study_directions(multi_objective: bool) -> list[str]:
 def reached_budget(result: dict, budget: int | None) -> bool:
     """Whether a trial's last result is a full-budget one (else ASHA stopped it early); with
     no single budget (per-candidate recipes) only the loop's final report says so."""
-    from shapesweep.sweep.trainable import FINAL_FLAG
-
     if result.get(FINAL_FLAG):
         return True
     return budget is not None and (result.get("tokens") or 0) >= 0.98 * budget
 
 
-def reconcile_study(study: Any, finished: dict[str, dict]) -> None:
+def reconcile_study(study: optuna.Study, finished: dict[str, dict]) -> None:
     """Close trials a killed driver left RUNNING: tell the stored result, or FAIL.
 
     `finished` maps trial_id -> {"status", "values"} from the results store.
@@ -142,7 +141,7 @@ def reconcile_study(study: Any, finished: dict[str, dict]) -> None:
             study.tell(trial.number, stored["values"])
 
 
-def launched_count(study: Any, lost: set[str] = frozenset()) -> int:
+def launched_count(study: optuna.Study, lost: AbstractSet[str] = frozenset()) -> int:
     """Trials of the study that ran in Ray to their end or to an ASHA stop (what
     --num-samples counts), each trial id once; `lost`: trial ids whose results the store
     no longer holds (damaged), which run again."""
@@ -153,7 +152,7 @@ def launched_count(study: Any, lost: set[str] = frozenset()) -> int:
         if "trial_id" in t.user_attrs and "duplicate_of" not in t.user_attrs} - set(lost))
 
 
-def lost_trials(study: Any, held: set[str]) -> set[str]:
+def lost_trials(study: optuna.Study, held: set[str]) -> set[str]:
     """Trial ids the study has finished that the results store does not hold (`held`: the
     ids it does): their results were damaged and set aside, so they run again."""
     from optuna.trial import TrialState
@@ -163,7 +162,7 @@ def lost_trials(study: Any, held: set[str]) -> set[str]:
         if "trial_id" in t.user_attrs and "duplicate_of" not in t.user_attrs} - held
 
 
-def check_study(study: Any) -> None:
+def check_study(study: optuna.Study) -> None:
     """Read every trial of the study as the searcher will (its params, distributions and
     attributes are parsed on reading; a complete trial needs its values), so a damaged table
     is found before any work."""
@@ -177,8 +176,6 @@ def check_study(study: Any) -> None:
 
 def damaged_study(name: str, storage_url: str, error: Exception) -> UserError:
     """The one line for an Optuna study whose tables cannot be read as a study."""
-    from shapesweep.results.catalog import shown_database, without_password
-
     text = str(error).strip().splitlines()
     problem = f"{type(error).__name__}: {text[0] if text else ''}".rstrip(": ")
     return UserError(f"the Optuna study {name!r} in it is damaged ({problem}): to repair, delete the "
@@ -189,11 +186,10 @@ def damaged_study(name: str, storage_url: str, error: Exception) -> UserError:
 
 class SpecMaker:
     """candidate -> trial spec for one seed and data path (a class so Tune can pickle it)."""
-
-    def __init__(self, space: Any, seed: int, data: str | None):
+    def __init__(self, space: SearchSpace, seed: int, data: str | None):
         self.space, self.seed, self.data = space, seed, data
 
-    def __call__(self, candidate: Any, tuned: dict[str, Any] | None = None) -> dict:
+    def __call__(self, candidate: Candidate, tuned: dict[str, Any] | None = None) -> dict:
         return trial_spec(candidate, self.space, self.seed, self.data, tuned=tuned)
 
 
@@ -205,12 +201,10 @@ class DefineSpace:
     A class rather than a closure because Tune pickles the searcher with its experiment state.
     """
 
-    def __init__(self, space: Any, make_spec: Callable[..., dict]):
+    def __init__(self, space: SearchSpace, make_spec: Callable[..., dict]):
         self.space, self.make_spec = space, make_spec
 
-    def __call__(self, trial) -> dict[str, Any]:
-        from shapesweep.search_spaces.solver import solve_point
-
+    def __call__(self, trial: optuna.Trial) -> dict[str, Any]:
         variants = self.space.resolved()
         variant = variants[0]
         if len(variants) > 1:
@@ -235,8 +229,7 @@ def point_key(params: dict[str, Any]) -> tuple:
 class Points:
     """Every point `DefineSpace` can propose, as Optuna params: for each variant, its
     dimensions' values and the `tune:` values (a finite set; `size` counts it)."""
-
-    def __init__(self, space: Any):
+    def __init__(self, space: SearchSpace):
         variants = space.resolved()
         tuned = [(f"tune.{name}", list(dict.fromkeys(values))) for name, values in space.tune.items()]
         self.axes: list[list[tuple[str, list]]] = []
@@ -273,9 +266,8 @@ class OptunaSearcher(Searcher):
     """Tune searcher over an Optuna study through its public ask/tell: launches only
     feasible, not-yet-evaluated candidates, files each point of the space in the study at
     most once, and each trial as Optuna's tools expect (see the module docstring)."""
-
-    def __init__(self, study: Any, define: DefineSpace, metrics: list[str], budget: int | None,
-                 sampler: Any, storage_url: str):
+    def __init__(self, study: optuna.Study, define: DefineSpace, metrics: list[str], budget: int | None,
+                 sampler: optuna.samplers.BaseSampler, storage_url: str):
         super().__init__(metric=metrics[0], mode="min")
         self.study, self.define, self.metrics, self.budget = study, define, metrics, budget
         self.storage_url = storage_url
@@ -312,8 +304,6 @@ class OptunaSearcher(Searcher):
         which `resume` never uses: it reads the results store). The study goes as its name
         and its storage URL without the password, never as the storage object, whose URL
         holds it: no credential lands on disk. Trials in flight stay behind."""
-        from shapesweep.results.catalog import without_password
-
         state = {k: v for k, v in self.__dict__.items() if k not in ("study", "_live", "_proposer")}
         return state | {"study": None, "_live": {}, "_proposer": None,
                         "_study_name": self.study.study_name,
@@ -365,7 +355,7 @@ class OptunaSearcher(Searcher):
                 return config
         return None  # Tune asks again
 
-    def _draft(self, random_point: bool) -> Any:
+    def _draft(self, random_point: bool) -> optuna.Trial | None:
         """The proposer's next trial: the sampler's point, or an unseen one drawn at random
         when the sampler keeps repeating itself; None when no unseen point is left."""
         if random_point:
@@ -386,14 +376,14 @@ class OptunaSearcher(Searcher):
         self.study.tell(trial, state=TrialState.PRUNED)
 
     @staticmethod
-    def _describe(trial: Any, spec: dict) -> None:
+    def _describe(trial: optuna.Trial, spec: dict) -> None:
         """The candidate's shape and accounting columns and ids, for Optuna's plots."""
         for name, value in spec["row"].items():
             trial.set_user_attr(name, value)
         for name in ("key", "tuned_json", "seed", "trial_id"):
             trial.set_user_attr(name, spec[name])
 
-    def _tell_like(self, draft: Any, known: Any) -> None:
+    def _tell_like(self, draft: optuna.Trial, known: optuna.trial.FrozenTrial) -> None:
         """Tell the proposer a repeat as its original ended: the same values, PRUNED where it was."""
         from optuna.trial import TrialState
 
@@ -407,8 +397,6 @@ class OptunaSearcher(Searcher):
     def on_trial_result(self, trial_id: str, result: dict) -> None:
         """Each evaluation is an intermediate value at its token count (pruning-aware
         samplers read them); Optuna takes none for a multi-objective study."""
-        from shapesweep.sweep.trainable import FINAL_FLAG
-
         pair = self._live.get(trial_id)
         value, tokens = result.get(self.metrics[0]), result.get("tokens")
         if (pair is None or len(self.metrics) > 1 or result.get(FINAL_FLAG)
@@ -442,9 +430,9 @@ class OptunaSearcher(Searcher):
             self._known[ident] = frozen
 
 
-def make_optuna_search(space: Any, study_name: str, storage_url: str,
+def make_optuna_search(space: SearchSpace, study_name: str, storage_url: str,
                        make_spec: Callable[..., dict], multi_objective: str | None,
-                       budget: int | None, sampler: Any) -> tuple[OptunaSearcher, Any]:
+                       budget: int | None, sampler: optuna.samplers.BaseSampler) -> tuple[OptunaSearcher, optuna.Study]:
     """The searcher over `space` and its (loaded or created) study in `storage_url`.
 
     `multi_objective` is None, or the second objective (`params_non_embedding` or

@@ -8,7 +8,7 @@ import argparse
 import json
 from collections import Counter
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import pandas as pd
 
@@ -90,7 +90,7 @@ def _machines(trials: pd.DataFrame) -> list[dict]:
     sweep spanning machines compares losses that differ by float order, not by shape alone.
     Rows written before the columns existed count as one machine of nulls, last of its count."""
     def clean(name: str, value: object) -> object:
-        return None if pd.isna(value) else int(value) if name == "torch_threads" else str(value)
+        return None if pd.isna(value) else int(cast(float, value)) if name == "torch_threads" else str(value)
 
     rows = trials.reindex(columns=list(MACHINE_FIELDS)).itertuples(index=False, name=None)
     counts = Counter(tuple(clean(n, v) for n, v in zip(MACHINE_FIELDS, row, strict=True)) for row in rows)
@@ -136,8 +136,8 @@ def _with_cooldowns(args: argparse.Namespace, store: ResultsStore, trials: pd.Da
         cooled = cooled_rank_fidelity(trials, curves, args.metric)
         out["rank_fidelity_cooled"] = _fidelity_points(cooled)
         out["rank_fidelity_cooled_stable_fraction"] = stable_fraction(cooled) if len(cooled) else None
-    decisions = store.read_json(args.name, DECISIONS_FILE, list, _decisions_problem) or []
-    if decisions:
+    decisions = store.read_json(args.name, DECISIONS_FILE, list, _decisions_problem)
+    if isinstance(decisions, list) and decisions:
         out["asha_stopped"] = [d for d in decisions if d["stop"]]
     return out
 

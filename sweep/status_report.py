@@ -139,9 +139,9 @@ def _print_candidates(args: argparse.Namespace, document: dict, console: Console
              for c in document["candidates"] if c["missing"]]
     if short:
         console.print("missing seeds:", *short, sep="\n", highlight=False, markup=False)
-    for line in (adjustment_line(document), exploratory_line(document)):
-        if line:
-            console.print(line, highlight=False, markup=False)  # wrapped at the width, between words
+    for note in (adjustment_line(document), exploratory_line(document)):
+        if note:
+            console.print(note, highlight=False, markup=False)  # wrapped at the width, between words
     if eval_noise_line(document):
         console.print(eval_noise_line(document), soft_wrap=True)
     console.print(fidelity_line(document), soft_wrap=True)

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 from dataclasses import dataclass
 
 from shapesweep.common import DEFAULT_ROOT, UserError
@@ -36,12 +35,11 @@ def catalog(args: argparse.Namespace):
 def read_catalog(args: argparse.Namespace):
     """The catalog for a reader: None where the default one does not exist yet (a reader
     never creates a folder or a database)."""
-    from shapesweep.results.store import local_folder
+    from shapesweep.results.parquet_store import ParquetStore
 
     if args.storage is None:
         check_store_answers(args.root)
-        folder = local_folder(args.root)
-        if folder is None or not os.path.isfile(os.path.join(folder, "shapesweep.db")):
+        if not ParquetStore(args.root).has_own_catalog():
             return None
     return catalog(args)
 

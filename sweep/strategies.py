@@ -17,9 +17,15 @@ Adding a strategy is one class here and one line in `STRATEGIES`.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from shapesweep.common import UserError
+
+if TYPE_CHECKING:  # types only: this module is imported for --help, the space's YAML reader is not
+    import optuna
+
+    from shapesweep.search_spaces.space import SearchSpace
+    from shapesweep.sweep.sweep_options import SweepOptions
 
 # --sampler NAME -> (its class in optuna.samplers, whether it trades two objectives)
 SAMPLERS = {
@@ -75,7 +81,7 @@ class SearchStrategy:
     candidates: list | None = None  # planned up front (grid), else None
     notices: list[str]
 
-    def __init__(self, options: Any, space: Any):
+    def __init__(self, options: SweepOptions, space: SearchSpace):
         self.options, self.space, self.notices = options, space, []
 
     def settings(self) -> dict[str, Any]:
@@ -90,7 +96,7 @@ class GridStrategy(SearchStrategy):
 
     name = "grid"
 
-    def __init__(self, options: Any, space: Any):
+    def __init__(self, options: SweepOptions, space: SearchSpace):
         from shapesweep.search_spaces.solver import plan
         from shapesweep.search_spaces.space import check_disjoint_seeds
 
@@ -114,15 +120,15 @@ class GridStrategy(SearchStrategy):
         if self.space.choice_seeds:  # the chosen value's measure trials wait for its choice trials
             from shapesweep.sweep.choice import choice_plan
 
-            searcher, total, launches = choice_plan(self.space, self.candidates, context)
+            searcher, total, launches = choice_plan(self.space, self.candidates or [], context)
             return TrialPlan({}, max(launches, 1), searcher, total, launches)
-        specs, total = grid_specs(self.space, self.candidates, context.seeds, context.data,
+        specs, total = grid_specs(self.space, self.candidates or [], context.seeds, context.data,
                                   context.skip)
         variants = GridVariants(max_concurrent=self.options.max_concurrent or 0)
         return TrialPlan({"spec": tune.grid_search(specs)}, 1, variants, total, len(specs), specs)
 
 
-def tuning_lines(space: Any, seeds: list[int]) -> list[str]:
+def tuning_lines(space: SearchSpace, seeds: list[int]) -> list[str]:
     """Which seeds choose the tuned values and which measure them, or the warning that the
     same seeds do both."""
     if not space.tune:
@@ -144,7 +150,7 @@ class OptunaStrategy(SearchStrategy):
 
     name = "optuna"
 
-    def __init__(self, options: Any, space: Any):
+    def __init__(self, options: SweepOptions, space: SearchSpace):
         from shapesweep.sweep.search import OBJECTIVES
 
         super().__init__(options, space)
@@ -195,18 +201,19 @@ class OptunaStrategy(SearchStrategy):
             raise damaged_study(context.name, context.storage_url, error) from None
         return TrialPlan({}, left, searcher, options.num_samples, max(left, 0))
 
-    def _reconcile(self, study: Any, context: PlanContext) -> set[str]:
+    def _reconcile(self, study: optuna.Study, context: PlanContext) -> set[str]:
         """Close the trials a killed driver left RUNNING with what the results store holds;
         returns the trial ids it holds (a trial whose results were quarantined is not held)."""
-        from shapesweep.results.store import load_trials, quarantined_trials
+        from shapesweep.results.parquet_store import ParquetStore  # pyarrow: not for --help
         from shapesweep.sweep.search import reconcile_study
 
         second = self.options.multi_objective
-        lost = quarantined_trials(context.root, context.name)
+        store = ParquetStore(context.root)
+        lost = store.quarantined_trials(context.name)
         finished = {
             row.trial_id: {"status": row.status,
                            "values": [row.val_loss] + ([getattr(row, second)] if second else [])}
-            for row in load_trials(context.root, [context.name]).itertuples()
+            for row in store.load_trials([context.name]).itertuples()
             if row.trial_id not in lost
         }
         reconcile_study(study, finished)
@@ -216,7 +223,7 @@ class OptunaStrategy(SearchStrategy):
 STRATEGIES: dict[str, type[SearchStrategy]] = {s.name: s for s in (GridStrategy, OptunaStrategy)}
 
 
-def strategy_for(options: Any, space: Any) -> SearchStrategy:
+def strategy_for(options: SweepOptions, space: SearchSpace) -> SearchStrategy:
     """The strategy `options.search` names, checked against the options and the space."""
     if options.search not in STRATEGIES:
         raise UserError(f"unknown search {options.search!r} ({' or '.join(STRATEGIES)})",

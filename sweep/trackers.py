@@ -23,12 +23,18 @@ import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+
+from ray.tune import Callback
+from ray.tune.experiment import Trial
+from ray.tune.result import TIMESTEPS_TOTAL, TRAINING_ITERATION
 
 from shapesweep.common import UserError, environment
+from shapesweep.results.rows import CURVE_FIELDS
+from shapesweep.search_spaces.solver import SHAPE_COLUMNS
 from shapesweep.sweep import ray_compat
+from shapesweep.sweep.trainable import FINAL_FLAG
 
-Ended = Callable[[Any], str]  # a trial that did not fail -> completed / stopped_early
+Ended = Callable[[Trial], str]  # a trial that did not fail -> completed / stopped_early
 STATUS_TAG = "status"  # completed / stopped_early / failed, as the trial's row says
 MLFLOW_CHECK_ENV = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "10"}
 
@@ -38,20 +44,18 @@ class Tracker:
     module: str  # what must be importable
     extra: str  # the pip extra that installs it
     # (sweep name, sweep folder, how a trial that did not fail ended) -> Tune callback
-    make: Callable[[str, str, Ended], Any]
+    make: Callable[[str, str, Ended], Callback]
     check: Callable[[], None] = lambda: None  # refuses its settings (UserError) before any work
 
 
-def trial_status(ended: Ended, trial: Any, failed: bool) -> str:
+def trial_status(ended: Ended, trial: Trial, failed: bool) -> str:
     """How the trial ended, as its row says: `ended` (the driver's own rule,
     `shapesweep.sweep.runner.ended_as`) tells completed from stopped_early."""
     return "failed" if failed else ended(trial)
 
 
-def trial_tags(sweep: str, trial: Any) -> dict[str, str]:
+def trial_tags(sweep: str, trial: Trial) -> dict[str, str]:
     """Sweep, family, ids and every shape field of the trial's candidate, as strings."""
-    from shapesweep.search_spaces.solver import SHAPE_COLUMNS
-
     spec = trial.config["spec"]
     row = spec["row"]
     shape = {name: row[name] for name in SHAPE_COLUMNS if row.get(name) is not None}
@@ -64,10 +68,7 @@ def trial_tags(sweep: str, trial: Any) -> dict[str, str]:
 def curve_step(result: dict) -> dict:
     """The result a tracker logs: stepped by tokens, without the trial's config (the tracker
     keeps that as params); a final summary without curve fields."""
-    from ray.tune.result import TIMESTEPS_TOTAL, TRAINING_ITERATION
 
-    from shapesweep.results.rows import CURVE_FIELDS
-    from shapesweep.sweep.trainable import FINAL_FLAG
 
     step = result.get("tokens") or result[TRAINING_ITERATION]
     drop = {"config", *CURVE_FIELDS} if result.get(FINAL_FLAG) else {"config"}
@@ -195,7 +196,7 @@ def check_trackers(names: list[str]) -> None:
         TRACKERS[name].check()
 
 
-def tracker_callbacks(names: list[str], sweep: str, folder: str, ended: Ended) -> list[Any]:
+def tracker_callbacks(names: list[str], sweep: str, folder: str, ended: Ended) -> list[Callback]:
     """One Tune logger callback per `--log-to` target (each named once); `ended` tells how a
     trial that did not fail ended (the driver's rule, passed in: trackers never import it)."""
     return [TRACKERS[name].make(sweep, folder, ended) for name in dict.fromkeys(names)]

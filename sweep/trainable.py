@@ -20,10 +20,19 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shutil
+import socket
+import tempfile
 from collections.abc import Callable
 from dataclasses import replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from shapesweep.common import UserError, pid_alive
+from shapesweep.search_spaces.configs import TrainConfig, make_config
+from shapesweep.sweep.checkpoints import latest, say_fallback
+from shapesweep.sweep.ray_compat import without_placement_group_cleaner
 from shapesweep.trainers.spec import TrainerOptions, TrialSpec
 
 if TYPE_CHECKING:  # torch's: imported where a trial trains, never by the sweep's driver
@@ -40,7 +49,7 @@ PARALLEL_FIELD = "parallel"  # ... and how they share the model (ddp or fsdp)
 RESULT_FIELD = "result_json"  # `train_on_workers`: rank 0's TrainResult, as JSON text
 
 
-def trial_result_fields(result: Any) -> dict[str, Any]:
+def trial_result_fields(result: TrainResult) -> dict[str, Any]:
     """The scalar fields of a `TrainResult` worth reporting (the curve travels separately),
     and its analysis rows as one JSON text when it has any."""
     fields = result.to_dict()
@@ -113,14 +122,11 @@ def _retried(tags: dict[str, Any]) -> Callable[[Fitted], None]:
     return retried
 
 
-def trial_folder() -> Any:
+def trial_folder() -> tempfile.TemporaryDirectory[str]:
     """A private temporary folder for a trial's checkpoints, named for this host and process,
     once the folders of this host's processes that died (a killed worker, driver or machine)
     are removed: a killed trial cannot clean up after itself, and its checkpoint copies (up
     to GBs) would pile up in the temporary folder over a long study."""
-    import socket
-    import tempfile
-
     owner = f"{TRIAL_FOLDER_PREFIX}{socket.gethostname()}-"
     remove_orphans(owner)
     return tempfile.TemporaryDirectory(prefix=f"{owner}{os.getpid()}-")
@@ -128,12 +134,7 @@ def trial_folder() -> Any:
 
 def remove_orphans(owner: str) -> list[str]:
     """Remove the temporary folders named `owner`PID-... whose process is gone; return them."""
-    import re
-    import shutil
-    import tempfile
-    from pathlib import Path
 
-    from shapesweep.common import pid_alive
 
     removed = []
     for folder in Path(tempfile.gettempdir()).glob(f"{owner}*-*"):
@@ -153,8 +154,6 @@ def cpu_threads(resources: dict[str, float] | None) -> int:
 
 def _configs(spec: dict[str, Any]) -> tuple:
     """(model config, TrainConfig) of the trial's candidate document."""
-    from shapesweep.search_spaces.configs import TrainConfig, make_config
-
     document = spec["document"]
     return (make_config(document["model"] | {"family": document["family"]}),
             TrainConfig(**document["train"]))
@@ -189,10 +188,6 @@ def _restore(folder: str, trial_id: str, earlier: str | None, this_run: str,
     `earlier` (the sweep's Ray folder), and its evaluations so far are reported again for
     this run's driver (and ASHA) to see. A damaged checkpoint (Tune's, or one found there) is
     passed over for the newest intact one, in one log line (`checkpoints.latest`)."""
-    import shutil
-    from pathlib import Path
-
-    from shapesweep.sweep.checkpoints import latest, say_fallback
     from shapesweep.trainers import checkpoint
 
     passed = None
@@ -219,8 +214,6 @@ def _run_data_parallel(config: dict[str, Any], trial: TrialSpec, checkpoints: st
     """One trial as a Ray Train `TorchTrainer` (DDP or FSDP; gloo on CPU, nccl on GPU) whose rank 0
     reports reach Tune (`TuneReportCallback`); its checkpoints land where a one-worker
     trial's do (RAY/RUN/TRIAL_ID/checkpoint_*), so retries, `resume` and cleanup are shared."""
-    from pathlib import Path
-
     from ray import train as ray_train
     from ray import tune
     from ray.tune.integration.ray_train import TuneReportCallback
@@ -244,7 +237,6 @@ def _torch_trainer(worker: Any, loop_config: dict[str, Any], workers: int,
     from ray import train as ray_train
     from ray.train.torch import TorchConfig, TorchTrainer
 
-    from shapesweep.sweep.ray_compat import without_placement_group_cleaner
 
     gpus = resources.get("gpu", 0.0)
     per_worker = {"CPU": resources.get("cpu", 1.0)} | ({"GPU": gpus} if gpus else {})
@@ -294,9 +286,6 @@ def train_on_workers(trial: TrialSpec, workers: int, resources: dict[str, float]
     process is connected to, outside any sweep (`shapesweep train --workers N`): the same
     workers as a data-parallel trial's (its paths absolute: workers run elsewhere). Returns
     rank 0's `TrainResult`; a worker's UserError is raised here as itself."""
-    import shutil
-    import tempfile
-
     from ray import train as ray_train
 
     from shapesweep.trainers.loop import TrainResult
@@ -322,8 +311,6 @@ def _train_worker(loop_config: dict[str, Any]) -> None:
     """One Ray Train worker of `train_on_workers`: the trial on its rank, its result reported.
     Ray Train hands the driver only metrics that came with a checkpoint, so rank 0's come
     with one (an empty folder: the loop's own checkpoints are in --checkpoint-dir)."""
-    import tempfile
-
     from ray import train as ray_train
     from ray.train.torch import get_device
 
@@ -342,8 +329,6 @@ def _train_worker(loop_config: dict[str, Any]) -> None:
 def _user_error(error: Exception) -> Exception | None:
     """The UserError a worker raised (bad input found where the data is read), if that is
     why Ray Train failed: the CLI then says it in one line."""
-    from shapesweep.common import UserError
-
     for failure in getattr(error, "worker_failures", {}).values():
         while failure is not None:
             if isinstance(failure, UserError):

@@ -30,7 +30,8 @@ from shapesweep.trainers.spec import TrainerOptions
 
 def record_decisions(scheduler: PairedASHA, store: ResultsStore, name: str) -> None:
     """Keep the noise-aware ASHA's decisions beside the results, an earlier run's first."""
-    scheduler.decisions = store.read_json(name, DECISIONS_FILE, list) or []
+    saved = store.read_json(name, DECISIONS_FILE, list)
+    scheduler.decisions = saved if isinstance(saved, list) else []
     scheduler.on_decision = lambda decisions: store.write_file(
         name, DECISIONS_FILE, json.dumps(decisions, indent=1))
 

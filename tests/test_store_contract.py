@@ -212,3 +212,17 @@ def test_a_parquet_store_pickles_without_its_open_catalog(tmp_path):
     assert "catalog" not in copy.__dict__
     pd.testing.assert_frame_equal(copy.load_trials(["s"]), store.load_trials(["s"]))
     assert copy.lease("s").token == "mine"
+
+
+def test_parquet_paths_that_are_not_results_live_in_a_local_root_only(tmp_path):
+    """Ray's trial logs and the demo's report go beside the results on a local root; an
+    object store has no such folder (the callers then choose one of this machine)."""
+    local = ParquetStore(tmp_path / "root")
+    assert local.local_path("demo-report.html") == str(tmp_path / "root" / "demo-report.html")
+    assert local.scratch_folder("s", "_ray") == local.local_path("s", "_ray")
+    assert not local.has_own_catalog()
+    local.take_lease("s", "mine")
+    assert local.has_own_catalog()  # the lease opened (created) ROOT/shapesweep.db
+    remote = ParquetStore("s3://bucket/root?region=us-east-1&endpoint_override=127.0.0.1:9")  # asks nothing
+    assert remote.local_path("x") is None and remote.scratch_folder("s", "_ray") is None
+    assert not remote.has_own_catalog()
