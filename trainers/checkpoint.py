@@ -25,6 +25,10 @@ from typing import Any
 import torch
 
 from shapesweep.common import UserError
+from shapesweep.search_spaces.accounting import account
+from shapesweep.search_spaces.candidate_file import load_candidate
+from shapesweep.search_spaces.solver import Candidate, candidate_document
+from shapesweep.trainers.models import build_model
 
 FILENAME = "checkpoint.pt"
 WEIGHTS, CONFIG = "model.safetensors", "config.yaml"
@@ -104,8 +108,6 @@ def save_model(directory: str | Path, weights: dict[str, torch.Tensor], model_co
     import yaml
     from safetensors.torch import save_file
 
-    from shapesweep.search_spaces.accounting import account
-    from shapesweep.search_spaces.solver import Candidate, candidate_document
 
     folder = Path(directory)
     folder.mkdir(parents=True, exist_ok=True)
@@ -122,8 +124,6 @@ def load_model(directory: str | Path):
     from safetensors import SafetensorError
     from safetensors.torch import load_file
 
-    from shapesweep.search_spaces.candidate_file import load_candidate
-    from shapesweep.trainers.models import build_model
 
     folder = Path(directory)
     if not folder.is_dir():

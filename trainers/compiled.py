@@ -49,6 +49,7 @@ import torch
 from torch._dynamo.utils import compilation_time_metrics, counters
 
 from shapesweep.trainers.compile_policy import layer_signatures, runs
+from shapesweep.trainers.data import cache_dir
 
 Mode = Literal["default", "reduce-overhead"]
 # dynamo's timers of the forward compile (trace + Inductor) and of each lazily compiled backward
@@ -59,7 +60,6 @@ def compile_cache() -> str:
     """Point Inductor's cache (Triton's follows it) at one folder under `cache_dir()` shared by
     every trial of every sweep on this machine, so a repeated shape reuses compiled kernels
     instead of compiling again. An explicit TORCHINDUCTOR_CACHE_DIR wins."""
-    from shapesweep.trainers.data import cache_dir
 
     return os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache_dir() / "inductor"))
 

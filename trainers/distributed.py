@@ -13,6 +13,7 @@ from collections.abc import Callable
 import torch
 import torch.distributed as dist
 
+from shapesweep.trainers.moe import MoEFFN
 from shapesweep.trainers.parallel import check_split
 
 
@@ -28,7 +29,6 @@ def data_parallel(model: torch.nn.Module, per_step: int, dev) -> torch.nn.Module
     are averaged, so the step is the one-process step."""
     from torch.nn.parallel import DistributedDataParallel
 
-    from shapesweep.trainers.moe import MoEFFN
 
     check_split(per_step, process_group()[1])
     wrapped = DistributedDataParallel(

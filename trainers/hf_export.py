@@ -64,6 +64,8 @@ import torch
 from shapesweep import common
 from shapesweep.common import UserError
 from shapesweep.families.base import of
+from shapesweep.trainers.models import build_model
+from shapesweep.trainers.mup import configure
 
 EXTRA = "pip install 'shapesweep[hf]'"
 HIDDEN_ACT = {"swiglu": "silu", "geglu": "gelu"}  # gate activation of the gated FFN (ffn._ACT)
@@ -105,8 +107,6 @@ def _unsupported(model_config, train) -> str | None:
 def _reference(model_config, train=None):
     """The shapesweep model on the meta device: its conventions, no memory; with `train`,
     initialised by its recipe too, so it holds the multipliers (muP's) training used."""
-    from shapesweep.trainers.models import build_model
-    from shapesweep.trainers.mup import configure
 
     with torch.device("meta"):
         model = build_model(model_config)

@@ -37,7 +37,9 @@ from dataclasses import asdict, dataclass
 from shapesweep.common import UserError
 from shapesweep.families.base import of
 from shapesweep.search_spaces.accounting import account
+from shapesweep.search_spaces.cadence import token_budget
 from shapesweep.search_spaces.configs import config_key
+from shapesweep.trainers.compile_policy import decide
 from shapesweep.trainers.recipe import TrainConfig
 
 FP32, BF16 = 4, 2
@@ -96,8 +98,6 @@ class Precision:
         """The loop's choices: bf16 autocast under `auto` on CUDA only (`loop.autocast_dtype`),
         and whether the step compiles (`compile_policy.decide`: `compile: auto` weighs the
         trial's length, so it needs `config`; without it `auto` counts as eager, the larger)."""
-        from shapesweep.search_spaces.cadence import token_budget
-        from shapesweep.trainers.compile_policy import decide
 
         bf16 = train.autocast == "bfloat16" or (train.autocast == "auto" and device_type == "cuda")
         if train.compile == "auto" and config is not None and (train.steps or train.tokens):
