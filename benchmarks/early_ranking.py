@@ -35,11 +35,11 @@ import pandas as pd
 
 from shapesweep.results.multiplicity import adjusted_p, interval_confidence, paired_p
 from shapesweep.results.stats import (
-    _resolved_pairs,
-    _verdicts_of_p,
     canonical_tuned_column,
     cooled_column,
     paired_rows,
+    resolved_pair_indices,
+    verdict_words_of_p,
 )
 from shapesweep.results.store import load_curves, load_trials
 from shapesweep.sweep.scheduling import CONFIDENCE, rung_cut
@@ -86,7 +86,7 @@ def against_winner(fifo: pd.DataFrame) -> pd.DataFrame:
     out = pd.DataFrame({"candidate": others.index, "mean": means.drop(index=winner).to_numpy(),
                         "diff": mean, "ci_low": low, "ci_high": high, "p": p, "p_holm": p_adj,
                         "ci_low_holm": adj_low, "ci_high_holm": adj_high,
-                        "verdict": _verdicts_of_p(n, mean, p_adj, METRIC)})
+                        "verdict": verdict_words_of_p(n, mean, p_adj, METRIC)})
     head = pd.DataFrame([{"candidate": winner, "mean": means[winner], "verdict": "FIFO's winner"}])
     return pd.concat([head, out], ignore_index=True)
 
@@ -94,7 +94,7 @@ def against_winner(fifo: pd.DataFrame) -> pd.DataFrame:
 def resolved_pairs(fifo: pd.DataFrame) -> list[tuple[str, str]]:
     """The pairs (better, worse) whose paired 95% interval of FIFO's final losses excludes 0."""
     names = list(fifo.index)
-    first, second, sign = _resolved_pairs(fifo.to_numpy(float))
+    first, second, sign = resolved_pair_indices(fifo.to_numpy(float))
     return [(names[i], names[j]) if s < 0 else (names[j], names[i])
             for i, j, s in zip(first.tolist(), second.tolist(), sign.tolist(), strict=True)]
 

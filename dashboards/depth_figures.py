@@ -10,7 +10,7 @@ from shapesweep.dashboards.figure_parts import (
     TOP_LEGEND,
     Bar,
     Scatter,
-    _series_name,
+    series_name,
 )
 from shapesweep.dashboards.frames import (
     BASELINE,
@@ -58,7 +58,7 @@ def width_profile_figure(trials: pd.DataFrame, top: int = 10) -> Figure | None:
         if base.empty:
             continue
         row = base.nsmallest(1, "mean").iloc[0]
-        name = _series_name([f"constant width {int(row['d_model'])} (this sweep's) · "
+        name = series_name([f"constant width {int(row['d_model'])} (this sweep's) · "
                              f"{human(row['flops_per_token'])} FLOPs/tok · loss {row['mean']:.3f}"], n_sweeps, sweep)
         fig.add_trace(Scatter(
             x=[1, int(row["n_layers"])], y=[row["d_model"]] * 2, mode="lines",
@@ -104,7 +104,7 @@ def _by_depth(trials: pd.DataFrame, data: pd.DataFrame, means: pd.DataFrame,
     n_sweeps = means["sweep"].nunique()
     for i, (point, group) in enumerate(data.groupby("point", sort=False)):
         row = rows.loc[point]
-        name = _series_name([candidate_label(row)], n_sweeps, row["sweep"])
+        name = series_name([candidate_label(row)], n_sweeps, row["sweep"])
         c, dash = color("", i), "dash" if constant_width(row) else "solid"
         for panel, (column, _, threshold) in enumerate(panels):
             points = (group.drop_duplicates("layer") if threshold is None

@@ -48,11 +48,11 @@ LM_X_AXES = [x for x in X_AXES if x != "params_incl_frozen"]  # an LM freezes no
 MANY_POINTS = 4000  # above this, WebGL traces keep the browser responsive
 
 
-def _scatter(n_points: int):
+def scatter_class(n_points: int):
     return Scattergl if n_points > MANY_POINTS else Scatter
 
 
-def _series_name(parts: list, sweeps: int, sweep: str) -> str:
+def series_name(parts: list, sweeps: int, sweep: str) -> str:
     name = " ".join(esc(p) for p in parts)
     return f"{name} · {esc(sweep)}" if sweeps > 1 else name
 
@@ -84,7 +84,7 @@ def pareto_points(trials: pd.DataFrame, metric: str = "val_loss") -> tuple[pd.Da
     return chosen_and_others(trials, metric, extra=tuple(c for c in SEED_COSTS if c in trials))
 
 
-def _spread_text(frame: pd.DataFrame) -> list[str]:
+def spread_text(frame: pd.DataFrame) -> list[str]:
     """Hover text after the mean: ± the std over seeds, or that there was one seed."""
     return [f" ± {std:.2g} (n={int(n)})" if n > 1 else " (1 seed)"
             for std, n in zip(frame["std"], frame["n"], strict=True)]
@@ -93,7 +93,7 @@ def _spread_text(frame: pd.DataFrame) -> list[str]:
 SERIES_FIELDS = ("k", "shape", "activation", "n_experts")  # discrete shape fields: a series each
 
 
-def _plain(value) -> str:
+def plain_value(value) -> str:
     """A shape field's value as a legend writes it: 2, not 2.0."""
     return f"{value:g}" if isinstance(value, float) else str(value)
 
@@ -108,9 +108,9 @@ def _trainable(frame: pd.DataFrame) -> list[str]:
             for counted, trainable in zip(frame["params_incl_frozen"], frame["params_total"], strict=True)]
 
 
-def _hover_extra(frame: pd.DataFrame, counted: bool) -> list[str]:
+def hover_extra(frame: pd.DataFrame, counted: bool) -> list[str]:
     """Hover text after the mean: its spread, and (hourglass-mlp) the parameters with W_in."""
-    spread = _spread_text(frame)
+    spread = spread_text(frame)
     return [s + f"<br>{p}" for s, p in zip(spread, _trainable(frame), strict=True)] if counted else spread
 
 
@@ -120,7 +120,7 @@ def error_bars(frame: pd.DataFrame, c: str | None = None) -> dict:
                 thickness=1, **({"color": c} if c else {}))
 
 
-def _other_tuned_trace(fig: Figure, others: pd.DataFrame, x: str) -> None:
+def other_tuned_trace(fig: Figure, others: pd.DataFrame, x: str) -> None:
     """The tuned values candidates did not choose (`chosen_and_others`), greyed behind the chosen points."""
     others = others[others[x].notna()] if x in others else others.iloc[0:0]
     if others.empty:
@@ -128,12 +128,12 @@ def _other_tuned_trace(fig: Figure, others: pd.DataFrame, x: str) -> None:
     fig.add_trace(Scatter(
         x=others[x], y=others["mean"], mode="markers", name="other tuned values (not chosen)",
         marker=dict(color=OTHER_TUNED_COLOR, size=6, symbol="circle-open"),
-        error_y=error_bars(others, OTHER_TUNED_COLOR), customdata=point_data(others), text=_spread_text(others),
+        error_y=error_bars(others, OTHER_TUNED_COLOR), customdata=point_data(others), text=spread_text(others),
         hovertemplate="not chosen: %{customdata[1]}<br>%{y:.4g}%{text}<extra></extra>",
         meta={"rows": True, "other_tuned": True}))
 
 
-def _stopped_trace(fig: Figure, trials: pd.DataFrame, x: str, metric: str = "val_loss") -> None:
+def stopped_trace(fig: Figure, trials: pd.DataFrame, x: str, metric: str = "val_loss") -> None:
     """Trials ASHA stopped, at their loss when stopped (✕, grey): a shape the scheduler cut
     short stays visible, never silently missing from the curve."""
     stopped = trials[(trials["status"] == "stopped_early") & trials[metric].notna()] if x in trials else trials.iloc[0:0]
@@ -159,13 +159,13 @@ OTHER_BASELINE_SHADES = ["#c08fdc", "#46225c", "#9c6bb8"]
 BASELINE_DASHES = ["dash", "dot", "dashdot", "longdash"]
 
 
-def _baseline_traces(fig: Figure, trials: pd.DataFrame, x: str, x_span: tuple[float, float],
+def baseline_traces(fig: Figure, trials: pd.DataFrame, x: str, x_span: tuple[float, float],
                      n_sweeps: int, sweeps, own_x: bool = False) -> None:
     """The conventional baseline of `sweeps` dashed: along x when it varies; else a horizontal
     line over `x_span`, or (`own_x`) its points at their own x."""
     base = seed_means(trials[(trials["family"] == BASELINE) & trials["sweep"].isin(sweeps)], "val_loss")
     for j, (sweep, group) in enumerate(base.groupby("sweep")):
-        group = _best_per_bin(group, x)[0]
+        group = best_per_bin(group, x)[0]
         c = color(BASELINE) if j == 0 else OTHER_BASELINE_SHADES[(j - 1) % len(OTHER_BASELINE_SHADES)]
         dash = BASELINE_DASHES[j % len(BASELINE_DASHES)]
         varies = group[x].nunique() >= 3
@@ -176,14 +176,14 @@ def _baseline_traces(fig: Figure, trials: pd.DataFrame, x: str, x_span: tuple[fl
         fig.add_trace(Scatter(
             x=xs, y=ys, mode="lines+markers" if points else "lines",
             line=dict(color=c, dash=dash, width=2), marker=dict(symbol="diamond", size=10, color=c),
-            name=_series_name([label], n_sweeps, sweep),
+            name=series_name([label], n_sweeps, sweep),
             error_y=error_bars(group) if points else None,
             customdata=point_data(group) if points else None,
             hovertemplate="%{customdata[1]}<br>%{y:.4g}<extra></extra>" if points else "baseline %{y:.4g}<extra></extra>",
             meta={"sweep": sweep, "family": BASELINE}))
 
 
-def _best_per_bin(group: pd.DataFrame, x: str, bins: int = 10) -> tuple[pd.DataFrame, pd.DataFrame]:
+def best_per_bin(group: pd.DataFrame, x: str, bins: int = 10) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(line, rest): every point when x takes few values; else the best point per log-x bin,
     so a random search's cloud still reads as a curve (the rest is drawn faint)."""
     if group[x].nunique() <= 12:

@@ -31,15 +31,15 @@ from shapesweep.dashboards.figure_parts import (
     TOP_LEGEND,
     X_AXES,
     Scatter,
-    _hover_extra,
-    _other_tuned_trace,
-    _scatter,
-    _series_name,
-    _stopped_trace,
     error_bars,
+    hover_extra,
     metric_for,
+    other_tuned_trace,
     pareto_front,
     pareto_points,
+    scatter_class,
+    series_name,
+    stopped_trace,
     with_input_projection,
 )
 from shapesweep.dashboards.frames import (
@@ -59,7 +59,7 @@ from shapesweep.dashboards.frames import (
 from shapesweep.dashboards.scaling import scaling_figure
 from shapesweep.dashboards.shape_figures import (
     PARAM_AXES,
-    _axis_builders,
+    axis_builders,
     axis_figure,
     iso_budget,
     ratio_figure,
@@ -84,19 +84,19 @@ def pareto_figure(trials: pd.DataFrame, x: str = "params_non_embedding", metric:
     if len(means) < 2 or (x in PARAM_AXES and iso_budget(means)):
         return None  # one point is no frontier; at one budget the x-range is rounding noise
     fig, n_sweeps, lower = Figure(), means["sweep"].nunique(), LOWER_IS_BETTER[metric]
-    _other_tuned_trace(fig, others[others[x].notna() & (others[x] > 0)] if x in others else others, x)
-    _stopped_trace(fig, trials, x, metric)
-    trace = _scatter(len(means))
+    other_tuned_trace(fig, others[others[x].notna() & (others[x] > 0)] if x in others else others, x)
+    stopped_trace(fig, trials, x, metric)
+    trace = scatter_class(len(means))
     sweeps_per_design = means.groupby("design")["sweep"].nunique()
     counted = x == "params_incl_frozen"  # say what the trainable part is, beside the counted one
     for i, ((sweep, series), group) in enumerate(means.groupby(["sweep", "design"], sort=True)):
-        name = _series_name([series], n_sweeps, sweep)
+        name = series_name([series], n_sweeps, sweep)
         # A design's own colour, unless it is in several sweeps: then each gets one of its own.
         c = color(series if sweeps_per_design[series] == 1 else "", i)
         fig.add_trace(trace(
             x=group[x], y=group["mean"], mode="markers", name=name, legendgroup=name, showlegend=False,
             marker=dict(color=c, size=7, opacity=0.55),
-            error_y=error_bars(group, c), text=_hover_extra(group, counted),
+            error_y=error_bars(group, c), text=hover_extra(group, counted),
             customdata=point_data(group), hovertemplate="%{customdata[1]}<br>%{y:.4g}%{text}<extra></extra>",
             meta={"rows": True}))
         front = group.iloc[pareto_front(group[x].to_numpy(float), group["mean"].to_numpy(float), lower)]
@@ -152,7 +152,7 @@ def learning_curves_figure(trials: pd.DataFrame, curves: pd.DataFrame) -> Figure
     reasons = dict(zip(zip(unfinished["sweep"], unfinished["trial_id"], strict=True), unfinished["reason"],
                        strict=True))
     fig, n_sweeps = Figure(), data["sweep"].nunique()
-    trace = _scatter(len(data))
+    trace = scatter_class(len(data))
     keys = [*series, "tuned", "status"] if per_candidate else [*series, "status"]
     for parts, group in data.groupby(keys, sort=True):
         *which, tuned, status = parts if per_candidate else (*parts[:-1], "", parts[-1])
@@ -170,9 +170,9 @@ def learning_curves_figure(trials: pd.DataFrame, curves: pd.DataFrame) -> Figure
                 f"· {count} curve{'s' if count > 1 else ''}"]
         several = per_candidate and values[tuple(which)] > 1
         group_name = "/".join(map(str, which))  # the candidate's (or design's) own: labels may repeat
-        name = " ".join([tuned, *what]) if several else _series_name([p for p in (head, tuned, *what) if p],
+        name = " ".join([tuned, *what]) if several else series_name([p for p in (head, tuned, *what) if p],
                                                                       n_sweeps, sweep)
-        titled = dict(legendgrouptitle=dict(text=_series_name([head], n_sweeps, sweep))) if several else {}
+        titled = dict(legendgrouptitle=dict(text=series_name([head], n_sweeps, sweep))) if several else {}
         fig.add_trace(trace(
             x=joined["tokens"], y=joined[metric], mode="lines", name=name, legendgroup=group_name, **titled,
             line=dict(color=c, dash=dash, width=1.6), opacity=opacity, connectgaps=False,
@@ -192,7 +192,7 @@ def learning_curves_figure(trials: pd.DataFrame, curves: pd.DataFrame) -> Figure
 
 def _labels(frame: pd.DataFrame, n_sweeps: int) -> list[str]:
     """One distinct x label per candidate: its name (sweep and key when needed)."""
-    labels = [_series_name([candidate_label(row)], n_sweeps, row["sweep"]) for row in frame.to_dict("records")]
+    labels = [series_name([candidate_label(row)], n_sweeps, row["sweep"]) for row in frame.to_dict("records")]
     seen = pd.Series(labels).duplicated(keep=False).to_numpy()
     return [f"{label} #{key[:6]}" if twin else label
             for label, key, twin in zip(labels, frame["key"], seen, strict=True)]
@@ -305,7 +305,7 @@ def applicable_figures(trials: pd.DataFrame, curves: pd.DataFrame, layers: pd.Da
     lm_points = functools.cache(lambda: pareto_points(lm))
     vision_points = functools.cache(lambda: pareto_points(vision, vision_metric))
     pareto = [(f"pareto-lm-{x}", lambda x=x: pareto_figure(lm, x, "val_loss", lm_points())) for x in LM_X_AXES]
-    builders = pareto[:1] + _axis_builders(lm, lm_points) + [
+    builders = pareto[:1] + axis_builders(lm, lm_points) + [
         ("vs-baseline-lm", lambda: baseline_figure(lm, "val_loss", compared)),
         ("rank-fidelity-lm", lambda: rank_fidelity_figure(lm, curves, "val_loss")),
         ("scaling", lambda: scaling_figure(lm, lm_points())),

@@ -13,14 +13,14 @@ import pandas as pd
 from shapesweep.dashboards.figure_parts import (
     SERIES_FIELDS,
     Scatter,
-    _baseline_traces,
-    _best_per_bin,
-    _other_tuned_trace,
-    _plain,
-    _series_name,
-    _spread_text,
-    _stopped_trace,
+    baseline_traces,
+    best_per_bin,
     error_bars,
+    other_tuned_trace,
+    plain_value,
+    series_name,
+    spread_text,
+    stopped_trace,
 )
 from shapesweep.dashboards.frames import (
     BASELINE,
@@ -124,11 +124,11 @@ def _against(means: pd.DataFrame, dim: str, metric: str, title: str, label: str 
     for i, ((sweep, series, *values), group) in enumerate(lines):
         single = sweeps_per_design[series] == 1 and lines_per_design[series] == 1
         c = color(series if single else "", i)  # two sweeps, or two series of a design: two colours
-        parts = [series, *(f"{f}={_plain(v)}" for f, v in zip(split, values, strict=True) if v == v and v is not None)]
+        parts = [series, *(f"{f}={plain_value(v)}" for f, v in zip(split, values, strict=True) if v == v and v is not None)]
         fig.add_trace(Scatter(
             x=group[dim], y=group["mean"], mode="lines+markers" if numeric else "markers",
-            name=_series_name(parts, n_sweeps, sweep), marker=dict(color=c, size=8), line=dict(color=c),
-            error_y=error_bars(group, c), text=_spread_text(group), customdata=point_data(group),
+            name=series_name(parts, n_sweeps, sweep), marker=dict(color=c, size=8), line=dict(color=c),
+            error_y=error_bars(group, c), text=spread_text(group), customdata=point_data(group),
             hovertemplate="%{customdata[1]}<br>%{y:.4g}%{text}<extra></extra>",
             meta={"rows": True, "sweep": sweep, "family": group["family"].iloc[0]}))
     log = numeric and means[dim].min() > 0 and means[dim].max() / means[dim].min() >= 8
@@ -154,8 +154,8 @@ def ucurve_figure(trials: pd.DataFrame, tolerance: float = 0.005) -> Figure | No
         if means.empty or means["width_depth_ratio"].nunique() < 3:
             return None
     fig, n_sweeps = Figure(), means["sweep"].nunique()
-    _other_tuned_trace(fig, others, "width_depth_ratio")
-    _stopped_trace(fig, lm, "width_depth_ratio")
+    other_tuned_trace(fig, others, "width_depth_ratio")
+    stopped_trace(fig, lm, "width_depth_ratio")
     groups = _ucurve_groups(means.sort_values("width_depth_ratio"))
     if not any(g["width_depth_ratio"].nunique() >= 2 for _, g in groups):
         return None  # points, no curve
@@ -165,8 +165,8 @@ def ucurve_figure(trials: pd.DataFrame, tolerance: float = 0.005) -> Figure | No
         parts = [family] + ([f"k={int(k)}"] if by_ratio else [])
         parts += [f"d_h/d={ratio:g}"] if by_ratio and ratio == ratio else []
         parts += [str(shape)] if isinstance(shape, str) else []
-        name, c = _series_name(parts, n_sweeps, sweep), color("", i)
-        line, others = _best_per_bin(group, "width_depth_ratio")
+        name, c = series_name(parts, n_sweeps, sweep), color("", i)
+        line, others = best_per_bin(group, "width_depth_ratio")
         if len(others):
             fig.add_trace(Scatter(
                 x=others["width_depth_ratio"], y=others["mean"], mode="markers", legendgroup=name,
@@ -181,7 +181,7 @@ def ucurve_figure(trials: pd.DataFrame, tolerance: float = 0.005) -> Figure | No
             meta={"rows": True}))
     if shaped:
         span = (means["width_depth_ratio"].min(), means["width_depth_ratio"].max())
-        _baseline_traces(fig, trials, "width_depth_ratio", span, n_sweeps, means["sweep"].unique(), own_x=True)
+        baseline_traces(fig, trials, "width_depth_ratio", span, n_sweeps, means["sweep"].unique(), own_x=True)
     drawn = means[means["sweep"].isin({group_key[0] for group_key, _ in groups})]
     for i, (sweep, group) in enumerate(drawn.groupby("sweep")):  # no band for a sweep with no curve
         _best_region(fig, trials, group, sweep, tolerance, i, n_sweeps, shaped)
@@ -236,10 +236,10 @@ def ratio_figure(trials: pd.DataFrame) -> Figure | None:
     if means.empty or means["ffn_ratio"].round(3).nunique() < 2:
         return None
     fig, n_sweeps = Figure(), means["sweep"].nunique()
-    _other_tuned_trace(fig, others, "ffn_ratio")
+    other_tuned_trace(fig, others, "ffn_ratio")
     means = means.assign(ratio=means["ffn_ratio"].round(3)).sort_values("ffn_ratio")
     for i, ((sweep, k), group) in enumerate(means.groupby(["sweep", "k"], sort=True)):
-        name, c = _series_name([f"k={int(k)}"], n_sweeps, sweep), color("", i)
+        name, c = series_name([f"k={int(k)}"], n_sweeps, sweep), color("", i)
         best = group.loc[group.groupby("ratio")["mean"].idxmin()].sort_values("ffn_ratio")
         others = group.drop(best.index)
         if len(others):
@@ -253,13 +253,13 @@ def ratio_figure(trials: pd.DataFrame) -> Figure | None:
             marker=dict(size=8, color=c), line=dict(color=c), error_y=error_bars(best),
             customdata=point_data(best), hovertemplate="%{customdata[1]}<br>%{y:.4g}<extra></extra>",
             meta={"rows": True}))
-    _baseline_traces(fig, trials, "ffn_ratio", (means["ffn_ratio"].min(), means["ffn_ratio"].max()),
+    baseline_traces(fig, trials, "ffn_ratio", (means["ffn_ratio"].min(), means["ffn_ratio"].max()),
                      n_sweeps, means["sweep"].unique())
     return layout(fig, "Ratio sweep: validation loss vs d_h / d_model per k (best shape per ratio)",
                   "d_h / d_model", METRIC_LABELS["val_loss"])
 
 
-def _axis_builders(lm: pd.DataFrame, lm_points) -> list[tuple[str, object]]:
+def axis_builders(lm: pd.DataFrame, lm_points) -> list[tuple[str, object]]:
     """The report's figures of loss against each axis the language models vary (`varied_axes`,
     the widest first): d_model / L is the U-curve, the FFN ratio the ratio figure where they
     apply; where no axis figure applies, the searched dimension's iso-budget figure."""

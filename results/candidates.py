@@ -12,13 +12,13 @@ import pandas as pd
 
 from shapesweep.results.tuned import (
     ENDED,
-    _choice_margins,
-    _chooses,
-    _first_rows,
-    _ok,
     canonical_tuned,
     canonical_tuned_column,
+    choice_margins,
     choose_tuned,
+    first_rows,
+    is_choice,
+    is_ok,
     tuned_stats,
 )
 
@@ -48,16 +48,16 @@ def candidate_results(trials: pd.DataFrame, metric: str = "val_loss") -> pd.Data
     rest = trials[~owners.isin(chosen.index)]  # candidates without a result: their first rows
     parts = [chosen.drop(columns="tuned")]
     if len(rest):
-        first = _first_rows(rest, rest.groupby(["sweep", "key"], sort=False), ["sweep", "key"])
+        first = first_rows(rest, rest.groupby(["sweep", "key"], sort=False), ["sweep", "key"])
         parts.append(first.assign(mean=np.nan, std=np.nan, n=0, stopped=False, chosen=False, role=None))
     out = pd.concat([part for part in parts if len(part)]).copy()  # consolidated: pandas warns as columns are added
-    picked = choose_tuned(trials[_chooses(trials)])
+    picked = choose_tuned(trials[is_choice(trials)])
     info = _result_info(trials, dict(zip(chosen.index, chosen["tuned"], strict=True)),
                         dict(zip(picked.index, picked, strict=True)), metric)
     for column in (*RESULT_COLUMNS, "tuned"):
         out[column] = [info[owner][column] for owner in out.index]
     out["n"] = out["n"].astype(int)
-    out["choice_margin"] = _choice_margins(trials[_chooses(trials)], out["tuned"], metric)
+    out["choice_margin"] = choice_margins(trials[is_choice(trials)], out["tuned"], metric)
     noise = out["std"] / np.sqrt(out["choice_n"].astype(float))
     out["close_choice"] = (out["choice_margin"] < noise).to_numpy()  # NaN on either side: False
     return out.reset_index()
@@ -71,7 +71,7 @@ def _result_info(trials: pd.DataFrame, measured: dict[tuple, str], picked: dict[
                "tuned": canonical_tuned_column(trials["tuned_json"]), "status": trials["status"],
                "tokens": trials["tokens"] if "tokens" in trials else pd.Series(None, index=trials.index),
                "error": trials["error"] if "error" in trials else pd.Series(None, index=trials.index),
-               "_choice": _chooses(trials), "_ok": _ok(trials, metric), "value": trials[metric]}
+               "_choice": is_choice(trials), "is_ok": is_ok(trials, metric), "value": trials[metric]}
     rows = [dict(zip(columns, row, strict=True)) for row in zip(*(c.tolist() for c in columns.values()),
                                                                  strict=True)]
     by_key: dict[tuple, list[dict]] = {}
@@ -90,7 +90,7 @@ def _result_info(trials: pd.DataFrame, measured: dict[tuple, str], picked: dict[
         choice = [r for r in own if r["_choice"]]
         tuned = measured.get(owner, picked.get(owner) if choice else None)
         at = [r for r in own if not r["_choice"] and (tuned is None or r["tuned"] == tuned)]
-        seeds = sorted({int(r["seed"]) for r in at if r["_ok"]})
+        seeds = sorted({int(r["seed"]) for r in at if r["is_ok"]})
         failed = sorted({int(r["seed"]) for r in at if r["status"] == "failed"} - set(seeds))
         if owner in measured:
             state, looked = "measured", at
@@ -104,7 +104,7 @@ def _result_info(trials: pd.DataFrame, measured: dict[tuple, str], picked: dict[
         stopped = [r["tokens"] for r in looked if r["status"] == "stopped_early"]
         errors = [r["error"] for r in looked if r["status"] == "failed" and isinstance(r["error"], str)
                   and r["error"].strip()]
-        chose = [r["value"] for r in choice if r["tuned"] == tuned and r["_ok"]]
+        chose = [r["value"] for r in choice if r["tuned"] == tuned and r["is_ok"]]
         info[owner] = {
             "state": state, "tuned": tuned, "seeds": seeds, "failed_seeds": failed,
             "missing_seeds": sorted(int(s) for s in expected.get(sweep, set()) - set(seeds)),

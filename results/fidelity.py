@@ -11,14 +11,14 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from shapesweep.results.paired import _resolved_pairs
+from shapesweep.results.paired import resolved_pair_indices
 from shapesweep.results.tuned import (
     CANDIDATE,
     FIDELITY_THRESHOLD,
     MIN_RANKED,
-    _completed,
-    _sign,
     canonical_tuned_column,
+    completed_measures,
+    loss_sign,
     tuned_stats,
 )
 
@@ -40,7 +40,7 @@ def rank_fidelity(trials: pd.DataFrame, curves: pd.DataFrame, metric: str = "val
         return pd.DataFrame(columns=columns)
     stats = tuned_stats(trials, metric)
     chosen = stats.loc[stats["chosen"], CANDIDATE]
-    done = _completed(trials, metric).merge(chosen, on=CANDIDATE)
+    done = completed_measures(trials, metric).merge(chosen, on=CANDIDATE)
     points = curves[curves[column].notna()].merge(done[["sweep", "trial_id", "key"]], on=["sweep", "trial_id"])
     if points.empty:
         return pd.DataFrame(columns=columns)
@@ -50,7 +50,7 @@ def rank_fidelity(trials: pd.DataFrame, curves: pd.DataFrame, metric: str = "val
     for sweep, at_points in at.groupby(level="sweep"):
         keys = at_points.columns[at_points.notna().any()]
         seeds = finals.loc[sweep].reindex(keys).to_numpy(float)
-        first, second, order = _resolved_pairs(seeds)
+        first, second, order = resolved_pair_indices(seeds)
         longest = at_points.index.get_level_values("tokens").max()
         for (_, tokens), values in at_points[keys].iterrows():
             value = values.to_numpy(float)
@@ -99,7 +99,7 @@ def asha_confirmation(trials: pd.DataFrame, reduction_factor: float,
     out = {"stopped": len(stopped), "checkable": 0, "confirmed": 0, "fraction": None}
     if stats.empty or stopped.empty:
         return out
-    stats = stats.assign(rank=(_sign(metric) * stats["mean"]).groupby(stats["sweep"]).rank(method="min"))
+    stats = stats.assign(rank=(loss_sign(metric) * stats["mean"]).groupby(stats["sweep"]).rank(method="min"))
     top = stats.groupby("sweep")["key"].transform("size").map(lambda n: math.ceil(n / reduction_factor))
     outside = pd.Series((stats["rank"] > top).to_numpy(), index=pd.MultiIndex.from_frame(stats[CANDIDATE]))
     keys = pd.MultiIndex.from_arrays([stopped["sweep"], stopped["key"],

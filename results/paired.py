@@ -14,7 +14,7 @@ from scipy import stats as sps
 from shapesweep.results.multiplicity import (
     ALPHA,
 )
-from shapesweep.results.tuned import CONFIDENCE, MAX_POWER_SEEDS, POWER, _sign
+from shapesweep.results.tuned import CONFIDENCE, MAX_POWER_SEEDS, POWER, loss_sign
 
 
 def paired_rows(diff: np.ndarray, confidence: float = CONFIDENCE) -> tuple[np.ndarray, ...]:
@@ -31,10 +31,10 @@ def paired_rows(diff: np.ndarray, confidence: float = CONFIDENCE) -> tuple[np.nd
     return n, mean, sd, mean - half, mean + half
 
 
-def _verdicts(n: np.ndarray, low: np.ndarray, high: np.ndarray, metric: str) -> list[str | None]:
+def verdict_words(n: np.ndarray, low: np.ndarray, high: np.ndarray, metric: str) -> list[str | None]:
     """better / worse when the interval is on one side of zero, else within noise; None
     with fewer than 2 pairs (no interval)."""
-    improves, hurts = (high < 0, low > 0) if _sign(metric) > 0 else (low > 0, high < 0)
+    improves, hurts = (high < 0, low > 0) if loss_sign(metric) > 0 else (low > 0, high < 0)
     return [None if k < 2 else "better" if up else "worse" if down else "within noise"
             for k, up, down in zip(n.tolist(), improves.tolist(), hurts.tolist(), strict=True)]
 
@@ -49,7 +49,7 @@ def paired_difference(candidate: pd.Series, baseline: pd.Series, metric: str = "
     two = n >= 2
     return {"delta": mean if n else None, "sd": sd if two else None, "ci_low": low if two else None,
             "ci_high": high if two else None, "n_paired": n,
-            "verdict": _verdicts(np.array([n]), np.array([low]), np.array([high]), metric)[0]}
+            "verdict": verdict_words(np.array([n]), np.array([low]), np.array([high]), metric)[0]}
 
 
 def seeds_for_power(delta: Any, sd: Any, power: float = POWER,
@@ -93,10 +93,10 @@ def seeds_for_power(delta: Any, sd: Any, power: float = POWER,
     return np.where(found & (high <= MAX_POWER_SEEDS), high, np.nan)
 
 
-def _verdicts_of_p(n: np.ndarray, mean: np.ndarray, p: np.ndarray, metric: str) -> list[str | None]:
+def verdict_words_of_p(n: np.ndarray, mean: np.ndarray, p: np.ndarray, metric: str) -> list[str | None]:
     """better / worse where the (adjusted) p-value is at most ALPHA, by the sign of the mean
     difference; else within noise; None with fewer than 2 pairs."""
-    improves = (mean < 0) if _sign(metric) > 0 else (mean > 0)
+    improves = (mean < 0) if loss_sign(metric) > 0 else (mean > 0)
     return [None if k < 2 else "within noise" if not q <= ALPHA else "better" if up else "worse"
             for k, q, up in zip(n.tolist(), p.tolist(), improves.tolist(), strict=True)]
 
@@ -104,7 +104,7 @@ def _verdicts_of_p(n: np.ndarray, mean: np.ndarray, p: np.ndarray, metric: str) 
 PAIR_BLOCK = 4_000_000  # differences computed at once (memory: 8 bytes each)
 
 
-def _resolved_pairs(seeds: np.ndarray, confidence: float = CONFIDENCE):
+def resolved_pair_indices(seeds: np.ndarray, confidence: float = CONFIDENCE):
     """The pairs (i < j) of rows of `seeds` (candidates x seeds, NaN where not completed)
     whose paired difference has a `confidence` t-interval that excludes zero: index arrays
     and the sign of their mean difference (row i minus row j). Computed a block of rows at

@@ -68,11 +68,11 @@ from shapesweep.results.fidelity import (  # noqa: F401
 )
 from shapesweep.results.paired import (  # noqa: F401
     PAIR_BLOCK,
-    _resolved_pairs,
-    _verdicts_of_p,
     paired_difference,
     paired_rows,
+    resolved_pair_indices,
     seeds_for_power,
+    verdict_words_of_p,
 )
 from shapesweep.results.per_tuned import (  # noqa: F401
     PER_TUNED_SIDES,
@@ -129,8 +129,8 @@ __all__ = [
     "RESULT_COLUMNS",
     "ROLE_COLUMN",
     "VERDICT_COLUMNS",
-    "_resolved_pairs",
-    "_verdicts_of_p",
+    "resolved_pair_indices",
+    "verdict_words_of_p",
     "asha_confirmation",
     "budget_clusters",
     "candidate_results",

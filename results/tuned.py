@@ -60,25 +60,25 @@ def canonical_tuned_column(texts: pd.Series) -> pd.Series:
     return texts.map({text: canonical_tuned(text) for text in texts.unique()}).astype(object)
 
 
-def _sign(metric: str) -> int:
+def loss_sign(metric: str) -> int:
     """+1 when lower is better, -1 when higher is: `sign * value` is always a loss."""
     return -1 if metric in HIGHER_IS_BETTER else 1
 
 
-def _chooses(trials: pd.DataFrame) -> pd.Series:
+def is_choice(trials: pd.DataFrame) -> pd.Series:
     """Whether each trial is of a choice seed (False where the frame has no roles)."""
     if ROLE_COLUMN not in trials:
         return pd.Series(False, index=trials.index)
     return trials[ROLE_COLUMN].fillna(False).astype(bool)
 
 
-def _ok(trials: pd.DataFrame, metric: str) -> pd.Series:
+def is_ok(trials: pd.DataFrame, metric: str) -> pd.Series:
     return (trials["status"] == "completed") & trials[metric].notna()
 
 
-def _completed(trials: pd.DataFrame, metric: str) -> pd.DataFrame:
+def completed_measures(trials: pd.DataFrame, metric: str) -> pd.DataFrame:
     """Completed measure trials (a choice seed's never count), with `tuned`."""
-    done = trials[_ok(trials, metric) & ~_chooses(trials)]
+    done = trials[is_ok(trials, metric) & ~is_choice(trials)]
     return done.assign(tuned=canonical_tuned_column(done["tuned_json"]))
 
 
@@ -96,14 +96,14 @@ def choose_tuned(choice: pd.DataFrame, metric: str = CHOICE_METRIC) -> pd.Series
 def _choice_scores(choice: pd.DataFrame, metric: str) -> pd.DataFrame:
     """Per (sweep, key, tuned) of the choice trials whose every trial completed: `score`, the
     mean of the metric signed so that lower is better (what a choice is made by)."""
-    rows = choice.assign(tuned=canonical_tuned_column(choice["tuned_json"]), ok=_ok(choice, metric),
-                         score=_sign(metric) * choice[metric].astype(float))
+    rows = choice.assign(tuned=canonical_tuned_column(choice["tuned_json"]), ok=is_ok(choice, metric),
+                         score=loss_sign(metric) * choice[metric].astype(float))
     grouped = rows.groupby(CANDIDATE, sort=False)
     table = pd.DataFrame({"ok": grouped["ok"].all(), "score": grouped["score"].mean()}).reset_index()
     return table[table["ok"]].drop(columns="ok")
 
 
-def _choice_margins(choice: pd.DataFrame, chosen: pd.Series, metric: str) -> np.ndarray:
+def choice_margins(choice: pd.DataFrame, chosen: pd.Series, metric: str) -> np.ndarray:
     """For each (sweep, key) -> chosen tuned text of `chosen`: the next best value's signed
     choice mean minus the chosen one's (positive: the chosen value is ahead), NaN where no
     other value completed every choice seed."""
@@ -123,16 +123,16 @@ def tuned_stats(trials: pd.DataFrame, metric: str = "val_loss") -> pd.DataFrame:
     choice seeds ran), `stopped` (a seed of it was stopped early: its mean is of the seeds
     that survived) and `chosen` (the candidate's result; the module docstring says which)."""
     tuned = canonical_tuned_column(trials["tuned_json"])
-    role = pd.Series(np.where(_chooses(trials), "choice", "measure"), index=trials.index)
+    role = pd.Series(np.where(is_choice(trials), "choice", "measure"), index=trials.index)
     keys = [*CANDIDATE, "role"]
     stopped = (trials["status"] == "stopped_early").groupby(
         [trials["sweep"], trials["key"], tuned, role], sort=False).any().rename_axis(keys)
-    ok = _ok(trials, metric)
+    ok = is_ok(trials, metric)
     done = trials[ok].assign(tuned=tuned[ok], role=role[ok])  # one copy of the completed rows
     if done.empty:  # typed, though empty
         return done.assign(mean=np.nan, std=np.nan, n=0, stopped=False, chosen=False)
     grouped = done.groupby(keys, sort=False)
-    out = _first_rows(done, grouped, keys)
+    out = first_rows(done, grouped, keys)
     out["mean"] = grouped[metric].mean()
     out["std"] = grouped[metric].std(ddof=1)  # NaN for one seed: no spread to speak of
     out["n"] = grouped[metric].size()
@@ -147,13 +147,13 @@ def tuned_stats(trials: pd.DataFrame, metric: str = "val_loss") -> pd.DataFrame:
         choosing = owners.isin(pd.MultiIndex.from_frame(choice[["sweep", "key"]]))
         wanted = choose_tuned(choice).reindex(owners).to_numpy()
         eligible &= np.where(choosing, out["tuned"] == wanted, True)
-    score = _sign(metric) * out.loc[eligible, "mean"]
+    score = loss_sign(metric) * out.loc[eligible, "mean"]
     best = score.groupby([out.loc[eligible, "sweep"], out.loc[eligible, "key"]]).idxmin()
     out["chosen"] = out.index.isin(best.to_numpy())
     return out
 
 
-def _first_rows(done: pd.DataFrame, grouped, keys: list[str]) -> pd.DataFrame:
+def first_rows(done: pd.DataFrame, grouped, keys: list[str]) -> pd.DataFrame:
     """`grouped.first()` from one take of each group's first row: a per-column first over
     some 70 columns costs a tenth of a second per call at 50,000 trials. Only a column where
     a first row lacks its value takes the first value its group has, as `first` does."""
@@ -166,7 +166,7 @@ def _first_rows(done: pd.DataFrame, grouped, keys: list[str]) -> pd.DataFrame:
     return out
 
 
-def _seed_values(trials: pd.DataFrame, metric: str, column: str | None = None) -> pd.Series:
+def seed_values(trials: pd.DataFrame, metric: str, column: str | None = None) -> pd.Series:
     """Final metric (or another `column` of the same trials) per (sweep, key, tuned, seed) of
     completed measure trials."""
-    return _completed(trials, metric).groupby([*CANDIDATE, "seed"])[column or metric].mean()
+    return completed_measures(trials, metric).groupby([*CANDIDATE, "seed"])[column or metric].mean()

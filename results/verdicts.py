@@ -22,8 +22,13 @@ from shapesweep.results.multiplicity import (
     interval_confidence,
     paired_p,
 )
-from shapesweep.results.paired import _verdicts, _verdicts_of_p, paired_rows, seeds_for_power
-from shapesweep.results.tuned import BUDGET_GAP, CANDIDATE, EVAL_Z, _seed_values, _sign
+from shapesweep.results.paired import (
+    paired_rows,
+    seeds_for_power,
+    verdict_words,
+    verdict_words_of_p,
+)
+from shapesweep.results.tuned import BUDGET_GAP, CANDIDATE, EVAL_Z, loss_sign, seed_values
 
 
 def budget_clusters(frame: pd.DataFrame) -> pd.Series:
@@ -34,7 +39,7 @@ def budget_clusters(frame: pd.DataFrame) -> pd.Series:
     return (order / order.shift(1) > BUDGET_GAP).cumsum().reindex(frame.index)
 
 
-def _baseline_of(chosen: pd.DataFrame, baseline: str) -> pd.Series:
+def baseline_of(chosen: pd.DataFrame, baseline: str) -> pd.Series:
     """Index of each chosen candidate's baseline row (NaN where its group has none).
 
     One baseline candidate anchors the whole sweep; several (one per budget) anchor their
@@ -87,7 +92,7 @@ def compare(trials: pd.DataFrame, metric: str = "val_loss",
         if baseline is None or not (sweep["variant"] == baseline).any():
             results.loc[own, "no_verdict"] = "no baseline"
             continue
-        base_of = _baseline_of(sweep, baseline)
+        base_of = baseline_of(sweep, baseline)
         for index in own:
             base = base_of.get(index)
             if base is None or base != base:
@@ -98,22 +103,22 @@ def compare(trials: pd.DataFrame, metric: str = "val_loss",
                 pairs.append((index, int(base)))
     if pairs:
         _fill_verdicts(results, pairs, trials, metric, adjust)
-    order = np.argsort(_sign(metric) * results["mean"].to_numpy(float), kind="stable")  # NaN last
+    order = np.argsort(loss_sign(metric) * results["mean"].to_numpy(float), kind="stable")  # NaN last
     return results.iloc[order].reset_index(drop=True)
 
 
 def _fill_verdicts(results: pd.DataFrame, pairs: list[tuple[int, int]], trials: pd.DataFrame,
                    metric: str, adjust: str) -> None:
     """`compare`'s columns for each (candidate row, baseline row) of `results`, at once."""
-    seeds = _seed_values(trials, metric).unstack("seed")  # (sweep, key, tuned) x seed
+    seeds = seed_values(trials, metric).unstack("seed")  # (sweep, key, tuned) x seed
     where = pd.MultiIndex.from_frame(results[CANDIDATE])
     rows, bases = (np.array(side) for side in zip(*pairs, strict=True))
     matrix = seeds.to_numpy(float)
     diff = matrix[seeds.index.get_indexer(where[rows])] - matrix[seeds.index.get_indexer(where[bases])]
     n, mean, sd, low, high = paired_rows(diff)
-    raw = _verdicts(n, low, high, metric)
+    raw = verdict_words(n, low, high, metric)
     adjusted = _adjusted(results["sweep"].to_numpy()[rows], rows != bases, diff, n, mean, sd, adjust)
-    verdicts = raw if adjust == "none" else _verdicts_of_p(n, mean, adjusted["p_adjusted"], metric)
+    verdicts = raw if adjust == "none" else verdict_words_of_p(n, mean, adjusted["p_adjusted"], metric)
     open_ = np.array([v == "within noise" for v in verdicts]) & (rows != bases)
     needed = np.full(len(rows), np.nan)
     if open_.any():  # at the adjusted intervals' level: what the adjusted verdict needs
@@ -174,7 +179,7 @@ def exploratory_pairs(trials: pd.DataFrame, compared: pd.DataFrame, metric: str 
         return {"adjust": adjust, "family_size": count * (count - 1) // 2, "interval_confidence": None,
                 "resolved_raw": None, "resolved_adjusted": None, "pairs": [],
                 "skipped": f"more than {MAX_EXPLORATORY_CANDIDATES} candidates with a result"}
-    seeds = _seed_values(trials, metric).unstack("seed")
+    seeds = seed_values(trials, metric).unstack("seed")
     values = seeds.reindex(pd.MultiIndex.from_frame(measured[CANDIDATE])).to_numpy(float)
     first, second = np.triu_indices(count, 1)
     n, mean, sd, low, high = paired_rows(values[first] - values[second])
@@ -187,7 +192,7 @@ def exploratory_pairs(trials: pd.DataFrame, compared: pd.DataFrame, metric: str 
     keys, variants = measured["key"].to_numpy(), measured["variant"].to_numpy()
     pairs = []
     for i, h in zip(listed.tolist(), half.tolist(), strict=True):
-        flip = _sign(metric) * mean[i] > 0  # the first is behind: name the second first
+        flip = loss_sign(metric) * mean[i] > 0  # the first is behind: name the second first
         a, b = (second[i], first[i]) if flip else (first[i], second[i])
         delta = -mean[i] if flip else mean[i]
         ends = sorted([-high[i], -low[i]] if flip else [low[i], high[i]])
@@ -214,7 +219,7 @@ def _eval_se(trials: pd.DataFrame, metric: str, index: pd.Index, seeds: pd.Index
     for other metrics, or where a trial predates the column."""
     if metric != "val_loss" or "val_loss_se" not in trials or trials["val_loss_se"].isna().all():
         return np.full(len(candidates), np.nan)
-    se = _seed_values(trials, metric, "val_loss_se").unstack("seed").reindex(index=index, columns=seeds)
+    se = seed_values(trials, metric, "val_loss_se").unstack("seed").reindex(index=index, columns=seeds)
     matrix = se.to_numpy(float)
     both = np.sqrt(matrix[index.get_indexer(candidates)] ** 2 + matrix[index.get_indexer(bases)] ** 2)
     both[np.isnan(diff)] = np.nan  # only the seeds the difference pairs
@@ -263,12 +268,12 @@ def _pending_rows(columns: pd.Index, fresh: pd.DataFrame, wanted: set[int]) -> p
 
 def _point_at_pending_baselines(rows: pd.DataFrame, baseline: str) -> None:
     """`no_verdict` `baseline` and its `baseline_key` for a measured candidate whose
-    baseline (by `_baseline_of`'s rule) is a pending one."""
+    baseline (by `baseline_of`'s rule) is a pending one."""
     for _, sweep in rows.groupby("sweep"):
         if not (sweep["variant"] == baseline).any():
             continue
         try:
-            base_of = _baseline_of(sweep, baseline)
+            base_of = baseline_of(sweep, baseline)
         except UserError:  # ambiguous baselines: `compare` said so already
             continue
         for index in sweep.index[sweep["no_verdict"] == "no baseline"]:

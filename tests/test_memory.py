@@ -62,14 +62,14 @@ def test_the_evaluation_upcasts_its_logits_a_chunk_at_a_time(dtype):
     """Held-out losses are the same whole or a chunk at a time, and the evaluation's peak
     beyond its logits is one chunk's fp32 tensors, as `evaluation_bytes` predicts (15%):
     whole, it would be twice the logits (the packed 113M sweep's evaluation, docs/memory.md)."""
-    from shapesweep.trainers.loop import _example_losses
+    from shapesweep.trainers.loop import example_losses
 
     micro, seq, vocab = 16, 1024, 2048  # 16K tokens, chunks of 4 sequences
     torch.manual_seed(0)
     out, y = torch.randn(micro, seq, vocab).to(dtype), torch.randint(vocab, (micro, seq))
     whole = torch.nn.functional.cross_entropy(out.float().flatten(0, 1), y.flatten(),
                                               reduction="none").view(y.shape).mean(1)
-    measured, chunked = memory.measured_peak(lambda: _example_losses(out.clone(), y))
+    measured, chunked = memory.measured_peak(lambda: example_losses(out.clone(), y))
     torch.testing.assert_close(chunked, whole, rtol=0, atol=1e-6)
     p = memory.Precision(act=out.element_size(), compiled=False)
     predicted = memory.evaluation_bytes(vocab, p, micro, seq)

@@ -16,7 +16,7 @@ from shapesweep.trainers.memory import EVAL_CHUNK_TOKENS
 from shapesweep.trainers.tasks import Batches
 
 
-def _example_losses(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+def example_losses(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """Each held-out example's loss: a sequence's mean cross-entropy, an image's MSE (their
     mean is `_loss`'s reported loss: every example has as many tokens or pixels)."""
     if y.is_floating_point():
@@ -38,7 +38,7 @@ def evaluate(model: nn.Module, task: Batches, batch: int, device: torch.device,
     for x, y in zip(task.val_x.split(batch), task.val_y.split(batch), strict=True):
         with autocast():
             out = model(x.to(device))
-        losses = _example_losses(out, y.to(device)).double()
+        losses = example_losses(out, y.to(device)).double()
         sums += torch.stack([losses.sum(), losses.square().sum()])  # on the device, read once below
         count += len(x)
         if y.is_floating_point():

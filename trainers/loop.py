@@ -13,6 +13,10 @@ trackers) is no part of the trial's `elapsed_s` and `wall_time_s`.
 On a GPU the step never waits for the device: losses stay on it and are read once per
 evaluation interval (where a NaN is caught and named by its step), batches are pinned and
 the next one is copied ahead; bf16 autocast (`train.autocast`), fused AdamW and TF32 matmuls.
+
+Why one module (over 400 lines): the step, its evaluation points and its checkpoint and
+retry bookkeeping are one sequence a reader follows top to bottom; the schedule, the
+optimizer and the evaluation itself live in `schedule.py` and `evaluation.py`.
 `train.compile` compiles the training step block by block on any device (Inductor on CPU
 too; `shapesweep.trainers.compiled`: a fresh cache per trial, graph breaks, recompiles and
 compile seconds counted into the result); `auto` decides by the trial's length
@@ -70,7 +74,7 @@ from shapesweep.trainers.distributed import (
     process_group,
     shard_batches,
 )
-from shapesweep.trainers.evaluation import _example_losses, evaluate  # noqa: F401 (tests)
+from shapesweep.trainers.evaluation import evaluate, example_losses  # noqa: F401 (tests)
 from shapesweep.trainers.loss_tail import LossTail
 from shapesweep.trainers.memory import check_fits, micro_batch, share_bytes
 from shapesweep.trainers.models import build_model
