@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 
 from shapesweep.sweep.cli import main
+from shapesweep.trainers import gpu_figures
 from shapesweep.trainers.memory import MARGIN
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -36,3 +37,18 @@ def test_each_quoted_trial_count_is_plans(capsys):
     for count, space in sorted(quoted):
         assert main(["plan", space]) == 0
         assert f"= {count} trials" in capsys.readouterr().out, space
+
+
+def test_the_gpu_pages_name_the_build_and_device_the_figures_used():
+    """README and gpu.md say which torch build and device every GPU figure ran on (the figures
+    file's), beside the torch the Makefile pins, so a reader sees what differs."""
+    figures = gpu_figures.load()
+    builds = {figure["torch"] for figure in figures.values()}
+    devices = {figure["device"] for figure in figures.values()}
+    pinned = re.search(r"torch==([\d.]+)", (ROOT / "Makefile").read_text(encoding="utf-8"))
+    assert pinned
+    for page in (ROOT / "README.md", ROOT / "docs" / "gpu.md"):
+        text = " ".join(page.read_text(encoding="utf-8").split())
+        assert all(build in text for build in builds), (page.name, builds)
+        assert all(device in text for device in devices), (page.name, devices)
+        assert pinned[1] in text, (page.name, pinned[1])
