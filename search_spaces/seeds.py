@@ -110,21 +110,32 @@ def check_disjoint_seeds(choice: list[int], measure: list[int], file: str | None
 
 
 _RANGE_PART = re.compile(r"\s*(min|max)\s*=\s*(\S*)\s*")
+_SEED_SPAN = re.compile(r"\s*([+-]?\d+)\s*(?:-\s*(\d+)\s*)?")  # a seed, or an inclusive a-b
 
 
 def parse_measure_seeds(text: str, key: str = "--seeds") -> MeasureSeeds:
-    """A command line's measure seeds: `N` (seeds 0..N-1), `a,b,c`, or an adaptive range
-    `min=2,max=8`; each checked as a space's `seeds:` is, one line naming `key` when bad."""
+    """A command line's measure seeds: `N` (seeds 0..N-1), a list of seeds and inclusive
+    ranges `0,3,7` / `0-2` / `0-2,5`, or an adaptive range `min=2,max=8`; each checked as a
+    space's `seeds:` is, one line naming `key` when bad."""
     parts = text.split(",")
     if any(_RANGE_PART.fullmatch(part) for part in parts):
         return _parse_range(parts, text, key)
-    try:
-        seeds = [int(part) for part in parts]
-    except ValueError:
-        raise UserError(f"cannot read {text!r} as a seed count, a comma list or min=A,max=B",
-                        key=key) from None
-    if len(seeds) == 1 and "," not in text:  # a count
-        seeds = list(range(min(seeds[0], MAX_SEEDS + 1)))
+    if len(parts) == 1 and re.fullmatch(r"\s*[+-]?\d+\s*", text):  # a count
+        count = int(text)
+        if count < 1:
+            raise UserError(f"{text.strip()} is a count of seeds (N means seeds 0..N-1): give at "
+                            "least 1, or name seeds as 0,3,7 or 0-2 (seed 0 alone: 0-0)", key=key)
+        return check_seeds_option(list(range(min(count, MAX_SEEDS + 1))), key)
+    seeds: list[int] = []
+    for part in parts:
+        span = _SEED_SPAN.fullmatch(part)
+        if span is None:
+            raise UserError(f"cannot read {text!r} as a seed count N, a list like 0,3,7, a range "
+                            "like 0-2 or min=A,max=B", key=key)
+        low, high = int(span[1]), int(span[2] if span[2] is not None else span[1])
+        if high < low:
+            raise UserError(f"the range {part.strip()} ends before it starts", key=key)
+        seeds.extend(range(low, min(high, low + MAX_SEEDS) + 1))
     return check_seeds_option(seeds, key)
 
 

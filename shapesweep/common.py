@@ -50,17 +50,25 @@ def markup_safe(text: object) -> str:
     return escape(printable(text))
 
 
+PIPED_WIDTH = 1000  # a pipe or a file has no width: lines are as long as their text, up to this
+
+
 def terminal_console(**settings):
     """A rich Console (`settings` as rich takes them) that writes every string it renders
     through `printable`: a table cell, a line or the live box holding text from a space, the
-    store or an error never drives the terminal. Rich's own styles are not text: they stay."""
+    store or an error never drives the terminal. Rich's own styles are not text: they stay.
+    Output to a pipe or a file is not cut to rich's 80 columns (a table as wide as its cells,
+    a line whole) unless `COLUMNS` or `width=` gives a width."""
     from rich.console import Console
 
     class PrintableConsole(Console):
         def render_str(self, text: str, **options):
             return super().render_str(printable(text), **options)
 
-    return PrintableConsole(**settings)
+    console = PrintableConsole(**settings)
+    if settings.get("width") is None and not os.environ.get("COLUMNS") and not console.is_terminal:
+        console.width = PIPED_WIDTH
+    return console
 
 
 def did_you_mean(word: object, choices) -> str:

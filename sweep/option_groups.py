@@ -68,18 +68,16 @@ def device_name(text: str | None) -> str | None:
 
 
 def seeds_list(text: str | list[int] | None) -> list[int] | None:
-    """`N` (seeds 0..N-1) or `a,b,c`: every part a seed, each valid and given once."""
-    from shapesweep.search_spaces.space import MAX_SEEDS, check_seeds_option  # at check time only
+    """`N` (seeds 0..N-1), or seeds and inclusive ranges `0,3,7` / `0-2`, each valid and given
+    once (`search_spaces.seeds.parse_measure_seeds`); an adaptive `min=,max=` is refused."""
+    from shapesweep.search_spaces.seeds import (  # at check time only
+        fixed_seed_list,
+        parse_measure_seeds,
+    )
 
     if text is None or isinstance(text, list):
         return text
-    try:
-        seeds = [int(part) for part in text.split(",")]
-    except ValueError:
-        raise ValueError(f"cannot read {text!r} as a seed count or a comma list") from None
-    if len(seeds) == 1 and "," not in text:  # a count
-        seeds = list(range(min(seeds[0], MAX_SEEDS + 1)))
-    return check_seeds_option(seeds)
+    return fixed_seed_list(parse_measure_seeds(text), key="--seeds")
 
 
 @dataclass(kw_only=True)
@@ -123,7 +121,8 @@ class SearchOptions:
                               help="optuna: trials to complete in total (default 8)")
     seeds: list[int] | None = option(
         None, "--seeds", read=seeds_list, metavar="N|LIST",
-        help="the measure seeds: N (seeds 0..N-1) or a comma list like 0,3,7 (default: the space's)")
+        help="the measure seeds: a count N means seeds 0..N-1 (3 is 0,1,2); or a list of "
+             "seeds and inclusive ranges like 0,3,7 or 0-2 or 0-2,5 (default: the space's)")
     scheduler: str = option(  # saved resolved (shapesweep.sweep.scheduling.choose)
         "auto", "--scheduler", choices=SCHEDULERS,
         help="asha: the noise-aware ASHA, each candidate judged on its seed mean (Ray's "

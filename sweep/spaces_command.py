@@ -7,7 +7,7 @@ import argparse
 import json
 import sys
 
-from shapesweep.common import UserError, printable, write_csv
+from shapesweep.common import UserError, printable, terminal_console, write_csv
 from shapesweep.sweep.option_groups import has_gpu
 
 TABLE_COLUMNS = ("variant", "key", "family", "d_model", "n_layers", "n_heads", "d_h", "k", "ffn_ratio",
@@ -59,13 +59,12 @@ def _spaces_table(records: list[dict], wide: bool, fast: bool) -> None:
     """One line per space, its description cut with an ellipsis to fit the terminal (80
     columns off one); `wide`: a paragraph per space, with its budget and whole description."""
     from rich import box
-    from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
 
     from shapesweep.search_spaces.space import load_space
 
-    console = Console()
+    console = terminal_console()  # a pipe: rows whole (shapesweep.common.PIPED_WIDTH)
     rows = []
     for record in records:
         count = (f"<= {record['raw_points']}" if fast else
@@ -85,12 +84,15 @@ def _spaces_table(records: list[dict], wide: bool, fast: bool) -> None:
                   title_justify="left", box=box.SIMPLE_HEAD, padding=(0, 0), show_edge=False)
     widths = {column: max([len(column), *(len(row[column]) for row in rows)])
               for column in ("name", "family", "candidates")}
-    widths["family"] = min(widths["family"], FAMILY_COLUMN)  # the description needs the room
+    longest = max(len(row["description"]) for row in rows)
+    if sum(widths.values()) + len(widths) + longest > console.width:  # the description needs the room
+        widths["family"] = min(widths["family"], FAMILY_COLUMN)
     for column, width in widths.items():
         table.add_column(column, no_wrap=True, width=width, overflow="ellipsis",
                          justify="right" if column == "candidates" else "left")
     table.add_column("description", no_wrap=True, overflow="ellipsis",
-                     width=max(11, console.width - sum(widths.values()) - len(widths)))
+                     width=max(11, min(console.width - sum(widths.values()) - len(widths),
+                                       longest)))
     for row in rows:
         table.add_row(*(row[column] for column in (*widths, "description")))
     console.print(table)
@@ -302,8 +304,6 @@ def _write_candidates(out: str, space, candidates) -> None:
 
 def _print_table(space, result, rows: list[dict]) -> None:
     from rich.table import Table
-
-    from shapesweep.common import terminal_console
 
     extra = [c for c in VARYING_EXTRA if len({str(r.get(c)) for r in rows}) > 1]
     columns = [c for c in TABLE_COLUMNS if any(r.get(c) is not None for r in rows)] + extra
