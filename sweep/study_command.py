@@ -18,7 +18,7 @@ import torch
 from shapesweep.common import UserError, terminal_console
 from shapesweep.results.parquet_store import ParquetStore
 from shapesweep.results.study_report import write_report
-from shapesweep.results.study_spec import Study, read_study, study_names
+from shapesweep.results.study_spec import STUDY_FILE, Study, read_study, study_names
 from shapesweep.search_spaces.safe_yaml import read_yaml
 from shapesweep.sweep import run_command
 from shapesweep.sweep.cli import parse
@@ -48,7 +48,7 @@ def _list(studies: Path) -> int:
     if not names:
         print(f"no studies under {studies}")
     for name in names:
-        doc = read_yaml(studies / name / "study.yaml")
+        doc = read_yaml(studies / name / STUDY_FILE)
         question = doc.get("question", "") if isinstance(doc, dict) else ""
         print(f"{name}: {' '.join(str(question).split())}")
     return 0
@@ -59,18 +59,34 @@ def _run(found: Study, args: argparse.Namespace) -> int:
     _check_machine(found)
     root = str(found.store)
     found.store.mkdir(exist_ok=True)
-    held = set(ParquetStore(root).sweeps())
-    commands = [_command(found, name, name in held and _has_options(root, name), args)
-                for name in found.sweeps]
+    store = ParquetStore(root)
+    held = {name for name in store.sweeps() if _has_options(root, name)}
+    _check_unchanged(found, store, held)
+    commands = [_command(found, name, name in held, args) for name in found.sweeps]
     code = 0
     for name, (verb, namespace) in zip(found.sweeps, commands, strict=True):
         terminal_console(soft_wrap=True, stderr=True).print(
             f"study [bold]{found.name}[/]: {verb} sweep {name}")
         check_store_args(namespace)
-        code = max(code, getattr(run_command, verb)(namespace))
+        try:
+            code = max(code, getattr(run_command, verb)(namespace))
+        finally:  # interrupted too: the sweep's folder exists once it started
+            if _has_options(root, name):
+                store.write_file(name, STUDY_FILE, found.text)
     print(f"study {found.name}: every sweep run; to report: shapesweep study report {found.name}"
           + ("" if args.studies == "studies" else f" --studies {args.studies}"))
     return code
+
+
+def _check_unchanged(found: Study, store: ParquetStore, held: set[str]) -> None:
+    """A study is fixed before it runs: its sweeps resume only under the study.yaml they ran
+    under (each sweep's folder keeps a copy)."""
+    for name in sorted(held):
+        ran_under = store.read_file(name, STUDY_FILE)
+        if ran_under is not None and ran_under != found.text:
+            raise UserError(f"changed since sweep {name!r} of the study ran (a study is fixed before "
+                            "it runs: restore the file, or make a new study)",
+                            file=str(found.folder / STUDY_FILE))
 
 
 def _has_options(root: str, name: str) -> bool:
@@ -101,4 +117,4 @@ def _check_machine(found: Study) -> None:
         wanted = found.machine.get(column)
         if wanted is not None and wanted != value:
             raise UserError(f"the study must run on {column} {wanted!r}; this machine has {value!r}",
-                            file=str(found.folder / "study.yaml"), key=f"machine.{column}")
+                            file=str(found.folder / STUDY_FILE), key=f"machine.{column}")

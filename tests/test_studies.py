@@ -73,6 +73,10 @@ def test_run_then_report(tmp_path, local_ray, one_torch_thread, capsys):
     decision = first.split("## Decision")[1]
     assert "-> **holds**. The wide shape is ahead." in decision or "-> **does not hold**. No advantage" in decision
     assert str(tmp_path) not in first  # no path of this machine
+    write_study(tmp_path, seeds=[0, 1, 2, 3])
+    capsys.readouterr()
+    assert study(tmp_path, "run", "tiny") == 2  # fixed before it ran: no seed added afterwards
+    assert "study.yaml: changed since sweep 'tiny' of the study ran" in capsys.readouterr().err
     cpu = rows["cpu_model"].iloc[0]
     assert f"| {cpu} |" in first and "| 9 |" in first
 
@@ -109,6 +113,22 @@ def test_incomplete_store_lists_missing_and_decides_nothing(tmp_path, capsys):
     assert "holds" not in report.split("## Decision")[1]
 
 
+def test_trials_of_another_machine_decide_nothing(tmp_path, capsys):
+    folder = write_study(tmp_path, machine={"cpu_model": "Some CPU"})
+    root = folder / "store"
+    write_sweep_file(str(root), "tiny", "space.yaml", yaml.safe_dump(TINY_SPACE, sort_keys=False))
+    for variant in ("baseline", "deep", "wide"):
+        for seed in (0, 1, 2):
+            offset = {"baseline": 0.0, "deep": 0.02 * (seed % 2), "wide": 0.1}[variant]
+            land(root, TINY_SPACE, variant, seed, 5.0 + 0.01 * seed + offset)
+    assert study(tmp_path, "report", "tiny") == 0
+    report = (folder / "report.md").read_text()
+    assert "**No decision:**" in report and "- tiny: 9 trials ran on cpu_model 'unrecorded'" in report
+    assert "Required: cpu_model 'Some CPU'." in report
+    assert "**no decision** (data incomplete)" in report
+    assert "| tiny/wide vs baseline | 3 | +0.1000 |" in report
+
+
 BAD = {
     "unknown-space": ({"sweeps": [{"name": "tiny", "space": "demo-quik"}]},
                       "sweeps.0.space: 'demo-quik' is not a built-in space (did you mean 'demo-quick'?"),
@@ -130,6 +150,8 @@ BAD = {
                  "decide.rule: 'width < 0' is not FIELD OP NUMBER"),
     "rule-not-compared": ({"decide": {"quantity": "delta_val_loss", "of": "baseline", "rule": "upper < 0"}},
                           "decide.of: 'baseline' vs 'baseline' names no comparison the study makes"),
+    "other-machine": ({"machine": {"cpu_model": "Not This CPU 9000"}},
+                      "machine.cpu_model: the study must run on cpu_model 'Not This CPU 9000'; this machine has"),
     "unknown-key": ({"seed": [0]}, "seed: unknown key 'seed' (did you mean 'seeds'?"),
     "unknown-nested-key": ({"decide": {"quantity": "delta_val_loss", "of": "wide", "rule": "upper < 0",
                                        "hold": "x"}},
