@@ -195,6 +195,21 @@ class DemoArgs:
                                          help="trials at once (default 2, one per core here)")
 
 
+STUDY_ACTIONS = ("run", "report", "list")  # shapesweep.sweep.study_command
+
+
+@dataclass(kw_only=True)
+class StudyArgs:
+    action: str = option(MISSING, "action", choices=STUDY_ACTIONS,
+                         help="run: run (or resume) the study's sweeps into studies/NAME/store; "
+                              "report: write studies/NAME/report.md from that store; list: the studies")
+    name: str | None = option(None, "name", nargs="?", help="the study (a folder of --studies)")
+    studies: str = option("studies", "--studies", metavar="DIR",
+                          help="the folder of studies, each NAME/study.yaml (default: studies)")
+    max_concurrent: int | None = same_as(ResourceOptions, "max_concurrent")
+    progress: bool = same_as(SweepOptions, "progress")
+
+
 @dataclass(frozen=True)
 class Verb:
     """A verb: its module and function (imported only when it runs), its help, its arguments."""
@@ -226,4 +241,6 @@ VERBS: dict[str, Verb] = {
                   "serve a live dashboard over every sweep in the store", ServeArgs),
     "demo": Verb("shapesweep.sweep.demo", "demo",
                  "run the small built-in demo sweep and build its dashboard", DemoArgs),
+    "study": Verb("shapesweep.sweep.study_command", "study",
+                  "run a pre-registered study (studies/NAME/study.yaml) or write its report", StudyArgs),
 }

@@ -54,7 +54,7 @@ def test_version_is_the_installed_packages():
 
 
 @pytest.mark.parametrize(("words", "expected"), [
-    (["st"], ["status"]),
+    (["sta"], ["status"]),
     (["run", "--sched"], ["--scheduler"]),
     (["export", "best", "--format", ""], ["hf", "json", "litgpt", "torch", "yaml"]),
     (["spaces", "--for"], ["--format"]),

@@ -57,7 +57,7 @@ ACCEPTED = {
 }
 BASE = {"spaces": [], "plan": ["tiny"], "train": ["c.yaml"], "run": ["tiny"], "resume": ["s"],
         "status": [], "export": ["s", "--top", "1", "--out", "out"], "dashboard": ["s"],
-        "serve": [], "demo": []}
+        "serve": [], "demo": [], "study": ["list"]}
 
 
 def numeric_flags() -> list[tuple[str, str, str]]:
