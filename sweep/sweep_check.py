@@ -28,6 +28,7 @@ from shapesweep.sweep.scheduling import Choice, choose
 from shapesweep.sweep.strategies import SearchStrategy, strategy_for
 from shapesweep.sweep.sweep_options import SweepOptions
 from shapesweep.sweep.trackers import check_trackers
+from shapesweep.sweep.verdict import refuse_without_verdict, seed_verdict
 from shapesweep.trainers.data import check_fits, load_lm_data
 from shapesweep.trainers.parallel import (
     check_compilable,
@@ -65,6 +66,8 @@ def check_sweep(options: SweepOptions) -> tuple[SweepOptions, Checked]:
     strategy = strategy_for(options, space)
     if strategy.candidates is not None:
         check_sweep_trials(space, len(strategy.candidates), given)
+    refuse_without_verdict(seed_verdict(space, len(seeds), len(strategy.candidates or ()),
+                                        options.search, options), options)
     _check_data_parallel(options, space, strategy.candidates)
     check_memory(options, space, strategy.candidates)  # trials that fit (issues 37, 39)
     budgets = sweep_budgets(space, strategy.candidates)
@@ -72,13 +75,22 @@ def check_sweep(options: SweepOptions) -> tuple[SweepOptions, Checked]:
     lines = [choice.line, evaluation_line(space, strategy.candidates, choice.rungs),
              cooldown_line(space, strategy.candidates, choice.rungs)]
     data_hash, data_notices = data_hash_for(space, strategy.candidates, absolute(options.data))
-    storage_url = options.storage or default_catalog_url(options.root)  # makes a local root
+    # makes a local root (a dry run only checks that it would have a catalog)
+    storage_url = options.storage or _catalog_url(options.root, options.dry_run)
     budget = next(iter(budgets)) if budgets and len(budgets) == 1 else None
     options = replace(options, name=name, scheduler=choice.kind, **strategy.settings())
-    check_address(options.address)  # last: what the space and flags can refuse comes first
+    if not options.dry_run:  # a dry run joins no cluster
+        check_address(options.address)  # last: what the space and flags can refuse comes first
     return options, Checked(name, space, strategy, storage_url, seeds, scheduler, choice.rungs,
                             [*strategy.notices, *filter(None, lines), *data_notices],
                             data_hash, budget)
+
+
+def _catalog_url(root: str, dry_run: bool) -> str:
+    """The default catalog's URL; a dry run refuses what `run` would and makes no folder."""
+    if dry_run:
+        return "" if root.startswith("file://") or "://" not in root else default_catalog_url(root)
+    return default_catalog_url(root)
 
 
 def data_hash_for(space: SearchSpace, candidates: list[Candidate] | None,
