@@ -66,8 +66,6 @@ def check_sweep(options: SweepOptions) -> tuple[SweepOptions, Checked]:
     strategy = strategy_for(options, space)
     if strategy.candidates is not None:
         check_sweep_trials(space, len(strategy.candidates), given)
-    refuse_without_verdict(seed_verdict(space, len(seeds), len(strategy.candidates or ()),
-                                        options.search, options), options)
     _check_data_parallel(options, space, strategy.candidates)
     check_memory(options, space, strategy.candidates)  # trials that fit (issues 37, 39)
     budgets = sweep_budgets(space, strategy.candidates)
@@ -75,6 +73,9 @@ def check_sweep(options: SweepOptions) -> tuple[SweepOptions, Checked]:
     lines = [choice.line, evaluation_line(space, strategy.candidates, choice.rungs),
              cooldown_line(space, strategy.candidates, choice.rungs)]
     data_hash, data_notices = data_hash_for(space, strategy.candidates, absolute(options.data))
+    # after the checks of what cannot run at all: what can run, but ends without a verdict
+    refuse_without_verdict(seed_verdict(space, len(seeds), len(strategy.candidates or ()),
+                                        options.search, options), options, options.space)
     # makes a local root (a dry run only checks that it would have a catalog)
     storage_url = options.storage or _catalog_url(options.root, options.dry_run)
     budget = next(iter(budgets)) if budgets and len(budgets) == 1 else None
