@@ -42,12 +42,12 @@ def _report(outcome: SweepOutcome, root: str) -> int:
 
 
 def run(args: argparse.Namespace, model: type[SweepOptions] = SweepOptions) -> int:
+    options = model(**parsed(model, args))  # each option checked against its declaration
+    _check_cluster(options)
+    if options.dry_run:  # the checks, the plan and its price: no driver
+        return dry_run(options)
     from shapesweep.sweep.runner import run_sweep  # Ray: not for --help
 
-    options = model(**parsed(model, args))  # each option checked against its declaration
-    _check_resources(options)
-    if options.dry_run:
-        return dry_run(options)
     with _resume_hint(options.name, options.space, options.root):
         return _report(run_sweep(options), options.root)
 
@@ -76,13 +76,20 @@ def _check_resources(options: SweepOptions) -> None:
     each alone is checked against its declaration)."""
     workers = options.workers_per_trial
     check_parallel(options.parallel, workers, "--workers-per-trial")
-    _check_priced(options)
-    if options.gpus is not None:  # a dry run for GPUs other than this machine's
-        check_gpus(workers, options.gpus_per_trial, options.gpus)
-        return
     check_placement(workers, ("--cpus-per-trial", options.cpus_per_trial),
                     ("--gpus-per-trial", options.gpus_per_trial), options.address,
                     "--workers-per-trial")
+
+
+def _check_cluster(options: SweepOptions) -> None:
+    """`_check_resources`, or for a dry run that names its GPUs (`--gpus`), placement on them
+    (their nodes' CPUs are unknown) instead of on this machine."""
+    _check_priced(options)
+    if options.gpus is None:
+        _check_resources(options)
+        return
+    check_parallel(options.parallel, options.workers_per_trial, "--workers-per-trial")
+    check_gpus(options.workers_per_trial, options.gpus_per_trial, options.gpus)
 
 
 def _check_priced(options: SweepOptions) -> None:
@@ -169,7 +176,7 @@ def resume(args: argparse.Namespace, model: type[SweepOptions] = SweepOptions) -
     if not _judged(args.root, args.name):  # started before `run` refused a sweep without a verdict
         options = replace(options, no_verdict=True)
     if options.dry_run:
-        _check_resources(options)
+        _check_cluster(options)
         return dry_run(options)
     _check_priced(options)
     with _resume_hint(args.name, options.space, args.root):
