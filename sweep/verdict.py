@@ -13,12 +13,18 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from shapesweep.common import UserError
 from shapesweep.sweep.option_groups import (  # the flags' declarations
     DEFAULT_SEED_SD,
     NO_VERDICT_FLAG,
 )
+
+if TYPE_CHECKING:
+    from shapesweep.sweep.sweep_options import SweepOptions
+
+    Given = argparse.Namespace | SweepOptions  # plan's flags, or the options `run` checks
 
 
 @dataclass(frozen=True)
@@ -34,7 +40,7 @@ class SeedVerdict:
 
 
 def seed_verdict(space, measure: int, candidates: int, search: str,
-                 args: argparse.Namespace) -> SeedVerdict:
+                 args: Given) -> SeedVerdict:
     """What the sweep's `measure` seeds give (`candidates` solved; `search` grid or optuna)."""
     from shapesweep.search_spaces.space import BASELINE_VARIANT
 
@@ -75,7 +81,7 @@ def verdict_line(verdict: SeedVerdict, cost_now: str, cost_needed: str | None) -
             f"(now {cost_now})")
 
 
-def refuse_without_verdict(verdict: SeedVerdict, args: argparse.Namespace,
+def refuse_without_verdict(verdict: SeedVerdict, args: Given,
                            space: str = "SPACE") -> None:
     """`run`'s check: a comparison that cannot end in a verdict runs only when asked to; the
     refusal names the seeds that would and the `plan` that prices them."""
