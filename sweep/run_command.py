@@ -7,6 +7,7 @@ Ray, pandas and the runner are imported inside the verbs, so `--help` stays fast
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from collections.abc import Iterator
@@ -156,8 +157,6 @@ def _local_gpus() -> int:
 def _judged(root: str, name: str) -> bool:
     """Whether the sweep's options file says whether it was started with --no-verdict (one
     from before the verdict check has no such key: it resumes as it was started)."""
-    import json
-
     from shapesweep.results.parquet_store import ParquetStore  # pyarrow: not for --help
     from shapesweep.sweep.sweep_files import OPTIONS_FILE
 
