@@ -7,6 +7,7 @@ Ray, pandas and the runner are imported inside the verbs, so `--help` stays fast
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from collections.abc import Iterator
@@ -42,10 +43,12 @@ def _report(outcome: SweepOutcome, root: str) -> int:
 
 
 def run(args: argparse.Namespace, model: type[SweepOptions] = SweepOptions) -> int:
+    options = model(**parsed(model, args))  # each option checked against its declaration
+    _check_cluster(options)
+    if options.dry_run:  # the checks, the plan and its price: no driver
+        return dry_run(options)
     from shapesweep.sweep.runner import run_sweep  # Ray: not for --help
 
-    options = model(**parsed(model, args))  # each option checked against its declaration
-    _check_resources(options)
     with _resume_hint(options.name, options.space, options.root):
         return _report(run_sweep(options), options.root)
 
@@ -77,6 +80,43 @@ def _check_resources(options: SweepOptions) -> None:
     check_placement(workers, ("--cpus-per-trial", options.cpus_per_trial),
                     ("--gpus-per-trial", options.gpus_per_trial), options.address,
                     "--workers-per-trial")
+
+
+def _check_cluster(options: SweepOptions) -> None:
+    """`_check_resources`, or for a dry run that names its GPUs (`--gpus`), placement on them
+    (their nodes' CPUs are unknown) instead of on this machine."""
+    _check_priced(options)
+    if options.gpus is None:
+        _check_resources(options)
+        return
+    check_parallel(options.parallel, options.workers_per_trial, "--workers-per-trial")
+    check_gpus(options.workers_per_trial, options.gpus_per_trial, options.gpus)
+
+
+def _check_priced(options: SweepOptions) -> None:
+    """--gpu, --gpus and --gpu-hour-price describe the GPUs a dry run prices and places on."""
+    priced = [flag for flag, value in (("--gpu", options.gpu), ("--gpus", options.gpus),
+                                       ("--gpu-hour-price", options.gpu_hour_price))
+              if value is not None]
+    if priced and not options.dry_run:
+        raise UserError("prices a dry run and checks its placement: give --dry-run too",
+                        key=priced[0])
+
+
+def check_gpus(workers: int, per_worker: float, gpus: int) -> None:
+    """A trial's GPUs against the `--gpus` a dry run names (their nodes' CPUs are unknown)."""
+    if workers * per_worker > gpus:
+        what = f"{workers} workers x {per_worker:g} GPUs" if workers > 1 else f"{per_worker:g} GPUs per trial"
+        raise UserError(f"{what} do not fit the {gpus} GPUs --gpus names",
+                        key="--workers-per-trial" if workers > 1 else "--gpus-per-trial")
+
+
+def dry_run(options: SweepOptions) -> int:
+    """`run --dry-run` (and `resume --dry-run`): every check that needs no cluster, then the
+    plan and its price as `plan` prints them; nothing is written and Ray never starts."""
+    from shapesweep.sweep.dry_run import dry_run as checked_plan  # the checks: not for --help
+
+    return checked_plan(options)
 
 
 def check_placement(workers: int, cpus: tuple[str, float], gpus: tuple[str, float],
@@ -114,10 +154,29 @@ def _local_gpus() -> int:
 
 
 
+def _judged(root: str, name: str) -> bool:
+    """Whether the sweep's options file says whether it was started with --no-verdict (one
+    from before the verdict check has no such key: it resumes as it was started)."""
+    from shapesweep.results.parquet_store import ParquetStore  # pyarrow: not for --help
+    from shapesweep.sweep.sweep_files import OPTIONS_FILE
+
+    text = ParquetStore(root).read_file(name, OPTIONS_FILE)
+    try:
+        return "no_verdict" in json.loads(text or "{}")
+    except ValueError:
+        return True  # load_options has read it
+
+
 def resume(args: argparse.Namespace, model: type[SweepOptions] = SweepOptions) -> int:
     from shapesweep.sweep.runner import load_options, run_sweep  # Ray: not for --help
 
     given = {key: value for key, value in parsed(model, args, resumed).items() if value is not None}
     options = replace(load_options(args.root, args.name, model), **given)
+    if not _judged(args.root, args.name):  # started before `run` refused a sweep without a verdict
+        options = replace(options, no_verdict=True)
+    if options.dry_run:
+        _check_cluster(options)
+        return dry_run(options)
+    _check_priced(options)
     with _resume_hint(args.name, options.space, args.root):
         return _report(run_sweep(options), args.root)

@@ -28,6 +28,7 @@ from shapesweep.sweep.scheduling import Choice, choose
 from shapesweep.sweep.strategies import SearchStrategy, strategy_for
 from shapesweep.sweep.sweep_options import SweepOptions
 from shapesweep.sweep.trackers import check_trackers
+from shapesweep.sweep.verdict import refuse_without_verdict, seed_verdict
 from shapesweep.trainers.data import check_fits, load_lm_data
 from shapesweep.trainers.parallel import (
     check_compilable,
@@ -72,13 +73,25 @@ def check_sweep(options: SweepOptions) -> tuple[SweepOptions, Checked]:
     lines = [choice.line, evaluation_line(space, strategy.candidates, choice.rungs),
              cooldown_line(space, strategy.candidates, choice.rungs)]
     data_hash, data_notices = data_hash_for(space, strategy.candidates, absolute(options.data))
-    storage_url = options.storage or default_catalog_url(options.root)  # makes a local root
+    # after the checks of what cannot run at all: what can run, but ends without a verdict
+    refuse_without_verdict(seed_verdict(space, len(seeds), len(strategy.candidates or ()),
+                                        options.search, options), options, options.space)
+    # makes a local root (a dry run only checks that it would have a catalog)
+    storage_url = options.storage or _catalog_url(options.root, options.dry_run)
     budget = next(iter(budgets)) if budgets and len(budgets) == 1 else None
     options = replace(options, name=name, scheduler=choice.kind, **strategy.settings())
-    check_address(options.address)  # last: what the space and flags can refuse comes first
+    if not options.dry_run:  # a dry run joins no cluster
+        check_address(options.address)  # last: what the space and flags can refuse comes first
     return options, Checked(name, space, strategy, storage_url, seeds, scheduler, choice.rungs,
                             [*strategy.notices, *filter(None, lines), *data_notices],
                             data_hash, budget)
+
+
+def _catalog_url(root: str, dry_run: bool) -> str:
+    """The default catalog's URL; a dry run refuses what `run` would and makes no folder."""
+    if dry_run:
+        return "" if root.startswith("file://") or "://" not in root else default_catalog_url(root)
+    return default_catalog_url(root)
 
 
 def data_hash_for(space: SearchSpace, candidates: list[Candidate] | None,

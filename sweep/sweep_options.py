@@ -12,8 +12,10 @@ from typing import Any
 
 from shapesweep.common import CHECKPOINT_EVERY_S, UserError
 from shapesweep.sweep.option_groups import (
+    NO_VERDICT_FLAG,
     OBJECTIVES,
     PARALLEL,
+    PlanPriceOptions,
     ResourceOptions,
     SearchOptions,
     TrainerOptions,
@@ -88,4 +90,25 @@ class SweepOptions:
              "seconds)")
     workers_per_trial: int = same_as(ResourceOptions, "workers_per_trial")
     parallel: str = same_as(TrainerOptions, "parallel")
+    # whether the seeds can end in a verdict (shapesweep.sweep.verdict): kept, so `resume`
+    # judges a sweep as it was started
+    min_effect: float | None = same_as(PlanPriceOptions, "min_effect")
+    seed_sd: float | None = same_as(PlanPriceOptions, "seed_sd")
+    no_verdict: bool = option(
+        False, NO_VERDICT_FLAG,
+        help="run a comparison with the baseline whose measure seeds cannot give it a verdict "
+             "(fewer than 2, or than --min-effect needs): means only, no intervals")
+    # a dry run: every check that needs no cluster, then the plan and its price; not kept
+    dry_run: bool = option(
+        False, "--dry-run", resume=True, saved=False,
+        help="check everything that needs no cluster (space, flags, scheduler, seeds, memory at "
+             "--gpu-memory, placement on --gpus), print the plan and its price, and stop: "
+             "nothing written, no Ray started")
+    gpu: str | None = same_as(PlanPriceOptions, "gpu", resume=True, saved=False)
+    gpus: int | None = same_as(
+        PlanPriceOptions, "gpus", resume=True, saved=False,
+        help="--dry-run: the GPUs the sweep runs on, for its placement check (instead of this "
+             "machine's) and its wall time")
+    gpu_hour_price: float | None = same_as(PlanPriceOptions, "gpu_hour_price", resume=True,
+                                           saved=False)
     extra: dict[str, Any] = field(default_factory=dict)

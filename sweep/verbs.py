@@ -103,6 +103,10 @@ class ResumeArgs:
     retry_failed: bool = same_as(SweepOptions, "retry_failed")
     progress: bool = same_as(SweepOptions, "progress")
     gpu_memory: str | None = same_as(SweepOptions, "gpu_memory")
+    dry_run: bool = same_as(SweepOptions, "dry_run")
+    gpu: str | None = same_as(SweepOptions, "gpu")
+    gpus: int | None = same_as(SweepOptions, "gpus")
+    gpu_hour_price: float | None = same_as(SweepOptions, "gpu_hour_price")
 
 
 @dataclass(kw_only=True)

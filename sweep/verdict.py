@@ -13,12 +13,18 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from shapesweep.common import UserError
 from shapesweep.sweep.option_groups import (  # the flags' declarations
     DEFAULT_SEED_SD,
     NO_VERDICT_FLAG,
 )
+
+if TYPE_CHECKING:
+    from shapesweep.sweep.sweep_options import SweepOptions
+
+    Given = argparse.Namespace | SweepOptions  # plan's flags, or the options `run` checks
 
 
 @dataclass(frozen=True)
@@ -34,7 +40,7 @@ class SeedVerdict:
 
 
 def seed_verdict(space, measure: int, candidates: int, search: str,
-                 args: argparse.Namespace) -> SeedVerdict:
+                 args: Given) -> SeedVerdict:
     """What the sweep's `measure` seeds give (`candidates` solved; `search` grid or optuna)."""
     from shapesweep.search_spaces.space import BASELINE_VARIANT
 
@@ -48,7 +54,7 @@ def seed_verdict(space, measure: int, candidates: int, search: str,
                         key="--seed-sd")
     compares = search == "grid" and any(v.name == BASELINE_VARIANT for v in space.resolved())
     if not compares or effect is None:
-        return SeedVerdict(compares, measure, 2, "a paired interval needs 2 seeds")
+        return SeedVerdict(compares, measure, 2, "for a paired interval")
     from shapesweep.results.stats import CONFIDENCE, seeds_for_power
 
     sd = sd or DEFAULT_SEED_SD
@@ -57,7 +63,7 @@ def seed_verdict(space, measure: int, candidates: int, search: str,
     needed = seeds_for_power(effect, sd, confidence=1 - level)
     n = int(needed) if needed == needed else 10**6
     return SeedVerdict(True, measure, max(2, n),
-                       f"80% power for {effect:g} nats at a seed sd of {sd:g}"
+                       f"for 80% power at {effect:g} nats at a seed sd of {sd:g}"
                        f"{'' if getattr(args, 'seed_sd', None) else ' (the default)'}, "
                        f"{comparisons} comparisons at level {level:.2g} (Holm's first step)")
 
@@ -67,19 +73,23 @@ def verdict_line(verdict: SeedVerdict, cost_now: str, cost_needed: str | None) -
     if not verdict.compares:
         return None
     if verdict.gives_verdict:
-        return (f"verdict: {verdict.measure} measure seeds give one (at least {verdict.needed}: "
+        return (f"verdict: {verdict.measure} measure seeds give one (at least {verdict.needed} "
                 f"{verdict.why})")
     return (f"verdict: none - {verdict.measure} measure seed{'s' * (verdict.measure != 1)} "
-            f"cannot give one ({verdict.why}: at least {verdict.needed}); `run` refuses it "
+            f"cannot give one (at least {verdict.needed} {verdict.why}); `run` refuses it "
             f"without {NO_VERDICT_FLAG}. With --seeds {verdict.needed}: {cost_needed} "
             f"(now {cost_now})")
 
 
-def refuse_without_verdict(verdict: SeedVerdict, args: argparse.Namespace) -> None:
-    """`run`'s check: a comparison that cannot end in a verdict runs only when asked to."""
+def refuse_without_verdict(verdict: SeedVerdict, args: Given,
+                           space: str = "SPACE") -> None:
+    """`run`'s check: a comparison that cannot end in a verdict runs only when asked to; the
+    refusal names the seeds that would and the `plan` that prices them."""
     if verdict.gives_verdict or getattr(args, "no_verdict", False):
         return
+    seeds = ",".join(map(str, range(verdict.needed))) if verdict.needed <= 5 else f"0-{verdict.needed - 1}"
     raise UserError(f"{verdict.measure} measure seed{'s' * (verdict.measure != 1)} cannot give "
-                    f"the comparison with the baseline a verdict ({verdict.why}: at least "
-                    f"{verdict.needed}): give --seeds {verdict.needed} (`shapesweep plan` prices "
-                    f"it), or {NO_VERDICT_FLAG} for means only", key="--seeds")
+                    f"the comparison with the baseline a verdict (at least {verdict.needed} "
+                    f"{verdict.why}): give --seeds {verdict.needed} (seeds {seeds}; `shapesweep "
+                    f"plan {space} --seeds {verdict.needed}` prices it), or {NO_VERDICT_FLAG} to "
+                    "run it for means only", key="--seeds")
