@@ -17,8 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from shapesweep.sweep.options import option, whole_count
-from shapesweep.sweep.scheduling import SCHEDULERS
 from shapesweep.sweep.strategies import SAMPLERS, STRATEGIES
+
+SCHEDULERS = ("auto", "asha", "fifo")  # sweep/scheduling.py: what each runs
 
 PARALLEL = ("ddp", "fsdp")  # how N > 1 workers share a model (shapesweep.trainers.loop.train)
 OBJECTIVES = ("params_non_embedding", "flops_per_token")  # --multi-objective's second objective

@@ -22,12 +22,12 @@ from typing import TYPE_CHECKING, Any
 
 from shapesweep.common import UserError, human
 from shapesweep.search_spaces.cadence import step_tokens, sweep_budgets
+from shapesweep.sweep.option_groups import SCHEDULERS  # declared with --scheduler
 
 if TYPE_CHECKING:  # types only: this module is imported for --help, the space's YAML reader is not
     from shapesweep.search_spaces.solver import Candidate
     from shapesweep.search_spaces.space import SearchSpace
 
-SCHEDULERS = ("auto", "asha", "fifo")
 # Below this many candidates (key x tuned values) `auto` runs FIFO: ASHA keeps the top third
 # at each rung, so with 9 candidates its two rungs can go 9 -> 3 -> 1; with fewer it has a
 # handful to stop at best, while every trial pays its rung cooldowns (~10% more tokens) and

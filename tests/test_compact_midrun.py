@@ -9,7 +9,7 @@ import pytest
 from sweep_helpers import pairs as planned
 from sweep_helpers import raw_trial_rows, run, write_space
 
-from shapesweep.results import store
+from shapesweep.results import compaction
 from shapesweep.results.store import compact, load_curves
 from shapesweep.sweep.runner import ResultsWriter
 
@@ -26,7 +26,7 @@ def test_a_sweep_compacts_while_it_runs_and_lands_each_trial_once(local_ray, tmp
         return compact(root, sweep, **options)
 
     monkeypatch.setattr(ResultsWriter, "compact_every", 2)
-    monkeypatch.setattr(store, "compact", counted)
+    monkeypatch.setattr(compaction, "compact", counted)  # what ParquetStore.compact calls
     space = write_space(tmp_path, name="compacting", search={"n_layers": [1, 2, 3, 4]})
     root = tmp_path / "sweeps"
     assert run("run", str(space), "--root", str(root), "--scheduler", "fifo", "--max-concurrent", "2",

@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from shapesweep.search_spaces.configs import TrainConfig, make_config
-from shapesweep.trainers import loop
+from shapesweep.trainers import evaluation, loop, schedule
 from shapesweep.trainers.compiled import compile_cache
 from shapesweep.trainers.loop import (
     NonFiniteLoss,
@@ -40,14 +40,16 @@ def _one_thread(one_torch_thread):
 
 
 def _count_reads(monkeypatch) -> list[str]:
-    """Record every tensor read whose caller is trainers/loop.py (torch's own CPU-side
-    reads, e.g. AdamW's step counter, are not the loop's)."""
+    """Record every tensor read whose caller is the loop: trainers/loop.py or the modules
+    it was split into, evaluation.py and schedule.py (torch's own CPU-side reads, e.g.
+    AdamW's step counter, are not the loop's)."""
+    ours = {loop.__file__, evaluation.__file__, schedule.__file__}
     calls = []
     for name in READS:
         original = getattr(torch.Tensor, name)
 
         def counted(self, *args, _original=original, _name=name, **kwargs):
-            if sys._getframe(1).f_code.co_filename == loop.__file__:
+            if sys._getframe(1).f_code.co_filename in ours:
                 calls.append(_name)
             return _original(self, *args, **kwargs)
 

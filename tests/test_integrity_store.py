@@ -386,6 +386,7 @@ def live(store):
     server = make_server(str(store), "127.0.0.1", 0)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
+    assert server.state.snapshots.wait_built(300)  # these tests read the built payload
     yield server.server_address[1]
     server.shutdown()
     server.server_close()

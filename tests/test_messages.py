@@ -84,7 +84,7 @@ def test_an_unknown_space_name_gets_the_built_in_meant(capsys):
 def test_an_unknown_verb_gets_the_verb_meant(capsys):
     line = one_line(*shapesweep(capsys, "stauts")[::2])
     assert line == ("shapesweep: error: unknown verb 'stauts' (did you mean 'status'? verbs: spaces, plan, "
-                    "train, run, resume, status, export, dashboard, serve, demo)")
+                    "train, run, resume, status, export, dashboard, serve, demo, study)")
 
 
 def _a_sweep(root: Path, name: str) -> None:
