@@ -25,7 +25,30 @@ TINY_SPACE = {
     "solve": "d_h",
     "train": TINY_TRAIN,
 }
+# A baseline and one deeper shape: the smallest comparison a sweep makes.
+TWO_SHAPES = {
+    "name": "two-shapes",
+    "family": "conventional",
+    "budget": {"non_embedding_params": 30912, "tolerance": 0.05},
+    "fixed": {"d_model": 32, "n_heads": 2, "vocab_size": 256},
+    "solve": "d_h",
+    "variants": [{"name": "baseline", "fixed": {"n_layers": 2}},
+                 {"name": "deep", "fixed": {"n_layers": 4}}],
+    "train": TINY_TRAIN,
+}
 CHILD_ENV = {**os.environ, "PYTHONUNBUFFERED": "1"}
+
+
+def processes_naming(text: str) -> list[int]:
+    """The processes whose command line holds `text` (what a test leaves behind)."""
+    found = []
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            if text.encode() in (entry / "cmdline").read_bytes():
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
 
 
 def write_space(folder: Path, base: dict = TINY_SPACE, **changes) -> Path:

@@ -15,21 +15,12 @@ from pathlib import Path
 
 import pytest
 import yaml
-from sweep_helpers import CHILD_ENV, TINY_TRAIN, write_space
+from sweep_helpers import CHILD_ENV, TINY_TRAIN, TWO_SHAPES, write_space
 
 from shapesweep.results.store import sweep_dir
 from shapesweep.sweep.cli import main
 
-VARIANTS = {
-    "name": "typos",
-    "family": "conventional",
-    "budget": {"non_embedding_params": 30912, "tolerance": 0.05},
-    "fixed": {"d_model": 32, "n_heads": 2, "vocab_size": 256},
-    "solve": "d_h",
-    "variants": [{"name": "baseline", "fixed": {"n_layers": 2}},
-                 {"name": "deep", "fixed": {"n_layers": 4}}],
-    "train": TINY_TRAIN,
-}
+VARIANTS = {**TWO_SHAPES, "name": "typos"}
 
 
 def shapesweep(capsys, *argv: str) -> tuple[int, str, str]:

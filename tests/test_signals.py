@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
-from sweep_helpers import CHILD_ENV, TINY_TRAIN, write_space
+from sweep_helpers import CHILD_ENV, TINY_TRAIN, processes_naming, write_space
 
 from shapesweep.results.catalog import Catalog, default_catalog_url
 from shapesweep.results.store import sweep_dir
@@ -91,16 +91,6 @@ def _wait_for(what, process: subprocess.Popen, seconds: float = 240) -> None:
         time.sleep(0.05)
 
 
-def _naming(text: str) -> list[int]:
-    found = []
-    for entry in Path("/proc").glob("[0-9]*"):
-        try:
-            if text.encode() in (entry / "cmdline").read_bytes():
-                found.append(int(entry.name))
-        except OSError:
-            continue
-    return found
-
 
 MOMENTS = {
     # the sweep's options are on disk: its lease is held, Ray not yet started
@@ -134,14 +124,14 @@ def test_a_signal_to_the_process_group_stops_the_sweep_cleanly(tmp_path, signum,
         assert list((folder / "live").glob("*")) == []  # no live curve left (none if no folder)
         assert list((ray_tmp / "ray").glob("session_2*")) == []
         deadline = time.monotonic() + 30  # Ray's processes were told to stop; give them a moment
-        while _naming(str(ray_tmp)) and time.monotonic() < deadline:
+        while processes_naming(str(ray_tmp)) and time.monotonic() < deadline:
             time.sleep(0.2)
-        assert _naming(str(ray_tmp)) == []
+        assert processes_naming(str(ray_tmp)) == []
         catalog = Catalog(default_catalog_url(root))
         assert catalog.lease("sig") is None
         assert catalog.get("sig").status != "running"
     finally:
-        for pid in _naming(str(ray_tmp)):  # a failed test leaves no Ray behind either
+        for pid in processes_naming(str(ray_tmp)):  # a failed test leaves no Ray behind either
             os.kill(pid, signal.SIGKILL)
         import shutil
 
@@ -166,7 +156,7 @@ def test_a_session_folder_left_by_a_sigkill_during_ray_init_is_removed_by_the_ne
         assert not left.exists() and list((ray_tmp / "ray").glob("session_2*")) == []
         assert not (ray_storage(str(root), "sig") / SESSION_RECORD).exists()
     finally:
-        for pid in _naming(str(ray_tmp)):
+        for pid in processes_naming(str(ray_tmp)):
             os.kill(pid, signal.SIGKILL)
         import shutil
 

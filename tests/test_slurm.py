@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from sweep_helpers import CHILD_ENV, TINY_TRAIN, pairs, write_space
+from sweep_helpers import CHILD_ENV, TINY_TRAIN, pairs, processes_naming, write_space
 
 import shapesweep
 from shapesweep.results.store import load_trials, sweep_dir
@@ -192,20 +192,9 @@ def _stop(cluster: Slurm, munge_dir: Path, socket_path: Path) -> None:
             pass
     subprocess.run(["munged", f"--socket={socket_path}", "--stop"], capture_output=True,
                    timeout=60)
-    for pid in _naming(str(cluster.folder)):  # a job's leftovers, if any
+    for pid in processes_naming(str(cluster.folder)):  # a job's leftovers, if any
         os.kill(pid, signal.SIGKILL)
 
-
-def _naming(text: str) -> list[int]:
-    """The processes whose command line holds `text`."""
-    found = []
-    for entry in Path("/proc").glob("[0-9]*"):
-        try:
-            if text.encode() in (entry / "cmdline").read_bytes():
-                found.append(int(entry.name))
-        except OSError:
-            continue
-    return found
 
 
 def _job_env(cluster: Slurm) -> dict[str, str]:
@@ -254,9 +243,9 @@ def _no_traceback_of_ours(log: str) -> None:
 def _no_ray_left(cluster: Slurm, job: str) -> None:
     ray_folder = str(cluster.folder / "ray" / f"ray-{job}-")
     deadline = time.monotonic() + 60  # the nodes were told to stop; give them a moment
-    while _naming(ray_folder) and time.monotonic() < deadline:
+    while processes_naming(ray_folder) and time.monotonic() < deadline:
         time.sleep(0.5)
-    assert _naming(ray_folder) == []
+    assert processes_naming(ray_folder) == []
 
 
 @pytest.mark.slow

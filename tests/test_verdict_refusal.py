@@ -11,24 +11,14 @@ import json
 from pathlib import Path
 
 import pytest
-from sweep_helpers import TINY_TRAIN, run, write_space
+from sweep_helpers import TWO_SHAPES, run, write_space
 
 from shapesweep.results.parquet_store import ParquetStore
 from shapesweep.sweep.cli import main
 from shapesweep.sweep.sweep_files import OPTIONS_FILE, SPACE_FILE
 from shapesweep.sweep.sweep_options import SweepOptions
 
-COMPARED = {  # a baseline and one other shape, on one measure seed
-    "name": "compared",
-    "family": "conventional",
-    "budget": {"non_embedding_params": 30912, "tolerance": 0.05},
-    "fixed": {"d_model": 32, "n_heads": 2, "vocab_size": 256},
-    "solve": "d_h",
-    "variants": [{"name": "baseline", "fixed": {"n_layers": 2}},
-                 {"name": "deep", "fixed": {"n_layers": 4}}],
-    "train": TINY_TRAIN,
-    "seeds": [0],
-}
+COMPARED = {**TWO_SHAPES, "name": "compared", "seeds": [0]}  # on one measure seed
 
 
 def shapesweep(capsys, *argv: str) -> tuple[int, str, str]:
