@@ -27,7 +27,7 @@ from shapesweep.results.parquet_store import ParquetStore
 from shapesweep.results.planned import complete_comparisons, planned_candidates
 from shapesweep.results.roles import with_seed_roles
 from shapesweep.results.stats import ROLE_COLUMN, canonical_tuned_column, compare, paired_rows
-from shapesweep.results.study_spec import Decision, Pair, Study
+from shapesweep.results.study_spec import Decision, Pair, Study, candidate_labels
 from shapesweep.search_spaces.solver import plan
 
 ADJUST = "holm"
@@ -43,7 +43,7 @@ class SweepData:
     name: str
     ran: bool
     candidates: list[dict]
-    values: dict[str, pd.Series]  # variant -> final metric per measure seed (its chosen value)
+    values: dict[str, pd.Series]  # label -> final metric per measure seed (its chosen value)
     machines: Counter = field(default_factory=Counter)
 
 
@@ -71,16 +71,19 @@ def sweep_data(study: Study, name: str) -> SweepData:
     root = str(study.store)
     store = ParquetStore(root)
     trials = store.load_trials([name]) if study.store.is_dir() and name in store.sweeps() else pd.DataFrame()
+    labels = candidate_labels(study.spaces[name])
     if trials.empty:
         rows = [c.to_row() for c in plan(study.spaces[name]).candidates]
-        pending = [{"variant": r["variant"], "key": r["key"], "state": "pending", "n_seeds": 0,
-                    "seeds": [], "missing_seeds": list(study.seeds)} for r in rows]
+        pending = [{"variant": r["variant"], "key": r["key"], "label": labels[r["key"]], "state": "pending",
+                    "n_seeds": 0, "seeds": [], "missing_seeds": list(study.seeds)} for r in rows]
         return SweepData(name, False, pending, {})
     trials = with_seed_roles(trials, root)
     compared = compare(trials, study.metric, "baseline", adjust=ADJUST)
     document = complete_comparisons(trials, name, root, study.metric, "baseline",
                                     planned_candidates(root, name), compared=compared, adjust=ADJUST)
-    values = {str(row.variant): _seed_values(trials, study.metric, str(row.key), str(row.tuned))
+    for candidate in document["candidates"]:
+        candidate["label"] = labels.get(str(candidate["key"]), candidate["variant"] or candidate["key"])
+    values = {labels.get(str(row.key), str(row.variant)): _seed_values(trials, study.metric, str(row.key), str(row.tuned))
               for row in compared.itertuples() if row.state == "measured"}
     machines = Counter(tuple(str(v) if pd.notna(v) else "unrecorded" for v in row)
                        for row in trials.reindex(columns=list(MACHINE_COLUMNS)).itertuples(index=False))
@@ -103,7 +106,7 @@ def missing_trials(study: Study, data: dict[str, SweepData]) -> list[str]:
             done = {int(s) for s in c.get("seeds") or []} if c["state"] == "measured" else set()
             lacking = [s for s in study.seeds if s not in done]
             if lacking:
-                lines.append(f"{name}/{c['variant'] or c['key']}: seeds {', '.join(map(str, lacking))} "
+                lines.append(f"{name}/{c['label']}: seeds {', '.join(map(str, lacking))} "
                              f"({c['state']})")
     return lines
 
@@ -168,7 +171,7 @@ def _candidate_table(study: Study, sweep: SweepData) -> list[str]:
     lines = [f"| variant | state | seeds | mean {metric} | sd |", "|---|---|---|---|---|"]
     for c in sweep.candidates:
         mean, sd = c.get(f"{metric}_mean"), c.get(f"{metric}_std")
-        lines.append(f"| {c['variant'] or c['key']} | {c['state']} | {c['n_seeds']} | "
+        lines.append(f"| {c['label']} | {c['state']} | {c['n_seeds']} | "
                      f"{_plain(np.nan if mean is None else mean)} | {_plain(np.nan if sd is None else sd)} |")
     return lines
 

@@ -12,6 +12,7 @@ compute (`QUANTITY_PREFIX` + the metric) or a comparison the study does not make
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +20,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from shapesweep.common import UserError, did_you_mean
+from shapesweep.search_spaces.candidates import Candidate, short_value
 from shapesweep.search_spaces.safe_yaml import read_yaml
 from shapesweep.search_spaces.schema import SearchSpace
 from shapesweep.search_spaces.seeds import check_disjoint_seeds, check_seeds_option
@@ -240,12 +242,38 @@ def _seeds(doc: StudyFile, spaces: dict[str, SearchSpace], file: str) -> list[in
     return seeds
 
 
+def candidate_labels(space: SearchSpace) -> dict[str, str]:
+    """Each planned candidate's name in a study, by key: its variant's name where the variant
+    has one candidate, else that name and the config fields that tell the variant's candidates
+    apart (the fewest, in the config's order, that make each unique), e.g. `bottleneck
+    resize=carry` or `baseline d_model=64`."""
+    groups: dict[str, list[Candidate]] = {}
+    for candidate in plan(space).candidates:
+        groups.setdefault(candidate.variant, []).append(candidate)
+    labels: dict[str, str] = {}
+    for variant, group in groups.items():
+        dumps = [c.config.model_dump(mode="json") for c in group]
+        differing = [k for k, v in dumps[0].items() if not isinstance(v, list | dict)
+                     and len({json.dumps(d.get(k)) for d in dumps}) > 1]
+        chosen: list[str] = []
+        for name in differing if len(group) > 1 else []:
+            chosen.append(name)
+            if len({tuple(json.dumps(d[k]) for k in chosen) for d in dumps}) == len(dumps):
+                break
+        for candidate, dump in zip(group, dumps, strict=True):
+            labels[candidate.key] = " ".join([variant, *(f"{k}={short_value(dump[k])}" for k in chosen)])
+    if len(set(labels.values())) < len(labels):  # no scalar field tells them apart: their keys do
+        labels = {key: f"{label} {key}" for key, label in labels.items()}
+    return labels
+
+
 def _variants(space: SearchSpace) -> dict[str, int]:
-    """Each variant the space plans, with how many candidates it has."""
+    """What a comparison may name in the space: each candidate's label (one candidate each)
+    and each variant's name, with how many candidates it has."""
     counts: dict[str, int] = {}
     for candidate in plan(space).candidates:
         counts[candidate.variant] = counts.get(candidate.variant, 0) + 1
-    return counts
+    return {**counts, **dict.fromkeys(candidate_labels(space).values(), 1)}
 
 
 def _pairs(doc: StudyFile, spaces: dict[str, SearchSpace], file: str) -> list[Pair]:
@@ -275,8 +303,9 @@ def _check_variant(variant: str, sweep: str, variants: dict[str, int], file: str
         raise UserError(f"sweep {sweep!r} plans no variant {variant!r} ({did_you_mean(variant, variants)}"
                         f"its variants: {', '.join(variants) or 'none'})", file=file, key=key)
     if variants[variant] != 1:
+        named = [name for name in variants if name.startswith(f"{variant} ")]
         raise UserError(f"variant {variant!r} of sweep {sweep!r} has {variants[variant]} candidates: "
-                        "a comparison needs a variant of one", file=file, key=key)
+                        f"name one ({', '.join(repr(n) for n in named)})", file=file, key=key)
 
 
 def _decision(rule: Rule, index: int, pairs: list[Pair], quantity: str, file: str, many: bool) -> Decision:
