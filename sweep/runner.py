@@ -50,6 +50,8 @@ from shapesweep.sweep.results_writer import (
 from shapesweep.sweep.strategies import PlanContext, TrialPlan
 from shapesweep.sweep.sweep_check import Checked, absolute, check_sweep
 from shapesweep.sweep.sweep_files import (
+    COMPLETEP_KEY,
+    COMPLETEP_RULE,
     OPTIONS_FILE,
     SPACE_FILE,
     check_saved_space,
@@ -111,7 +113,7 @@ def _plan(options: SweepOptions, checked: Checked, store: ParquetStore) -> Trial
     # from another folder finds it.
     saved = saved_values(options) | {
         "space": SPACE_FILE, "data": absolute(options.data),
-        "storage": without_password(options.storage)}
+        "storage": without_password(options.storage), COMPLETEP_KEY: COMPLETEP_RULE}
     store.write_file(name, OPTIONS_FILE, json.dumps(saved, indent=2, sort_keys=True))
     return plan
 
