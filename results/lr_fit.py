@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import math
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -116,10 +117,10 @@ def fit_interval(table: pd.DataFrame, reference: pd.DataFrame, seeds: list, leve
         s_low, s_high = np.percentile(2 * (boot[:, 0] - boot[:, 1]), tails)
         return {"own": own, "own_low": o_low, "own_high": o_high, "steps": 2 * (own - ref),
                 "steps_low": s_low, "steps_high": s_high, "interval": "bootstrap"}
-    own = _seed_optima(table, seeds)
-    ref = _seed_optima(reference, seeds)
-    o, o_low, o_high = t_interval(own, level)
-    d, s_low, s_high = t_interval(2 * (own - ref), level)  # log2 units to sqrt(2) steps
+    own_fits = _seed_optima(table, seeds)
+    ref_fits = _seed_optima(reference, seeds)
+    o, o_low, o_high = t_interval(own_fits, level)
+    d, s_low, s_high = t_interval(2 * (own_fits - ref_fits), level)  # log2 units to sqrt(2) steps
     return {"own": o, "own_low": o_low, "own_high": o_high, "steps": d,
             "steps_low": s_low, "steps_high": s_high, "interval": f"t, {n - 1} df" if n >= 2 else "none"}
 
@@ -146,7 +147,7 @@ def fit_table(stores: dict[str, tuple[str, str]], base: tuple[str, str], resampl
             full = [s for s in seeds if table[s].notna().all() and reference[s].notna().all()]
             _, interior = fit_optimum(np.log2(table.index.to_numpy(float)),
                                       table[full or list(table.columns)].mean(axis=1).to_numpy(float))
-            fit = fit_interval(table, reference, full, level, method, resamples, rng)
+            fit: dict[str, Any] = fit_interval(table, reference, full, level, method, resamples, rng)
             lrs = int(table.notna().all(axis=1).sum())
             complete = lrs >= len(reference.index) and len(full) >= len(reference.columns)
             rows.append({"rule": rule, "shape": shape, "seeds": len(full), "lrs": lrs,
