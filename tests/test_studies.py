@@ -18,8 +18,9 @@ from shapesweep.results.multiplicity import adjusted_p, paired_p
 from shapesweep.results.rows import TrialRecord
 from shapesweep.results.stats import paired_rows
 from shapesweep.results.store import write_sweep_file
+from shapesweep.results.study_lr import is_lr_fit, read_lr_study
 from shapesweep.results.study_report import SweepData, pair_results
-from shapesweep.results.study_spec import Pair, read_study, study_names
+from shapesweep.results.study_spec import Pair, candidate_labels, read_study, study_names
 from shapesweep.search_spaces.solver import candidate_document, plan
 from shapesweep.search_spaces.space import load_space, parse_space, tuned_json
 from shapesweep.sweep.cli import main as shapesweep
@@ -195,7 +196,32 @@ def test_holm_spans_sweeps_that_share_a_baseline():
 
 def test_committed_studies_parse():
     names = study_names(REPO_STUDIES)
-    assert "hourglass-ffn-ucurve" in names
+    assert {"hourglass-ffn-ucurve", "vformer-small", "hourglass-mlp-pareto", "ffn-variants",
+            "lr-transfer"} <= set(names)
     for name in names:
+        if is_lr_fit(REPO_STUDIES, name):
+            assert read_lr_study(REPO_STUDIES, name).doc.fits
+            continue
         found = read_study(REPO_STUDIES, name)
         assert found.pairs and found.decisions and found.seeds
+
+
+def test_a_variant_of_several_candidates_is_named_by_what_tells_them_apart(tmp_path, capsys):
+    """vformer-resize-small's three bottlenecks are `bottleneck resize=...`; the bare variant
+    is refused with those names; vformer-vs-constant-small's two baselines go by d_model."""
+    labels = sorted(candidate_labels(load_space("vformer-resize-small")).values())
+    assert labels == ["baseline", "bottleneck resize=carry", "bottleneck resize=projection",
+                      "bottleneck resize=zero"]
+    assert sorted(candidate_labels(load_space("vformer-vs-constant-small")).values()) == [
+        "baseline d_model=64", "baseline d_model=96", "d64", "d96"]
+    one = {"sweeps": [{"name": "r", "space": "vformer-resize-small"}],
+           "comparisons": [{"sweep": "r", "of": "bottleneck resize=zero", "vs": "bottleneck resize=carry"}],
+           "decide": {"quantity": "delta_val_loss", "of": "bottleneck resize=zero",
+                      "vs": "bottleneck resize=carry", "rule": "lower > 0"}}
+    write_study(tmp_path, **one)
+    assert read_study(tmp_path, "tiny").pairs[0].label == "r/bottleneck resize=zero vs bottleneck resize=carry"
+    folder = write_study(tmp_path, **{**one, "comparisons": [{"sweep": "r", "of": "bottleneck"}]})
+    assert study(tmp_path, "run", "tiny") == 2
+    assert (f"{folder / 'study.yaml'}: comparisons.0.of: variant 'bottleneck' of sweep 'r' has 3 candidates: "
+            "name one ('bottleneck resize=projection', 'bottleneck resize=carry', 'bottleneck resize=zero')"
+            ) in capsys.readouterr().err
