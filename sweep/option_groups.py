@@ -128,8 +128,8 @@ class SearchOptions:
         "auto", "--scheduler", choices=SCHEDULERS,
         help="asha: the noise-aware ASHA, each candidate judged on its seed mean (Ray's "
              "per-trial ASHA under --search optuna); fifo: every trial to its budget; auto "
-             "(default): fifo, with the reason (the noise-aware ASHA missed on both early-ranking "
-             "checks named before they ran: docs/scheduling.md)")
+             "(default): fifo, with the reason (no committed study shows the noise-aware ASHA "
+             "safe: docs/scheduling.md)")
     grace_tokens: int | None = option(
         None, "--grace-tokens", read=whole_count, above=0,
         help="ASHA grace period in tokens, a positive whole count like 200K (default: an eighth "
