@@ -30,7 +30,7 @@ GPU_KINDS = {"h100": ("H100", "80GB"), "h100-pcie": ("H100 PCIe", "80GB"), "h200
              "b200": ("B200", "180GB"), "a100": ("A100", "80GB"), "l40s": ("L40S", "48GB"),
              "a10": ("A10", "24GB")}
 DEFAULT_GPU = "h100"
-DEFAULT_SEED_SD = 0.02  # the -small spaces' per-candidate seed spread is 0.009-0.040 nats
+DEFAULT_SEED_SD = 0.02  # an assumed seed spread of the -small spaces' size; no committed study measures it
 NO_VERDICT_FLAG = "--no-verdict"
 SIZE = re.compile(r"\s*([0-9]*\.?[0-9]+)\s*([kmgt]?)(i?)(b?)\s*", re.IGNORECASE)
 DEVICE = re.compile(r"(cpu|mps|cuda(:[0-9]+)?)")
@@ -201,8 +201,7 @@ class PlanPriceOptions:
     seed_sd: float | None = option(
         None, "--seed-sd", metavar="NATS", above=0,
         help="with --min-effect: the spread over seeds of a paired difference "
-             f"(default {DEFAULT_SEED_SD:g}, the -small spaces' measured 0.009-0.040: "
-             "docs/small-sweeps.md)")
+             f"(default {DEFAULT_SEED_SD:g}, an assumed spread of the -small spaces' size)")
 
 
 @dataclass(kw_only=True)
