@@ -29,7 +29,7 @@ from shapesweep.results.multiplicity import (
 )
 from shapesweep.results.stats import compare, paired_rows
 from shapesweep.results.store import load_trials, write_trial
-from shapesweep.sweep.cli import main as shapesweep
+from shapesweep.sweep.cli.main import main as shapesweep
 
 
 def test_holm_matches_a_hand_worked_step_down():
@@ -193,7 +193,7 @@ def test_status_table_and_report_show_raw_and_adjusted_side_by_side(root, capsys
 
 
 def test_the_adjust_help_names_every_method():
-    from shapesweep.sweep.cli import build_parser
+    from shapesweep.sweep.cli.main import build_parser
 
     status = build_parser()._subparsers._group_actions[0].choices["status"]
     text = status.format_help()
