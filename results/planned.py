@@ -16,7 +16,7 @@ import pandas as pd
 
 from shapesweep.common import UserError
 
-SPACE_FILE, OPTIONS_FILE = "space.yaml", "sweep.json"  # as shapesweep.sweep.runner writes them
+SPACE_FILE, OPTIONS_FILE = "space.yaml", "sweep.json"  # as shapesweep.sweep.driver.runner writes them
 
 
 def planned_candidates(root: str, sweep: str) -> pd.DataFrame:

@@ -17,7 +17,7 @@ import pandas as pd
 from shapesweep.common import UserError
 from shapesweep.results.stats import ROLE_COLUMN
 
-SPACE_FILE, OPTIONS_FILE = "space.yaml", "sweep.json"  # as shapesweep.sweep.runner writes them
+SPACE_FILE, OPTIONS_FILE = "space.yaml", "sweep.json"  # as shapesweep.sweep.driver.runner writes them
 
 
 @dataclass(frozen=True)

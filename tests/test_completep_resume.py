@@ -14,8 +14,8 @@ import yaml
 from sweep_helpers import TINY_SPACE, run
 
 from shapesweep.results.store import read_sweep_file, sweep_dir, write_sweep_file
-from shapesweep.sweep.runner import OPTIONS_FILE, SPACE_FILE, SweepOptions
-from shapesweep.sweep.sweep_files import COMPLETEP_KEY, COMPLETEP_RULE
+from shapesweep.sweep.driver.runner import OPTIONS_FILE, SPACE_FILE, SweepOptions
+from shapesweep.sweep.driver.sweep_files import COMPLETEP_KEY, COMPLETEP_RULE
 
 NAME = "old-completep"
 TRAIN = {**TINY_SPACE["train"], "init": "mup", "mup_base_width": 32, "mup_base_depth": 2}

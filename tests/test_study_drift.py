@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from shapesweep.results.study_spec import REPORT_FILE, STUDY_FILE, study_names
-from shapesweep.sweep.cli import main as shapesweep
+from shapesweep.sweep.cli.main import main as shapesweep
 
 REPO = Path(__file__).resolve().parents[1]
 STUDIES = REPO / "studies"
