@@ -261,7 +261,8 @@ def candidate_labels(space: SearchSpace) -> dict[str, str]:
             if len({tuple(json.dumps(d[k]) for k in chosen) for d in dumps}) == len(dumps):
                 break
         for candidate, dump in zip(group, dumps, strict=True):
-            labels[candidate.key] = " ".join([variant, *(f"{k}={short_value(dump[k])}" for k in chosen)])
+            parts = [variant] if variant else []  # a space without variants: its fields alone
+            labels[candidate.key] = " ".join([*parts, *(f"{k}={short_value(dump[k])}" for k in chosen)]) or candidate.key
     if len(set(labels.values())) < len(labels):  # no scalar field tells them apart: their keys do
         labels = {key: f"{label} {key}" for key, label in labels.items()}
     return labels
