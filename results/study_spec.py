@@ -12,6 +12,7 @@ compute (`QUANTITY_PREFIX` + the metric) or a comparison the study does not make
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from dataclasses import dataclass
@@ -20,6 +21,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from shapesweep.common import UserError, did_you_mean
+from shapesweep.results.sequential import check_range
 from shapesweep.search_spaces.candidates import Candidate, short_value
 from shapesweep.search_spaces.safe_yaml import read_yaml
 from shapesweep.search_spaces.schema import SearchSpace
@@ -42,12 +44,29 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
+class SeedRange(_Strict):
+    """A sweep's adaptive measure seeds `{min, max}` (seeds 0..max-1 at most, issue 58)."""
+
+    min: int
+    max: int
+
+
 class SweepEntry(_Strict):
     """One sweep of the study: its name in the study's store and its space (a built-in
-    space's name, or a YAML file in the study's folder)."""
+    space's name, or a YAML file in the study's folder); `seeds`: its own measure seeds,
+    an adaptive range (default: the study's)."""
 
     name: str
     space: str
+    seeds: SeedRange | None = None
+
+
+class Agreement(_Strict):
+    """Two sweeps of one space on the same seeds, fixed and adaptive: the report says the
+    trials and wall time the adaptive one saved and whether each verdict agrees."""
+
+    fixed: str
+    adaptive: str
 
 
 class Comparison(_Strict):
@@ -91,6 +110,7 @@ class StudyFile(_Strict):
     comparisons: list[Comparison] = Field(min_length=1)
     decide: Rule | list[Rule]
     machine: Machine = Machine()
+    agreement: Agreement | None = None
 
 
 # A union (`of: str | list[str]`, `decide: Rule | list[Rule]`) reports one error per branch:
@@ -98,7 +118,7 @@ class StudyFile(_Strict):
 _OTHER_BRANCH = ("list_type", "model_type", "dict_type")
 _BRANCHES = ("str", "Rule")
 _MODELS: dict[str, type[BaseModel]] = {"sweeps": SweepEntry, "comparisons": Comparison,
-                                       "decide": Rule, "machine": Machine}
+                                       "decide": Rule, "machine": Machine, "agreement": Agreement}
 
 
 @dataclass(frozen=True)
@@ -146,6 +166,15 @@ class Study:
     pairs: list[Pair]
     decisions: list[Decision]
     machine: dict[str, str]
+    adaptive: dict[str, tuple[int, int]] = dataclasses.field(default_factory=dict)  # sweep -> its seeds' (min, max)
+    agreement: tuple[str, str] | None = None  # (fixed sweep, adaptive sweep)
+
+    def run_seeds(self, sweep: str) -> str:
+        """`run --seeds` of one sweep: its adaptive range, else the study's seeds."""
+        if sweep in self.adaptive:
+            low, high = self.adaptive[sweep]
+            return f"min={low},max={high}"
+        return ",".join(map(str, self.seeds))
 
     @property
     def store(self) -> Path:
@@ -183,8 +212,45 @@ def read_study(studies: Path, name: str) -> Study:
     decisions = [_decision(rule, i, pairs, QUANTITY_PREFIX + doc.metric, file, len(rules) > 1)
                  for i, rule in enumerate(rules)]
     machine = {k: v for k, v in doc.machine.model_dump().items() if v is not None}
+    adaptive = _adaptive(doc, seeds, file)
+    agreement = _agreement(doc, adaptive, file)
     return Study(name, folder, path.read_text(encoding="utf-8"), doc.question, sweeps, spaces,
-                 seeds, doc.metric, pairs, decisions, machine)
+                 seeds, doc.metric, pairs, decisions, machine, adaptive, agreement)
+
+
+def _adaptive(doc: StudyFile, seeds: list[int], file: str) -> dict[str, tuple[int, int]]:
+    """Each sweep's adaptive range, checked: 2 <= min <= max, its seeds 0..max-1 the study's."""
+    out = {}
+    for i, entry in enumerate(doc.sweeps):
+        if entry.seeds is None:
+            continue
+        key = f"sweeps.{i}.seeds"
+        low, high = check_range(entry.seeds.min, entry.seeds.max, key, file)
+        outside = [s for s in range(high) if s not in seeds]
+        if outside:
+            raise UserError(f"seed {outside[0]} of the range is not one of the study's seeds "
+                            f"({', '.join(map(str, seeds))}): the sweeps must run on the same seeds",
+                            file=file, key=key)
+        out[entry.name] = (low, high)
+    return out
+
+
+def _agreement(doc: StudyFile, adaptive: dict[str, tuple[int, int]], file: str) -> tuple[str, str] | None:
+    """The fixed and the adaptive sweep the report compares, checked."""
+    if doc.agreement is None:
+        return None
+    names = [entry.name for entry in doc.sweeps]
+    fixed, flexible = doc.agreement.fixed, doc.agreement.adaptive
+    for sweep, side in ((fixed, "fixed"), (flexible, "adaptive")):
+        if sweep not in names:
+            raise UserError(f"no sweep {sweep!r} in the study ({did_you_mean(sweep, names)}sweeps: "
+                            f"{', '.join(names)})", file=file, key=f"agreement.{side}")
+    if fixed in adaptive or flexible not in adaptive:
+        raise UserError("the fixed sweep needs the study's seeds and the adaptive one a range "
+                        "(sweeps.N.seeds: {min, max})", file=file, key="agreement")
+    if doc.sweeps[names.index(fixed)].space != doc.sweeps[names.index(flexible)].space:
+        raise UserError("the two sweeps must run one space", file=file, key="agreement")
+    return fixed, flexible
 
 
 def _user_error(error: ValidationError, file: str) -> UserError:

@@ -1,7 +1,7 @@
 """A sweep's own small files beside its results: the space it ran (`space.yaml`), how it ran
-(`sweep.json`, so `resume NAME` runs it again) and the noise-aware ASHA's decisions
-(`asha.json`), written and read through the results store. Imports no Ray: `status` reads
-them too."""
+(`sweep.json`, so `resume NAME` runs it again), the noise-aware ASHA's decisions
+(`asha.json`) and adaptive seeds' looks (`looks.json`, shapesweep.results.adaptive), written
+and read through the results store. Imports no Ray: `status` reads them too."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from pathlib import PurePosixPath
 from pydantic import TypeAdapter, ValidationError
 
 from shapesweep.common import UserError
+from shapesweep.results.adaptive import LOOKS_FILE
 from shapesweep.results.parquet_store import ParquetStore
 from shapesweep.results.sweep_folders import unknown_sweep
 from shapesweep.search_spaces.safe_yaml import parse_yaml
@@ -20,6 +21,8 @@ from shapesweep.sweep.cli.sweep_options import SweepOptions
 OPTIONS_FILE = "sweep.json"  # how the sweep was run, so `resume NAME` can run it again
 SPACE_FILE = "space.yaml"
 DECISIONS_FILE = "asha.json"  # the noise-aware ASHA's decisions, beside the sweep's results
+__all__ = ["COMPLETEP_KEY", "COMPLETEP_RULE", "DECISIONS_FILE", "LOOKS_FILE", "OPTIONS_FILE", "SPACE_FILE",
+           "check_completep_rule", "check_saved_space", "load_options", "space_hash"]  # LOOKS_FILE: adaptive seeds' looks (results.adaptive)
 # What `depth_mup: completep` meant when the sweep started, kept in its options file: from
 # 97b324d on, Dey et al.'s L / L_base rule; before, CompleteP over residual branches (now
 # `completep-subblocks`), and the options file has no such key.

@@ -120,19 +120,33 @@ def _short(value: float) -> str:
 def plan(args: argparse.Namespace) -> int:
     from shapesweep.search_spaces.cadence import cooldown_line, evaluation_line
     from shapesweep.search_spaces.solver import plan as solve
-    from shapesweep.search_spaces.space import check_sweep_trials, load_space
+    from shapesweep.search_spaces.space import (
+        AdaptiveSeeds,
+        check_sweep_trials,
+        load_space,
+        options_seeds,
+        seed_pool,
+    )
     from shapesweep.sweep.cli.sweep_options import parse_seeds
-    from shapesweep.sweep.search.pricing import device_from, price_sweep, short_price, total_lines
+    from shapesweep.sweep.search.pricing import (
+        adaptive_price,
+        device_from,
+        price_sweep,
+        short_price,
+        total_lines,
+    )
     from shapesweep.sweep.search.scheduling import choose
     from shapesweep.sweep.search.verdict import seed_verdict, verdict_line
 
     gpus = device_from(args)  # bad flags refused before the solve
     device = planned_device(args, gpus)
-    seeds = parse_seeds(args.seeds)
+    given = options_seeds(parse_seeds(args.seeds))
     space = load_space(args.space)
+    measured = given or space.seeds
     result = solve(space, seq_len=args.seq_len)
+    seeds = seed_pool(given) if given else None
     check_sweep_trials(space, len(result.candidates), seeds)
-    measure = len(seeds or space.fixed_seeds("priced by plan"))
+    measure = len(seed_pool(measured))  # an adaptive range: priced at its max, then expected
     verdict = seed_verdict(space, measure, len(result.candidates), "grid", args)
     rows = [c.to_row() for c in result.candidates]
     for row, candidate in zip(rows, result.candidates, strict=True):
@@ -167,6 +181,10 @@ def plan(args: argparse.Namespace) -> int:
                               _compile_line(decisions),
                               *total_lines(prices, gpus, args.gpus_per_trial),
                               verdict_line(verdict, short_price(prices, gpus), needed)) if line]
+    if isinstance(measured, AdaptiveSeeds):  # its expected price, and where the figure comes from
+        at_min = price_sweep(space, result.candidates, decisions, gpus, measured.min, choice.rungs)
+        cost.append(adaptive_price(result.candidates, at_min, prices, measured, gpus, args.min_effect,
+                                   args.seed_sd))
     if args.format != "table":  # stdout holds only the data; the summary goes to stderr
         print(*map(printable, (result.counts_line(), *result.dropped_lines(), trials, memory, *cost)),
               sep="\n", file=sys.stderr)

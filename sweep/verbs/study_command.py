@@ -108,7 +108,7 @@ def _command(found: Study, name: str, resume: bool, args: argparse.Namespace) ->
         argv = ["resume", name, "--root", root]
     else:
         argv = ["run", found.sweeps[name], "--name", name, "--root", root,
-                "--seeds", ",".join(map(str, found.seeds))]
+                "--seeds", found.run_seeds(name)]
         if found.machine.get("device_name") == "cpu":
             argv += ["--gpus-per-trial", "0"]
     if args.max_concurrent is not None:
