@@ -55,6 +55,7 @@ def study(studies: Path, *argv: str) -> int:
     return shapesweep(["study", *argv, "--studies", str(studies)])
 
 
+@pytest.mark.slow  # a real sweep of 9 trials (the reports below read stores written directly)
 def test_run_then_report(tmp_path, local_ray, one_torch_thread, capsys):
     folder = write_study(tmp_path)
     assert study(tmp_path, "run", "tiny", "--no-progress") == 0
