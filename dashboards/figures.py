@@ -67,6 +67,7 @@ from shapesweep.dashboards.shape_figures import (
     ucurve_figure,
     varied_axes,
 )
+from shapesweep.families.base import tuned_text
 from shapesweep.results.stats import (
     FIDELITY_THRESHOLD,
     compare,
@@ -132,8 +133,6 @@ def learning_curves_figure(trials: pd.DataFrame, curves: pd.DataFrame) -> Figure
     legend groups by candidate (`legendgroup`: one click shows or hides all its curves), each
     entry saying how many curves it draws; a candidate run at several tuned values gets a
     group title and one entry per value."""
-    from shapesweep.families.base import tuned_text
-
     metric = "psnr" if metric_for(trials) == "psnr" and present(curves, "psnr") else "val_loss"
     if curves.empty or not present(curves, metric):
         return None

@@ -22,16 +22,36 @@ import pandas as pd
 from plotly.io.json import to_json_plotly
 
 from shapesweep.common import UserError, human
+from shapesweep.dashboards.comparisons import compare_sweeps, comparison_tables
+from shapesweep.dashboards.figures import applicable_figures, metric_for
+from shapesweep.dashboards.frames import (
+    LOWER_IS_BETTER,
+    METRIC_LABELS,
+    language_models,
+    python_strings,
+    with_derived,
+)
+from shapesweep.dashboards.page import render_page
+from shapesweep.dashboards.views import analysis_views
+from shapesweep.results.live import live_sweeps, load_live, with_running
+from shapesweep.results.parquet_store import ParquetStore
+from shapesweep.results.roles import with_seed_roles
+from shapesweep.results.stats import budget_clusters
+from shapesweep.results.store import (
+    FragmentCache,
+    list_sweeps,
+    load_curves,
+    load_layers,
+    load_trials,
+    validate_sweep_name,
+)
+from shapesweep.search_spaces.configs import parse_count
 
 
 def load_frames(root: str, sweeps: list[str] | None, cache=None) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Trials and curves of `sweeps` (None = all), the running trials among them (status
     `running`, their live curves: `shapesweep.results.live`); an unknown sweep is a UserError.
     `cache`: a shapesweep.results.store.FragmentCache (the live server's), to read only new fragments."""
-    from shapesweep.results.live import live_sweeps, load_live, with_running
-    from shapesweep.results.roles import with_seed_roles
-    from shapesweep.results.store import list_sweeps, load_curves, load_trials, validate_sweep_name
-
     stored = list_sweeps(root)
     known = sorted({*stored, *live_sweeps(root)})
     for name in sweeps or []:
@@ -52,8 +72,6 @@ def budget_labels(trials: pd.DataFrame, max_groups: int = 8) -> pd.Series:
     The clusters are `shapesweep.results.stats.budget_clusters`, the groups that pair candidates with
     their own budget's baseline.
     """
-    from shapesweep.results.stats import budget_clusters
-
     params = trials["params_non_embedding"].astype(float).fillna(trials["params_total"].astype(float))
     if params.isna().all():
         return pd.Series("all", index=trials.index)
@@ -73,11 +91,9 @@ def budget_labels(trials: pd.DataFrame, max_groups: int = 8) -> pd.Series:
 def _catalog(root: str, storage: str | None = None) -> dict[str, dict]:
     """Space name and status per sweep from the catalog (`storage`'s, else the root's own
     when it has one)."""
-    from shapesweep.results.parquet_store import ParquetStore
-
     if storage is None and ("://" in str(root) or not ParquetStore(root).has_own_catalog()):
         return {}
-    from shapesweep.results.catalog import Catalog, default_catalog_url
+    from shapesweep.results.catalog import Catalog, default_catalog_url  # SQLAlchemy: 0.3 s
 
     try:
         return {r.name: {"space": r.space_name, "status": r.status}
@@ -102,18 +118,6 @@ def build_payload(root: str, sweeps: list[str] | None = None, title: str | None 
     """The JSON the page renders: sweeps, filter values, per-trial rows, figures. `frames`:
     the (trials, curves) `load_frames` gave, where the caller needs them too (the live server);
     `adjust`: the verdicts' family adjustment (shapesweep.results.multiplicity; default Holm)."""
-    from shapesweep.dashboards.comparisons import compare_sweeps, comparison_tables
-    from shapesweep.dashboards.figures import applicable_figures, metric_for
-    from shapesweep.dashboards.frames import (
-        LOWER_IS_BETTER,
-        METRIC_LABELS,
-        language_models,
-        python_strings,
-        with_derived,
-    )
-    from shapesweep.dashboards.views import analysis_views
-    from shapesweep.results.store import load_layers
-
     trials, curves = frames if frames is not None else load_frames(root, sweeps, cache)
     trials = with_derived(trials)
     trials["budget"] = budget_labels(trials) if len(trials) else []
@@ -381,8 +385,6 @@ SHARED_MIN = 64  # bytes from which an array repeated across traces travels once
 
 
 def _budget_order(label: str) -> float:
-    from shapesweep.search_spaces.configs import parse_count
-
     text = label.lstrip("≈").split("–")[0]
     try:
         return float(parse_count(text.replace("G", "B")))
@@ -400,9 +402,6 @@ def write_report(root: str, sweeps: list[str], out: str | Path, adjust: str | No
     """One self-contained HTML file (plotly.js embedded, opens offline), written atomically;
     `adjust`, `storage` (the catalog's URL, `--storage`): as `build_payload`'s."""
     import plotly.offline
-
-    from shapesweep.dashboards.page import render_page
-    from shapesweep.results.store import FragmentCache
 
     cache = FragmentCache()  # each fragment read once: curves and layers need the trials again
     page = render_page(script_safe(build_payload(root, sweeps, cache=cache, adjust=adjust, storage=storage)), plotly_js=plotly.offline.get_plotlyjs())

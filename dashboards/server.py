@@ -25,6 +25,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlparse
 
 from shapesweep.common import UserError
+from shapesweep.dashboards.page import render_page
 from shapesweep.dashboards.snapshots import LiveSnapshots, Snapshot, config_document
 
 IDLE_S = 60  # a keep-alive connection idle this long is closed (its thread ends)
@@ -48,8 +49,6 @@ class DashboardState:
 
     def __init__(self, root: str, poll_s: float = 3.0, refresh_s: float = 0.5,
                  storage: str | None = None):
-        from shapesweep.dashboards.page import render_page
-
         self.root = str(root)
         self.snapshots = LiveSnapshots(self.root, refresh_s, storage)
         self.page = Static.of(render_page(poll_ms=int(poll_s * 1000)).encode())

@@ -24,7 +24,10 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import shapesweep
 from shapesweep.common import UserError
+from shapesweep.results.parquet_store import ParquetStore
+from shapesweep.results.store import FragmentCache
 
 
 @dataclass(frozen=True)
@@ -64,14 +67,13 @@ def store_version(root: str) -> str:
 
     A trials fragment is a trial's commit record (`write_trial` writes its curves first), so
     the version moves when a trial lands whole, never between its curves and its row."""
-    from shapesweep.results.parquet_store import ParquetStore
-
     return ParquetStore(root).version()
 
 
 def build_snapshot(root: str, version: str, cache, storage: str | None = None) -> Snapshot:
     """The payload of every sweep under `root` (the catalog `storage` names, else the root's);
     a store that cannot be read gives its one line."""
+    # the builder's process alone builds payloads: the server's never imports pandas or plotly
     from shapesweep.dashboards.report import build_payload, load_frames
 
     try:
@@ -99,8 +101,6 @@ def one_line(error: Exception) -> str:
 def _build_forever(root: str, refresh_s: float, out, storage: str | None = None) -> None:
     """The builder: a snapshot per store version, pickled to `out`, until the server closes
     this process's stdin (or dies, which closes it too)."""
-    from shapesweep.results.store import FragmentCache
-
     cache, built = FragmentCache(), None
     while True:
         try:
@@ -134,8 +134,6 @@ class LiveSnapshots:
     """The server's side: starts the builder, keeps its latest snapshot, stops it on close."""
 
     def __init__(self, root: str, refresh_s: float = 0.5, storage: str | None = None):
-        import shapesweep
-
         home = str(Path(shapesweep.__file__).resolve().parents[1])  # the builder imports this same code
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, (home, os.environ.get("PYTHONPATH")))),
                STORAGE_ENV: storage or ""}

@@ -16,6 +16,9 @@ import pandas as pd
 
 from shapesweep.common import UserError
 from shapesweep.results.stats import ROLE_COLUMN
+from shapesweep.results.store import read_sweep_file, read_sweep_json, sweep_dir, sweep_file_repair
+from shapesweep.search_spaces.safe_yaml import parse_yaml
+from shapesweep.search_spaces.space import CHOICE_SEEDS
 
 SPACE_FILE, OPTIONS_FILE = "space.yaml", "sweep.json"  # as shapesweep.sweep.runner writes them
 
@@ -33,15 +36,6 @@ class SeedRoles:
 def seed_roles(root: str, sweep: str) -> SeedRoles:
     """The roles the sweep's folder records; none where it keeps no space (a store written
     by hand, a sweep of an older version)."""
-    from shapesweep.results.store import (
-        read_sweep_file,
-        read_sweep_json,
-        sweep_dir,
-        sweep_file_repair,
-    )
-    from shapesweep.search_spaces.safe_yaml import parse_yaml
-    from shapesweep.search_spaces.space import CHOICE_SEEDS
-
     text = read_sweep_file(root, sweep, SPACE_FILE)
     try:
         document = parse_yaml(text, f"{sweep_dir(root, sweep)}/{SPACE_FILE}") if text else None

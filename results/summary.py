@@ -13,6 +13,16 @@ from __future__ import annotations
 import json
 
 from shapesweep.common import human, plain
+from shapesweep.results.explain import missing_seeds, why_no_verdict
+from shapesweep.results.multiplicity import ALPHA, DEFAULT_ADJUST, INTERVALS
+from shapesweep.results.roles import seed_roles
+from shapesweep.results.schema import SHAPE_COLUMNS, TRIAL_COLUMNS
+from shapesweep.results.stats import (
+    CHOICE_METRIC,
+    canonical_tuned_column,
+    compare,
+    exploratory_pairs,
+)
 
 RESULT_FIELDS = ("state", "seeds", "missing_seeds", "failed_seeds", "stopped_tokens", "error",
                  "tuned_edge", "choice_margin", "close_choice", "delta_vs_baseline", "ci_low", "ci_high",
@@ -32,10 +42,6 @@ def candidate_records(compared, metric: str, sweep: str, root: str) -> list[dict
     comparison, and where a candidate has no verdict, why (`why`) and what to run (`to_run`);
     where its result lacks measure seeds, which (`missing`) and what to run (`to_run_missing`)."""
     import pyarrow as pa
-
-    from shapesweep.results.explain import missing_seeds, why_no_verdict
-    from shapesweep.results.schema import SHAPE_COLUMNS, TRIAL_COLUMNS
-    from shapesweep.results.stats import CHOICE_METRIC
 
     fields = ["key", "family", "variant", *(name for name, _ in SHAPE_COLUMNS),
               "params_non_embedding", "params_total", "params_active", "flops_per_token"]
@@ -63,9 +69,6 @@ def candidate_records(compared, metric: str, sweep: str, root: str) -> list[dict
 def seed_document(root: str, name: str, trials) -> dict:
     """Which seeds chose the tuned values and which measured them (the sweep folder's word,
     else the trials'), and whether the same seeds did both for a tuned space."""
-    from shapesweep.results.roles import seed_roles
-    from shapesweep.results.stats import canonical_tuned_column
-
     roles = seed_roles(root, name)
     choice = list(roles.choice)
     seeds = sorted({int(s) for s in trials["seed"].dropna()} - set(choice))
@@ -98,9 +101,6 @@ def comparisons(trials, name: str, root: str, metric: str = "val_loss", baseline
     adjustment and the exploratory all-pairs family (`trials` with their seed roles,
     `shapesweep.results.roles.with_seed_roles`; `compared`: their `compare`, when already
     made, at `adjust`; default: the one `compared` was made with, else Holm)."""
-    from shapesweep.results.multiplicity import DEFAULT_ADJUST
-    from shapesweep.results.stats import compare, exploratory_pairs
-
     if adjust is None:
         made = compared["adjust"].dropna() if compared is not None and "adjust" in compared else []
         adjust = made.iloc[0] if len(made) else DEFAULT_ADJUST
@@ -122,8 +122,6 @@ def comparisons(trials, name: str, root: str, metric: str = "val_loss", baseline
 def adjustment(document: dict, adjust: str, level: float | None) -> dict:
     """The primary family (each candidate vs its baseline): its method, size, the confidence
     `level` of its adjusted intervals and how many verdicts it resolves, raw and adjusted."""
-    from shapesweep.results.multiplicity import ALPHA, INTERVALS
-
     family = [c for c in document["candidates"] if c["p_value"] is not None]
     return {"method": adjust, "family": "each candidate vs its baseline", "family_size": len(family),
             "alpha": ALPHA, "interval": INTERVALS[adjust], "interval_confidence": level if family else None,
