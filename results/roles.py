@@ -33,6 +33,12 @@ class SeedRoles:
     lr_base_d_model: int | None = None
 
 
+def _section(document: dict, name: str) -> dict:
+    """The saved space's `name:` block; empty where it has none (or a hand edit made it no mapping)."""
+    found = document.get(name)
+    return found if isinstance(found, dict) else {}
+
+
 def seed_roles(root: str, sweep: str) -> SeedRoles:
     """The roles the sweep's folder records; none where it keeps no space (a store written
     by hand, a sweep of an older version)."""
@@ -44,11 +50,12 @@ def seed_roles(root: str, sweep: str) -> SeedRoles:
                         file=error.file, key=error.key) from None
     if not isinstance(document, dict):
         return SeedRoles((), (), False)
-    tune = document.get("tune") if isinstance(document.get("tune"), dict) else {}
-    options = read_sweep_json(root, sweep, OPTIONS_FILE, dict) or {}
+    tune = _section(document, "tune")
+    saved = read_sweep_json(root, sweep, OPTIONS_FILE, dict)
+    options = saved if isinstance(saved, dict) else {}
     measure = options.get("seeds") or document.get("seeds") or [0]
     choice = tune.get(CHOICE_SEEDS) or []
-    train = document.get("train") if isinstance(document.get("train"), dict) else {}
+    train = _section(document, "train")
     base = train.get("lr_base_d_model")  # the saved space parsed when it ran: a whole number
     base = base if isinstance(base, int) and not isinstance(base, bool) else None
     try:

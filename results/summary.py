@@ -88,8 +88,8 @@ def warnings(document: dict) -> list[str]:
                      f"{len(edge)} candidate{'s' if len(edge) > 1 else ''})")
     close = [c for c in document["candidates"] if c["close_choice"]]
     if close:
-        names = ", ".join(c["variant"] or c["key"] for c in close)
-        lines.append(f"close choice ({names}): on the choice seeds the chosen value led the next by less "
+        listed = ", ".join(c["variant"] or c["key"] for c in close)
+        lines.append(f"close choice ({listed}): on the choice seeds the chosen value led the next by less "
                      "than their mean's seed noise, so other seeds may choose otherwise (add a seed to "
                      "tune.choice_seeds to settle it)")
     return lines
@@ -102,8 +102,8 @@ def comparisons(trials, name: str, root: str, metric: str = "val_loss", baseline
     `shapesweep.results.roles.with_seed_roles`; `compared`: their `compare`, when already
     made, at `adjust`; default: the one `compared` was made with, else Holm)."""
     if adjust is None:
-        made = compared["adjust"].dropna() if compared is not None and "adjust" in compared else []
-        adjust = made.iloc[0] if len(made) else DEFAULT_ADJUST
+        made = compared["adjust"].dropna() if compared is not None and "adjust" in compared else None
+        adjust = made.iloc[0] if made is not None and len(made) else DEFAULT_ADJUST
     compared = compare(trials, metric, baseline, adjust) if compared is None else compared
     document = {"sweep": name, "metric": metric,
                 "baseline": baseline if (trials["variant"] == baseline).any() else None,
@@ -113,8 +113,9 @@ def comparisons(trials, name: str, root: str, metric: str = "val_loss", baseline
         for candidate, lr in zip(document["candidates"], compared["lr"], strict=True):
             candidate["trained_lr"] = plain(lr) if candidate["tuned"] is not None else None
     document["warnings"] = warnings(document)
-    levels = compared["interval_confidence"].dropna() if "interval_confidence" in compared else []
-    document["adjustment"] = adjustment(document, adjust, float(levels.iloc[0]) if len(levels) else None)
+    levels = compared["interval_confidence"].dropna() if "interval_confidence" in compared else None
+    document["adjustment"] = adjustment(document, adjust, float(levels.iloc[0])
+                                        if levels is not None and len(levels) else None)
     document["exploratory_pairs"] = exploratory_pairs(trials, compared, metric, adjust)
     return document
 
