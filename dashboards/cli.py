@@ -31,7 +31,7 @@ def dashboard(args: argparse.Namespace) -> int:
 
 def serve(args: argparse.Namespace) -> int:
     server = make_server(args.root, args.host, args.port, poll_s=args.poll, storage=args.storage)
-    host, port = server.server_address[:2]
+    host, port = str(server.server_address[0]), server.server_address[1]
     print(f"serving the dashboard for {args.root} at http://{host}:{port}/ (Ctrl-C stops)", flush=True)
     try:
         server.serve_forever()

@@ -59,7 +59,7 @@ def comparison_tables(trials: pd.DataFrame, root: str,
     """One table per sweep of `trials` (with `shape_text`, `frames.with_derived`, and seed
     roles): {sweep, metric, seeds, warnings, columns, rows, more}; a sweep whose baselines
     are ambiguous gets its one-line problem instead. `compared`: `compare_sweeps(trials)`."""
-    tables = []
+    tables: list[dict[str, object]] = []
     for (name, metric), done in (compared if compared is not None else compare_sweeps(trials)).items():
         if isinstance(done, UserError):
             tables.append({"sweep": name, "problem": done.problem})

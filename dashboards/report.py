@@ -15,6 +15,7 @@ import json
 import math
 import os
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -184,7 +185,7 @@ CODED = ("sweep", "family", "design", "budget", "status", "metric_name", "hover"
          "error", "reason")  # columns of few distinct values: seeds and tuned values share them
 
 
-def _coded(values: list) -> dict:
+def _coded(values: Sequence | np.ndarray) -> dict:
     """A column of few distinct values as {"values", "codes"}: each value travels once (the
     page expands it, `expand`)."""
     codes, uniques = pd.factorize(pd.Series(values, dtype=object), use_na_sentinel=False)
@@ -216,9 +217,13 @@ def expand(rows: dict) -> dict:
 def _split_configs(config_json: pd.Series) -> tuple[list, list, list, list]:
     """Candidate documents deduplicated for transport: the seeds of one shape share a
     document, and most trials share a train block (it differs by seed only)."""
-    doc_ids, train_ids, docs, trains = {}, {}, [], []
-    doc_of, train_of = [], []
-    parsed = {}  # each distinct part's document, None where its text is not canonical
+    doc_ids: dict[str, int] = {}
+    train_ids: dict[str, int] = {}
+    docs: list[object] = []
+    trains: list[object] = []
+    doc_of: list[int | None] = []
+    train_of: list[int | None] = []
+    parsed: dict[str, object] = {}  # each distinct part's document, None where its text is not canonical
     for text in config_json:
         if not isinstance(text, str):
             doc_of.append(None)
@@ -278,7 +283,8 @@ def _lean_trace(trace: dict, hover: np.ndarray) -> dict:
     row_ids = _row_ids(trace.get("customdata"), hover)
     if row_ids is not None:
         trace["customdata"] = row_ids.astype(np.min_scalar_type(max(len(hover) - 1, 0)))
-        trace["meta"] = {**(trace.get("meta") if isinstance(trace.get("meta"), dict) else {}), "ids": True}
+        meta = trace.get("meta")
+        trace["meta"] = {**(meta if isinstance(meta, dict) else {}), "ids": True}
     template = str(trace.get("hovertemplate") or "")
     for axis in ("x", "y"):
         if f"%{{{axis}}}" not in template and axis in trace:
@@ -368,10 +374,11 @@ def _share(figures: list[dict]) -> list:
                     if key in owner and not isinstance(owner[key], str | int | float | None):
                         yield owner, key, json.dumps(owner[key], default=str)
 
-    counts = {}
+    counts: dict[str, int] = {}
     for _, _, text in slots():
         counts[text] = counts.get(text, 0) + 1
-    shared, index = [], {}
+    shared: list[str] = []
+    index: dict[str, int] = {}
     for owner, key, text in slots():
         if counts[text] > 1 and len(text) > SHARED_MIN:
             if text not in index:

@@ -207,7 +207,7 @@ def make_server(root: str, host: str = "127.0.0.1", port: int = 8050, poll_s: fl
     The port is bound first, so a taken one is refused (UserError, `--port`) before the
     builder starts. The store is checked for new trials every `refresh_s`; `storage`: the
     catalog's URL (`--storage`; default the root's own)."""
-    handler = type("DashboardHandler", (Handler,), {})
+    handler: type[Handler] = type("DashboardHandler", (Handler,), {})
     try:
         server = DashboardServer((host, port), handler)
     except OSError as error:

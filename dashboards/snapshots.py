@@ -23,6 +23,7 @@ import sys
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO
 
 import shapesweep
 from shapesweep.common import UserError
@@ -51,7 +52,7 @@ def _waiting_snapshot() -> Snapshot:
     with no sweeps yet (`report.build_payload`'s keys; a test holds them equal), titled to
     say the first view is being built."""
     coded = {"values": [], "codes": {"dtype": "u1", "bdata": ""}}
-    rows = {name: coded for name in ("sweep", "family", "design", "budget", "status", "metric_name",
+    rows: dict[str, object] = {name: coded for name in ("sweep", "family", "design", "budget", "status", "metric_name",
                                       "label", "error", "reason", "hover")}
     rows |= {"trial_id": [], "seed": [], "doc": [], "train": [], "metric": {"dtype": "f8", "bdata": ""},
              **{name: {"dtype": "f4", "bdata": ""} for name in ("val_ppl", "params_non_embedding", "training_flops")}}
@@ -130,6 +131,12 @@ STORAGE_ENV = "SHAPESWEEP_BUILDER_STORAGE"  # `serve --storage`, to the builder 
 WAITING = _waiting_snapshot()
 
 
+def _pipe(stream: IO[bytes] | None) -> IO[bytes]:
+    if stream is None:
+        raise RuntimeError("the builder process has no pipe")
+    return stream
+
+
 class LiveSnapshots:
     """The server's side: starts the builder, keeps its latest snapshot, stops it on close."""
 
@@ -140,6 +147,8 @@ class LiveSnapshots:
         self._process = subprocess.Popen([sys.executable, "-c", BUILDER, root, str(refresh_s)],
                                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
         self.pid = self._process.pid
+        # both pipes were asked for, so Popen made them
+        self._from_builder, self._to_builder = _pipe(self._process.stdout), _pipe(self._process.stdin)
         self._latest: Snapshot | None = None
         self._ready = threading.Event()
         self._closing = False
@@ -163,7 +172,7 @@ class LiveSnapshots:
         last_error = None
         while True:
             try:
-                snapshot = pickle.load(self._process.stdout)  # our own child's: trusted
+                snapshot = pickle.load(self._from_builder)  # our own child's: trusted
             except Exception:  # noqa: BLE001 - the builder ended (or garbled its pipe): say so once
                 if not self._closing:
                     self._latest = Snapshot("", error=f"the dashboard's builder process stopped "
@@ -181,7 +190,7 @@ class LiveSnapshots:
         self._closing = True
         self._process.terminate()  # it writes nothing but its pipe: stopping mid-build loses only that build
         self._process.wait(30)
-        self._process.stdin.close()
+        self._to_builder.close()
 
 
 def config_document(snapshot: Snapshot, sweep: str, trial_id: str) -> dict:
