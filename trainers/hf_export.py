@@ -69,7 +69,7 @@ from shapesweep.trainers.mup import configure
 from shapesweep.trainers.state_names import HF
 
 EXTRA = "pip install 'shapesweep[hf]'"
-HIDDEN_ACT = {"swiglu": "silu", "geglu": "gelu"}  # gate activation of the gated FFN (ffn._ACT)
+HIDDEN_ACT = {"swiglu": "silu", "geglu": "gelu"}  # gate activation of the gated FFN (ffn.ACTIVATIONS)
 
 
 

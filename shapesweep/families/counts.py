@@ -136,7 +136,7 @@ def uniform_totals(shape: LayerShape, c: Any, seq_len) -> dict[str, Any]:
     return lm_totals(blocks, c.d_model, c.vocab_size, c.tie_embeddings, seq_len)
 
 
-def lm_account(config, seq_len: int, extra: int = 0,
+def lm_account(config, seq_len: int, extra: float = 0,
                ends: tuple[int, int] | None = None) -> Accounting:
     """Exact accounting of an LM config from its `layer_shapes()`; `extra` parameters outside
     the blocks and `ends` as in `lm_totals`."""
