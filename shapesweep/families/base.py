@@ -389,7 +389,7 @@ def candidate_label(row: dict) -> str:
     return " ".join(filter(None, [name, shape_text(row), tuned_text(row.get("tuned_json"))]))
 
 
-def tuned_text(tuned_json: Any) -> str:
+def tuned_text(tuned_json: object) -> str:
     """`lr=0.003` for a trial's tuned values ('' when nothing is tuned)."""
     import json
 
