@@ -92,7 +92,7 @@ class _Solvable:
 SOLVABLE = _Solvable()
 
 
-def _flatten(annotation: Any) -> tuple[Any, list]:
+def _flatten(annotation: object) -> tuple[Any, list]:
     """(plain type, constraint metadata) through Annotated, Optional and Literal:
     `Annotated[int, Field(gt=0)] | None` -> (int, [Gt(0)]); `Literal['a']` -> (str, [])."""
     origin, args = typing.get_origin(annotation), typing.get_args(annotation)
@@ -265,9 +265,9 @@ def find(name: str) -> FamilySpec | None:
     return _registry().get(name)
 
 
-def of(config: Any) -> FamilySpec:
-    """The spec of a config instance."""
-    return get(config.family)
+def of(config: BaseModel) -> FamilySpec:
+    """The spec of a config instance (every family's config has its `family` literal)."""
+    return get(getattr(config, "family", None))
 
 
 def names() -> list[str]:
