@@ -253,8 +253,9 @@ def unregister(name: str) -> None:
     _version[0] += 1
 
 
-def get(name: str | None) -> FamilySpec:
-    spec = _registry().get(name) if name is not None else None
+def get(name: object) -> FamilySpec:
+    """The spec of family `name` (a ValueError for any other value: a row's, a document's)."""
+    spec = _registry().get(name) if isinstance(name, str) else None
     if spec is None:
         raise ValueError(f"unknown family {name!r}; expected one of {', '.join(_SPECS)}")
     return spec
