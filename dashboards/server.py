@@ -2,7 +2,7 @@
 
 The page polls `api/version` and re-fetches `api/dashboard` when it changes. Every answer is
 bytes made before the request came: the payload, its gzip and ETag per store version by a
-builder process (`snapshots.py`), the page and plotly.js once. So a request costs a header
+builder process (`builder.py`, `snapshots.py`), the page and plotly.js once. So a request costs a header
 parse and a copy, and a hundred browsers polling while a sweep writes wait on no build.
 HTTP/1.1 keeps each browser's connection open; `If-None-Match` with the current ETag gets
 304. `api/config` returns a trial's candidate YAML from the same snapshot as the page.

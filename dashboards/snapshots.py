@@ -17,7 +17,6 @@ import hashlib
 import json
 import os
 import pickle
-import select
 import subprocess
 import sys
 import threading
@@ -28,7 +27,6 @@ from typing import IO
 import shapesweep
 from shapesweep.common import UserError
 from shapesweep.results.parquet_store import ParquetStore
-from shapesweep.results.store import FragmentCache
 
 
 @dataclass(frozen=True)
@@ -71,26 +69,6 @@ def store_version(root: str) -> str:
     return ParquetStore(root).version()
 
 
-def build_snapshot(root: str, version: str, cache, storage: str | None = None) -> Snapshot:
-    """The payload of every sweep under `root` (the catalog `storage` names, else the root's);
-    a store that cannot be read gives its one line."""
-    # the builder's process alone builds payloads: the server's never imports pandas or plotly
-    from shapesweep.dashboards.report import build_payload, load_frames
-
-    try:
-        trials, curves = load_frames(root, None, cache)
-        body = build_payload(root, None, title="shapesweep live dashboard", version=version,
-                             cache=cache, frames=(trials, curves), storage=storage).encode()
-    except Exception as error:  # noqa: BLE001 - a damaged store or catalog: say so, keep serving
-        return Snapshot(version, error=one_line(error))
-    configs = {(sweep, trial_id): (config, int(seed) if seed == seed else None)
-               for sweep, trial_id, config, seed in zip(trials["sweep"], trials["trial_id"], trials["config_json"],
-                                                        trials["seed"], strict=True)
-               if isinstance(config, str)}
-    return Snapshot(version, body, gzip.compress(body, 6), '"' + hashlib.sha256(body).hexdigest()[:20] + '"',
-                    configs)
-
-
 def one_line(error: Exception) -> str:
     """What a request for the payload answers (HTTP 500) while the store cannot be read."""
     if isinstance(error, UserError):  # DamagedStore among them: its message is the line
@@ -99,31 +77,10 @@ def one_line(error: Exception) -> str:
     return f"{type(error).__name__}: {lines[0] if lines else ''}"
 
 
-def _build_forever(root: str, refresh_s: float, out, storage: str | None = None) -> None:
-    """The builder: a snapshot per store version, pickled to `out`, until the server closes
-    this process's stdin (or dies, which closes it too)."""
-    cache, built = FragmentCache(), None
-    while True:
-        try:
-            version = store_version(root)
-        except Exception as error:  # noqa: BLE001 - an unreadable folder: say so until it reads again
-            version, snapshot = f"error: {error}", None
-            if version != built:
-                snapshot = Snapshot(version, error=one_line(error))
-        else:
-            snapshot = build_snapshot(root, version, cache, storage) if version != built else None
-        if snapshot is not None:
-            pickle.dump(snapshot, out, protocol=pickle.HIGHEST_PROTOCOL)
-            out.flush()
-            built = version
-        if select.select([sys.stdin], [], [], refresh_s)[0]:  # readable: the server's end closed
-            return
-
-
 # Ctrl-C in the terminal reaches the builder too: the server handles it, the builder ignores it
 # from its first line. `main` imported, so a `Snapshot` is pickled by its module's name.
 BUILDER = ("import signal; signal.signal(signal.SIGINT, signal.SIG_IGN)\n"
-           "from shapesweep.dashboards.snapshots import main; main()")
+           "from shapesweep.dashboards.builder import main; main()")
 
 
 STORAGE_ENV = "SHAPESWEEP_BUILDER_STORAGE"  # `serve --storage`, to the builder (a password stays off `ps`)
@@ -200,13 +157,3 @@ def config_document(snapshot: Snapshot, sweep: str, trial_id: str) -> dict:
         raise UserError(f"sweep {sweep!r} has no trial {trial_id!r} with a configuration", key="trial_id")
     config, seed = found
     return {**json.loads(config), "provenance": {"sweep": sweep, "trial_id": trial_id, "seed": seed}}
-
-
-def main() -> None:
-    """The builder `LiveSnapshots` starts (`BUILDER ROOT REFRESH_S`)."""
-    out = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
-    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # a stray print cannot garble the snapshots
-    try:
-        _build_forever(sys.argv[1], float(sys.argv[2]), out, os.environ.get(STORAGE_ENV) or None)
-    except BrokenPipeError:  # the server is gone: exit without flushing to it again
-        os._exit(0)
