@@ -1,4 +1,4 @@
-"""The live dashboard's payload, built once per store change in a process of its own.
+"""The live dashboard's payload, built once per store change in a process of its own (`builder.py`).
 
 A payload takes seconds to build on a large store (1.3 s at 3,000 trials, with every
 fragment already read) and a sweep lands trials every second or so, so no request waits

@@ -56,7 +56,7 @@ def test_no_private_name_is_imported_from_another_module():
 # values on branch h-types (results/, dashboards/, trainers/, families/ typed). Lower one after a
 # merge that improves it; none may rise.
 STRUCTURE_LIMITS = {
-    "imports inside functions": 96,
+    "imports inside functions": 95,
     "parameters annotated Any": 66,
     "modules over 500 lines": 0,
     "functions over 80 lines": 0,
