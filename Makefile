@@ -4,7 +4,7 @@ VENV ?= .venv
 # process (each trial's, each of Ray's) reads torch's and Ray's modules rather than compiling
 # their sources again: half the CPU a process spends starting. Some images set
 # PYTHONDONTWRITEBYTECODE, and uv installs no bytecode; make's recipes run without it
-# (docs/development.md: the serial suite took 27 min rather than 43).
+# (docs/development.md, "Bytecode").
 unexport PYTHONDONTWRITEBYTECODE
 PY := $(VENV)/bin/python
 # The CPU build of torch goes in first, from PyTorch's CPU index, so nothing later pulls a

@@ -10,7 +10,7 @@ the ranking at its first evaluation and the final one says how much). Both sweep
 same trials (every candidate x seed, 2 at a time) in fresh `shapesweep run` processes, side
 by side (order alternated between repeats): the grid to the full budget (FIFO), ASHA with
 rungs at 1/9 and 1/3 of it (reduction factor 3), the noise-aware ASHA
-(`shapesweep.sweep.paired_asha`). `--wsd`: both train under `decay: wsd`, so ASHA judges
+(`shapesweep.sweep.search.paired_asha`). `--wsd`: both train under `decay: wsd`, so ASHA judges
 cooled rung losses, and its token share counts its cooldowns. ASHA's pick, its best completed candidate
 by mean final val_loss, counts as found when it is the grid's best or within noise of it:
 the paired 95% interval over seeds of their grid losses (`results.stats.paired_difference`)

@@ -32,7 +32,7 @@ from shapesweep.results.store import load_trials
 from shapesweep.search_spaces.accounting import account
 from shapesweep.search_spaces.configs import make_config
 from shapesweep.search_spaces.safe_yaml import read_yaml
-from shapesweep.sweep.cli import main as cli_main
+from shapesweep.sweep.cli.main import main as cli_main
 from shapesweep.trainers import gpu_figures
 from shapesweep.trainers.compile_policy import EAGER_MFU
 

@@ -32,7 +32,7 @@ SWEEP = "bench-readers"
 def make_stores(root: str, trials: int) -> tuple[str, str, str]:
     """(fragments root, mid-run root, compacted root), written when missing or short of trials."""
     from shapesweep.results.store import compact, list_sweeps
-    from shapesweep.sweep.runner import ResultsWriter
+    from shapesweep.sweep.driver.runner import ResultsWriter
     from tests.synthetic import write_synthetic
 
     fragments, mid_run, compacted = (os.path.join(root, name) for name in ("fragments", "mid-run", "compacted"))

@@ -72,7 +72,7 @@ def plain_loop(space_path: str, threads: int) -> None:
     from shapesweep.search_spaces.configs import TrainConfig, make_config
     from shapesweep.search_spaces.solver import plan
     from shapesweep.search_spaces.space import load_space
-    from shapesweep.sweep.search import trial_spec
+    from shapesweep.sweep.search.trials import trial_spec
     from shapesweep.trainers.loop import train
 
     torch.set_num_threads(threads)
@@ -90,9 +90,9 @@ def plain_loop(space_path: str, threads: int) -> None:
 def timed_sweep(argv: list[str]) -> None:
     """`shapesweep ARGV` in this process, timing Ray's start and shutdown; prints the
     marks (JSON) for the parent."""
-    from shapesweep.sweep import runner
-    from shapesweep.sweep.cli import main as shapesweep
-    from shapesweep.sweep.cli import quick_exit
+    from shapesweep.sweep.cli.main import main as shapesweep
+    from shapesweep.sweep.cli.main import quick_exit
+    from shapesweep.sweep.driver import runner
 
     marks = {"imported": time.time()}
 

@@ -1,5 +1,5 @@
 """How long a Ray Train run takes to end, with Ray Train's placement-group cleaner and
-without it (`shapesweep.sweep.ray_compat.without_placement_group_cleaner`), on a local Ray
+without it (`shapesweep.sweep.driver.ray_compat.without_placement_group_cleaner`), on a local Ray
 without the dashboard (as a sweep starts it). The training function does nothing, so the
 time is Ray Train's own: start the controller and one worker, then stop them. The two sides
 alternate in one Ray.
@@ -41,7 +41,7 @@ def main() -> None:
     import ray
     from ray.train.torch import TorchTrainer
 
-    from shapesweep.sweep.ray_compat import without_placement_group_cleaner
+    from shapesweep.sweep.driver.ray_compat import without_placement_group_cleaner
 
     ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
              logging_level="ERROR")

@@ -32,7 +32,7 @@ CURVE = ("step", "tokens", "train_loss", "val_loss")  # per reported step
 
 CHILD = """
 import sys
-from shapesweep.sweep.cli import main
+from shapesweep.sweep.cli.main import main
 import shapesweep.search_spaces.space as space
 assert space.__file__.startswith(sys.argv[1]), space.__file__
 sys.exit(main(["run", sys.argv[2], "--root", sys.argv[3], "--scheduler", "fifo",

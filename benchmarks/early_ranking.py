@@ -42,7 +42,7 @@ from shapesweep.results.stats import (
     verdict_words_of_p,
 )
 from shapesweep.results.store import load_curves, load_trials
-from shapesweep.sweep.scheduling import CONFIDENCE, rung_cut
+from shapesweep.sweep.search.scheduling import CONFIDENCE, rung_cut
 
 METRIC = "val_loss"
 
@@ -125,7 +125,7 @@ def rung_tables(curves: pd.DataFrame, trials: pd.DataFrame) -> dict[int, pd.Data
 
 
 def replay_stops(rung: pd.DataFrame, reduction_factor: float = 3.0) -> pd.DataFrame:
-    """The noise-aware ASHA's rule (`sweep.scheduling.decide`) replayed on a whole rung at
+    """The noise-aware ASHA's rule (`sweep.search.scheduling.decide`) replayed on a whole rung at
     once: below the rung's `rung_cut`, each candidate, paired with the cut's seeds, is
     stopped at the rule's 95% and under Bonferroni over the m candidates below the cut (at
     1 - 0.05/m). Exploratory: the live rule decides as candidates arrive, on what has

@@ -3,7 +3,7 @@
 It lives in the same SQLAlchemy database as the Optuna storage (a SQLite file in the
 store root by default, PostgreSQL on a cluster), so its tables are prefixed
 `shapesweep_` to keep clear of Optuna's tables: the sweeps, and the lease each running
-driver holds on its sweep (`shapesweep.sweep.lease`). A sweep marked `running` whose driver no
+driver holds on its sweep (`shapesweep.sweep.driver.lease`). A sweep marked `running` whose driver no
 longer holds a live lease (it was killed) is reported as `interrupted`.
 
 Every database problem (a file that is not a database, a lock held past the busy
@@ -324,7 +324,7 @@ class Catalog:
             raise ValueError(f"sweep status {status!r} is not one of {', '.join(SWEEP_STATUSES)}")
         return self._update(name, status=status)
 
-    # The driver's lease (see shapesweep.sweep.lease): taken atomically, so two drivers never both hold it.
+    # The driver's lease (see shapesweep.sweep.driver.lease): taken atomically, so two drivers never both hold it.
 
     def take_lease(self, name: str, token: str) -> LeaseRecord | None:
         """Take the sweep's lease for this process; returns None when taken, else the live

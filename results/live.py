@@ -43,7 +43,7 @@ def _file(folder: str, trial_id: str) -> str:
 
 
 def append_point(root, sweep: str, spec: dict, point: dict, budget: int | None = None) -> None:
-    """Add one evaluation point of the running trial `spec` (`sweep.search.trial_spec`);
+    """Add one evaluation point of the running trial `spec` (`sweep.search.trials.trial_spec`);
     the first point also writes the trial's row (its shape and accounting) and token budget."""
     folder = _folder(root, sweep)
     if folder is None:

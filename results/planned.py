@@ -24,7 +24,7 @@ from shapesweep.search_spaces.safe_yaml import parse_yaml
 from shapesweep.search_spaces.solver import plan
 from shapesweep.search_spaces.space import parse_space
 
-SPACE_FILE, OPTIONS_FILE = "space.yaml", "sweep.json"  # as shapesweep.sweep.runner writes them
+SPACE_FILE, OPTIONS_FILE = "space.yaml", "sweep.json"  # as shapesweep.sweep.driver.runner writes them
 
 
 def planned_candidates(root: str, sweep: str) -> pd.DataFrame:

@@ -20,7 +20,7 @@ from shapesweep.results.store import read_sweep_file, read_sweep_json, sweep_dir
 from shapesweep.search_spaces.safe_yaml import parse_yaml
 from shapesweep.search_spaces.space import CHOICE_SEEDS
 
-SPACE_FILE, OPTIONS_FILE = "space.yaml", "sweep.json"  # as shapesweep.sweep.runner writes them
+SPACE_FILE, OPTIONS_FILE = "space.yaml", "sweep.json"  # as shapesweep.sweep.driver.runner writes them
 
 
 @dataclass(frozen=True)

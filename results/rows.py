@@ -1,6 +1,6 @@
 """The trial-row contract: one trial's row, curve rows and layer rows, built in one place.
 
-The driver (`shapesweep.sweep.runner.ResultsWriter`), the synthetic sweeps of the tests and
+The driver (`shapesweep.sweep.driver.runner.ResultsWriter`), the synthetic sweeps of the tests and
 benchmarks, and the tests all describe a trial as a `TrialRecord` and let it build the rows
 `write_trial` stores, so what goes in which column is said once, here.
 """

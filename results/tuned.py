@@ -84,7 +84,7 @@ def completed_measures(trials: pd.DataFrame, metric: str) -> pd.DataFrame:
 def choose_tuned(choice: pd.DataFrame, metric: str = CHOICE_METRIC) -> pd.Series:
     """(sweep, key) -> the tuned text chosen from the choice trials `choice`: among the
     values whose every choice trial completed, the best mean `metric` (ties: the first
-    text). Candidates with no such value are absent. The runner (shapesweep.sweep.choice)
+    text). Candidates with no such value are absent. The runner (shapesweep.sweep.search.choice)
     decides with this too, once all of a candidate's choice trials have ended."""
     if choice.empty:
         return pd.Series(dtype=object)

@@ -37,7 +37,7 @@ class SharedRay:
     def start(self) -> None:
         import ray
 
-        from shapesweep.sweep.ray_session import init_ray, quiet
+        from shapesweep.sweep.driver.ray_session import init_ray, quiet
 
         if self.ours():
             return
@@ -57,7 +57,7 @@ class SharedRay:
     def stop(self) -> None:
         """Ours shut down, if it runs (a Ray a test started stays its own)."""
         if self.ours():
-            from shapesweep.sweep.ray_session import stop_ray
+            from shapesweep.sweep.driver.ray_session import stop_ray
 
             stop_ray(self.session_dir)
         self.gcs_address = self.session_dir = None

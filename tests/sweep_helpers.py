@@ -11,7 +11,7 @@ import yaml
 from shapesweep.results.store import sweep_dir
 from shapesweep.search_spaces.solver import plan
 from shapesweep.search_spaces.space import load_space
-from shapesweep.sweep.cli import main as shapesweep
+from shapesweep.sweep.cli.main import main as shapesweep
 
 # Conventional LM, d_model 32: each depth gets the d_h that meets the budget.
 TINY_TRAIN = {"tokens": 8192, "seq_len": 32, "batch_tokens": 512, "lr": 3.0e-3,

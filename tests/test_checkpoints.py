@@ -24,7 +24,7 @@ from shapesweep.results import live
 from shapesweep.results.store import load_curves, load_trials, sweep_dir
 from shapesweep.search_spaces.cadence import eval_steps
 from shapesweep.search_spaces.configs import TrainConfig, make_config
-from shapesweep.sweep.trainable import START_FIELD, TRIAL_FOLDER_PREFIX, remove_orphans
+from shapesweep.sweep.driver.trainable import START_FIELD, TRIAL_FOLDER_PREFIX, remove_orphans
 from shapesweep.trainers import checkpoint
 from shapesweep.trainers.loop import StopTrial, train
 
@@ -264,7 +264,7 @@ def test_a_truncated_newest_checkpoint_falls_back_to_the_older_intact_one(tmp_pa
     with the curve of a run never interrupted."""
     from ray.tune import Checkpoint
 
-    from shapesweep.sweep.trainable import _restore
+    from shapesweep.sweep.driver.trainable import _restore
 
     ray_folder = tmp_path / "_ray"
     older = _checkpoint_at(4, ray_folder / "run-1" / "t0" / "checkpoint_000000")
@@ -289,7 +289,7 @@ def test_a_truncated_newest_checkpoint_falls_back_to_the_older_intact_one(tmp_pa
 
 
 def test_no_intact_checkpoint_starts_the_trial_from_step_0(tmp_path, capfd):
-    from shapesweep.sweep.checkpoints import latest
+    from shapesweep.sweep.driver.checkpoints import latest
 
     ray_folder = tmp_path / "_ray"
     only = _checkpoint_at(4, ray_folder / "run-1" / "t0" / "checkpoint_000000")

@@ -219,7 +219,7 @@ def test_the_report_table_says_which_seeds_chose_and_why_a_candidate_has_no_verd
 
 
 def test_export_ranks_candidates_by_their_measure_seeds_alone(root):
-    from shapesweep.sweep.export_command import _seed_means
+    from shapesweep.sweep.verbs.export_command import _seed_means
 
     ranked = _seed_means(with_seed_roles(load_trials(root, ["c"]), root), "val_loss").set_index("key")
     assert ranked.loc["lucky", "val_loss"] == pytest.approx(2.95) and ranked.loc["lucky", "n"] == 3

@@ -25,7 +25,7 @@ from shapesweep.results.store import write_trial
 from shapesweep.search_spaces.accounting import account
 from shapesweep.search_spaces.configs import config_key, make_config
 from shapesweep.search_spaces.space import list_builtin
-from shapesweep.sweep.cli import main
+from shapesweep.sweep.cli.main import main
 
 CLI = [sys.executable, "-m", "shapesweep.sweep.cli"]
 BUILTINS = dict(list_builtin())

@@ -11,7 +11,7 @@ from sweep_helpers import raw_trial_rows, run, write_space
 
 from shapesweep.results import compaction
 from shapesweep.results.store import compact, load_curves
-from shapesweep.sweep.runner import ResultsWriter
+from shapesweep.sweep.driver.runner import ResultsWriter
 
 pytestmark = pytest.mark.slow
 

@@ -203,7 +203,7 @@ def test_train_json_reports_compile_and_autocast(traced, tmp_path, capsys):
 
     import yaml
 
-    from shapesweep.sweep.cli import main
+    from shapesweep.sweep.cli.main import main
 
     path = tmp_path / "candidate.yaml"
     path.write_text(yaml.safe_dump({"family": "conventional", "model": FAMILIES["conventional"],

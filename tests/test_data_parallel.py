@@ -52,7 +52,7 @@ def test_two_workers_train_the_one_worker_curve(tmp_path, one_torch_thread):
 
 
 def _oom_rank(rank: int, world: int, init_method: str, out: str) -> None:
-    """A Ray Train worker's trial (`sweep.trainable._worker`): its spec trained by
+    """A Ray Train worker's trial (`sweep.driver.trainable._worker`): its spec trained by
     `fitting.train` in a checkpoint folder of its own, out of memory at step 4 on every rank."""
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=init_method, rank=rank, world_size=world)

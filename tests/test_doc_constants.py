@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from shapesweep.sweep.cli import main
+from shapesweep.sweep.cli.main import main
 from shapesweep.trainers import gpu_figures
 from shapesweep.trainers.memory import MARGIN
 

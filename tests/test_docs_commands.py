@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from shapesweep.sweep import cli
+from shapesweep.sweep.cli import main as cli
 
 REPO = Path(__file__).resolve().parents[1]
 FENCE = re.compile(r"^\s*(```|~~~)")

@@ -15,7 +15,7 @@ from shapesweep.search_spaces.cadence import eval_steps, evaluation_line
 from shapesweep.search_spaces.configs import TrainConfig, make_config
 from shapesweep.search_spaces.solver import plan
 from shapesweep.search_spaces.space import BUILTIN_DIR, load_space
-from shapesweep.sweep.scheduling import rung_tokens
+from shapesweep.sweep.search.scheduling import rung_tokens
 from shapesweep.trainers.loop import train
 
 STEP = TINY_TRAIN["batch_tokens"]  # 512 tokens a step; the tiny recipe trains 16 steps

@@ -21,7 +21,7 @@ from shapesweep.results.store import write_trial
 from shapesweep.search_spaces.accounting import account
 from shapesweep.search_spaces.candidate_file import load_candidate
 from shapesweep.search_spaces.configs import TrainConfig, config_key, make_config
-from shapesweep.sweep.cli import main
+from shapesweep.sweep.cli.main import main
 from shapesweep.trainers.checkpoint import save_model
 from shapesweep.trainers.data import builtin_corpus
 from shapesweep.trainers.models import build_model

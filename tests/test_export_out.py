@@ -18,7 +18,7 @@ import yaml
 from shapesweep.results.store import write_trial
 from shapesweep.search_spaces.accounting import account
 from shapesweep.search_spaces.configs import config_key, make_config
-from shapesweep.sweep.cli import main
+from shapesweep.sweep.cli.main import main
 
 TRAIN = dict(steps=3, seq_len=32, batch_tokens=256, eval_tokens=512, lr=1e-2)
 CANDIDATES = [  # (variant, fields), best first

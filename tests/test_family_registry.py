@@ -25,7 +25,7 @@ from shapesweep.search_spaces.accounting import account
 from shapesweep.search_spaces.configs import FAMILIES, make_config
 from shapesweep.search_spaces.solver import plan
 from shapesweep.search_spaces.space import parse_space
-from shapesweep.sweep.sweep_check import data_hash_for
+from shapesweep.sweep.driver.sweep_check import data_hash_for
 from shapesweep.trainers.loop import train
 from shapesweep.trainers.models import build_model, count_params
 
@@ -290,7 +290,7 @@ base.FAMILY_MODULES = (*base.FAMILY_MODULES, "grouped_family")  # the one line
 from shapesweep.results.schema import TRIAL_COLUMNS
 from shapesweep.search_spaces.solver import plan
 from shapesweep.search_spaces.space import parse_space
-from shapesweep.sweep.status_view import shape_label as _shape
+from shapesweep.sweep.verbs.status_view import shape_label as _shape
 
 assert base.names()[-1] == "grouped", base.names()
 assert "groups" in TRIAL_COLUMNS.names and "groups" in base.INTEGER and "groups" in base.POSITIVE
@@ -377,7 +377,7 @@ from shapesweep.search_spaces.accounting import account
 from shapesweep.search_spaces.configs import config_key
 from shapesweep.search_spaces.solver import candidate_document, plan
 from shapesweep.search_spaces.space import parse_space
-from shapesweep.sweep.cli import main
+from shapesweep.sweep.cli.main import main
 from shapesweep.trainers.data import builtin_corpus
 from shapesweep.trainers.models import build_model, count_params
 from shapesweep.trainers.mup import configure

@@ -115,6 +115,6 @@ def test_the_readme_first_hour_runs_in_order_on_a_fresh_checkout(tmp_path):
     assert git(clone, "status", "--porcelain", "--untracked-files=all") == ""
     # The checkout's own code ran, not this tree's.
     probe = subprocess.run([str(clone / ".venv/bin/python"), "-c",
-                            "import shapesweep.sweep.cli as c; print(c.__file__)"],
+                            "import shapesweep.sweep.cli.main as c; print(c.__file__)"],
                            capture_output=True, text=True, cwd=tmp_path, env=env, check=True)
     assert probe.stdout.strip().startswith(str(clone))

@@ -115,23 +115,3 @@ def test_t_interval_widens_with_the_level_and_needs_two_seeds(lr_transfer):
     mean, low, high = lr_transfer.t_interval(np.array([0.3]), 0.95)
     assert mean == 0.3 and math.isnan(low) and math.isnan(high)
 
-
-STUDY = "benchmarks/data/lr-transfer-study"
-COMMITTED_FITS = [  # the docs' fit tables read from committed stores: base, stores
-    ("depth:base", {"depth": "lr-transfer-study-depth", "tp6": "lr-transfer-study-depth-tp6"}),
-    ("vformer:baseline", {"vformer": "lr-transfer-study-vformer"}),
-]
-
-
-@pytest.mark.parametrize("base, sweeps", COMMITTED_FITS)
-def test_docs_fit_tables_are_what_the_committed_stores_print(lr_transfer, base, sweeps):
-    """docs/lr-transfer.md's fit tables from committed stores are `--fit --markdown`'s output
-    on them, row for row: a change to the fit or the data that is not regenerated fails here."""
-    from pathlib import Path
-
-    root = Path(__file__).resolve().parents[1]
-    stores = {rule: (str(root / STUDY), sweep) for rule, sweep in sweeps.items()}
-    printed = lr_transfer.fit_markdown(lr_transfer.fit_table(stores, tuple(base.split(":", 1))))
-    docs = (root / "docs" / "lr-transfer.md").read_text(encoding="utf-8")
-    for line in printed.splitlines():
-        assert line in docs, line

@@ -1,4 +1,4 @@
-"""Every flag of every verb, from the declared groups (sweep/verbs.py), given 0, -1, NaN,
+"""Every flag of every verb, from the declared groups (sweep/cli/verb_table.py), given 0, -1, NaN,
 infinity, a huge value and a wrong type (issue 57): each is accepted at its declared range,
 with the meaning ACCEPTED documents for a number a reader might doubt, or refused in one line
 naming the flag, exit 2, before any work: nothing is written and no verb runs. In-process
@@ -14,8 +14,8 @@ import typing
 import pytest
 
 from shapesweep.common import UserError
-from shapesweep.sweep import cli
-from shapesweep.sweep.options import flagged, value_type
+from shapesweep.sweep.cli import main as cli
+from shapesweep.sweep.cli.options import flagged, value_type
 
 PROBES = {"zero": "0", "negative": "-1", "nan": "nan", "inf": "inf", "huge": "1" + "0" * 30,
           "text": "x"}

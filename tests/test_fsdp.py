@@ -18,7 +18,7 @@ from sweep_helpers import TINY_TRAIN, rendezvous, run, write_space
 from shapesweep.results.store import load_curves, load_trials, read_sweep_file
 from shapesweep.search_spaces.accounting import account
 from shapesweep.search_spaces.configs import TrainConfig, make_config
-from shapesweep.sweep.trainable import PARALLEL_FIELD, WORKERS_FIELD
+from shapesweep.sweep.driver.trainable import PARALLEL_FIELD, WORKERS_FIELD
 from shapesweep.trainers.checkpoint import WEIGHTS, saved_step
 from shapesweep.trainers.distributed import fully_shard_model
 from shapesweep.trainers.loop import StopTrial, train
@@ -118,7 +118,7 @@ def test_train_on_two_ray_workers_equals_one_worker(local_ray, tmp_path, capsys,
     give the plain one-process result; its --save and --checkpoint-dir are the usual ones."""
     import yaml
 
-    from shapesweep.sweep.cli import main
+    from shapesweep.sweep.cli.main import main
 
     path = tmp_path / "winner.yaml"
     path.write_text(yaml.safe_dump({"family": "conventional", "model": TIED, "train": RECIPE}))
@@ -140,7 +140,7 @@ def test_train_on_two_ray_workers_equals_one_worker(local_ray, tmp_path, capsys,
 def test_train_workers_that_cannot_run_are_one_line(tmp_path, capsys):
     import yaml
 
-    from shapesweep.sweep.cli import main
+    from shapesweep.sweep.cli.main import main
 
     odd = tmp_path / "odd.yaml"  # three sequences a step
     odd.write_text(yaml.safe_dump({"family": "conventional", "model": TIED,

@@ -30,8 +30,8 @@ from shapesweep.results.catalog import Catalog, default_catalog_url
 from shapesweep.results.store import load_trials, sweep_dir
 from shapesweep.search_spaces.solver import candidate_document, plan
 from shapesweep.search_spaces.space import load_space
-from shapesweep.sweep.cli import main as shapesweep
-from shapesweep.sweep.lease import sweep_lease
+from shapesweep.sweep.cli.main import main as shapesweep
+from shapesweep.sweep.driver.lease import sweep_lease
 
 SPACE_TEXT = "name: s\n"
 

@@ -19,7 +19,7 @@ import yaml
 from shapesweep.common import UserError
 from shapesweep.search_spaces.expressions import ExpressionError, compile_expression
 from shapesweep.search_spaces.space import load_space
-from shapesweep.sweep.cli import main
+from shapesweep.sweep.cli.main import main
 from tests.sweep_helpers import TINY_SPACE, TINY_TRAIN, write_space
 
 MARKER = "PWNED"  # the file a payload would create
@@ -276,7 +276,7 @@ def test_resume_refuses_an_edited_saved_space_before_running_it(capsys, tmp_path
     """A root written the way runner writes one (sweep.json + space.yaml), whose space.yaml
     was then edited to carry a payload: resume refuses it and runs nothing."""
     from shapesweep.results.store import sweep_dir, write_sweep_file
-    from shapesweep.sweep.runner import OPTIONS_FILE, SPACE_FILE, SweepOptions
+    from shapesweep.sweep.driver.runner import OPTIONS_FILE, SPACE_FILE, SweepOptions
 
     root, name = tmp_path / "root", TINY_SPACE["name"]
     saved = f"{sweep_dir(str(root), name)}/{SPACE_FILE}"
@@ -565,8 +565,8 @@ def sweep_folder(tmp_path) -> Path:
     noise-aware ASHA's decisions, and the catalog row (the files a sweep folder holds)."""
     from shapesweep.results.catalog import Catalog, default_catalog_url
     from shapesweep.results.store import sweep_dir, write_sweep_file
-    from shapesweep.sweep.options import saved_values
-    from shapesweep.sweep.sweep_options import SweepOptions
+    from shapesweep.sweep.cli.options import saved_values
+    from shapesweep.sweep.cli.sweep_options import SweepOptions
     from tests.synthetic import write_synthetic
 
     root = tmp_path / "root"

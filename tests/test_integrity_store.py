@@ -39,7 +39,7 @@ from shapesweep.results.store import (
     load_trials,
     write_trial,
 )
-from shapesweep.sweep.cli import main as shapesweep
+from shapesweep.sweep.cli.main import main as shapesweep
 
 N_TRIALS = 4
 

@@ -15,7 +15,7 @@ from shapesweep.families import variable_width as widths
 from shapesweep.search_spaces import limits
 from shapesweep.search_spaces.configs import make_config
 from shapesweep.search_spaces.space import parse_space
-from shapesweep.sweep.cli import main
+from shapesweep.sweep.cli.main import main
 from tests.sweep_helpers import TINY_SPACE, write_space
 
 REPO = Path(__file__).resolve().parents[1]
@@ -349,7 +349,7 @@ def test_a_postgresql_url_gets_the_driver_that_is_installed():
     from sqlalchemy.engine import make_url
 
     from shapesweep.common import UserError
-    from shapesweep.sweep.store_args import POSTGRES_DRIVERS, with_installed_driver
+    from shapesweep.sweep.cli.store_args import POSTGRES_DRIVERS, with_installed_driver
 
     url = "postgresql://u:secret@db.example:5432/sweeps"
     default = make_url(url).get_dialect().driver

@@ -20,13 +20,13 @@ from shapesweep.results import live
 from shapesweep.results.parquet_store import ParquetStore
 from shapesweep.results.store import compact, load_curves, load_trials, write_trial
 from shapesweep.search_spaces.space import list_builtin
-from shapesweep.sweep.cli import main as shapesweep
+from shapesweep.sweep.cli.main import main as shapesweep
 
 POINT_FIELDS = ("step", "tokens", "train_loss", "val_loss", "lr", "elapsed_s")
 
 
 def _spec(row: dict, trial_id: str) -> dict:
-    """What the driver hands `live.append_point`: a trial spec (`sweep.search.trial_spec`)."""
+    """What the driver hands `live.append_point`: a trial spec (`sweep.search.trials.trial_spec`)."""
     return {"trial_id": trial_id, "key": row["key"], "seed": row["seed"], "tuned_json": "{}",
             "row": {k: v for k, v in row.items() if k not in ("trial_id", "status", "sweep")},
             "document": json.loads(row["config_json"])}
@@ -151,14 +151,14 @@ def test_status_of_a_missing_sweep_creates_nothing(tmp_path, capsys):
 
 
 def test_status_shows_integer_shape_fields_as_integers():
-    from shapesweep.sweep.status_view import shape_label as _shape
+    from shapesweep.sweep.verbs.status_view import shape_label as _shape
 
     candidate = {"d_model": 64, "n_layers": 4, "d_h": 256, "k": 2.0, "beta": 0.25}
     assert _shape(candidate, ("d_h", "k", "beta")) == "64×4L d_h=256 k=2 beta=0.25"
 
 
 def test_status_leaves_out_the_fields_that_do_not_shape_a_constant_width_model():
-    from shapesweep.sweep.status_view import shape_label as _shape
+    from shapesweep.sweep.verbs.status_view import shape_label as _shape
 
     row = {"family": "variable_width", "d_model": 64, "n_layers": 6, "d_h": 170,
            "beta": 0.5, "alpha": 0.3}
@@ -181,7 +181,7 @@ HOURGLASS_ROW = {"family": "hourglass", "variant": "hourglass", "d_model": 80, "
 def test_progress_prints_plain_lines_with_an_eta(monkeypatch):
     from rich.console import Console
 
-    from shapesweep.sweep.progress import SweepProgress
+    from shapesweep.sweep.driver.progress import SweepProgress
 
     out = io.StringIO()
     progress = SweepProgress(total=4, console=Console(file=io.StringIO()), out=out, budget=1000,
@@ -201,7 +201,7 @@ def test_the_live_box_names_each_candidate_with_its_seeds_and_tokens():
     those planned, the tokens its trials trained, its completed seeds' mean loss; 80 columns."""
     from rich.console import Console
 
-    from shapesweep.sweep.progress import SweepProgress
+    from shapesweep.sweep.driver.progress import SweepProgress
 
     planned = [{"key": key, "seed": seed, "tuned_json": "{}", "row": row}
                for key, row in (("abc", BASELINE_ROW), ("def", HOURGLASS_ROW)) for seed in (0, 1, 2)]
@@ -234,7 +234,7 @@ def test_the_live_box_names_each_candidate_with_its_seeds_and_tokens():
     (1_000_000_000, 65_536, 125_000_000),  # 1/8 of the budget beats 100 steps
 ])
 def test_asha_grace_is_100_steps_and_an_eighth_of_the_budget(budget, step, grace):
-    from shapesweep.sweep.scheduling import asha_grace
+    from shapesweep.sweep.search.scheduling import asha_grace
 
     assert asha_grace(budget, step) == grace
 

@@ -25,7 +25,7 @@ ALLOWED = {
 }
 # (file, top): one path each, named with why it is not a machine's folder.
 EXCEPTIONS = {
-    ("sweep/ray_compat.py", "tmp"): "Ray's own default session folder under the system temp dir",
+    ("sweep/driver/ray_compat.py", "tmp"): "Ray's own default session folder under the system temp dir",
     ("dashboards/page.py", "e"): "a JavaScript regular expression literal",
     ("tests/test_serve.py", "s"): "URL paths a test sends to the live server",
     ("tests/test_serve.py", "plotly.min.js"): "URL paths a test sends to the live server",

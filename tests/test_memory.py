@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from shapesweep.search_spaces.configs import TrainConfig, make_config
-from shapesweep.sweep.cli import main
+from shapesweep.sweep.cli.main import main
 from shapesweep.trainers import fitting, memory
 from shapesweep.trainers.fitting import compare_cli
 from shapesweep.trainers.loop import train
@@ -219,8 +219,8 @@ def test_run_counts_the_trials_that_run_at_once(capsys, tmp_path, monkeypatch):
     four, --max-concurrent 4 is refused with the number that fits; 2 passes the check."""
     from shapesweep.search_spaces.solver import plan
     from shapesweep.search_spaces.space import load_space
-    from shapesweep.sweep.packing import check_memory
-    from shapesweep.sweep.sweep_options import SweepOptions
+    from shapesweep.sweep.cli.sweep_options import SweepOptions
+    from shapesweep.sweep.driver.packing import check_memory
 
     path = write_space(tmp_path)
     space = load_space(str(path))

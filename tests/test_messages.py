@@ -18,7 +18,7 @@ import yaml
 from sweep_helpers import CHILD_ENV, TINY_TRAIN, TWO_SHAPES, write_space
 
 from shapesweep.results.store import sweep_dir
-from shapesweep.sweep.cli import main
+from shapesweep.sweep.cli.main import main
 
 VARIANTS = {**TWO_SHAPES, "name": "typos"}
 
@@ -115,8 +115,8 @@ def test_a_tolerance_that_drops_the_baseline_is_warned_about_by_plan_and_run(cap
     """The baseline's fixed shape is 5% off the budget: with a 1% tolerance it is dropped,
     and nothing would be compared with it."""
     from shapesweep.search_spaces.space import load_space
-    from shapesweep.sweep.runner import SweepOptions
-    from shapesweep.sweep.strategies import strategy_for
+    from shapesweep.sweep.driver.runner import SweepOptions
+    from shapesweep.sweep.search.strategies import strategy_for
 
     doc = {**VARIANTS, "budget": {"match": {"d_model": 64, "n_layers": 4, "d_h": 256}, "tolerance": 0.01},
            "fixed": {"n_heads": 2, "vocab_size": 256, "activation": "swiglu"},

@@ -21,7 +21,7 @@ from shapesweep.search_spaces.configs import (
 )
 from shapesweep.search_spaces.solver import plan
 from shapesweep.search_spaces.space import load_space
-from shapesweep.sweep.cli import main
+from shapesweep.sweep.cli.main import main
 from shapesweep.trainers.checkpoint import load_model
 from shapesweep.trainers.loop import _backward, make_task, train
 from shapesweep.trainers.models import build_model, count_params

@@ -21,7 +21,7 @@ from test_checkpoints import _check_curve, _reports, _wait_for_reports
 
 from shapesweep.search_spaces.cadence import eval_steps
 from shapesweep.search_spaces.configs import TrainConfig
-from shapesweep.sweep.trainable import START_FIELD
+from shapesweep.sweep.driver.trainable import START_FIELD
 
 pytestmark = pytest.mark.slow
 

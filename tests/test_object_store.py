@@ -23,7 +23,7 @@ from sweep_helpers import run, write_space
 from shapesweep.results.store import load_trials, read_sweep_file
 from shapesweep.search_spaces.solver import plan
 from shapesweep.search_spaces.space import load_space
-from shapesweep.sweep.cli import main as shapesweep
+from shapesweep.sweep.cli.main import main as shapesweep
 
 pytestmark = pytest.mark.slow
 BUCKET = "shapesweep-test"

@@ -167,7 +167,7 @@ def test_regions_of_several_blocks_cut_each_run_into_near_equal_chunks():
 
 
 def test_plan_says_which_candidates_compile_on_a_gpu(capsys):
-    from shapesweep.sweep.cli import main
+    from shapesweep.sweep.cli.main import main
 
     assert main(["plan", "hourglass-fixed-attention-113m", "--format", "json"]) == 0
     out, err = capsys.readouterr()
@@ -185,7 +185,7 @@ def test_status_shows_each_trials_compile_seconds(tmp_path, capsys, monkeypatch)
     from synthetic import synthetic_sweep
 
     from shapesweep.results.store import write_trial
-    from shapesweep.sweep.cli import main
+    from shapesweep.sweep.cli.main import main
 
     for i, (row, curve) in enumerate(synthetic_sweep("compiled", 4, families=("conventional",))):
         write_trial(str(tmp_path), "compiled", {**row, "compiled": True, "compile_s": 12.5 + i,
@@ -203,7 +203,7 @@ def test_status_says_which_machines_the_trials_ran_on(tmp_path, capsys, monkeypa
     from synthetic import synthetic_sweep
 
     from shapesweep.results.store import write_trial
-    from shapesweep.sweep.cli import main
+    from shapesweep.sweep.cli.main import main
 
     epyc = {"cpu_model": "AMD EPYC", "torch_version": "2.13.0+cpu", "device_name": "cpu", "torch_threads": 1}
     h200 = {"cpu_model": "Intel Xeon", "torch_version": "2.11.0+cu130", "device_name": "NVIDIA H200",

@@ -14,11 +14,11 @@ from sweep_helpers import write_space
 
 from shapesweep.common import UserError
 from shapesweep.results.store import sweep_dir
-from shapesweep.sweep import cli
-from shapesweep.sweep.options import add_flags, flagged, option, parsed, resumed
-from shapesweep.sweep.run_command import resume, run
-from shapesweep.sweep.runner import OPTIONS_FILE, load_options
-from shapesweep.sweep.sweep_options import SweepOptions
+from shapesweep.sweep.cli import main as cli
+from shapesweep.sweep.cli.options import add_flags, flagged, option, parsed, resumed
+from shapesweep.sweep.cli.sweep_options import SweepOptions
+from shapesweep.sweep.driver.runner import OPTIONS_FILE, load_options
+from shapesweep.sweep.verbs.run_command import resume, run
 
 
 @dataclass
@@ -93,7 +93,7 @@ def test_every_verb_that_reads_a_root_takes_storage():
 def test_gpus_per_trial_has_one_meaning(monkeypatch):
     """plan and train resolve the default by the device they plan or train on; run by this
     machine (option_groups.gpus_here): a GPU a trial where there is one, else 0."""
-    from shapesweep.sweep import option_groups
+    from shapesweep.sweep.cli import option_groups
 
     assert cli.parse(["plan", "tiny"]).gpus_per_trial is None
     assert cli.parse(["train", "c.yaml"]).gpus_per_trial is None
@@ -110,7 +110,7 @@ def test_help_imports_no_verb_module():
     import subprocess
     import sys
 
-    probe = ("import sys; from shapesweep.sweep.cli import build_parser; "
+    probe = ("import sys; from shapesweep.sweep.cli.main import build_parser; "
              "[build_parser().parse_known_args([v, 'x']) for v in ('run', 'plan')]; "
              "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'ray', 'numpy', "
              "'pandas', 'pydantic') or m.endswith('_command')))")

@@ -18,9 +18,9 @@ from sweep_helpers import TINY_SPACE, TINY_TRAIN, run, write_space
 
 from shapesweep.results.store import load_curves, load_trials, sweep_dir
 from shapesweep.search_spaces.space import load_space
-from shapesweep.sweep.search import SpecMaker, make_optuna_search
-from shapesweep.sweep.strategies import default_sampler, make_sampler
-from shapesweep.sweep.trainable import FINAL_FLAG
+from shapesweep.sweep.driver.trainable import FINAL_FLAG
+from shapesweep.sweep.search.strategies import default_sampler, make_sampler
+from shapesweep.sweep.search.trials import SpecMaker, make_optuna_search
 
 BUDGET = TINY_TRAIN["tokens"]
 
@@ -192,7 +192,7 @@ def test_asha_optuna_sweep_as_optuna_and_ray_tools_read_it(local_ray, tmp_path):
     assert sorted(h["tokens"].max() for h in histories) == sorted(rows["tokens"])
     assert all(h["val_loss"].notna().sum() >= 2 for h in histories)
     # Tune's own restore, given the trainable the sweep ran (README), reads the same run.
-    from shapesweep.sweep.trainable import run_trial
+    from shapesweep.sweep.driver.trainable import run_trial
 
     grid = tune.Tuner.restore(str(run_folder), trainable=run_trial).get_results()
     assert sorted(r.metrics["trial_key"] for r in grid) == sorted(rows["key"])

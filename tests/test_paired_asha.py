@@ -14,8 +14,8 @@ from sweep_helpers import TINY_SPACE, TINY_TRAIN, run, write_space
 
 from shapesweep.results.store import load_curves, load_trials, read_sweep_file, sweep_dir
 from shapesweep.search_spaces.configs import TrainConfig, make_config
-from shapesweep.sweep.paired_asha import DECISIONS_FILE
-from shapesweep.sweep.trainable import START_FIELD
+from shapesweep.sweep.driver.trainable import START_FIELD
+from shapesweep.sweep.search.paired_asha import DECISIONS_FILE
 from shapesweep.trainers.loop import train
 
 pytestmark = pytest.mark.slow

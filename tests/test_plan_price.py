@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from shapesweep.sweep.cli import main
+from shapesweep.sweep.cli.main import main
 
 
 def _plan(capsys, *flags):

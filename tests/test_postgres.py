@@ -21,7 +21,7 @@ from sweep_helpers import write_space as write_tiny_space
 
 from shapesweep.results.catalog import Catalog
 from shapesweep.results.store import load_trials, sweep_dir
-from shapesweep.sweep.cli import main as shapesweep
+from shapesweep.sweep.cli.main import main as shapesweep
 
 pytestmark = pytest.mark.slow
 

@@ -1,4 +1,4 @@
-"""The one door to Ray's internals (`shapesweep.sweep.ray_compat`): no private Ray name,
+"""The one door to Ray's internals (`shapesweep.sweep.driver.ray_compat`): no private Ray name,
 monkeypatch of Ray or Ray environment setting anywhere else in the package, and for each
 workaround a test against the installed Ray that fails the day Ray changes what it relies
 on (a private name gone or re-signed, a setting Ray no longer reads). Real Ray, no mocks."""
@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 import ray
 
-from shapesweep.sweep import ray_compat
+from shapesweep.sweep.driver import ray_compat
 
 pytestmark = pytest.mark.own_ray  # own_ray below: the sweep's own local Ray, in this process
 ROOT = Path(__file__).resolve().parents[1]
@@ -163,7 +163,7 @@ def test_private_ray_names_are_used_only_in_ray_compat():
     outside = {str(path.relative_to(ROOT)): uses for package in PACKAGES
                for path in sorted((ROOT / package).rglob("*.py"))
                if path != DOOR and (uses := private_ray_uses(path))}
-    assert outside == {}, "private Ray uses outside sweep/ray_compat.py"
+    assert outside == {}, "private Ray uses outside sweep/driver/ray_compat.py"
 
 
 def test_the_scan_finds_each_kind_of_private_use_in_the_door(tmp_path):
@@ -385,7 +385,7 @@ def test_tensorboard_writer_is_the_one_ray_opened(own_ray, tmp_path):
 def test_a_cluster_token_is_sent_as_ray_start_would(tmp_path):
     """A token in RAY_AUTH_TOKEN turns token auth on; none, or RAY_AUTH_MODE=disabled, not."""
     code = ("from ray._private.authentication.authentication_utils import is_token_auth_enabled\n"
-            "from shapesweep.sweep import ray_compat\n"
+            "from shapesweep.sweep.driver import ray_compat\n"
             "assert not is_token_auth_enabled()\n"
             "ray_compat.use_cluster_token()\n"
             "print(is_token_auth_enabled())\n")
@@ -410,7 +410,7 @@ def test_tunes_callback_census_is_skipped_and_tune_calls_it_where_it_is_patched(
         "import sys\n"
         "from ray import tune\n"
         "from ray.air._internal import usage\n"
-        "from shapesweep.sweep import ray_compat\n"
+        "from shapesweep.sweep.driver import ray_compat\n"
         "with ray_compat.no_callback_census():\n"
         "    usage.tag_callbacks([tune.Callback()])\n"
         "assert 'ray.air.integrations.mlflow' not in sys.modules, 'counted inside the skip'\n"

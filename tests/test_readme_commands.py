@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from shapesweep.sweep.cli import main
+from shapesweep.sweep.cli.main import main
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 BLOCK = re.compile(r"^```(?:bash|sh|console)?\n(.*?)^```", re.S | re.M)

@@ -16,7 +16,7 @@ from shapesweep.search_spaces.candidate_file import load_candidate
 from shapesweep.search_spaces.configs import ConventionalConfig, TrainConfig
 from shapesweep.search_spaces.solver import plan
 from shapesweep.search_spaces.space import list_builtin, load_space
-from shapesweep.sweep.search import grid_specs
+from shapesweep.sweep.search.trials import grid_specs
 from shapesweep.trainers.loop import lr_multiplier, warmup_steps
 from shapesweep.trainers.memory import MARGIN, estimate, fitting_micro_batch
 

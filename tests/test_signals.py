@@ -21,8 +21,8 @@ from sweep_helpers import CHILD_ENV, TINY_TRAIN, processes_naming, write_space
 
 from shapesweep.results.catalog import Catalog, default_catalog_url
 from shapesweep.results.store import sweep_dir
-from shapesweep.sweep import ray_compat, ray_session
-from shapesweep.sweep.ray_session import SESSION_RECORD, clear_dead_session, ray_storage
+from shapesweep.sweep.driver import ray_compat, ray_session
+from shapesweep.sweep.driver.ray_session import SESSION_RECORD, clear_dead_session, ray_storage
 
 
 def test_a_local_ray_starts_in_its_own_group_without_rays_sigterm_handler():

@@ -19,7 +19,7 @@ from shapesweep.search_spaces.ranges import Range
 from shapesweep.search_spaces.seeds import AdaptiveSeeds, parse_measure_seeds
 from shapesweep.search_spaces.solver import plan
 from shapesweep.search_spaces.space import parse_space
-from shapesweep.sweep.cli import main
+from shapesweep.sweep.cli.main import main
 from tests.sweep_helpers import TINY_SPACE, write_space
 
 SAMPLES = (1, 2, 0.5, 64, 4096)  # one of them is valid for every numeric field

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from shapesweep.search_spaces.space import list_builtin
-from shapesweep.sweep import cli
+from shapesweep.sweep.cli import main as cli
 
 BUILTINS = [name for name, _ in list_builtin()]
 DESIGN_CANDIDATE_KEYS = {"key", "family", "params_total", "params_non_embedding", "params_attention",

@@ -26,7 +26,7 @@ from shapesweep.results.stats import (
     tuned_stats,
 )
 from shapesweep.results.store import load_curves, load_trials, write_sweep_file, write_trial
-from shapesweep.sweep.cli import main as shapesweep
+from shapesweep.sweep.cli.main import main as shapesweep
 
 SEEDS = (0, 1, 2)
 TOKENS = (100, 200, 300)  # evaluation points; the last is the end of the run

@@ -16,7 +16,7 @@ from shapesweep.results.rows import TrialRecord
 from shapesweep.results.store import write_sweep_file
 from shapesweep.search_spaces.solver import candidate_document, plan
 from shapesweep.search_spaces.space import load_space, parse_space, tuned_json
-from shapesweep.sweep.cli import main as shapesweep
+from shapesweep.sweep.cli.main import main as shapesweep
 
 # demo-quick's shapes and recipe, once without its lr tuning and once with a tuning of its own
 SPACE = {key: value for key, value in yaml.safe_load(load_space("demo-quick").source_text).items()

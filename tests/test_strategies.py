@@ -1,4 +1,4 @@
-"""Search strategies (`shapesweep.sweep.strategies`) and the trial-row contract
+"""Search strategies (`shapesweep.sweep.search.strategies`) and the trial-row contract
 (`shapesweep.results.rows`): each sampler name builds its Optuna sampler, a bad or misplaced
 `--sampler` is one line before anything is written, the grid plans what the store lacks,
 a TrialRecord round-trips through the real Parquet store, and one real Optuna sweep with
@@ -22,10 +22,9 @@ from shapesweep.results.store import load_curves, load_trials, read_sweep_file
 from shapesweep.search_spaces.cadence import token_budget
 from shapesweep.search_spaces.solver import candidate_document, plan
 from shapesweep.search_spaces.space import load_space
-from shapesweep.sweep.ray_compat import QUIET_ENV
-from shapesweep.sweep.runner import SweepOptions, run_sweep
-from shapesweep.sweep.search import trial_spec
-from shapesweep.sweep.strategies import (
+from shapesweep.sweep.driver.ray_compat import QUIET_ENV
+from shapesweep.sweep.driver.runner import SweepOptions, run_sweep
+from shapesweep.sweep.search.strategies import (
     SAMPLERS,
     STRATEGIES,
     GridStrategy,
@@ -35,6 +34,7 @@ from shapesweep.sweep.strategies import (
     make_sampler,
     strategy_for,
 )
+from shapesweep.sweep.search.trials import trial_spec
 
 
 @pytest.mark.parametrize("name", sorted(SAMPLERS))

@@ -30,7 +30,7 @@ def test_a_long_module_says_why_it_is_one():
 
 
 def test_each_verb_has_its_own_module():
-    from shapesweep.sweep.cli import VERBS
+    from shapesweep.sweep.cli.main import VERBS
 
     modules = {}
     for verb, spec in VERBS.items():

@@ -22,7 +22,7 @@ from shapesweep.results.study_report import SweepData, pair_results
 from shapesweep.results.study_spec import Pair, read_study, study_names
 from shapesweep.search_spaces.solver import candidate_document, plan
 from shapesweep.search_spaces.space import load_space, parse_space, tuned_json
-from shapesweep.sweep.cli import main as shapesweep
+from shapesweep.sweep.cli.main import main as shapesweep
 
 REPO_STUDIES = Path(__file__).parents[1] / "studies"
 # demo-quick's baseline, deep and wide shapes, untuned, 10 steps of 256 tokens: 9 short trials

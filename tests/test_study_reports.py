@@ -62,9 +62,9 @@ def test_tau_counts_only_resolved_pairs(early_ranking):
 
 
 def test_replayed_stops_are_the_live_rule_and_bonferroni_stops_fewer(early_ranking):
-    """`--replay`'s 95% column is `sweep.scheduling.decide` on the whole rung; Bonferroni
+    """`--replay`'s 95% column is `sweep.search.scheduling.decide` on the whole rung; Bonferroni
     over the candidates below the cut stops a subset of what it stops."""
-    from shapesweep.sweep.scheduling import decide
+    from shapesweep.sweep.search.scheduling import decide
 
     # four level at the top (the cut is one of them), one a little behind (p ~0.02 against
     # the cut: past 95%, short of Bonferroni's 0.05 / 6), four far behind

@@ -29,7 +29,7 @@ from shapesweep.families.base import candidate_label
 from shapesweep.results.catalog import Catalog, default_catalog_url
 from shapesweep.results.store import load_trials, sweep_dir
 from shapesweep.search_spaces.space import load_space
-from shapesweep.sweep.cli import main as shapesweep
+from shapesweep.sweep.cli.main import main as shapesweep
 
 pytestmark = pytest.mark.slow
 
@@ -304,7 +304,7 @@ def test_progress_is_a_live_table_on_a_terminal_and_plain_lines_elsewhere(on_ter
 
     from rich.console import Console
 
-    from shapesweep.sweep.progress import SweepProgress
+    from shapesweep.sweep.driver.progress import SweepProgress
 
     master, replica = os.openpty()
     stream = os.fdopen(replica, "w") if on_terminal else io.StringIO()
@@ -348,7 +348,7 @@ def test_progress_is_a_live_table_on_a_terminal_and_plain_lines_elsewhere(on_ter
 
 def test_ctrl_c_while_a_row_is_filed_lands_after_it():
     """The results writer files a row, its curve and the counts under `sigint_deferred`."""
-    from shapesweep.sweep.runner import sigint_deferred
+    from shapesweep.sweep.driver.runner import sigint_deferred
 
     steps = []
     with pytest.raises(KeyboardInterrupt):

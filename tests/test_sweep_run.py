@@ -34,9 +34,9 @@ from shapesweep.results.catalog import Catalog, default_catalog_url
 from shapesweep.results.store import load_curves, load_trials, sweep_dir, write_sweep_file
 from shapesweep.search_spaces.solver import candidate_document, plan
 from shapesweep.search_spaces.space import load_space
-from shapesweep.sweep.cli import main as shapesweep
-from shapesweep.sweep.sweep_files import check_saved_space as _check_saved_space
-from shapesweep.sweep.sweep_files import space_hash as _space_hash
+from shapesweep.sweep.cli.main import main as shapesweep
+from shapesweep.sweep.driver.sweep_files import check_saved_space as _check_saved_space
+from shapesweep.sweep.driver.sweep_files import space_hash as _space_hash
 
 pytestmark = pytest.mark.slow
 

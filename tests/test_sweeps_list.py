@@ -15,7 +15,7 @@ from synthetic import synthetic_sweep
 from shapesweep.results import live
 from shapesweep.results.catalog import Catalog, default_catalog_url
 from shapesweep.results.parquet_store import ParquetStore
-from shapesweep.sweep.cli import main as shapesweep
+from shapesweep.sweep.cli.main import main as shapesweep
 
 
 def _listed(capsys, root: str) -> dict:

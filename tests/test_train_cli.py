@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from shapesweep.search_spaces.configs import TrainConfig, make_config
-from shapesweep.sweep.cli import main
+from shapesweep.sweep.cli.main import main
 from shapesweep.trainers.data import builtin_corpus, unigram_entropy
 from shapesweep.trainers.models import build_model
 from shapesweep.trainers.vision_data import VisionTask, load_images

@@ -12,7 +12,7 @@ from sweep_helpers import TINY_SPACE, raw_trial_rows, run, write_space
 from shapesweep.results.store import load_trials
 from shapesweep.search_spaces.solver import plan
 from shapesweep.search_spaces.space import load_space, tuned_json
-from shapesweep.sweep.search import DefineSpace, SpecMaker, grid_specs, trial_triple
+from shapesweep.sweep.search.trials import DefineSpace, SpecMaker, grid_specs, trial_triple
 
 
 def _specs(path, seeds, skip=frozenset()):

@@ -19,7 +19,7 @@ from shapesweep.dashboards.report import build_payload, load_frames
 from shapesweep.results.live import append_point
 from shapesweep.results.stats import compare, with_planned
 from shapesweep.results.store import write_trial
-from shapesweep.sweep.cli import main as shapesweep
+from shapesweep.sweep.cli.main import main as shapesweep
 
 
 @pytest.fixture

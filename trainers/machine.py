@@ -1,7 +1,7 @@
 """The machine a trial ran on, as its row records it.
 
 A loss repeats bit for bit on one machine and differs on another by the float order of its
-matrix products (docs/small-sweeps.md, "Where these numbers hold"): over a few hundred steps
+matrix products (docs/small-sweeps.md, "Where a number holds"): over a few hundred steps
 by as much as the seed noise. A sweep that spans machines, or a figure quoted from one, has
 to say which, so every trial row carries the CPU model, the torch build, the device and the
 threads it trained on.

@@ -55,7 +55,7 @@ base_depth is `mup_base_depth`. `tp6` and `completep-subblocks` count every resi
 (each hourglass sub-block writes the stream and is a branch of its own) against a
 conventional base of 2 x base_depth branches, whose r is 1/sqrt(2 base_depth): a k 8
 hourglass at L 4 has m = 36 / 8 and each branch x 0.22 under `completep-subblocks`, the
-variant the lr-transfer study of 2026-11-29 ran under the name `completep`
+variant the lr-transfer study's depth sweeps first ran under the name `completep`
 (docs/lr-transfer.md). `completep` is the paper's rule: m = L / L_base counts layers (one
 multiplier for a layer's attention and FFN writes alike), so that k 8 hourglass at L_base
 is plain muP; its base is the same model at L_base layers (r = 1/sqrt(W L_base / L)), and

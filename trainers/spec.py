@@ -77,7 +77,7 @@ class TrialSpec:
 
 @dataclass(frozen=True)
 class TrainerOptions:
-    """A sweep's trainer options, the same for each of its trials (`sweep.trainable.run_trial`):
+    """A sweep's trainer options, the same for each of its trials (`sweep.driver.trainable.run_trial`):
     the spec's fields that come from the sweep's flags, not from a trial's candidate document."""
 
     parallel: Parallel = "ddp"

@@ -15,9 +15,9 @@ from typing import NoReturn
 from shapesweep.common import UserError
 from shapesweep.results.store import read_sweep_file
 from shapesweep.search_spaces.space import load_space
-from shapesweep.sweep.options import Flag, add_flags, checked
+from shapesweep.sweep.cli.options import Flag, add_flags, checked
+from shapesweep.sweep.cli.sweep_options import SweepOptions
 from shapesweep.sweep.slurm import step_main
-from shapesweep.sweep.sweep_options import SweepOptions
 
 # What the script gives every start itself: its own cluster, and a log rather than a live table.
 SET_BY_SCRIPT = ("address", "progress")

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 import ray
 
 from shapesweep.common import UserError
-from shapesweep.sweep import ray_compat
+from shapesweep.sweep.driver import ray_compat
 from shapesweep.sweep.slurm import step_main
 
 POLL_S = 1.0

@@ -1,0 +1,1 @@
+"""sweep.cli: the `shapesweep` command (main.py), its verb table and the option declarations."""

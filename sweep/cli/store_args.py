@@ -1,0 +1,132 @@
+"""The results root and catalog every verb that reads or writes sweeps shares: `--root` and
+`--storage`, and the catalog they name (a reader never creates one)."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+
+from shapesweep.common import DEFAULT_ROOT, UserError
+from shapesweep.sweep.cli.options import option
+
+
+@dataclass(kw_only=True)
+class StoreOptions:
+    """Where sweeps are kept: every verb that reads or writes a results root takes both
+    (`same_as(StoreOptions, ...)`)."""
+
+    root: str = option(DEFAULT_ROOT, "--root", help=f"results root (default {DEFAULT_ROOT})",
+                       resume=True, saved=False)  # not saved: a moved root resumes
+    storage: str | None = option(None, "--storage", resume=True,
+                                 help="SQLAlchemy URL of the catalog + Optuna storage "
+                                 "(default sqlite:///ROOT/shapesweep.db)")
+
+
+def catalog(args: argparse.Namespace):
+    """The catalog `--storage` names, or the root's own (an object-store root needs
+    `--storage`, refused first)."""
+    from shapesweep.results.catalog import Catalog, default_catalog_url
+
+    url = args.storage or default_catalog_url(args.root)
+    check_store_answers(args.root)
+    return Catalog(url)
+
+
+def read_catalog(args: argparse.Namespace):
+    """The catalog for a reader: None where the default one does not exist yet (a reader
+    never creates a folder or a database)."""
+    from shapesweep.results.parquet_store import ParquetStore
+
+    if args.storage is None:
+        check_store_answers(args.root)
+        if not ParquetStore(args.root).has_own_catalog():
+            return None
+    return catalog(args)
+
+
+# URL schemes pyarrow opens as a results root (`pyarrow.fs.FileSystem.from_uri`)
+ROOT_SCHEMES = ("file", "local", "s3", "gs", "gcs", "hdfs", "viewfs", "abfs", "abfss")
+# SQLAlchemy's PostgreSQL drivers, each with the module it imports and how to install it
+POSTGRES_DRIVERS = {"psycopg": ("psycopg", "psycopg[binary]"),
+                    "psycopg2": ("psycopg2", "psycopg2-binary")}
+
+
+# the package that installs a DBAPI module SQLAlchemy's dialects import, where the names differ
+DBAPI_PACKAGES = {"MySQLdb": "mysqlclient", "pymysql": "PyMySQL", "mysql": "mysql-connector-python",
+                  "psycopg2": "psycopg2-binary", "psycopg": "psycopg[binary]", "cx_Oracle": "cx-Oracle",
+                  "pymssql": "pymssql", "pyodbc": "pyodbc", "oracledb": "oracledb",
+                  "asyncpg": "asyncpg", "aiosqlite": "aiosqlite", "mariadb": "mariadb", "pg8000": "pg8000"}
+
+
+def check_store_args(args: argparse.Namespace) -> None:
+    """A verb's `--root` and `--storage` checked before it starts (the CLI calls this for
+    every verb that has them): an unknown root scheme is one line, not pyarrow's error, and a
+    PostgreSQL URL without a driver gets the one that is installed."""
+    root = getattr(args, "root", None)
+    if isinstance(root, str):
+        check_root(root)
+    storage = getattr(args, "storage", None)
+    if isinstance(storage, str):
+        args.storage = with_installed_driver(storage)
+
+
+def check_root(root: str) -> str:
+    """`root` when pyarrow can open it: a path, or a URL of a scheme it knows."""
+    scheme, sep, _ = root.partition("://")
+    if sep and scheme.lower() not in ROOT_SCHEMES:
+        raise UserError(f"unknown storage scheme {scheme!r} in {root!r} (a results root is a "
+                        f"folder or a URL: {', '.join(s + '://' for s in ROOT_SCHEMES)})",
+                        key="--root")
+    return root
+
+
+def check_store_answers(root: str) -> None:
+    """An object-store root whose store does not answer (no network, a refused endpoint, one
+    that never replies within `db_timeout_s()`) is one line, not pyarrow's traceback from the
+    first read (`store.probe`) nor a wait for ever."""
+    from shapesweep.results.deadlines import answered, db_timeout_s
+    from shapesweep.results.store import probe
+
+    try:
+        answered(lambda: probe(root), root, db_timeout_s(), what="the object store", key="--root")
+    except (OSError, ValueError) as error:  # pyarrow's ArrowInvalid is a ValueError
+        reason = (str(error).strip() or type(error).__name__).splitlines()[0]
+        raise UserError(f"cannot open the results root {root!r}: {reason}", key="--root") from None
+
+
+def with_installed_driver(url: str) -> str:
+    """The URL whose SQLAlchemy dialect's driver (DBAPI) is installed: `postgresql://...`
+    names SQLAlchemy's default driver, which may not be the one installed (SQLAlchemy 2.1:
+    psycopg 3), so the installed one is named instead; any URL whose driver is missing is one
+    line naming the package to install (`mysql://` without mysqlclient), not the import's
+    traceback from the first connect. A URL SQLAlchemy cannot read is returned as given (the
+    catalog says what is wrong with it)."""
+    import importlib.util
+
+    from sqlalchemy.engine import make_url
+
+    scheme, sep, rest = url.partition("://")
+    if not sep or "://" not in url:
+        return url
+    try:
+        dialect = make_url(url).get_dialect()
+    except Exception:  # noqa: BLE001 - the catalog says what is wrong with the URL
+        return url
+    if scheme.lower() == "postgresql":
+        installed = [driver for driver, (module, _) in POSTGRES_DRIVERS.items()
+                     if importlib.util.find_spec(module) is not None]
+        if dialect.driver not in installed and dialect.driver in POSTGRES_DRIVERS:
+            if installed:
+                return f"postgresql+{installed[0]}://{rest}"
+            raise UserError(f"{url.partition('@')[2] or 'postgresql'}: no PostgreSQL driver is "
+                            f"installed: pip install {POSTGRES_DRIVERS[dialect.driver][1]} (or "
+                            "name the one you have, e.g. postgresql+psycopg2://...)", key="--storage")
+    try:
+        dialect.import_dbapi()
+    except ImportError as error:
+        module = (error.name or str(error)).split(".")[0]
+        package = DBAPI_PACKAGES.get(module, module)
+        raise UserError(f"{scheme}: its driver {module!r} is not installed: pip install {package} "
+                        f"(or name one you have, e.g. {scheme.partition('+')[0]}+DRIVER://...)",
+                        key="--storage") from None
+    return url

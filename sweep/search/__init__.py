@@ -1,0 +1,1 @@
+"""sweep.search: how a sweep chooses, schedules, prices and judges its trials."""
