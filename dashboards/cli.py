@@ -5,14 +5,15 @@ from __future__ import annotations
 import argparse
 import os
 
+from shapesweep.common import UserError, check_output
+from shapesweep.dashboards.report import write_report
+from shapesweep.dashboards.server import make_server
+from shapesweep.results.multiplicity import check_method
+
 
 def dashboard(args: argparse.Namespace) -> int:
-    from shapesweep.dashboards.report import write_report
-    from shapesweep.results.multiplicity import check_method
-
     if args.adjust is not None:
         check_method(args.adjust)
-    from shapesweep.common import UserError, check_output
 
     check_output(args.out, "--out", folder=False)  # before the report is built
     try:
@@ -29,10 +30,8 @@ def dashboard(args: argparse.Namespace) -> int:
 
 
 def serve(args: argparse.Namespace) -> int:
-    from shapesweep.dashboards.server import make_server
-
     server = make_server(args.root, args.host, args.port, poll_s=args.poll, storage=args.storage)
-    host, port = server.server_address[:2]
+    host, port = str(server.server_address[0]), server.server_address[1]
     print(f"serving the dashboard for {args.root} at http://{host}:{port}/ (Ctrl-C stops)", flush=True)
     try:
         server.serve_forever()

@@ -12,6 +12,28 @@ from __future__ import annotations
 import pandas as pd
 
 from shapesweep.common import UserError
+from shapesweep.dashboards.figures import metric_for
+from shapesweep.dashboards.frames import METRIC_LABELS, shape_text
+from shapesweep.results.multiplicity import DEFAULT_ADJUST
+from shapesweep.results.planned import complete_comparisons, planned_candidates
+from shapesweep.results.stats import canonical_tuned_column, compare
+from shapesweep.results.summary import (
+    adaptive_lines,
+    adjusted_header,
+    adjusted_text,
+    adjustment_line,
+    exploratory_line,
+    interval_text,
+    mean_text,
+    seeds_line,
+    tuned_text,
+    verdict_text,
+)
+from shapesweep.results.tuned_view import (
+    per_tuned_delta_text,
+    per_tuned_document,
+    per_tuned_mean_text,
+)
 
 MAX_ROWS = 40  # candidates per table, best first (`status NAME` lists them all)
 COLUMNS = ["variant", "shape", "tuned", "mean ± std (n)", "Δ vs baseline [95% CI]", "ADJUSTED", "verdict",
@@ -23,10 +45,6 @@ def compare_sweeps(trials: pd.DataFrame, adjust: str | None = None) -> dict[tupl
     by (sweep, metric), each sweep's comparisons one family adjusted by `adjust` (default
     Holm): made once for the tables and the vs-baseline figure; a sweep whose baselines are
     ambiguous holds its UserError."""
-    from shapesweep.dashboards.figures import metric_for
-    from shapesweep.results.multiplicity import DEFAULT_ADJUST
-    from shapesweep.results.stats import compare
-
     out: dict[tuple[str, str], pd.DataFrame | UserError] = {}
     for name, group in trials[trials["status"] != "running"].groupby("sweep", sort=True):
         metric = metric_for(group)
@@ -42,22 +60,7 @@ def comparison_tables(trials: pd.DataFrame, root: str,
     """One table per sweep of `trials` (with `shape_text`, `frames.with_derived`, and seed
     roles): {sweep, metric, seeds, warnings, columns, rows, more}; a sweep whose baselines
     are ambiguous gets its one-line problem instead. `compared`: `compare_sweeps(trials)`."""
-    from shapesweep.dashboards.frames import METRIC_LABELS, shape_text
-    from shapesweep.results.planned import complete_comparisons, planned_candidates
-    from shapesweep.results.summary import (
-        adaptive_lines,
-        adjusted_header,
-        adjusted_text,
-        adjustment_line,
-        exploratory_line,
-        interval_text,
-        mean_text,
-        seeds_line,
-        tuned_text,
-        verdict_text,
-    )
-
-    tables = []
+    tables: list[dict[str, object]] = []
     for (name, metric), done in (compared if compared is not None else compare_sweeps(trials)).items():
         if isinstance(done, UserError):
             tables.append({"sweep": name, "problem": done.problem})
@@ -92,13 +95,6 @@ PER_TUNED_COLUMNS = ["variant", "shape", "tuned (* chosen)", "mean ± std (n)",
 def per_tuned_table(group: pd.DataFrame, name: str, root: str, metric: str, shapes: pd.Series) -> dict:
     """{"per_tuned": {columns, rows, more}}: the sweep's candidates at every tuned value, as
     `status NAME --per tuned` lists them; {} for a sweep that tunes one value or none."""
-    from shapesweep.results.stats import canonical_tuned_column
-    from shapesweep.results.tuned_view import (
-        per_tuned_delta_text,
-        per_tuned_document,
-        per_tuned_mean_text,
-    )
-
     done = group[group["status"] != "running"]
     if done.empty or canonical_tuned_column(done["tuned_json"]).nunique() < 2:
         return {}

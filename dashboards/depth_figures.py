@@ -4,6 +4,8 @@ the logit lens, and where the parameters go.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import pandas as pd
 
 from shapesweep.dashboards.figure_parts import (
@@ -95,7 +97,7 @@ def _layer_means(trials: pd.DataFrame, layers: pd.DataFrame | None, columns: lis
 
 
 def _by_depth(trials: pd.DataFrame, data: pd.DataFrame, means: pd.DataFrame,
-              panels: list[tuple[str, str, float | None]], title: str) -> Figure:
+              panels: Sequence[tuple[str, str, float | None]], title: str) -> Figure:
     """One panel per (column, subplot title, threshold or None: any one of a layer's rows), one
     line per candidate against depth, constant width dashed."""
     n_rows = (len(panels) + 1) // 2
@@ -132,7 +134,8 @@ def layers_figure(trials: pd.DataFrame, layers: pd.DataFrame | None, top: int = 
         return None
     data, means = found
     thresholds = sorted(data["threshold"].unique())
-    panels = [("matrix_entropy", "matrix entropy of the residual stream", None)]
+    panels: list[tuple[str, str, float | None]] = [
+        ("matrix_entropy", "matrix entropy of the residual stream", None)]
     panels += [("activation_density", f"MLP activation density, |a| > {t:g}", t) for t in thresholds]
     fig = _by_depth(trials, data, means, panels,
                     "Representations by depth (xformer Fig. 7): mean over seeds; constant width dashed")
@@ -170,11 +173,11 @@ def param_split_figure(trials: pd.DataFrame, top: int = 30,
         return None
     best = means.nsmallest(top, "mean").reset_index(drop=True)
     labels = [f"#{i + 1} {esc(candidate_label(r))}" for i, r in best.iterrows()]
-    points = point_data(best)
+    hover = point_data(best)
     fig = Figure()
     for column, name, c in (("params_attention", "attention", "#ff7f0e"), ("params_ffn", "FFN", "#1f77b4"),
                             ("params_norms", "norms", "#bcbd22")):
-        fig.add_trace(Bar(x=labels, y=best[column], name=name, marker=dict(color=c), customdata=points,
+        fig.add_trace(Bar(x=labels, y=best[column], name=name, marker=dict(color=c), customdata=hover,
                           hovertemplate=f"{name} %{{y:.4s}}<br>%{{customdata[1]}}<extra></extra>",
                           meta={"rows": True}))
     fig = layout(fig, f"Parameter split of the {len(best)} best candidates (by validation loss)",

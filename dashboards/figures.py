@@ -15,6 +15,7 @@ depth-wise ones `depth_figures`, what they share `figure_parts` (named here for 
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 
 import numpy as np
 import pandas as pd
@@ -67,6 +68,7 @@ from shapesweep.dashboards.shape_figures import (
     ucurve_figure,
     varied_axes,
 )
+from shapesweep.families.base import tuned_text
 from shapesweep.results.stats import (
     FIDELITY_THRESHOLD,
     compare,
@@ -132,8 +134,6 @@ def learning_curves_figure(trials: pd.DataFrame, curves: pd.DataFrame) -> Figure
     legend groups by candidate (`legendgroup`: one click shows or hides all its curves), each
     entry saying how many curves it draws; a candidate run at several tuned values gets a
     group title and one entry per value."""
-    from shapesweep.families.base import tuned_text
-
     metric = "psnr" if metric_for(trials) == "psnr" and present(curves, "psnr") else "val_loss"
     if curves.empty or not present(curves, metric):
         return None
@@ -168,7 +168,7 @@ def learning_curves_figure(trials: pd.DataFrame, curves: pd.DataFrame) -> Figure
         count = last["trial_id"].nunique()
         what = [*([] if status == "completed" else [f"({status.replace('_', ' ')})"]),
                 f"· {count} curve{'s' if count > 1 else ''}"]
-        several = per_candidate and values[tuple(which)] > 1
+        several = values is not None and values[tuple(which)] > 1
         group_name = "/".join(map(str, which))  # the candidate's (or design's) own: labels may repeat
         name = " ".join([tuned, *what]) if several else series_name([p for p in (head, tuned, *what) if p],
                                                                       n_sweeps, sweep)
@@ -305,7 +305,7 @@ def applicable_figures(trials: pd.DataFrame, curves: pd.DataFrame, layers: pd.Da
     lm_points = functools.cache(lambda: pareto_points(lm))
     vision_points = functools.cache(lambda: pareto_points(vision, vision_metric))
     pareto = [(f"pareto-lm-{x}", lambda x=x: pareto_figure(lm, x, "val_loss", lm_points())) for x in LM_X_AXES]
-    builders = pareto[:1] + axis_builders(lm, lm_points) + [
+    builders: list[tuple[str, Callable[[], Figure | None]]] = pareto[:1] + axis_builders(lm, lm_points) + [
         ("vs-baseline-lm", lambda: baseline_figure(lm, "val_loss", compared)),
         ("rank-fidelity-lm", lambda: rank_fidelity_figure(lm, curves, "val_loss")),
         ("scaling", lambda: scaling_figure(lm, lm_points())),
@@ -316,7 +316,10 @@ def applicable_figures(trials: pd.DataFrame, curves: pd.DataFrame, layers: pd.Da
         ("param-split", lambda: param_split_figure(lm, points=lm_points())),
         ("curves-lm", lambda: learning_curves_figure(lm, curves)),
     ]
-    builders += [(f"pareto-vision-{x}", lambda x=x: pareto_figure(vision, x, vision_metric, vision_points()))
+    def vision_pareto(x: str) -> Callable[[], Figure | None]:
+        return lambda: pareto_figure(vision, x, vision_metric, vision_points())
+
+    builders += [(f"pareto-vision-{x}", vision_pareto(x))
                  for x in ("params_incl_frozen", "training_flops", "wall_time_s")]
     builders += [("vs-baseline-vision", lambda: baseline_figure(vision, vision_metric, compared)),
                  ("rank-fidelity-vision", lambda: rank_fidelity_figure(vision, curves, vision_metric)),

@@ -11,7 +11,6 @@ from __future__ import annotations
 import functools
 import html
 import json
-from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -98,7 +97,7 @@ class Figure:
 
     def add_trace(self, trace: dict, row: int | None = None, col: int | None = None) -> None:
         if row is not None:
-            n = self._subplot(row, col)
+            n = self._subplot(row, col if col is not None else 1)
             trace = {**trace, "xaxis": f"x{n}", "yaxis": f"y{n}"}
         self.data.append(trace)
 
@@ -164,7 +163,8 @@ def layout(fig: Figure, title: str, x: str, y: str, log_x: bool = False) -> Figu
                                   yref="container", font=dict(size=11), tracegroupgap=2,
                                   maxheight=legend_px + 20))
     # SI prefixes (G, not plotly's default B), as `human` writes them in labels and tables
-    fig.update_xaxes(title=dict(text=x), exponentformat="SI", **({"type": "log"} if log_x else {}))
+    scale: dict[str, str] = {"type": "log"} if log_x else {}
+    fig.update_xaxes(None, None, title=dict(text=x), exponentformat="SI", **scale)
     fig.update_yaxes(title=dict(text=y), exponentformat="SI")
     if log_x:
         _log_ticks(fig)
@@ -202,7 +202,7 @@ def point_data(frame: pd.DataFrame) -> np.ndarray:
     return out
 
 
-def esc(value: Any) -> str:
+def esc(value: object) -> str:
     return html.escape(str(value), quote=False)
 
 
@@ -263,7 +263,7 @@ def _hover_title(row: dict, label: str) -> str:
     return _hover_title_start(row["sweep"], label) + esc(_seed_text(row.get("seed")))
 
 
-def _seed_text(seed: Any) -> str:
+def _seed_text(seed: float | None) -> str:  # a float column's: NaN where a row has none
     return str(int(seed)) if seed is not None and seed == seed else "-"
 
 
@@ -375,7 +375,8 @@ def trial_reason(row: dict) -> str | None:
     tokens = None if tokens is None or tokens != tokens else tokens
     budget = None if budget is None or budget != budget else budget
     if row["status"] == "failed":
-        error = row.get("error") if isinstance(row.get("error"), str) and row["error"].strip() else "failed"
+        message = row.get("error")
+        error = message if isinstance(message, str) and message.strip() else "failed"
         return error.strip().splitlines()[-1][:200]
     if row["status"] == "stopped_early":
         return f"stopped by ASHA at {human(tokens)} tokens" if tokens else "stopped by ASHA"

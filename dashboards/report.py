@@ -15,6 +15,7 @@ import json
 import math
 import os
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -22,16 +23,36 @@ import pandas as pd
 from plotly.io.json import to_json_plotly
 
 from shapesweep.common import UserError, human
+from shapesweep.dashboards.comparisons import compare_sweeps, comparison_tables
+from shapesweep.dashboards.figures import applicable_figures, metric_for
+from shapesweep.dashboards.frames import (
+    LOWER_IS_BETTER,
+    METRIC_LABELS,
+    language_models,
+    python_strings,
+    with_derived,
+)
+from shapesweep.dashboards.page import render_page
+from shapesweep.dashboards.views import analysis_views
+from shapesweep.results.live import live_sweeps, load_live, with_running
+from shapesweep.results.parquet_store import ParquetStore
+from shapesweep.results.roles import with_seed_roles
+from shapesweep.results.stats import budget_clusters
+from shapesweep.results.store import (
+    FragmentCache,
+    list_sweeps,
+    load_curves,
+    load_layers,
+    load_trials,
+    validate_sweep_name,
+)
+from shapesweep.search_spaces.configs import parse_count
 
 
 def load_frames(root: str, sweeps: list[str] | None, cache=None) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Trials and curves of `sweeps` (None = all), the running trials among them (status
     `running`, their live curves: `shapesweep.results.live`); an unknown sweep is a UserError.
     `cache`: a shapesweep.results.store.FragmentCache (the live server's), to read only new fragments."""
-    from shapesweep.results.live import live_sweeps, load_live, with_running
-    from shapesweep.results.roles import with_seed_roles
-    from shapesweep.results.store import list_sweeps, load_curves, load_trials, validate_sweep_name
-
     stored = list_sweeps(root)
     known = sorted({*stored, *live_sweeps(root)})
     for name in sweeps or []:
@@ -52,8 +73,6 @@ def budget_labels(trials: pd.DataFrame, max_groups: int = 8) -> pd.Series:
     The clusters are `shapesweep.results.stats.budget_clusters`, the groups that pair candidates with
     their own budget's baseline.
     """
-    from shapesweep.results.stats import budget_clusters
-
     params = trials["params_non_embedding"].astype(float).fillna(trials["params_total"].astype(float))
     if params.isna().all():
         return pd.Series("all", index=trials.index)
@@ -73,11 +92,9 @@ def budget_labels(trials: pd.DataFrame, max_groups: int = 8) -> pd.Series:
 def _catalog(root: str, storage: str | None = None) -> dict[str, dict]:
     """Space name and status per sweep from the catalog (`storage`'s, else the root's own
     when it has one)."""
-    from shapesweep.results.parquet_store import ParquetStore
-
     if storage is None and ("://" in str(root) or not ParquetStore(root).has_own_catalog()):
         return {}
-    from shapesweep.results.catalog import Catalog, default_catalog_url
+    from shapesweep.results.catalog import Catalog, default_catalog_url  # SQLAlchemy: 0.3 s
 
     try:
         return {r.name: {"space": r.space_name, "status": r.status}
@@ -102,18 +119,6 @@ def build_payload(root: str, sweeps: list[str] | None = None, title: str | None 
     """The JSON the page renders: sweeps, filter values, per-trial rows, figures. `frames`:
     the (trials, curves) `load_frames` gave, where the caller needs them too (the live server);
     `adjust`: the verdicts' family adjustment (shapesweep.results.multiplicity; default Holm)."""
-    from shapesweep.dashboards.comparisons import compare_sweeps, comparison_tables
-    from shapesweep.dashboards.figures import applicable_figures, metric_for
-    from shapesweep.dashboards.frames import (
-        LOWER_IS_BETTER,
-        METRIC_LABELS,
-        language_models,
-        python_strings,
-        with_derived,
-    )
-    from shapesweep.dashboards.views import analysis_views
-    from shapesweep.results.store import load_layers
-
     trials, curves = frames if frames is not None else load_frames(root, sweeps, cache)
     trials = with_derived(trials)
     trials["budget"] = budget_labels(trials) if len(trials) else []
@@ -180,7 +185,7 @@ CODED = ("sweep", "family", "design", "budget", "status", "metric_name", "hover"
          "error", "reason")  # columns of few distinct values: seeds and tuned values share them
 
 
-def _coded(values: list) -> dict:
+def _coded(values: Sequence | np.ndarray) -> dict:
     """A column of few distinct values as {"values", "codes"}: each value travels once (the
     page expands it, `expand`)."""
     codes, uniques = pd.factorize(pd.Series(values, dtype=object), use_na_sentinel=False)
@@ -212,9 +217,13 @@ def expand(rows: dict) -> dict:
 def _split_configs(config_json: pd.Series) -> tuple[list, list, list, list]:
     """Candidate documents deduplicated for transport: the seeds of one shape share a
     document, and most trials share a train block (it differs by seed only)."""
-    doc_ids, train_ids, docs, trains = {}, {}, [], []
-    doc_of, train_of = [], []
-    parsed = {}  # each distinct part's document, None where its text is not canonical
+    doc_ids: dict[str, int] = {}
+    train_ids: dict[str, int] = {}
+    docs: list[object] = []
+    trains: list[object] = []
+    doc_of: list[int | None] = []
+    train_of: list[int | None] = []
+    parsed: dict[str, object] = {}  # each distinct part's document, None where its text is not canonical
     for text in config_json:
         if not isinstance(text, str):
             doc_of.append(None)
@@ -274,7 +283,8 @@ def _lean_trace(trace: dict, hover: np.ndarray) -> dict:
     row_ids = _row_ids(trace.get("customdata"), hover)
     if row_ids is not None:
         trace["customdata"] = row_ids.astype(np.min_scalar_type(max(len(hover) - 1, 0)))
-        trace["meta"] = {**(trace.get("meta") if isinstance(trace.get("meta"), dict) else {}), "ids": True}
+        meta = trace.get("meta")
+        trace["meta"] = {**(meta if isinstance(meta, dict) else {}), "ids": True}
     template = str(trace.get("hovertemplate") or "")
     for axis in ("x", "y"):
         if f"%{{{axis}}}" not in template and axis in trace:
@@ -364,10 +374,11 @@ def _share(figures: list[dict]) -> list:
                     if key in owner and not isinstance(owner[key], str | int | float | None):
                         yield owner, key, json.dumps(owner[key], default=str)
 
-    counts = {}
+    counts: dict[str, int] = {}
     for _, _, text in slots():
         counts[text] = counts.get(text, 0) + 1
-    shared, index = [], {}
+    shared: list[str] = []
+    index: dict[str, int] = {}
     for owner, key, text in slots():
         if counts[text] > 1 and len(text) > SHARED_MIN:
             if text not in index:
@@ -381,8 +392,6 @@ SHARED_MIN = 64  # bytes from which an array repeated across traces travels once
 
 
 def _budget_order(label: str) -> float:
-    from shapesweep.search_spaces.configs import parse_count
-
     text = label.lstrip("≈").split("–")[0]
     try:
         return float(parse_count(text.replace("G", "B")))
@@ -400,9 +409,6 @@ def write_report(root: str, sweeps: list[str], out: str | Path, adjust: str | No
     """One self-contained HTML file (plotly.js embedded, opens offline), written atomically;
     `adjust`, `storage` (the catalog's URL, `--storage`): as `build_payload`'s."""
     import plotly.offline
-
-    from shapesweep.dashboards.page import render_page
-    from shapesweep.results.store import FragmentCache
 
     cache = FragmentCache()  # each fragment read once: curves and layers need the trials again
     page = render_page(script_safe(build_payload(root, sweeps, cache=cache, adjust=adjust, storage=storage)), plotly_js=plotly.offline.get_plotlyjs())

@@ -2,7 +2,7 @@
 
 The page polls `api/version` and re-fetches `api/dashboard` when it changes. Every answer is
 bytes made before the request came: the payload, its gzip and ETag per store version by a
-builder process (`snapshots.py`), the page and plotly.js once. So a request costs a header
+builder process (`builder.py`, `snapshots.py`), the page and plotly.js once. So a request costs a header
 parse and a copy, and a hundred browsers polling while a sweep writes wait on no build.
 HTTP/1.1 keeps each browser's connection open; `If-None-Match` with the current ETag gets
 304. `api/config` returns a trial's candidate YAML from the same snapshot as the page.
@@ -25,6 +25,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlparse
 
 from shapesweep.common import UserError
+from shapesweep.dashboards.page import render_page
 from shapesweep.dashboards.snapshots import LiveSnapshots, Snapshot, config_document
 
 IDLE_S = 60  # a keep-alive connection idle this long is closed (its thread ends)
@@ -48,8 +49,6 @@ class DashboardState:
 
     def __init__(self, root: str, poll_s: float = 3.0, refresh_s: float = 0.5,
                  storage: str | None = None):
-        from shapesweep.dashboards.page import render_page
-
         self.root = str(root)
         self.snapshots = LiveSnapshots(self.root, refresh_s, storage)
         self.page = Static.of(render_page(poll_ms=int(poll_s * 1000)).encode())
@@ -208,7 +207,7 @@ def make_server(root: str, host: str = "127.0.0.1", port: int = 8050, poll_s: fl
     The port is bound first, so a taken one is refused (UserError, `--port`) before the
     builder starts. The store is checked for new trials every `refresh_s`; `storage`: the
     catalog's URL (`--storage`; default the root's own)."""
-    handler = type("DashboardHandler", (Handler,), {})
+    handler: type[Handler] = type("DashboardHandler", (Handler,), {})
     try:
         server = DashboardServer((host, port), handler)
     except OSError as error:

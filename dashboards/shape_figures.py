@@ -6,6 +6,7 @@ which order.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 
 import numpy as np
 import pandas as pd
@@ -259,7 +260,7 @@ def ratio_figure(trials: pd.DataFrame) -> Figure | None:
                   "d_h / d_model", METRIC_LABELS["val_loss"])
 
 
-def axis_builders(lm: pd.DataFrame, lm_points) -> list[tuple[str, object]]:
+def axis_builders(lm: pd.DataFrame, lm_points) -> list[tuple[str, Callable[[], Figure | None]]]:
     """The report's figures of loss against each axis the language models vary (`varied_axes`,
     the widest first): d_model / L is the U-curve, the FFN ratio the ratio figure where they
     apply; where no axis figure applies, the searched dimension's iso-budget figure."""

@@ -1,4 +1,4 @@
-"""The live dashboard's payload, built once per store change in a process of its own.
+"""The live dashboard's payload, built once per store change in a process of its own (`builder.py`).
 
 A payload takes seconds to build on a large store (1.3 s at 3,000 trials, with every
 fragment already read) and a sweep lands trials every second or so, so no request waits
@@ -17,14 +17,16 @@ import hashlib
 import json
 import os
 import pickle
-import select
 import subprocess
 import sys
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO
 
+import shapesweep
 from shapesweep.common import UserError
+from shapesweep.results.parquet_store import ParquetStore
 
 
 @dataclass(frozen=True)
@@ -48,7 +50,7 @@ def _waiting_snapshot() -> Snapshot:
     with no sweeps yet (`report.build_payload`'s keys; a test holds them equal), titled to
     say the first view is being built."""
     coded = {"values": [], "codes": {"dtype": "u1", "bdata": ""}}
-    rows = {name: coded for name in ("sweep", "family", "design", "budget", "status", "metric_name",
+    rows: dict[str, object] = {name: coded for name in ("sweep", "family", "design", "budget", "status", "metric_name",
                                       "label", "error", "reason", "hover")}
     rows |= {"trial_id": [], "seed": [], "doc": [], "train": [], "metric": {"dtype": "f8", "bdata": ""},
              **{name: {"dtype": "f4", "bdata": ""} for name in ("val_ppl", "params_non_embedding", "training_flops")}}
@@ -64,28 +66,7 @@ def store_version(root: str) -> str:
 
     A trials fragment is a trial's commit record (`write_trial` writes its curves first), so
     the version moves when a trial lands whole, never between its curves and its row."""
-    from shapesweep.results.parquet_store import ParquetStore
-
     return ParquetStore(root).version()
-
-
-def build_snapshot(root: str, version: str, cache, storage: str | None = None) -> Snapshot:
-    """The payload of every sweep under `root` (the catalog `storage` names, else the root's);
-    a store that cannot be read gives its one line."""
-    from shapesweep.dashboards.report import build_payload, load_frames
-
-    try:
-        trials, curves = load_frames(root, None, cache)
-        body = build_payload(root, None, title="shapesweep live dashboard", version=version,
-                             cache=cache, frames=(trials, curves), storage=storage).encode()
-    except Exception as error:  # noqa: BLE001 - a damaged store or catalog: say so, keep serving
-        return Snapshot(version, error=one_line(error))
-    configs = {(sweep, trial_id): (config, int(seed) if seed == seed else None)
-               for sweep, trial_id, config, seed in zip(trials["sweep"], trials["trial_id"], trials["config_json"],
-                                                        trials["seed"], strict=True)
-               if isinstance(config, str)}
-    return Snapshot(version, body, gzip.compress(body, 6), '"' + hashlib.sha256(body).hexdigest()[:20] + '"',
-                    configs)
 
 
 def one_line(error: Exception) -> str:
@@ -96,33 +77,10 @@ def one_line(error: Exception) -> str:
     return f"{type(error).__name__}: {lines[0] if lines else ''}"
 
 
-def _build_forever(root: str, refresh_s: float, out, storage: str | None = None) -> None:
-    """The builder: a snapshot per store version, pickled to `out`, until the server closes
-    this process's stdin (or dies, which closes it too)."""
-    from shapesweep.results.store import FragmentCache
-
-    cache, built = FragmentCache(), None
-    while True:
-        try:
-            version = store_version(root)
-        except Exception as error:  # noqa: BLE001 - an unreadable folder: say so until it reads again
-            version, snapshot = f"error: {error}", None
-            if version != built:
-                snapshot = Snapshot(version, error=one_line(error))
-        else:
-            snapshot = build_snapshot(root, version, cache, storage) if version != built else None
-        if snapshot is not None:
-            pickle.dump(snapshot, out, protocol=pickle.HIGHEST_PROTOCOL)
-            out.flush()
-            built = version
-        if select.select([sys.stdin], [], [], refresh_s)[0]:  # readable: the server's end closed
-            return
-
-
 # Ctrl-C in the terminal reaches the builder too: the server handles it, the builder ignores it
 # from its first line. `main` imported, so a `Snapshot` is pickled by its module's name.
 BUILDER = ("import signal; signal.signal(signal.SIGINT, signal.SIG_IGN)\n"
-           "from shapesweep.dashboards.snapshots import main; main()")
+           "from shapesweep.dashboards.builder import main; main()")
 
 
 STORAGE_ENV = "SHAPESWEEP_BUILDER_STORAGE"  # `serve --storage`, to the builder (a password stays off `ps`)
@@ -130,18 +88,24 @@ STORAGE_ENV = "SHAPESWEEP_BUILDER_STORAGE"  # `serve --storage`, to the builder 
 WAITING = _waiting_snapshot()
 
 
+def _pipe(stream: IO[bytes] | None) -> IO[bytes]:
+    if stream is None:
+        raise RuntimeError("the builder process has no pipe")
+    return stream
+
+
 class LiveSnapshots:
     """The server's side: starts the builder, keeps its latest snapshot, stops it on close."""
 
     def __init__(self, root: str, refresh_s: float = 0.5, storage: str | None = None):
-        import shapesweep
-
         home = str(Path(shapesweep.__file__).resolve().parents[1])  # the builder imports this same code
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, (home, os.environ.get("PYTHONPATH")))),
                STORAGE_ENV: storage or ""}
         self._process = subprocess.Popen([sys.executable, "-c", BUILDER, root, str(refresh_s)],
                                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
         self.pid = self._process.pid
+        # both pipes were asked for, so Popen made them
+        self._from_builder, self._to_builder = _pipe(self._process.stdout), _pipe(self._process.stdin)
         self._latest: Snapshot | None = None
         self._ready = threading.Event()
         self._closing = False
@@ -165,7 +129,7 @@ class LiveSnapshots:
         last_error = None
         while True:
             try:
-                snapshot = pickle.load(self._process.stdout)  # our own child's: trusted
+                snapshot = pickle.load(self._from_builder)  # our own child's: trusted
             except Exception:  # noqa: BLE001 - the builder ended (or garbled its pipe): say so once
                 if not self._closing:
                     self._latest = Snapshot("", error=f"the dashboard's builder process stopped "
@@ -183,7 +147,7 @@ class LiveSnapshots:
         self._closing = True
         self._process.terminate()  # it writes nothing but its pipe: stopping mid-build loses only that build
         self._process.wait(30)
-        self._process.stdin.close()
+        self._to_builder.close()
 
 
 def config_document(snapshot: Snapshot, sweep: str, trial_id: str) -> dict:
@@ -193,13 +157,3 @@ def config_document(snapshot: Snapshot, sweep: str, trial_id: str) -> dict:
         raise UserError(f"sweep {sweep!r} has no trial {trial_id!r} with a configuration", key="trial_id")
     config, seed = found
     return {**json.loads(config), "provenance": {"sweep": sweep, "trial_id": trial_id, "seed": seed}}
-
-
-def main() -> None:
-    """The builder `LiveSnapshots` starts (`BUILDER ROOT REFRESH_S`)."""
-    out = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
-    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # a stray print cannot garble the snapshots
-    try:
-        _build_forever(sys.argv[1], float(sys.argv[2]), out, os.environ.get(STORAGE_ENV) or None)
-    except BrokenPipeError:  # the server is gone: exit without flushing to it again
-        os._exit(0)

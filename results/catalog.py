@@ -14,6 +14,7 @@ Ctrl-C and SIGTERM end (`shapesweep.results.deadlines`).
 
 from __future__ import annotations
 
+import builtins
 import dataclasses
 import os
 import socket
@@ -21,7 +22,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TypeVar
+from typing import Any, TypeVar, cast
 
 from sqlalchemy import (
     DateTime,
@@ -35,9 +36,10 @@ from sqlalchemy import (
     type_coerce,
     update,
 )
-from sqlalchemy.engine import URL, make_url
+from sqlalchemy.engine import URL, CursorResult, make_url
 from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError, SQLAlchemyError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
+from sqlalchemy.sql.dml import Update
 
 from shapesweep.common import UserError
 from shapesweep.results.deadlines import (
@@ -179,6 +181,11 @@ def shown_database(url: str) -> str:
     return parsed.render_as_string(hide_password=True)
 
 
+def _changed(session: Session, statement: Update) -> int:
+    """The rows an UPDATE changed (its result is a cursor's, which counts them)."""
+    return cast("CursorResult[Any]", session.execute(statement)).rowcount
+
+
 class Catalog:
     """Sweeps by name, over any SQLAlchemy URL (the Optuna storage's database)."""
 
@@ -192,7 +199,7 @@ class Catalog:
             self.engine = create_engine(url, connect_args=connect_args(
                 url, self.timeout, sqlite_busy_s=SQLITE_BUSY_TIMEOUT_S))
         self._inline = one_per_thread(url)
-        if sqlite and not self._inline:
+        if sqlite and not self._inline and database:
             os.makedirs(os.path.dirname(os.path.abspath(database)), exist_ok=True)
         self._ask(self._create_tables)  # the first request: a server that never answers ends here
 
@@ -247,6 +254,9 @@ class Catalog:
                     pass
             self._ask(add)
             existing = self.get(name)
+            if existing is None:  # added, or another process added it: only a deleted row is not there
+                raise UserError(f"sweep {name!r} vanished from the catalog {self.url} as it was registered",
+                                key="name")
         if existing.space_hash != space_hash and not (
                 hash_now is not None and _hashes_to(hash_now, existing.space_yaml, space_hash)):
             raise UserError(
@@ -264,15 +274,15 @@ class Catalog:
                 return self._reported(session, row[0]) if row else None
         return self._ask(read)
 
-    def list(self) -> list[SweepRecord]:
+    def list(self) -> builtins.list[SweepRecord]:
         """Every sweep, oldest first (a row whose time is unreadable, first); a row whose
         name no sweep can have is left out with one warning line, never failing the rest."""
-        def read() -> list[SweepRecord]:
+        def read() -> builtins.list[SweepRecord]:
             with Session(self.engine) as session:
                 return [self._reported(session, r) for r in self._sweep_rows(session)]
         return sorted(self._ask(read), key=lambda r: (r.created_at or EPOCH, r.name))
 
-    def _sweep_rows(self, session: Session, *where) -> list[SweepRecord]:
+    def _sweep_rows(self, session: Session, *where) -> builtins.list[SweepRecord]:
         rows = session.execute(select(*_raw(_SweepRow)).where(*where)).mappings()
         records = []
         for row in rows:
@@ -302,8 +312,8 @@ class Catalog:
         updates too); returns the row as it is now."""
         def write() -> SweepRecord:
             with Session(self.engine) as session, session.begin():
-                changed = session.execute(update(_SweepRow).where(_SweepRow.name == name)
-                                          .values(**values, updated_at=utc_now())).rowcount
+                changed = _changed(session, update(_SweepRow).where(_SweepRow.name == name)
+                                   .values(**values, updated_at=utc_now()))
                 if changed != 1:
                     raise UserError(f"no sweep named {name!r} in the catalog {self.url}", key="name")
                 return self._sweep_rows(session, _SweepRow.name == name)[0]
@@ -345,10 +355,10 @@ class Catalog:
         if holder is None or holder.alive():
             return False, holder  # released meanwhile (insert again), or held
         with Session(self.engine) as session, session.begin():
-            taken = session.execute(
-                update(_LeaseRow)
+            taken = _changed(
+                session, update(_LeaseRow)
                 .where(_LeaseRow.name == name, _LeaseRow.token == holder.token)
-                .values(since=now, heartbeat_at=now, **mine)).rowcount
+                .values(since=now, heartbeat_at=now, **mine))
         return taken == 1, None
 
     def lease(self, name: str) -> LeaseRecord | None:
@@ -361,9 +371,9 @@ class Catalog:
         """Heartbeat; False when the lease is no longer ours (it was taken over)."""
         def write() -> bool:
             with Session(self.engine) as session, session.begin():
-                return session.execute(
-                    update(_LeaseRow).where(_LeaseRow.name == name, _LeaseRow.token == token)
-                    .values(heartbeat_at=utc_now())).rowcount == 1
+                return _changed(
+                    session, update(_LeaseRow).where(_LeaseRow.name == name, _LeaseRow.token == token)
+                    .values(heartbeat_at=utc_now())) == 1
         return self._ask(write)
 
     def release_lease(self, name: str, token: str) -> None:

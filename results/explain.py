@@ -6,6 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from shapesweep.common import DEFAULT_ROOT, human
+from shapesweep.results.roles import SPACE_FILE
+from shapesweep.results.store import sweep_dir
 
 
 def _seeds(seeds: list[int]) -> str:
@@ -19,9 +21,6 @@ def _command(verb: str, root: str, *rest: str) -> str:
 
 def rerun_command(sweep: str, root: str, *options: str) -> str:
     """`run` of the sweep's own space (kept in its folder) with `options`."""
-    from shapesweep.results.roles import SPACE_FILE
-    from shapesweep.results.store import sweep_dir
-
     return _command("run", root, f"{sweep_dir(root, sweep)}/{SPACE_FILE}", *options)
 
 

@@ -96,7 +96,7 @@ def asha_confirmation(trials: pd.DataFrame, reduction_factor: float,
     `stopped`, `checkable`, `confirmed` and `fraction` (None when nothing is checkable)."""
     stats = tuned_stats(trials, metric)
     stopped = trials[trials["status"] == "stopped_early"]
-    out = {"stopped": len(stopped), "checkable": 0, "confirmed": 0, "fraction": None}
+    out: dict[str, Any] = {"stopped": len(stopped), "checkable": 0, "confirmed": 0, "fraction": None}
     if stats.empty or stopped.empty:
         return out
     stats = stats.assign(rank=(loss_sign(metric) * stats["mean"]).groupby(stats["sweep"]).rank(method="min"))

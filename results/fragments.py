@@ -268,7 +268,7 @@ def _read_each(fs, paths: list[str], table: FragmentTable, names: list[str]) -> 
     rows, damaged = _read_bulk(fs, paths, table, names)
     rows = rows.sort_by("_file")  # a stable sort: each file's rows keep their order
     files = rows["_file"].to_numpy(zero_copy_only=False)
-    starts = np.flatnonzero(np.r_[True, files[1:] != files[:-1]]) if len(files) else []
+    starts = np.flatnonzero(np.r_[True, files[1:] != files[:-1]]) if len(files) else np.array([], int)
     ends = [*starts[1:], len(files)]
     own = {files[start]: rows.slice(start, end - start) for start, end in zip(starts, ends, strict=True)}
     empty = empty_frame(table, names)
@@ -308,7 +308,7 @@ class FragmentCache:
             for path in gone:
                 del self._files[path]
                 self._bad.pop(path, None)
-            if appended:  # only new fragments (trials landing): add their rows to those combined
+            if appended and cached is not None:  # only new fragments (trials landing): add their rows to those combined
                 rows, damaged = _combine(fresh, results, table, names)
                 rows, damaged = pa.concat_tables([cached[1], rows]), {**cached[2], **damaged}
             else:

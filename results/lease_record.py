@@ -72,13 +72,14 @@ class LeaseRecord:
     @classmethod
     def _from_row(cls, row, where: str) -> LeaseRecord:
         """From a raw row (`_raw`); an unreadable time is long ago: a dead lease, taken over."""
-        stamps = {}
+        stamps: dict[str, datetime] = {}
         for name in ("since", "heartbeat_at"):
-            stamps[name] = read_stamp(row[name])
-            if stamps[name] is None:
+            stamp = read_stamp(row[name])
+            if stamp is None:
                 warn_once(f"{where}: lease of sweep {row['name']!r}: {name} {row[name]!r} is not a time "
                       "(counted as a dead lease: the next run takes it over)")
-                stamps[name] = EPOCH
+                stamp = EPOCH
+            stamps[name] = stamp
         return cls(row["name"], row["host"], row["pid"], row["token"], **stamps)
 
     def alive(self) -> bool:

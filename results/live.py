@@ -96,7 +96,9 @@ def _read(path: str) -> tuple[dict, list[dict], float] | None:
             text = handle.read()
     except FileNotFoundError:
         return None
-    header, points, last = None, [], 0.0
+    header: dict | None = None
+    points: list[dict] = []
+    last = 0.0
     for line in text.split("\n")[:-1]:  # the text after the last newline is still being written
         try:
             item = json.loads(line)
@@ -114,7 +116,7 @@ def _row(header: dict, points: list[dict], last: float) -> dict:
     """The running trial as a trials row: its latest loss and tokens, `finished_at` the
     time of its latest point (what tells a newer live file from a landed row)."""
     row = {k: v for k, v in header["trial"].items() if k in TRIAL_COLUMNS.names}
-    latest = next((p for p in reversed(points) if p.get("val_loss") is not None), {})
+    latest: dict = next((p for p in reversed(points) if p.get("val_loss") is not None), {})
     newest = points[-1] if points else {}
     try:
         row = normalize_trial_row({
@@ -151,11 +153,12 @@ def load_live(root, sweeps: list[str] | None = None) -> tuple[pd.DataFrame, pd.D
     rows, curves = [], []
     for sweep in live_sweeps(root) if sweeps is None else sweeps:
         folder = _folder(root, sweep)
-        names = sorted(os.listdir(folder)) if folder and os.path.isdir(folder) else []
-        for name in (n for n in names if n.endswith(".jsonl") and not n.startswith(".")):
+        if not folder or not os.path.isdir(folder):
+            continue
+        for name in (n for n in sorted(os.listdir(folder)) if n.endswith(".jsonl") and not n.startswith(".")):
             found = _read(os.path.join(folder, name))
             row = _row(*found) if found else {}
-            if not row:
+            if not row or found is None:
                 continue
             rows.append(row)
             curves += [{**{k: p.get(k) for k in CURVE_COLUMNS.names}, "sweep": sweep,

@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from numpy.typing import ArrayLike
 from scipy import stats as sps
 
 from shapesweep.results.multiplicity import (
@@ -52,7 +53,7 @@ def paired_difference(candidate: pd.Series, baseline: pd.Series, metric: str = "
             "verdict": verdict_words(np.array([n]), np.array([low]), np.array([high]), metric)[0]}
 
 
-def seeds_for_power(delta: Any, sd: Any, power: float = POWER,
+def seeds_for_power(delta: ArrayLike, sd: ArrayLike, power: float = POWER,
                     confidence: float = CONFIDENCE) -> np.ndarray:
     """Paired seeds a two-sided paired t-test at `confidence` needs to exclude zero with
     probability `power` when the true mean difference is `delta` and the differences spread

@@ -15,6 +15,14 @@ import json
 import pandas as pd
 
 from shapesweep.common import UserError
+from shapesweep.results.multiplicity import DEFAULT_ADJUST
+from shapesweep.results.roles import seed_roles
+from shapesweep.results.stats import ROLE_COLUMN, compare, with_planned
+from shapesweep.results.store import read_sweep_file
+from shapesweep.results.summary import comparisons, warnings
+from shapesweep.search_spaces.safe_yaml import parse_yaml
+from shapesweep.search_spaces.solver import plan
+from shapesweep.search_spaces.space import parse_space
 
 SPACE_FILE, OPTIONS_FILE = "space.yaml", "sweep.json"  # as shapesweep.sweep.driver.runner writes them
 
@@ -24,8 +32,6 @@ def planned_candidates(root: str, sweep: str) -> pd.DataFrame:
     candidate the sweep's grid plans; empty when its folder keeps no space, it searched
     with Optuna, or its space no longer parses or plans (what `status` then lists is what
     the store holds, as before)."""
-    from shapesweep.results.store import read_sweep_file
-
     try:
         text = read_sweep_file(root, sweep, SPACE_FILE)
         options = json.loads(read_sweep_file(root, sweep, OPTIONS_FILE) or "{}")
@@ -39,10 +45,6 @@ def planned_candidates(root: str, sweep: str) -> pd.DataFrame:
 
 @functools.lru_cache(maxsize=16)  # the live server asks again at every refresh
 def _planned_rows(text: str) -> tuple[dict, ...]:
-    from shapesweep.search_spaces.safe_yaml import parse_yaml
-    from shapesweep.search_spaces.solver import plan
-    from shapesweep.search_spaces.space import parse_space
-
     try:
         space = parse_space(parse_yaml(text, SPACE_FILE), text, SPACE_FILE)
         return tuple(c.to_row() for c in plan(space).candidates)
@@ -59,11 +61,6 @@ def complete_comparisons(trials, name: str, root: str, metric: str, baseline: st
     (`running`: `shapesweep.results.live.load_live`'s rows). `compared`: `compare`'s, when made;
     `adjust`: the primary family's multiplicity adjustment (`shapesweep.results.multiplicity`;
     None: the one `compared` was made with, else Holm)."""
-    from shapesweep.results.multiplicity import DEFAULT_ADJUST
-    from shapesweep.results.roles import seed_roles
-    from shapesweep.results.stats import ROLE_COLUMN, compare, with_planned
-    from shapesweep.results.summary import comparisons, warnings
-
     compared = (compare(trials, metric, baseline, adjust=adjust or DEFAULT_ADJUST)
                 if compared is None else compared)
     roles = seed_roles(root, name)

@@ -16,6 +16,9 @@ import pandas as pd
 
 from shapesweep.common import UserError
 from shapesweep.results.stats import ROLE_COLUMN
+from shapesweep.results.store import read_sweep_file, read_sweep_json, sweep_dir, sweep_file_repair
+from shapesweep.search_spaces.safe_yaml import parse_yaml
+from shapesweep.search_spaces.space import CHOICE_SEEDS
 
 SPACE_FILE, OPTIONS_FILE = "space.yaml", "sweep.json"  # as shapesweep.sweep.driver.runner writes them
 
@@ -30,18 +33,15 @@ class SeedRoles:
     lr_base_d_model: int | None = None
 
 
+def _section(document: dict, name: str) -> dict:
+    """The saved space's `name:` block; empty where it has none (or a hand edit made it no mapping)."""
+    found = document.get(name)
+    return found if isinstance(found, dict) else {}
+
+
 def seed_roles(root: str, sweep: str) -> SeedRoles:
     """The roles the sweep's folder records; none where it keeps no space (a store written
     by hand, a sweep of an older version)."""
-    from shapesweep.results.store import (
-        read_sweep_file,
-        read_sweep_json,
-        sweep_dir,
-        sweep_file_repair,
-    )
-    from shapesweep.search_spaces.safe_yaml import parse_yaml
-    from shapesweep.search_spaces.space import CHOICE_SEEDS
-
     text = read_sweep_file(root, sweep, SPACE_FILE)
     try:
         document = parse_yaml(text, f"{sweep_dir(root, sweep)}/{SPACE_FILE}") if text else None
@@ -50,13 +50,14 @@ def seed_roles(root: str, sweep: str) -> SeedRoles:
                         file=error.file, key=error.key) from None
     if not isinstance(document, dict):
         return SeedRoles((), (), False)
-    tune = document.get("tune") if isinstance(document.get("tune"), dict) else {}
-    options = read_sweep_json(root, sweep, OPTIONS_FILE, dict) or {}
+    tune = _section(document, "tune")
+    saved = read_sweep_json(root, sweep, OPTIONS_FILE, dict)
+    options = saved if isinstance(saved, dict) else {}
     measure = options.get("seeds") or document.get("seeds") or [0]
     if isinstance(measure, dict):  # adaptive {min, max}: every candidate measures seeds 0..min-1
         measure = range(measure["min"]) if isinstance(measure.get("min"), int) else measure
     choice = tune.get(CHOICE_SEEDS) or []
-    train = document.get("train") if isinstance(document.get("train"), dict) else {}
+    train = _section(document, "train")
     base = train.get("lr_base_d_model")  # the saved space parsed when it ran: a whole number
     base = base if isinstance(base, int) and not isinstance(base, bool) else None
     try:

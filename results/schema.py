@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
-from typing import Any, get_type_hints
+from typing import Any, SupportsFloat, SupportsInt, cast, get_type_hints
 
 import pyarrow as pa
 
@@ -93,7 +94,7 @@ LAYER_COLUMNS = pa.schema(
 )
 
 
-def _to_int(value: Any) -> int | None:
+def _to_int(value: object) -> int | None:
     if isinstance(value, float):
         if math.isnan(value):
             return None
@@ -101,24 +102,24 @@ def _to_int(value: Any) -> int | None:
             raise ValueError(f"{value!r} is not a whole number")
     if isinstance(value, str):
         raise ValueError(f"{value!r} is a string, not a whole number")
-    return int(value)  # numpy integers and bools included
+    return int(cast(SupportsInt, value))  # numpy integers and bools included; else a TypeError
 
 
-def _to_float(value: Any) -> float | None:
+def _to_float(value: object) -> float | None:
     if isinstance(value, str):
         raise ValueError(f"{value!r} is a string, not a number")
-    number = float(value)
+    number = float(cast(SupportsFloat, value))  # else a TypeError
     # NaN/inf losses mean a failed trial: status and error say so; null keeps sorts and plots sane.
     return number if math.isfinite(number) else None
 
 
-def _to_bool(value: Any) -> bool:
+def _to_bool(value: object) -> bool:
     if value in (0, 1):  # True/False, 0/1 and numpy bools
         return bool(value)
     raise ValueError(f"{value!r} is not a boolean")
 
 
-def _to_str(value: Any) -> str:
+def _to_str(value: object) -> str:
     if isinstance(value, dict | list):  # config_json given as the document itself
         return json.dumps(value, sort_keys=True)
     if not isinstance(value, str):
@@ -126,23 +127,24 @@ def _to_str(value: Any) -> str:
     return value
 
 
-def _to_timestamp(value: Any) -> datetime:
+def _to_timestamp(value: object) -> datetime:
     if isinstance(value, int | float) and not isinstance(value, bool):
         return datetime.fromtimestamp(value, tz=UTC)
     if isinstance(value, str):
         value = datetime.fromisoformat(value)
-    if hasattr(value, "to_pydatetime"):  # pandas Timestamp
-        value = value.to_pydatetime()
+    to_pydatetime = getattr(value, "to_pydatetime", None)  # pandas Timestamp
+    if to_pydatetime is not None:
+        value = to_pydatetime()
     if not isinstance(value, datetime):
         raise ValueError(f"{value!r} is not a timestamp")
     return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
-def _coerce(kind: pa.DataType, value: Any) -> Any:
+def _coerce(kind: pa.DataType, value: object) -> object:
     if value is None:
         return None
     if pa.types.is_list(kind):
-        return [_to_int(v) for v in value]
+        return [_to_int(v) for v in cast(Iterable[object], value)]  # else a TypeError
     if pa.types.is_timestamp(kind):
         return _to_timestamp(value)
     if pa.types.is_integer(kind):
@@ -154,11 +156,11 @@ def _coerce(kind: pa.DataType, value: Any) -> Any:
     return _to_str(value)
 
 
-def _normalize(row: dict[str, Any], schema: pa.Schema, what: str) -> dict[str, Any]:
+def _normalize(row: Mapping[str, object], schema: pa.Schema, what: str) -> dict[str, Any]:
     unknown = sorted(set(row) - set(schema.names))
     if unknown:
         raise ValueError(f"unknown {what} columns: {', '.join(unknown)}")
-    out = {}
+    out: dict[str, Any] = {}
     for field in schema:
         try:
             out[field.name] = _coerce(field.type, row.get(field.name))
@@ -167,7 +169,7 @@ def _normalize(row: dict[str, Any], schema: pa.Schema, what: str) -> dict[str, A
     return out
 
 
-def normalize_trial_row(row: dict[str, Any]) -> dict[str, Any]:
+def normalize_trial_row(row: Mapping[str, object]) -> dict[str, Any]:
     """Every TRIAL_COLUMNS name, coerced to its type; missing ones null, unknown ones refused.
 
     Non-finite floats (a NaN loss) become null; `config_json` may be given as a dict.
@@ -178,11 +180,11 @@ def normalize_trial_row(row: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def normalize_curve_row(row: dict[str, Any]) -> dict[str, Any]:
+def normalize_curve_row(row: Mapping[str, object]) -> dict[str, Any]:
     """Every CURVE_COLUMNS name, coerced to its type; missing ones null, unknown ones refused."""
     return _normalize(row, CURVE_COLUMNS, "curve")
 
 
-def normalize_layer_row(row: dict[str, Any]) -> dict[str, Any]:
+def normalize_layer_row(row: Mapping[str, object]) -> dict[str, Any]:
     """Every LAYER_COLUMNS name, coerced to its type; missing ones null, unknown ones refused."""
     return _normalize(row, LAYER_COLUMNS, "layer")

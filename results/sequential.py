@@ -89,9 +89,12 @@ class Decision:
 
 def check_range(low: object, high: object, key: str, file: str | None = None) -> tuple[int, int]:
     """`{min, max}` of adaptive seeds: whole numbers (not bools), 2 <= min <= max."""
-    for name, value in (("min", low), ("max", high)):
+    def whole(name: str, value: object) -> int:
         if isinstance(value, bool) or not isinstance(value, int):
             raise UserError(f"seeds {name} must be a whole number, got {value!r}", file=file, key=key)
+        return value
+
+    low, high = whole("min", low), whole("max", high)
     if low < 2:
         raise UserError(f"seeds min must be at least 2 (a paired interval needs two seeds), got {low}",
                         file=file, key=key)
@@ -250,15 +253,16 @@ def decide(diffs: list[np.ndarray], design: Design, metric: str = "val_loss",
     sign = 1 if metric in HIGHER_IS_BETTER else -1  # a loss improves downward
     last = np.array([(means[-1], sds[-1], a + len(t) - 1) if len(t) else (0.0, 0.0, 2) for t, means, sds in stats])
     weak = futile(last[:, 0], last[:, 1], last[:, 2], holm_level, design)
-    out = []
+    out: list[Decision] = []
     for i, (t, means, sds) in enumerate(stats):
-        if previous[i] is not None and previous[i].decided:
-            out.append(previous[i])
+        before = previous[i]
+        if before is not None and before.decided:
+            out.append(before)
             continue
         if not len(t):
             out.append(Decision("open", None, len(diffs[i]), None, None, None, None))
             continue
-        k, level = crossed_at.get(i, (len(t) - 1, holm_level))
+        k, at_level = crossed_at.get(i, (len(t) - 1, holm_level))
         n = a + k
         half = bound[m][n] * sds[k] / math.sqrt(n) if sds[k] == sds[k] else math.nan
         if i in crossed_at:
@@ -266,7 +270,7 @@ def decide(diffs: list[np.ndarray], design: Design, metric: str = "val_loss",
         else:
             state = "max" if n >= b else "futile" if weak[i] else "open"
         out.append(Decision(state, k + 1, int(n), float(means[k]), float(means[k] - half),
-                            float(means[k] + half), level))
+                            float(means[k] + half), at_level))
     return out
 
 

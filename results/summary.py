@@ -20,8 +20,17 @@ from shapesweep.results.adaptive import (
     outcomes,
     read_looks_at,
 )
-from shapesweep.results.explain import missing_seeds
+from shapesweep.results.explain import missing_seeds, why_no_verdict
 from shapesweep.results.layout import read_sweep_file, sweep_dir, sweep_file_repair
+from shapesweep.results.multiplicity import ALPHA, DEFAULT_ADJUST, INTERVALS
+from shapesweep.results.roles import seed_roles
+from shapesweep.results.schema import SHAPE_COLUMNS, TRIAL_COLUMNS
+from shapesweep.results.stats import (
+    CHOICE_METRIC,
+    canonical_tuned_column,
+    compare,
+    exploratory_pairs,
+)
 
 RESULT_FIELDS = ("state", "seeds", "missing_seeds", "failed_seeds", "stopped_tokens", "error",
                  "tuned_edge", "choice_margin", "close_choice", "delta_vs_baseline", "ci_low", "ci_high",
@@ -41,10 +50,6 @@ def candidate_records(compared, metric: str, sweep: str, root: str) -> list[dict
     comparison, and where a candidate has no verdict, why (`why`) and what to run (`to_run`);
     where its result lacks measure seeds, which (`missing`) and what to run (`to_run_missing`)."""
     import pyarrow as pa
-
-    from shapesweep.results.explain import missing_seeds, why_no_verdict
-    from shapesweep.results.schema import SHAPE_COLUMNS, TRIAL_COLUMNS
-    from shapesweep.results.stats import CHOICE_METRIC
 
     fields = ["key", "family", "variant", *(name for name, _ in SHAPE_COLUMNS),
               "params_non_embedding", "params_total", "params_active", "flops_per_token"]
@@ -72,9 +77,6 @@ def candidate_records(compared, metric: str, sweep: str, root: str) -> list[dict
 def seed_document(root: str, name: str, trials) -> dict:
     """Which seeds chose the tuned values and which measured them (the sweep folder's word,
     else the trials'), and whether the same seeds did both for a tuned space."""
-    from shapesweep.results.roles import seed_roles
-    from shapesweep.results.stats import canonical_tuned_column
-
     roles = seed_roles(root, name)
     choice = list(roles.choice)
     seeds = sorted({int(s) for s in trials["seed"].dropna()} - set(choice))
@@ -94,8 +96,8 @@ def warnings(document: dict) -> list[str]:
                      f"{len(edge)} candidate{'s' if len(edge) > 1 else ''})")
     close = [c for c in document["candidates"] if c["close_choice"]]
     if close:
-        names = ", ".join(c["variant"] or c["key"] for c in close)
-        lines.append(f"close choice ({names}): on the choice seeds the chosen value led the next by less "
+        listed = ", ".join(c["variant"] or c["key"] for c in close)
+        lines.append(f"close choice ({listed}): on the choice seeds the chosen value led the next by less "
                      "than their mean's seed noise, so other seeds may choose otherwise (add a seed to "
                      "tune.choice_seeds to settle it)")
     return lines
@@ -107,12 +109,9 @@ def comparisons(trials, name: str, root: str, metric: str = "val_loss", baseline
     adjustment and the exploratory all-pairs family (`trials` with their seed roles,
     `shapesweep.results.roles.with_seed_roles`; `compared`: their `compare`, when already
     made, at `adjust`; default: the one `compared` was made with, else Holm)."""
-    from shapesweep.results.multiplicity import DEFAULT_ADJUST
-    from shapesweep.results.stats import compare, exploratory_pairs
-
     if adjust is None:
-        made = compared["adjust"].dropna() if compared is not None and "adjust" in compared else []
-        adjust = made.iloc[0] if len(made) else DEFAULT_ADJUST
+        made = compared["adjust"].dropna() if compared is not None and "adjust" in compared else None
+        adjust = made.iloc[0] if made is not None and len(made) else DEFAULT_ADJUST
     compared = compare(trials, metric, baseline, adjust) if compared is None else compared
     document = {"sweep": name, "metric": metric,
                 "baseline": baseline if (trials["variant"] == baseline).any() else None,
@@ -123,8 +122,9 @@ def comparisons(trials, name: str, root: str, metric: str = "val_loss", baseline
             candidate["trained_lr"] = plain(lr) if candidate["tuned"] is not None else None
     document["warnings"] = warnings(document)
     _with_outcomes(document, root, name)
-    levels = compared["interval_confidence"].dropna() if "interval_confidence" in compared else []
-    document["adjustment"] = adjustment(document, adjust, float(levels.iloc[0]) if len(levels) else None)
+    levels = compared["interval_confidence"].dropna() if "interval_confidence" in compared else None
+    document["adjustment"] = adjustment(document, adjust, float(levels.iloc[0])
+                                        if levels is not None and len(levels) else None)
     document["exploratory_pairs"] = exploratory_pairs(trials, compared, metric, adjust)
     return document
 
@@ -165,8 +165,6 @@ def adaptive_lines(document: dict) -> list[str]:
 def adjustment(document: dict, adjust: str, level: float | None) -> dict:
     """The primary family (each candidate vs its baseline): its method, size, the confidence
     `level` of its adjusted intervals and how many verdicts it resolves, raw and adjusted."""
-    from shapesweep.results.multiplicity import ALPHA, INTERVALS
-
     family = [c for c in document["candidates"] if c["p_value"] is not None]
     return {"method": adjust, "family": "each candidate vs its baseline", "family_size": len(family),
             "alpha": ALPHA, "interval": INTERVALS[adjust], "interval_confidence": level if family else None,

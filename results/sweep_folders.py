@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import posixpath
 import sys
+from collections.abc import Sequence
 from datetime import UTC, datetime
 
 import pyarrow as pa
@@ -35,7 +36,7 @@ from shapesweep.results.schema import (
 )
 
 
-def _own_rows(rows: list[dict], trial: dict, normalize, what: str) -> list[dict]:
+def _own_rows(rows: Sequence[dict], trial: dict, normalize, what: str) -> list[dict]:
     """A trial's curve or layer rows, normalised, each checked to belong to that trial."""
     out = []
     for item in rows:
@@ -46,7 +47,7 @@ def _own_rows(rows: list[dict], trial: dict, normalize, what: str) -> list[dict]
 
 
 def prepare_trial(sweep: str, trial_row: dict, curve_rows: list[dict],
-                  layer_rows: list[dict] = ()) -> tuple[dict, list[dict], list[dict]]:
+                  layer_rows: Sequence[dict] = ()) -> tuple[dict, list[dict], list[dict]]:
     """A trial's row, curve rows and layer rows as every store keeps them: normalised, each
     checked to belong to that sweep and trial (a ValueError before anything is written),
     `finished_at` now where the row has none."""
@@ -65,7 +66,7 @@ def prepare_trial(sweep: str, trial_row: dict, curve_rows: list[dict],
 
 
 def write_trial(root, sweep: str, trial_row: dict, curve_rows: list[dict],
-                layer_rows: list[dict] = ()) -> str:
+                layer_rows: Sequence[dict] = ()) -> str:
     """Write one trial (its curve, and its layer rows if it has any) as one new set of
     fragments, the trials fragment last; returns the trials fragment path."""
     row, curves, layers = prepare_trial(sweep, trial_row, curve_rows, layer_rows)

@@ -6,7 +6,6 @@
 from __future__ import annotations
 
 import json
-from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -47,7 +46,7 @@ ROLE_COLUMN = "chooses"  # True on a trial of a choice seed (shapesweep.results.
 ENDED = ("completed", "stopped_early", "failed")
 
 
-def canonical_tuned(text: Any) -> str:
+def canonical_tuned(text: object) -> str:
     """A trial's `tuned_json` as one canonical JSON text ("{}" when it tuned nothing)."""
     if not isinstance(text, str) or not text.strip():
         return "{}"

@@ -8,15 +8,14 @@ import json
 
 from shapesweep.common import plain as _clean
 from shapesweep.families import base as families
+from shapesweep.results.stats import PER_TUNED_SIDES, per_tuned
+from shapesweep.results.summary import seed_document
 
 
 def per_tuned_document(trials, name: str, root: str, metric: str, baseline: str) -> dict:
     """`status NAME --per tuned --format json`: the sweep's seeds and one record per
     (candidate, tuned value) of `shapesweep.results.stats.per_tuned` (`trials` with their seed
     roles)."""
-    from shapesweep.results.stats import PER_TUNED_SIDES, per_tuned
-    from shapesweep.results.summary import seed_document
-
     rows = per_tuned(trials, metric, baseline)
     firsts = trials.drop_duplicates("key").set_index("key")
     fields = [f"{c}_{side}" for side in PER_TUNED_SIDES for c in ("delta", "ci_low", "ci_high", "n", "verdict")]

@@ -63,7 +63,7 @@ class _Families(Mapping):
 FAMILIES: Mapping[str, type[BaseModel]] = _Families()
 
 
-def train_document(train: Mapping[str, Any], family: str) -> dict[str, Any]:
+def train_document(train: Mapping[str, object], family: str) -> dict[str, Any]:
     """A candidate document's `train:` block for `family`: `train` (a recipe's set keys) less
     the keys that family's task never reads (a language model's: images per step, the
     denoising noise; they would read as settings it trains with)."""
@@ -77,6 +77,6 @@ def config_key(config: BaseModel) -> str:
     return hashlib.sha256(payload.encode()).hexdigest()[:12]
 
 
-def make_config(fields: dict[str, Any]) -> BaseModel:
+def make_config(fields: Mapping[str, object]) -> BaseModel:
     """Build the typed config for `fields['family']` (pydantic errors propagate)."""
     return base.get(fields.get("family")).config.model_validate(fields)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import torch
 
@@ -154,8 +154,8 @@ def saved_curve(directory: str | Path) -> list[dict[str, Any]]:
                       mmap=True)["curve"]
 
 
-def load(directory: str | Path | None, identity: dict[str, Any],
-         reread: Mapping[str, Callable[[Any], Any]] | None = None) -> dict[str, Any] | None:
+def load(directory: str | Path | None, identity: Mapping[str, object],
+         reread: Mapping[str, Callable[[object], object]] | None = None) -> dict[str, Any] | None:
     """The saved state if `directory` holds a checkpoint of this same trial, else None.
     `reread[key]` turns a saved identity value into what this version writes (a recipe
     re-validated, so a key added since with its default is the same trial)."""
@@ -182,7 +182,7 @@ def load(directory: str | Path | None, identity: dict[str, Any],
     return state | {"model": load_file(str(Path(directory) / WEIGHTS))}
 
 
-def _read_today(saved: Any, reread: Callable[[Any], Any] | None) -> Any:
+def _read_today(saved: object, reread: Callable[[object], object] | None) -> object:
     """A saved identity value as this version writes it (unchanged without `reread`, or if it
     no longer reads: it then differs)."""
     if reread is None or saved is None:
@@ -193,14 +193,19 @@ def _read_today(saved: Any, reread: Callable[[Any], Any] | None) -> Any:
         return saved
 
 
-def rng_state() -> dict[str, Any]:
-    state = {"torch": torch.get_rng_state()}
+# The generators a checkpoint restores: torch's CPU one, and each CUDA device's (a key named
+# `torch` shadows the module in a class body, so the functional form).
+RngState = TypedDict("RngState", {"torch": torch.Tensor, "cuda": list[torch.Tensor]}, total=False)  # noqa: UP013
+
+
+def rng_state() -> RngState:
+    state: RngState = {"torch": torch.get_rng_state()}
     if torch.cuda.is_available():
         state["cuda"] = torch.cuda.get_rng_state_all()
     return state
 
 
-def set_rng_state(state: dict[str, Any]) -> None:
+def set_rng_state(state: RngState) -> None:
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])

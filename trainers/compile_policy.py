@@ -128,7 +128,7 @@ def decide(config, train, device_type: str, tokens: int,
         return CompileDecision(False, f"auto: eager on {device_type} (compile pays on a GPU only)")
     else:
         least = compile_seconds(config, 1 if fixed == "auto" else fixed)
-        pays = train_s >= PAYS_AT * least
+        pays = train_s is not None and train_s >= PAYS_AT * least  # a cuda device: it is set
         reason = (f"auto: {'compile' if pays else 'eager'}, ~{train_s:,.0f} s of eager training "
                   f"vs ~{least:.0f} s to compile (compiles at >= {PAYS_AT:g}x)")
         if not pays:

@@ -25,11 +25,12 @@ import torch
 
 from shapesweep.search_spaces.cadence import cooldown_steps
 from shapesweep.trainers import checkpoint
+from shapesweep.trainers.recipe import TrainConfig
 
 COOLED = ("val_loss", "psnr")  # what a cooled evaluation records, as NAME_cooled (curves table)
 
 
-def factor(train: Any, start: float, step: int, cool: int) -> float:
+def factor(train: TrainConfig, start: float, step: int, cool: int) -> float:
     """The lr factor at step `step` (0-based) of a cooldown of `cool` steps that goes from
     `start` to min_lr_frac: linearly, or by 1 - sqrt(progress) (Hägele et al.'s best)."""
     progress = step / cool
@@ -46,7 +47,7 @@ class Brancher:
     steps: int  # the main run's
     model: torch.nn.Module
     optimizer: torch.optim.Optimizer
-    base_lrs: list[float]  # each parameter group's lr at factor 1
+    base_lrs: list[float | torch.Tensor]  # each parameter group's lr at factor 1
     step: Callable[[torch.Tensor, torch.Tensor], Any]
     batch: Callable[[int], tuple[torch.Tensor, torch.Tensor]]
     evaluate: Callable[[], dict[str, float]]

@@ -19,6 +19,7 @@ import os
 import stat
 import sys
 import sysconfig
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -77,7 +78,7 @@ def _cached_split(name: str, make) -> tuple[np.ndarray, np.ndarray, dict]:
             np.load(folder / "val.npy", mmap_mode="r"), meta)
 
 
-def _text_files(root: Path, skip: set[str] = frozenset()) -> list[Path]:
+def _text_files(root: Path, skip: AbstractSet[str] = frozenset()) -> list[Path]:
     """Sorted files under `root`, pruning directories named in `skip` and hidden ones."""
     found = []
     for folder, dirs, files in os.walk(root):

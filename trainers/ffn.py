@@ -7,13 +7,16 @@ residual, so it maps the stream to the updated stream instead of returning a del
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from shapesweep.families.lm import LayerShape
 
-_ACT = {"relu": F.relu, "gelu": F.gelu, "swiglu": F.silu, "geglu": F.gelu, "simple_gated": F.gelu}
+ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "relu": F.relu, "gelu": F.gelu, "swiglu": F.silu, "geglu": F.gelu, "simple_gated": F.gelu}
 
 
 class MLP(nn.Module):
@@ -23,7 +26,7 @@ class MLP(nn.Module):
         super().__init__()
         self.up = nn.Linear(width, d_h, bias=bias)
         self.down = nn.Linear(d_h, d_out, bias=bias)
-        self.act = _ACT[activation]
+        self.act = ACTIVATIONS[activation]
 
     def init_roles(self) -> tuple[list[nn.Linear], dict[nn.Linear, list[int]], list[nn.Linear]]:
         """For `shapesweep.trainers.mup`: `down` writes the residual stream and reads d_h."""
@@ -45,7 +48,7 @@ class GatedFFN(nn.Module):
         super().__init__()
         self.gate_up = nn.Linear(width, 2 * d_h, bias=bias)
         self.down = nn.Linear(d_h, d_out, bias=bias)
-        self.act = _ACT[activation]
+        self.act = ACTIVATIONS[activation]
         self.alpha = nn.Parameter(torch.tensor(0.1)) if residual_scale else None
 
     def init_roles(self) -> tuple[list[nn.Linear], dict[nn.Linear, list[int]], list[nn.Linear]]:

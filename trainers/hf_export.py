@@ -66,18 +66,11 @@ from shapesweep.common import UserError
 from shapesweep.families.base import of
 from shapesweep.trainers.models import build_model
 from shapesweep.trainers.mup import configure
+from shapesweep.trainers.state_names import HF
 
 EXTRA = "pip install 'shapesweep[hf]'"
-HIDDEN_ACT = {"swiglu": "silu", "geglu": "gelu"}  # gate activation of the gated FFN (ffn._ACT)
-LAYER_NAMES = {  # block submodule -> the Llama modules its rows split into, in order
-    "attn_norm": ("input_layernorm",),
-    "attn.qkv": ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"),
-    "attn.o": ("self_attn.o_proj",),
-    "ffn_norm": ("post_attention_layernorm",),
-    "ffn.gate_up": ("mlp.gate_proj", "mlp.up_proj"),
-    "ffn.down": ("mlp.down_proj",),
-}
-END_NAMES = {"wte": "model.embed_tokens", "final_norm": "model.norm", "lm_head": "lm_head"}
+HIDDEN_ACT = {"swiglu": "silu", "geglu": "gelu"}  # gate activation of the gated FFN (ffn.ACTIVATIONS)
+
 
 
 def require() -> None:
@@ -166,18 +159,7 @@ def llama_state_dict(state: dict[str, torch.Tensor], model_config) -> dict[str, 
     attn = _reference(model_config).blocks[0].attn
     sizes = {"attn.qkv": [attn.q_dim, attn.kv_dim, attn.kv_dim],
              "ffn.gate_up": [model_config.d_h] * 2}
-    out = {}
-    for name, tensor in state.items():
-        module, param = name.rsplit(".", 1)
-        if module in END_NAMES:
-            out[f"{END_NAMES[module]}.{param}"] = tensor
-            continue
-        _, layer, local = module.split(".", 2)  # blocks.<i>.<local>
-        targets = LAYER_NAMES[local]
-        parts = tensor.split(sizes[local]) if local in sizes else [tensor]
-        for target, part in zip(targets, parts, strict=True):
-            out[f"model.layers.{layer}.{target}.{param}"] = part.contiguous()
-    return out
+    return HF.convert(state, sizes)
 
 
 def write_folder(folder, model_config, train, state: dict[str, torch.Tensor] | None) -> None:

@@ -36,18 +36,11 @@ import torch
 
 from shapesweep import common
 from shapesweep.trainers import hf_export
+from shapesweep.trainers.state_names import LITGPT
 
 INSTALL = "pip install --no-deps litgpt && pip install lightning psutil"  # litgpt pins an old huggingface_hub
 MLP_CLASS = {"swiglu": "LLaMAMLP", "geglu": "GemmaMLP"}
-LAYER_NAMES = {  # block submodule -> the litgpt modules its rows split into, in order
-    "attn_norm": ("norm_1",),
-    "attn.qkv": ("attn.qkv",),
-    "attn.o": ("attn.proj",),
-    "ffn_norm": ("norm_2",),
-    "ffn.gate_up": ("mlp.fc_1", "mlp.fc_2"),
-    "ffn.down": ("mlp.proj",),
-}
-END_NAMES = {"wte": "transformer.wte", "final_norm": "transformer.ln_f", "lm_head": "lm_head"}
+
 
 
 def require() -> None:
@@ -81,17 +74,7 @@ def litgpt_config(model_config, train):
 
 def litgpt_state_dict(state: dict[str, torch.Tensor], model_config) -> dict[str, torch.Tensor]:
     """shapesweep's LM state dict under litgpt's names, the fused gate/up split."""
-    sizes = {"ffn.gate_up": [model_config.d_h] * 2}
-    out = {}
-    for name, tensor in state.items():
-        module, param = name.rsplit(".", 1)
-        if module in END_NAMES:
-            out[f"{END_NAMES[module]}.{param}"] = tensor
-            continue
-        _, layer, local = module.split(".", 2)  # blocks.<i>.<local>
-        parts = tensor.split(sizes[local]) if local in sizes else [tensor]
-        for target, part in zip(LAYER_NAMES[local], parts, strict=True):
-            out[f"transformer.h.{layer}.{target}.{param}"] = part.contiguous()
+    out = LITGPT.convert(state, {"ffn.gate_up": [model_config.d_h] * 2})
     if model_config.tie_embeddings:  # litgpt's GPT always has its own lm_head: a copy
         out["lm_head.weight"] = out["transformer.wte.weight"].clone()
     return out

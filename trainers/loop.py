@@ -202,6 +202,7 @@ def prefetched(train_batch: Callable, steps: range, per_step: int, dev) -> Itera
     ahead = load(steps[0]) if steps else None
     for i, step in enumerate(steps):
         batch, ahead = ahead, (load(steps[i + 1]) if i + 1 < len(steps) else None)
+        assert batch is not None  # loaded a step ahead: every step has its batch
         yield step, *batch
 
 
@@ -446,10 +447,11 @@ def _attempt(spec: TrialSpec, reporter: Reporter | None, dev: torch.device, made
                         train_time, tail, stopped)
 
 
-def _recipe_today(saved: dict[str, Any]) -> dict[str, Any]:
+def _recipe_today(saved: object) -> dict[str, Any]:
     """A checkpoint's saved recipe as this version dumps it: a key added since, at its
-    default, leaves an interrupted trial resumable."""
-    return TrainConfig(**saved).model_dump(mode="json")
+    default, leaves an interrupted trial resumable (a saved value that is no recipe: a
+    ValueError, so the trial differs)."""
+    return TrainConfig.model_validate(saved).model_dump(mode="json")
 
 
 def _eager(compiling: bool) -> contextlib.AbstractContextManager:

@@ -41,7 +41,7 @@ import torch
 from torch import nn
 from torch.utils.flop_counter import register_flop_formula
 
-from shapesweep.trainers.ffn import GatedFFN
+from shapesweep.trainers.ffn import ACTIVATIONS, GatedFFN
 
 
 @functools.cache
@@ -154,7 +154,7 @@ class MoEFFN(nn.Module):
         self.experts = nn.ModuleList(GatedFFN(width, d_h, d_out, activation, bias)
                                      for _ in range(n_experts))
         self.gate_up, self.down = GroupedLinear(), GroupedLinear()
-        self.act = self.experts[0].act
+        self.act = ACTIVATIONS[activation]  # the experts' own
         self.aux_loss: torch.Tensor | None = None  # load-balancing loss of the last forward
         self.load: torch.Tensor | None = None  # tokens each expert received in the last forward
 

@@ -6,10 +6,9 @@ sweep begins, and `train --workers` before Ray starts; the loop asks again on ea
 
 from __future__ import annotations
 
-from typing import Any
-
 from shapesweep.common import UserError
 from shapesweep.families.base import of
+from shapesweep.trainers.recipe import TrainConfig
 
 
 def check_shardable(model_config) -> None:
@@ -21,7 +20,7 @@ def check_shardable(model_config) -> None:
                         "expert); use --parallel ddp", key="--parallel")
 
 
-def check_compilable(train: Any, flag: str = "--parallel") -> None:
+def check_compilable(train: TrainConfig, flag: str = "--parallel") -> None:
     """Refuse `compile: true` for an FSDP2-sharded model: FSDP2's hooks would be traced into
     the blocks compiled in place (`shapesweep.trainers.compiled`). `auto` runs such a model
     eagerly."""
@@ -39,6 +38,6 @@ def check_split(per_step: int, world: int, flag: str = "--workers-per-trial") ->
                         "workers", key=flag)
 
 
-def sequences_per_step(train: Any) -> int:
+def sequences_per_step(train: TrainConfig) -> int:
     """An LM's optimizer step: whole sequences of batch_tokens (at least one)."""
     return max(1, train.batch_tokens // train.seq_len)

@@ -118,7 +118,7 @@ class TrainConfig(Strict):
             d_model = getattr(config, "d_model", None)
             if d_model is None:
                 raise ValueError(f"lr_base_d_model scales lr by d_model, which a "
-                                 f"{config.family} model does not have")
+                                 f"{getattr(config, 'family', type(config).__name__)} model does not have")
             fields["lr"] = self.lr * (fields.pop("lr_base_d_model") / d_model)  # 1 at the base: exact
         return TrainConfig.model_validate(fields)
 

@@ -18,8 +18,8 @@ from shapesweep.trainers.recipe import TrainConfig
 def warmup_steps(train: TrainConfig, total: int, units_per_step: int | None = None) -> int:
     """round(warmup_frac x total), or round(warmup_tokens / units_per_step): tokens (images
     for vision) per optimizer step, by default the LM's whole sequences of batch_tokens."""
-    if train.warmup_tokens is None:
-        return round(train.warmup_frac * total)
+    if train.warmup_tokens is None:  # then the recipe has set warmup_frac
+        return round((train.warmup_frac or 0.0) * total)
     units_per_step = units_per_step or train.batch_tokens // train.seq_len * train.seq_len
     return round(train.warmup_tokens / units_per_step)
 

@@ -17,6 +17,7 @@ import gzip
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 import torch
@@ -172,8 +173,9 @@ def ssim(pred: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     """Per-image SSIM: torchmetrics' (Wang et al. 2004: 11x11 gaussian window, sigma 1.5)."""
     from torchmetrics.functional.image import structural_similarity_index_measure
 
-    return structural_similarity_index_measure(pred.clamp(0, 1), target, data_range=1.0,
-                                               reduction="none")
+    per_image = structural_similarity_index_measure(pred.clamp(0, 1), target, data_range=1.0,
+                                                    reduction="none")
+    return cast(torch.Tensor, per_image)  # a pair only with return_full_image
 
 
 class VisionTask:

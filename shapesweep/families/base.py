@@ -23,7 +23,7 @@ import types
 import typing
 from collections.abc import Callable, Iterator, Mapping, Set
 from dataclasses import dataclass, field
-from typing import Annotated, Any
+from typing import Annotated, Any, cast
 
 import annotated_types
 import numpy as np
@@ -92,7 +92,7 @@ class _Solvable:
 SOLVABLE = _Solvable()
 
 
-def _flatten(annotation: Any) -> tuple[Any, list]:
+def _flatten(annotation: object) -> tuple[Any, list]:
     """(plain type, constraint metadata) through Annotated, Optional and Literal:
     `Annotated[int, Field(gt=0)] | None` -> (int, [Gt(0)]); `Literal['a']` -> (str, [])."""
     origin, args = typing.get_origin(annotation), typing.get_args(annotation)
@@ -253,11 +253,12 @@ def unregister(name: str) -> None:
     _version[0] += 1
 
 
-def get(name: str) -> FamilySpec:
-    try:
-        return _registry()[name]
-    except KeyError:
-        raise ValueError(f"unknown family {name!r}; expected one of {', '.join(_SPECS)}") from None
+def get(name: object) -> FamilySpec:
+    """The spec of family `name` (a ValueError for any other value: a row's, a document's)."""
+    spec = _registry().get(name) if isinstance(name, str) else None
+    if spec is None:
+        raise ValueError(f"unknown family {name!r}; expected one of {', '.join(_SPECS)}")
+    return spec
 
 
 def find(name: str) -> FamilySpec | None:
@@ -265,9 +266,9 @@ def find(name: str) -> FamilySpec | None:
     return _registry().get(name)
 
 
-def of(config: Any) -> FamilySpec:
-    """The spec of a config instance."""
-    return get(config.family)
+def of(config: BaseModel) -> FamilySpec:
+    """The spec of a config instance (every family's config has its `family` literal)."""
+    return get(getattr(config, "family", None))
 
 
 def names() -> list[str]:
@@ -355,8 +356,8 @@ def bounds(name: str) -> tuple[float | None, float | None]:
     a space's fixed and searched values are held to them before anything is solved."""
     infos = [spec.config.model_fields[name] for spec in _registry().values()
              if name in spec.config.model_fields]
-    low = [m.ge for info in infos for m in _constraints(info) if isinstance(m, annotated_types.Ge)]
-    high = [m.le for info in infos for m in _constraints(info) if isinstance(m, annotated_types.Le)]
+    low = [cast(float, m.ge) for info in infos for m in _constraints(info) if isinstance(m, annotated_types.Ge)]
+    high = [cast(float, m.le) for info in infos for m in _constraints(info) if isinstance(m, annotated_types.Le)]
     return (min(low) if low and len(low) == len(infos) else None,
             max(high) if high and len(high) == len(infos) else None)
 
@@ -375,7 +376,8 @@ def stored_fields() -> list[tuple[str, Any]]:
 
 def shape_text(row: dict) -> str:
     """A candidate's shape in one line, as its family's spec writes it (`80×6L d_h=37 k=2`)."""
-    spec = find(row.get("family"))
+    family = row.get("family")
+    spec = find(family) if isinstance(family, str) else None
     return spec.shape_text(row) if spec else lm_shape_text(row)
 
 
@@ -388,7 +390,7 @@ def candidate_label(row: dict) -> str:
     return " ".join(filter(None, [name, shape_text(row), tuned_text(row.get("tuned_json"))]))
 
 
-def tuned_text(tuned_json: Any) -> str:
+def tuned_text(tuned_json: object) -> str:
     """`lr=0.003` for a trial's tuned values ('' when nothing is tuned)."""
     import json
 

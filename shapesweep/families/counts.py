@@ -24,12 +24,16 @@ Every function here is plain arithmetic, so `LayerShape` fields may be numpy arr
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
 
-from shapesweep.families.lm import GATED, LayerShape
+from shapesweep.families.lm import GATED, LayerShape, LMBase
+
+# one model's number, or the vectorised solver's column of a million candidates' numbers
+Count = int | float | np.ndarray
 
 
 def block_counts(s: LayerShape) -> dict[str, Any]:
@@ -69,7 +73,7 @@ def block_counts(s: LayerShape) -> dict[str, Any]:
     }
 
 
-def blocks_total(shapes: list[LayerShape], n_layers: Any = None) -> dict[str, Any]:
+def blocks_total(shapes: list[LayerShape], n_layers: Count | None = None) -> dict[str, Any]:
     """Sum of `block_counts` over layers; `n_layers` scales one shared shape instead."""
     if n_layers is not None:
         one = block_counts(shapes[0])
@@ -105,8 +109,8 @@ class Accounting:
         return asdict(self)
 
 
-def lm_totals(blocks: dict[str, Any], d_model, vocab_size, tie_embeddings, seq_len, extra=0,
-              ends: tuple[Any, Any] | None = None):
+def lm_totals(blocks: Mapping[str, Count], d_model, vocab_size, tie_embeddings, seq_len, extra=0,
+              ends: tuple[Count, Count] | None = None):
     """Whole-model numbers from summed block counts (arrays allowed).
 
     `ends` = (embedding columns read, readout width) when they differ from d_model."""
@@ -129,14 +133,14 @@ def lm_totals(blocks: dict[str, Any], d_model, vocab_size, tie_embeddings, seq_l
     }
 
 
-def uniform_totals(shape: LayerShape, c: Any, seq_len) -> dict[str, Any]:
+def uniform_totals(shape: LayerShape, c: LMBase, seq_len) -> dict[str, Any]:
     """Whole-model numbers of an LM whose `c.n_layers` layers all have `shape` (arrays allowed:
     the vectorised solver calls this on columns, `lm_account` on one config)."""
     blocks = blocks_total([shape], n_layers=c.n_layers)
     return lm_totals(blocks, c.d_model, c.vocab_size, c.tie_embeddings, seq_len)
 
 
-def lm_account(config, seq_len: int, extra: int = 0,
+def lm_account(config, seq_len: int, extra: float = 0,
                ends: tuple[int, int] | None = None) -> Accounting:
     """Exact accounting of an LM config from its `layer_shapes()`; `extra` parameters outside
     the blocks and `ends` as in `lm_totals`."""

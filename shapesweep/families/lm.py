@@ -45,7 +45,7 @@ class LayerShape:
     n_active_experts: Any = 1  # experts each token is routed to
 
 
-def uniform_shape(c: Any, k: int = 0) -> LayerShape:
+def uniform_shape(c: LMBase, k: int = 0) -> LayerShape:
     """The one block shape of a constant-width LM. `c` is a config or, in the vectorised
     solver, a namespace of numpy arrays whose head_dim / n_kv_heads / experts may be unset."""
     head_dim = c.head_dim if c.head_dim is not None else c.d_model / c.n_heads
@@ -57,7 +57,7 @@ def uniform_shape(c: Any, k: int = 0) -> LayerShape:
     )
 
 
-def expert_fields(c: Any) -> dict[str, Any]:
+def expert_fields(c: LMBase) -> dict[str, Any]:
     """LayerShape's expert fields; none (LayerShape's dense default) unless MoE is set."""
     experts = {name: getattr(c, name, None) for name in ("n_experts", "n_active_experts")}
     return {name: v for name, v in experts.items() if v is not None}

@@ -194,7 +194,7 @@ def solve_widths(cfg: VariableWidthConfig) -> list[int]:
     count, which already contains the paper's endpoint corrections; widths are then
     rounded to `width_multiple`.
     """
-    D, m = cfg.d_model, cfg.width_multiple
+    D, m = cfg.d_model, cfg.width_multiple or 2 * cfg.n_heads  # the validator's default
     if cfg.shape == "constant":
         return [D] * cfg.n_layers
     target = _valid_params(cfg, [float(D)] * cfg.n_layers)

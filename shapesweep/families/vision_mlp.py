@@ -47,7 +47,7 @@ class VisionMLPConfig(Strict):
         return self.d_z / self.n_layers
 
 
-def vision_totals(c: Any, seq_len: int = 0) -> dict[str, Any]:
+def vision_totals(c: VisionMLPConfig, seq_len: int = 0) -> dict[str, Any]:
     """hourglass-mlp: W_in (d_x*d_z) + L blocks (2*d_z*d_h) + W_out (d_z*d_out); norms carry no
     weights. `c` is a config or a namespace of numpy arrays (the solver); no sequence."""
     w_in = c.d_x * c.d_z + (c.d_z if c.bias else 0)
