@@ -20,9 +20,11 @@ import types
 import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from shapesweep.common import UserError
+
+Arguments = TypeVar("Arguments")  # a verb's arguments dataclass
 
 
 @dataclass(frozen=True)
@@ -176,9 +178,10 @@ def parsed(model: type, args: argparse.Namespace, which: Callable[[Flag], bool] 
     return values
 
 
-def checked(model: type, args: argparse.Namespace) -> argparse.Namespace:
-    """`args` with every option of `model` read and checked: what a verb is given."""
-    return argparse.Namespace(**{**vars(args), **parsed(model, args)})
+def arguments(model: type[Arguments], args: argparse.Namespace) -> Arguments:
+    """`model` built from parsed arguments, every option read and checked (one line naming
+    its flag): what a verb is given."""
+    return model(**parsed(model, args))
 
 
 def whole_count(value: str | int | None) -> int | None:

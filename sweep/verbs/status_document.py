@@ -4,7 +4,6 @@ the catalog. `status_view` renders them; nothing here prints."""
 
 from __future__ import annotations
 
-import argparse
 import json
 from collections import Counter
 from collections.abc import Callable, Mapping
@@ -26,6 +25,7 @@ from shapesweep.results.stats import (
     rank_fidelity,
     stable_fraction,
 )
+from shapesweep.sweep.cli.verb_table import StatusArgs
 from shapesweep.sweep.driver.sweep_files import DECISIONS_FILE, OPTIONS_FILE
 
 if TYPE_CHECKING:
@@ -57,7 +57,7 @@ def _reduction_factor(store: ResultsStore, name: str) -> float | None:
     return factor
 
 
-def status_document(args: argparse.Namespace, store: ResultsStore, trials: pd.DataFrame,
+def status_document(args: StatusArgs, store: ResultsStore, trials: pd.DataFrame,
                     curves: pd.DataFrame, running: pd.DataFrame | None = None) -> dict:
     """The one object `status NAME --format json` prints: every candidate the sweep plans,
     those no trial of which has landed `pending` (`shapesweep.results.planned`)."""
@@ -98,16 +98,16 @@ def _machines(trials: pd.DataFrame) -> list[dict]:
     return [{**dict(zip(MACHINE_FIELDS, key, strict=True)), "trials": n} for key, n in order]
 
 
-def _adjust(args: argparse.Namespace) -> str:
+def _adjust(args: StatusArgs) -> str:
 
-    return getattr(args, "adjust", None) or DEFAULT_ADJUST
+    return args.adjust or DEFAULT_ADJUST
 
 
-def check_family(args: argparse.Namespace, trials: pd.DataFrame, baseline: str) -> None:
+def check_family(args: StatusArgs, trials: pd.DataFrame, baseline: str) -> None:
     """An adjustment asked for (`--adjust holm|bh`) over a family of one candidate besides
     the baseline has nothing to adjust: refused, so that no one reads a one-comparison
     verdict as family-wise controlled. The default (no flag) adjusts whatever the family is."""
-    if getattr(args, "adjust", None) in (None, "none") or not (trials["variant"] == baseline).any():
+    if args.adjust in (None, "none") or not (trials["variant"] == baseline).any():
         return
     others = trials.loc[trials["variant"] != baseline, "key"].nunique()
     if others < 2:
@@ -125,7 +125,7 @@ def _fidelity_points(fidelity: pd.DataFrame) -> list[dict]:
             for r in fidelity.itertuples()]
 
 
-def _with_cooldowns(args: argparse.Namespace, store: ResultsStore, trials: pd.DataFrame,
+def _with_cooldowns(args: StatusArgs, store: ResultsStore, trials: pd.DataFrame,
                     curves: pd.DataFrame) -> dict:
     """The cooled evaluations' rank fidelity (when the curves have them for the metric) and
     the noise-aware ASHA's stop decisions (when it ran): `status`'s cooldown part."""

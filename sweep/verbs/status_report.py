@@ -5,7 +5,6 @@ it imports pandas and rich)."""
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from typing import TYPE_CHECKING
@@ -22,7 +21,7 @@ from shapesweep.results.roles import with_seed_roles
 from shapesweep.results.summary import adjustment_line, exploratory_line, seeds_line
 from shapesweep.results.sweep_folders import unknown_sweep
 from shapesweep.results.tuned_view import per_tuned_document
-from shapesweep.sweep.cli.store_args import read_catalog
+from shapesweep.sweep.cli.verb_table import StatusArgs
 from shapesweep.sweep.verbs.status_document import status_document, sweep_records
 from shapesweep.sweep.verbs.status_view import (
     asha_line,
@@ -38,6 +37,7 @@ from shapesweep.sweep.verbs.status_view import (
     sweeps_table,
     trials_table,
 )
+from shapesweep.sweep.verbs.store_access import read_catalog
 
 if TYPE_CHECKING:
     from shapesweep.results.catalog import (  # SQLAlchemy: only where a catalog is
@@ -46,7 +46,7 @@ if TYPE_CHECKING:
     )
 
 
-def show(args: argparse.Namespace) -> int:
+def show(args: StatusArgs) -> int:
     """`status [NAME]`, its arguments checked (`status_command.check_status_args`)."""
     console = terminal_console(markup=False)  # names and errors from the store: shown as written
     catalog = read_catalog(args)
@@ -56,7 +56,7 @@ def show(args: argparse.Namespace) -> int:
     return _one_sweep(args, records.get(args.name), list(records), console)
 
 
-def _sweeps_list(args: argparse.Namespace, catalog: Catalog | None, records: dict[str, SweepRecord],
+def _sweeps_list(args: StatusArgs, catalog: Catalog | None, records: dict[str, SweepRecord],
                  console: Console) -> int:
     """`status` without a NAME: one line (record) per sweep, its state read from its lease."""
     store = ParquetStore(args.root, args.storage)
@@ -77,7 +77,7 @@ def _sweeps_list(args: argparse.Namespace, catalog: Catalog | None, records: dic
     return 0
 
 
-def _one_sweep(args: argparse.Namespace, record: SweepRecord | None, known: list[str],
+def _one_sweep(args: StatusArgs, record: SweepRecord | None, known: list[str],
                console: Console) -> int:
     """`status NAME` in the asked format."""
     store = ParquetStore(args.root, args.storage, cache=FragmentCache())  # the curves need the trials again
@@ -97,7 +97,7 @@ def _one_sweep(args: argparse.Namespace, record: SweepRecord | None, known: list
     return 0
 
 
-def _print_sweep(args: argparse.Namespace, record: SweepRecord | None, document: dict,
+def _print_sweep(args: StatusArgs, record: SweepRecord | None, document: dict,
                  trials: pd.DataFrame, running: pd.DataFrame, console: Console) -> None:
     """`status NAME`'s table view: the header, the counts, the candidates with their verdicts
     and what stands behind them, the running trials and the trials best first."""
@@ -122,7 +122,7 @@ def _print_sweep(args: argparse.Namespace, record: SweepRecord | None, document:
         console.print(trials_table(args.name, trials, len(trials) if args.all else args.top))
 
 
-def _print_candidates(args: argparse.Namespace, document: dict, console: Console) -> None:
+def _print_candidates(args: StatusArgs, document: dict, console: Console) -> None:
     """The candidates table and the lines under it: seeds, warnings, why no verdict, missing
     seeds, the adjustment, rank fidelity, ASHA's stops."""
     console.print(candidates_table(document, narrow=console.width < 100))
@@ -153,7 +153,7 @@ def _print_candidates(args: argparse.Namespace, document: dict, console: Console
         console.print(asha_line(document), soft_wrap=True)
 
 
-def _per_tuned(args: argparse.Namespace, trials: pd.DataFrame, console: Console) -> int:
+def _per_tuned(args: StatusArgs, trials: pd.DataFrame, console: Console) -> int:
     """`status NAME --per tuned` in the asked format."""
     variants = set(trials["variant"].dropna())
     if args.baseline is not None and args.baseline not in variants:
