@@ -71,10 +71,8 @@ def device_name(text: str | None) -> str | None:
 def seeds_list(text: str | list[int] | None) -> list[int] | None:
     """`N` (seeds 0..N-1), or seeds and inclusive ranges `0,3,7` / `0-2`, each valid and given
     once (`search_spaces.seeds.parse_measure_seeds`); an adaptive `min=,max=` is refused."""
-    from shapesweep.search_spaces.seeds import (  # at check time only
-        fixed_seed_list,
-        parse_measure_seeds,
-    )
+    # Lazy: at check time only; pydantic and numpy would cost `--help` seconds.
+    from shapesweep.search_spaces.seeds import fixed_seed_list, parse_measure_seeds
 
     if text is None or isinstance(text, list):
         return text

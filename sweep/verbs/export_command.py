@@ -221,9 +221,10 @@ def _seed_means(trials, metric: str, include_stopped: bool = False):
     return chosen.sort_values("mean", ascending=metric not in HIGHER_IS_BETTER)
 
 
-def _typed(document: dict[str, Any]):
+def _typed(document: dict[str, object]) -> tuple[BaseModel, TrainConfig]:
     """(model config, TrainConfig) of an exported document (written by the sweep: valid)."""
     model = document["model"]
+    assert isinstance(model, dict), "an exported document's model is a mapping"
     config = make_config({**model, "family": document.get("family") or model.get("family")})
     return config, TrainConfig.model_validate(document.get("train") or {})
 
