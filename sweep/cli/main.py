@@ -110,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with terminate_as_interrupt():  # SIGTERM, SIGHUP: as Ctrl-C, from the verb's start
             verb = VERBS[parsed.verb]
-            args = arguments(verb.arguments, parsed)  # every flag, read and checked, before any work
+            args: object = arguments(verb.arguments, parsed)  # every flag, read and checked, before any work
             check_store_args(args)  # --root and --storage, for every verb that has them
             run = getattr(importlib.import_module(verb.module), verb.function)  # the verb table's laziness
             return int(run(args) or 0)

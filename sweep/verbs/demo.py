@@ -30,7 +30,6 @@ def first_hour(exe: str, root: Path, name: str) -> list[str]:
 
 def demo(args: DemoArgs) -> int:
     """Run, status, dashboard and export of the demo space, each as the public verb."""
-
     console = terminal_console()
     name = load_space(args.space).name  # bad input stops here, before anything is written
     root, store = Path(args.root), ParquetStore(args.root)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from typing import TYPE_CHECKING, cast
 
 from shapesweep.common import UserError, printable, terminal_console, write_csv
 from shapesweep.search_spaces.cadence import cooldown_line, evaluation_line, token_budget
@@ -35,6 +36,10 @@ from shapesweep.trainers.memory import (
     size,
 )
 
+if TYPE_CHECKING:
+    import argparse
+
+
 TABLE_COLUMNS = ("variant", "key", "family", "d_model", "n_layers", "n_heads", "d_h", "k", "ffn_ratio",
                  "width_depth_ratio", "params_non_embedding", "params_total", "flops_per_token",
                  "avg_layer_width", "budget_error", "trials", "gpu_hours", "cost")
@@ -57,13 +62,11 @@ def spaces(args: SpacesArgs) -> int:
 
 
 def _builtin() -> list[tuple[str, str]]:
-
     return list_builtin()
 
 
 def _space_record(name: str, description: str, fast: bool) -> dict:
     """A built-in space as `spaces --format json` prints it: candidates solved unless `fast`."""
-
     space = load_space(name)
     record = {"name": name, "families": space.families,
               "budget": space.budget.model_dump(mode="json", exclude_none=True),
@@ -139,15 +142,16 @@ def _short(value: float) -> str:
 
 
 def plan(args: PlanArgs) -> int:
-
-    gpus = device_from(args)  # bad flags refused before the solve
+    """`shapesweep plan SPACE`: the space solved, each candidate's memory and price, the verdict."""
+    flags = cast("argparse.Namespace", args)  # pricing and verdict read `plan`'s fields by name
+    gpus = device_from(flags)  # bad flags refused before the solve
     device = planned_device(args, gpus)
     seeds = parse_seeds(args.seeds)
     space = load_space(args.space)
     result = solve(space, seq_len=args.seq_len)
     check_sweep_trials(space, len(result.candidates), seeds)
     measure = len(seeds or space.fixed_seeds("priced by plan"))
-    verdict = seed_verdict(space, measure, len(result.candidates), "grid", args)
+    verdict = seed_verdict(space, measure, len(result.candidates), "grid", flags)
     rows = [c.to_row() for c in result.candidates]
     for row, candidate in zip(rows, result.candidates, strict=True):
         row.update(_memory_fields(candidate.config, space.train_for(candidate=candidate), device))
@@ -179,7 +183,7 @@ def plan(args: PlanArgs) -> int:
     cost = [line for line in (choice.line, evaluation_line(space, result.candidates, choice.rungs),
                               cooldown_line(space, result.candidates, choice.rungs),
                               _compile_line(decisions),
-                              *total_lines(prices, gpus, args.gpus_per_trial),
+                              *total_lines(prices, gpus, args.gpus_per_trial or 1.0),
                               verdict_line(verdict, short_price(prices, gpus), needed)) if line]
     if args.format != "table":  # stdout holds only the data; the summary goes to stderr
         print(*map(printable, (result.counts_line(), *result.dropped_lines(), trials, memory, *cost)),
@@ -212,7 +216,7 @@ def _compile_line(decisions: list) -> str | None:
             "on CPU auto runs eagerly")
 
 
-def planned_device(args: PlanArgs, gpus: Device | None = None) -> tuple[str, int]:
+def planned_device(args: PlanArgs, gpus: Device) -> tuple[str, int]:
     """(device type, bytes a trial may use there) as `plan`'s flags describe them: --device
     (default: cuda where this machine has a GPU or --gpu names one), --gpu-memory (default:
     --gpu's card, this machine's GPU, or its RAM) times --gpus-per-trial."""
@@ -260,7 +264,6 @@ def _memory_fields(config, train, device: tuple[str, int]) -> dict:
 
 def _memory_line(rows: list[dict], device: tuple[str, int]) -> str:
     """One line: the planned micro-batches and peaks against what a trial may use."""
-
     kind, have = device
     micros = sorted({r["micro_batch_size"] for r in rows})
     peak = max(r["memory_peak_bytes"] for r in rows)

@@ -22,7 +22,7 @@ from shapesweep.results.summary import adjustment_line, exploratory_line, seeds_
 from shapesweep.results.sweep_folders import unknown_sweep
 from shapesweep.results.tuned_view import per_tuned_document
 from shapesweep.sweep.cli.verb_table import StatusArgs
-from shapesweep.sweep.verbs.status_document import status_document, sweep_records
+from shapesweep.sweep.verbs.status_document import status_document, sweep_name, sweep_records
 from shapesweep.sweep.verbs.status_view import (
     asha_line,
     candidates_table,
@@ -80,14 +80,15 @@ def _sweeps_list(args: StatusArgs, catalog: Catalog | None, records: dict[str, S
 def _one_sweep(args: StatusArgs, record: SweepRecord | None, known: list[str],
                console: Console) -> int:
     """`status NAME` in the asked format."""
+    name = sweep_name(args)
     store = ParquetStore(args.root, args.storage, cache=FragmentCache())  # the curves need the trials again
-    trials = store.load_trials([args.name])
-    running = load_live(args.root, [args.name])[0]
+    trials = store.load_trials([name])
+    running = load_live(args.root, [name])[0]
     if record is None and trials.empty and running.empty:
-        raise unknown_sweep(args.name, args.root, [*known, *live_sweeps(args.root)])
+        raise unknown_sweep(name, args.root, [*known, *live_sweeps(args.root)])
     if args.per == "tuned":
         return _per_tuned(args, trials, console)
-    document = status_document(args, store, trials, store.load_curves([args.name]), running)
+    document = status_document(args, store, trials, store.load_curves([name]), running)
     if args.format == "json":
         print(json.dumps(document, indent=2))
     elif args.format == "csv":
@@ -101,6 +102,7 @@ def _print_sweep(args: StatusArgs, record: SweepRecord | None, document: dict,
                  trials: pd.DataFrame, running: pd.DataFrame, console: Console) -> None:
     """`status NAME`'s table view: the header, the counts, the candidates with their verdicts
     and what stands behind them, the running trials and the trials best first."""
+    name = sweep_name(args)
     if record is not None:
         console.print(Text.assemble(
             (printable(record.name), "bold"),
@@ -117,9 +119,9 @@ def _print_sweep(args: StatusArgs, record: SweepRecord | None, document: dict,
     if document["candidates"]:
         _print_candidates(args, document, console)
     if len(running):
-        console.print(running_table(args.name, running))
+        console.print(running_table(name, running))
     if not trials.empty:
-        console.print(trials_table(args.name, trials, len(trials) if args.all else args.top))
+        console.print(trials_table(name, trials, len(trials) if args.all else args.top))
 
 
 def _print_candidates(args: StatusArgs, document: dict, console: Console) -> None:
@@ -155,12 +157,13 @@ def _print_candidates(args: StatusArgs, document: dict, console: Console) -> Non
 
 def _per_tuned(args: StatusArgs, trials: pd.DataFrame, console: Console) -> int:
     """`status NAME --per tuned` in the asked format."""
+    name = sweep_name(args)
     variants = set(trials["variant"].dropna())
     if args.baseline is not None and args.baseline not in variants:
         known = ", ".join(sorted(variants)) or "none recorded"
-        raise UserError(f"sweep {args.name!r} has no variant {args.baseline!r} (its variants: {known})",
+        raise UserError(f"sweep {name!r} has no variant {args.baseline!r} (its variants: {known})",
                         key="--baseline")
-    document = per_tuned_document(with_seed_roles(trials, args.root), args.name, args.root, args.metric,
+    document = per_tuned_document(with_seed_roles(trials, args.root), name, args.root, args.metric,
                                   args.baseline or "baseline")
     if args.format == "json":
         print(json.dumps(document, indent=2))
@@ -168,7 +171,7 @@ def _per_tuned(args: StatusArgs, trials: pd.DataFrame, console: Console) -> int:
         write_csv([{**{k: v for k, v in r.items() if k not in ("tuned", "baseline_tuned")},
                     **{f"tuned.{k}": v for k, v in r["tuned"].items()}} for r in document["rows"]], sys.stdout)
     elif not document["rows"]:
-        console.print(f"{args.name}: no trial has landed yet", highlight=False)
+        console.print(f"{name}: no trial has landed yet", highlight=False)
     else:
         console.print(per_tuned_table(document))
         console.print(seeds_line(document), highlight=False, markup=False)
