@@ -15,6 +15,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from shapesweep.sweep.cli.options import option, whole_count
 from shapesweep.sweep.search.strategies import SAMPLERS, STRATEGIES
@@ -22,6 +23,7 @@ from shapesweep.sweep.search.strategies import SAMPLERS, STRATEGIES
 SCHEDULERS = ("auto", "asha", "fifo")  # sweep/search/scheduling.py: what each runs
 
 PARALLEL = ("ddp", "fsdp")  # how N > 1 workers share a model (shapesweep.trainers.loop.train)
+Parallel = Literal["ddp", "fsdp"]  # PARALLEL's type (shapesweep.trainers.spec.Parallel)
 OBJECTIVES = ("params_non_embedding", "flops_per_token")  # --multi-objective's second objective
 MAX_SEED = 2**32 - 1  # numpy and torch take seeds 0 <= seed < 2**32
 # `--gpu KIND` -> (the device name PEAK_TFLOPS knows its dense bf16 peak by, its memory: what

@@ -10,6 +10,7 @@ import os
 import re
 import shutil
 import sys
+from collections.abc import Set as AbstractSet
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -141,7 +142,8 @@ LEFT_OVER = re.compile(r"\..+\.(\d+)\.(tmp|old)")  # what an export killed midwa
 def _file_name(row: dict) -> str:
     """An exported config's name after its rank: its variant (`01-baseline.yaml`), else its
     family; the rank keeps two of one variant apart. The key stays in its provenance."""
-    name = row.get("variant") if isinstance(row.get("variant"), str) else ""
+    variant = row.get("variant")
+    name = variant if isinstance(variant, str) else ""
     return re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-.") or row["family"]
 
 
@@ -186,7 +188,7 @@ def remove_dead_leftovers(out: Path) -> list[str]:
     return removed
 
 
-def _replace_previous(out: Path, written: list[Path], previous: set[str]) -> None:
+def _replace_previous(out: Path, written: list[Path], previous: AbstractSet[str]) -> None:
     """Once the new files are in place: remove what the earlier export wrote that this one did
     not overwrite, and record what this one wrote."""
     import shutil
@@ -289,7 +291,7 @@ def _tokenizer_source(args: ExportArgs) -> tuple[str | None] | None:
     if args.tokenizer is not None:
         return (args.tokenizer,)
     options = read_sweep_json(args.root, args.name, "sweep.json", dict)  # runner.OPTIONS_FILE
-    data = options.get("data") if options else None
+    data = options.get("data") if isinstance(options, dict) else None  # a dict, or None
     if data and is_pretokenized(data):
         print(f"export: sweep {args.name!r} trained on token files ({data}); no tokenizer "
               "written (--tokenizer JSON adds the one they were made with)", file=sys.stderr)
@@ -298,7 +300,7 @@ def _tokenizer_source(args: ExportArgs) -> tuple[str | None] | None:
 
 
 def _export_folders(documents: list[tuple[str, dict]], out: Path, weight_folders: list[str],
-                    exporter, previous: set[str] = frozenset(),
+                    exporter, previous: AbstractSet[str] = frozenset(),
                     tokenizer_source: tuple[str | None] | None = None) -> int:
     """One folder per config (`exporter.write_folder`, and the tokenizer when
     `tokenizer_source` names one: (path,) or (None,) for bytes); every check runs before
@@ -321,7 +323,8 @@ def _export_folders(documents: list[tuple[str, dict]], out: Path, weight_folders
     if tokenizer_source is not None:
         tokenizer = exporter.read_tokenizer(tokenizer_source[0])
         for _, _, config, _ in configs.values():
-            exporter.check_vocab(tokenizer, config.vocab_size, tokenizer_source[0])
+            vocab = config.model_dump()["vocab_size"]  # every LM family's config has one
+            exporter.check_vocab(tokenizer, vocab, tokenizer_source[0])
 
     make_folder(out, "--out")  # /proc/self/x: refused only here, before any file
     remove_dead_leftovers(out)

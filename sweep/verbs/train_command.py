@@ -205,6 +205,7 @@ def train(args: TrainArgs) -> int:
     memory = {}  # one process: the micro-batch, the predicted and measured peak, OOM retries
     try:
         if args.workers == 1:
+            assert threads is not None, "one process trains on a count of threads (_threads)"
             use_threads(threads)
             result, fitted = fitting.train(trial, None if bar else _evaluation_line)
             memory = fitted.fields()
