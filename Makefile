@@ -115,9 +115,10 @@ PYTEST = $(PY) -m pytest -q -ra $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_W
 test: setup browser postgres shells slurm
 	$(PYTEST)
 
-# The inner loop, under 5 minutes on 2 cores: all but the Ray end-to-end tests (marked slow)
+# The inner loop, under 5 minutes on 2 cores: all but the Ray end-to-end tests and the few
+# other long ones (marked slow: mypy's ratchet, cold; a benchmark's torch.compile processes)
 # and the tests of a system package (marked system: Chromium, zsh), so it installs nothing
-# outside the venv.
+# outside the venv (`make lint` runs mypy).
 test-fast: setup
 	$(PYTEST) -m "not slow and not system"
 

@@ -45,6 +45,7 @@ def comparison_tables(trials: pd.DataFrame, root: str,
     from shapesweep.dashboards.frames import METRIC_LABELS, shape_text
     from shapesweep.results.planned import complete_comparisons, planned_candidates
     from shapesweep.results.summary import (
+        adaptive_lines,
         adjusted_header,
         adjusted_text,
         adjustment_line,
@@ -76,7 +77,8 @@ def comparison_tables(trials: pd.DataFrame, root: str,
             "compares with another)"]
         tables.append({"sweep": name, "metric": METRIC_LABELS[metric], "seeds": seeds_line(document),
                        "warnings": document["warnings"] + alone, "baseline": document["baseline"] is not None,
-                       "notes": [line for line in (adjustment_line(document), exploratory_line(document)) if line],
+                       "notes": [line for line in (adjustment_line(document), exploratory_line(document)) if line]
+                       + adaptive_lines(document),
                        "columns": [adjusted_header(document) if c == "ADJUSTED" else c for c in COLUMNS],
                        "rows": rows[:MAX_ROWS], "more": max(0, len(rows) - MAX_ROWS),
                        **per_tuned_table(group, name, root, metric, shapes)})

@@ -309,6 +309,10 @@ class Catalog:
                 return self._sweep_rows(session, _SweepRow.name == name)[0]
         return self._ask(write)
 
+    def set_planned(self, name: str, n_trials: int) -> SweepRecord:
+        """The trials the sweep plans now (`n_candidates`): an adaptive sweep's grow by round."""
+        return self._update(name, n_candidates=n_trials)
+
     def set_status(self, name: str, status: str) -> SweepRecord:
         if status not in SWEEP_STATUSES:
             raise ValueError(f"sweep status {status!r} is not one of {', '.join(SWEEP_STATUSES)}")

@@ -53,6 +53,8 @@ def seed_roles(root: str, sweep: str) -> SeedRoles:
     tune = document.get("tune") if isinstance(document.get("tune"), dict) else {}
     options = read_sweep_json(root, sweep, OPTIONS_FILE, dict) or {}
     measure = options.get("seeds") or document.get("seeds") or [0]
+    if isinstance(measure, dict):  # adaptive {min, max}: every candidate measures seeds 0..min-1
+        measure = range(measure["min"]) if isinstance(measure.get("min"), int) else measure
     choice = tune.get(CHOICE_SEEDS) or []
     train = document.get("train") if isinstance(document.get("train"), dict) else {}
     base = train.get("lr_base_d_model")  # the saved space parsed when it ran: a whole number

@@ -268,3 +268,31 @@ def decide(diffs: list[np.ndarray], design: Design, metric: str = "val_loss",
         out.append(Decision(state, k + 1, int(n), float(means[k]), float(means[k] - half),
                             float(means[k] + half), level))
     return out
+
+
+EXPECTED_REPS = 300  # simulated families behind `plan`'s expected price (its Monte Carlo error ~2%)
+
+
+def expected_seeds(design: Design, comparisons: int, effect: float, sd: float,
+                   reps: int = EXPECTED_REPS, seed: int = CALIBRATION_SEED) -> tuple[float, float]:
+    """(mean seeds a compared candidate runs, mean seeds the baseline runs) when the design
+    runs a family of `comparisons` whose true paired differences are all `effect` and spread
+    by `sd` per seed (normal; the baseline's noise shared, correlation 0.5), by simulation
+    with the rounds the driver runs (sweep/driver/rounds.py). Fixed seed: the same figure each time."""
+    rng = np.random.default_rng(seed)
+    noise = rng.normal(0, sd / math.sqrt(2), (reps, comparisons + 1, design.max_seeds))
+    diffs = noise[:, 1:] + effect - noise[:, :1]
+    used = np.zeros(comparisons)
+    base = 0.0
+    for rep in diffs:
+        seeds = np.full(comparisons, design.min_seeds)
+        decisions: list[Decision | None] = [None] * comparisons
+        while True:
+            decisions = decide([d[:n] for d, n in zip(rep, seeds, strict=True)], design, previous=decisions)
+            open_ = np.array([d.state == "open" for d in decisions]) & (seeds < design.max_seeds)
+            if not open_.any():
+                break
+            seeds[open_] += 1
+        used += seeds
+        base += seeds.max()
+    return float(used.mean() / reps), base / reps

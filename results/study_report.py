@@ -7,7 +7,10 @@ comparison is candidate minus baseline over the seeds both completed; the compar
 one family, whichever sweeps they span (one baseline shared by several sweeps is one
 family), are Holm-adjusted together, their intervals Bonferroni at 1 - alpha/m. A study
 whose data are not complete (a planned trial missing, or trials on another machine than
-the study names) lists what is missing and states no decision. The text holds no time,
+the study names) lists what is missing and states no decision. A study of a fixed and an
+adaptive sweep (`agreement:`) adds what the adaptive one saved and whether each verdict
+agrees (shapesweep.results.study_agreement); an adaptive sweep's candidates need only the
+seeds its looks gave them. The text holds no time,
 path or version of the machine that writes it, so the same store gives the same bytes.
 """
 
@@ -27,7 +30,8 @@ from shapesweep.results.parquet_store import ParquetStore
 from shapesweep.results.planned import complete_comparisons, planned_candidates
 from shapesweep.results.roles import with_seed_roles
 from shapesweep.results.stats import ROLE_COLUMN, canonical_tuned_column, compare, paired_rows
-from shapesweep.results.study_spec import Decision, Pair, Study
+from shapesweep.results.study_agreement import agreement_lines
+from shapesweep.results.study_spec import Decision, Pair, Study, candidate_labels
 from shapesweep.search_spaces.solver import plan
 
 ADJUST = "holm"
@@ -43,7 +47,7 @@ class SweepData:
     name: str
     ran: bool
     candidates: list[dict]
-    values: dict[str, pd.Series]  # variant -> final metric per measure seed (its chosen value)
+    values: dict[str, pd.Series]  # label -> final metric per measure seed (its chosen value)
     machines: Counter = field(default_factory=Counter)
 
 
@@ -71,16 +75,19 @@ def sweep_data(study: Study, name: str) -> SweepData:
     root = str(study.store)
     store = ParquetStore(root)
     trials = store.load_trials([name]) if study.store.is_dir() and name in store.sweeps() else pd.DataFrame()
+    labels = candidate_labels(study.spaces[name])
     if trials.empty:
         rows = [c.to_row() for c in plan(study.spaces[name]).candidates]
-        pending = [{"variant": r["variant"], "key": r["key"], "state": "pending", "n_seeds": 0,
-                    "seeds": [], "missing_seeds": list(study.seeds)} for r in rows]
+        pending = [{"variant": r["variant"], "key": r["key"], "label": labels[r["key"]], "state": "pending",
+                    "n_seeds": 0, "seeds": [], "missing_seeds": list(study.seeds)} for r in rows]
         return SweepData(name, False, pending, {})
     trials = with_seed_roles(trials, root)
     compared = compare(trials, study.metric, "baseline", adjust=ADJUST)
     document = complete_comparisons(trials, name, root, study.metric, "baseline",
                                     planned_candidates(root, name), compared=compared, adjust=ADJUST)
-    values = {str(row.variant): _seed_values(trials, study.metric, str(row.key), str(row.tuned))
+    for candidate in document["candidates"]:
+        candidate["label"] = labels.get(str(candidate["key"]), candidate["variant"] or candidate["key"])
+    values = {labels.get(str(row.key), str(row.variant)): _seed_values(trials, study.metric, str(row.key), str(row.tuned))
               for row in compared.itertuples() if row.state == "measured"}
     machines = Counter(tuple(str(v) if pd.notna(v) else "unrecorded" for v in row)
                        for row in trials.reindex(columns=list(MACHINE_COLUMNS)).itertuples(index=False))
@@ -101,11 +108,21 @@ def missing_trials(study: Study, data: dict[str, SweepData]) -> list[str]:
     for name in study.sweeps:
         for c in data[name].candidates:
             done = {int(s) for s in c.get("seeds") or []} if c["state"] == "measured" else set()
-            lacking = [s for s in study.seeds if s not in done]
+            lacking = [s for s in _wanted(study, name, c) if s not in done]
             if lacking:
-                lines.append(f"{name}/{c['variant'] or c['key']}: seeds {', '.join(map(str, lacking))} "
+                lines.append(f"{name}/{c['label']}: seeds {', '.join(map(str, lacking))} "
                              f"({c['state']})")
     return lines
+
+
+def _wanted(study: Study, name: str, candidate: dict) -> list[int]:
+    """The seeds a candidate must have: the study's, or an adaptive sweep's first min and
+    then those its looks gave it (`seeds_used`; all of max until its sweep has looked)."""
+    if name not in study.adaptive:
+        return list(study.seeds)
+    low, high = study.adaptive[name]
+    used = candidate.get("seeds_used")
+    return list(range(max(low, used) if isinstance(used, int) and used else high))
 
 
 def machine_problems(study: Study, data: dict[str, SweepData]) -> list[str]:
@@ -168,7 +185,7 @@ def _candidate_table(study: Study, sweep: SweepData) -> list[str]:
     lines = [f"| variant | state | seeds | mean {metric} | sd |", "|---|---|---|---|---|"]
     for c in sweep.candidates:
         mean, sd = c.get(f"{metric}_mean"), c.get(f"{metric}_std")
-        lines.append(f"| {c['variant'] or c['key']} | {c['state']} | {c['n_seeds']} | "
+        lines.append(f"| {c['label']} | {c['state']} | {c['n_seeds']} | "
                      f"{_plain(np.nan if mean is None else mean)} | {_plain(np.nan if sd is None else sd)} |")
     return lines
 
@@ -233,9 +250,22 @@ def render(study: Study, data: dict[str, SweepData]) -> str:
     for name, sweep in data.items():
         lines += [f"## Sweep `{name}` (space `{study.spaces[name].name}`)", ""]
         lines += [*_candidate_table(study, sweep), ""] if sweep.ran else ["Not run yet.", ""]
-    lines += ["## Comparisons", "", *_comparison_table(study, results), "## Decision", ""]
+    lines += ["## Comparisons", "", *_comparison_table(study, results)]
+    if study.agreement is not None:
+        lines += ["## Fixed vs adaptive seeds", "", *_agreement(study, results, data), ""]
+    lines += ["## Decision", ""]
     lines += _decision_lines(study, results, missing + elsewhere)
     return "\n".join(lines) + "\n"
+
+
+def _agreement(study: Study, results: list[PairResult], data: dict[str, SweepData]) -> list[str]:
+    """The fixed sweep's comparisons with its baseline beside the adaptive sweep's decisions."""
+    assert study.agreement is not None
+    fixed, adaptive = study.agreement
+    records = {c["variant"]: c for c in data[adaptive].candidates}
+    rows = [(r.pair.of, r.lower, r.upper, records.get(r.pair.of)) for r in results
+            if r.pair.sweep == fixed and r.pair.vs_sweep == fixed and r.pair.vs == "baseline"]
+    return agreement_lines(study, rows)
 
 
 def write_report(study: Study) -> tuple[str, bool]:

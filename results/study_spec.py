@@ -12,6 +12,8 @@ compute (`QUANTITY_PREFIX` + the metric) or a comparison the study does not make
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +21,8 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from shapesweep.common import UserError, did_you_mean
+from shapesweep.results.sequential import check_range
+from shapesweep.search_spaces.candidates import Candidate, short_value
 from shapesweep.search_spaces.safe_yaml import read_yaml
 from shapesweep.search_spaces.schema import SearchSpace
 from shapesweep.search_spaces.seeds import check_disjoint_seeds, check_seeds_option
@@ -40,12 +44,29 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
+class SeedRange(_Strict):
+    """A sweep's adaptive measure seeds `{min, max}` (seeds 0..max-1 at most, issue 58)."""
+
+    min: int
+    max: int
+
+
 class SweepEntry(_Strict):
     """One sweep of the study: its name in the study's store and its space (a built-in
-    space's name, or a YAML file in the study's folder)."""
+    space's name, or a YAML file in the study's folder); `seeds`: its own measure seeds,
+    an adaptive range (default: the study's)."""
 
     name: str
     space: str
+    seeds: SeedRange | None = None
+
+
+class Agreement(_Strict):
+    """Two sweeps of one space on the same seeds, fixed and adaptive: the report says the
+    trials and wall time the adaptive one saved and whether each verdict agrees."""
+
+    fixed: str
+    adaptive: str
 
 
 class Comparison(_Strict):
@@ -89,6 +110,7 @@ class StudyFile(_Strict):
     comparisons: list[Comparison] = Field(min_length=1)
     decide: Rule | list[Rule]
     machine: Machine = Machine()
+    agreement: Agreement | None = None
 
 
 # A union (`of: str | list[str]`, `decide: Rule | list[Rule]`) reports one error per branch:
@@ -96,7 +118,7 @@ class StudyFile(_Strict):
 _OTHER_BRANCH = ("list_type", "model_type", "dict_type")
 _BRANCHES = ("str", "Rule")
 _MODELS: dict[str, type[BaseModel]] = {"sweeps": SweepEntry, "comparisons": Comparison,
-                                       "decide": Rule, "machine": Machine}
+                                       "decide": Rule, "machine": Machine, "agreement": Agreement}
 
 
 @dataclass(frozen=True)
@@ -144,6 +166,15 @@ class Study:
     pairs: list[Pair]
     decisions: list[Decision]
     machine: dict[str, str]
+    adaptive: dict[str, tuple[int, int]] = dataclasses.field(default_factory=dict)  # sweep -> its seeds' (min, max)
+    agreement: tuple[str, str] | None = None  # (fixed sweep, adaptive sweep)
+
+    def run_seeds(self, sweep: str) -> str:
+        """`run --seeds` of one sweep: its adaptive range, else the study's seeds."""
+        if sweep in self.adaptive:
+            low, high = self.adaptive[sweep]
+            return f"min={low},max={high}"
+        return ",".join(map(str, self.seeds))
 
     @property
     def store(self) -> Path:
@@ -181,8 +212,45 @@ def read_study(studies: Path, name: str) -> Study:
     decisions = [_decision(rule, i, pairs, QUANTITY_PREFIX + doc.metric, file, len(rules) > 1)
                  for i, rule in enumerate(rules)]
     machine = {k: v for k, v in doc.machine.model_dump().items() if v is not None}
+    adaptive = _adaptive(doc, seeds, file)
+    agreement = _agreement(doc, adaptive, file)
     return Study(name, folder, path.read_text(encoding="utf-8"), doc.question, sweeps, spaces,
-                 seeds, doc.metric, pairs, decisions, machine)
+                 seeds, doc.metric, pairs, decisions, machine, adaptive, agreement)
+
+
+def _adaptive(doc: StudyFile, seeds: list[int], file: str) -> dict[str, tuple[int, int]]:
+    """Each sweep's adaptive range, checked: 2 <= min <= max, its seeds 0..max-1 the study's."""
+    out = {}
+    for i, entry in enumerate(doc.sweeps):
+        if entry.seeds is None:
+            continue
+        key = f"sweeps.{i}.seeds"
+        low, high = check_range(entry.seeds.min, entry.seeds.max, key, file)
+        outside = [s for s in range(high) if s not in seeds]
+        if outside:
+            raise UserError(f"seed {outside[0]} of the range is not one of the study's seeds "
+                            f"({', '.join(map(str, seeds))}): the sweeps must run on the same seeds",
+                            file=file, key=key)
+        out[entry.name] = (low, high)
+    return out
+
+
+def _agreement(doc: StudyFile, adaptive: dict[str, tuple[int, int]], file: str) -> tuple[str, str] | None:
+    """The fixed and the adaptive sweep the report compares, checked."""
+    if doc.agreement is None:
+        return None
+    names = [entry.name for entry in doc.sweeps]
+    fixed, flexible = doc.agreement.fixed, doc.agreement.adaptive
+    for sweep, side in ((fixed, "fixed"), (flexible, "adaptive")):
+        if sweep not in names:
+            raise UserError(f"no sweep {sweep!r} in the study ({did_you_mean(sweep, names)}sweeps: "
+                            f"{', '.join(names)})", file=file, key=f"agreement.{side}")
+    if fixed in adaptive or flexible not in adaptive:
+        raise UserError("the fixed sweep needs the study's seeds and the adaptive one a range "
+                        "(sweeps.N.seeds: {min, max})", file=file, key="agreement")
+    if doc.sweeps[names.index(fixed)].space != doc.sweeps[names.index(flexible)].space:
+        raise UserError("the two sweeps must run one space", file=file, key="agreement")
+    return fixed, flexible
 
 
 def _user_error(error: ValidationError, file: str) -> UserError:
@@ -240,12 +308,39 @@ def _seeds(doc: StudyFile, spaces: dict[str, SearchSpace], file: str) -> list[in
     return seeds
 
 
+def candidate_labels(space: SearchSpace) -> dict[str, str]:
+    """Each planned candidate's name in a study, by key: its variant's name where the variant
+    has one candidate, else that name and the config fields that tell the variant's candidates
+    apart (the fewest, in the config's order, that make each unique), e.g. `bottleneck
+    resize=carry` or `baseline d_model=64`."""
+    groups: dict[str, list[Candidate]] = {}
+    for candidate in plan(space).candidates:
+        groups.setdefault(candidate.variant, []).append(candidate)
+    labels: dict[str, str] = {}
+    for variant, group in groups.items():
+        dumps = [c.config.model_dump(mode="json") for c in group]
+        differing = [k for k, v in dumps[0].items() if not isinstance(v, list | dict)
+                     and len({json.dumps(d.get(k)) for d in dumps}) > 1]
+        chosen: list[str] = []
+        for name in differing if len(group) > 1 else []:
+            chosen.append(name)
+            if len({tuple(json.dumps(d[k]) for k in chosen) for d in dumps}) == len(dumps):
+                break
+        for candidate, dump in zip(group, dumps, strict=True):
+            parts = [variant] if variant else []  # a space without variants: its fields alone
+            labels[candidate.key] = " ".join([*parts, *(f"{k}={short_value(dump[k])}" for k in chosen)]) or candidate.key
+    if len(set(labels.values())) < len(labels):  # no scalar field tells them apart: their keys do
+        labels = {key: f"{label} {key}" for key, label in labels.items()}
+    return labels
+
+
 def _variants(space: SearchSpace) -> dict[str, int]:
-    """Each variant the space plans, with how many candidates it has."""
+    """What a comparison may name in the space: each candidate's label (one candidate each)
+    and each variant's name, with how many candidates it has."""
     counts: dict[str, int] = {}
     for candidate in plan(space).candidates:
         counts[candidate.variant] = counts.get(candidate.variant, 0) + 1
-    return counts
+    return {**counts, **dict.fromkeys(candidate_labels(space).values(), 1)}
 
 
 def _pairs(doc: StudyFile, spaces: dict[str, SearchSpace], file: str) -> list[Pair]:
@@ -275,8 +370,9 @@ def _check_variant(variant: str, sweep: str, variants: dict[str, int], file: str
         raise UserError(f"sweep {sweep!r} plans no variant {variant!r} ({did_you_mean(variant, variants)}"
                         f"its variants: {', '.join(variants) or 'none'})", file=file, key=key)
     if variants[variant] != 1:
+        named = [name for name in variants if name.startswith(f"{variant} ")]
         raise UserError(f"variant {variant!r} of sweep {sweep!r} has {variants[variant]} candidates: "
-                        "a comparison needs a variant of one", file=file, key=key)
+                        f"name one ({', '.join(repr(n) for n in named)})", file=file, key=key)
 
 
 def _decision(rule: Rule, index: int, pairs: list[Pair], quantity: str, file: str, many: bool) -> Decision:

@@ -13,6 +13,15 @@ from __future__ import annotations
 import json
 
 from shapesweep.common import human, plain
+from shapesweep.results.adaptive import (
+    LOOKS_FILE,
+    design_record,
+    outcome_line,
+    outcomes,
+    read_looks_at,
+)
+from shapesweep.results.explain import missing_seeds
+from shapesweep.results.layout import read_sweep_file, sweep_dir, sweep_file_repair
 
 RESULT_FIELDS = ("state", "seeds", "missing_seeds", "failed_seeds", "stopped_tokens", "error",
                  "tuned_edge", "choice_margin", "close_choice", "delta_vs_baseline", "ci_low", "ci_high",
@@ -113,10 +122,44 @@ def comparisons(trials, name: str, root: str, metric: str = "val_loss", baseline
         for candidate, lr in zip(document["candidates"], compared["lr"], strict=True):
             candidate["trained_lr"] = plain(lr) if candidate["tuned"] is not None else None
     document["warnings"] = warnings(document)
+    _with_outcomes(document, root, name)
     levels = compared["interval_confidence"].dropna() if "interval_confidence" in compared else []
     document["adjustment"] = adjustment(document, adjust, float(levels.iloc[0]) if len(levels) else None)
     document["exploratory_pairs"] = exploratory_pairs(trials, compared, metric, adjust)
     return document
+
+
+def _with_outcomes(document: dict, root: str, name: str) -> None:
+    """An adaptive sweep's (shapesweep.results.adaptive): its `seed_design`, and per
+    candidate its seeds used, the look that decided it and why it stopped."""
+    looks = read_looks_at(lambda file: read_sweep_file(root, name, file), f"{sweep_dir(root, name)}/{LOOKS_FILE}",
+                          sweep_file_repair(root, name, LOOKS_FILE)) if name else None
+    if looks is None:
+        return
+    document["seed_design"] = design_record(looks)
+    found = outcomes(looks)
+    for candidate in document["candidates"]:
+        outcome = found.get(candidate["key"])
+        candidate.update(outcome.as_dict() if outcome else {"seeds_used": 0, "decided_look": None,
+                                                            "stopped": None, "sequential_state": None,
+                                                            "ci_low_sequential": None,
+                                                            "ci_high_sequential": None})
+        # missing: of the seeds the design gave it (a stopped candidate lacks none of the rest)
+        have = set(candidate["seeds"] or [])
+        candidate["missing_seeds"] = [s for s in range(candidate["seeds_used"]) if s not in have]
+        candidate["missing"], candidate["to_run_missing"] = missing_seeds(candidate, name, root) or (None, None)
+
+
+def adaptive_lines(document: dict) -> list[str]:
+    """An adaptive sweep's seeds per candidate and why each stopped; [] for a fixed one."""
+    design = document.get("seed_design")
+    if not design:
+        return []
+    head = (f"adaptive seeds {design['min']}-{design['max']} after {design['looks']} look"
+            f"{'s' * (design['looks'] != 1)} ({design['rule']}; futile: even {design['max']} seeds "
+            f"would not resolve {design['min_effect']:g}); repeated 95% intervals:")
+    return [head, *(outcome_line(c["variant"] or c["key"], c) for c in document["candidates"]
+                    if c.get("sequential_state") is not None)]
 
 
 def adjustment(document: dict, adjust: str, level: float | None) -> dict:
@@ -169,6 +212,9 @@ def seeds_line(document: dict) -> str:
     base = document.get("lr_base_d_model")
     lr = (f"; lr values are at d_model {base} (a candidate of width d trains them x {base} / d)"
           if base else "")
+    design = document.get("seed_design")
+    if design:  # adaptive: every candidate on 0..min-1, more only while its comparison is open
+        measure = f"adaptive {design['min']}-{design['max']} (seeds 0-{design['min'] - 1} each, then one a look while open)"
     if document["choice_seeds"]:
         return (f"seeds: {', '.join(map(str, document['choice_seeds']))} chose each candidate's tuned "
                 f"value (never in a mean, interval or verdict); {measure} measured it{lr}")

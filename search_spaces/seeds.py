@@ -1,8 +1,9 @@
 """Measure seeds: a fixed list (every candidate runs each), or an adaptive range
 `{min, max}` (issue 58: more seeds only where a comparison is still open).
 
-The range is parsed and checked here; the driver does not run it yet, so every reader that
-needs the seeds as a list asks `fixed_seed_list`, which refuses a range in one line.
+The range is parsed and checked here; the driver runs it in rounds (shapesweep.sweep.driver.rounds),
+and a reader that needs the seeds as a list asks `fixed_seed_list`, which refuses a range in
+one line.
 """
 
 from __future__ import annotations
@@ -56,6 +57,23 @@ class AdaptiveSeeds(StrictModel):
 
 
 MeasureSeeds = list[int] | AdaptiveSeeds
+# `run --seeds` as sweep.json keeps it: a list, or an adaptive range as {"min": a, "max": b}
+SeedsOption = list[int] | dict[str, int]
+
+
+def options_seeds(given: SeedsOption | None) -> MeasureSeeds | None:
+    """`run --seeds` (or a saved sweep.json's) as measure seeds; None when not given."""
+    if isinstance(given, dict):
+        try:
+            return AdaptiveSeeds.model_validate(given)
+        except ValidationError as error:
+            raise UserError(error.errors()[0]["msg"].removeprefix("Value error, "), key="--seeds") from None
+    return given
+
+
+def option_value(seeds: MeasureSeeds) -> SeedsOption:
+    """Measure seeds as `--seeds` keeps them (the inverse of `options_seeds`)."""
+    return {"min": seeds.min, "max": seeds.max} if isinstance(seeds, AdaptiveSeeds) else seeds
 
 
 def seed_pool(seeds: MeasureSeeds) -> list[int]:

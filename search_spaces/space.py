@@ -38,7 +38,9 @@ from shapesweep.search_spaces.seeds import (
     check_seeds,
     check_seeds_option,
     fixed_seed_list,
+    options_seeds,
     parse_measure_seeds,
+    seed_pool,
 )
 from shapesweep.search_spaces.space_errors import user_error
 from shapesweep.search_spaces.tune_checks import check_sweep_trials, check_tune
@@ -52,8 +54,8 @@ __all__ = [
     "Budget", "MeasureSeeds", "Range", "Resolved", "SearchSpace", "SearchValues", "Variant",
     "check_disjoint_seeds", "check_seeds", "check_seeds_option", "check_sweep_trials",
     "constraint_key", "constraint_names", "fixed_seed_list", "is_categorical", "list_builtin",
-    "load_space", "merge_train", "moe_families", "overlay", "parse_measure_seeds", "parse_space",
-    "reference_config", "tuned_json", "tuned_tag", "written_at",
+    "load_space", "merge_train", "moe_families", "options_seeds", "overlay", "parse_measure_seeds",
+    "parse_space", "reference_config", "seed_pool", "tuned_json", "tuned_tag", "written_at",
 ]
 
 BUILTIN_DIR = Path(__file__).parent / "builtin"

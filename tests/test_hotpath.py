@@ -174,6 +174,7 @@ def test_bench_gpu_items_pick_and_order_and_refuse_unknown_names():
     assert bad.returncode == 2 and "unknown item nope" in bad.stderr
 
 
+@pytest.mark.slow  # a torch.compile in each of 4 fresh processes: the fast tier's longest test
 def test_bench_gpu_compile_and_peaks_items_run_on_cpu():
     """The `compile` item compiles a stand-in four ways, each in a fresh process, then times
     the four side by side; `peaks` measures the memory model's step and evaluation peaks

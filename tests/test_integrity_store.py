@@ -515,33 +515,45 @@ def zero_fill(path: Path) -> str:
     return "not a Parquet file (truncated?)"
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("table,damage", [("trials", truncate), ("curves", zero_fill)])
-def test_resume_reruns_the_trials_of_a_damaged_fragment(local_ray, tmp_path, capsys, table, damage):
-    """A damaged trials fragment, or a damaged curves fragment (whose trial would otherwise
-    keep its row and never get its curve back): resume runs those trials again."""
+@pytest.fixture(scope="module")
+def finished_sweep(shared_ray, tmp_path_factory) -> Path:
+    """The root of one real grid sweep `copied` (4 trials, every one completed), which the
+    end-to-end tests below copy and damage (the copy, never this root)."""
     from sweep_helpers import run, write_space
 
-    space_path = write_space(tmp_path, name="damaged")
-    root = tmp_path / "sweeps"
-    assert run("run", str(space_path), "--root", str(root), "--scheduler", "fifo",
-               "--max-concurrent", "2") == 0
-    before = load_trials(root, ["damaged"])
+    tmp = tmp_path_factory.mktemp("finished")
+    root = tmp / "sweeps"
+    shared_ray.start()
+    assert run("run", str(write_space(tmp, name="copied")), "--root", str(root),
+               "--search", "grid", "--scheduler", "fifo", "--max-concurrent", "2") == 0
+    return root
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("table,damage", [("trials", truncate), ("curves", zero_fill)])
+def test_resume_reruns_the_trials_of_a_damaged_fragment(finished_sweep, local_ray, tmp_path, capsys,
+                                                        table, damage):
+    """A damaged trials fragment, or a damaged curves fragment (whose trial would otherwise
+    keep its row and never get its curve back): resume runs those trials again."""
+    from sweep_helpers import run
+
+    root = Path(shutil.copytree(finished_sweep, tmp_path / "sweeps", symlinks=True))
+    before = load_trials(root, ["copied"])
     assert len(before) == 4 and (before["status"] == "completed").all()
     # whichever file holds a trial (one per trial, or one after a compaction): damage one
     files = {p: pq.read_table(p, columns=["trial_id"])["trial_id"].to_pylist()
-             for p in (root / "damaged" / "trials").glob("*.parquet")}
+             for p in (root / "copied" / "trials").glob("*.parquet")}
     path, lost = min(files.items())
     path = path.parent.parent / table / path.name  # the curves of those trials, or their rows
     damage(path)
     capsys.readouterr()
-    assert run("resume", "damaged", "--root", str(root), "--max-concurrent", "2") == 0
+    assert run("resume", "copied", "--root", str(root), "--max-concurrent", "2") == 0
     out, err = capsys.readouterr()
     assert f"({len(lost)} trials this run)" in out and str(path) in err
-    after = load_trials(root, ["damaged"])
+    after = load_trials(root, ["copied"])
     assert sorted(after["trial_id"]) == sorted(before["trial_id"])
     assert (after["status"] == "completed").all()
-    curves = load_curves(root, ["damaged"])
+    curves = load_curves(root, ["copied"])
     assert set(curves["trial_id"]) == set(after["trial_id"])  # every trial has its curve again
 
 
@@ -712,19 +724,19 @@ def test_a_damaged_compacted_curves_file_on_an_object_store_is_quarantined_alone
 
 @pytest.mark.slow
 @pytest.mark.parametrize("search", ["grid", "optuna"])
-def test_resume_after_a_copy_without_links_and_a_damaged_merged_curves_file(local_ray, tmp_path,
-                                                                            capsys, search):
+def test_resume_after_a_copy_without_links_and_a_damaged_merged_curves_file(finished_sweep, local_ray,
+                                                                            tmp_path, capsys, search):
     """End to end: a sweep's root copied without its links resumes with every result and
     runs nothing; then its merged curves damaged, resume runs exactly the trials that lost
     their curves again (an Optuna sweep too), and status counts every trial."""
     from sweep_helpers import run, write_space
 
-    space_path = write_space(tmp_path, name="copied")
-    root = tmp_path / "sweeps"
-    options = ["--search", search, "--scheduler", "fifo", "--max-concurrent", "2"]
+    root = finished_sweep  # grid: only its copy is changed
     if search == "optuna":
-        options += ["--num-samples", "3"]
-    assert run("run", str(space_path), "--root", str(root), *options) == 0
+        root = tmp_path / "sweeps"
+        assert run("run", str(write_space(tmp_path, name="copied")), "--root", str(root),
+                   "--search", "optuna", "--num-samples", "3", "--scheduler", "fifo",
+                   "--max-concurrent", "2") == 0
     before = load_trials(root, ["copied"])
     assert len(before) >= 3 and (before["status"] == "completed").all()
 

@@ -179,8 +179,9 @@ def test_bad_adaptive_seeds_are_one_line(seeds, key, words):
     assert error.value.key == key and words in error.value.problem, str(error.value)
 
 
-def test_adaptive_seeds_refused_by_what_cannot_run_them(tmp_path, capsys):
-    """The driver and plan cannot use a range yet: one line, exit 2, nothing written."""
+def test_adaptive_seeds_without_a_baseline_are_refused_and_plan_prices_them(tmp_path, capsys):
+    """A range where a list is needed is one line; `run` refuses a range with no baseline to
+    compare with (one line, exit 2, nothing written); `plan` prices it at its max."""
     space = parse_space(TINY_SPACE | {"seeds": {"min": 2, "max": 4}}, file="s.yaml")
     with pytest.raises(UserError, match="adaptive seeds are parsed but not yet run by the driver"):
         space.fixed_seeds()
@@ -189,10 +190,10 @@ def test_adaptive_seeds_refused_by_what_cannot_run_them(tmp_path, capsys):
     assert main(["run", str(path), "--root", str(root), "--no-progress"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1, err
-    assert "seeds: adaptive seeds are parsed but not yet run by the driver" in err
+    assert "seeds: adaptive seeds compare each candidate with one baseline" in err
     assert not (root / "tiny-depths").exists()
-    assert main(["plan", str(path)]) == 2
-    assert "not yet priced by plan" in capsys.readouterr().err
+    assert main(["plan", str(path)]) == 0
+    assert "adaptive seeds 2-4: no one baseline" in capsys.readouterr().out
 
 
 def test_measure_seeds_from_the_command_line():

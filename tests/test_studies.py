@@ -18,8 +18,10 @@ from shapesweep.results.multiplicity import adjusted_p, paired_p
 from shapesweep.results.rows import TrialRecord
 from shapesweep.results.stats import paired_rows
 from shapesweep.results.store import write_sweep_file
+from shapesweep.results.study_agreement import adaptive_verdict, agreement_of, fixed_verdict
+from shapesweep.results.study_lr import is_lr_fit, read_lr_study
 from shapesweep.results.study_report import SweepData, pair_results
-from shapesweep.results.study_spec import Pair, read_study, study_names
+from shapesweep.results.study_spec import Pair, candidate_labels, read_study, study_names
 from shapesweep.search_spaces.solver import candidate_document, plan
 from shapesweep.search_spaces.space import load_space, parse_space, tuned_json
 from shapesweep.sweep.cli.main import main as shapesweep
@@ -53,6 +55,7 @@ def study(studies: Path, *argv: str) -> int:
     return shapesweep(["study", *argv, "--studies", str(studies)])
 
 
+@pytest.mark.slow  # a real sweep of 9 trials (the reports below read stores written directly)
 def test_run_then_report(tmp_path, local_ray, one_torch_thread, capsys):
     folder = write_study(tmp_path)
     assert study(tmp_path, "run", "tiny", "--no-progress") == 0
@@ -153,6 +156,14 @@ BAD = {
     "other-machine": ({"machine": {"cpu_model": "Not This CPU 9000"}},
                       "machine.cpu_model: the study must run on cpu_model 'Not This CPU 9000'; this machine has"),
     "unknown-key": ({"seed": [0]}, "seed: unknown key 'seed' (did you mean 'seeds'?"),
+    "adaptive-min": ({"sweeps": [{"name": "tiny", "space": "demo-tiny.yaml", "seeds": {"min": 1, "max": 3}}]},
+                     "sweeps.0.seeds: seeds min must be at least 2"),
+    "adaptive-outside": ({"sweeps": [{"name": "tiny", "space": "demo-tiny.yaml", "seeds": {"min": 2, "max": 4}}]},
+                         "sweeps.0.seeds: seed 3 of the range is not one of the study's seeds"),
+    "agreement-unknown": ({"agreement": {"fixed": "tiny", "adaptive": "other"}},
+                          "agreement.adaptive: no sweep 'other' in the study"),
+    "agreement-not-adaptive": ({"agreement": {"fixed": "tiny", "adaptive": "tiny"}},
+                               "agreement: the fixed sweep needs the study's seeds and the adaptive one a range"),
     "unknown-nested-key": ({"decide": {"quantity": "delta_val_loss", "of": "wide", "rule": "upper < 0",
                                        "hold": "x"}},
                            "decide.hold: unknown key 'hold' (did you mean 'holds'?"),
@@ -195,7 +206,50 @@ def test_holm_spans_sweeps_that_share_a_baseline():
 
 def test_committed_studies_parse():
     names = study_names(REPO_STUDIES)
-    assert "hourglass-ffn-ucurve" in names
+    assert {"hourglass-ffn-ucurve", "vformer-small", "hourglass-mlp-pareto", "ffn-variants",
+            "lr-transfer"} <= set(names)
     for name in names:
+        if is_lr_fit(REPO_STUDIES, name):
+            assert read_lr_study(REPO_STUDIES, name).doc.fits
+            continue
         found = read_study(REPO_STUDIES, name)
         assert found.pairs and found.decisions and found.seeds
+
+
+def test_agreement_of_fixed_and_adaptive_verdicts():
+    """Same verdict: agrees; one resolved, one open: said as such; opposite: REVERSED."""
+    assert fixed_verdict(0.01, 0.05, "val_loss") == "worse" and fixed_verdict(-0.05, -0.01, "val_loss") == "better"
+    assert fixed_verdict(-0.01, 0.05, "val_loss") == "open" and fixed_verdict(0.01, 0.05, "psnr") == "better"
+    assert adaptive_verdict({"sequential_state": "resolved-worse"}) == "worse"
+    assert adaptive_verdict({"sequential_state": "futile"}) == "open (futile)"
+    assert agreement_of("worse", "worse") == "agrees" and agreement_of("better", "worse") == "REVERSED"
+    assert agreement_of("worse", "open (max)") == "resolved vs open" == agreement_of("open", "better")
+    assert agreement_of("open", "open (futile)") == "agrees (both open)"
+
+
+def test_the_adaptive_seeds_study_runs_one_space_two_ways():
+    found = read_study(REPO_STUDIES, "adaptive-seeds")
+    assert found.agreement == ("fixed-6", "adaptive-2-6") and found.adaptive == {"adaptive-2-6": (2, 6)}
+    assert found.run_seeds("adaptive-2-6") == "min=2,max=6" and found.run_seeds("fixed-6") == "0,1,2,3,4,5"
+    assert len(plan(found.spaces["fixed-6"]).candidates) >= 7  # six candidates and the baseline
+
+
+def test_a_variant_of_several_candidates_is_named_by_what_tells_them_apart(tmp_path, capsys):
+    """vformer-resize-small's three bottlenecks are `bottleneck resize=...`; the bare variant
+    is refused with those names; vformer-vs-constant-small's two baselines go by d_model."""
+    labels = sorted(candidate_labels(load_space("vformer-resize-small")).values())
+    assert labels == ["baseline", "bottleneck resize=carry", "bottleneck resize=projection",
+                      "bottleneck resize=zero"]
+    assert sorted(candidate_labels(load_space("vformer-vs-constant-small")).values()) == [
+        "baseline d_model=64", "baseline d_model=96", "d64", "d96"]
+    one = {"sweeps": [{"name": "r", "space": "vformer-resize-small"}],
+           "comparisons": [{"sweep": "r", "of": "bottleneck resize=zero", "vs": "bottleneck resize=carry"}],
+           "decide": {"quantity": "delta_val_loss", "of": "bottleneck resize=zero",
+                      "vs": "bottleneck resize=carry", "rule": "lower > 0"}}
+    write_study(tmp_path, **one)
+    assert read_study(tmp_path, "tiny").pairs[0].label == "r/bottleneck resize=zero vs bottleneck resize=carry"
+    folder = write_study(tmp_path, **{**one, "comparisons": [{"sweep": "r", "of": "bottleneck"}]})
+    assert study(tmp_path, "run", "tiny") == 2
+    assert (f"{folder / 'study.yaml'}: comparisons.0.of: variant 'bottleneck' of sweep 'r' has 3 candidates: "
+            "name one ('bottleneck resize=projection', 'bottleneck resize=carry', 'bottleneck resize=zero')"
+            ) in capsys.readouterr().err

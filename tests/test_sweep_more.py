@@ -13,6 +13,7 @@ import json
 import math
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -151,15 +152,28 @@ def finished(trials, rows) -> dict[str, object]:
     return dict(zip(trials["trial_id"][rows], trials["finished_at"][rows], strict=True))
 
 
-def test_retry_failed_reruns_only_failed_trials(local_ray, tmp_path):
-    from shapesweep.trainers.data import load_lm_data
-
-    data = tmp_path / "tokens.npy"
+@pytest.fixture(scope="module")
+def poisoned(shared_ray, tmp_path_factory):
+    """One real sweep of three candidates, one of which fails (its model reads 100 token ids,
+    the data holds 150): (its space, its root, its data file). `status` reads it as it is;
+    `--retry-failed` resumes a copy."""
+    tmp = tmp_path_factory.mktemp("poisoned")
+    data = tmp / "tokens.npy"
     write_tokens(data, top=150)  # fits vocab_size 256, not the poison variant's 100
-    space_path = write_space(tmp_path, name="retry", variants=POISON_VARIANTS)
-    root = tmp_path / "sweeps"
+    space_path = write_space(tmp, name="retry", variants=POISON_VARIANTS)
+    root = tmp / "sweeps"
+    shared_ray.start()
     assert run("run", str(space_path), "--root", str(root), "--data", str(data),
                "--scheduler", "fifo", "--max-concurrent", "2") == 1  # a trial failed
+    return space_path, root, data
+
+
+def test_retry_failed_reruns_only_failed_trials(local_ray, poisoned, tmp_path):
+    from shapesweep.trainers.data import load_lm_data
+
+    space_path, ran, data = poisoned
+    root = tmp_path / "sweeps"  # a copy (its links as links): the status test reads the original
+    shutil.copytree(ran, root, symlinks=True)
     first = load_trials(str(root), ["retry"])
     assert set(zip(first["key"], first["seed"], strict=True)) == pairs(space_path)
     failed = first[first["status"] == "failed"]
@@ -185,7 +199,8 @@ def test_retry_failed_reruns_only_failed_trials(local_ray, tmp_path):
     assert retried["finished_at"] > failed["finished_at"].iloc[0]
     assert (again["status"] == "failed").sum() == 1
 
-    # Fix the data (ids below 100 now) and retry: the trial trains and completes.
+    # Fix the data (ids below 100 now; the sweep reads the file it was given) and retry: the
+    # trial trains and completes.
     write_tokens(data, top=100)
     assert run("resume", "retry", "--root", str(root), "--retry-failed") == 0
     final = load_trials(str(root), ["retry"])
@@ -246,13 +261,9 @@ def test_multi_objective_optuna_search_uses_two_objectives(local_ray, tmp_path):
     assert len(load_trials(str(root), ["nsga"])) == 4
 
 
-def test_status_lists_sweeps_and_one_sweeps_best_trials(local_ray, tmp_path, capsys,
-                                                          monkeypatch):
-    space_path = write_space(tmp_path, name="st", variants=POISON_VARIANTS)
-    root = tmp_path / "sweeps"
-    assert run("run", str(space_path), "--root", str(root), "--scheduler", "fifo",
-               "--max-concurrent", "2") == 1  # the poison variant's trial failed
-    trials = load_trials(str(root), ["st"])
+def test_status_lists_sweeps_and_one_sweeps_best_trials(poisoned, capsys, monkeypatch):
+    space_path, root, _ = poisoned
+    trials = load_trials(str(root), ["retry"])
     completed = trials[trials["status"] == "completed"].sort_values("val_loss")
     best = completed.iloc[0]
     space = load_space(space_path)
@@ -261,14 +272,14 @@ def test_status_lists_sweeps_and_one_sweeps_best_trials(local_ray, tmp_path, cap
     monkeypatch.setenv("COLUMNS", "300")  # rich wraps at 80 columns off a terminal
     assert shapesweep(["status", "--root", str(root)]) == 0
     out = capsys.readouterr().out
-    row = next(line for line in out.splitlines() if line.strip("│┃ ").startswith("st "))
+    row = next(line for line in out.splitlines() if line.strip("│┃ ").startswith("retry "))
     cells = [cell.strip() for cell in row.strip("│┃").split("│")]
-    assert cells == ["st", "st", "finished", "2 completed, 1 failed (of 3)",
+    assert cells == ["retry", "retry", "finished", "2 completed, 1 failed (of 3)",
                      f"{best['val_loss']:.4f}"]
 
-    assert shapesweep(["status", "st", "--root", str(root)]) == 0
+    assert shapesweep(["status", "retry", "--root", str(root)]) == 0
     out = capsys.readouterr().out
-    assert f"space st ({space.space_hash})" in out and "status finished" in out
+    assert f"space retry ({space.space_hash})" in out and "status finished" in out
     assert "3 candidates, 3 trials" in out  # the failed one is listed too, with why it has no verdict
     assert "completed: 2  failed: 1" in out
     rows = [line for line in out.splitlines() if re.match(r"^[│┃]\s*(ok|poison) ", line)]

@@ -58,22 +58,33 @@ ENDINGS = {**SPACE, "name": "endings", "search": {"n_layers": [1]},
            "variants": [{"name": "ok"}, {"name": "poison", "fixed": {"vocab_size": 100}}]}
 
 
+@pytest.fixture(scope="module")
+def endings(shared_ray, tmp_path_factory):
+    """One real sweep logged to all three trackers, read by the tests below: (root, its rows,
+    the folder W&B wrote to). Its trials end in every way (completed, stopped_early by ASHA,
+    failed: a vocabulary the data overflows); those that trained have curves."""
+    tmp = tmp_path_factory.mktemp("endings")
+    root = tmp / "sweeps"
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp / 'mlflow.db'}")
+        env.setenv("WANDB_MODE", "offline")
+        env.setenv("WANDB_DIR", str(tmp))
+        shared_ray.start()
+        assert run("run", str(write_space(tmp, ENDINGS)), "--root", str(root), "--seeds", "2",
+                   "--scheduler", "asha", "--grace-tokens", "1024", "--reduction-factor", "2",
+                   "--max-concurrent", "2", "--max-failures", "0", "--log-to", "mlflow",
+                   "--log-to", "tensorboard", "--log-to", "wandb") == 1  # its poison trials failed
+        yield root, load_trials(str(root), ["endings"]).set_index("trial_id"), tmp
+
+
 @pytest.mark.slow
-def test_each_tracker_run_is_tagged_with_how_its_trial_ended(local_ray, tmp_path, monkeypatch):
-    """completed, stopped_early (ASHA) and failed (a vocabulary the data overflows), as the
-    trial's row says: an MLflow tag, a TensorBoard text summary, a W&B config value."""
+def test_each_tracker_run_is_tagged_with_how_its_trial_ended(endings):
+    """completed, stopped_early (ASHA) and failed, as the trial's row says: an MLflow tag, a
+    TensorBoard text summary, a W&B config value."""
     from mlflow import MlflowClient
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
-    monkeypatch.setenv("WANDB_MODE", "offline")
-    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
-    root = tmp_path / "sweeps"
-    assert run("run", str(write_space(tmp_path, ENDINGS)), "--root", str(root), "--seeds", "2",
-               "--scheduler", "asha", "--grace-tokens", "1024", "--reduction-factor", "2", "--max-concurrent",
-               "2", "--max-failures", "0", "--log-to", "mlflow", "--log-to", "tensorboard",
-               "--log-to", "wandb") == 1  # the sweep ran; its poison trials failed
-    rows = load_trials(str(root), ["endings"]).set_index("trial_id")
+    root, rows, wandb_dir = endings
     # the noise-aware ASHA judges each candidate on its 2 seeds and stops lr 1e-5 whole
     assert sorted(rows["status"]) == ["completed"] * 2 + ["failed"] * 4 + ["stopped_early"] * 2
 
@@ -85,39 +96,32 @@ def test_each_tracker_run_is_tagged_with_how_its_trial_ended(local_ray, tmp_path
     for trial_id, row in rows.iterrows():
         (text,) = EventAccumulator(str(ray_run / trial_id)).Reload().Tensors("status/text_summary")
         assert text.tensor_proto.string_val == [row.status.encode()]
-    logs = [path.read_bytes() for path in tmp_path.glob("wandb/offline-run-*/*.wandb")]
+    logs = [path.read_bytes() for path in wandb_dir.glob("wandb/offline-run-*/*.wandb")]
     for trial_id in rows.index[rows["status"] == "stopped_early"]:
         (stopped,) = [log for log in logs if trial_id.encode() in log]
         assert b"stopped_early" in stopped
 
 
 @pytest.mark.slow
-def test_each_trial_is_one_tracker_run_with_its_curve(local_ray, tmp_path, monkeypatch):
+def test_each_trial_is_one_tracker_run_with_its_curve(endings):
+    """The same sweep's trials that trained (completed and stopped): a run each, named by its
+    trial id and tagged with the sweep, family and shape, holding every evaluation."""
     import mlflow
     from mlflow.tracking import MlflowClient
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    mlruns, wandb_dir = tmp_path / "mlruns", tmp_path / "wandb"
-    wandb_dir.mkdir()
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"file:{mlruns}")
-    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # MLflow 3 prefers a database
-    monkeypatch.setenv("WANDB_MODE", "offline")
-    monkeypatch.setenv("WANDB_DIR", str(wandb_dir))
-    root = tmp_path / "sweeps"
-    assert run("run", str(write_space(tmp_path, SPACE)), "--root", str(root), "--scheduler",
-               "fifo", "--max-concurrent", "1", "--log-to", "mlflow", "--log-to", "tensorboard",
-               "--log-to", "wandb") == 0
-    rows = load_trials(str(root), ["tracked"]).set_index("trial_id")
-    evaluations = load_curves(str(root), ["tracked"]).groupby("trial_id").size()
-    assert len(rows) == 2 and (evaluations >= 4).all()
+    root, rows, wandb_dir = endings
+    evaluations = load_curves(str(root), ["endings"]).groupby("trial_id").size()
+    trained = rows.loc[evaluations.index]
+    assert len(trained) == 4 and (evaluations[rows.index[rows["status"] == "completed"]] >= 4).all()
 
     # MLflow: an experiment per sweep, a run per trial named by its trial id.
-    runs = mlflow.search_runs(experiment_names=["tracked"]).set_index("tags.mlflow.runName")
+    runs = mlflow.search_runs(experiment_names=["endings"]).set_index("tags.mlflow.runName")
     assert sorted(runs.index) == sorted(rows.index)
     client = MlflowClient()
-    for trial_id, row in rows.iterrows():
+    for trial_id, row in trained.iterrows():
         tags = client.get_run(runs.loc[trial_id, "run_id"]).data.tags
-        assert tags["sweep"] == "tracked" and tags["family"] == row.family
+        assert tags["sweep"] == "endings" and tags["family"] == row.family
         for name in SHAPE_COLUMNS:
             if name in tags:
                 assert tags[name] == str(row[name]), name
@@ -127,9 +131,9 @@ def test_each_trial_is_one_tracker_run_with_its_curve(local_ray, tmp_path, monke
         assert history[-1].step == row.tokens and history[-1].value == pytest.approx(row.val_loss)
 
     # TensorBoard: event files in each trial's folder (named by trial id) under the sweep.
-    ray_runs = list((root / "tracked" / "_ray").iterdir())
-    assert len(ray_runs) == 1 and str(root) in sweep_dir(str(root), "tracked")
-    for trial_id in rows.index:
+    ray_runs = list((root / "endings" / "_ray").iterdir())
+    assert len(ray_runs) == 1 and str(root) in sweep_dir(str(root), "endings")
+    for trial_id in trained.index:
         events = EventAccumulator(str(ray_runs[0] / trial_id)).Reload()
         scalars = events.Scalars("ray/tune/val_loss")
         assert len(scalars) == evaluations[trial_id]
@@ -139,7 +143,7 @@ def test_each_trial_is_one_tracker_run_with_its_curve(local_ray, tmp_path, monke
     offline = sorted((wandb_dir / "wandb").glob("offline-run-*/*.wandb"))
     assert len(offline) == len(rows)
     logs = [path.read_bytes() for path in offline]
-    for trial_id, row in rows.iterrows():
+    for trial_id, row in trained.iterrows():
         (log,) = [data for data in logs if trial_id.encode() in data]
-        assert b"sweep=tracked" in log and f"d_model={row.d_model}".encode() in log
+        assert b"sweep=endings" in log and f"d_model={row.d_model}".encode() in log
         assert log.count(b"val_loss") >= evaluations[trial_id]

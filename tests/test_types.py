@@ -10,6 +10,8 @@ import sys
 import tomllib
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 ERROR = re.compile(r"^(?P<path>shapesweep/[\w/]+)\.py:\d+(?::\d+)?: error:", re.MULTILINE)
 
@@ -40,6 +42,8 @@ def _without_ratchet(config: dict, path: Path) -> Path:
     return path
 
 
+@pytest.mark.slow  # a whole mypy run, cold in a fresh checkout (324 s at load 15); `make lint`
+# type-checks in the inner loop, this ratchet's bookkeeping runs in `make test` (CI)
 def test_mypy_errors_only_in_the_listed_modules_and_in_each_of_them(tmp_path):
     config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["mypy"]
     listed = _ratchet(config)

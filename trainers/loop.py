@@ -281,9 +281,13 @@ class _Trial:
             groups = fully_shard_model(model, groups, made.per_step)
         self.params_measured = sum(p.numel() for p in model.parameters() if p.requires_grad)
         self.optimizer = adamw(groups, train, fused=dev.type == "cuda")
-        # a plain lambda: LambdaLR's state (in checkpoints) keeps no state of functions
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer,
-                                                           lambda s: self.lr_factor(s))
+        # a plain lambda: LambdaLR's state (in checkpoints) keeps no state of functions; over
+        # locals, not `self`: a scheduler closing over the trial that holds it is a reference
+        # cycle, which kept the model, its gradients and AdamW's states alive after the trial
+        # until Python's cycle collector ran (in a later trial's step)
+        steps = self.steps
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer, lambda s: lr_multiplier(s, steps, train, units))
         self.params = [p for g in groups for p in g["params"]]
         # the forward: DDP-wrapped over ranks, compiled block by block when it pays
         data_par = self.world > 1 and not self.sharded

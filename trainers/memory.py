@@ -31,6 +31,7 @@ sets the prediction beside `torch.cuda.max_memory_allocated` for any candidate.
 
 from __future__ import annotations
 
+import gc
 import os
 from dataclasses import asdict, dataclass
 
@@ -332,9 +333,11 @@ def size(n: float) -> str:
 def measured_peak(run) -> tuple[int, object]:
     """(peak bytes of live CPU tensors while `run()` ran, its result): the running sum of the
     allocations and frees torch's profiler records (`profile_memory=True`), from zero at the
-    start. Tensors alone: no allocator slack, no Python objects."""
+    start. Tensors alone: no allocator slack, no Python objects. Garbage of earlier work is
+    collected first: a tensor it frees inside the window would count below zero."""
     from torch.profiler import ProfilerActivity, profile
 
+    gc.collect()
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         result = run()
     changes = sorted((e.start_ns(), e.nbytes()) for e in prof.profiler.kineto_results.events()

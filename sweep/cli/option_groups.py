@@ -70,15 +70,16 @@ def device_name(text: str | None) -> str | None:
     return text
 
 
-def seeds_list(text: str | list[int] | None) -> list[int] | None:
+def seeds_list(text: str | list[int] | dict[str, int] | None) -> list[int] | dict[str, int] | None:
     """`N` (seeds 0..N-1), or seeds and inclusive ranges `0,3,7` / `0-2`, each valid and given
-    once (`search_spaces.seeds.parse_measure_seeds`); an adaptive `min=,max=` is refused."""
+    once, or an adaptive range `min=A,max=B` kept as {"min": A, "max": B}
+    (`search_spaces.seeds.parse_measure_seeds`)."""
     # Lazy: at check time only; pydantic and numpy would cost `--help` seconds.
-    from shapesweep.search_spaces.seeds import fixed_seed_list, parse_measure_seeds
+    from shapesweep.search_spaces.seeds import option_value, parse_measure_seeds
 
-    if text is None or isinstance(text, list):
+    if text is None or isinstance(text, list | dict):
         return text
-    return fixed_seed_list(parse_measure_seeds(text), key="--seeds")
+    return option_value(parse_measure_seeds(text))
 
 
 @dataclass(kw_only=True)
@@ -120,10 +121,11 @@ class SearchOptions:
                          help=f"{' or '.join(STRATEGIES)} (default grid)")
     num_samples: int = option(8, "--num-samples", at_least=1,
                               help="optuna: trials to complete in total (default 8)")
-    seeds: list[int] | None = option(
-        None, "--seeds", read=seeds_list, metavar="N|LIST",
+    seeds: list[int] | dict[str, int] | None = option(
+        None, "--seeds", read=seeds_list, metavar="N|LIST|min=A,max=B",
         help="the measure seeds: a count N means seeds 0..N-1 (3 is 0,1,2); or a list of "
-             "seeds and inclusive ranges like 0,3,7 or 0-2 or 0-2,5 (default: the space's)")
+             "seeds and inclusive ranges like 0,3,7 or 0-2 or 0-2,5; or min=A,max=B: adaptive, "
+             "more seeds only where a comparison is still open (default: the space's)")
     scheduler: str = option(  # saved resolved (shapesweep.sweep.search.scheduling.choose)
         "auto", "--scheduler", choices=SCHEDULERS,
         help="asha: the noise-aware ASHA, each candidate judged on its seed mean (Ray's "

@@ -29,7 +29,7 @@ from shapesweep.sweep.cli.store_args import StoreOptions
 __all__ = ["OBJECTIVES", "PARALLEL", "SweepOptions", "parse_seeds", "ray_address"]
 
 
-def parse_seeds(text: str | list[int] | None) -> list[int] | None:
+def parse_seeds(text: str | list[int] | dict[str, int] | None) -> list[int] | dict[str, int] | None:
     """`--seeds` read (shapesweep.sweep.cli.option_groups.seeds_list), one line naming it."""
     try:
         return seeds_list(text)
@@ -58,7 +58,7 @@ class SweepOptions:
     cpus_per_trial: float = same_as(ResourceOptions, "cpus_per_trial")
     search: str = same_as(SearchOptions, "search")
     num_samples: int = same_as(SearchOptions, "num_samples")
-    seeds: list[int] | None = same_as(SearchOptions, "seeds")
+    seeds: list[int] | dict[str, int] | None = same_as(SearchOptions, "seeds")
     scheduler: str = same_as(SearchOptions, "scheduler")
     grace_tokens: int | None = same_as(SearchOptions, "grace_tokens")
     reduction_factor: float = same_as(SearchOptions, "reduction_factor")

@@ -57,7 +57,7 @@ class PlanArgs:
     device: str | None = same_as(TrainerOptions, "device")
     gpu_memory: str | None = same_as(ResourceOptions, "gpu_memory")
     gpus_per_trial: float | None = same_as(ResourceOptions, "gpus_per_trial")
-    seeds: list[int] | None = same_as(SearchOptions, "seeds")
+    seeds: list[int] | dict[str, int] | None = same_as(SearchOptions, "seeds")
     gpu: str | None = same_as(PlanPriceOptions, "gpu")
     gpus: int | None = same_as(PlanPriceOptions, "gpus")
     gpu_hour_price: float | None = same_as(PlanPriceOptions, "gpu_hour_price")

@@ -17,9 +17,11 @@ filed by `results_writer`, the sweep's own files are `sweep_files`.
 
 from __future__ import annotations
 
+import itertools
 import json
 import sys
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from rich.console import Console
@@ -47,8 +49,11 @@ from shapesweep.sweep.driver.results_writer import (
     count_statuses,
     sigint_deferred,
 )
+from shapesweep.sweep.driver.rounds import adaptive_plans
 from shapesweep.sweep.driver.sweep_check import Checked, absolute, check_sweep
 from shapesweep.sweep.driver.sweep_files import (
+    COMPLETEP_KEY,
+    COMPLETEP_RULE,
     OPTIONS_FILE,
     SPACE_FILE,
     check_saved_space,
@@ -79,9 +84,10 @@ def run_sweep(options: SweepOptions, console: Console | None = None) -> SweepOut
     with sweep_lease(store, name), quiet():
         clear_dead_session(options.root, name)  # what a killed driver left of Ray
         compact_quietly(store, name)  # ... and in fragments
-        plan = _plan(options, checked, store)
-        if plan.launches:
-            status, launched = _fit(options, checked, plan, store, console)  # compacts
+        plans = _plans(options, checked, store)
+        plan = next((p for p in plans if p.launches), None)  # an adaptive sweep's looks made meanwhile
+        if plan is not None:
+            status, launched = _fit(options, checked, itertools.chain([plan], plans), store, console)  # compacts
         else:
             status, launched = "finished", 0
             store.catalog.set_status(name, status)
@@ -90,20 +96,39 @@ def run_sweep(options: SweepOptions, console: Console | None = None) -> SweepOut
     return SweepOutcome(name, status, counts, launched)
 
 
-def _plan(options: SweepOptions, checked: Checked, store: ParquetStore) -> TrialPlan:
-    """With the lease held: what the strategy runs now (the trials the store lacks), the
-    sweep registered, and how it runs saved beside its results for `resume`."""
+def _plans(options: SweepOptions, checked: Checked, store: ParquetStore) -> Iterator[TrialPlan]:
+    """The plans the sweep runs, in turn: a fixed sweep's one, or an adaptive sweep's rounds
+    (sweep/driver/rounds.py: the next planned once the caller has run the last)."""
+    if checked.adaptive is None:
+        yield _plan(options, checked, store)
+        return
+    told: list[bool] = []
+
+    def plan_round(seeds: list[int], keys: set[str]) -> TrialPlan:
+        plan = _plan(options, checked, store, seeds, keys, quiet=bool(told))
+        told.append(True)
+        return plan
+
+    yield from adaptive_plans(checked.adaptive, store, checked.name, plan_round)
+
+
+def _plan(options: SweepOptions, checked: Checked, store: ParquetStore, seeds: list[int] | None = None,
+          only: set[str] | None = None, quiet: bool = False) -> TrialPlan:
+    """With the lease held: what the strategy runs now (the trials the store lacks; `seeds`
+    and `only`: an adaptive round's seeds and candidates), the sweep registered, and how it
+    runs saved beside its results for `resume`."""
     name, space = checked.name, checked.space
     rerun = {"failed"} if options.retry_failed else set()
     skip = {triple for triple, status in store.completed_keys(name).items() if status not in rerun}
     plan = checked.strategy.plan(PlanContext(
-        options.root, name, checked.seeds, absolute(options.data), checked.storage_url,
-        checked.budget, skip))
+        options.root, name, checked.seeds if seeds is None else seeds, absolute(options.data),
+        checked.storage_url, checked.budget, skip, only))
     saved_space = store.read_file(name, SPACE_FILE)
     check_saved_space(name, saved_space, space)
     store.catalog.register(name, space.name, space.source_text, space.space_hash, plan.total,
                            hash_now=space_hash)
-    _say(*checked.notices)
+    if not quiet:
+        _say(*checked.notices)
     if saved_space is None:
         store.write_file(name, SPACE_FILE, space.source_text)
     # Paths in the sweep folder are relative to it (`resume` resolves them under the root it
@@ -111,34 +136,25 @@ def _plan(options: SweepOptions, checked: Checked, store: ParquetStore) -> Trial
     # from another folder finds it.
     saved = saved_values(options) | {
         "space": SPACE_FILE, "data": absolute(options.data),
-        "storage": without_password(options.storage)}
+        "storage": without_password(options.storage), COMPLETEP_KEY: COMPLETEP_RULE}
     store.write_file(name, OPTIONS_FILE, json.dumps(saved, indent=2, sort_keys=True))
     return plan
 
 
-def _fit(options: SweepOptions, checked: Checked, plan: TrialPlan, store: ParquetStore,
+def _fit(options: SweepOptions, checked: Checked, plans: Iterator[TrialPlan], store: ParquetStore,
          console: Console | None) -> tuple[str, int]:
-    """Run the plan's trials in one `Tuner.fit`, each filed as it ends, then merge the
-    sweep's results; returns how the sweep ended (also its catalog status) and how many
-    trials were filed."""
+    """Run each plan's trials in one `Tuner.fit` (a fixed sweep has one; an adaptive sweep's
+    rounds are asked for in turn, all in the one Ray started here), each trial filed as it
+    ends, then merge the sweep's results; returns how the sweep ended (also its catalog
+    status) and how many trials were filed."""
     name, catalog = checked.name, store.catalog
     started_ray, session_dir = init_ray(options.address, ray_storage(options.root, name) / SESSION_RECORD,
                                         then=f"to resume: {resume_command(name, options.root)}")
-    status = "failed"
+    status, written = "failed", 0
     try:  # from here on, an interrupt stops the Ray just started
-        grid = plan.param_space.get("spec")  # a grid's trials are known now: `tune.grid_search(specs)`
-        progress = SweepProgress(total=plan.launches, console=console, enabled=options.progress,
-                                 budget=checked.budget,
-                                 planned=grid.get("grid_search") if isinstance(grid, dict) else None)
-        writer = ResultsWriter(store, name, checked.data_hash, progress)
-        if isinstance(checked.scheduler, PairedASHA):  # the noise-aware ASHA: each candidate's seeds
-            record_decisions(checked.scheduler, store, name)
-            checked.scheduler.expect(plan.specs)
-        fit = tuner(options, checked, plan, run_config(options, name, [writer, progress]),
-                    state_api=session_dir is None)  # our local Ray runs no dashboard
-        catalog.set_status(name, "running")
-        with progress, terminate_as_interrupt(), ray_compat.no_callback_census():
-            fit.fit()
+        for plan in plans:
+            if plan.launches:
+                written += _fit_one(options, checked, plan, store, console, session_dir)
         status = "finished"
     except KeyboardInterrupt:
         status = "interrupted"
@@ -146,7 +162,27 @@ def _fit(options: SweepOptions, checked: Checked, plan: TrialPlan, store: Parque
     finally:
         catalog.set_status(name, status)
         _stop(started_ray, session_dir, options.root, store, name)
-    return status, len(writer.written)
+    return status, written
+
+
+def _fit_one(options: SweepOptions, checked: Checked, plan: TrialPlan, store: ParquetStore,
+             console: Console | None, session_dir: str | None) -> int:
+    """One `Tuner.fit` of the plan's trials; returns how many trials were filed."""
+    name = checked.name
+    grid = plan.param_space.get("spec")  # a grid's trials are known now: `tune.grid_search(specs)`
+    progress = SweepProgress(total=plan.launches, console=console, enabled=options.progress,
+                             budget=checked.budget,
+                             planned=grid.get("grid_search") if isinstance(grid, dict) else None)
+    writer = ResultsWriter(store, name, checked.data_hash, progress)
+    if isinstance(checked.scheduler, PairedASHA):  # the noise-aware ASHA: each candidate's seeds
+        record_decisions(checked.scheduler, store, name)
+        checked.scheduler.expect(plan.specs)
+    fit = tuner(options, checked, plan, run_config(options, name, [writer, progress]),
+                state_api=session_dir is None)  # our local Ray runs no dashboard
+    store.catalog.set_status(name, "running")
+    with progress, terminate_as_interrupt(), ray_compat.no_callback_census():
+        fit.fit()
+    return len(writer.written)
 
 
 def _stop(started_ray: bool, session_dir: str | None, root: str, store: ParquetStore, name: str) -> None:

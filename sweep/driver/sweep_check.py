@@ -14,6 +14,7 @@ from shapesweep.families import base as families
 from shapesweep.results.catalog import default_catalog_url
 from shapesweep.results.layout import validate_sweep_name
 from shapesweep.search_spaces.cadence import cooldown_line, evaluation_line, sweep_budgets
+from shapesweep.search_spaces.seeds import AdaptiveSeeds, options_seeds, seed_pool
 from shapesweep.search_spaces.solver import Candidate
 from shapesweep.search_spaces.space import (
     SearchSpace,
@@ -24,6 +25,7 @@ from shapesweep.search_spaces.space import (
 from shapesweep.sweep.cli.sweep_options import SweepOptions
 from shapesweep.sweep.driver.packing import check_memory
 from shapesweep.sweep.driver.ray_session import check_address
+from shapesweep.sweep.driver.rounds import Adaptive, adaptive_design
 from shapesweep.sweep.driver.trackers import check_trackers
 from shapesweep.sweep.search.paired_asha import PairedASHA
 from shapesweep.sweep.search.scheduling import Choice, choose
@@ -52,6 +54,7 @@ class Checked:
     notices: list[str]
     data_hash: str
     budget: int | None  # the trials' one token budget; None when recipes differ (no ASHA)
+    adaptive: Adaptive | None = None  # measure seeds as a range: the rounds' design (sweep/driver/rounds.py)
 
 
 def check_sweep(options: SweepOptions) -> tuple[SweepOptions, Checked]:
@@ -60,10 +63,14 @@ def check_sweep(options: SweepOptions) -> tuple[SweepOptions, Checked]:
     check_trackers(options.log_to)
     space = load_space(options.space)  # an unreadable file is one line (safe_yaml)
     name = validate_sweep_name(options.name or space.name)
-    seeds = check_seeds_option(options.seeds or space.fixed_seeds())
-    given = seeds if options.seeds else None
+    measure = options_seeds(options.seeds) or space.seeds
+    seeds = (list(range(measure.min)) if isinstance(measure, AdaptiveSeeds)  # round 1's
+             else check_seeds_option(measure))
+    given = seed_pool(measure) if options.seeds else None
     check_sweep_trials(space, seeds=given)  # before the solver, one candidate per variant
     strategy = strategy_for(options, space)
+    adaptive = (adaptive_design(measure, space, strategy.candidates, options.search, options.scheduler,
+                                options.min_effect) if isinstance(measure, AdaptiveSeeds) else None)
     if strategy.candidates is not None:
         check_sweep_trials(space, len(strategy.candidates), given)
     _check_data_parallel(options, space, strategy.candidates)
@@ -74,7 +81,7 @@ def check_sweep(options: SweepOptions) -> tuple[SweepOptions, Checked]:
              cooldown_line(space, strategy.candidates, choice.rungs)]
     data_hash, data_notices = data_hash_for(space, strategy.candidates, absolute(options.data))
     # after the checks of what cannot run at all: what can run, but ends without a verdict
-    refuse_without_verdict(seed_verdict(space, len(seeds), len(strategy.candidates or ()),
+    refuse_without_verdict(seed_verdict(space, len(given or seed_pool(measure)), len(strategy.candidates or ()),
                                         options.search, options), options, options.space)
     # makes a local root (a dry run only checks that it would have a catalog)
     storage_url = options.storage or _catalog_url(options.root, options.dry_run)
@@ -84,7 +91,7 @@ def check_sweep(options: SweepOptions) -> tuple[SweepOptions, Checked]:
         check_address(options.address)  # last: what the space and flags can refuse comes first
     return options, Checked(name, space, strategy, storage_url, seeds, scheduler, choice.rungs,
                             [*strategy.notices, *filter(None, lines), *data_notices],
-                            data_hash, budget)
+                            data_hash, budget, adaptive)
 
 
 def _catalog_url(root: str, dry_run: bool) -> str:

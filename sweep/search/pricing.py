@@ -18,6 +18,12 @@ from dataclasses import dataclass
 
 from shapesweep.common import UserError, did_you_mean
 from shapesweep.families import base as families
+from shapesweep.results.sequential import (
+    DEFAULT_MIN_EFFECT,
+    Design,
+    check_min_effect,
+    expected_seeds,
+)
 from shapesweep.search_spaces.accounting import account
 from shapesweep.search_spaces.cadence import (
     at_steps,
@@ -28,8 +34,12 @@ from shapesweep.search_spaces.cadence import (
     token_budget,
     total_steps,
 )
+from shapesweep.search_spaces.seeds import AdaptiveSeeds
+from shapesweep.search_spaces.solver import Candidate
+from shapesweep.search_spaces.space import BASELINE_VARIANT
 from shapesweep.sweep.cli.option_groups import (  # `--gpu KIND`: the flag's declaration
     DEFAULT_GPU,
+    DEFAULT_SEED_SD,
     GPU_KINDS,
 )
 from shapesweep.trainers import gpu_figures
@@ -184,3 +194,50 @@ def short_price(prices: list[CandidatePrice], device: Device) -> str:
     gpu_h = sum(p.gpu_s for p in prices) / 3600
     money = f", {gpu_h * device.price:,.2f}" if device.price is not None else ""
     return f"{sum(p.trials for p in prices)} trials, {gpu_h:,.1f} GPU-hours on {device.name}{money}"
+
+
+def adaptive_line(at_min: list[CandidatePrice], at_max: list[CandidatePrice], baseline: int,
+                  expected: dict[str, tuple[float, float]], seeds: tuple[int, int], device: Device) -> str:
+    """`plan`'s price of adaptive seeds {min, max}: the most it costs (every candidate on max
+    seeds, the table's figures) and what it is expected to cost under each assumption of
+    `expected` (its words -> mean seeds of a compared candidate and of the baseline, from
+    `shapesweep.results.sequential.expected_seeds`): each candidate's price on min seeds
+    plus a measure seed's price for every seed past min."""
+    low, high = seeds
+
+    def cost(candidate: float, base: float) -> tuple[float, float]:
+        trials = gpu_s = 0.0
+        for i, (a, b) in enumerate(zip(at_min, at_max, strict=True)):
+            extra = (base if i == baseline else candidate) - low
+            step = (b.gpu_s - a.gpu_s) / (high - low) if high > low else 0.0
+            trials += a.trials + extra
+            gpu_s += a.gpu_s + extra * step
+        return trials, gpu_s / 3600
+
+    most = (sum(p.trials for p in at_max), sum(p.gpu_s for p in at_max) / 3600)
+    parts = [f"{t:,.0f} trials, {h:,.1f} GPU-hours {why}"
+             for why, (t, h) in ((why, cost(*pair)) for why, pair in expected.items())]
+    return (f"adaptive seeds {low}-{high}: at most {most[0]} trials, {most[1]:,.1f} GPU-hours on "
+            f"{device.name} (every candidate on {high} seeds: the figures above); expected "
+            + "; ".join(parts))
+
+
+def adaptive_price(candidates: list[Candidate], at_min: list[CandidatePrice], at_max: list[CandidatePrice],
+                   seeds: AdaptiveSeeds, device: Device, min_effect: float | None,
+                   seed_sd: float | None) -> str:
+    """`plan`'s line for adaptive seeds: the largest price and the expected one, simulated
+    (`expected_seeds`) with every effect at `min_effect` and with none, at `seed_sd` (each
+    the stated default when not given), saying so."""
+    effect = check_min_effect(min_effect) if min_effect is not None else DEFAULT_MIN_EFFECT
+    sd = seed_sd or DEFAULT_SEED_SD
+    bases = [i for i, c in enumerate(candidates) if c.variant == BASELINE_VARIANT]
+    if len(bases) != 1 or len(candidates) < 2:
+        return (f"adaptive seeds {seeds.min}-{seeds.max}: no one baseline with a candidate to compare "
+                "(`run` refuses it); at most the figures above")
+    design, m = Design(seeds.min, seeds.max, effect), len(candidates) - 1
+    expected = {f"if every effect is {effect:g}": expected_seeds(design, m, effect, sd),
+                "if none differs": expected_seeds(design, m, 0.0, sd)}
+    where = (f"(simulated, docs/statistics.md: {m} comparisons, a paired seed sd of {sd:g}"
+             f"{'' if seed_sd else ' (the default)'}, --min-effect {effect:g}"
+             f"{'' if min_effect else ' (the default)'})")
+    return f"{adaptive_line(at_min, at_max, bases[0], expected, (seeds.min, seeds.max), device)} {where}"

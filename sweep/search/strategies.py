@@ -24,6 +24,7 @@ from shapesweep.common import UserError
 if TYPE_CHECKING:  # types only: this module is imported for --help, the space's YAML reader is not
     import optuna
 
+    from shapesweep.search_spaces.seeds import AdaptiveSeeds
     from shapesweep.search_spaces.space import SearchSpace
     from shapesweep.sweep.cli.sweep_options import SweepOptions
 
@@ -72,6 +73,7 @@ class PlanContext:
     storage_url: str  # the catalog's database (Optuna's storage too)
     budget: int | None  # the trials' one token budget; None when recipes differ
     skip: set[tuple[str, str, int]]  # (key, tuned_json, seed) of trials not to run again
+    only: set[str] | None = None  # the candidate keys this run plans (an adaptive round's); None: all
 
 
 class SearchStrategy:
@@ -105,27 +107,36 @@ class GridStrategy(SearchStrategy):
                                   ("--sampler", "a sampler", options.sampler)):
             if value:
                 raise UserError(f"{what} needs --search optuna", key=flag)
+        measure = _pool(options.seeds) or _pool(space.seeds)
         if space.choice_seeds and options.seeds:
-            check_disjoint_seeds(space.choice_seeds, options.seeds, key="--seeds")
+            check_disjoint_seeds(space.choice_seeds, measure, key="--seeds")
         solved = plan(space)
         self.candidates = solved.candidates
         self.notices = [f"{space.name}: {solved.counts_line()}", *solved.dropped_lines(),
-                        *tuning_lines(space, options.seeds or space.seeds)]
+                        *tuning_lines(space, measure)]
 
     def plan(self, context: PlanContext) -> TrialPlan:
         from ray import tune
 
         from shapesweep.sweep.search.trials import GridVariants, grid_specs
 
+        candidates = [c for c in self.candidates or [] if context.only is None or c.key in context.only]
         if self.space.choice_seeds:  # the chosen value's measure trials wait for its choice trials
             from shapesweep.sweep.search.choice import choice_plan
 
-            searcher, total, launches = choice_plan(self.space, self.candidates or [], context)
+            searcher, total, launches = choice_plan(self.space, candidates, context)
             return TrialPlan({}, max(launches, 1), searcher, total, launches)
-        specs, total = grid_specs(self.space, self.candidates or [], context.seeds, context.data,
-                                  context.skip)
+        specs, total = grid_specs(self.space, candidates, context.seeds, context.data, context.skip)
         variants = GridVariants(max_concurrent=self.options.max_concurrent or 0)
         return TrialPlan({"spec": tune.grid_search(specs)}, 1, variants, total, len(specs), specs)
+
+
+def _pool(seeds: list[int] | dict[str, int] | AdaptiveSeeds | None) -> list[int]:
+    """Every seed that may measure: a list, or an adaptive range's 0..max-1 (`--seeds` keeps
+    one as {"min", "max"}); [] for none (no pydantic here: this module serves --help)."""
+    if isinstance(seeds, dict):
+        return list(range(seeds["max"]))
+    return list(seeds) if isinstance(seeds, list) else seeds.pool() if seeds is not None else []
 
 
 def tuning_lines(space: SearchSpace, seeds: list[int]) -> list[str]:

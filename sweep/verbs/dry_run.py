@@ -27,7 +27,9 @@ def dry_run(options: SweepOptions) -> int:
     for line in checked.notices:
         print(printable(line), flush=True)
     if options.search == "grid":
-        plan(plan_args(options, checked.seeds))
+        adaptive = checked.adaptive  # priced as its range: the most and the expected
+        plan(plan_args(options, checked.seeds if adaptive is None else
+                       {"min": adaptive.design.min_seeds, "max": adaptive.design.max_seeds}))
     else:
         print(f"price: an {options.search} search picks its trials as it runs "
               f"(--num-samples {options.num_samples}); `shapesweep plan` prices the space's grid")
@@ -49,7 +51,7 @@ def card_memory(options: SweepOptions) -> str | None:
     return None if has_gpu() else GPU_KINDS[DEFAULT_GPU][1]
 
 
-def plan_args(options: SweepOptions, seeds: list[int]) -> PlanArgs:
+def plan_args(options: SweepOptions, seeds: list[int] | dict[str, int]) -> PlanArgs:
     """`plan`'s arguments for the sweep as it would run: its space, seeds, device and price."""
     gpus = options.gpus_per_trial
     return PlanArgs(

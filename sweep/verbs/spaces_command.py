@@ -12,12 +12,20 @@ from shapesweep.common import UserError, printable, terminal_console, write_csv
 from shapesweep.search_spaces.cadence import cooldown_line, evaluation_line, token_budget
 from shapesweep.search_spaces.solver import candidate_document
 from shapesweep.search_spaces.solver import plan as solve
-from shapesweep.search_spaces.space import check_sweep_trials, list_builtin, load_space
+from shapesweep.search_spaces.space import (
+    AdaptiveSeeds,
+    check_sweep_trials,
+    list_builtin,
+    load_space,
+    options_seeds,
+    seed_pool,
+)
 from shapesweep.sweep.cli.option_groups import has_gpu
 from shapesweep.sweep.cli.sweep_options import parse_seeds
 from shapesweep.sweep.cli.verb_table import PlanArgs, SpacesArgs
 from shapesweep.sweep.search.pricing import (
     Device,
+    adaptive_price,
     device_from,
     price_sweep,
     short_price,
@@ -146,11 +154,13 @@ def plan(args: PlanArgs) -> int:
     flags = cast("argparse.Namespace", args)  # pricing and verdict read `plan`'s fields by name
     gpus = device_from(flags)  # bad flags refused before the solve
     device = planned_device(args, gpus)
-    seeds = parse_seeds(args.seeds)
+    given = options_seeds(parse_seeds(args.seeds))
     space = load_space(args.space)
+    measured = given or space.seeds
     result = solve(space, seq_len=args.seq_len)
+    seeds = seed_pool(given) if given else None
     check_sweep_trials(space, len(result.candidates), seeds)
-    measure = len(seeds or space.fixed_seeds("priced by plan"))
+    measure = len(seed_pool(measured))  # an adaptive range: priced at its max, then expected
     verdict = seed_verdict(space, measure, len(result.candidates), "grid", flags)
     rows = [c.to_row() for c in result.candidates]
     for row, candidate in zip(rows, result.candidates, strict=True):
@@ -185,6 +195,10 @@ def plan(args: PlanArgs) -> int:
                               _compile_line(decisions),
                               *total_lines(prices, gpus, args.gpus_per_trial or 1.0),
                               verdict_line(verdict, short_price(prices, gpus), needed)) if line]
+    if isinstance(measured, AdaptiveSeeds):  # its expected price, and where the figure comes from
+        at_min = price_sweep(space, result.candidates, decisions, gpus, measured.min, choice.rungs)
+        cost.append(adaptive_price(result.candidates, at_min, prices, measured, gpus, args.min_effect,
+                                   args.seed_sd))
     if args.format != "table":  # stdout holds only the data; the summary goes to stderr
         print(*map(printable, (result.counts_line(), *result.dropped_lines(), trials, memory, *cost)),
               sep="\n", file=sys.stderr)

@@ -18,7 +18,7 @@ from shapesweep.results.fragments import FragmentCache
 from shapesweep.results.live import live_sweeps, load_live
 from shapesweep.results.parquet_store import ParquetStore
 from shapesweep.results.roles import with_seed_roles
-from shapesweep.results.summary import adjustment_line, exploratory_line, seeds_line
+from shapesweep.results.summary import adaptive_lines, adjustment_line, exploratory_line, seeds_line
 from shapesweep.results.sweep_folders import unknown_sweep
 from shapesweep.results.tuned_view import per_tuned_document
 from shapesweep.sweep.cli.verb_table import StatusArgs
@@ -144,6 +144,8 @@ def _print_candidates(args: StatusArgs, document: dict, console: Console) -> Non
     for note in (adjustment_line(document), exploratory_line(document)):
         if note:
             console.print(note, highlight=False, markup=False)  # wrapped at the width, between words
+    for line in adaptive_lines(document):  # seeds per candidate, the look and why it stopped
+        console.print(line, highlight=False, markup=False)
     if eval_noise_line(document):
         console.print(eval_noise_line(document), soft_wrap=True)
     console.print(fidelity_line(document), soft_wrap=True)

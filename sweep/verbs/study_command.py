@@ -16,6 +16,7 @@ import torch
 
 from shapesweep.common import UserError, terminal_console
 from shapesweep.results.parquet_store import ParquetStore
+from shapesweep.results.study_lr import is_lr_fit, read_lr_study, write_lr_report
 from shapesweep.results.study_report import write_report
 from shapesweep.results.study_spec import STUDY_FILE, Study, read_study, study_names
 from shapesweep.search_spaces.safe_yaml import read_yaml
@@ -35,10 +36,17 @@ def study(args: StudyArgs) -> int:
     if args.name is None:
         raise UserError(f"study {args.action} needs the study's NAME (studies: "
                         f"{', '.join(study_names(studies)) or 'none'})", key="NAME")
-    found = read_study(studies, args.name)  # every check, before any work
-    if args.action == "run":
-        return _run(found, args)
-    path, complete = write_report(found)
+    if is_lr_fit(studies, args.name):  # its trials are committed stores: reported, never run
+        lr_study = read_lr_study(studies, args.name)
+        if args.action == "run":
+            raise UserError("an lr-fit study reads committed stores and runs nothing: "
+                            f"shapesweep study report {args.name}", file=str(lr_study.folder / STUDY_FILE))
+        path, complete = write_lr_report(lr_study)
+    else:
+        found = read_study(studies, args.name)  # every check, before any work
+        if args.action == "run":
+            return _run(found, args)
+        path, complete = write_report(found)
     verdict = "decision stated" if complete else "data incomplete: missing trials listed, no decision"
     print(f"wrote {studies / path} ({verdict})")
     return 0
@@ -103,7 +111,7 @@ def _command(found: Study, name: str, resume: bool, args: StudyArgs) -> SweepOpt
         argv = ["resume", name, "--root", root]
     else:
         argv = ["run", found.sweeps[name], "--name", name, "--root", root,
-                "--seeds", ",".join(map(str, found.seeds))]
+                "--seeds", found.run_seeds(name)]
         if found.machine.get("device_name") == "cpu":
             argv += ["--gpus-per-trial", "0"]
     if args.max_concurrent is not None:
