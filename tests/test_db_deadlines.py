@@ -158,7 +158,7 @@ def test_the_default_timeout_is_the_documented_one(monkeypatch):
 
 
 def test_an_object_store_root_that_never_answers_is_one_line_in_its_timeout(silent, monkeypatch):
-    from shapesweep.sweep.cli.store_args import check_store_answers
+    from shapesweep.sweep.verbs.store_access import check_store_answers
 
     monkeypatch.setenv(DB_TIMEOUT_ENV, "1.5")
     root = f"s3://bucket/x?endpoint_override=127.0.0.1:{silent.port}&scheme=http&region=us-east-1"

@@ -15,8 +15,9 @@ from sweep_helpers import write_space
 from shapesweep.common import UserError
 from shapesweep.results.store import sweep_dir
 from shapesweep.sweep.cli import main as cli
-from shapesweep.sweep.cli.options import add_flags, flagged, option, parsed, resumed
+from shapesweep.sweep.cli.options import add_flags, arguments, flagged, option, parsed, resumed
 from shapesweep.sweep.cli.sweep_options import SweepOptions
+from shapesweep.sweep.cli.verb_table import ResumeArgs
 from shapesweep.sweep.driver.runner import OPTIONS_FILE, load_options
 from shapesweep.sweep.verbs.run_command import resume, run
 
@@ -55,7 +56,7 @@ def test_a_declared_range_refuses_a_bad_value_naming_its_flag(tmp_path):
     args = parser_for("run").parse_args(
         [str(write_space(tmp_path)), "--root", str(root), "--dummy-rate", "-1"])
     with pytest.raises(UserError) as refused:
-        run(args, WithDummy)
+        run(arguments(WithDummy, args))
     assert str(refused.value) == "--dummy-rate: must be 0 or more"
     assert not root.exists()
 
@@ -125,12 +126,12 @@ def test_a_declared_option_is_saved_for_resume_unless_declared_unsaved(local_ray
     args = parser_for("run").parse_args(
         [str(space), "--root", str(root), "--no-progress", "--dummy-rate", "0.25",
          "--dummy-note", "hello"])
-    assert run(args, WithDummy) == 0
+    assert run(arguments(WithDummy, args)) == 0
     name = "tiny-depths"
     saved = json.loads((Path(sweep_dir(str(root), name)) / OPTIONS_FILE).read_text())
     assert saved["dummy_rate"] == 0.25 and "dummy_note" not in saved and "root" not in saved
     assert load_options(str(root), name, WithDummy).dummy_rate == 0.25
     args = parser_for("resume").parse_args([name, "--root", str(root), "--no-progress"])
-    assert resume(args, WithDummy) == 0  # nothing left to run; the options file written again
+    assert resume(arguments(ResumeArgs, args), WithDummy) == 0  # nothing left to run; the options file written again
     saved = json.loads((Path(sweep_dir(str(root), name)) / OPTIONS_FILE).read_text())
     assert saved["dummy_rate"] == 0.25

@@ -13,12 +13,11 @@ from sweep_helpers import write_space
 def test_the_driver_checks_and_sets_up_a_sweep_without_importing_torch(tmp_path):
     space = write_space(tmp_path)
     code = (
-        "import argparse, sys\n"
+        "import sys\n"
         "from shapesweep.sweep.driver import runner, sweep_check, tune_setup\n"
         "from shapesweep.sweep.verbs import run_command\n"
-        "run_command._check_resources(argparse.Namespace(workers_per_trial=1, cpus_per_trial=1.0,\n"
-        "                                             gpus_per_trial=0.0, address=None,\n"
-        "                                             parallel='ddp'))\n"
+        "run_command._check_resources(runner.SweepOptions(space='x', workers_per_trial=1,\n"
+        "                                                 cpus_per_trial=1.0, gpus_per_trial=0.0))\n"
         f"options, checked = sweep_check.check_sweep(runner.SweepOptions(space={str(space)!r},\n"
         f"                                                     root={str(tmp_path / 'sweeps')!r}))\n"
         "tune_setup.run_config(options, checked.name, [])\n"

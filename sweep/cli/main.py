@@ -18,7 +18,8 @@ import threading
 from typing import NoReturn
 
 from shapesweep.common import UserError, did_you_mean, printable
-from shapesweep.sweep.cli.options import add_flags, checked
+from shapesweep.sweep.cli.options import add_flags, arguments
+from shapesweep.sweep.cli.store_args import check_store_args
 from shapesweep.sweep.cli.verb_table import VERBS, Verb
 
 __all__ = ["VERBS", "Verb", "build_parser", "entry", "main", "parse"]
@@ -87,12 +88,13 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def parse(argv: list[str]) -> argparse.Namespace:
+def parse(argv: list[str]) -> object:
     """`argv` parsed (argparse exits 2 on a flag the verb does not take), then every value
-    read and checked against its declaration (a UserError names the flag): what the verb
-    is given. Nothing is run or written."""
-    args = build_parser().parse_args(argv)
-    return checked(VERBS[args.verb].arguments, args)
+    read and checked against its declaration (a UserError names the flag): the verb's
+    arguments dataclass (`VERBS[verb].arguments`), what the verb is given. Nothing is run
+    or written."""
+    parsed = build_parser().parse_args(argv)
+    return arguments(VERBS[parsed.verb].arguments, parsed)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -101,23 +103,23 @@ def main(argv: list[str] | None = None) -> int:
         print(f"shapesweep: error: unknown verb {argv[0]!r} ({did_you_mean(argv[0], VERBS)}verbs: "
               f"{', '.join(VERBS)})", file=sys.stderr)
         return 2
-    args = build_parser().parse_args(argv)
-    from shapesweep.sweep.cli.store_args import check_store_args
-    from shapesweep.sweep.driver.ray_session import terminate_as_interrupt  # once a verb runs
+    parsed = build_parser().parse_args(argv)
+    # Lazy: the driver's signal handling imports Ray, which `--help` and a refused flag never pay.
+    from shapesweep.sweep.driver.ray_session import terminate_as_interrupt
 
     try:
         with terminate_as_interrupt():  # SIGTERM, SIGHUP: as Ctrl-C, from the verb's start
-            args = checked(VERBS[args.verb].arguments, args)  # every flag, before any work
+            verb = VERBS[parsed.verb]
+            args: object = arguments(verb.arguments, parsed)  # every flag, read and checked, before any work
             check_store_args(args)  # --root and --storage, for every verb that has them
-            verb = VERBS[args.verb]
-            run = getattr(importlib.import_module(verb.module), verb.function)
+            run = getattr(importlib.import_module(verb.module), verb.function)  # the verb table's laziness
             return int(run(args) or 0)
     except UserError as error:  # its text may hold what the user wrote: escaped, one line
-        print(f"shapesweep {args.verb}: error: {printable(error, one_line=True)}", file=sys.stderr)
+        print(f"shapesweep {parsed.verb}: error: {printable(error, one_line=True)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         with contextlib.suppress(OSError):  # SIGHUP: the terminal may be gone
-            print(f"shapesweep {args.verb}: interrupted", file=sys.stderr)
+            print(f"shapesweep {parsed.verb}: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:  # the reader has gone (`| head`): what it read is what it wanted
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

@@ -15,6 +15,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from shapesweep.sweep.cli.options import option, whole_count
 from shapesweep.sweep.search.strategies import SAMPLERS, STRATEGIES
@@ -22,6 +23,7 @@ from shapesweep.sweep.search.strategies import SAMPLERS, STRATEGIES
 SCHEDULERS = ("auto", "asha", "fifo")  # sweep/search/scheduling.py: what each runs
 
 PARALLEL = ("ddp", "fsdp")  # how N > 1 workers share a model (shapesweep.trainers.loop.train)
+Parallel = Literal["ddp", "fsdp"]  # PARALLEL's type (shapesweep.trainers.spec.Parallel)
 OBJECTIVES = ("params_non_embedding", "flops_per_token")  # --multi-objective's second objective
 MAX_SEED = 2**32 - 1  # numpy and torch take seeds 0 <= seed < 2**32
 # `--gpu KIND` -> (the device name PEAK_TFLOPS knows its dense bf16 peak by, its memory: what
@@ -72,10 +74,8 @@ def seeds_list(text: str | list[int] | dict[str, int] | None) -> list[int] | dic
     """`N` (seeds 0..N-1), or seeds and inclusive ranges `0,3,7` / `0-2`, each valid and given
     once, or an adaptive range `min=A,max=B` kept as {"min": A, "max": B}
     (`search_spaces.seeds.parse_measure_seeds`)."""
-    from shapesweep.search_spaces.seeds import (  # at check time only
-        option_value,
-        parse_measure_seeds,
-    )
+    # Lazy: at check time only; pydantic and numpy would cost `--help` seconds.
+    from shapesweep.search_spaces.seeds import option_value, parse_measure_seeds
 
     if text is None or isinstance(text, list | dict):
         return text

@@ -14,15 +14,21 @@ Light on purpose (no Ray, no torch, no numpy): `--help` builds its parsers from 
 from __future__ import annotations
 
 import argparse
+import copy
 import dataclasses
 import math
 import types
 import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict, TypeVar, Unpack
 
 from shapesweep.common import UserError
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+Arguments = TypeVar("Arguments")  # a verb's arguments dataclass
 
 
 @dataclass(frozen=True)
@@ -45,11 +51,29 @@ class Flag:
     saved: bool = True  # written to the sweep's options file
 
 
-def option(default: Any, *names: str, **flag: Any) -> Any:
+class FlagSettings(TypedDict, total=False):
+    """`Flag`'s settings but its names: what `option(...)` takes after them."""
+
+    help: str | None
+    choices: tuple[Any, ...] | None
+    at_least: float | None
+    above: float | None
+    at_most: float | None
+    infinite: bool
+    metavar: str | None
+    nargs: str | None
+    const: object
+    read: Callable[[Any], Any] | None
+    cli_default: Callable[[], Any] | None
+    resume: bool
+    saved: bool
+
+
+def option(default: object, *names: str, **flag: Unpack[FlagSettings]) -> Any:
     """A dataclass field with its flag; `default` is dataclasses.MISSING for a required one."""
     metadata = {"flag": Flag(names, **flag)}
     if isinstance(default, list | dict):
-        return dataclasses.field(default_factory=lambda: type(default)(default), metadata=metadata)
+        return dataclasses.field(default_factory=lambda: copy.copy(default), metadata=metadata)
     return dataclasses.field(default=default, metadata=metadata)
 
 
@@ -97,7 +121,7 @@ def default_of(f: dataclasses.Field) -> Any:
     return f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
 
 
-def _argparse_settings(f: dataclasses.Field, flag: Flag, hint: Any) -> dict[str, Any]:
+def _argparse_settings(f: dataclasses.Field, flag: Flag, hint: object) -> dict[str, Any]:
     settings: dict[str, Any] = {"help": flag.help}
     for key in ("choices", "metavar", "nargs", "const"):
         if getattr(flag, key) is not None:
@@ -121,7 +145,7 @@ def _argparse_settings(f: dataclasses.Field, flag: Flag, hint: Any) -> dict[str,
     return settings  # numbers arrive as text, read by `checked` (one line, not argparse's usage)
 
 
-def value_type(hint: Any) -> Any:
+def value_type(hint: object) -> object:
     """X of `X | None`."""
     if isinstance(hint, types.UnionType):
         return next(arg for arg in typing.get_args(hint) if arg is not type(None))
@@ -176,14 +200,16 @@ def parsed(model: type, args: argparse.Namespace, which: Callable[[Flag], bool] 
     return values
 
 
-def checked(model: type, args: argparse.Namespace) -> argparse.Namespace:
-    """`args` with every option of `model` read and checked: what a verb is given."""
-    return argparse.Namespace(**{**vars(args), **parsed(model, args)})
+def arguments(model: type[Arguments], args: argparse.Namespace) -> Arguments:
+    """`model` built from parsed arguments, every option read and checked (one line naming
+    its flag): what a verb is given."""
+    return model(**parsed(model, args))
 
 
 def whole_count(value: str | int | None) -> int | None:
     """A positive whole count from its text: `2M`, `50_000`, `1e6` (None: not given)."""
-    from shapesweep.families.base import parse_count  # at check time only: numpy and pydantic
+    # Lazy: at check time only; pydantic and numpy would cost `--help` seconds.
+    from shapesweep.families.base import parse_count
 
     if value is None or isinstance(value, int) and not isinstance(value, bool):
         return value
@@ -193,7 +219,7 @@ def whole_count(value: str | int | None) -> int | None:
     return read
 
 
-def saved_values(options: Any) -> dict[str, Any]:
+def saved_values(options: DataclassInstance) -> dict[str, Any]:
     """The options a sweep's options file keeps: every field but those declared unsaved."""
     return {f.name: value for f, value in zip(dataclasses.fields(options),
                                               dataclasses.asdict(options).values(), strict=True)

@@ -1,9 +1,9 @@
 """The results root and catalog every verb that reads or writes sweeps shares: `--root` and
-`--storage`, and the catalog they name (a reader never creates one)."""
+`--storage`, declared and checked before a verb runs (the catalog they name is opened by
+shapesweep.sweep.verbs.store_access). Light on purpose: `--help` is built from here."""
 
 from __future__ import annotations
 
-import argparse
 from dataclasses import dataclass
 
 from shapesweep.common import DEFAULT_ROOT, UserError
@@ -22,28 +22,6 @@ class StoreOptions:
                                  "(default sqlite:///ROOT/shapesweep.db)")
 
 
-def catalog(args: argparse.Namespace):
-    """The catalog `--storage` names, or the root's own (an object-store root needs
-    `--storage`, refused first)."""
-    from shapesweep.results.catalog import Catalog, default_catalog_url
-
-    url = args.storage or default_catalog_url(args.root)
-    check_store_answers(args.root)
-    return Catalog(url)
-
-
-def read_catalog(args: argparse.Namespace):
-    """The catalog for a reader: None where the default one does not exist yet (a reader
-    never creates a folder or a database)."""
-    from shapesweep.results.parquet_store import ParquetStore
-
-    if args.storage is None:
-        check_store_answers(args.root)
-        if not ParquetStore(args.root).has_own_catalog():
-            return None
-    return catalog(args)
-
-
 # URL schemes pyarrow opens as a results root (`pyarrow.fs.FileSystem.from_uri`)
 ROOT_SCHEMES = ("file", "local", "s3", "gs", "gcs", "hdfs", "viewfs", "abfs", "abfss")
 # SQLAlchemy's PostgreSQL drivers, each with the module it imports and how to install it
@@ -58,7 +36,7 @@ DBAPI_PACKAGES = {"MySQLdb": "mysqlclient", "pymysql": "PyMySQL", "mysql": "mysq
                   "asyncpg": "asyncpg", "aiosqlite": "aiosqlite", "mariadb": "mariadb", "pg8000": "pg8000"}
 
 
-def check_store_args(args: argparse.Namespace) -> None:
+def check_store_args(args: object) -> None:
     """A verb's `--root` and `--storage` checked before it starts (the CLI calls this for
     every verb that has them): an unknown root scheme is one line, not pyarrow's error, and a
     PostgreSQL URL without a driver gets the one that is installed."""
@@ -67,7 +45,7 @@ def check_store_args(args: argparse.Namespace) -> None:
         check_root(root)
     storage = getattr(args, "storage", None)
     if isinstance(storage, str):
-        args.storage = with_installed_driver(storage)
+        setattr(args, "storage", with_installed_driver(storage))  # noqa: B010 - any verb's arguments
 
 
 def check_root(root: str) -> str:
@@ -78,20 +56,6 @@ def check_root(root: str) -> str:
                         f"folder or a URL: {', '.join(s + '://' for s in ROOT_SCHEMES)})",
                         key="--root")
     return root
-
-
-def check_store_answers(root: str) -> None:
-    """An object-store root whose store does not answer (no network, a refused endpoint, one
-    that never replies within `db_timeout_s()`) is one line, not pyarrow's traceback from the
-    first read (`store.probe`) nor a wait for ever."""
-    from shapesweep.results.deadlines import answered, db_timeout_s
-    from shapesweep.results.store import probe
-
-    try:
-        answered(lambda: probe(root), root, db_timeout_s(), what="the object store", key="--root")
-    except (OSError, ValueError) as error:  # pyarrow's ArrowInvalid is a ValueError
-        reason = (str(error).strip() or type(error).__name__).splitlines()[0]
-        raise UserError(f"cannot open the results root {root!r}: {reason}", key="--root") from None
 
 
 def with_installed_driver(url: str) -> str:

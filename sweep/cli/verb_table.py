@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import MISSING, dataclass
 
 from shapesweep.sweep.cli.option_groups import (
+    Parallel,
     PlanPriceOptions,
     ReportOptions,
     ResourceOptions,
@@ -86,7 +87,7 @@ class TrainArgs:
     workers: int = option(1, "--workers", at_least=1,
                           help="train data parallel on N Ray Train workers, each on its slice of "
                                "every step's batch (same result as 1; default 1: no Ray)")
-    parallel: str = same_as(TrainerOptions, "parallel")
+    parallel: Parallel = same_as(TrainerOptions, "parallel")
     gpus_per_trial: float | None = same_as(ResourceOptions, "gpus_per_trial")
     address: str | None = same_as(ResourceOptions, "address")
 

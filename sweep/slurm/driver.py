@@ -15,7 +15,7 @@ from typing import NoReturn
 from shapesweep.common import UserError
 from shapesweep.results.store import read_sweep_file
 from shapesweep.search_spaces.space import load_space
-from shapesweep.sweep.cli.options import Flag, add_flags, checked
+from shapesweep.sweep.cli.options import Flag, add_flags, arguments
 from shapesweep.sweep.cli.sweep_options import SweepOptions
 from shapesweep.sweep.slurm import step_main
 
@@ -41,7 +41,7 @@ def sweep_command(argv: list[str], restarts: int) -> list[str]:
     """The `shapesweep` arguments for this start of the job (its `--address` and
     `--no-progress` the script adds)."""
     parser = run_parser()
-    args = checked(SweepOptions, parser.parse_args(argv))  # bad options: one line, before Ray starts
+    args = arguments(SweepOptions, parser.parse_args(argv))  # bad options: one line, before Ray starts
     name = args.name or load_space(args.space).name  # a bad space: refused before Ray starts
     if restarts <= 0:
         return ["run", *argv]
@@ -50,7 +50,7 @@ def sweep_command(argv: list[str], restarts: int) -> list[str]:
     return ["resume", name, *resume_options(args, parser)]
 
 
-def resume_options(args: argparse.Namespace, parser: argparse.ArgumentParser) -> list[str]:
+def resume_options(args: SweepOptions, parser: argparse.ArgumentParser) -> list[str]:
     """The options `resume` takes that `args` gives other than their defaults, as given."""
     given: list[str] = []
     for field in dataclasses.fields(SweepOptions):

@@ -7,8 +7,13 @@ a second `demo` finishes what is missing instead of repeating work.
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
+
+from shapesweep.common import UserError, command_name, terminal_console
+from shapesweep.results.parquet_store import ParquetStore
+from shapesweep.search_spaces.space import load_space
+from shapesweep.sweep.cli.main import main as shapesweep
+from shapesweep.sweep.cli.verb_table import DemoArgs
 
 # The built-in demo space (`--space`, sweep/cli/verb_table.py DEMO_SPACE): width vs depth at one budget, conventional and hourglass FFNs
 # against the conventional baseline, each shape's lr chosen on one seed and measured on 3
@@ -23,12 +28,8 @@ def first_hour(exe: str, root: Path, name: str) -> list[str]:
             f"{exe} train best/01-*.yaml"]
 
 
-def demo(args: argparse.Namespace) -> int:
-    from shapesweep.common import UserError, command_name, terminal_console
-    from shapesweep.results.parquet_store import ParquetStore
-    from shapesweep.search_spaces.space import load_space
-    from shapesweep.sweep.cli.main import main as shapesweep
-
+def demo(args: DemoArgs) -> int:
+    """Run, status, dashboard and export of the demo space, each as the public verb."""
     console = terminal_console()
     name = load_space(args.space).name  # bad input stops here, before anything is written
     root, store = Path(args.root), ParquetStore(args.root)

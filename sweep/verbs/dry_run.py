@@ -9,13 +9,13 @@ Nothing is written (no results root, no catalog) and Ray never starts: a cluster
 
 from __future__ import annotations
 
-import argparse
 import sys
 from dataclasses import replace
 
 from shapesweep.common import printable
 from shapesweep.sweep.cli.option_groups import DEFAULT_GPU, GPU_KINDS, has_gpu
 from shapesweep.sweep.cli.sweep_options import SweepOptions
+from shapesweep.sweep.cli.verb_table import PlanArgs
 from shapesweep.sweep.driver.sweep_check import check_sweep
 from shapesweep.sweep.verbs.spaces_command import plan
 
@@ -51,10 +51,10 @@ def card_memory(options: SweepOptions) -> str | None:
     return None if has_gpu() else GPU_KINDS[DEFAULT_GPU][1]
 
 
-def plan_args(options: SweepOptions, seeds: list[int] | dict[str, int]) -> argparse.Namespace:
+def plan_args(options: SweepOptions, seeds: list[int] | dict[str, int]) -> PlanArgs:
     """`plan`'s arguments for the sweep as it would run: its space, seeds, device and price."""
     gpus = options.gpus_per_trial
-    return argparse.Namespace(
+    return PlanArgs(
         space=options.space, format="table", seq_len=None, out=None,
         device="cuda" if gpus else "cpu", gpu_memory=options.gpu_memory if gpus else None,
         gpus_per_trial=min(gpus, 1.0) if gpus else None, seeds=seeds, gpu=options.gpu,

@@ -4,23 +4,43 @@
 
 from __future__ import annotations
 
-import argparse
 import importlib
 import json
 import os
 import re
+import shutil
 import sys
+from collections.abc import Set as AbstractSet
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import yaml
 from pydantic import BaseModel
 
 from shapesweep.common import UserError, check_output, make_folder, pid_alive
 from shapesweep.common import plain as _clean
 from shapesweep.families.base import of
-from shapesweep.sweep.cli.store_args import read_catalog
-from shapesweep.sweep.cli.verb_table import SWEEP_WEIGHTS  # a bare `export --weights`
+from shapesweep.results.roles import with_seed_roles
+from shapesweep.results.schema import TRIAL_COLUMNS
+from shapesweep.results.stats import (
+    HIGHER_IS_BETTER,
+    ROLE_COLUMN,
+    canonical_tuned_column,
+    tuned_stats,
+)
+from shapesweep.results.store import list_sweeps, load_trials, read_sweep_json, unknown_sweep
+from shapesweep.search_spaces.configs import TrainConfig, config_key, make_config, train_document
+from shapesweep.search_spaces.safe_yaml import parse_yaml
+from shapesweep.search_spaces.solver import METRIC_COLUMN
+from shapesweep.search_spaces.space import parse_space
+from shapesweep.sweep.cli.verb_table import (  # SWEEP_WEIGHTS: a bare `export --weights`
+    SWEEP_WEIGHTS,
+    ExportArgs,
+)
+from shapesweep.sweep.driver.ray_session import ray_storage
+from shapesweep.sweep.verbs.store_access import read_catalog
+from shapesweep.trainers.data import is_pretokenized
 
 FOLDER_FORMATS = {"hf": "shapesweep.trainers.hf_export", "litgpt": "shapesweep.trainers.litgpt_export",
                   "torch": "shapesweep.trainers.torch_export"}
@@ -32,10 +52,6 @@ EXPORT_METRICS = ("val_loss", "best_val_loss", "val_ppl", "train_loss", "psnr", 
 
 def _budget_groups(trials, record) -> Any:
     """Each trial's budget target: the budget column over (1 + budget_error), 3 digits."""
-    from shapesweep.search_spaces.safe_yaml import parse_yaml
-    from shapesweep.search_spaces.solver import METRIC_COLUMN
-    from shapesweep.search_spaces.space import parse_space
-
     where = f"catalog sweep {record.name}"
     space = parse_space(parse_yaml(record.space_yaml, where), text=record.space_yaml, file=where)
     column = METRIC_COLUMN[space.budget.target_metric]
@@ -43,14 +59,7 @@ def _budget_groups(trials, record) -> Any:
     return target.map(lambda t: float(f"{t:.3g}"))
 
 
-def export(args: argparse.Namespace) -> int:
-    import yaml
-
-    from shapesweep.results.roles import with_seed_roles
-    from shapesweep.results.schema import TRIAL_COLUMNS
-    from shapesweep.results.store import load_trials
-    from shapesweep.search_spaces.configs import train_document
-
+def export(args: ExportArgs) -> int:
     if args.top < 1:
         raise UserError("must be at least 1", key="--top")
     if args.weights and args.format not in FOLDER_FORMATS:
@@ -64,8 +73,6 @@ def export(args: argparse.Namespace) -> int:
     previous = _previous_export(out, args.force)
     trials = load_trials(args.root, [args.name])
     if trials.empty:
-        from shapesweep.results.store import list_sweeps, unknown_sweep
-
         if args.name not in list_sweeps(args.root):
             raise unknown_sweep(args.name, args.root)
         raise UserError(f"sweep {args.name!r} under {args.root} has no trials yet", key="name")
@@ -135,7 +142,8 @@ LEFT_OVER = re.compile(r"\..+\.(\d+)\.(tmp|old)")  # what an export killed midwa
 def _file_name(row: dict) -> str:
     """An exported config's name after its rank: its variant (`01-baseline.yaml`), else its
     family; the rank keeps two of one variant apart. The key stays in its provenance."""
-    name = row.get("variant") if isinstance(row.get("variant"), str) else ""
+    variant = row.get("variant")
+    name = variant if isinstance(variant, str) else ""
     return re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-.") or row["family"]
 
 
@@ -180,7 +188,7 @@ def remove_dead_leftovers(out: Path) -> list[str]:
     return removed
 
 
-def _replace_previous(out: Path, written: list[Path], previous: set[str]) -> None:
+def _replace_previous(out: Path, written: list[Path], previous: AbstractSet[str]) -> None:
     """Once the new files are in place: remove what the earlier export wrote that this one did
     not overwrite, and record what this one wrote."""
     import shutil
@@ -201,13 +209,6 @@ def _seed_means(trials, metric: str, include_stopped: bool = False):
     chosen tuned value, measure seeds only, none stopped unless `include_stopped` ranks
     stopped trials as if they had ended), best first: the export metrics are means over its
     measure seeds, `std` and `n` those of `metric`."""
-    from shapesweep.results.stats import (
-        HIGHER_IS_BETTER,
-        ROLE_COLUMN,
-        canonical_tuned_column,
-        tuned_stats,
-    )
-
     trials = trials[trials["status"] != "failed"]
     finished = trials.assign(status="completed") if include_stopped else trials
     chosen = tuned_stats(finished, metric)
@@ -222,11 +223,10 @@ def _seed_means(trials, metric: str, include_stopped: bool = False):
     return chosen.sort_values("mean", ascending=metric not in HIGHER_IS_BETTER)
 
 
-def _typed(document: dict[str, Any]):
+def _typed(document: dict[str, object]) -> tuple[BaseModel, TrainConfig]:
     """(model config, TrainConfig) of an exported document (written by the sweep: valid)."""
-    from shapesweep.search_spaces.configs import TrainConfig, make_config
-
     model = document["model"]
+    assert isinstance(model, dict), "an exported document's model is a mapping"
     config = make_config({**model, "family": document.get("family") or model.get("family")})
     return config, TrainConfig.model_validate(document.get("train") or {})
 
@@ -235,8 +235,8 @@ def _weight_folders(root: str, name: str, documents: list[tuple[str, dict]],
                     folders: list[str]) -> list[str]:
     """`--weights` folders, a bare `--weights` standing for the last checkpoint of each
     exported config's trial (`run --keep-checkpoints` keeps it)."""
+    # Lazy: the checkpoints' Tune callback imports Ray, which an export without them never needs.
     from shapesweep.sweep.driver.checkpoints import latest
-    from shapesweep.sweep.driver.ray_session import ray_storage
 
     if SWEEP_WEIGHTS not in folders:
         return folders
@@ -266,8 +266,7 @@ def family_exporter(config: BaseModel, fmt: str) -> ModuleType:
 def _weights(configs: dict[str, tuple], folders: list[str],
              writers: dict[str, ModuleType]) -> dict[str, tuple]:
     """Each `--weights` folder's (train recipe, state dict), by the key of its exported config."""
-    from shapesweep.search_spaces.configs import config_key
-    from shapesweep.trainers import checkpoint
+    from shapesweep.trainers import checkpoint  # lazy: torch, which only weights need
 
     found: dict[str, tuple] = {}
     for folder in folders:
@@ -285,18 +284,14 @@ def _weights(configs: dict[str, tuple], folders: list[str],
     return found
 
 
-def _tokenizer_source(args: argparse.Namespace) -> tuple[str | None] | None:
+def _tokenizer_source(args: ExportArgs) -> tuple[str | None] | None:
     """The tokenizer an hf export carries: (`--tokenizer`,), (None,) for bytes when the sweep
     read bytes (the built-in corpus or text), or None (with a notice) when it trained on
     token files whose tokenizer shapesweep never saw."""
-
-    from shapesweep.results.store import read_sweep_json
-    from shapesweep.trainers.data import is_pretokenized
-
     if args.tokenizer is not None:
         return (args.tokenizer,)
     options = read_sweep_json(args.root, args.name, "sweep.json", dict)  # runner.OPTIONS_FILE
-    data = options.get("data") if options else None
+    data = options.get("data") if isinstance(options, dict) else None  # a dict, or None
     if data and is_pretokenized(data):
         print(f"export: sweep {args.name!r} trained on token files ({data}); no tokenizer "
               "written (--tokenizer JSON adds the one they were made with)", file=sys.stderr)
@@ -305,17 +300,11 @@ def _tokenizer_source(args: argparse.Namespace) -> tuple[str | None] | None:
 
 
 def _export_folders(documents: list[tuple[str, dict]], out: Path, weight_folders: list[str],
-                    exporter, previous: set[str] = frozenset(),
+                    exporter, previous: AbstractSet[str] = frozenset(),
                     tokenizer_source: tuple[str | None] | None = None) -> int:
     """One folder per config (`exporter.write_folder`, and the tokenizer when
     `tokenizer_source` names one: (path,) or (None,) for bytes); every check runs before
     anything is written; what an earlier export wrote there (`previous`) is replaced."""
-    import shutil
-
-    import yaml
-
-    from shapesweep.search_spaces.configs import config_key
-
     exporter.require()
     fmt = next(f for f, module in FOLDER_FORMATS.items() if module == exporter.__name__)
     configs, writers = {}, {}
@@ -334,7 +323,8 @@ def _export_folders(documents: list[tuple[str, dict]], out: Path, weight_folders
     if tokenizer_source is not None:
         tokenizer = exporter.read_tokenizer(tokenizer_source[0])
         for _, _, config, _ in configs.values():
-            exporter.check_vocab(tokenizer, config.vocab_size, tokenizer_source[0])
+            vocab = config.model_dump()["vocab_size"]  # every LM family's config has one
+            exporter.check_vocab(tokenizer, vocab, tokenizer_source[0])
 
     make_folder(out, "--out")  # /proc/self/x: refused only here, before any file
     remove_dead_leftovers(out)

@@ -1,29 +1,27 @@
 """`shapesweep run SPACE` and `shapesweep resume NAME`: a sweep from its space (or its saved
 options), the resources it asks for checked before Ray starts.
 
-Ray, pandas and the runner are imported inside the verbs, so `--help` stays fast.
+The verb table imports this module only when one of its verbs runs (`--help` never does).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import replace
-from typing import TYPE_CHECKING
 
 from shapesweep.common import UserError, resume_command, terminal_console
-from shapesweep.sweep.cli.options import parsed, resumed
+from shapesweep.results.parquet_store import ParquetStore
+from shapesweep.search_spaces.space import load_space
+from shapesweep.sweep.cli.options import flagged, resumed
 from shapesweep.sweep.cli.sweep_options import SweepOptions
-
-if TYPE_CHECKING:
-    from shapesweep.sweep.driver.runner import SweepOutcome
-
-
-
+from shapesweep.sweep.cli.verb_table import ResumeArgs
+from shapesweep.sweep.driver.runner import SweepOutcome, run_sweep
+from shapesweep.sweep.driver.sweep_files import OPTIONS_FILE, load_options
+from shapesweep.sweep.verbs.dry_run import dry_run
 
 EXIT_FAILED_TRIALS = 1  # the sweep ran, and some of its trials failed (2 is bad input, refused)
 
@@ -31,8 +29,6 @@ EXIT_FAILED_TRIALS = 1  # the sweep ran, and some of its trials failed (2 is bad
 def _report(outcome: SweepOutcome, root: str) -> int:
     """The sweep's one-line summary; the exit code: 0 when every trial completed or was
     stopped by the scheduler, EXIT_FAILED_TRIALS when the sweep holds failed ones."""
-    from shapesweep.results.parquet_store import ParquetStore  # pyarrow: not for --help
-
     c = outcome.counts
     # soft_wrap: one line even in a log (rich wraps at 80 columns off a terminal)
     terminal_console(soft_wrap=True).print(
@@ -42,15 +38,19 @@ def _report(outcome: SweepOutcome, root: str) -> int:
     return EXIT_FAILED_TRIALS if c["failed"] else 0
 
 
-def run(args: argparse.Namespace, model: type[SweepOptions] = SweepOptions) -> int:
-    options = model(**parsed(model, args))  # each option checked against its declaration
+def run(options: SweepOptions) -> int:
+    """`shapesweep run`: `options` (each checked against its declaration) checked together,
+    then the sweep, or for `--dry-run` its plan and price."""
     _check_cluster(options)
     if options.dry_run:  # the checks, the plan and its price: no driver
         return dry_run(options)
-    from shapesweep.sweep.driver.runner import run_sweep  # Ray: not for --help
+    return _sweep(options, options.name, options.root)
 
-    with _resume_hint(options.name, options.space, options.root):
-        return _report(run_sweep(options), options.root)
+
+def _sweep(options: SweepOptions, name: str | None, root: str) -> int:
+    """The sweep, then its one-line summary; the exit code."""
+    with _resume_hint(name, options.space, root):
+        return _report(run_sweep(options), root)
 
 
 @contextmanager
@@ -60,10 +60,6 @@ def _resume_hint(name: str | None, space: str, root: str) -> Iterator[None]:
     try:
         yield
     except KeyboardInterrupt:
-        from shapesweep.results.parquet_store import ParquetStore  # pyarrow: not for --help
-        from shapesweep.search_spaces.space import load_space
-        from shapesweep.sweep.driver.sweep_files import OPTIONS_FILE
-
         name = name or load_space(space).name  # it loaded before: the sweep started
         if ParquetStore(root).read_file(name, OPTIONS_FILE) is not None:
             with suppress(OSError):  # SIGHUP: the terminal may be gone
@@ -111,14 +107,6 @@ def check_gpus(workers: int, per_worker: float, gpus: int) -> None:
                         key="--workers-per-trial" if workers > 1 else "--gpus-per-trial")
 
 
-def dry_run(options: SweepOptions) -> int:
-    """`run --dry-run` (and `resume --dry-run`): every check that needs no cluster, then the
-    plan and its price as `plan` prints them; nothing is written and Ray never starts."""
-    from shapesweep.sweep.verbs.dry_run import dry_run as checked_plan  # the checks: not for --help
-
-    return checked_plan(options)
-
-
 def check_placement(workers: int, cpus: tuple[str, float], gpus: tuple[str, float],
                     address: str | None, workers_flag: str) -> None:
     """Refuse `workers` of (flag, CPUs) and (flag, GPUs) each that the local cluster (this
@@ -157,9 +145,6 @@ def _local_gpus() -> int:
 def _judged(root: str, name: str) -> bool:
     """Whether the sweep's options file says whether it was started with --no-verdict (one
     from before the verdict check has no such key: it resumes as it was started)."""
-    from shapesweep.results.parquet_store import ParquetStore  # pyarrow: not for --help
-    from shapesweep.sweep.driver.sweep_files import OPTIONS_FILE
-
     text = ParquetStore(root).read_file(name, OPTIONS_FILE)
     try:
         return "no_verdict" in json.loads(text or "{}")
@@ -167,10 +152,11 @@ def _judged(root: str, name: str) -> bool:
         return True  # load_options has read it
 
 
-def resume(args: argparse.Namespace, model: type[SweepOptions] = SweepOptions) -> int:
-    from shapesweep.sweep.driver.runner import load_options, run_sweep  # Ray: not for --help
-
-    given = {key: value for key, value in parsed(model, args, resumed).items() if value is not None}
+def resume(args: ResumeArgs, model: type[SweepOptions] = SweepOptions) -> int:
+    """`shapesweep resume`: the sweep's saved options (as `model`, a sweep's options), the
+    ones `args` gives over them."""
+    given = {f.name: getattr(args, f.name) for f, _ in flagged(model, resumed)
+             if getattr(args, f.name, None) is not None}
     options = replace(load_options(args.root, args.name, model), **given)
     if not _judged(args.root, args.name):  # started before `run` refused a sweep without a verdict
         options = replace(options, no_verdict=True)
@@ -178,5 +164,4 @@ def resume(args: argparse.Namespace, model: type[SweepOptions] = SweepOptions) -
         _check_cluster(options)
         return dry_run(options)
     _check_priced(options)
-    with _resume_hint(args.name, options.space, args.root):
-        return _report(run_sweep(options), args.root)
+    return _sweep(options, args.name, args.root)

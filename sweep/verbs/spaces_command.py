@@ -3,12 +3,50 @@ sweep layer, as `plan` says which scheduler `run` would pick)."""
 
 from __future__ import annotations
 
-import argparse
 import json
+import os
 import sys
+from typing import TYPE_CHECKING, cast
 
 from shapesweep.common import UserError, printable, terminal_console, write_csv
+from shapesweep.search_spaces.cadence import cooldown_line, evaluation_line, token_budget
+from shapesweep.search_spaces.solver import candidate_document
+from shapesweep.search_spaces.solver import plan as solve
+from shapesweep.search_spaces.space import (
+    AdaptiveSeeds,
+    check_sweep_trials,
+    list_builtin,
+    load_space,
+    options_seeds,
+    seed_pool,
+)
 from shapesweep.sweep.cli.option_groups import has_gpu
+from shapesweep.sweep.cli.sweep_options import parse_seeds
+from shapesweep.sweep.cli.verb_table import PlanArgs, SpacesArgs
+from shapesweep.sweep.search.pricing import (
+    Device,
+    adaptive_price,
+    device_from,
+    price_sweep,
+    short_price,
+    total_lines,
+)
+from shapesweep.sweep.search.scheduling import choose
+from shapesweep.sweep.search.verdict import seed_verdict, verdict_line
+from shapesweep.trainers.compile_policy import decide
+from shapesweep.trainers.memory import (
+    MARGIN,
+    chosen,
+    device_bytes,
+    estimate,
+    fits,
+    parse_size,
+    size,
+)
+
+if TYPE_CHECKING:
+    import argparse
+
 
 TABLE_COLUMNS = ("variant", "key", "family", "d_model", "n_layers", "n_heads", "d_h", "k", "ffn_ratio",
                  "width_depth_ratio", "params_non_embedding", "params_total", "flops_per_token",
@@ -22,7 +60,7 @@ DROP_FIRST = ("trials", "n_heads", "avg_layer_width", "key", "params_total", "fl
               "cost", "gpu_hours")  # the price per candidate last: its totals print below the table
 
 
-def spaces(args: argparse.Namespace) -> int:
+def spaces(args: SpacesArgs) -> int:
     records = [_space_record(name, description, args.fast) for name, description in _builtin()]
     if args.format == "json":
         print(json.dumps(records, indent=2))
@@ -32,16 +70,11 @@ def spaces(args: argparse.Namespace) -> int:
 
 
 def _builtin() -> list[tuple[str, str]]:
-    from shapesweep.search_spaces.space import list_builtin
-
     return list_builtin()
 
 
 def _space_record(name: str, description: str, fast: bool) -> dict:
     """A built-in space as `spaces --format json` prints it: candidates solved unless `fast`."""
-    from shapesweep.search_spaces.solver import plan
-    from shapesweep.search_spaces.space import load_space
-
     space = load_space(name)
     record = {"name": name, "families": space.families,
               "budget": space.budget.model_dump(mode="json", exclude_none=True),
@@ -49,7 +82,7 @@ def _space_record(name: str, description: str, fast: bool) -> dict:
               "error": None, "description": description}
     if not fast:
         try:
-            record["candidates"] = plan(space).counts["unique"]
+            record["candidates"] = solve(space).counts["unique"]
         except UserError as error:
             record["error"] = error.problem
     return record
@@ -62,7 +95,6 @@ def _spaces_table(records: list[dict], wide: bool, fast: bool) -> None:
     from rich.markup import escape
     from rich.table import Table
 
-    from shapesweep.search_spaces.space import load_space
 
     console = terminal_console()  # a pipe: rows whole (shapesweep.common.PIPED_WIDTH)
     rows = []
@@ -117,28 +149,10 @@ def _short(value: float) -> str:
     return f"{value:.4g}"
 
 
-def plan(args: argparse.Namespace) -> int:
-    from shapesweep.search_spaces.cadence import cooldown_line, evaluation_line
-    from shapesweep.search_spaces.solver import plan as solve
-    from shapesweep.search_spaces.space import (
-        AdaptiveSeeds,
-        check_sweep_trials,
-        load_space,
-        options_seeds,
-        seed_pool,
-    )
-    from shapesweep.sweep.cli.sweep_options import parse_seeds
-    from shapesweep.sweep.search.pricing import (
-        adaptive_price,
-        device_from,
-        price_sweep,
-        short_price,
-        total_lines,
-    )
-    from shapesweep.sweep.search.scheduling import choose
-    from shapesweep.sweep.search.verdict import seed_verdict, verdict_line
-
-    gpus = device_from(args)  # bad flags refused before the solve
+def plan(args: PlanArgs) -> int:
+    """`shapesweep plan SPACE`: the space solved, each candidate's memory and price, the verdict."""
+    flags = cast("argparse.Namespace", args)  # pricing and verdict read `plan`'s fields by name
+    gpus = device_from(flags)  # bad flags refused before the solve
     device = planned_device(args, gpus)
     given = options_seeds(parse_seeds(args.seeds))
     space = load_space(args.space)
@@ -147,7 +161,7 @@ def plan(args: argparse.Namespace) -> int:
     seeds = seed_pool(given) if given else None
     check_sweep_trials(space, len(result.candidates), seeds)
     measure = len(seed_pool(measured))  # an adaptive range: priced at its max, then expected
-    verdict = seed_verdict(space, measure, len(result.candidates), "grid", args)
+    verdict = seed_verdict(space, measure, len(result.candidates), "grid", flags)
     rows = [c.to_row() for c in result.candidates]
     for row, candidate in zip(rows, result.candidates, strict=True):
         row.update(_memory_fields(candidate.config, space.train_for(candidate=candidate), device))
@@ -179,7 +193,7 @@ def plan(args: argparse.Namespace) -> int:
     cost = [line for line in (choice.line, evaluation_line(space, result.candidates, choice.rungs),
                               cooldown_line(space, result.candidates, choice.rungs),
                               _compile_line(decisions),
-                              *total_lines(prices, gpus, args.gpus_per_trial),
+                              *total_lines(prices, gpus, args.gpus_per_trial or 1.0),
                               verdict_line(verdict, short_price(prices, gpus), needed)) if line]
     if isinstance(measured, AdaptiveSeeds):  # its expected price, and where the figure comes from
         at_min = price_sweep(space, result.candidates, decisions, gpus, measured.min, choice.rungs)
@@ -196,8 +210,6 @@ def plan(args: argparse.Namespace) -> int:
 def _compile_decisions(space, candidates, gpus) -> list:
     """Whether each candidate's trial compiles on a GPU (`train.compile`; `auto` weighs its
     expected training time against its compile, `shapesweep.trainers.compile_policy`)."""
-    from shapesweep.search_spaces.cadence import token_budget
-    from shapesweep.trainers.compile_policy import decide
 
     decisions = []
     for candidate in candidates:
@@ -218,11 +230,10 @@ def _compile_line(decisions: list) -> str | None:
             "on CPU auto runs eagerly")
 
 
-def planned_device(args: argparse.Namespace, gpus=None) -> tuple[str, int]:
+def planned_device(args: PlanArgs, gpus: Device) -> tuple[str, int]:
     """(device type, bytes a trial may use there) as `plan`'s flags describe them: --device
     (default: cuda where this machine has a GPU or --gpu names one), --gpu-memory (default:
     --gpu's card, this machine's GPU, or its RAM) times --gpus-per-trial."""
-    from shapesweep.trainers.memory import parse_size
 
     share = 1.0 if args.gpus_per_trial is None else args.gpus_per_trial  # a GPU a trial on cuda
     if not 0 < share <= 1:  # a trial of several GPUs is data parallel: each worker's share
@@ -241,7 +252,6 @@ def planned_device(args: argparse.Namespace, gpus=None) -> tuple[str, int]:
         if not _has_gpu():
             raise UserError("this machine has no GPU: give the card's memory with --gpu-memory "
                             "SIZE (e.g. 80GiB)", key="--device")
-        from shapesweep.trainers.memory import device_bytes
 
         given = device_bytes("cuda")
     return device, int(share * given)
@@ -253,15 +263,12 @@ def _has_gpu() -> bool:
 
 
 def _ram() -> int:
-    import os
-
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
 def _memory_fields(config, train, device: tuple[str, int]) -> dict:
     """A candidate's micro-batch on `device` (the recipe's, or what fits) and its predicted
     peak there (shapesweep.trainers.memory)."""
-    from shapesweep.trainers.memory import chosen, estimate
 
     kind, have = device
     micro = chosen(config, train, kind, lambda: have)
@@ -271,8 +278,6 @@ def _memory_fields(config, train, device: tuple[str, int]) -> dict:
 
 def _memory_line(rows: list[dict], device: tuple[str, int]) -> str:
     """One line: the planned micro-batches and peaks against what a trial may use."""
-    from shapesweep.trainers.memory import MARGIN, fits, size
-
     kind, have = device
     micros = sorted({r["micro_batch_size"] for r in rows})
     peak = max(r["memory_peak_bytes"] for r in rows)
@@ -295,13 +300,11 @@ def _trials_line(space, n_candidates: int, seeds: int) -> str:
 
 def _write_candidates(out: str, space, candidates) -> None:
     """Write every candidate document into `out` at once: a temp folder, then renames."""
-    import os
     import tempfile
     from pathlib import Path
 
     import yaml
 
-    from shapesweep.search_spaces.solver import candidate_document
 
     target = Path(out)
     target.mkdir(parents=True, exist_ok=True)

@@ -2,15 +2,16 @@
 trials (a table, or `--format json|csv` for programs).
 
 The verb's arguments and their checks live here; what it shows is gathered by
-`status_document`, rendered by `status_view` and printed by `status_report`, imported when the
-verb runs (pandas, rich and scipy stay out of `shapesweep --help`).
+`status_document`, rendered by `status_view` and printed by `status_report` (the verb table
+imports this module only when the verb runs: pandas, rich and scipy stay out of `--help`).
 """
 
 from __future__ import annotations
 
-import argparse
-
 from shapesweep.common import UserError
+from shapesweep.results.multiplicity import check_method
+from shapesweep.sweep.cli.verb_table import StatusArgs
+from shapesweep.sweep.verbs.status_report import show
 
 STATUS_FORMATS = ("table", "json", "csv")
 
@@ -23,7 +24,7 @@ STATUS_METRICS = ("val_loss", "best_val_loss", "val_ppl", "train_loss", "train_l
 PER_VIEWS = ("tuned",)
 
 
-def check_status_args(args: argparse.Namespace) -> None:
+def check_status_args(args: StatusArgs) -> None:
     if args.format not in STATUS_FORMATS:
         raise UserError(f"{args.format!r} is not one of {', '.join(STATUS_FORMATS)}", key="--format")
     if args.metric not in STATUS_METRICS:
@@ -37,15 +38,11 @@ def check_status_args(args: argparse.Namespace) -> None:
     if args.top < 1:
         raise UserError(f"must be at least 1 (--all lists every trial), not {args.top}", key="--top")
     if args.adjust is not None:
-        from shapesweep.results.multiplicity import check_method  # scipy: not for --help
-
         check_method(args.adjust)
         if args.name is None:
             raise UserError("needs one sweep NAME", key="--adjust")
 
 
-def status(args: argparse.Namespace) -> int:
+def status(args: StatusArgs) -> int:
     check_status_args(args)
-    from shapesweep.sweep.verbs.status_report import show  # pandas, rich: not for --help
-
     return show(args)

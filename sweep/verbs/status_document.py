@@ -4,7 +4,6 @@ the catalog. `status_view` renders them; nothing here prints."""
 
 from __future__ import annotations
 
-import argparse
 import json
 from collections import Counter
 from collections.abc import Callable, Mapping
@@ -26,6 +25,7 @@ from shapesweep.results.stats import (
     rank_fidelity,
     stable_fraction,
 )
+from shapesweep.sweep.cli.verb_table import StatusArgs
 from shapesweep.sweep.driver.sweep_files import DECISIONS_FILE, OPTIONS_FILE
 
 if TYPE_CHECKING:
@@ -57,24 +57,31 @@ def _reduction_factor(store: ResultsStore, name: str) -> float | None:
     return factor
 
 
-def status_document(args: argparse.Namespace, store: ResultsStore, trials: pd.DataFrame,
+def sweep_name(args: StatusArgs) -> str:
+    """The one sweep `status NAME` shows (its views run only when NAME is given)."""
+    assert args.name is not None, "one sweep's view needs its NAME"
+    return args.name
+
+
+def status_document(args: StatusArgs, store: ResultsStore, trials: pd.DataFrame,
                     curves: pd.DataFrame, running: pd.DataFrame | None = None) -> dict:
     """The one object `status NAME --format json` prints: every candidate the sweep plans,
     those no trial of which has landed `pending` (`shapesweep.results.planned`)."""
+    name = sweep_name(args)
 
-    planned = planned_candidates(args.root, args.name)
+    planned = planned_candidates(args.root, name)
     variants = set(trials["variant"].dropna()) | (set(planned["variant"].dropna()) if len(planned) else set())
     baseline = args.baseline or "baseline"
     if args.baseline is not None and baseline not in variants:
         known = ", ".join(sorted(variants)) or "none recorded"
-        raise UserError(f"sweep {args.name!r} has no variant {baseline!r} (its variants: {known})",
+        raise UserError(f"sweep {name!r} has no variant {baseline!r} (its variants: {known})",
                         key="--baseline")
     trials = with_seed_roles(trials, args.root)
     check_family(args, trials, baseline)
-    document = complete_comparisons(trials, args.name, args.root, args.metric, baseline, planned, running,
+    document = complete_comparisons(trials, name, args.root, args.metric, baseline, planned, running,
                                     adjust=_adjust(args))
     fidelity = rank_fidelity(trials, curves, args.metric)
-    factor = _reduction_factor(store, args.name)
+    factor = _reduction_factor(store, name)
     return {
         **document,
         **_with_cooldowns(args, store, trials, curves),
@@ -98,16 +105,15 @@ def _machines(trials: pd.DataFrame) -> list[dict]:
     return [{**dict(zip(MACHINE_FIELDS, key, strict=True)), "trials": n} for key, n in order]
 
 
-def _adjust(args: argparse.Namespace) -> str:
+def _adjust(args: StatusArgs) -> str:
+    return args.adjust or DEFAULT_ADJUST
 
-    return getattr(args, "adjust", None) or DEFAULT_ADJUST
 
-
-def check_family(args: argparse.Namespace, trials: pd.DataFrame, baseline: str) -> None:
+def check_family(args: StatusArgs, trials: pd.DataFrame, baseline: str) -> None:
     """An adjustment asked for (`--adjust holm|bh`) over a family of one candidate besides
     the baseline has nothing to adjust: refused, so that no one reads a one-comparison
     verdict as family-wise controlled. The default (no flag) adjusts whatever the family is."""
-    if getattr(args, "adjust", None) in (None, "none") or not (trials["variant"] == baseline).any():
+    if args.adjust in (None, "none") or not (trials["variant"] == baseline).any():
         return
     others = trials.loc[trials["variant"] != baseline, "key"].nunique()
     if others < 2:
@@ -125,10 +131,11 @@ def _fidelity_points(fidelity: pd.DataFrame) -> list[dict]:
             for r in fidelity.itertuples()]
 
 
-def _with_cooldowns(args: argparse.Namespace, store: ResultsStore, trials: pd.DataFrame,
+def _with_cooldowns(args: StatusArgs, store: ResultsStore, trials: pd.DataFrame,
                     curves: pd.DataFrame) -> dict:
     """The cooled evaluations' rank fidelity (when the curves have them for the metric) and
     the noise-aware ASHA's stop decisions (when it ran): `status`'s cooldown part."""
+    name = sweep_name(args)
 
     out: dict[str, object] = {}
     column = cooled_column(args.metric)
@@ -136,7 +143,7 @@ def _with_cooldowns(args: argparse.Namespace, store: ResultsStore, trials: pd.Da
         cooled = cooled_rank_fidelity(trials, curves, args.metric)
         out["rank_fidelity_cooled"] = _fidelity_points(cooled)
         out["rank_fidelity_cooled_stable_fraction"] = stable_fraction(cooled) if len(cooled) else None
-    decisions = store.read_json(args.name, DECISIONS_FILE, list, _decisions_problem)
+    decisions = store.read_json(name, DECISIONS_FILE, list, _decisions_problem)
     if isinstance(decisions, list) and decisions:
         out["asha_stopped"] = [d for d in decisions if d["stop"]]
     return out

@@ -5,7 +5,6 @@ it imports pandas and rich)."""
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from typing import TYPE_CHECKING
@@ -22,8 +21,8 @@ from shapesweep.results.roles import with_seed_roles
 from shapesweep.results.summary import adaptive_lines, adjustment_line, exploratory_line, seeds_line
 from shapesweep.results.sweep_folders import unknown_sweep
 from shapesweep.results.tuned_view import per_tuned_document
-from shapesweep.sweep.cli.store_args import read_catalog
-from shapesweep.sweep.verbs.status_document import status_document, sweep_records
+from shapesweep.sweep.cli.verb_table import StatusArgs
+from shapesweep.sweep.verbs.status_document import status_document, sweep_name, sweep_records
 from shapesweep.sweep.verbs.status_view import (
     asha_line,
     candidates_table,
@@ -38,6 +37,7 @@ from shapesweep.sweep.verbs.status_view import (
     sweeps_table,
     trials_table,
 )
+from shapesweep.sweep.verbs.store_access import read_catalog
 
 if TYPE_CHECKING:
     from shapesweep.results.catalog import (  # SQLAlchemy: only where a catalog is
@@ -46,7 +46,7 @@ if TYPE_CHECKING:
     )
 
 
-def show(args: argparse.Namespace) -> int:
+def show(args: StatusArgs) -> int:
     """`status [NAME]`, its arguments checked (`status_command.check_status_args`)."""
     console = terminal_console(markup=False)  # names and errors from the store: shown as written
     catalog = read_catalog(args)
@@ -56,7 +56,7 @@ def show(args: argparse.Namespace) -> int:
     return _one_sweep(args, records.get(args.name), list(records), console)
 
 
-def _sweeps_list(args: argparse.Namespace, catalog: Catalog | None, records: dict[str, SweepRecord],
+def _sweeps_list(args: StatusArgs, catalog: Catalog | None, records: dict[str, SweepRecord],
                  console: Console) -> int:
     """`status` without a NAME: one line (record) per sweep, its state read from its lease."""
     store = ParquetStore(args.root, args.storage)
@@ -77,17 +77,18 @@ def _sweeps_list(args: argparse.Namespace, catalog: Catalog | None, records: dic
     return 0
 
 
-def _one_sweep(args: argparse.Namespace, record: SweepRecord | None, known: list[str],
+def _one_sweep(args: StatusArgs, record: SweepRecord | None, known: list[str],
                console: Console) -> int:
     """`status NAME` in the asked format."""
+    name = sweep_name(args)
     store = ParquetStore(args.root, args.storage, cache=FragmentCache())  # the curves need the trials again
-    trials = store.load_trials([args.name])
-    running = load_live(args.root, [args.name])[0]
+    trials = store.load_trials([name])
+    running = load_live(args.root, [name])[0]
     if record is None and trials.empty and running.empty:
-        raise unknown_sweep(args.name, args.root, [*known, *live_sweeps(args.root)])
+        raise unknown_sweep(name, args.root, [*known, *live_sweeps(args.root)])
     if args.per == "tuned":
         return _per_tuned(args, trials, console)
-    document = status_document(args, store, trials, store.load_curves([args.name]), running)
+    document = status_document(args, store, trials, store.load_curves([name]), running)
     if args.format == "json":
         print(json.dumps(document, indent=2))
     elif args.format == "csv":
@@ -97,10 +98,11 @@ def _one_sweep(args: argparse.Namespace, record: SweepRecord | None, known: list
     return 0
 
 
-def _print_sweep(args: argparse.Namespace, record: SweepRecord | None, document: dict,
+def _print_sweep(args: StatusArgs, record: SweepRecord | None, document: dict,
                  trials: pd.DataFrame, running: pd.DataFrame, console: Console) -> None:
     """`status NAME`'s table view: the header, the counts, the candidates with their verdicts
     and what stands behind them, the running trials and the trials best first."""
+    name = sweep_name(args)
     if record is not None:
         console.print(Text.assemble(
             (printable(record.name), "bold"),
@@ -117,12 +119,12 @@ def _print_sweep(args: argparse.Namespace, record: SweepRecord | None, document:
     if document["candidates"]:
         _print_candidates(args, document, console)
     if len(running):
-        console.print(running_table(args.name, running))
+        console.print(running_table(name, running))
     if not trials.empty:
-        console.print(trials_table(args.name, trials, len(trials) if args.all else args.top))
+        console.print(trials_table(name, trials, len(trials) if args.all else args.top))
 
 
-def _print_candidates(args: argparse.Namespace, document: dict, console: Console) -> None:
+def _print_candidates(args: StatusArgs, document: dict, console: Console) -> None:
     """The candidates table and the lines under it: seeds, warnings, why no verdict, missing
     seeds, the adjustment, rank fidelity, ASHA's stops."""
     console.print(candidates_table(document, narrow=console.width < 100))
@@ -155,14 +157,15 @@ def _print_candidates(args: argparse.Namespace, document: dict, console: Console
         console.print(asha_line(document), soft_wrap=True)
 
 
-def _per_tuned(args: argparse.Namespace, trials: pd.DataFrame, console: Console) -> int:
+def _per_tuned(args: StatusArgs, trials: pd.DataFrame, console: Console) -> int:
     """`status NAME --per tuned` in the asked format."""
+    name = sweep_name(args)
     variants = set(trials["variant"].dropna())
     if args.baseline is not None and args.baseline not in variants:
         known = ", ".join(sorted(variants)) or "none recorded"
-        raise UserError(f"sweep {args.name!r} has no variant {args.baseline!r} (its variants: {known})",
+        raise UserError(f"sweep {name!r} has no variant {args.baseline!r} (its variants: {known})",
                         key="--baseline")
-    document = per_tuned_document(with_seed_roles(trials, args.root), args.name, args.root, args.metric,
+    document = per_tuned_document(with_seed_roles(trials, args.root), name, args.root, args.metric,
                                   args.baseline or "baseline")
     if args.format == "json":
         print(json.dumps(document, indent=2))
@@ -170,7 +173,7 @@ def _per_tuned(args: argparse.Namespace, trials: pd.DataFrame, console: Console)
         write_csv([{**{k: v for k, v in r.items() if k not in ("tuned", "baseline_tuned")},
                     **{f"tuned.{k}": v for k, v in r["tuned"].items()}} for r in document["rows"]], sys.stdout)
     elif not document["rows"]:
-        console.print(f"{args.name}: no trial has landed yet", highlight=False)
+        console.print(f"{name}: no trial has landed yet", highlight=False)
     else:
         console.print(per_tuned_table(document))
         console.print(seeds_line(document), highlight=False, markup=False)

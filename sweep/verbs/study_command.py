@@ -10,7 +10,6 @@ resumed (`shapesweep resume`), so an interrupted study finishes where it stopped
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 import torch
@@ -23,12 +22,14 @@ from shapesweep.results.study_spec import STUDY_FILE, Study, read_study, study_n
 from shapesweep.search_spaces.safe_yaml import read_yaml
 from shapesweep.sweep.cli.main import parse
 from shapesweep.sweep.cli.store_args import check_store_args
+from shapesweep.sweep.cli.sweep_options import SweepOptions
+from shapesweep.sweep.cli.verb_table import ResumeArgs, StudyArgs
 from shapesweep.sweep.driver.sweep_files import OPTIONS_FILE
 from shapesweep.sweep.verbs import run_command
 from shapesweep.trainers.machine import cpu_model
 
 
-def study(args: argparse.Namespace) -> int:
+def study(args: StudyArgs) -> int:
     studies = Path(args.studies)
     if args.action == "list":
         return _list(studies)
@@ -62,7 +63,7 @@ def _list(studies: Path) -> int:
     return 0
 
 
-def _run(found: Study, args: argparse.Namespace) -> int:
+def _run(found: Study, args: StudyArgs) -> int:
     """Each sweep run (or resumed) in turn; the exit code is the worst of theirs."""
     _check_machine(found)
     root = str(found.store)
@@ -72,12 +73,14 @@ def _run(found: Study, args: argparse.Namespace) -> int:
     _check_unchanged(found, store, held)
     commands = [_command(found, name, name in held, args) for name in found.sweeps]
     code = 0
-    for name, (verb, namespace) in zip(found.sweeps, commands, strict=True):
+    for name, sweep in zip(found.sweeps, commands, strict=True):
+        verb = "resume" if isinstance(sweep, ResumeArgs) else "run"
         terminal_console(soft_wrap=True, stderr=True).print(
             f"study [bold]{found.name}[/]: {verb} sweep {name}")
-        check_store_args(namespace)
+        check_store_args(sweep)
         try:
-            code = max(code, getattr(run_command, verb)(namespace))
+            code = max(code, run_command.resume(sweep) if isinstance(sweep, ResumeArgs)
+                       else run_command.run(sweep))
         finally:  # interrupted too: the sweep's folder exists once it started
             if _has_options(root, name):
                 store.write_file(name, STUDY_FILE, found.text)
@@ -101,7 +104,7 @@ def _has_options(root: str, name: str) -> bool:
     return ParquetStore(root).read_file(name, OPTIONS_FILE) is not None
 
 
-def _command(found: Study, name: str, resume: bool, args: argparse.Namespace) -> tuple[str, argparse.Namespace]:
+def _command(found: Study, name: str, resume: bool, args: StudyArgs) -> SweepOptions | ResumeArgs:
     """The `run` (or `resume`) arguments of one sweep of the study, parsed as the CLI does."""
     root = str(found.store)
     if resume:
@@ -115,7 +118,9 @@ def _command(found: Study, name: str, resume: bool, args: argparse.Namespace) ->
         argv += ["--max-concurrent", str(args.max_concurrent)]
     if not args.progress:
         argv.append("--no-progress")
-    return argv[0], parse(argv)
+    parsed = parse(argv)
+    assert isinstance(parsed, SweepOptions | ResumeArgs)  # the arguments of `run` or `resume`
+    return parsed
 
 
 def _check_machine(found: Study) -> None:

@@ -2,17 +2,28 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import signal
 import sys
 from dataclasses import replace
+from pathlib import Path
 
 from shapesweep.common import UserError, duration, human, is_tty
 from shapesweep.families.base import of
-from shapesweep.sweep.driver.ray_session import check_address
+from shapesweep.search_spaces.candidate_file import load_candidate
+from shapesweep.search_spaces.safe_yaml import read_yaml
+from shapesweep.sweep.cli.verb_table import TrainArgs
+from shapesweep.sweep.driver.ray_session import check_address, init_ray, quiet, stop_ray
 from shapesweep.sweep.verbs.run_command import check_parallel, check_placement
+from shapesweep.trainers import fitting
+from shapesweep.trainers.parallel import (
+    check_compilable,
+    check_shardable,
+    check_split,
+    sequences_per_step,
+)
 from shapesweep.trainers.spec import TrialSpec
+from shapesweep.trainers.threads import free_cores, usable_cores, use_threads
 
 SPACE_KEYS = ("budget", "search", "solve", "variants", "constraints", "seeds")  # only a space has them
 
@@ -68,10 +79,6 @@ def _resume_hint(checkpoint_dir: str | None) -> str:
 
 def refuse_space(path: str) -> None:
     """A search space given where a candidate belongs gets a pointer, not 'd_model: Field required'."""
-    from pathlib import Path
-
-    from shapesweep.search_spaces.safe_yaml import read_yaml
-
     if not Path(path).is_file():
         return  # load_candidate says so
     doc = read_yaml(path)
@@ -102,7 +109,7 @@ def check_device(text: str | None) -> None:
         raise UserError(f"{text!r}: shapesweep trains on cpu, cuda or mps", key="--device")
 
 
-def _check_workers(args: argparse.Namespace) -> dict[str, float]:
+def _check_workers(args: TrainArgs) -> dict[str, float]:
     """Refuse workers that can never run (before any work); their resources ({cpu, gpu})."""
     import torch
 
@@ -121,12 +128,10 @@ def _check_workers(args: argparse.Namespace) -> dict[str, float]:
     return {"cpu": 1.0, "gpu": gpus}
 
 
-def _train_on_workers(args: argparse.Namespace, trial: TrialSpec, resources: dict[str, float]):
+def _train_on_workers(args: TrainArgs, trial: TrialSpec, resources: dict[str, float]):
     """`trial` on `args.workers` Ray Train workers (`shapesweep.sweep.driver.trainable.train_on_workers`)
     of a local Ray, or of `--address`'s cluster; its paths made absolute for the workers."""
-    from pathlib import Path
-
-    from shapesweep.sweep.driver.ray_session import init_ray, quiet, stop_ray
+    # Lazy: the trial process imports Ray Tune and pandas, which a one-process `train` never needs.
     from shapesweep.sweep.driver.trainable import train_on_workers
 
     def absolute(path: str | None) -> str | None:
@@ -153,11 +158,9 @@ def _one_config(configs: list[str]) -> str:
     return configs[0]
 
 
-def _threads(args: argparse.Namespace) -> int | None:
+def _threads(args: TrainArgs) -> int | None:
     """Torch threads for a one-process run: --threads, else the free cores; never more than
     this process may use. None with --workers (each worker uses its own CPU)."""
-    from shapesweep.trainers.threads import free_cores, usable_cores
-
     if args.workers > 1:
         if args.threads is not None:
             raise UserError("with --workers each worker trains on the one CPU it holds",
@@ -171,23 +174,14 @@ def _threads(args: argparse.Namespace) -> int | None:
     return args.threads
 
 
-def train(args: argparse.Namespace) -> int:
-    from shapesweep.search_spaces.candidate_file import load_candidate
-    from shapesweep.trainers import fitting
-    from shapesweep.trainers.parallel import (
-        check_compilable,
-        check_shardable,
-        check_split,
-        sequences_per_step,
-    )
-    from shapesweep.trainers.threads import use_threads
-
-    args.config = _one_config(args.config)
+def train(args: TrainArgs) -> int:
+    """`shapesweep train`: every check first, then one process or `--workers` Ray Train workers."""
+    path = _one_config(args.config)
     check_device(args.device)
     resources = _check_workers(args)
     threads = _threads(args)
-    refuse_space(args.config)
-    config, recipe = load_candidate(args.config)
+    refuse_space(path)
+    config, recipe = load_candidate(path)
     if args.workers > 1 and args.parallel == "fsdp":
         check_shardable(config)
         check_compilable(recipe)
@@ -211,6 +205,7 @@ def train(args: argparse.Namespace) -> int:
     memory = {}  # one process: the micro-batch, the predicted and measured peak, OOM retries
     try:
         if args.workers == 1:
+            assert threads is not None, "one process trains on a count of threads (_threads)"
             use_threads(threads)
             result, fitted = fitting.train(trial, None if bar else _evaluation_line)
             memory = fitted.fields()
