@@ -56,8 +56,8 @@ def test_no_private_name_is_imported_from_another_module():
 # values (after the typed folders and the verbs' typed arguments). Lower one after a merge that
 # improves it; none may rise.
 STRUCTURE_LIMITS = {
-    "imports inside functions": 999,
-    "parameters annotated Any": 999,
+    "imports inside functions": 35,
+    "parameters annotated Any": 60,
     "modules over 500 lines": 0,
     "functions over 80 lines": 0,
     ".lm reads outside the families": 0,
