@@ -292,8 +292,9 @@ def expected_seeds(design: Design, comparisons: int, effect: float, sd: float,
         seeds = np.full(comparisons, design.min_seeds)
         decisions: list[Decision | None] = [None] * comparisons
         while True:
-            decisions = decide([d[:n] for d, n in zip(rep, seeds, strict=True)], design, previous=decisions)
-            open_ = np.array([d.state == "open" for d in decisions]) & (seeds < design.max_seeds)
+            made = decide([d[:n] for d, n in zip(rep, seeds, strict=True)], design, previous=decisions)
+            decisions = list(made)
+            open_ = np.array([d.state == "open" for d in made]) & (seeds < design.max_seeds)
             if not open_.any():
                 break
             seeds[open_] += 1
