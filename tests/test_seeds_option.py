@@ -26,7 +26,8 @@ def test_seed_forms(text, seeds):
 
 @pytest.mark.parametrize(("text", "words"), [
     ("0", "N means seeds 0..N-1"), ("2-1", "ends before it starts"), ("0-2,1", "given twice"),
-    ("a-b", "cannot read"), ("0-99999999", "more than"), ("min=2,max=8", "not yet run by the driver"),
+    ("a-b", "cannot read"), ("0-99999999", "more than"), ("min=1,max=8", "start at 2 or more"),
+    ("min=3,max=2", "less than min"),
 ])
 def test_bad_seeds_are_one_line_naming_the_flag(text, words, capsys):
     with pytest.raises(UserError, match=words) as caught:
