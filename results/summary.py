@@ -157,7 +157,8 @@ def adaptive_lines(document: dict) -> list[str]:
         return []
     head = (f"adaptive seeds {design['min']}-{design['max']} after {design['looks']} look"
             f"{'s' * (design['looks'] != 1)} ({design['rule']}; futile: even {design['max']} seeds "
-            f"would not resolve {design['min_effect']:g}); repeated 95% intervals:")
+            f"would not resolve {design['min_effect']:g}); repeated 95% intervals, simultaneous over "
+            "the family (Bonferroni: Holm's step-down may resolve one whose interval spans 0):")
     return [head, *(outcome_line(c["variant"] or c["key"], c) for c in document["candidates"]
                     if c.get("sequential_state") is not None)]
 
