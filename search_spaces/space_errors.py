@@ -26,7 +26,7 @@ def user_error(error: ValidationError, file: str, prefix: str = "") -> UserError
     meant = [e for e in errors if e["type"] not in _OTHER_BRANCH] or errors
     unknown = [e for e in meant if e["type"] == "extra_forbidden"]
     first = (unknown or meant)[0]
-    loc = [str(p) for p in first["loc"] if not str(p).startswith(_BRANCH_NAMES)]
+    loc = branchless(first["loc"])
     key = ".".join([prefix, *loc] if prefix else loc)
     if first["type"] == "extra_forbidden":
         model = TrainConfig if prefix else model_at(loc[:-1])
@@ -34,6 +34,11 @@ def user_error(error: ValidationError, file: str, prefix: str = "") -> UserError
         hint = did_you_mean(loc[-1], model.model_fields) if model else ""
         return UserError(f"unknown key {loc[-1]!r} ({hint}allowed: {allowed})", file=file, key=key)
     return UserError(first["msg"].removeprefix("Value error, "), file=file, key=key)
+
+
+def branchless(loc: tuple[int | str, ...]) -> list[str]:
+    """A pydantic error's location without the union branches' names (`seeds.list[int]` -> `seeds`)."""
+    return [str(p) for p in loc if not str(p).startswith(_BRANCH_NAMES)]
 
 
 def model_at(loc: list[str]) -> type[BaseModel] | None:

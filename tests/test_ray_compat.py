@@ -27,7 +27,7 @@ from shapesweep.sweep.driver import ray_compat
 pytestmark = pytest.mark.own_ray  # own_ray below: the sweep's own local Ray, in this process
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("shapesweep", "sweep", "trainers", "results", "dashboards", "search_spaces")
-DOOR = ROOT / "sweep" / "ray_compat.py"
+DOOR = ROOT / "sweep" / "driver" / "ray_compat.py"
 RAY_ENV = re.compile(r"(RAY|TUNE)_[A-Z0-9_]+")
 PUBLIC_RAY_ENV = {"RAY_ADDRESS"}  # the user's own setting, read as a CLI default
 PRIVATE_PATH = re.compile(r"\bray(\.\w+)*\.(_\w+|tune\.execution)\b")

@@ -15,6 +15,7 @@ from shapesweep.results.adaptive import LOOKS_FILE
 from shapesweep.results.parquet_store import ParquetStore
 from shapesweep.results.sweep_folders import unknown_sweep
 from shapesweep.search_spaces.safe_yaml import parse_yaml
+from shapesweep.search_spaces.space_errors import branchless
 from shapesweep.search_spaces.space import SearchSpace, parse_space
 from shapesweep.sweep.cli.sweep_options import SweepOptions
 
@@ -46,7 +47,7 @@ def load_options(root: str, name: str, model: type[SweepOptions] = SweepOptions)
         options = TypeAdapter(model).validate_json(text)
     except ValidationError as error:
         first = error.errors()[0]
-        where = ".".join(map(str, first["loc"]))
+        where = ".".join(branchless(first["loc"]))
         raise UserError(f"not a sweep options file ({first['msg']}); "
                         f"{store.file_repair(name, OPTIONS_FILE)}", file=path,
                         key=where or None) from None
