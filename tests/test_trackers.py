@@ -11,8 +11,9 @@ from __future__ import annotations
 import sys
 
 import pytest
-from sweep_helpers import TINY_SPACE, TINY_TRAIN, run, write_space
+from sweep_helpers import TINY_SPACE, TINY_TRAIN, pairs, raw_trial_rows, run, write_space
 
+from shapesweep.results.catalog import Catalog, default_catalog_url
 from shapesweep.results.store import load_curves, load_trials, sweep_dir
 from shapesweep.search_spaces.solver import SHAPE_COLUMNS
 
@@ -75,6 +76,28 @@ def endings(shared_ray, tmp_path_factory):
                    "--max-concurrent", "2", "--max-failures", "0", "--log-to", "mlflow",
                    "--log-to", "tensorboard", "--log-to", "wandb") == 1  # its poison trials failed
         yield root, load_trials(str(root), ["endings"]).set_index("trial_id"), tmp
+
+
+@pytest.mark.slow
+def test_asha_stops_some_trials_and_a_poisoned_candidate_fails(endings):
+    """The sweep itself, trackers aside (what test_sweep_run's own 12-trial ASHA sweep showed):
+    the `poison` variant's vocabulary of 100 is overflowed by the byte corpus's 256 ids, so its
+    trials raise inside the trainable and the sweep records them and goes on; lr 1e-5, clearly
+    worse than 3e-3, is stopped by ASHA, both seeds at once. Each (key, seed, lr) lands once."""
+    root, rows, tmp = endings
+    trials = rows.reset_index()
+    expected = pairs(tmp / "endings.yaml", seeds=(0, 1))
+    assert set(zip(trials["key"], trials["seed"], strict=True)) == expected
+    assert len(raw_trial_rows(root, "endings")) == len(trials) == 2 * len(expected)  # 2 lrs
+    by_status = trials.groupby("status").size().to_dict()
+    assert by_status == {"completed": 2, "failed": 4, "stopped_early": 2}, by_status
+    failed = trials[trials["status"] == "failed"]
+    assert (failed["vocab_size"] == 100).all()
+    assert failed["error"].str.contains("vocab_size").all()
+    stopped = trials[trials["status"] == "stopped_early"]
+    assert (stopped["tokens"] < SPACE["train"]["tokens"]).all()
+    assert (stopped.groupby(["key", "tuned_json"]).size() == 2).all()  # stopped whole
+    assert Catalog(default_catalog_url(root)).get("endings").status == "finished"
 
 
 @pytest.mark.slow
