@@ -71,20 +71,6 @@ def _check_finished(root: Path, name: str, capsys) -> dict:
     return document
 
 
-@pytest.mark.slow
-def test_a_worse_candidate_stops_early_and_status_says_why_each_stopped(local_ray, tmp_path, capsys):
-    space, root = write_space(tmp_path, ADAPTIVE), tmp_path / "sweeps"
-    assert run("run", str(space), "--root", str(root), "--max-concurrent", "2") == 0
-    _check_finished(root, "adaptive", capsys)
-    looks = _looks(root, "adaptive")
-    assert [look["seeds"] for look in looks["looks"]] == list(range(2, 2 + len(looks["looks"])))
-    assert len(looks["looks"][0]["ran"]) == 4  # round 1: every candidate and the baseline
-    capsys.readouterr()
-    assert main(["status", "adaptive", "--root", str(root)]) == 0
-    text = capsys.readouterr().out
-    assert "adaptive seeds 2-4" in text and "frozen: 3 seeds, stopped at look 2: resolved (worse)" in text
-
-
 def _ray_trials(root: Path, sweep: str) -> list[set[str]]:
     """The trial ids each driver's Tune experiments started, one set per experiment, oldest first."""
     folder = Path(sweep_dir(str(root), sweep)) / "_ray"
@@ -93,7 +79,14 @@ def _ray_trials(root: Path, sweep: str) -> list[set[str]]:
 
 
 @pytest.mark.slow
-def test_a_driver_killed_between_rounds_resumes_without_deciding_a_look_again(local_ray, tmp_path, capsys):
+def test_a_worse_candidate_stops_early_and_a_driver_killed_between_rounds_resumes(local_ray, tmp_path,
+                                                                                 capsys):
+    """One adaptive sweep, its driver SIGKILLed once its first look is made, then resumed: the
+    resume makes no look again and runs no trial the store held, and the sweep ends as an
+    uninterrupted one does (its rounds 2 on, each followed by its look, run in the resuming
+    driver): `frozen` resolved worse at look 2 on 3 seeds, every comparison stopped with its
+    reason, status says why. (An uninterrupted sweep of the same space was a test of its own,
+    the same checks: 30 s quiet.)"""
     space, root = write_space(tmp_path, {**ADAPTIVE, "name": "killed"}), tmp_path / "sweeps"
     args = ("--root", str(root), "--max-concurrent", "2")
     driver = subprocess.Popen([sys.executable, "-m", "shapesweep.sweep.cli", "run", str(space), *args,
@@ -116,6 +109,12 @@ def test_a_driver_killed_between_rounds_resumes_without_deciding_a_look_again(lo
     _check_finished(root, "killed", capsys)
     resumed = set().union(*_ray_trials(root, "killed")[1:])  # the resume's rounds
     assert not resumed & held  # no trial the store held ran again
+    assert [look["seeds"] for look in again["looks"]] == list(range(2, 2 + len(again["looks"])))
+    assert len(again["looks"][0]["ran"]) == 4  # round 1: every candidate and the baseline
+    capsys.readouterr()
+    assert main(["status", "killed", "--root", str(root)]) == 0
+    text = capsys.readouterr().out
+    assert "adaptive seeds 2-4" in text and "frozen: 3 seeds, stopped at look 2: resolved (worse)" in text
 
 
 def _refused(capsys, *argv: str) -> str:
