@@ -11,6 +11,7 @@ import argparse
 import json
 import multiprocessing
 import os
+import shlex
 import shutil
 import signal
 import socket
@@ -330,9 +331,11 @@ def _wait_for_rows(root: Path, sweep: str, process: subprocess.Popen) -> None:
 
 @pytest.mark.slow
 def test_sigterm_interrupts_sigkill_leaves_a_dead_lease_resume_takes_it_over(tmp_path):
+    """SIGTERM, then SIGKILL, then the resume that SIGTERM's message names (run as printed:
+    test_messages had a sweep of its own for that, 28 s quiet), on a root that needs quoting."""
     space_path = write_space(tmp_path, name="killed", train={**TINY_TRAIN, "tokens": 16384},
                              search={"n_layers": [1, 2, 3, 4, 5]})
-    root = tmp_path / "sweeps"
+    root = tmp_path / "my sweeps"  # a root that needs quoting
     catalog = Catalog(default_catalog_url(root))
     expected = pairs(space_path)
     args = ("--root", str(root), "--max-concurrent", "1")
@@ -344,6 +347,10 @@ def test_sigterm_interrupts_sigkill_leaves_a_dead_lease_resume_takes_it_over(tmp
     code, _, err = first.wait(timeout=60), *first.communicate()
     assert code == 130 and "shapesweep run: interrupted" in err, err[-2000:]
     assert catalog.get("killed").status == "interrupted" and catalog.lease("killed") is None
+    # The exact command that finishes the sweep, its root quoted: the last step runs it.
+    (hint,) = [line for line in err.splitlines() if line.startswith("interrupted; to finish the sweep: ")]
+    command = hint.removeprefix("interrupted; to finish the sweep: ")
+    assert command.endswith(f"resume killed --root {shlex.quote(str(root))}"), command
 
     # SIGKILL: the lease stays behind, held by a dead pid; the sweep reads `interrupted`.
     # Its local Ray runs in a temp folder of this test's own: what it leaves is seen there.
@@ -359,12 +366,14 @@ def test_sigterm_interrupts_sigkill_leaves_a_dead_lease_resume_takes_it_over(tmp
     assert catalog.get("killed").status == "interrupted"
     (dead_session,) = ray_sessions(ray_tmp)  # what Ray cannot remove itself
 
-    # A resume takes the dead lease over at once (the heartbeat timeout is an hour here),
-    # and removes the dead driver's Ray: its session folder and any process naming it.
-    third = driver("resume", "killed", *args, env={"SHAPESWEEP_LEASE_TIMEOUT_S": "3600",
-                                                  "RAY_TMPDIR": str(ray_tmp)})
-    code, _, err = third.wait(timeout=300), *third.communicate()
-    assert code == 0, err[-2000:]
+    # The resume SIGTERM named takes the dead lease over at once (the heartbeat timeout is an
+    # hour here), removes the dead driver's Ray (its session folder and any process naming
+    # it) and finishes the sweep.
+    third = subprocess.run(shlex.split(command), capture_output=True, text=True, timeout=300,
+                           env={**CHILD_ENV, "SHAPESWEEP_LEASE_TIMEOUT_S": "3600",
+                                "RAY_TMPDIR": str(ray_tmp)})
+    assert third.returncode == 0, third.stderr[-2000:]
+    assert f"sweep killed: finished - {len(expected)} completed" in third.stdout, third.stdout[-2000:]
     assert ray_sessions(ray_tmp) == set()
     assert [p for p in Path("/proc").glob("[0-9]*")
             if str(dead_session).encode() in _cmdline(p)] == []

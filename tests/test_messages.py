@@ -1,23 +1,17 @@
 """Messages that point the right way: an error is located where the user wrote the key, a typo
 gets the name meant (difflib), a dropped baseline is warned about, a sweep looked for in the
-wrong folder names `--root`, and an interrupted sweep says the exact command that finishes it.
-Each through the real `shapesweep` entry point."""
+wrong folder names `--root`. Each through the real `shapesweep` entry point. (That an
+interrupted sweep says the exact command that finishes it, and that command does, is
+test_integrity_driver's SIGTERM test, on a sweep it runs anyway.)"""
 
 from __future__ import annotations
 
-import os
-import shlex
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
 import yaml
-from sweep_helpers import CHILD_ENV, TINY_TRAIN, TWO_SHAPES, write_space
+from sweep_helpers import TWO_SHAPES, write_space
 
-from shapesweep.results.store import sweep_dir
 from shapesweep.sweep.cli.main import main
 
 VARIANTS = {**TWO_SHAPES, "name": "typos"}
@@ -135,31 +129,6 @@ def test_a_tolerance_that_drops_the_baseline_is_warned_about_by_plan_and_run(cap
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     assert shapesweep(capsys, "plan", str(path))[0] == 0
     assert "warning" not in capsys.readouterr().out
-
-
-@pytest.mark.slow
-def test_sigterm_prints_the_exact_resume_command_and_that_command_finishes_the_sweep(tmp_path):
-    space = write_space(tmp_path, name="term", search={"n_layers": [1, 2, 3, 4]},
-                        train={**TINY_TRAIN, "tokens": 32768})
-    root = tmp_path / "my sweeps"  # a root that needs quoting
-    driver = subprocess.Popen([sys.executable, "-m", "shapesweep.sweep.cli", "run", str(space), "--root",
-                               str(root), "--scheduler", "fifo", "--max-concurrent", "1", "--no-progress"],
-                              env=CHILD_ENV, start_new_session=True, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.PIPE, text=True)
-    trials = Path(sweep_dir(str(root), "term")) / "trials"
-    deadline = time.monotonic() + 240
-    while not (trials.is_dir() and list(trials.glob("*.parquet"))):
-        assert driver.poll() is None and time.monotonic() < deadline, "no trial landed"
-        time.sleep(0.2)
-    os.kill(driver.pid, signal.SIGTERM)
-    _, err = driver.communicate(timeout=120)
-    assert driver.returncode == 130, err[-2000:]
-    (hint,) = [line for line in err.splitlines() if line.startswith("interrupted; to finish the sweep: ")]
-    command = hint.removeprefix("interrupted; to finish the sweep: ")
-    assert command.endswith(f"resume term --root {shlex.quote(str(root))}"), command
-    resumed = subprocess.run(shlex.split(command), env=CHILD_ENV, capture_output=True, text=True, timeout=300)
-    assert resumed.returncode == 0, resumed.stderr[-2000:]
-    assert "sweep term: finished - 4 completed" in resumed.stdout
 
 
 # --- Nothing the user or the store supplies drives the terminal (issue 39 item 7).
