@@ -1,6 +1,8 @@
 """Real sweeps end to end: real Ray Tune, real tiny training on the built-in corpus, real
-Parquet rows checked against the plan, real SQLite (catalog + Optuna), a real `ray start`
+Parquet rows checked against the plan, real SQLite (the catalog), a real `ray start`
 cluster, a driver killed with SIGKILL and resumed, and an export trained by `shapesweep train`.
+(ASHA with a poisoned candidate is test_trackers' sweep; Optuna with SQLite storage is
+test_sweep_more's multi-objective sweep and test_optuna_outputs'.)
 
 The in-process tests share one local Ray instance (started once here) to keep the file
 to a few minutes on 2 cores; the kill and cluster tests run the driver as a subprocess.
@@ -125,39 +127,6 @@ def test_a_folder_holding_another_spaces_trials_is_refused(tmp_path, capsys):
     assert _space_hash(space_path.read_text()) == space.space_hash  # what the catalog rereads
     with pytest.raises(UserError, match="different search space"):
         _check_saved_space("tiny-depths", changed.read_text(), space)
-
-
-def test_optuna_search_with_sqlite_storage_prunes_infeasible_points(local_ray, tmp_path):
-    import optuna
-    from optuna.trial import TrialState
-
-    # n_layers >= 8 cannot meet the budget (attention alone exceeds it): pruned, never run.
-    space_path = write_space(tmp_path, name="tiny-optuna",
-                             search={"n_layers": [1, 2, 3, 4, 8, 9, 10, 12]})
-    root = tmp_path / "sweeps"
-    storage = f"sqlite:///{tmp_path / 'optuna.db'}"
-    assert run("run", str(space_path), "--root", str(root), "--search", "optuna",
-               "--num-samples", "3", "--storage", storage, "--scheduler", "fifo",
-               "--max-concurrent", "2") == 0
-    study = optuna.load_study(study_name="tiny-optuna", storage=storage)
-    complete = [t for t in study.trials if t.state == TrialState.COMPLETE
-                and "duplicate_of" not in t.user_attrs]
-    assert len(complete) == 3
-    for t in study.trials:
-        if t.params["n_layers"] >= 8:
-            assert t.state == TrialState.PRUNED and t.user_attrs.get("infeasible")
-    trials = load_trials(str(root), ["tiny-optuna"])
-    assert sorted(trials["trial_id"]) == sorted(t.user_attrs["trial_id"] for t in complete)
-    for t in complete:
-        row = trials[trials["trial_id"] == t.user_attrs["trial_id"]].iloc[0]
-        assert t.value == pytest.approx(row["val_loss"])
-        assert row["n_layers"] == t.params["n_layers"]
-    assert Catalog(storage).get("tiny-optuna").status == "finished"
-
-    # Continuing the study: num_samples counts completed trials in total.
-    assert run("run", str(space_path), "--root", str(root), "--search", "optuna",
-               "--num-samples", "4", "--storage", storage, "--scheduler", "fifo") == 0
-    assert len(load_trials(str(root), ["tiny-optuna"])) == 4
 
 
 def _wait_for_rows(root: Path, sweep: str, at_least: int, process, timeout: float = 240):
