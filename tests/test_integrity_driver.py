@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from sweep_helpers import CHILD_ENV, TINY_SPACE, TINY_TRAIN, pairs, run, write_space
+from sweep_helpers import CHILD_ENV, TINY_SPACE, TINY_TRAIN, pairs, raw_trial_rows, run, write_space
 
 from shapesweep.common import UserError
 from shapesweep.results.catalog import Catalog, default_catalog_url
@@ -331,8 +331,10 @@ def _wait_for_rows(root: Path, sweep: str, process: subprocess.Popen) -> None:
 
 @pytest.mark.slow
 def test_sigterm_interrupts_sigkill_leaves_a_dead_lease_resume_takes_it_over(tmp_path):
-    """SIGTERM, then SIGKILL, then the resume that SIGTERM's message names (run as printed:
-    test_messages had a sweep of its own for that, 28 s quiet), on a root that needs quoting."""
+    """SIGTERM, then SIGKILL mid-sweep, then the resume that SIGTERM's message names (run as
+    printed), on a root that needs quoting: each trial lands once. (test_messages' SIGTERM
+    sweep, 28 s quiet, and test_sweep_run's SIGKILL-and-resume one, 26 s, checked these on
+    sweeps of their own.)"""
     space_path = write_space(tmp_path, name="killed", train={**TINY_TRAIN, "tokens": 16384},
                              search={"n_layers": [1, 2, 3, 4, 5]})
     root = tmp_path / "my sweeps"  # a root that needs quoting
@@ -352,18 +354,21 @@ def test_sigterm_interrupts_sigkill_leaves_a_dead_lease_resume_takes_it_over(tmp
     command = hint.removeprefix("interrupted; to finish the sweep: ")
     assert command.endswith(f"resume killed --root {shlex.quote(str(root))}"), command
 
-    # SIGKILL: the lease stays behind, held by a dead pid; the sweep reads `interrupted`.
+    # SIGKILL mid-sweep, once the resume has landed a trial of its own (while the next one
+    # trains): the lease stays behind, held by a dead pid; the sweep reads `interrupted`.
     # Its local Ray runs in a temp folder of this test's own: what it leaves is seen there.
+    before = len(load_trials(str(root), ["killed"]))
     ray_tmp = Path(tempfile.mkdtemp(prefix="ss-kill-"))  # short: Ray's socket paths must fit
     second = driver("resume", "killed", *args, env={"RAY_TMPDIR": str(ray_tmp)})
-    deadline = time.monotonic() + 120
-    while catalog.get("killed").status != "running":
+    deadline = time.monotonic() + 240
+    while len(load_trials(str(root), ["killed"])) == before:
         assert second.poll() is None and time.monotonic() < deadline, second.communicate()
         time.sleep(0.2)
     os.killpg(second.pid, signal.SIGKILL)  # the driver and the Ray it started
     second.wait()
     assert catalog.lease("killed").pid == second.pid
     assert catalog.get("killed").status == "interrupted"
+    assert before < len(load_trials(str(root), ["killed"])) < len(expected)  # some still to run
     (dead_session,) = ray_sessions(ray_tmp)  # what Ray cannot remove itself
 
     # The resume SIGTERM named takes the dead lease over at once (the heartbeat timeout is an
@@ -378,7 +383,7 @@ def test_sigterm_interrupts_sigkill_leaves_a_dead_lease_resume_takes_it_over(tmp
     assert [p for p in Path("/proc").glob("[0-9]*")
             if str(dead_session).encode() in _cmdline(p)] == []
     shutil.rmtree(ray_tmp, ignore_errors=True)
-    trials = load_trials(str(root), ["killed"])
-    assert set(zip(trials["key"], trials["seed"], strict=True)) == expected
-    assert (trials["status"] == "completed").all()
+    raw = raw_trial_rows(root, "killed")  # no dedupe: each (key, seed) ran and landed once
+    assert sorted(zip(raw["key"], raw["seed"], strict=True)) == sorted(expected)
+    assert (raw["status"] == "completed").all()
     assert catalog.get("killed").status == "finished" and catalog.lease("killed") is None

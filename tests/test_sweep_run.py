@@ -1,22 +1,19 @@
 """Real sweeps end to end: real Ray Tune, real tiny training on the built-in corpus, real
-Parquet rows checked against the plan, real SQLite (the catalog), a real `ray start`
-cluster, a driver killed with SIGKILL and resumed, and an export trained by `shapesweep train`.
-(ASHA with a poisoned candidate is test_trackers' sweep; Optuna with SQLite storage is
-test_sweep_more's multi-objective sweep and test_optuna_outputs'.)
+Parquet rows checked against the plan, real SQLite (the catalog), a real `ray start` cluster
+and an export trained by `shapesweep train`. (A driver SIGKILLed mid-sweep and resumed is
+test_integrity_driver's sweep; ASHA with a poisoned candidate is test_trackers'; Optuna with
+SQLite storage is test_sweep_more's multi-objective sweep and test_optuna_outputs'.)
 
 The in-process tests share one local Ray instance (started once here) to keep the file
-to a few minutes on 2 cores; the kill and cluster tests run the driver as a subprocess.
+to a few minutes on 2 cores; the cluster test runs the driver as a subprocess.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pandas as pd
@@ -33,7 +30,7 @@ from sweep_helpers import (
 
 from shapesweep.common import UserError
 from shapesweep.results.catalog import Catalog, default_catalog_url
-from shapesweep.results.store import load_curves, load_trials, sweep_dir, write_sweep_file
+from shapesweep.results.store import load_curves, load_trials, write_sweep_file
 from shapesweep.search_spaces.solver import candidate_document, plan
 from shapesweep.search_spaces.space import load_space
 from shapesweep.sweep.cli.main import main as shapesweep
@@ -127,43 +124,6 @@ def test_a_folder_holding_another_spaces_trials_is_refused(tmp_path, capsys):
     assert _space_hash(space_path.read_text()) == space.space_hash  # what the catalog rereads
     with pytest.raises(UserError, match="different search space"):
         _check_saved_space("tiny-depths", changed.read_text(), space)
-
-
-def _wait_for_rows(root: Path, sweep: str, at_least: int, process, timeout: float = 240):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        assert process.poll() is None, "driver exited before it could be killed"
-        trials_dir = Path(sweep_dir(str(root), sweep)) / "trials"
-        if trials_dir.is_dir() and len(list(trials_dir.glob("*.parquet"))) >= at_least:
-            return
-        time.sleep(0.2)
-    raise AssertionError("no trial rows appeared")
-
-
-def test_driver_killed_mid_sweep_then_resume_runs_each_candidate_once(local_ray, tmp_path):
-    # three trials of TINY_TRAIN's 8192 tokens: the kill lands while the second trains (a
-    # trial takes seconds, the wait for the first row 0.2 s), so resume has one or two to run
-    space_path = write_space(tmp_path, name="killed", search={"n_layers": [1, 2, 3]})
-    root = tmp_path / "sweeps"
-    driver = subprocess.Popen(
-        [sys.executable, "-m", "shapesweep.sweep.cli", "run", str(space_path), "--root", str(root),
-         "--scheduler", "fifo", "--max-concurrent", "1", "--no-progress"],
-        env=CHILD_ENV, start_new_session=True, stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL)
-    try:
-        _wait_for_rows(root, "killed", at_least=1, process=driver)
-    finally:
-        os.killpg(driver.pid, signal.SIGKILL)  # the driver and the Ray it started
-        driver.wait()
-    landed = set(load_trials(str(root), ["killed"])["trial_id"])
-    expected = pairs(space_path)
-    assert 1 <= len(landed) < len(expected)
-
-    assert run("resume", "killed", "--root", str(root), "--max-concurrent", "2") == 0
-    raw = raw_trial_rows(root, "killed")
-    assert sorted(zip(raw["key"], raw["seed"], strict=True)) == sorted(expected)  # once each
-    assert (raw["status"] == "completed").all()
-    assert Catalog(default_catalog_url(root)).get("killed").status == "finished"
 
 
 def test_run_against_a_real_ray_start_cluster(tmp_path):
