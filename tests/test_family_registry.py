@@ -436,6 +436,7 @@ print("ok")
 '''
 
 
+@pytest.mark.slow  # trains and exports in fresh processes: 13 s quiet, the fast tier's fifth longest
 def test_a_family_with_its_own_block_plans_trains_exports_and_reloads(tmp_path):
     """A parallel-block family (GPT-NeoX / PaLM) as one module and one FAMILY_MODULES line: it
     plans, counts exactly, trains on the built-in corpus, is refused by `--format hf` (which it

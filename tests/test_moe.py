@@ -286,6 +286,7 @@ def _balance(model, x) -> tuple[float, float]:
     return aux, cv
 
 
+@pytest.mark.slow  # 150 real steps of an 8-expert model: 38 s quiet, the fast tier's longest
 def test_tiny_moe_trains_and_its_routers_balance(one_torch_thread):
     """Real steps on the built-in data: the loss falls and the load-balancing loss keeps the
     experts' load even. The bounds are absolute, not relative to the start (the start's CV

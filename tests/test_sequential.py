@@ -91,6 +91,7 @@ def test_boundaries_match_the_published_obrien_fleming_spending():
     assert t[8] > 2.365  # the last look is stricter than the fixed t(0.975, 7)
 
 
+@pytest.mark.slow  # 3,000 simulated families a case: 16 s quiet each, the fast tier's second longest
 @pytest.mark.parametrize("nulls", [M, 3])
 def test_family_wise_error_under_the_null_stays_at_its_level(nulls):
     """All 6 null, and 3 null beside 3 clear effects (Holm's later steps at a higher level):
