@@ -116,7 +116,8 @@ test: setup browser postgres shells slurm
 	$(PYTEST)
 
 # The inner loop, under 5 minutes on 2 cores: all but the Ray end-to-end tests and the few
-# other long ones (marked slow: mypy's ratchet, cold; a benchmark's torch.compile processes)
+# other long ones (marked slow: mypy's ratchet, cold; a benchmark's torch.compile processes;
+# a MoE's 150 real steps, the sequential design's FWER simulations, a kill loop's second layout)
 # and the tests of a system package (marked system: Chromium, zsh), so it installs nothing
 # outside the venv (`make lint` runs mypy).
 test-fast: setup
