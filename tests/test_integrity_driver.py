@@ -11,6 +11,7 @@ import argparse
 import json
 import multiprocessing
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -329,56 +330,103 @@ def _wait_for_rows(root: Path, sweep: str, process: subprocess.Popen) -> None:
         time.sleep(0.2)
 
 
+# trial N/TOTAL STATUS: NAME, seed S: val_loss=... tokens=... elapsed=...s key=KEY
+TRIAL_LINE = re.compile(r"^trial (\d+)/(\d+) (completed|stopped_early|failed): (.+), seed (\d+): "
+                        r"val_loss=(\S+) tokens=(\S+) elapsed=(\S+)s key=(\S+)")
+
+
+def trial_lines(stdout: str) -> list[re.Match]:
+    """The plain progress lines (stdout a pipe): one per trial that ended."""
+    return [m for line in stdout.splitlines() if (m := TRIAL_LINE.match(line))]
+
+
+def leftovers(root: Path) -> list[Path]:
+    """Temp files a write interrupted halfway would leave (results, options file)."""
+    return [p for p in root.rglob("*") if p.name.endswith(".tmp") and "_ray" not in p.parts]
+
+
 @pytest.mark.slow
-def test_sigterm_interrupts_sigkill_leaves_a_dead_lease_resume_takes_it_over(tmp_path):
-    """SIGTERM, then SIGKILL mid-sweep, then the resume that SIGTERM's message names (run as
-    printed), on a root that needs quoting: each trial lands once. (test_messages' SIGTERM
-    sweep, 28 s quiet, and test_sweep_run's SIGKILL-and-resume one, 26 s, checked these on
-    sweeps of their own.)"""
-    space_path = write_space(tmp_path, name="killed", train={**TINY_TRAIN, "tokens": 16384},
+def test_ctrl_c_interrupts_sigkill_leaves_a_dead_lease_resume_takes_it_over(tmp_path):
+    """Ctrl-C, then SIGKILL mid-sweep, then the resume command Ctrl-C's message names, run as
+    printed, on a root that needs quoting: each stop leaves the store whole, the resume takes
+    the dead lease over, and each trial lands once. (test_sweep_more's Ctrl-C sweep, 58 s
+    quiet, test_messages' SIGTERM one, 28 s, and test_sweep_run's SIGKILL-and-resume one,
+    26 s, checked these on sweeps of their own; that SIGTERM and SIGHUP stop a sweep as
+    Ctrl-C does is test_signals'.)"""
+    tokens = 16384
+    space_path = write_space(tmp_path, name="killed", train={**TINY_TRAIN, "tokens": tokens},
                              search={"n_layers": [1, 2, 3, 4, 5]})
     root = tmp_path / "my sweeps"  # a root that needs quoting
     catalog = Catalog(default_catalog_url(root))
     expected = pairs(space_path)
     args = ("--root", str(root), "--max-concurrent", "1")
 
-    # SIGTERM (`kill`): like Ctrl-C, the sweep is interrupted and the lease released.
-    first = driver("run", str(space_path), *args, "--scheduler", "fifo")
-    _wait_for_rows(root, "killed", first)
-    first.send_signal(signal.SIGTERM)
-    code, _, err = first.wait(timeout=60), *first.communicate()
-    assert code == 130 and "shapesweep run: interrupted" in err, err[-2000:]
+    # Ctrl-C, as a terminal sends it (SIGINT to the whole foreground process group), while
+    # most trials are still to run: the sweep is interrupted and the lease released.
+    first = subprocess.Popen([sys.executable, "-m", "shapesweep.sweep.cli", "run", str(space_path),
+                              *args, "--scheduler", "fifo"], env=CHILD_ENV, start_new_session=True,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_for_rows(root, "killed", first)
+        os.killpg(first.pid, signal.SIGINT)
+        sent = time.monotonic()
+        stdout, err = first.communicate(timeout=60)
+        took = time.monotonic() - sent
+    finally:
+        if first.poll() is None:
+            os.killpg(first.pid, signal.SIGKILL)
+            first.wait()
+    assert first.returncode == 130, err[-2000:]
+    assert took < 30, f"took {took:.0f}s to stop"
+    assert "shapesweep run: interrupted" in err
     assert catalog.get("killed").status == "interrupted" and catalog.lease("killed") is None
+    assert leftovers(root) == []
+    options = json.loads((Path(sweep_dir(str(root), "killed")) / "sweep.json").read_text())
+    assert options["name"] == "killed"
     # The exact command that finishes the sweep, its root quoted: the last step runs it.
     (hint,) = [line for line in err.splitlines() if line.startswith("interrupted; to finish the sweep: ")]
     command = hint.removeprefix("interrupted; to finish the sweep: ")
-    assert command.endswith(f"resume killed --root {shlex.quote(str(root))}"), command
+    assert re.fullmatch(rf"\S*shapesweep resume killed --root {re.escape(shlex.quote(str(root)))}",
+                        command), command
+    landed = load_trials(str(root), ["killed"])
+    assert 1 <= len(landed) < len(expected)
+    assert (landed["status"] == "completed").all(), landed[["trial_id", "status", "error"]]
+    # Plain progress (stdout is a pipe): one line per trial that ended, then a summary.
+    lines = trial_lines(stdout)
+    assert sorted(m[9] for m in lines) == sorted(landed["key"])
+    for m in lines:
+        row = landed[landed["key"] == m[9]].iloc[0]
+        assert m[4] == f"conventional 32×{row['n_layers']}L d_h={row['d_h']}"  # named, not keyed
+        assert (m[2], m[3], int(m[5])) == (str(len(expected)), "completed", 0)
+        assert float(m[6]) == pytest.approx(row["val_loss"], abs=1e-4)
+        assert int(m[7]) == tokens and float(m[8]) > 0
+    assert re.search(rf"^sweep interrupted: {len(landed)} of {len(expected)} trials ended",
+                     stdout, re.M), stdout[-2000:]
 
     # SIGKILL mid-sweep, once the resume has landed a trial of its own (while the next one
     # trains): the lease stays behind, held by a dead pid; the sweep reads `interrupted`.
     # Its local Ray runs in a temp folder of this test's own: what it leaves is seen there.
-    before = len(load_trials(str(root), ["killed"]))
     ray_tmp = Path(tempfile.mkdtemp(prefix="ss-kill-"))  # short: Ray's socket paths must fit
     second = driver("resume", "killed", *args, env={"RAY_TMPDIR": str(ray_tmp)})
     deadline = time.monotonic() + 240
-    while len(load_trials(str(root), ["killed"])) == before:
+    while len(load_trials(str(root), ["killed"])) == len(landed):
         assert second.poll() is None and time.monotonic() < deadline, second.communicate()
         time.sleep(0.2)
     os.killpg(second.pid, signal.SIGKILL)  # the driver and the Ray it started
     second.wait()
     assert catalog.lease("killed").pid == second.pid
     assert catalog.get("killed").status == "interrupted"
-    assert before < len(load_trials(str(root), ["killed"])) < len(expected)  # some still to run
+    held = load_trials(str(root), ["killed"])
+    assert len(landed) < len(held) < len(expected)  # some still to run
     (dead_session,) = ray_sessions(ray_tmp)  # what Ray cannot remove itself
 
-    # The resume SIGTERM named takes the dead lease over at once (the heartbeat timeout is an
+    # The resume Ctrl-C named takes the dead lease over at once (the heartbeat timeout is an
     # hour here), removes the dead driver's Ray (its session folder and any process naming
-    # it) and finishes the sweep.
+    # it) and runs only the trials still missing, each once.
     third = subprocess.run(shlex.split(command), capture_output=True, text=True, timeout=300,
                            env={**CHILD_ENV, "SHAPESWEEP_LEASE_TIMEOUT_S": "3600",
                                 "RAY_TMPDIR": str(ray_tmp)})
     assert third.returncode == 0, third.stderr[-2000:]
-    assert f"sweep killed: finished - {len(expected)} completed" in third.stdout, third.stdout[-2000:]
     assert ray_sessions(ray_tmp) == set()
     assert [p for p in Path("/proc").glob("[0-9]*")
             if str(dead_session).encode() in _cmdline(p)] == []
@@ -387,3 +435,15 @@ def test_sigterm_interrupts_sigkill_leaves_a_dead_lease_resume_takes_it_over(tmp
     assert sorted(zip(raw["key"], raw["seed"], strict=True)) == sorted(expected)
     assert (raw["status"] == "completed").all()
     assert catalog.get("killed").status == "finished" and catalog.lease("killed") is None
+    missing = len(expected) - len(held)
+    lines = trial_lines(third.stdout)
+    assert sorted(m[9] for m in lines) == sorted({k for k, _ in expected} - set(held["key"]))
+    assert [int(m[1]) for m in lines] == list(range(1, missing + 1))
+    best = raw[~raw["key"].isin(held["key"])].sort_values("val_loss").iloc[0]
+    assert re.search(rf"^sweep done: {missing} of {missing} trials ended this run \({missing} "
+                     rf"completed, 0 stopped early, 0 failed\); best val_loss "
+                     rf"{best['val_loss']:.4f} \(conventional 32×{best['n_layers']}L d_h={best['d_h']}, "
+                     rf"seed 0\)", third.stdout, re.M), third.stdout[-2000:]
+    # The closing report is one line (no wrapping at 80 columns in a log).
+    assert re.search(rf"^sweep killed: finished - {len(expected)} completed, 0 stopped early, "
+                     rf"0 failed \({missing} trials this run\); results in .+$", third.stdout, re.M)

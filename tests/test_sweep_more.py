@@ -1,34 +1,31 @@
-"""The sweep paths issue 4 promises beyond the happy run: Ctrl-C leaves a resumable sweep,
-`--retry-failed` reruns failed trials, a multi-objective (NSGA-II) Optuna search, `status`,
-and plain progress lines when stdout is not a terminal.
+"""The sweep paths issue 4 promises beyond the happy run: `--retry-failed` reruns failed
+trials, a multi-objective (NSGA-II) Optuna search, `status`. (That Ctrl-C leaves a resumable
+sweep, with plain progress lines when stdout is not a terminal, is test_integrity_driver's
+Ctrl-C, SIGKILL and resume sweep.)
 
-Real Ray Tune, real tiny training on real data, real Parquet and SQLite. Drivers that get
-signals run as subprocesses (their stdout is a pipe, so they print plain progress lines);
-the other tests share one local Ray started here.
+Real Ray Tune, real tiny training on real data, real Parquet and SQLite; the tests share one
+local Ray started here.
 """
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import re
 import shutil
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from sweep_helpers import CHILD_ENV, TINY_SPACE, TINY_TRAIN, pairs, raw_trial_rows, run
+from sweep_helpers import TINY_SPACE, TINY_TRAIN, pairs, raw_trial_rows, run
 from sweep_helpers import write_space as write_tiny_space
 
 from shapesweep.families.base import candidate_label
 from shapesweep.results.catalog import Catalog, default_catalog_url
-from shapesweep.results.store import load_trials, sweep_dir
+from shapesweep.results.store import load_trials
 from shapesweep.search_spaces.space import load_space
 from shapesweep.sweep.cli.main import main as shapesweep
 
@@ -40,101 +37,8 @@ TINY = {**TINY_SPACE, "name": "tiny-more", "search": {"n_layers": [1, 2]}, "trai
 # A second variant whose model reads only 100 token ids: it fails on data that uses more.
 POISON_VARIANTS = [{"name": "ok"},
                    {"name": "poison", "fixed": {"vocab_size": 100}, "search": {"n_layers": [2]}}]
-# trial N/TOTAL STATUS: NAME, seed S: val_loss=... tokens=... elapsed=...s key=KEY
-TRIAL_LINE = re.compile(r"^trial (\d+)/(\d+) (completed|stopped_early|failed): (.+), seed (\d+): "
-                        r"val_loss=(\S+) tokens=(\S+) elapsed=(\S+)s key=(\S+)")
-
-
 def write_space(folder: Path, **changes) -> Path:
     return write_tiny_space(folder, TINY, **changes)
-
-
-def leftovers(root: Path) -> list[Path]:
-    """Temp files a write interrupted halfway would leave (results, options file)."""
-    return [p for p in root.rglob("*") if p.name.endswith(".tmp") and "_ray" not in p.parts]
-
-
-def trial_lines(stdout: str) -> list[re.Match]:
-    return [m for line in stdout.splitlines() if (m := TRIAL_LINE.match(line))]
-
-
-def cli(*argv: str, **popen) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "shapesweep.sweep.cli", *argv], env=CHILD_ENV,
-                            start_new_session=True, stdout=subprocess.PIPE, text=True, **popen)
-
-
-def test_ctrl_c_stops_cleanly_and_resume_finishes_each_trial_once(tmp_path):
-    # Trials of a few seconds each, one at a time: Ctrl-C lands with most still to run.
-    space_path = write_space(tmp_path, name="ctrlc", train={**TRAIN, "tokens": 32768},
-                             search={"n_layers": [1, 2, 3, 4]})
-    root = tmp_path / "sweeps"
-    expected = pairs(space_path)
-    with open(tmp_path / "run.err", "w") as err:
-        driver = cli("run", str(space_path), "--root", str(root), "--scheduler", "fifo",
-                     "--max-concurrent", "1", stderr=err)
-        try:
-            trials_dir = Path(sweep_dir(str(root), "ctrlc")) / "trials"
-            deadline = time.monotonic() + 240
-            while not (trials_dir.is_dir() and list(trials_dir.glob("*.parquet"))):
-                assert driver.poll() is None, ("driver exited before Ctrl-C: "
-                                               + (tmp_path / "run.err").read_text()[-2000:])
-                assert time.monotonic() < deadline, "no trial row appeared"
-                time.sleep(0.2)
-            # What a terminal's Ctrl-C does: SIGINT to the whole foreground process group.
-            os.killpg(driver.pid, signal.SIGINT)
-            sent = time.monotonic()
-            stdout, _ = driver.communicate(timeout=60)
-            took = time.monotonic() - sent
-        finally:
-            if driver.poll() is None:
-                os.killpg(driver.pid, signal.SIGKILL)
-                driver.wait()
-    stderr = (tmp_path / "run.err").read_text()
-    assert driver.returncode == 130, stderr[-2000:]
-    assert took < 30, f"took {took:.0f}s to stop"
-    assert "shapesweep run: interrupted" in stderr
-    assert re.search(rf"^interrupted; to finish the sweep: \S*shapesweep resume ctrlc --root {re.escape(str(root))}$",
-                     stderr, re.M), stderr[-2000:]
-    assert Catalog(default_catalog_url(root)).get("ctrlc").status == "interrupted"
-    assert leftovers(root) == []
-    options = json.loads((Path(sweep_dir(str(root), "ctrlc")) / "sweep.json").read_text())
-    assert options["name"] == "ctrlc"
-
-    landed = load_trials(str(root), ["ctrlc"])
-    assert 1 <= len(landed) < len(expected)
-    assert (landed["status"] == "completed").all(), landed[["trial_id", "status", "error"]]
-    # Plain progress (stdout is a pipe): one line per trial that ended, then a summary.
-    lines = trial_lines(stdout)
-    assert sorted(m[9] for m in lines) == sorted(landed["key"])
-    for m in lines:
-        row = landed[landed["key"] == m[9]].iloc[0]
-        assert m[4] == f"conventional 32×{row['n_layers']}L d_h={row['d_h']}"  # named, not keyed
-        assert (m[2], m[3], int(m[5])) == (str(len(expected)), "completed", 0)
-        assert float(m[6]) == pytest.approx(row["val_loss"], abs=1e-4)
-        assert int(m[7]) == 32768 and float(m[8]) > 0
-    assert re.search(rf"^sweep interrupted: {len(landed)} of {len(expected)} trials ended",
-                     stdout, re.M)
-
-    resumed = cli("resume", "ctrlc", "--root", str(root), "--max-concurrent", "2",
-                  stderr=subprocess.DEVNULL)
-    stdout, _ = resumed.communicate(timeout=300)
-    assert resumed.returncode == 0
-    raw = raw_trial_rows(root, "ctrlc")
-    assert sorted(zip(raw["key"], raw["seed"], strict=True)) == sorted(expected)  # once each
-    assert (raw["status"] == "completed").all()
-    assert Catalog(default_catalog_url(root)).get("ctrlc").status == "finished"
-    missing = len(expected) - len(landed)
-    lines = trial_lines(stdout)
-    assert sorted(m[9] for m in lines) == sorted({k for k, _ in expected} - set(landed["key"]))
-    assert [int(m[1]) for m in lines] == list(range(1, missing + 1))
-    best = raw[~raw["key"].isin(landed["key"])].sort_values("val_loss").iloc[0]
-    assert re.search(rf"^sweep done: {missing} of {missing} trials ended this run \({missing} "
-                     rf"completed, 0 stopped early, 0 failed\); best val_loss "
-                     rf"{best['val_loss']:.4f} \(conventional 32×{best['n_layers']}L d_h={best['d_h']}, "
-                     rf"seed 0\)", stdout, re.M)
-    # The closing report is one line (no wrapping at 80 columns in a log).
-    assert re.search(rf"^sweep ctrlc: finished - {len(expected)} completed, 0 stopped early, "
-                     rf"0 failed \({missing} trials this run\); results in \S+$", stdout, re.M)
 
 
 def write_tokens(path: Path, top: int) -> None:
