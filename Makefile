@@ -106,9 +106,11 @@ demo: setup
 
 # Two pytest-xdist workers, a test module each at a time (its shared Ray stays in one
 # process): the suite mostly waits on process starts, so two run in about two thirds of the
-# time of one (docs/development.md). TEST_WORKERS=0 runs it in this one process.
+# time of one (docs/development.md). The modules go out in collection order, the longest
+# first (tests/conftest.py's LONG_FIRST), so the two finish together. TEST_WORKERS=0 runs it
+# in this one process.
 TEST_WORKERS ?= 2
-PYTEST = $(PY) -m pytest -q -ra $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile)
+PYTEST = $(PY) -m pytest -q -ra $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder)
 
 # The whole suite, what CI runs (.ci/run): with the system packages its tests need, and the
 # type checker (tests/test_types.py runs mypy with pyproject's ratchet of untyped modules).

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+from collections import Counter
 
 import pytest
 
@@ -90,6 +91,28 @@ def _own_ray(request, shared_ray):
     """A test marked `own_ray` finds no Ray in this process."""
     if request.node.get_closest_marker("own_ray"):
         shared_ray.stop()
+
+
+# The longest modules (benchmarks/data/suite-durations.txt's phases summed per module, as
+# issue 54's cuts left them), longest first. The Makefile's two xdist workers take a module
+# at a time (--dist loadfile) in collection order (--no-loadscope-reorder): these go out
+# first, so the last modules handed out are short and the workers finish together. xdist's
+# own order (most tests first) left the one-test end-to-end modules (mypy's ratchet, the
+# lost node, the first hour) for the end, where one worker ran them while the other waited.
+LONG_FIRST = ("test_hotpath", "test_integrity_driver", "test_slurm", "test_integrity_store",
+              "test_multinode", "test_types", "test_checkpoints", "test_trackers", "test_fsdp",
+              "test_compile", "test_sweep_more", "test_first_hour", "test_moe", "test_postgres",
+              "test_sweep_run", "test_trial_threads", "test_adaptive_seeds",
+              "test_dashboard_browser", "test_views_browser", "test_eval_cadence",
+              "test_signals", "test_sequential", "test_optuna_outputs", "test_compact_kill")
+
+
+def pytest_collection_modifyitems(config, items):
+    """The modules of LONG_FIRST first, in its order, then the others as xdist would order
+    them (most tests first); each module's tests stay together and in their order."""
+    counts = Counter(item.path for item in items)
+    rank = {name: i for i, name in enumerate(LONG_FIRST)}
+    items.sort(key=lambda item: (rank.get(item.path.stem, len(rank)), -counts[item.path], str(item.path)))
 
 
 HOSTILE = "<script>alert(1)</script>"  # a user-supplied name that must render as text
