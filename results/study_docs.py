@@ -44,8 +44,8 @@ def pages(root: Path) -> list[Path]:
 
 def fill(text: str, studies: Path) -> str:
     """`text` with every include's body regenerated (an unknown study or section: UserError)."""
-    return INCLUDE.sub(lambda m: f"<!-- study:{m['name']}:{m['section']} -->\n\n"
-                                 f"{section(studies, m['name'], m['section'])}\n<!-- /study -->", text)
+    return INCLUDE.sub(lambda m: f"<!-- study:{m['name']}:{m['section']} -->\n"
+                                 f"{section(studies, m['name'], m['section'])}<!-- /study -->", text)
 
 
 def write_docs(studies: Path) -> list[Path]:
