@@ -206,14 +206,20 @@ def _lr_decision(studies: Path, name: str) -> list[str]:
         verdict = outcome.rsplit("): ", 1)[1]
         title = next(t for t in parts if t.startswith(f"Fit `{fit.name}`"))
         fitted = parts[title].split("The fit:", 1)[1] if "The fit:" in parts[title] else ""
-        shapes = [f"{row[1]} {_interval(row[5])} ({row[7]})" for row in _rows(fitted)
-                  if (row[0], row[1]) != tuple(fit.base.split(":", 1))]
+        rows = [row for row in _rows(fitted) if (row[0], row[1]) != tuple(fit.base.split(":", 1))]
+        shapes = [f"{v}: " + ", ".join(f"{row[1]} {_interval(row[5])}" for row in rows if row[7] == v)
+                  for v in dict.fromkeys(row[7] for row in rows)]
         lines += _wrap(f"`{name}` fit `{fit.name}`, {fit.axis} under {fit.rule} (seeds {_seeds(fit.seeds)}; "
                        f"{fit.lrs} lrs each): {verdict}; each shape's optimum in sqrt(2) steps from the base's, "
-                       f"{100 * study.doc.level:.4g}% t-interval per shape: " + "; ".join(shapes) + ".", bullet=True)
+                       f"{100 * study.doc.level:.4g}% t-interval per shape, by verdict: " + "; ".join(shapes) + ".",
+                       bullet=True)
     if study.doc.lost:
-        lost = "; ".join(f"{lost.axis} under {lost.rule}" for lost in study.doc.lost)
-        lines += _wrap(f"`{name}`, no decision (no committed data) on {len(study.doc.lost)} axes: {lost}.",
+        axes: dict[str, list[str]] = {}
+        for entry in study.doc.lost:
+            axes.setdefault(entry.axis, []).append(entry.rule)
+        lost = "; ".join(f"{axis} under {', '.join(rules)}" for axis, rules in axes.items())
+        lines += _wrap(f"`{name}`, no decision on {len(study.doc.lost)} (axis, rule) pairs without committed "
+                       f"data: {lost}.",
                        bullet=True)
     return lines
 
@@ -229,7 +235,7 @@ def _lr_summary(studies: Path, name: str) -> str:
     verdicts = [o.rsplit("): ", 1)[1] for o in outcomes[:len(study.doc.fits)]]
     transfers = [f"{fit.axis} under {fit.rule}" for fit, v in zip(study.doc.fits, verdicts, strict=True)
                  if v.startswith("**transfers**")]
-    counted = (f"{len(study.doc.fits)} axes fitted from committed trials, "
+    counted = (f"{len(study.doc.fits)} (axis, rule) pairs fitted from committed trials, "
                f"{len(study.doc.lost)} without committed data")
     if not transfers:
         return f"The `{name}` study shows no axis on which the lr transfers under any rule ({counted})."
@@ -272,7 +278,7 @@ def _table(studies: Path) -> list[str]:
                            for row in _rows(body.split("Seed-mean", 1)[0])})
             decided = sum("**no decision**" not in o for o in outcomes)
             lines.append(f"| `{name}` | {_question(study.doc.question)} | {ran} committed ({lost} lost) | "
-                         f"{', '.join(cpus)} (as recorded) | {decided} of {len(outcomes)} axes decided |")
+                         f"{', '.join(cpus)} (as recorded) | {decided} of {len(outcomes)} (axis, rule) pairs decided |")
             continue
         spec = read_study(studies, name)
         parts = _sections(_report(studies, name))
