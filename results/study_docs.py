@@ -110,11 +110,17 @@ def _bullets(body: str) -> list[str]:
 
 
 def _wrap(text: str, bullet: bool = False) -> list[str]:
-    return textwrap.wrap(text, WIDTH, initial_indent="- " if bullet else "", subsequent_indent="  " if bullet else "",
-                         break_long_words=False, break_on_hyphens=False)
+    """`text` wrapped at the docs' width, never inside a `code span`."""
+    kept = re.sub(r"`[^`]*`", lambda m: m[0].replace(" ", "\0"), text)
+    lines = textwrap.wrap(kept, WIDTH, initial_indent="- " if bullet else "", subsequent_indent="  " if bullet else "",
+                          break_long_words=False, break_on_hyphens=False)
+    return [line.replace("\0", " ") for line in lines]
 
 
 def _seeds(seeds: list[int]) -> str:
+    """`0-5` for a run of consecutive seeds, else the list."""
+    if len(seeds) > 2 and seeds == list(range(seeds[0], seeds[0] + len(seeds))):
+        return f"{seeds[0]}-{seeds[-1]}"
     return ", ".join(map(str, seeds))
 
 
@@ -162,11 +168,12 @@ def _decision(studies: Path, name: str) -> list[str]:
     for decision, outcome in zip(study.decisions, _bullets(parts["Decision"]), strict=True):
         row, family = comparisons[decision.pair.label]
         verdict = outcome.split(" -> ", 1)[1] if " -> " in outcome else outcome
-        lines += _wrap(f"{head}: {decision.pair.label}, {study.quantity} {row[2]}, adjusted interval "
-                       f"[{row[4]}, {row[5]}] ({family}, {row[1]} paired seeds); rule `{decision.text}` {verdict}",
-                       bullet=True)
+        lines += _wrap(f"`{name}` (seeds {_seeds(study.seeds)}), {decision.pair.label}: {study.quantity} "
+                       f"{row[2]} [{row[4]}, {row[5]}] ({row[1]} paired seeds; {family}): `{decision.text}` "
+                       f"{verdict}", bullet=True)
     if study.agreement is not None:
-        lines += _wrap(f"{head}: {_agreement(parts.get('Fixed vs adaptive seeds', ''))}", bullet=True)
+        lines += _wrap(f"`{name}` (seeds {_seeds(study.seeds)}): "
+                       f"{_agreement(parts.get('Fixed vs adaptive seeds', ''))}", bullet=True)
     return lines
 
 
@@ -176,7 +183,7 @@ def _comparisons(body: str) -> dict[str, tuple[list[str], str]]:
     for block in body.split("Family ")[1:]:
         family = re.match(r"`([^`]+)`: (\d+) comparisons.*?Bonferroni at ([\d.]+%)", block, re.S)
         assert family, block
-        label = f"family `{family[1]}` of {family[2]}, Bonferroni {family[3]}"
+        label = f"adjusted over family `{family[1]}` of {family[2]}, Bonferroni {family[3]}"
         out.update({row[0]: (row, label) for row in _rows(block)})
     return out
 

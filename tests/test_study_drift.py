@@ -110,7 +110,7 @@ def test_a_study_not_run_or_incomplete_decides_nothing_in_the_docs(tmp_path):
                     ignore=shutil.ignore_patterns("store", REPORT_FILE))
     regenerate(studies, "pending")
     pending = section(studies, "pending", "decision")
-    assert "(seeds 0, 1, 2; 0 of 91 planned trials): not run yet; no decision on its 3 rules" in " ".join(pending.split())
+    assert "(seeds 0-2; 0 of 91 planned trials): not run yet; no decision on its 3 rules" in " ".join(pending.split())
     assert "| `pending` | hourglass-ffn (Fig. 4), small reproduction | 0 of 91 |" in section(studies, "*", "table")
     report = studies / "adaptive-seeds" / REPORT_FILE
     text = report.read_text(encoding="utf-8")
