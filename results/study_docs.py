@@ -26,7 +26,7 @@ import textwrap
 from pathlib import Path
 
 from shapesweep.common import UserError
-from shapesweep.results.study_lr import is_lr_fit, read_lr_study
+from shapesweep.results.study_lr import LrStudy, is_lr_fit, read_lr_study
 from shapesweep.results.study_spec import REPORT_FILE, Study, read_study, study_names
 from shapesweep.search_spaces.solver import plan
 
@@ -200,7 +200,8 @@ def _agreement(body: str) -> str:
 # --- an lr-fit study -----------------------------------------------------------------------
 
 
-def _lr_parts(studies: Path, name: str):
+def _lr_parts(studies: Path, name: str) -> tuple[LrStudy, dict[str, str], list[str]]:
+    """The lr-fit study, its report's sections and its Decision bullets."""
     study = read_lr_study(studies, name)
     report = _report(studies, name)
     return study, _sections(report), _bullets(_sections(report)["Decision"])
