@@ -5,9 +5,10 @@ that states what a study found is the body of an include in README.md or docs/*.
     ...generated...
     <!-- /study -->
 
-which `shapesweep study docs` rewrites from the committed study files alone: each study's
-`study.yaml` (its question, seeds, rules and machine; its spaces planned for the trial count)
-and the `report.md` that `shapesweep study report` wrote from its store. The store itself is
+which `shapesweep study docs` (and `study report`, after the report) rewrites from the
+committed study files alone: each study's `study.yaml` (its question, seeds, rules and
+machine; its spaces planned for the trial count) and the `report.md` that `shapesweep study
+report` wrote from its store (a study without one: `no report yet`). The store itself is
 never read, so trials another session adds to it move the docs only once its report is
 regenerated and committed (tests/test_study_drift.py fails on drift at either step).
 
@@ -27,7 +28,8 @@ from pathlib import Path
 
 from shapesweep.common import UserError
 from shapesweep.results.study_lr import LrStudy, is_lr_fit, read_lr_study
-from shapesweep.results.study_spec import REPORT_FILE, Study, read_study, study_names
+from shapesweep.results.study_spec import REPORT_FILE, STUDY_FILE, Study, read_study, study_names
+from shapesweep.search_spaces.safe_yaml import read_yaml
 from shapesweep.search_spaces.solver import plan
 
 INCLUDE = re.compile(r"^<!-- study:(?P<name>[^:\s]+):(?P<section>[a-z-]+) -->\n(?P<body>.*?)^<!-- /study -->$",
@@ -151,8 +153,14 @@ def _state(parts: dict[str, str], ran: int) -> str:
     return "incomplete: no decision" if data.startswith("**Incomplete") else "other machine: no decision"
 
 
+def _unreported(studies: Path, name: str) -> bool:
+    return not (studies / name / REPORT_FILE).is_file()
+
+
 def _decision(studies: Path, name: str) -> list[str]:
     study = read_study(studies, name)
+    if _unreported(studies, name):
+        return _wrap(f"`{name}`: no report yet (`shapesweep study report {name}`); no decision.")
     parts = _sections(_report(studies, name))
     ran, planned = _ran(parts), _planned(study)
     state = _state(parts, ran)
@@ -208,6 +216,8 @@ def _lr_parts(studies: Path, name: str) -> tuple[LrStudy, dict[str, str], list[s
 
 
 def _lr_decision(studies: Path, name: str) -> list[str]:
+    if _unreported(studies, name):
+        return _wrap(f"`{name}`: no report yet (`shapesweep study report {name}`); no decision.")
     study, parts, outcomes = _lr_parts(studies, name)
     lines = []
     for fit, outcome in zip(study.doc.fits, outcomes[:len(study.doc.fits)], strict=True):
@@ -239,6 +249,8 @@ def _interval(cell: str) -> str:
 
 
 def _lr_summary(studies: Path, name: str) -> str:
+    if _unreported(studies, name):
+        return f"The `{name}` study has no report yet (`shapesweep study report {name}`)."
     study, _, outcomes = _lr_parts(studies, name)
     verdicts = [o.rsplit("): ", 1)[1] for o in outcomes[:len(study.doc.fits)]]
     transfers = [f"{fit.axis} under {fit.rule}" for fit, v in zip(study.doc.fits, verdicts, strict=True)
@@ -277,6 +289,11 @@ def _balanced(text: str) -> bool:
 def _table(studies: Path) -> list[str]:
     lines = ["| study | what it asks | trials run | machine | state |", "|---|---|---|---|---|"]
     for name in study_names(studies):
+        if _unreported(studies, name):
+            doc = read_yaml(studies / name / STUDY_FILE)
+            question = _question(str(doc.get("question", ""))) if isinstance(doc, dict) else "-"
+            lines.append(f"| `{name}` | {question} | - | - | no report yet |")
+            continue
         if is_lr_fit(studies, name):
             study, parts, outcomes = _lr_parts(studies, name)
             ran = sum(int(row[-1]) for title, body in parts.items() if title.startswith("Fit ")

@@ -108,6 +108,8 @@ def test_a_study_not_run_or_incomplete_decides_nothing_in_the_docs(tmp_path):
     studies = checkout_copy(tmp_path)
     shutil.copytree(STUDIES / "hourglass-ffn-ucurve", studies / "pending",
                     ignore=shutil.ignore_patterns("store", REPORT_FILE))
+    assert "| `pending` | hourglass-ffn (Fig. 4), small reproduction | - | - | no report yet |" in section(
+        studies, "*", "table")
     regenerate(studies, "pending")
     pending = section(studies, "pending", "decision")
     assert "(seeds 0-2; 0 of 91 planned trials): not run yet; no decision on its 3 rules" in " ".join(pending.split())
@@ -132,3 +134,15 @@ def test_a_bad_include_is_one_line(tmp_path, capsys, include, problem):
     (tmp_path / "docs" / "studies.md").write_text(f"# x\n\n{include}\n<!-- /study -->\n", encoding="utf-8")
     assert shapesweep(["study", "docs", "--studies", str(studies)]) == 2
     assert problem in capsys.readouterr().err
+
+
+def test_a_report_brings_the_docs_includes_with_it(tmp_path, capsys):
+    """`study report NAME` rewrites the includes too: a stale include is current after it."""
+    studies = docs_copy(tmp_path)
+    page = tmp_path / "docs" / "statistics.md"
+    current = page.read_text(encoding="utf-8")
+    body = next(m["body"] for m in INCLUDE.finditer(current) if m["name"] == "adaptive-seeds")
+    page.write_text(current.replace(body, "- stale\n"), encoding="utf-8")
+    assert shapesweep(["study", "report", "adaptive-seeds", "--studies", str(studies)]) == 0
+    assert "wrote docs/statistics.md (its study includes)" in capsys.readouterr().out
+    assert page.read_text(encoding="utf-8") == current

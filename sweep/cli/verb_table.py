@@ -207,8 +207,9 @@ STUDY_ACTIONS = ("run", "report", "list", "docs")  # shapesweep.sweep.verbs.stud
 class StudyArgs:
     action: str = option(MISSING, "action", choices=STUDY_ACTIONS,
                          help="run: run (or resume) the study's sweeps into studies/NAME/store; "
-                              "report: write studies/NAME/report.md from that store; list: the studies; "
-                              "docs: rewrite the study includes of README.md and docs/ from the reports")
+                              "report: write studies/NAME/report.md from that store (and the docs' includes); "
+                              "list: the studies; docs: rewrite the study includes of README.md and "
+                              "docs/ from the reports")
     name: str | None = option(None, "name", nargs="?", help="the study (a folder of --studies)")
     studies: str = option("studies", "--studies", metavar="DIR",
                           help="the folder of studies, each NAME/study.yaml (default: studies)")

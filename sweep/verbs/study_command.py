@@ -5,8 +5,8 @@ shapesweep.results.study_spec) run into its own store and reported from it.
 each of its sweeps through the same code as `shapesweep run`, into `studies/NAME/store`
 (the study's `--root`) with the study's seeds; a sweep the store already holds is
 resumed (`shapesweep resume`), so an interrupted study finishes where it stopped.
-`report` writes `studies/NAME/report.md` from the store (shapesweep.results.study_report).
-`docs` rewrites every study include of README.md and docs/ beside the studies folder from the
+`report` writes `studies/NAME/report.md` from the store (shapesweep.results.study_report),
+then the docs' study includes from the reports, as `docs` does alone: `docs` rewrites every study include of README.md and docs/ beside the studies folder from the
 committed study files and reports (shapesweep.results.study_docs).
 """
 
@@ -54,6 +54,8 @@ def study(args: StudyArgs) -> int:
         path, complete = write_report(found)
     verdict = "decision stated" if complete else "data incomplete: missing trials listed, no decision"
     print(f"wrote {studies / path} ({verdict})")
+    for page in write_docs(studies):  # the docs' includes follow the report
+        print(f"wrote {page.relative_to(studies.parent).as_posix()} (its study includes)")
     return 0
 
 
