@@ -15,6 +15,7 @@ from shapesweep.sweep.cli.option_groups import (
     NO_VERDICT_FLAG,
     OBJECTIVES,
     PARALLEL,
+    Parallel,
     PlanPriceOptions,
     ResourceOptions,
     SearchOptions,
@@ -89,7 +90,7 @@ class SweepOptions:
              "one trial to the next (each trial then pays a process start and torch's import: "
              "seconds)")
     workers_per_trial: int = same_as(ResourceOptions, "workers_per_trial")
-    parallel: str = same_as(TrainerOptions, "parallel")
+    parallel: Parallel = same_as(TrainerOptions, "parallel")
     # whether the seeds can end in a verdict (shapesweep.sweep.search.verdict): kept, so `resume`
     # judges a sweep as it was started
     min_effect: float | None = same_as(PlanPriceOptions, "min_effect")

@@ -176,6 +176,7 @@ def _fit_one(options: SweepOptions, checked: Checked, plan: TrialPlan, store: Pa
     writer = ResultsWriter(store, name, checked.data_hash, progress)
     if isinstance(checked.scheduler, PairedASHA):  # the noise-aware ASHA: each candidate's seeds
         record_decisions(checked.scheduler, store, name)
+        assert plan.specs is not None, "the noise-aware ASHA runs a grid, whose trials are known"
         checked.scheduler.expect(plan.specs)
     fit = tuner(options, checked, plan, run_config(options, name, [writer, progress]),
                 state_api=session_dir is None)  # our local Ray runs no dashboard

@@ -147,8 +147,10 @@ def _scheduler(options: SweepOptions, space: SearchSpace, candidates: list[Candi
     if choice.kind == "fifo":
         return FIFOScheduler(), choice
     if choice.per_trial:
+        assert choice.budget is not None, "ASHA per trial: the trials have one token budget"
         return ASHAScheduler(time_attr="tokens", metric="val_loss", mode="min", max_t=choice.budget,
-                             grace_period=choice.rungs[0],
+                             # Ray annotates an int; its rungs are compared as numbers
+                             grace_period=choice.rungs[0],  # type: ignore[arg-type]
                              reduction_factor=options.reduction_factor), choice
     return PairedASHA(choice.rungs, options.reduction_factor), choice
 

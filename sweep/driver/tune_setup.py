@@ -50,7 +50,7 @@ def tuner(options: SweepOptions, checked: Checked, plan: TrialPlan, run_config: 
         state_api=state_api, trainer=trainer)
     # N > 1 workers: the trial's actor only drives the Train workers, so it holds no CPU
     # (a Ray bundle must ask for something: one byte of memory)
-    own = resources if options.workers_per_trial == 1 else {"cpu": 0, "memory": 1}
+    own: dict[str, float] = resources if options.workers_per_trial == 1 else {"cpu": 0, "memory": 1}
     return tune.Tuner(
         tune.with_resources(trainable, own),
         param_space=plan.param_space,
