@@ -15,10 +15,10 @@ from sweep_helpers import write_space
 from shapesweep.common import UserError
 from shapesweep.results.store import sweep_dir
 from shapesweep.sweep.cli import main as cli
-from shapesweep.sweep.cli.options import add_flags, arguments, flagged, option, parsed, resumed
-from shapesweep.sweep.cli.sweep_options import SweepOptions
 from shapesweep.sweep.cli.verb_table import ResumeArgs
 from shapesweep.sweep.driver.runner import OPTIONS_FILE, load_options
+from shapesweep.sweep.options.fields import add_flags, arguments, flagged, option, parsed, resumed
+from shapesweep.sweep.options.sweep_options import SweepOptions
 from shapesweep.sweep.verbs.run_command import resume, run
 
 

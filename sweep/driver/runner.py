@@ -29,8 +29,6 @@ from rich.console import Console
 from shapesweep.common import printable, resume_command
 from shapesweep.results.catalog import without_password
 from shapesweep.results.parquet_store import ParquetStore
-from shapesweep.sweep.cli.options import saved_values
-from shapesweep.sweep.cli.sweep_options import SweepOptions
 from shapesweep.sweep.driver import ray_compat
 from shapesweep.sweep.driver.lease import sweep_lease
 from shapesweep.sweep.driver.progress import SweepProgress
@@ -61,6 +59,8 @@ from shapesweep.sweep.driver.sweep_files import (
     space_hash,
 )
 from shapesweep.sweep.driver.tune_setup import record_decisions, run_config, tuner
+from shapesweep.sweep.options.fields import saved_values
+from shapesweep.sweep.options.sweep_options import SweepOptions
 from shapesweep.sweep.search.paired_asha import PairedASHA
 from shapesweep.sweep.search.strategies import PlanContext, TrialPlan
 

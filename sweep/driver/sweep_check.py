@@ -22,11 +22,11 @@ from shapesweep.search_spaces.space import (
     check_sweep_trials,
     load_space,
 )
-from shapesweep.sweep.cli.sweep_options import SweepOptions
 from shapesweep.sweep.driver.packing import check_memory
 from shapesweep.sweep.driver.ray_session import check_address
 from shapesweep.sweep.driver.rounds import Adaptive, adaptive_design
 from shapesweep.sweep.driver.trackers import check_trackers
+from shapesweep.sweep.options.sweep_options import SweepOptions
 from shapesweep.sweep.search.paired_asha import PairedASHA
 from shapesweep.sweep.search.scheduling import Choice, choose
 from shapesweep.sweep.search.strategies import SearchStrategy, strategy_for

@@ -15,7 +15,6 @@ from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback
 from ray.tune.search import Searcher
 
 from shapesweep.results.interface import ResultsStore
-from shapesweep.sweep.cli.sweep_options import SweepOptions
 from shapesweep.sweep.driver.checkpoints import CheckpointCleaner
 from shapesweep.sweep.driver.ray_session import ray_storage
 from shapesweep.sweep.driver.results_writer import ended_as
@@ -23,6 +22,7 @@ from shapesweep.sweep.driver.sweep_check import Checked
 from shapesweep.sweep.driver.sweep_files import DECISIONS_FILE
 from shapesweep.sweep.driver.trackers import tracker_callbacks
 from shapesweep.sweep.driver.trainable import run_trial
+from shapesweep.sweep.options.sweep_options import SweepOptions
 from shapesweep.sweep.search.paired_asha import PairedASHA
 from shapesweep.sweep.search.strategies import TrialPlan
 from shapesweep.trainers.spec import TrainerOptions
