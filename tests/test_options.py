@@ -94,7 +94,7 @@ def test_every_verb_that_reads_a_root_takes_storage():
 def test_gpus_per_trial_has_one_meaning(monkeypatch):
     """plan and train resolve the default by the device they plan or train on; run by this
     machine (option_groups.gpus_here): a GPU a trial where there is one, else 0."""
-    from shapesweep.sweep.cli import option_groups
+    from shapesweep.sweep.options import option_groups
 
     assert cli.parse(["plan", "tiny"]).gpus_per_trial is None
     assert cli.parse(["train", "c.yaml"]).gpus_per_trial is None
