@@ -204,7 +204,14 @@ def test_no_import_cycles_even_through_function_level_imports():
 LOWER_LAYERS = {"shapesweep.trainers": ("shapesweep.sweep", "shapesweep.dashboards"),
                 "shapesweep.search_spaces": ("shapesweep.sweep", "shapesweep.trainers",
                                              "shapesweep.dashboards"),
-                "shapesweep.results": ("shapesweep.sweep", "shapesweep.dashboards")}
+                "shapesweep.results": ("shapesweep.sweep", "shapesweep.dashboards"),
+                # the driver runs what the command line parsed, and the options are declared
+                # below both (sweep/options); the dashboards read the results store alone
+                "shapesweep.sweep.driver": ("shapesweep.sweep.cli", "shapesweep.sweep.verbs",
+                                            "shapesweep.sweep.slurm"),
+                "shapesweep.sweep.options": ("shapesweep.sweep.cli", "shapesweep.sweep.verbs",
+                                             "shapesweep.sweep.driver"),
+                "shapesweep.dashboards": ("shapesweep.sweep",)}
 
 
 # The recipe is the trainer's, and a space's `train:` block is one: the torch-free module that
