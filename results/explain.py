@@ -3,11 +3,25 @@ report print beside `shapesweep.results.stats.compare`'s `no_verdict` codes."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TypedDict
 
 from shapesweep.common import DEFAULT_ROOT, human
 from shapesweep.results.roles import SPACE_FILE
 from shapesweep.results.store import sweep_dir
+
+
+class CompareRow(TypedDict, total=False):
+    """What these words read of a `compare` row (shapesweep.results.verdicts: its columns, as
+    a dict) or of `status`'s candidate record built from one."""
+
+    no_verdict: str | None  # why it has no verdict: a code (`why_no_verdict`), None with one
+    stopped_tokens: float | None  # where ASHA stopped it
+    error: str | None  # `Type: message` of a failed trial
+    seeds: list[int] | None  # the measure seeds it has
+    missing_seeds: list[int] | None
+    failed_seeds: list[int] | None
+    n_paired: float | None  # seeds paired with the baseline
+    state: str | None  # measured, pending, ...
 
 
 def _seeds(seeds: list[int]) -> str:
@@ -24,8 +38,8 @@ def rerun_command(sweep: str, root: str, *options: str) -> str:
     return _command("run", root, f"{sweep_dir(root, sweep)}/{SPACE_FILE}", *options)
 
 
-def why_no_verdict(candidate: dict[str, Any], sweep: str, root: str,
-                   baseline: dict[str, Any] | None = None) -> tuple[str, str] | None:
+def why_no_verdict(candidate: CompareRow, sweep: str, root: str,
+                   baseline: CompareRow | None = None) -> tuple[str, str] | None:
     """(why, what to run) for a `compare` row (a dict) without a verdict; None with one.
     `baseline`: its baseline's row, which says why when the baseline has no result."""
     code = candidate.get("no_verdict")
@@ -68,7 +82,7 @@ def why_no_verdict(candidate: dict[str, Any], sweep: str, root: str,
     return code, ""
 
 
-def missing_seeds(candidate: dict[str, Any], sweep: str, root: str) -> tuple[str, str] | None:
+def missing_seeds(candidate: CompareRow, sweep: str, root: str) -> tuple[str, str] | None:
     """(what is missing, what to run) for a candidate with a result but not every measure
     seed (its mean and verdict use the seeds it has); None when it has them all."""
     missing = candidate.get("missing_seeds") or []

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 from shapesweep.results.schema import CURVE_COLUMNS, TRIAL_COLUMNS
 from shapesweep.results.store import write_trial
@@ -84,15 +85,18 @@ class TrialRecord:
         return write_trial(root, self.sweep, self.trial_row(), self.curve_rows(), self.layers)
 
 
-def final_metrics(last: dict[str, Any], curve: list[dict[str, Any]], status: str) -> dict[str, Any]:
+def final_metrics(last: Mapping[str, object], curve: Sequence[Mapping[str, object]],
+                  status: str) -> dict[str, Any]:
     """Final metrics: the loop's own summary (`last`) when it got to report one, else the
-    curve's; none for a trial that failed before its first evaluation."""
+    curve's; none for a trial that failed before its first evaluation. Both are Tune reports
+    (the loop's `TrainResult` and its evaluations): the losses, tokens and times in them are
+    numbers where set."""
     if not curve and status == "failed":
         return {}
-    val_losses = [p["val_loss"] for p in curve if p.get("val_loss") is not None]
-    val_loss = last.get("val_loss", val_losses[-1] if val_losses else None)
-    elapsed = last.get("wall_time_s") or last.get("elapsed_s")
-    tokens = last.get("tokens")
+    val_losses = [cast(float, p["val_loss"]) for p in curve if p.get("val_loss") is not None]
+    val_loss = cast("float | None", last.get("val_loss", val_losses[-1] if val_losses else None))
+    elapsed = cast("float | None", last.get("wall_time_s") or last.get("elapsed_s"))
+    tokens = cast("float | None", last.get("tokens"))
     finite = [v for v in val_losses if math.isfinite(v)]
     return {
         "val_loss": val_loss,

@@ -64,3 +64,13 @@ def test_docs_pages_named_in_code_exist():
              for page in re.findall(r"docs/[\w.-]+\.md", (REPO / source).read_text(encoding="utf-8"))}
     assert named
     assert [f"{source}: {page}" for source, page in sorted(named) if not (REPO / page).is_file()] == []
+
+
+def test_the_guide_is_under_3000_lines():
+    """docs/ is how to use the tool and why it works as it does, under 3,000 lines (issue 56);
+    the study includes are generated reports and do not count."""
+    from shapesweep.results.study_docs import INCLUDE
+
+    lines = sum(INCLUDE.sub("", page.read_text(encoding="utf-8")).count("\n")
+                for page in sorted((REPO / "docs").glob("*.md")))
+    assert lines < 3000, f"docs/*.md hold {lines} lines besides their study includes"

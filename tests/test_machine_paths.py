@@ -64,3 +64,17 @@ def test_the_check_finds_a_machine_path():
     assert caught == ["work", "tmp", "home", "root"]
     assert not list(ABSOLUTE.finditer(
         "https://download.pytorch.org/whl/cu128 docs/gpu.md ./a/b ../old d_model/L tokens/s/GPU"))
+
+
+def test_every_path_above_a_page_is_in_the_checkout():
+    """A page's `../PATH` (a link back to the README, say) names a file of the checkout, never
+    a folder beside it that only one machine's workspace has."""
+    found = []
+    for name, text in tracked_text().items():
+        if not name.endswith(".md"):
+            continue
+        for m in re.finditer(r"\.\./[\w./-]*[\w/]", text):
+            target = (ROOT / name).parent / m[0]
+            if not target.resolve().is_relative_to(ROOT) or not target.exists():
+                found.append(f"{name}: {m[0]}")
+    assert not found, "paths outside the checkout:\n" + "\n".join(found)

@@ -18,7 +18,7 @@ document `train` accepts), the pair `export --format hf --weights DIR` converts.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypedDict
 
@@ -41,8 +41,23 @@ def _atomic(path: Path, write) -> None:
     os.replace(tmp, path)
 
 
+class CheckpointState(TypedDict):
+    """What `checkpoint.pt` holds beside the weights (the loop's `save`): tensors and plain
+    values only."""
+
+    identity: Mapping[str, object]  # config key + train recipe + data hash: the trial it is of
+    optimizer: Mapping[str, object] | None  # its whole state dict (distributed.full_state)
+    scheduler: Mapping[str, object]  # the LR schedule's state dict
+    rng: RngState
+    step: int  # steps done: the data position
+    curve: Sequence[Mapping[str, object]]  # the evaluations so far
+    loss_tail: Sequence[float]
+    elapsed_s: float
+    train_time_s: float
+
+
 def save(directory: str | Path, weights: dict[str, torch.Tensor], model_config, train,
-         state: dict[str, Any]) -> None:
+         state: CheckpointState) -> None:
     """The weights (`save_model`, tagged with `state['step']`), then the rest of `state`."""
     save_model(directory, weights, model_config, train, step=state["step"])
     _atomic(Path(directory) / FILENAME, lambda tmp: torch.save(state, tmp))

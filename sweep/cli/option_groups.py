@@ -18,22 +18,13 @@ from pathlib import Path
 from typing import Literal
 
 from shapesweep.sweep.cli.options import option, whole_count
+from shapesweep.sweep.search.flag_values import DEFAULT_GPU, DEFAULT_SEED_SD, GPU_KINDS, SCHEDULERS
 from shapesweep.sweep.search.strategies import SAMPLERS, STRATEGIES
-
-SCHEDULERS = ("auto", "asha", "fifo")  # sweep/search/scheduling.py: what each runs
 
 PARALLEL = ("ddp", "fsdp")  # how N > 1 workers share a model (shapesweep.trainers.loop.train)
 Parallel = Literal["ddp", "fsdp"]  # PARALLEL's type (shapesweep.trainers.spec.Parallel)
 OBJECTIVES = ("params_non_embedding", "flops_per_token")  # --multi-objective's second objective
 MAX_SEED = 2**32 - 1  # numpy and torch take seeds 0 <= seed < 2**32
-# `--gpu KIND` -> (the device name PEAK_TFLOPS knows its dense bf16 peak by, its memory: what
-# `--gpu-memory` defaults to with `--gpu`; the A100 here is the 80GB one).
-GPU_KINDS = {"h100": ("H100", "80GB"), "h100-pcie": ("H100 PCIe", "80GB"), "h200": ("H200", "141GB"),
-             "b200": ("B200", "180GB"), "a100": ("A100", "80GB"), "l40s": ("L40S", "48GB"),
-             "a10": ("A10", "24GB")}
-DEFAULT_GPU = "h100"
-DEFAULT_SEED_SD = 0.02  # an assumed seed spread of the -small spaces' size; no committed study measures it
-NO_VERDICT_FLAG = "--no-verdict"
 SIZE = re.compile(r"\s*([0-9]*\.?[0-9]+)\s*([kmgt]?)(i?)(b?)\s*", re.IGNORECASE)
 DEVICE = re.compile(r"(cpu|mps|cuda(:[0-9]+)?)")
 

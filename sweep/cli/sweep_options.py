@@ -12,7 +12,6 @@ from typing import Any
 
 from shapesweep.common import CHECKPOINT_EVERY_S, UserError
 from shapesweep.sweep.cli.option_groups import (
-    NO_VERDICT_FLAG,
     OBJECTIVES,
     PARALLEL,
     PlanPriceOptions,
@@ -25,6 +24,7 @@ from shapesweep.sweep.cli.option_groups import (
 )
 from shapesweep.sweep.cli.options import option, same_as
 from shapesweep.sweep.cli.store_args import StoreOptions
+from shapesweep.sweep.search.flag_values import NO_VERDICT_FLAG
 
 __all__ = ["OBJECTIVES", "PARALLEL", "SweepOptions", "parse_seeds", "ray_address"]
 

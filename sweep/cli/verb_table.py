@@ -200,14 +200,16 @@ class DemoArgs:
                                          help="trials at once (default 2, one per core here)")
 
 
-STUDY_ACTIONS = ("run", "report", "list")  # shapesweep.sweep.verbs.study_command
+STUDY_ACTIONS = ("run", "report", "list", "docs")  # shapesweep.sweep.verbs.study_command
 
 
 @dataclass(kw_only=True)
 class StudyArgs:
     action: str = option(MISSING, "action", choices=STUDY_ACTIONS,
                          help="run: run (or resume) the study's sweeps into studies/NAME/store; "
-                              "report: write studies/NAME/report.md from that store; list: the studies")
+                              "report: write studies/NAME/report.md from that store (and the docs' includes); "
+                              "list: the studies; docs: rewrite the study includes of README.md and "
+                              "docs/ from the reports")
     name: str | None = option(None, "name", nargs="?", help="the study (a folder of --studies)")
     studies: str = option("studies", "--studies", metavar="DIR",
                           help="the folder of studies, each NAME/study.yaml (default: studies)")
@@ -247,5 +249,6 @@ VERBS: dict[str, Verb] = {
     "demo": Verb("shapesweep.sweep.verbs.demo", "demo",
                  "run the small built-in demo sweep and build its dashboard", DemoArgs),
     "study": Verb("shapesweep.sweep.verbs.study_command", "study",
-                  "run a pre-registered study (studies/NAME/study.yaml) or write its report", StudyArgs),
+                  "run a pre-registered study (studies/NAME/study.yaml), write its report or the docs' "
+                  "includes of it", StudyArgs),
 }

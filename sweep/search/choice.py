@@ -12,7 +12,7 @@ what is missing of either kind. Trial ids stay `KEY-tHASH-sSEED`.
 from __future__ import annotations
 
 from collections import deque
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pandas as pd
 from ray.tune.search import Searcher
@@ -20,9 +20,10 @@ from ray.tune.search import Searcher
 from shapesweep.results.parquet_store import ParquetStore
 from shapesweep.results.stats import CHOICE_METRIC, choose_tuned
 from shapesweep.search_spaces.cadence import token_budget
+from shapesweep.search_spaces.recipe_merge import TrainKeys
 from shapesweep.search_spaces.solver import Candidate
 from shapesweep.search_spaces.space import SearchSpace, tuned_json
-from shapesweep.sweep.search.trials import reached_budget, trial_spec, trial_triple
+from shapesweep.sweep.search.trials import TrialSpec, reached_budget, trial_spec, trial_triple
 
 if TYPE_CHECKING:
     from shapesweep.sweep.search.strategies import PlanContext
@@ -37,18 +38,18 @@ class MeasureSpecs:
         self.candidates = {c.key: c for c in candidates}
         self.settings = {_text(t): t for t in space.tuned_settings()}
 
-    def __call__(self, key: str, tuned: str) -> list[dict]:
+    def __call__(self, key: str, tuned: str) -> list[TrialSpec]:
         specs = [trial_spec(self.candidates[key], self.space, seed, self.data, tuned=self.settings[tuned])
                  for seed in self.seeds]
         return [s for s in specs if trial_triple(s) not in self.skip]
 
 
-def _text(tuned: dict[str, Any]) -> str:
+def _text(tuned: TrainKeys) -> str:
     """The canonical text `choose_tuned` names a tuned combination by (a trial's tuned_json)."""
     return tuned_json(tuned)
 
 
-def _row(spec: dict, status: str, value: Any) -> dict:
+def _row(spec: TrialSpec, status: str, value: object) -> dict:
     """A choice trial as `choose_tuned` reads it (the columns of a stored trial row)."""
     return {"sweep": "", "key": spec["key"], "tuned_json": spec["tuned_json"], "seed": spec["seed"],
             "status": status, CHOICE_METRIC: value}
@@ -63,16 +64,16 @@ def chosen(rows: list[dict]) -> str | None:
 
 class ChoiceSearcher(Searcher):
     """Choice trials first; a candidate's measure trials as soon as its choice is made."""
-    def __init__(self, queue: list[dict], waiting: dict[str, set[str]], rows: dict[str, list[dict]],
+    def __init__(self, queue: list[TrialSpec], waiting: dict[str, set[str]], rows: dict[str, list[dict]],
                  measure: MeasureSpecs, choice_seeds: list[int]):
         super().__init__(metric=CHOICE_METRIC, mode="min")
         self.queue = deque(queue)  # specs to hand Tune, in order
         self.waiting = waiting  # candidate key -> its choice trial ids not yet ended
         self.rows = rows  # candidate key -> its ended choice trials (`_row`)
         self.measure, self.choice_seeds = measure, set(choice_seeds)
-        self.live: dict[str, dict] = {}  # Tune trial id -> spec
+        self.live: dict[str, TrialSpec] = {}  # Tune trial id -> spec
 
-    def suggest(self, trial_id: str) -> dict | str | None:
+    def suggest(self, trial_id: str) -> dict | str | None:  # type: ignore[override]  # Ray's Searcher.suggest returns Searcher.FINISHED (a str), its annotation says Optional[Dict]
         if self.queue:
             spec = self.queue.popleft()
             self.live[trial_id] = spec

@@ -33,16 +33,21 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ray.tune.experiment import Trial
 from ray.tune.schedulers import FIFOScheduler, TrialScheduler
 
 from shapesweep.sweep.driver.sweep_files import DECISIONS_FILE  # noqa: F401 - its name here, as before
-from shapesweep.sweep.search.scheduling import decide
+from shapesweep.sweep.search.scheduling import Verdict, decide
+
+if TYPE_CHECKING:
+    from shapesweep.sweep.search.trials import TrialSpec
+
+CandidateId = tuple[str, str]  # a candidate as this scheduler judges it: (key, tuned_json)
 
 
-def candidate_of(trial: Trial) -> tuple[tuple[str, str], int]:
+def candidate_of(trial: Trial) -> tuple[CandidateId, int]:
     """((key, tuned_json), seed) of a trial, from its spec (`shapesweep.sweep.search.trials.trial_spec`)."""
     spec = trial.config["spec"]
     return (spec["key"], spec["tuned_json"]), spec["seed"]
@@ -62,16 +67,16 @@ class PairedASHA(FIFOScheduler):
         self.on_decision: Callable[[list[dict]], None] | None = None  # with all, after each
         self.set_search_properties("val_loss", "min")  # Tune's public way to set its metric
         self.rungs, self.reduction_factor, self.baseline = sorted(rungs), reduction_factor, baseline
-        self.seeds: dict[Any, set[int]] = defaultdict(set)  # each candidate's seeds in this run
-        self.protected: set[Any] = set()  # the baseline's candidates
-        self.losses: list[dict[Any, dict[int, float]]] = [defaultdict(dict) for _ in self.rungs]
-        self.judged: list[dict[Any, dict[int, float]]] = [{} for _ in self.rungs]
-        self.waiting: dict[tuple[Any, int], list[Trial]] = defaultdict(list)
+        self.seeds: dict[CandidateId, set[int]] = defaultdict(set)  # each candidate's seeds in this run
+        self.protected: set[CandidateId] = set()  # the baseline's candidates
+        self.losses: list[dict[CandidateId, dict[int, float]]] = [defaultdict(dict) for _ in self.rungs]
+        self.judged: list[dict[CandidateId, dict[int, float]]] = [{} for _ in self.rungs]
+        self.waiting: dict[tuple[CandidateId, int], list[Trial]] = defaultdict(list)
         self.released: set[str] = set()  # trial ids of paused trials to resume
-        self.gone: dict[Any, set[int]] = defaultdict(set)  # seeds that ended without a rung
-        self.stopped: dict[Any, float] = {}  # candidate -> the rung (tokens) it was stopped at
+        self.gone: dict[CandidateId, set[int]] = defaultdict(set)  # seeds that ended without a rung
+        self.stopped: dict[CandidateId, float] = {}  # candidate -> the rung (tokens) it was stopped at
 
-    def expect(self, specs: list[dict[str, Any]]) -> None:
+    def expect(self, specs: list[TrialSpec]) -> None:
         for spec in specs:
             candidate = (spec["key"], spec["tuned_json"])
             self.seeds[candidate].add(spec["seed"])
@@ -99,11 +104,11 @@ class PairedASHA(FIFOScheduler):
             return TrialScheduler.PAUSE
         return self._judge(tune_controller, candidate, rung, trial)
 
-    def _arrived(self, candidate: Any, rung: int) -> bool:
+    def _arrived(self, candidate: CandidateId, rung: int) -> bool:
         """Every seed of the candidate has a loss at the rung or has ended without one."""
         return self.seeds[candidate] <= set(self.losses[rung][candidate]) | self.gone[candidate]
 
-    def _judge(self, tune_controller, candidate: Any, rung: int, current: Trial | None) -> str:
+    def _judge(self, tune_controller, candidate: CandidateId, rung: int, current: Trial | None) -> str:
         """Decide on the candidate at the rung: stop all its seeds or release them; returns
         the action for `current`, the trial reporting (None when a seed's end decided)."""
         losses = self.losses[rung][candidate]
@@ -121,7 +126,7 @@ class PairedASHA(FIFOScheduler):
         self.released.update(t.trial_id for t in paused)
         return TrialScheduler.CONTINUE
 
-    def _record(self, candidate: Any, rung: int, verdict: Any) -> None:
+    def _record(self, candidate: CandidateId, rung: int, verdict: Verdict[CandidateId]) -> None:
         (key, tuned), losses = candidate, self.losses[rung][candidate]
         cut = verdict.cut or (None, None)
         self.decisions.append({

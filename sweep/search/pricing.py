@@ -13,8 +13,9 @@ Torch-free: planning never imports it.
 
 from __future__ import annotations
 
-import argparse
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol, cast
 
 from shapesweep.common import UserError, did_you_mean
 from shapesweep.families import base as families
@@ -37,11 +38,7 @@ from shapesweep.search_spaces.cadence import (
 from shapesweep.search_spaces.seeds import AdaptiveSeeds
 from shapesweep.search_spaces.solver import Candidate
 from shapesweep.search_spaces.space import BASELINE_VARIANT
-from shapesweep.sweep.cli.option_groups import (  # `--gpu KIND`: the flag's declaration
-    DEFAULT_GPU,
-    DEFAULT_SEED_SD,
-    GPU_KINDS,
-)
+from shapesweep.sweep.search.flag_values import DEFAULT_GPU, DEFAULT_SEED_SD, GPU_KINDS
 from shapesweep.trainers import gpu_figures
 from shapesweep.trainers.compile_policy import EAGER_MFU, PEAK_TFLOPS, CompileDecision
 
@@ -71,7 +68,19 @@ class Device:
         return GPU_KINDS[self.kind][1]
 
 
-def device_from(args: argparse.Namespace) -> Device:
+class PriceFlags(Protocol):
+    """The flags a sweep is priced on (option_groups.PlanPriceOptions), as `plan`'s arguments
+    and `run`'s options both hold them."""
+
+    @property
+    def gpu(self) -> str | None: ...
+    @property
+    def gpus(self) -> int | None: ...
+    @property
+    def gpu_hour_price(self) -> float | None: ...
+
+
+def device_from(args: PriceFlags) -> Device:
     """The GPUs `plan` prices on, from its flags (each read and checked against its
     declaration before the verb ran: option_groups.PlanPriceOptions); an unknown --gpu is one
     line naming the kinds."""
@@ -99,7 +108,8 @@ def mfu_for(family: str, compiled: bool) -> Mfu:
     if found is None:
         return Mfu(DEFAULT_MFU, f"no {family} figure: pricing.DEFAULT_MFU")
     key, figure = found
-    return Mfu(float(figure["value"]), f"gpu-figures.json {key} ({figure['device']}, "
+    value = cast(float, figure["value"])  # a number (tests/test_gpu_figures.py holds every value to one)
+    return Mfu(float(value), f"gpu-figures.json {key} ({figure['device']}, "
                                        f"torch {figure['torch']})")
 
 
@@ -126,7 +136,7 @@ class CandidatePrice:
 
 
 def price_candidate(space, candidate, decision: CompileDecision, device: Device,
-                    measure: int, rungs: list[float] = ()) -> CandidatePrice:
+                    measure: int, rungs: Sequence[float] = ()) -> CandidatePrice:
     """A candidate's trials (its tuned settings on the choice seeds, the chosen one on
     `measure` seeds), each its recipe's budget, evaluations and cooldown branches."""
     config = candidate.config
@@ -183,7 +193,7 @@ def _duration(seconds: float) -> str:
 
 
 def price_sweep(space, candidates: list, decisions: list[CompileDecision], device: Device,
-                measure: int, rungs: list[float] = ()) -> list[CandidatePrice]:
+                measure: int, rungs: Sequence[float] = ()) -> list[CandidatePrice]:
     """Every candidate's price, in the candidates' order."""
     return [price_candidate(space, candidate, decision, device, measure, rungs)
             for candidate, decision in zip(candidates, decisions, strict=True)]

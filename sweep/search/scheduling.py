@@ -17,12 +17,13 @@ Ray-free, so `plan` says the same line `run` does without importing Ray.
 from __future__ import annotations
 
 import math
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 from shapesweep.common import UserError, human
 from shapesweep.search_spaces.cadence import step_tokens, sweep_budgets
-from shapesweep.sweep.cli.option_groups import SCHEDULERS  # declared with --scheduler
+from shapesweep.sweep.search.flag_values import SCHEDULERS  # --scheduler's choices
 
 if TYPE_CHECKING:  # types only: this module is imported for --help, the space's YAML reader is not
     from shapesweep.search_spaces.solver import Candidate
@@ -41,6 +42,7 @@ AUTO_RUNS_ASHA = False
 EVIDENCE = ("the conservative default: no committed study shows the noise-aware ASHA safe, "
             "docs/scheduling.md")
 CONFIDENCE = 0.95
+C = TypeVar("C", bound=Hashable)  # how a scheduler names a candidate (paired_asha: (key, tuned_json))
 
 
 @dataclass
@@ -172,25 +174,25 @@ def _fifo_reason(budgets: set[int] | None, n: int | None, n_seeds: int, cooled: 
 
 
 @dataclass
-class Verdict:
+class Verdict(Generic[C]):
     """The noise-aware decision on one candidate at one rung."""
     stop: bool
-    cut: Any = None  # the candidate at ASHA's cut it was compared with, if any
+    cut: C | None = None  # the candidate at ASHA's cut it was compared with, if any
     delta: float | None = None  # its mean paired difference to the cut (loss)
     ci_low: float | None = None
     ci_high: float | None = None
 
 
-def rung_cut(means: dict[Any, float], reduction_factor: float) -> tuple[Any, list[Any]]:
+def rung_cut(means: Mapping[C, float], reduction_factor: float) -> tuple[C, list[C]]:
     """The rung's cut (by seed mean, the candidate at rank ceil(n / reduction_factor): the
     last one ASHA would keep) and the candidates ranked below it, best first."""
-    ranked = sorted(means, key=means.get)
+    ranked = sorted(means, key=means.__getitem__)
     keep = math.ceil(len(ranked) / reduction_factor)
     return ranked[keep - 1], ranked[keep:]
 
 
-def decide(losses: dict[Any, dict[int, float]], candidate: Any, reduction_factor: float,
-           protected: bool = False) -> Verdict:
+def decide(losses: Mapping[C, Mapping[int, float]], candidate: C, reduction_factor: float,
+           protected: bool = False) -> Verdict[C]:
     """Stop `candidate` at a rung? `losses`: the rung loss of every seed of every candidate
     judged at this rung so far, `candidate`'s included (lower is better). Ranked by seed
     mean, the cut is the candidate at rank ceil(n / reduction_factor), the last one ASHA

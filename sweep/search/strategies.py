@@ -17,7 +17,7 @@ Adding a strategy is one class here and one line in `STRATEGIES`.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from shapesweep.common import UserError
 
@@ -26,7 +26,7 @@ if TYPE_CHECKING:  # types only: this module is imported for --help, the space's
 
     from shapesweep.search_spaces.seeds import AdaptiveSeeds
     from shapesweep.search_spaces.space import SearchSpace
-    from shapesweep.sweep.cli.sweep_options import SweepOptions
+    from shapesweep.sweep.search.trials import TrialSpec
 
 # --sampler NAME -> (its class in optuna.samplers, whether it trades two objectives)
 SAMPLERS = {
@@ -36,6 +36,26 @@ SAMPLERS = {
     "gp": ("GPSampler", True),
     "random": ("RandomSampler", True),
 }
+
+
+class StrategyOptions(Protocol):
+    """The options a strategy reads: `run`'s (sweep/cli/sweep_options.SweepOptions), which
+    this module, below the CLI, names by what it holds."""
+
+    @property
+    def search(self) -> str: ...
+    @property
+    def seeds(self) -> list[int] | dict[str, int] | None: ...  # `--seeds` (adaptive: {"min", "max"})
+    @property
+    def num_samples(self) -> int: ...
+    @property
+    def multi_objective(self) -> str | None: ...
+    @property
+    def sampler(self) -> str | None: ...
+    @property
+    def sampler_seed(self) -> int | None: ...
+    @property
+    def max_concurrent(self) -> int | None: ...
 
 
 def default_sampler(multi_objective: str | None) -> str:
@@ -59,7 +79,7 @@ class TrialPlan:
     search_alg: Any  # a Tune Searcher, or None (the grid is in param_space)
     total: int  # trials of the whole sweep (the catalog's n_candidates)
     launches: int  # trials this run starts; 0: the sweep is already done
-    specs: list[dict[str, Any]] | None = None  # the grid's trial specs this run starts
+    specs: list[TrialSpec] | None = None  # the grid's trial specs this run starts
 
 
 @dataclass
@@ -83,7 +103,7 @@ class SearchStrategy:
     candidates: list | None = None  # planned up front (grid), else None
     notices: list[str]
 
-    def __init__(self, options: SweepOptions, space: SearchSpace):
+    def __init__(self, options: StrategyOptions, space: SearchSpace):
         self.options, self.space, self.notices = options, space, []
 
     def settings(self) -> dict[str, Any]:
@@ -98,7 +118,7 @@ class GridStrategy(SearchStrategy):
 
     name = "grid"
 
-    def __init__(self, options: SweepOptions, space: SearchSpace):
+    def __init__(self, options: StrategyOptions, space: SearchSpace):
         from shapesweep.search_spaces.solver import plan
         from shapesweep.search_spaces.space import check_disjoint_seeds
 
@@ -161,7 +181,7 @@ class OptunaStrategy(SearchStrategy):
 
     name = "optuna"
 
-    def __init__(self, options: SweepOptions, space: SearchSpace):
+    def __init__(self, options: StrategyOptions, space: SearchSpace):
         from shapesweep.sweep.search.trials import OBJECTIVES
 
         super().__init__(options, space)
@@ -234,7 +254,7 @@ class OptunaStrategy(SearchStrategy):
 STRATEGIES: dict[str, type[SearchStrategy]] = {s.name: s for s in (GridStrategy, OptunaStrategy)}
 
 
-def strategy_for(options: SweepOptions, space: SearchSpace) -> SearchStrategy:
+def strategy_for(options: StrategyOptions, space: SearchSpace) -> SearchStrategy:
     """The strategy `options.search` names, checked against the options and the space."""
     if options.search not in STRATEGIES:
         raise UserError(f"unknown search {options.search!r} ({' or '.join(STRATEGIES)})",

@@ -31,15 +31,17 @@ import itertools
 import math
 import random
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from collections.abc import Set as AbstractSet
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from ray.tune.search import BasicVariantGenerator, Searcher
 
 from shapesweep.common import UserError
 from shapesweep.results.catalog import shown_database, without_password
 from shapesweep.results.deadlines import answered, connect_args, db_timeout_s, one_per_thread
+from shapesweep.search_spaces.candidates import Row
+from shapesweep.search_spaces.recipe_merge import TrainKeys
 from shapesweep.search_spaces.solver import Candidate, candidate_document, solve_point
 from shapesweep.search_spaces.space import SearchSpace, tuned_json, tuned_tag
 from shapesweep.sweep.driver.trainable import FINAL_FLAG
@@ -53,12 +55,26 @@ SAMPLER_REPEATS = 16  # seen points the sampler may propose in a row before one 
 LISTED_POINTS = 100_000  # a space this small lists its unseen points; a larger one draws them
 
 
-def trial_id_for(key: str, seed: int, tuned: dict[str, Any] | None = None) -> str:
+class TrialSpec(TypedDict):
+    """One trial's spec (`trial_spec`): what Tune hands the trainable as `config["spec"]`."""
+
+    trial_id: str  # `trial_id_for`
+    key: str  # the candidate's config key
+    tuned_json: str  # its `tune:` values (`tuned_json`)
+    seed: int
+    document: dict[str, Any]  # what it trains (`candidate_document`: family, model, train)
+    row: Row  # the candidate's shape and accounting columns (`Candidate.to_row`)
+    objectives: dict[str, Any]  # the OBJECTIVES columns of `row`
+    data: str | None  # the training data's path, or None (built-in)
+    device: str | None
+
+
+def trial_id_for(key: str, seed: int, tuned: TrainKeys | None = None) -> str:
     return f"{key}-t{tuned_tag(tuned)}-s{seed}" if tuned else f"{key}-s{seed}"
 
 
 def trial_spec(candidate: Candidate, space: SearchSpace, seed: int, data: str | None,
-               device: str | None = None, tuned: dict[str, Any] | None = None) -> dict[str, Any]:
+               device: str | None = None, tuned: TrainKeys | None = None) -> TrialSpec:
     """The config one Ray trial receives (JSON-safe: it travels through Ray and Optuna)."""
     tuned = tuned or {}
     train = space.train_for(tuned, seed, candidate)
@@ -76,13 +92,13 @@ def trial_spec(candidate: Candidate, space: SearchSpace, seed: int, data: str | 
     }
 
 
-def trial_triple(spec: dict[str, Any]) -> tuple[str, str, int]:
+def trial_triple(spec: TrialSpec) -> tuple[str, str, int]:
     """(key, tuned_json, seed): what makes a trial, as `shapesweep.results.store.completed_keys` keys it."""
     return spec["key"], spec["tuned_json"], spec["seed"]
 
 
 def grid_specs(space: SearchSpace, candidates: list[Candidate], seeds: list[int], data: str | None,
-               skip: set[tuple[str, str, int]], device: str | None = None) -> tuple[list[dict], int]:
+               skip: set[tuple[str, str, int]], device: str | None = None) -> tuple[list[TrialSpec], int]:
     """Every planned candidate x tuned combination x seed not in `skip`; also how many in all."""
     specs = [trial_spec(c, space, seed, data, device, tuned)
              for c in candidates for tuned in space.tuned_settings() for seed in seeds]
@@ -94,7 +110,7 @@ class GridVariants(BasicVariantGenerator):
     state file it saves for an experiment restore, which `resume` never uses (it reads the
     results store): that pickle holds Tune's argparse parser, the interpreter's path with it.
     Returning False is how Tune's own generator skips saving a lazily expanded grid."""
-    def save_to_dir(self, dirpath: str, session_str: str) -> bool:
+    def save_to_dir(self, dirpath: str, session_str: str = "default", **kwargs: object) -> bool:
         return False
 
 
@@ -189,7 +205,7 @@ class SpecMaker:
     def __init__(self, space: SearchSpace, seed: int, data: str | None):
         self.space, self.seed, self.data = space, seed, data
 
-    def __call__(self, candidate: Candidate, tuned: dict[str, Any] | None = None) -> dict:
+    def __call__(self, candidate: Candidate, tuned: TrainKeys | None = None) -> TrialSpec:
         return trial_spec(candidate, self.space, self.seed, self.data, tuned=tuned)
 
 
@@ -201,7 +217,7 @@ class DefineSpace:
     A class rather than a closure because Tune pickles the searcher with its experiment state.
     """
 
-    def __init__(self, space: SearchSpace, make_spec: Callable[..., dict]):
+    def __init__(self, space: SearchSpace, make_spec: Callable[..., TrialSpec]):
         self.space, self.make_spec = space, make_spec
 
     def __call__(self, trial: optuna.Trial) -> dict[str, Any]:
@@ -221,7 +237,7 @@ class DefineSpace:
         return {"spec": self.make_spec(candidate, tuned) if candidate is not None else None}
 
 
-def point_key(params: dict[str, Any]) -> tuple:
+def point_key(params: Mapping[str, object]) -> tuple:
     """A point (Optuna params) as a hashable, order-free key."""
     return tuple(sorted(params.items()))
 
@@ -318,7 +334,7 @@ class OptunaSearcher(Searcher):
         self.__dict__.update(state)
         self.study = optuna.load_study(study_name=name, storage=open_storage(self.storage_url))
 
-    def suggest(self, trial_id: str) -> dict | str | None:
+    def suggest(self, trial_id: str) -> dict | str | None:  # type: ignore[override]  # Ray's Searcher.suggest returns Searcher.FINISHED (a str), its annotation says Optional[Dict]
         from optuna.trial import TrialState
 
         if self._proposer is None:
@@ -365,7 +381,7 @@ class OptunaSearcher(Searcher):
             self._proposer.enqueue_trial(params)
         return self._proposer.ask()
 
-    def _file_infeasible(self, params: dict[str, Any]) -> None:
+    def _file_infeasible(self, params: dict[str, object]) -> None:
         """A point that cannot meet the budget, in the stored study once: PRUNED, no values."""
         from optuna.trial import TrialState
 
@@ -376,12 +392,13 @@ class OptunaSearcher(Searcher):
         self.study.tell(trial, state=TrialState.PRUNED)
 
     @staticmethod
-    def _describe(trial: optuna.Trial, spec: dict) -> None:
+    def _describe(trial: optuna.Trial, spec: TrialSpec) -> None:
         """The candidate's shape and accounting columns and ids, for Optuna's plots."""
         for name, value in spec["row"].items():
             trial.set_user_attr(name, value)
-        for name in ("key", "tuned_json", "seed", "trial_id"):
-            trial.set_user_attr(name, spec[name])
+        for name, value in (("key", spec["key"]), ("tuned_json", spec["tuned_json"]),
+                            ("seed", spec["seed"]), ("trial_id", spec["trial_id"])):
+            trial.set_user_attr(name, value)
 
     def _tell_like(self, draft: optuna.Trial, known: optuna.trial.FrozenTrial) -> None:
         """Tell the proposer a repeat as its original ended: the same values, PRUNED where it was."""
@@ -415,23 +432,25 @@ class OptunaSearcher(Searcher):
         pair = self._live.pop(trial_id, None)
         ident = self._idents.pop(trial_id, None)
         self._steps.pop(trial_id, None)
-        if pair is None:
+        if pair is None or ident is None:  # the two are filed and dropped together
             return
         (trial, draft), values = pair, [result.get(m) for m in self.metrics]
+        told, state = None, None  # Optuna's `tell(trial, values, state)`, None each unless given
         if error or None in values:
-            outcome = {"state": TrialState.FAIL}
+            state = TrialState.FAIL
         elif reached_budget(result, self.budget):
-            outcome = {"values": values if len(values) > 1 else values[0]}
+            reported = [v for v in values if v is not None]  # every one: none is None here
+            told = reported if len(reported) > 1 else reported[0]
         else:  # ASHA stopped it: every evaluation is reported above
-            outcome = {"state": TrialState.PRUNED}
-        frozen = self.study.tell(trial, **outcome)
-        self._proposer.tell(draft, **outcome)
+            state = TrialState.PRUNED
+        frozen = self.study.tell(trial, told, state=state)
+        self._proposer.tell(draft, told, state=state)
         if frozen.values is not None:
             self._known[ident] = frozen
 
 
 def make_optuna_search(space: SearchSpace, study_name: str, storage_url: str,
-                       make_spec: Callable[..., dict], multi_objective: str | None,
+                       make_spec: Callable[..., TrialSpec], multi_objective: str | None,
                        budget: int | None, sampler: optuna.samplers.BaseSampler) -> tuple[OptunaSearcher, optuna.Study]:
     """The searcher over `space` and its (loaded or created) study in `storage_url`.
 

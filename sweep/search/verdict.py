@@ -11,20 +11,21 @@ A search without a baseline (Optuna, one seed a point) is no comparison: nothing
 
 from __future__ import annotations
 
-import argparse
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from shapesweep.common import UserError
-from shapesweep.sweep.cli.option_groups import (  # the flags' declarations
-    DEFAULT_SEED_SD,
-    NO_VERDICT_FLAG,
-)
+from shapesweep.sweep.search.flag_values import DEFAULT_SEED_SD, NO_VERDICT_FLAG
 
-if TYPE_CHECKING:
-    from shapesweep.sweep.cli.sweep_options import SweepOptions
 
-    Given = argparse.Namespace | SweepOptions  # plan's flags, or the options `run` checks
+class Given(Protocol):
+    """What the verdict reads of `plan`'s flags (sweep/cli/verb_table.PlanArgs) or of the
+    options `run` checks (sweep_options.SweepOptions, which also has `no_verdict`)."""
+
+    @property
+    def min_effect(self) -> float | None: ...  # --min-effect
+    @property
+    def seed_sd(self) -> float | None: ...  # --seed-sd
 
 
 @dataclass(frozen=True)

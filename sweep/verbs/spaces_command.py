@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-from typing import TYPE_CHECKING, cast
 
 from shapesweep.common import UserError, printable, terminal_console, write_csv
 from shapesweep.search_spaces.cadence import cooldown_line, evaluation_line, token_budget
@@ -43,10 +42,6 @@ from shapesweep.trainers.memory import (
     parse_size,
     size,
 )
-
-if TYPE_CHECKING:
-    import argparse
-
 
 TABLE_COLUMNS = ("variant", "key", "family", "d_model", "n_layers", "n_heads", "d_h", "k", "ffn_ratio",
                  "width_depth_ratio", "params_non_embedding", "params_total", "flops_per_token",
@@ -151,8 +146,7 @@ def _short(value: float) -> str:
 
 def plan(args: PlanArgs) -> int:
     """`shapesweep plan SPACE`: the space solved, each candidate's memory and price, the verdict."""
-    flags = cast("argparse.Namespace", args)  # pricing and verdict read `plan`'s fields by name
-    gpus = device_from(flags)  # bad flags refused before the solve
+    gpus = device_from(args)  # bad flags refused before the solve
     device = planned_device(args, gpus)
     given = options_seeds(parse_seeds(args.seeds))
     space = load_space(args.space)
@@ -161,7 +155,7 @@ def plan(args: PlanArgs) -> int:
     seeds = seed_pool(given) if given else None
     check_sweep_trials(space, len(result.candidates), seeds)
     measure = len(seed_pool(measured))  # an adaptive range: priced at its max, then expected
-    verdict = seed_verdict(space, measure, len(result.candidates), "grid", flags)
+    verdict = seed_verdict(space, measure, len(result.candidates), "grid", args)
     rows = [c.to_row() for c in result.candidates]
     for row, candidate in zip(rows, result.candidates, strict=True):
         row.update(_memory_fields(candidate.config, space.train_for(candidate=candidate), device))

@@ -1,11 +1,13 @@
-"""`shapesweep study run|report|list [NAME]`: a pre-registered study (`studies/NAME/study.yaml`,
+"""`shapesweep study run|report|list|docs [NAME]`: a pre-registered study (`studies/NAME/study.yaml`,
 shapesweep.results.study_spec) run into its own store and reported from it.
 
 `run` reads and checks the whole study first (one line, exit 2, nothing run), then runs
 each of its sweeps through the same code as `shapesweep run`, into `studies/NAME/store`
 (the study's `--root`) with the study's seeds; a sweep the store already holds is
 resumed (`shapesweep resume`), so an interrupted study finishes where it stopped.
-`report` writes `studies/NAME/report.md` from the store (shapesweep.results.study_report).
+`report` writes `studies/NAME/report.md` from the store (shapesweep.results.study_report),
+then the docs' study includes from the reports, as `docs` does alone: `docs` rewrites every study include of README.md and docs/ beside the studies folder from the
+committed study files and reports (shapesweep.results.study_docs).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import torch
 
 from shapesweep.common import UserError, terminal_console
 from shapesweep.results.parquet_store import ParquetStore
+from shapesweep.results.study_docs import INCLUDE, pages, write_docs
 from shapesweep.results.study_lr import is_lr_fit, read_lr_study, write_lr_report
 from shapesweep.results.study_report import write_report
 from shapesweep.results.study_spec import STUDY_FILE, Study, read_study, study_names
@@ -33,6 +36,8 @@ def study(args: StudyArgs) -> int:
     studies = Path(args.studies)
     if args.action == "list":
         return _list(studies)
+    if args.action == "docs":
+        return _docs(studies, args.name)
     if args.name is None:
         raise UserError(f"study {args.action} needs the study's NAME (studies: "
                         f"{', '.join(study_names(studies)) or 'none'})", key="NAME")
@@ -49,6 +54,8 @@ def study(args: StudyArgs) -> int:
         path, complete = write_report(found)
     verdict = "decision stated" if complete else "data incomplete: missing trials listed, no decision"
     print(f"wrote {studies / path} ({verdict})")
+    for page in write_docs(studies):  # the docs' includes follow the report
+        print(f"wrote {page.relative_to(studies.parent).as_posix()} (its study includes)")
     return 0
 
 
@@ -60,6 +67,18 @@ def _list(studies: Path) -> int:
         doc = read_yaml(studies / name / STUDY_FILE)
         question = doc.get("question", "") if isinstance(doc, dict) else ""
         print(f"{name}: {' '.join(str(question).split())}")
+    return 0
+
+
+def _docs(studies: Path, name: str | None) -> int:
+    if name is not None:
+        raise UserError("study docs rewrites the includes of every study: give no NAME", key="NAME")
+    root = studies.parent
+    changed = write_docs(studies)
+    count = sum(len(INCLUDE.findall(page.read_text(encoding="utf-8"))) for page in pages(root))
+    for page in changed:
+        print(f"wrote {page.relative_to(root).as_posix()}")
+    print(f"{count} study includes, {len(changed)} pages rewritten")
     return 0
 
 
