@@ -335,14 +335,14 @@ from shapesweep.families.base import FamilySpec
 from shapesweep.families.counts import lm_account, uniform_totals
 from shapesweep.families.lm import LMBase
 from shapesweep.trainers.ffn import make_ffn
-from shapesweep.trainers.lm import Attention, _widen
+from shapesweep.trainers.lm import Attention, LMBlock, _widen
 
 
 class ParallelConfig(LMBase):
     family: Literal["parallel"] = "parallel"
 
 
-class ParallelBlock(nn.Module):
+class ParallelBlock(LMBlock):
     def __init__(self, s, rotary=None):
         super().__init__()
         self.width = int(s.width)

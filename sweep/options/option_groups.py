@@ -22,7 +22,6 @@ from shapesweep.sweep.search.flag_values import (  # re-exported: the verbs read
     DEFAULT_GPU,
     DEFAULT_SEED_SD,
     GPU_KINDS,
-    NO_VERDICT_FLAG,
     SCHEDULERS,
 )
 from shapesweep.sweep.search.strategies import SAMPLERS, STRATEGIES

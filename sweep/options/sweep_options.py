@@ -13,7 +13,6 @@ from typing import Any
 from shapesweep.common import CHECKPOINT_EVERY_S, UserError
 from shapesweep.sweep.options.fields import option, same_as
 from shapesweep.sweep.options.option_groups import (
-    NO_VERDICT_FLAG,
     OBJECTIVES,
     PARALLEL,
     Parallel,
@@ -26,6 +25,7 @@ from shapesweep.sweep.options.option_groups import (
     seeds_list,
 )
 from shapesweep.sweep.options.store_args import StoreOptions
+from shapesweep.sweep.search.flag_values import NO_VERDICT_FLAG
 
 __all__ = ["OBJECTIVES", "PARALLEL", "SweepOptions", "parse_seeds", "ray_address"]
 
