@@ -113,19 +113,20 @@ TEST_WORKERS ?= 2
 PYTEST = $(PY) -m pytest -q -ra $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder)
 
 # The whole suite, what CI runs (.ci/run): with the system packages its tests need, and the
-# type checker (tests/test_types.py runs mypy with pyproject's ratchet of untyped modules).
+# type checker (tests/test_types.py: mypy reports no error in the package).
 test: setup browser postgres shells slurm
 	$(PYTEST)
 
 # The inner loop, under 5 minutes on 2 cores: all but the Ray end-to-end tests and the few
-# other long ones (marked slow: mypy's ratchet, cold; a benchmark's torch.compile processes;
-# a MoE's 150 real steps, the sequential design's FWER simulations, a kill loop's second layout)
+# other long ones (marked slow: the whole-package mypy run, cold; a benchmark's torch.compile
+# processes; a MoE's 150 real steps, the sequential design's FWER simulations, a kill loop's
+# second layout)
 # and the tests of a system package (marked system: Chromium, zsh), so it installs nothing
 # outside the venv (`make lint` runs mypy).
 test-fast: setup
 	$(PYTEST) -m "not slow and not system"
 
-# ruff, and mypy over the package (pyproject's [tool.mypy]: the modules still untyped listed).
+# ruff, and mypy over the package (pyproject's [tool.mypy]; no module is exempt).
 lint: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy -p shapesweep

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
-import argparse
 import os
+from typing import TYPE_CHECKING
 
 from shapesweep.common import UserError, check_output
 from shapesweep.dashboards.report import write_report
 from shapesweep.dashboards.server import make_server
 from shapesweep.results.multiplicity import check_method
 
+if TYPE_CHECKING:  # types only: the verb table is the command line's, above the dashboards
+    from shapesweep.sweep.cli.verb_table import DashboardArgs, ServeArgs
 
-def dashboard(args: argparse.Namespace) -> int:
+
+def dashboard(args: DashboardArgs) -> int:
     if args.adjust is not None:
         check_method(args.adjust)
 
@@ -29,7 +32,7 @@ def dashboard(args: argparse.Namespace) -> int:
     return 0
 
 
-def serve(args: argparse.Namespace) -> int:
+def serve(args: ServeArgs) -> int:
     server = make_server(args.root, args.host, args.port, poll_s=args.poll, storage=args.storage)
     host, port = str(server.server_address[0]), server.server_address[1]
     print(f"serving the dashboard for {args.root} at http://{host}:{port}/ (Ctrl-C stops)", flush=True)

@@ -204,7 +204,14 @@ def test_no_import_cycles_even_through_function_level_imports():
 LOWER_LAYERS = {"shapesweep.trainers": ("shapesweep.sweep", "shapesweep.dashboards"),
                 "shapesweep.search_spaces": ("shapesweep.sweep", "shapesweep.trainers",
                                              "shapesweep.dashboards"),
-                "shapesweep.results": ("shapesweep.sweep", "shapesweep.dashboards")}
+                "shapesweep.results": ("shapesweep.sweep", "shapesweep.dashboards"),
+                # the driver runs what the command line parsed, and the options are declared
+                # below both (sweep/options); the dashboards read the results store alone
+                "shapesweep.sweep.driver": ("shapesweep.sweep.cli", "shapesweep.sweep.verbs",
+                                            "shapesweep.sweep.slurm"),
+                "shapesweep.sweep.options": ("shapesweep.sweep.cli", "shapesweep.sweep.verbs",
+                                             "shapesweep.sweep.driver"),
+                "shapesweep.dashboards": ("shapesweep.sweep",)}
 
 
 # The recipe is the trainer's, and a space's `train:` block is one: the torch-free module that
@@ -328,14 +335,14 @@ from shapesweep.families.base import FamilySpec
 from shapesweep.families.counts import lm_account, uniform_totals
 from shapesweep.families.lm import LMBase
 from shapesweep.trainers.ffn import make_ffn
-from shapesweep.trainers.lm import Attention, _widen
+from shapesweep.trainers.lm import Attention, LMBlock, _widen
 
 
 class ParallelConfig(LMBase):
     family: Literal["parallel"] = "parallel"
 
 
-class ParallelBlock(nn.Module):
+class ParallelBlock(LMBlock):
     def __init__(self, s, rotary=None):
         super().__init__()
         self.width = int(s.width)

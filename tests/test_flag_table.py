@@ -15,7 +15,7 @@ import pytest
 
 from shapesweep.common import UserError
 from shapesweep.sweep.cli import main as cli
-from shapesweep.sweep.cli.options import flagged, value_type
+from shapesweep.sweep.options.fields import flagged, value_type
 
 PROBES = {"zero": "0", "negative": "-1", "nan": "nan", "inf": "inf", "huge": "1" + "0" * 30,
           "text": "x"}

@@ -565,8 +565,8 @@ def sweep_folder(tmp_path) -> Path:
     noise-aware ASHA's decisions, and the catalog row (the files a sweep folder holds)."""
     from shapesweep.results.catalog import Catalog, default_catalog_url
     from shapesweep.results.store import sweep_dir, write_sweep_file
-    from shapesweep.sweep.cli.options import saved_values
-    from shapesweep.sweep.cli.sweep_options import SweepOptions
+    from shapesweep.sweep.options.fields import saved_values
+    from shapesweep.sweep.options.sweep_options import SweepOptions
     from tests.synthetic import write_synthetic
 
     root = tmp_path / "root"

@@ -349,7 +349,7 @@ def test_a_postgresql_url_gets_the_driver_that_is_installed():
     from sqlalchemy.engine import make_url
 
     from shapesweep.common import UserError
-    from shapesweep.sweep.cli.store_args import POSTGRES_DRIVERS, with_installed_driver
+    from shapesweep.sweep.options.store_args import POSTGRES_DRIVERS, with_installed_driver
 
     url = "postgresql://u:secret@db.example:5432/sweeps"
     default = make_url(url).get_dialect().driver

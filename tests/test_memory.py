@@ -236,8 +236,8 @@ def test_run_counts_the_trials_that_run_at_once(capsys, tmp_path, monkeypatch):
     four, --max-concurrent 4 is refused with the number that fits; 2 passes the check."""
     from shapesweep.search_spaces.solver import plan
     from shapesweep.search_spaces.space import load_space
-    from shapesweep.sweep.cli.sweep_options import SweepOptions
     from shapesweep.sweep.driver.packing import check_memory
+    from shapesweep.sweep.options.sweep_options import SweepOptions
 
     path = write_space(tmp_path)
     space = load_space(str(path))

@@ -15,10 +15,10 @@ from sweep_helpers import write_space
 from shapesweep.common import UserError
 from shapesweep.results.store import sweep_dir
 from shapesweep.sweep.cli import main as cli
-from shapesweep.sweep.cli.options import add_flags, arguments, flagged, option, parsed, resumed
-from shapesweep.sweep.cli.sweep_options import SweepOptions
 from shapesweep.sweep.cli.verb_table import ResumeArgs
 from shapesweep.sweep.driver.runner import OPTIONS_FILE, load_options
+from shapesweep.sweep.options.fields import add_flags, arguments, flagged, option, parsed, resumed
+from shapesweep.sweep.options.sweep_options import SweepOptions
 from shapesweep.sweep.verbs.run_command import resume, run
 
 
@@ -94,7 +94,7 @@ def test_every_verb_that_reads_a_root_takes_storage():
 def test_gpus_per_trial_has_one_meaning(monkeypatch):
     """plan and train resolve the default by the device they plan or train on; run by this
     machine (option_groups.gpus_here): a GPU a trial where there is one, else 0."""
-    from shapesweep.sweep.cli import option_groups
+    from shapesweep.sweep.options import option_groups
 
     assert cli.parse(["plan", "tiny"]).gpus_per_trial is None
     assert cli.parse(["train", "c.yaml"]).gpus_per_trial is None

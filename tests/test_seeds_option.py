@@ -8,7 +8,7 @@ import pytest
 from shapesweep.common import UserError
 from shapesweep.search_spaces.seeds import parse_measure_seeds
 from shapesweep.sweep.cli.main import main
-from shapesweep.sweep.cli.option_groups import seeds_list
+from shapesweep.sweep.options.option_groups import seeds_list
 
 
 @pytest.mark.parametrize(("text", "seeds"), [

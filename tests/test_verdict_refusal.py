@@ -15,8 +15,8 @@ from sweep_helpers import TWO_SHAPES, run, write_space
 
 from shapesweep.results.parquet_store import ParquetStore
 from shapesweep.sweep.cli.main import main
-from shapesweep.sweep.cli.sweep_options import SweepOptions
 from shapesweep.sweep.driver.sweep_files import OPTIONS_FILE, SPACE_FILE
+from shapesweep.sweep.options.sweep_options import SweepOptions
 
 COMPARED = {**TWO_SHAPES, "name": "compared", "seeds": [0]}  # on one measure seed
 
@@ -87,7 +87,7 @@ def saved_sweep(tmp_path: Path, **options) -> Path:
     space = write_space(tmp_path, COMPARED)
     store = ParquetStore(str(root))
     store.write_file("compared", SPACE_FILE, space.read_text())
-    from shapesweep.sweep.cli.options import saved_values
+    from shapesweep.sweep.options.fields import saved_values
 
     saved = saved_values(SweepOptions(space=SPACE_FILE, root=str(root), **options))
     store.write_file("compared", OPTIONS_FILE, json.dumps(saved))

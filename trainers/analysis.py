@@ -42,6 +42,7 @@ from torch import nn
 
 from shapesweep.common import UserError
 from shapesweep.families.base import of
+from shapesweep.trainers.lm import LM, LMBlock
 
 THRESHOLDS = (0.01, 0.1, 1.0)
 MIN_TOKENS = 4096
@@ -82,14 +83,22 @@ def above(a: torch.Tensor, thresholds=THRESHOLDS) -> torch.Tensor:
     return torch.stack([(magnitude > t).sum() for t in thresholds]).double().cpu()
 
 
-def down_projections(block: nn.Module) -> list[nn.Module]:
+def _lm(model: nn.Module) -> LM:
+    """`model` as the LM whose blocks, stream and decoder the analysis reads."""
+    if not isinstance(model, LM):
+        raise UserError(f"the representation analysis reads shapesweep's LM, not a {type(model).__name__}",
+                        key="train.analysis")
+    return model
+
+
+def down_projections(block: LMBlock) -> list[nn.Module]:
     """The modules whose input is the block's inner FFN activation (see the module docstring)."""
     return [m for name, m in block.ffn.named_modules() if name.rsplit(".", 1)[-1] == "down"]
 
 
 def check(model: nn.Module) -> None:
     """Refuse, before training, a model whose FFN the analysis cannot read."""
-    for layer, block in enumerate(model.blocks, start=1):
+    for layer, block in enumerate(_lm(model).blocks, start=1):
         if not down_projections(block):
             raise UserError(f"layer {layer}'s FFN ({type(block.ffn).__name__}) has no `down` "
                             "projection for the activation density", key="train.analysis")
@@ -98,7 +107,7 @@ def check(model: nn.Module) -> None:
 def sequences(val_x: torch.Tensor, val_y: torch.Tensor, model: nn.Module) -> tuple[torch.Tensor, torch.Tensor]:
     """The first held-out sequences (inputs, targets) holding max(MIN_TOKENS, TOKENS_PER_FEATURE
     x the model's stream width) tokens; all of them if fewer are held out."""
-    tokens = max(MIN_TOKENS, TOKENS_PER_FEATURE * model.stream_width)
+    tokens = max(MIN_TOKENS, TOKENS_PER_FEATURE * _lm(model).stream_width)
     n_seq = max(1, math.ceil(tokens / val_x.shape[1]))
     return val_x[:n_seq], val_y[:n_seq]
 
@@ -107,7 +116,7 @@ class _Lens:
     """Logit-lens sums of one batch: each layer's stream decoded in chunks of tokens, with the
     previous layer's (log) probabilities kept for the KL."""
 
-    def __init__(self, model: nn.Module, targets: torch.Tensor, sums: torch.Tensor):
+    def __init__(self, model: LM, targets: torch.Tensor, sums: torch.Tensor):
         self.model, self.targets, self.sums = model, targets.flatten(), sums
         self.chunk = max(1, LOGIT_ELEMENTS // model.config.vocab_size)
         self.previous: list[tuple[torch.Tensor, torch.Tensor]] = []  # per chunk: (log p, p)
@@ -137,6 +146,7 @@ def analyse(model: nn.Module, x: torch.Tensor, y: torch.Tensor, autocast=context
     [sequences, seq_len]: `layer` (1-based), `width` (the block's own width), `matrix_entropy`
     (the residual stream's after the block, mean over sequences), `lens_logprob`,
     `lens_entropy`, `lens_kl` (mean over tokens), `activation_density`, `threshold`."""
+    model = _lm(model)
     n_layers, device = len(model.blocks), next(model.parameters()).device
     entropy = torch.zeros(n_layers, dtype=torch.float64)
     lens = torch.zeros(n_layers, len(LENS), dtype=torch.float64)

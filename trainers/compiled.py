@@ -42,14 +42,16 @@ What is reported, as differences over the trial (`torch._dynamo.utils.counters` 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, Protocol, cast
 
 import torch
 from torch._dynamo.utils import compilation_time_metrics, counters
 
 from shapesweep.trainers.compile_policy import layer_signatures, runs
 from shapesweep.trainers.data import cache_dir
+from shapesweep.trainers.lm import LM, LMBlock, Stage
 
 Mode = Literal["default", "reduce-overhead"]
 # dynamo's timers of the forward compile (trace + Inductor) and of each lazily compiled backward
@@ -69,22 +71,29 @@ def regions(model: torch.nn.Module) -> list[torch.nn.Module]:
     return list(getattr(model, "blocks", []))
 
 
-class Region(torch.nn.Module):
+class Region(Stage):
     """Consecutive blocks of one shape run as one compiled region (`blocks_per_region` > 1).
 
     Held by the model outside its module tree (`model.stages`, a plain list), so parameters,
     state dicts and checkpoints are the blocks' as before. Regions of the same length and
     shape share one graph (their parameters are its inputs), as single blocks do."""
 
-    def __init__(self, blocks: list[torch.nn.Module]):
+    def __init__(self, blocks: list[LMBlock]):
         super().__init__()
         self.members = torch.nn.ModuleList(blocks)
-        self.width = getattr(blocks[0], "width", None)
+        self.width = blocks[0].width
 
     def forward(self, stream: torch.Tensor) -> torch.Tensor:
         for block in self.members:
             stream = block(stream)
         return stream
+
+
+class _Readout(Protocol):
+    """A model's readout with its loss, which `compile_by_block` compiles in place: (outputs of
+    the last block, targets, z_loss) -> (objective, reported loss)."""
+
+    objective: Callable[[torch.Tensor, torch.Tensor, float], tuple[torch.Tensor, torch.Tensor]]
 
 
 def compile_by_block(model: torch.nn.Module, blocks_per_region: int = 1, **options) -> int:
@@ -103,14 +112,17 @@ def compile_by_block(model: torch.nn.Module, blocks_per_region: int = 1, **optio
     config = torch._dynamo.config
     config.fail_on_recompile_limit_hit = True
     config.recompile_limit = max(8, 2 * len(blocks) + 2)
-    if blocks_per_region > 1 and hasattr(model, "stages"):
+    if blocks_per_region > 1 and isinstance(model, LM):  # the model that runs `stages`
         chunks = runs(layer_signatures(model.config), blocks_per_region)
-        model.stages = [(chunk.start, Region([blocks[i] for i in chunk])) for chunk in chunks]
-        blocks = [region for _, region in model.stages]
+        stages: list[tuple[int, Stage]] = [(chunk.start, Region([model.blocks[i] for i in chunk]))
+                                           for chunk in chunks]
+        model.stages = stages
+        blocks = [region for _, region in stages]
         longest = max(len(chunk) for chunk in chunks)
     for block in blocks:
         block.compile(**options)
-    model.objective = torch.compile(model.objective, **options)
+    readout = cast(_Readout, model)  # every family's model has `objective` (LM, VisionMLP)
+    readout.objective = torch.compile(readout.objective, **options)
     return longest
 
 

@@ -13,6 +13,7 @@ from collections.abc import Callable
 import torch
 import torch.distributed as dist
 
+from shapesweep.trainers.models import blocks_of
 from shapesweep.trainers.moe import MoEFFN
 from shapesweep.trainers.parallel import check_split
 
@@ -49,7 +50,7 @@ def fully_shard_model(model: torch.nn.Module, groups: list[dict], per_step: int)
 
     check_split(per_step, process_group()[1])
     names = {p: name for name, p in model.named_parameters()}
-    blocks = list(model.blocks)
+    blocks = list(blocks_of(model))
     for i, block in enumerate(blocks):
         fully_shard(block, reshard_after_forward=i < len(blocks) - 1)
     fully_shard(model)

@@ -7,13 +7,16 @@ slice of it, so a constant-width model is the special case where the slice is ev
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Generic, TypeVar, overload
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from shapesweep.families.lm import LayerShape
 from shapesweep.families.variable_width import end_widths
-from shapesweep.trainers.ffn import make_ffn
+from shapesweep.trainers.ffn import HourglassFFN, make_ffn
 from shapesweep.trainers.moe import MoEFFN, make_moe
 from shapesweep.trainers.objective import lm_loss
 
@@ -24,8 +27,32 @@ def _widen(h: torch.Tensor, width: int) -> torch.Tensor:
     return F.pad(h, (0, pad)) if pad else h
 
 
+_M = TypeVar("_M", bound=nn.Module)
+if TYPE_CHECKING:  # how the type checker sees the containers below; at run time torch's own
+
+    class Modules(nn.ModuleList, Generic[_M]):
+        """An `nn.ModuleList` of `_M`s (`Modules[LMBlock]`): its items typed."""
+
+        def __iter__(self) -> Iterator[_M]: ...
+        @overload
+        def __getitem__(self, idx: slice) -> nn.ModuleList: ...
+        @overload
+        def __getitem__(self, idx: int) -> _M: ...
+        def __getitem__(self, idx: int | slice) -> nn.ModuleList | _M: ...
+
+    class ModuleMap(nn.ModuleDict, Generic[_M]):
+        """An `nn.ModuleDict` of `_M`s (`ModuleMap[nn.Linear]`): its values typed."""
+
+        def __getitem__(self, key: str) -> _M: ...
+else:
+    Modules, ModuleMap = nn.ModuleList, nn.ModuleDict
+
+
 class Rotary(nn.Module):
     """RoPE, rotate-half form, with cos/sin tables as (non-persistent) buffers."""
+
+    cos: torch.Tensor
+    sin: torch.Tensor
 
     def __init__(self, head_dim: int, max_len: int = 4096, base: float = 10000.0):
         super().__init__()
@@ -78,7 +105,36 @@ class Attention(nn.Module):
         return self.o(y.transpose(1, 2).reshape(B, T, self.q_dim))
 
 
-class Block(nn.Module):
+class Stage(nn.Module):
+    """What `LM.hidden` runs, layer by layer: a module from the residual stream to the stream
+    that reads and writes its leading `width` coordinates (a block, or a compiled region of
+    alike blocks: `shapesweep.trainers.compiled.Region`)."""
+
+    width: int
+
+    def forward(self, stream: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+
+class LMBlock(Stage):
+    """What every family's block is (`FamilySpec.block`; torchtitan's `TransformerBlock`):
+    built from its layer's `LayerShape` and the layer's shared `Rotary`, a `Stage` with what
+    the trainer reads from a block: `LM` (`width`, the `ffn`'s routers), muP (`n_branches`,
+    `set_branch_mult`, the modules' `init_roles()`), the analysis (`ffn`'s `down`
+    projections), the compiled regions (`width`) and the torch export (`attn.scale`,
+    `branch_mult`). Attributes only: a subclass sets them in its own `__init__`."""
+
+    attn: Attention
+    ffn: nn.Module
+    n_branches: int  # residual writes (depth-muP's branches)
+    branch_mult: float  # depth-muP's multiplier of each residual write, 1 otherwise
+
+    def set_branch_mult(self, mult: float) -> None:
+        """Scale every residual write of this block by `mult` (depth-muP)."""
+        raise NotImplementedError
+
+
+class Block(LMBlock):
     """Attention then FFN, pre-norm or OLMo-2 post-norm (norm on the output, before the add).
 
     `branch_mult` (depth-muP's, 1 otherwise) scales each residual write: the attention's and
@@ -101,7 +157,7 @@ class Block(nn.Module):
     def set_branch_mult(self, mult: float) -> None:
         """Scale every residual write of this block by `mult` (depth-muP)."""
         self.branch_mult = mult
-        if self.ffn_norm is None:
+        if isinstance(self.ffn, HourglassFFN):  # the FFN that updates the stream (no ffn_norm)
             self.ffn.branch_mult = mult
 
     def _scaled(self, h: torch.Tensor) -> torch.Tensor:
@@ -126,7 +182,7 @@ class LM(nn.Module):
     layer's shared `Rotary`, it maps the stream to the stream, reading and writing its leading
     `width` coordinates; `Block` unless a family brings its own."""
 
-    def __init__(self, config, block: type[nn.Module] = Block):
+    def __init__(self, config, block: Callable[[LayerShape, Rotary], LMBlock] = Block):
         super().__init__()
         self.config = config
         shapes = config.layer_shapes()
@@ -140,14 +196,14 @@ class LM(nn.Module):
         table = max(self.embed_in, self.readout) if config.tie_embeddings else self.embed_in
         self.wte = nn.Embedding(config.vocab_size, table)
         rotaries = {hd: Rotary(hd) for hd in sorted({int(s.head_dim) for s in shapes})}
-        self.blocks = nn.ModuleList(block(s, rotaries[int(s.head_dim)]) for s in shapes)
+        self.blocks: Modules[LMBlock] = Modules(block(s, rotaries[int(s.head_dim)]) for s in shapes)
         # What `hidden` runs, as (first layer, module): None runs each block; a compiled trial
         # may run consecutive blocks of one shape as one region (shapesweep.trainers.compiled)
-        self.stages: list[tuple[int, nn.Module]] | None = None
+        self.stages: list[tuple[int, Stage]] | None = None
         # found once, not per micro-step: a dense model's aux_loss is then a plain 0.0
-        self._routed = tuple(b.ffn for b in self.blocks if isinstance(b.ffn, MoEFFN))
+        self._routed: tuple[MoEFFN, ...] = tuple(b.ffn for b in self.blocks if isinstance(b.ffn, MoEFFN))
         # xformer's projection ablation: grown coordinates predicted from the previous layer.
-        self.resizers = nn.ModuleDict()
+        self.resizers: ModuleMap[nn.Linear] = ModuleMap()
         if self.resize == "projection":
             for layer, (a, b) in enumerate(zip(self.widths[:-1], self.widths[1:], strict=True), start=1):
                 if b > a:
@@ -162,7 +218,8 @@ class LM(nn.Module):
         config's `router_aux_loss`; 0 for a dense model. The loop adds it to the objective."""
         if not self._routed:
             return 0.0
-        return self.config.router_aux_loss * torch.stack([f.aux_loss for f in self._routed]).mean()
+        return self.config.router_aux_loss * torch.stack([f.aux_loss for f in self._routed
+                                                        if f.aux_loss is not None]).mean()
 
     def _grow(self, stream: torch.Tensor, layer: int, a: int, b: int) -> torch.Tensor:
         """Resize at the boundary into `layer` when the width grows a -> b (zero / projection)."""

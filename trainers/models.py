@@ -15,7 +15,7 @@ from torch import nn
 
 from shapesweep.families import base
 
-__all__ = ["build_model", "count_params"]
+__all__ = ["blocks_of", "build_model", "count_params"]
 
 
 def build_model(config: BaseModel) -> nn.Module:
@@ -31,3 +31,12 @@ def count_params(model: nn.Module) -> tuple[int, int]:
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
     frozen = sum(p.numel() for p in model.parameters() if not p.requires_grad)
     return trainable, frozen
+
+
+def blocks_of(model: nn.Module) -> nn.ModuleList:
+    """The model's blocks: every family's model keeps them in order in an `nn.ModuleList`
+    named `blocks` (an LM's `LMBlock`s, hourglass-mlp's residual MLP blocks)."""
+    blocks = model.get_submodule("blocks")
+    if not isinstance(blocks, nn.ModuleList):
+        raise TypeError(f"{type(model).__name__}.blocks is a {type(blocks).__name__}, not an nn.ModuleList")
+    return blocks

@@ -83,13 +83,15 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
 
 import torch
 from torch import nn
 
 from shapesweep.families.base import load, of
 from shapesweep.trainers.ffn import GatedFFN
-from shapesweep.trainers.lm import LM, Attention
+from shapesweep.trainers.lm import LM, Attention, LMBlock
+from shapesweep.trainers.models import blocks_of
 
 LM_STD = 0.02  # GPT-2 / OLMo init std at the base width
 # `train.depth_mup` -> (its exponent, whether it counts layers (else residual branches), eps rule)
@@ -112,19 +114,21 @@ MODES = {
     "mup": InitMode(xavier=False, depth_scaled=True, mup=True),
 }
 
+# What initialises a parameter in place (torch.nn.init's functions also return it, unused here)
+Init = Callable[[torch.Tensor], object]
 # (parameter, init function, decays, lr_scale)
-Rule = tuple[nn.Parameter, Callable[[torch.Tensor], None], bool, float]
+Rule = tuple[torch.Tensor, Init, bool, float]
 
 
-def _normal(std: float) -> Callable[[torch.Tensor], None]:
+def _normal(std: float) -> Init:
     return lambda t: nn.init.normal_(t, mean=0.0, std=std)
 
 
-def _const(value: float) -> Callable[[torch.Tensor], None]:
+def _const(value: float) -> Init:
     return lambda t: nn.init.constant_(t, value)
 
 
-def _xavier(parts: list[int]) -> Callable[[torch.Tensor], None]:
+def _xavier(parts: list[int]) -> Init:
     """Xavier-uniform on each block of rows: a fused matrix starts as its parts would."""
     def init(t: torch.Tensor) -> None:
         for block in t.split(parts, dim=0):
@@ -187,10 +191,17 @@ class Base:
         """CompleteP's Adam epsilon factor (L / L_base)^-alpha; 1 for every other rule."""
         if not (mode.mup and self.depth and self.scales_eps):
             return 1.0
-        return (len(model.blocks) / self.depth) ** -self.depth_alpha  # type: ignore[arg-type]
+        return (len(blocks_of(model)) / self.depth) ** -self.depth_alpha
 
 
-def _roles(block: nn.Module) -> tuple[set[int], dict[int, list[int]], set[int]]:
+@runtime_checkable
+class Roles(Protocol):
+    """A module that declares its matrices' roles for initialisation (see `_roles`)."""
+
+    def init_roles(self) -> tuple[list[nn.Linear], dict[nn.Linear, list[int]], list[nn.Linear]]: ...
+
+
+def _roles(block: LMBlock) -> tuple[set[int], dict[int, list[int]], set[int]]:
     """The block's matrices that write the residual stream, the fused ones with the
     matrices they stand for (q|k|v, gate|up), and those whose fan-in is the FFN's inner
     width, as its modules declare in `init_roles()`."""
@@ -198,7 +209,7 @@ def _roles(block: nn.Module) -> tuple[set[int], dict[int, list[int]], set[int]]:
     fused: dict[int, list[int]] = {}
     inner: set[int] = set()
     for module in block.modules():
-        if hasattr(module, "init_roles"):
+        if isinstance(module, Roles):  # it has `init_roles`
             residual, parts, reads_inner = module.init_roles()
             writers |= {id(layer) for layer in residual}
             fused |= {id(layer): p for layer, p in parts.items()}
@@ -252,7 +263,7 @@ def configure(model: nn.Module, config, train) -> list[dict]:
     """
     mode, base = MODES[train.init], Base.of(train)
     rules = load(of(config).init)(model, mode, base)  # the family's
-    groups: dict[tuple[float, float], list[nn.Parameter]] = {}
+    groups: dict[tuple[float, float], list[torch.Tensor]] = {}
     seen: set[int] = set()
     with torch.no_grad():
         for param, init, decays, lr_scale in rules:

@@ -110,6 +110,8 @@ def resolved(model_config, train) -> dict:
     """config.json: what `LM` reads from a config, and what muP sets after building it."""
     with torch.device("meta"):  # the real shapes and multipliers, no memory
         model = build_model(model_config)
+        if not isinstance(model, lm.LM):  # what every family that declares this format builds
+            raise TypeError(f"--format torch writes shapesweep's LM, not a {type(model).__name__}")
         configure(model, model_config, train)
     return {
         "family": model_config.family, "d_model": model.d_model, "resize": model.resize,

@@ -11,6 +11,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from shapesweep.families.vision_mlp import VisionMLPConfig
+from shapesweep.trainers.lm import Modules
 from shapesweep.trainers.mup import Base, InitMode, Rule, linear_rules
 from shapesweep.trainers.objective import mse_loss
 
@@ -45,7 +46,7 @@ class VisionMLP(nn.Module):
         self.w_in = nn.Linear(c.d_x, c.d_z, bias=c.bias)
         if c.input_projection == "fixed":
             self.w_in.requires_grad_(False)
-        self.blocks = nn.ModuleList(
+        self.blocks: Modules[ResidualMLPBlock] = Modules(
             ResidualMLPBlock(c.d_z, c.d_h, c.activation, c.bias) for _ in range(c.n_layers)
         )
         self.w_out = nn.Linear(c.d_z, c.d_out, bias=c.bias)

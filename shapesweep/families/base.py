@@ -23,7 +23,7 @@ import types
 import typing
 from collections.abc import Callable, Iterator, Mapping, Set
 from dataclasses import dataclass, field
-from typing import Annotated, Any, cast
+from typing import Annotated, Any, TypeVar, cast, overload
 
 import annotated_types
 import numpy as np
@@ -35,10 +35,16 @@ from shapesweep.families.task import LANGUAGE, Task
 # ---------------------------------------------------------------- shared field types
 
 _SUFFIX = {"": 1, "K": 10**3, "M": 10**6, "B": 10**9, "G": 10**9, "T": 10**12}
+_V = TypeVar("_V")
 
 
-def parse_count(value: Any) -> Any:
-    """'113.2M', '1.5B', '2e9', '50_000' and plain numbers -> a number."""
+@overload
+def parse_count(value: str) -> int | float: ...
+@overload
+def parse_count(value: _V) -> _V: ...
+def parse_count(value: object) -> object:
+    """'113.2M', '1.5B', '2e9', '50_000' and plain numbers -> a number; any other value
+    (a pydantic field's raw input) comes back as it is, for the field's own validation."""
     if isinstance(value, bool) or not isinstance(value, str):
         return value
     text = value.strip().replace("_", "").replace(",", "")

@@ -19,7 +19,8 @@ class HourglassConfig(LMBase):
     activation: Annotated[Literal["swiglu", "geglu"], Stored()] = "swiglu"
 
     @staticmethod
-    def block(c: Any) -> LayerShape:
+    def block(c: Any) -> LayerShape:  # a HourglassConfig or the solver's namespace: LMBase.block
+        # takes an LMBase, which has no `k`, so a narrower type here would break its override
         return uniform_shape(c, k=c.k)
 
 

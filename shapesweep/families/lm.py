@@ -104,7 +104,7 @@ class LMBase(Strict):
         return self.d_model / self.n_layers
 
     @staticmethod
-    def block(c: Any) -> LayerShape:
+    def block(c: LMBase) -> LayerShape:
         """The shape every layer has (a constant-width family); `c` as in `uniform_shape`."""
         return uniform_shape(c)
 

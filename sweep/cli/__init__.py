@@ -1,1 +1,1 @@
-"""sweep.cli: the `shapesweep` command (main.py), its verb table and the option declarations."""
+"""sweep.cli: the `shapesweep` command (main.py) and its verb table; the option declarations are sweep.options."""

@@ -18,9 +18,9 @@ import threading
 from typing import NoReturn
 
 from shapesweep.common import UserError, did_you_mean, printable
-from shapesweep.sweep.cli.options import add_flags, arguments
-from shapesweep.sweep.cli.store_args import check_store_args
 from shapesweep.sweep.cli.verb_table import VERBS, Verb
+from shapesweep.sweep.options.fields import add_flags, arguments
+from shapesweep.sweep.options.store_args import check_store_args
 
 __all__ = ["VERBS", "Verb", "build_parser", "entry", "main", "parse"]
 

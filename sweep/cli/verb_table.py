@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from dataclasses import MISSING, dataclass
 
-from shapesweep.sweep.cli.option_groups import (
+from shapesweep.sweep.options.fields import option, same_as, whole_count
+from shapesweep.sweep.options.option_groups import (
     Parallel,
     PlanPriceOptions,
     ReportOptions,
@@ -19,9 +20,8 @@ from shapesweep.sweep.cli.option_groups import (
     SearchOptions,
     TrainerOptions,
 )
-from shapesweep.sweep.cli.options import option, same_as, whole_count
-from shapesweep.sweep.cli.store_args import StoreOptions
-from shapesweep.sweep.cli.sweep_options import SweepOptions
+from shapesweep.sweep.options.store_args import StoreOptions
+from shapesweep.sweep.options.sweep_options import SweepOptions
 
 FOLDER_FORMATS = ("hf", "litgpt", "torch")  # export's folder formats (export_command.FOLDER_FORMATS)
 SWEEP_WEIGHTS = ""  # a bare `export --weights`: from the sweep's kept checkpoints

@@ -33,8 +33,9 @@ def latest(ray_folder: str | Path, trial_id: str,
     the caller passed over already (Tune's own), for the same line."""
     from shapesweep.trainers import checkpoint
 
-    saved = []
+    saved: list[tuple[float, Path]] = []
     for path in trial_checkpoints(ray_folder, trial_id):
+        step: float | None
         try:
             step = checkpoint.saved_step(path)
         except Exception:  # noqa: BLE001 - a damaged header, of any step: checked first,

@@ -11,7 +11,7 @@ from shapesweep.common import UserError
 from shapesweep.search_spaces.configs import config_key
 from shapesweep.search_spaces.solver import Candidate
 from shapesweep.search_spaces.space import SearchSpace
-from shapesweep.sweep.cli.sweep_options import SweepOptions
+from shapesweep.sweep.options.sweep_options import SweepOptions
 from shapesweep.trainers import memory
 from shapesweep.trainers.memory import device_bytes, parse_size
 

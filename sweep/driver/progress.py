@@ -19,21 +19,24 @@ import math
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Any, TextIO
+from types import TracebackType
+from typing import Any, TextIO, cast
 
 from ray.tune import Callback
-from rich.console import Console, Group
+from ray.tune.experiment import Trial
+from rich.console import Console, Group, JustifyMethod
 from rich.live import Live
 from rich.markup import escape
 from rich.table import Table
 
 from shapesweep.common import duration, human, is_tty, printable, terminal_console
 from shapesweep.families.base import candidate_label
+from shapesweep.sweep.driver.trial_config import TrialSpecDict
 
 MAX_CANDIDATE_ROWS = 12  # the live table's candidates: running ones first, then the rest
 
 
-def trial_name(row: dict[str, Any], seed: Any) -> str:
+def trial_name(row: dict[str, object], seed: object) -> str:
     """A trial as the progress names it: its candidate's name and its seed."""
     return f"{candidate_label(row)}, seed {seed}"
 
@@ -60,11 +63,11 @@ class CandidateProgress:
         return ", ".join(parts)
 
 
-def _num(value: Any, fmt: str) -> str:
-    """`value` formatted, or `-` where there is none (missing, NaN)."""
+def _num(value: object, fmt: str) -> str:
+    """`value` (a row's number) formatted, or `-` where there is none (missing, NaN)."""
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "-"
-    return format(int(value) if fmt == "d" else value, fmt)
+    return format(int(cast(float, value)) if fmt == "d" else value, fmt)
 
 
 class SweepProgress(Callback):
@@ -76,7 +79,7 @@ class SweepProgress(Callback):
 
     def __init__(self, total: int, console: Console | None = None, enabled: bool = True,
                  out: TextIO | None = None, budget: int | None = None, every_s: float = 30.0,
-                 planned: list[dict[str, Any]] | None = None):
+                 planned: list[TrialSpecDict] | None = None) -> None:
         """`planned`: the trial specs this run launches (`shapesweep.sweep.search.trials.trial_spec`),
         when known up front (a grid), so each candidate shows how many seeds it has."""
         self.total, self.budget, self.every_s = total, budget, every_s
@@ -105,13 +108,13 @@ class SweepProgress(Callback):
     def enabled(self) -> bool:
         return self.mode != "off"
 
-    def _candidate(self, key: str, tuned_json: str | None, row: dict[str, Any]) -> CandidateProgress:
+    def _candidate(self, key: str, tuned_json: str | None, row: dict[str, object]) -> CandidateProgress:
         which = (key, tuned_json or "{}")
         if which not in self.candidates:
             self.candidates[which] = CandidateProgress(candidate_label({**row, "tuned_json": tuned_json}))
         return self.candidates[which]
 
-    def __getstate__(self) -> dict:
+    def __getstate__(self) -> dict[str, object]:
         # Tune pickles callbacks for experiment restore (unused here); the terminal stays.
         return {k: v for k, v in self.__dict__.items() if k not in ("console", "live", "out")}
 
@@ -122,10 +125,11 @@ class SweepProgress(Callback):
             self.live.__enter__()
         return self
 
-    def __exit__(self, exc_type: Any, *exc: Any) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 traceback: TracebackType | None) -> None:
         if self.live is not None:
             self.live.update(self.render())
-            self.live.__exit__(exc_type, *exc)
+            self.live.__exit__(exc_type, exc, traceback)
             self.live = None
         elif self.mode == "plain":
             self._line(self.summary(interrupted=exc_type is not None))
@@ -189,8 +193,9 @@ class SweepProgress(Callback):
         """Each candidate by name: its seeds done and running, tokens trained, mean val_loss of
         its completed seeds; running ones first, at most MAX_CANDIDATE_ROWS."""
         table = Table(box=None, padding=(0, 1), show_edge=False, header_style="bold")
-        for column, justify in (("candidate", "left"), ("seeds", "left"), ("tokens", "right"),
-                                ("val_loss", "right")):
+        columns: tuple[tuple[str, JustifyMethod], ...] = (
+            ("candidate", "left"), ("seeds", "left"), ("tokens", "right"), ("val_loss", "right"))
+        for column, justify in columns:
             table.add_column(column, justify=justify, overflow="fold", no_wrap=column != "candidate")
         order = sorted(self.candidates.items(), key=lambda item: (not item[1].running,
                                                                    not (item[1].done or item[1].stopped
@@ -203,14 +208,15 @@ class SweepProgress(Callback):
             table.add_row(f"... and {len(order) - MAX_CANDIDATE_ROWS} more", "", "", "")
         return table
 
-    def _count(self, trial_id: str, status: str, row: dict[str, Any]) -> None:
+    def _count(self, trial_id: str, status: str, row: dict[str, object]) -> None:
         """The trial's candidate: one seed more ended as `status`, its loss and tokens."""
-        candidate = self._candidate(row["key"], row.get("tuned_json"), row)
+        candidate = self._candidate(cast(str, row["key"]), cast("str | None", row.get("tuned_json")), row)
         candidate.running.discard(trial_id)
         self.trial_candidate[trial_id] = candidate
-        if isinstance(row.get("tokens"), int | float):
-            self.tokens[trial_id] = candidate.tokens[trial_id] = int(row["tokens"])
-        loss = row.get("val_loss")
+        tokens = row.get("tokens")
+        if isinstance(tokens, int | float):
+            self.tokens[trial_id] = candidate.tokens[trial_id] = int(tokens)
+        loss = cast("float | None", row.get("val_loss"))  # the row's: a float or None
         if status == "completed":
             candidate.done += 1
             if loss is not None and math.isfinite(loss):
@@ -224,10 +230,10 @@ class SweepProgress(Callback):
         if self.live is not None:
             self.live.update(self.render())
 
-    def _spec(self, trial: Any) -> dict[str, Any]:
+    def _spec(self, trial: Trial) -> dict[str, Any]:
         return trial.config.get("spec") or {}
 
-    def _name(self, trial: Any) -> str:
+    def _name(self, trial: Trial) -> str:
         spec = self._spec(trial)
         if "row" not in spec:
             return spec.get("trial_id", trial.trial_id)
@@ -261,7 +267,7 @@ class SweepProgress(Callback):
             self._line(self.progress_line())
 
     def finished(self, trial_id: str, status: str, name: str = "", error: str | None = None,
-                 row: dict[str, Any] | None = None) -> None:
+                 row: dict[str, object] | None = None) -> None:
         """Called by the results writer once it has filed the trial under `status`.
 
         `row` is the trial's results row (key, seed, variant and shape, val_loss, tokens,
@@ -275,7 +281,7 @@ class SweepProgress(Callback):
         else:
             self.failed += 1
         row = row or {}
-        loss = row.get("val_loss")
+        loss = cast("float | None", row.get("val_loss"))  # the row's: a float or None
         if "key" in row:
             name = trial_name(row, row.get("seed", "-"))
             self._count(trial_id, status, row)

@@ -13,9 +13,17 @@ import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from shapesweep.common import environment
+
+if TYPE_CHECKING:  # types only: Ray is imported where it is used (the module docstring)
+    from ray.air.integrations.mlflow import MLflowLoggerCallback
+    from ray.air.integrations.wandb import WandbLoggerCallback
+    from ray.tune.experiment import Trial
+    from ray.tune.logger import TBXLoggerCallback
+
+WandbCallback = TypeVar("WandbCallback", bound="WandbLoggerCallback")
 
 QUIET_ENV = {
     # Tune's loggers are chosen by `_ray_loggers` (json + csv, so ResultGrid and
@@ -87,7 +95,8 @@ def no_callback_census() -> Iterator[None]:
     without a tracker (`bench_sweep_overhead` measures the start-up). Ray 2.60: a
     monkeypatch of the private `ray.air._internal.usage.tag_callbacks`, which Tune calls
     through its module. A Ray without that census is left as it is."""
-    usage = sys.modules.get("ray.air._internal.usage")  # Tune imports it with itself
+    # Tune imports it with itself; Any: a private module, patched by name
+    usage: Any = sys.modules.get("ray.air._internal.usage")
     census = getattr(usage, "tag_callbacks", None)
     if census is None:
         yield
@@ -130,9 +139,10 @@ def without_placement_group_cleaner(trainer: type) -> type:
     sweep's job for one that did not. On a cluster (`--address`, which may serve the State
     API), or a Ray started by someone else, Ray's default stays.
     """
-    cleaner = placement_group_cleaner()
-    if cleaner is None or not hasattr(trainer, "_create_default_callbacks"):
+    found = placement_group_cleaner()
+    if found is None or not hasattr(trainer, "_create_default_callbacks"):
         return trainer
+    cleaner: type = found
 
     class WithoutCleaner(trainer):
         def _create_default_callbacks(self) -> list[Any]:
@@ -145,18 +155,18 @@ def without_placement_group_cleaner(trainer: type) -> type:
 # Ray's tracker callbacks keep each trial's run in a private dict, which a subclass that tags
 # a run with how its trial ended must read (Ray 2.60; Ray offers no accessor).
 
-def mlflow_run_id(callback: Any, trial: Any) -> str:
+def mlflow_run_id(callback: MLflowLoggerCallback, trial: Trial) -> str:
     """The MLflow run id `MLflowLoggerCallback` opened for `trial` (its `_trial_runs`)."""
     return callback._trial_runs[trial]
 
 
-def wandb_logging(callback: Any, trial: Any) -> bool:
+def wandb_logging(callback: WandbLoggerCallback, trial: Trial) -> bool:
     """Whether `WandbLoggerCallback` has a logging actor's queue for `trial` (its
     `_trial_queues`): only then does it take a result."""
     return trial in callback._trial_queues
 
 
-def tensorboard_writer(callback: Any, trial: Any) -> Any:
+def tensorboard_writer(callback: TBXLoggerCallback, trial: Trial) -> Any:
     """The SummaryWriter `TBXLoggerCallback` opened for `trial` (its `_trial_writer`);
     None before its first result."""
     return callback._trial_writer.get(trial)
@@ -181,17 +191,18 @@ def local_ray_start() -> Iterator[None]:
     popen, set_handler = services.ConsolePopen, utils.set_sigterm_handler
     if sys.platform.startswith("linux") and utils.detect_fate_sharing_support():
 
-        class OwnGroupPopen(popen):
-            def __init__(self, *args: Any, **kwargs: Any):
+        class OwnGroupPopen(services.ConsolePopen):
+            # Popen's own arguments, passed on as they are
+            def __init__(self, *args: Any, **kwargs: Any) -> None:
                 kwargs.setdefault("process_group", 0)
                 super().__init__(*args, **kwargs)
 
-        services.ConsolePopen = OwnGroupPopen
+        services.ConsolePopen = OwnGroupPopen  # type: ignore[misc]  # a class of Ray's, patched
     utils.set_sigterm_handler = lambda handler: None
     try:
         yield
     finally:
-        services.ConsolePopen, utils.set_sigterm_handler = popen, set_handler
+        services.ConsolePopen, utils.set_sigterm_handler = popen, set_handler  # type: ignore[misc]  # restored
 
 
 def ray_temp_dir() -> str:
@@ -203,7 +214,7 @@ def ray_temp_dir() -> str:
     return get_default_ray_temp_dir()
 
 
-def wandb_files_written(callback_cls: type) -> type:
+def wandb_files_written(callback_cls: type[WandbCallback]) -> type[WandbCallback]:
     """`WandbLoggerCallback` (a subclass of it) whose logging actors end only once their run's
     file is written (its `_logger_actor_cls`).
 

@@ -13,9 +13,10 @@ import signal
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 from shapesweep.common import UserError, environment
@@ -124,11 +125,16 @@ def _start(address: str, record: Path | None, keep_logs: bool) -> str | None:
         with ray_compat.local_ray_start(), interrupts_held():
             context = ray.init(address=address, log_to_driver=False, logging_level=logging.ERROR,
                                configure_logging=True, **kwargs)
-        session_dir = (local and context.address_info.get("session_dir")) or None
+        # ray.init is annotated BaseContext; what it returns, a RayContext, has address_info
+        session_dir = (local and context.address_info.get("session_dir")) or None  # type: ignore[attr-defined]
         if session_dir and record is not None:
             _write_record(record, session_dir)
     except Exception as error:  # noqa: BLE001 - whatever Ray raised, said in one line
-        kept = _abandon_start(since, record, keep_logs) if local else _shut_down()
+        kept = None
+        if local:
+            kept = _abandon_start(since, record, keep_logs)
+        else:
+            _shut_down()
         raise _StartFailed(error, kept) from None
     except BaseException:
         if local:
@@ -285,7 +291,7 @@ def remove_session(session_dir: str | None, keep_logs: bool = False) -> None:
         latest.unlink(missing_ok=True)
 
 
-def _as_interrupt(signum: int, frame: Any) -> None:
+def _as_interrupt(signum: int, frame: FrameType | None) -> None:
     """Handle a signal as Ctrl-C: through the SIGINT handler in force (`sigint_deferred`'s
     while a trial is being filed), else KeyboardInterrupt (even where SIGINT is ignored)."""
     handler = signal.getsignal(signal.SIGINT)
@@ -309,7 +315,7 @@ def interrupts_held() -> Iterator[None]:
         return
     caught: list[int] = []
 
-    def hold(signum: int, frame: Any) -> None:
+    def hold(signum: int, frame: FrameType | None) -> None:
         if caught:
             raise KeyboardInterrupt
         caught.append(signum)
@@ -332,7 +338,8 @@ def terminate_as_interrupt() -> Iterator[None]:
 
 
 @contextmanager
-def _handling(signals: tuple[int, ...], handler: Any) -> Iterator[None]:
+def _handling(signals: tuple[int, ...], handler: Callable[[int, FrameType | None], None],
+              ) -> Iterator[None]:
     """`handler` for `signals` inside the context, the handlers before it restored after."""
     previous = {sig: signal.signal(sig, handler) for sig in signals}
     try:

@@ -29,8 +29,6 @@ from rich.console import Console
 from shapesweep.common import printable, resume_command
 from shapesweep.results.catalog import without_password
 from shapesweep.results.parquet_store import ParquetStore
-from shapesweep.sweep.cli.options import saved_values
-from shapesweep.sweep.cli.sweep_options import SweepOptions
 from shapesweep.sweep.driver import ray_compat
 from shapesweep.sweep.driver.lease import sweep_lease
 from shapesweep.sweep.driver.progress import SweepProgress
@@ -61,6 +59,8 @@ from shapesweep.sweep.driver.sweep_files import (
     space_hash,
 )
 from shapesweep.sweep.driver.tune_setup import record_decisions, run_config, tuner
+from shapesweep.sweep.options.fields import saved_values
+from shapesweep.sweep.options.sweep_options import SweepOptions
 from shapesweep.sweep.search.paired_asha import PairedASHA
 from shapesweep.sweep.search.strategies import PlanContext, TrialPlan
 
@@ -176,6 +176,7 @@ def _fit_one(options: SweepOptions, checked: Checked, plan: TrialPlan, store: Pa
     writer = ResultsWriter(store, name, checked.data_hash, progress)
     if isinstance(checked.scheduler, PairedASHA):  # the noise-aware ASHA: each candidate's seeds
         record_decisions(checked.scheduler, store, name)
+        assert plan.specs is not None, "the noise-aware ASHA runs a grid, whose trials are known"
         checked.scheduler.expect(plan.specs)
     fit = tuner(options, checked, plan, run_config(options, name, [writer, progress]),
                 state_api=session_dir is None)  # our local Ray runs no dashboard

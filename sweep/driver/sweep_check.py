@@ -22,11 +22,11 @@ from shapesweep.search_spaces.space import (
     check_sweep_trials,
     load_space,
 )
-from shapesweep.sweep.cli.sweep_options import SweepOptions
 from shapesweep.sweep.driver.packing import check_memory
 from shapesweep.sweep.driver.ray_session import check_address
 from shapesweep.sweep.driver.rounds import Adaptive, adaptive_design
 from shapesweep.sweep.driver.trackers import check_trackers
+from shapesweep.sweep.options.sweep_options import SweepOptions
 from shapesweep.sweep.search.paired_asha import PairedASHA
 from shapesweep.sweep.search.scheduling import Choice, choose
 from shapesweep.sweep.search.strategies import SearchStrategy, strategy_for
@@ -147,8 +147,10 @@ def _scheduler(options: SweepOptions, space: SearchSpace, candidates: list[Candi
     if choice.kind == "fifo":
         return FIFOScheduler(), choice
     if choice.per_trial:
+        assert choice.budget is not None, "ASHA per trial: the trials have one token budget"
         return ASHAScheduler(time_attr="tokens", metric="val_loss", mode="min", max_t=choice.budget,
-                             grace_period=choice.rungs[0],
+                             # Ray annotates an int; its rungs are compared as numbers
+                             grace_period=choice.rungs[0],  # type: ignore[arg-type]
                              reduction_factor=options.reduction_factor), choice
     return PairedASHA(choice.rungs, options.reduction_factor), choice
 

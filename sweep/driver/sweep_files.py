@@ -17,7 +17,7 @@ from shapesweep.results.sweep_folders import unknown_sweep
 from shapesweep.search_spaces.safe_yaml import parse_yaml
 from shapesweep.search_spaces.space import SearchSpace, parse_space
 from shapesweep.search_spaces.space_errors import branchless
-from shapesweep.sweep.cli.sweep_options import SweepOptions
+from shapesweep.sweep.options.sweep_options import SweepOptions
 
 OPTIONS_FILE = "sweep.json"  # how the sweep was run, so `resume NAME` can run it again
 SPACE_FILE = "space.yaml"

@@ -21,8 +21,9 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import TypedDict
 
 from ray.tune import Callback
 from ray.tune.experiment import Trial
@@ -65,7 +66,7 @@ def trial_tags(sweep: str, trial: Trial) -> dict[str, str]:
         "tuned": spec["tuned_json"], **shape}.items() if value is not None}
 
 
-def curve_step(result: dict) -> dict:
+def curve_step(result: Mapping[str, object]) -> dict[str, object]:
     """The result a tracker logs: stepped by tokens, without the trial's config (the tracker
     keeps that as params); a final summary without curve fields."""
 
@@ -75,7 +76,7 @@ def curve_step(result: dict) -> dict:
     return {**{k: v for k, v in result.items() if k not in drop}, TIMESTEPS_TOTAL: step}
 
 
-def _mlflow(sweep: str, folder: str, ended: Ended):
+def _mlflow(sweep: str, folder: str, ended: Ended) -> Callback:
     from ray.air.integrations.mlflow import MLflowLoggerCallback
 
     class MLflowTrials(MLflowLoggerCallback):
@@ -122,7 +123,7 @@ def _check_mlflow() -> None:
                             key="MLFLOW_TRACKING_URI") from None
 
 
-def _wandb(sweep: str, folder: str, ended: Ended):
+def _wandb(sweep: str, folder: str, ended: Ended) -> Callback:
     from ray.air.integrations.wandb import WandbLoggerCallback
 
     @ray_compat.wandb_files_written  # each run's file complete before Ray ends its actor
@@ -151,14 +152,21 @@ def _wandb(sweep: str, folder: str, ended: Ended):
                 super().__del__()
 
     # Given to wandb.init in its logging actor, which may not share the driver's environment.
-    settings = {"dir": os.environ.get("WANDB_DIR", folder)}
+    settings: WandbSettings = {"dir": os.environ.get("WANDB_DIR", folder)}
     if os.environ.get("WANDB_MODE"):
         settings["mode"] = os.environ["WANDB_MODE"]
     return WandbTrials(project=os.environ.get("WANDB_PROJECT", "shapesweep"), group=sweep,
                        **settings)
 
 
-def _tensorboard(sweep: str, folder: str, ended: Ended):
+class WandbSettings(TypedDict, total=False):
+    """What `wandb.init` is given besides the project and group (WANDB_DIR, WANDB_MODE)."""
+
+    dir: str
+    mode: str
+
+
+def _tensorboard(sweep: str, folder: str, ended: Ended) -> Callback:
     from ray.tune.logger import TBXLoggerCallback
 
     class TensorBoardTrials(TBXLoggerCallback):

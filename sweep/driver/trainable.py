@@ -24,18 +24,23 @@ import re
 import shutil
 import socket
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypedDict, TypeVar
 
 from shapesweep.common import UserError, pid_alive
 from shapesweep.search_spaces.configs import TrainConfig, make_config
 from shapesweep.sweep.driver.checkpoints import latest, say_fallback
 from shapesweep.sweep.driver.ray_compat import without_placement_group_cleaner
+from shapesweep.sweep.driver.trial_config import TrialConfig, TrialSpecDict
 from shapesweep.trainers.spec import TrainerOptions, TrialSpec
 
 if TYPE_CHECKING:  # torch's: imported where a trial trains, never by the sweep's driver
+    from pydantic import BaseModel
+    from ray.train import Checkpoint, RunConfig
+    from ray.train.torch import TorchTrainer
+
     from shapesweep.trainers.fitting import Fitted
     from shapesweep.trainers.loop import TrainResult
 
@@ -48,14 +53,36 @@ WORKERS_FIELD = "workers"  # on a data-parallel trial's reports: its Ray Train w
 PARALLEL_FIELD = "parallel"  # ... and how they share the model (ddp or fsdp)
 RESULT_FIELD = "result_json"  # `train_on_workers`: rank 0's TrainResult, as JSON text
 
+Metrics = Mapping[str, object]  # one evaluation's report (`shapesweep.trainers.spec.Reporter`)
 
-def trial_result_fields(result: TrainResult) -> dict[str, Any]:
+
+class WorkerConfig(TypedDict):
+    """What each Ray Train worker of a data-parallel trial is given (`_worker`)."""
+
+    config: TrialConfig
+    trial: TrialSpec
+    checkpoints: str | None
+    experiment: str
+    threads: int
+
+
+class TrainWorkerConfig(TypedDict):
+    """What each Ray Train worker of `train_on_workers` is given (`_train_worker`)."""
+
+    trial: TrialSpec
+    threads: int
+
+
+LoopConfig = TypeVar("LoopConfig", WorkerConfig, TrainWorkerConfig)
+
+
+def trial_result_fields(result: TrainResult) -> dict[str, object]:
     """The scalar fields of a `TrainResult` worth reporting (the curve travels separately),
     and its analysis rows as one JSON text when it has any."""
     fields = result.to_dict()
     fields.pop("curve", None)
     layers = fields.pop("layers", None)
-    scalars = {name: value for name, value in fields.items()
+    scalars: dict[str, object] = {name: value for name, value in fields.items()
                if value is None or isinstance(value, bool | int | float | str)}
     return {**scalars, LAYERS_FIELD: json.dumps(layers)} if layers else scalars
 
@@ -63,7 +90,7 @@ def trial_result_fields(result: TrainResult) -> dict[str, Any]:
 DEFAULT_TRAINER = TrainerOptions()  # one process per trial, no rungs, no checkpoint interval
 
 
-def run_trial(config: dict[str, Any], checkpoints: str | None = None, workers: int = 1,
+def run_trial(config: TrialConfig, checkpoints: str | None = None, workers: int = 1,
               resources: dict[str, float] | None = None, state_api: bool = True,
               trainer: TrainerOptions = DEFAULT_TRAINER) -> None:
     """Train `config['spec']['document']` (a candidate document) and report every evaluation,
@@ -94,7 +121,7 @@ def run_trial(config: dict[str, Any], checkpoints: str | None = None, workers: i
                           tune.get_context().get_experiment_name(), tune.get_checkpoint())
         tags = _tags(spec, folder)
 
-        def report(metrics: dict[str, Any], replayed: bool = False) -> None:
+        def report(metrics: Metrics, replayed: bool = False) -> None:
             saved = not replayed and _saved_at(folder, metrics["step"])
             try:
                 tune.report({**metrics, **tags},
@@ -114,7 +141,7 @@ def run_trial(config: dict[str, Any], checkpoints: str | None = None, workers: i
         tune.report({**trial_result_fields(result), **tags, **fitted.fields(), FINAL_FLAG: True})
 
 
-def _retried(tags: dict[str, Any]) -> Callable[[Fitted], None]:
+def _retried(tags: dict[str, object]) -> Callable[[Fitted], None]:
     """An out-of-memory retry's news, on the trial's later reports (status, the live box)."""
     def retried(fitted: Fitted) -> None:
         tags.update(oom_retries=fitted.oom_retries, micro_batch_size=fitted.micro_batch_size)
@@ -152,21 +179,21 @@ def cpu_threads(resources: dict[str, float] | None) -> int:
     return max(1, int((resources or {}).get("cpu", 1.0)))
 
 
-def _configs(spec: dict[str, Any]) -> tuple:
+def _configs(spec: TrialSpecDict) -> tuple[BaseModel, TrainConfig]:
     """(model config, TrainConfig) of the trial's candidate document."""
     document = spec["document"]
     return (make_config(document["model"] | {"family": document["family"]}),
             TrainConfig(**document["train"]))
 
 
-def _saved_at(folder: str, step: int) -> bool:
+def _saved_at(folder: str, step: object) -> bool:
     """Whether the loop saved a checkpoint into `folder` at this evaluation's `step`."""
     from shapesweep.trainers import checkpoint
 
     return checkpoint.saved_step(folder) == step
 
 
-def _tags(spec: dict[str, Any], folder: str) -> dict[str, Any]:
+def _tags(spec: TrialSpecDict, folder: str) -> dict[str, object]:
     """Fields on every report: the driver files results by trial, a multi-objective Optuna
     search reads its second objective from the same report, and START_FIELD shows where a
     restored trial picked up (`folder` holds what it continues from); THREADS_FIELD says how
@@ -180,7 +207,7 @@ def _tags(spec: dict[str, Any], folder: str) -> dict[str, Any]:
 
 
 def _restore(folder: str, trial_id: str, earlier: str | None, this_run: str,
-             restored: Any = None) -> list[dict[str, Any]]:
+             restored: Checkpoint | None = None) -> list[dict[str, object]]:
     """Put the checkpoint this trial continues from into `folder`; return the evaluations
     to report again. A retry within this run (Tune's FailureConfig) gets its checkpoint
     from Tune (`restored`), and this run's driver has every evaluation before it already; a
@@ -209,7 +236,7 @@ def _restore(folder: str, trial_id: str, earlier: str | None, this_run: str,
     return [] if Path(found).parent.parent.name == this_run else checkpoint.saved_curve(folder)
 
 
-def _run_data_parallel(config: dict[str, Any], trial: TrialSpec, checkpoints: str | None,
+def _run_data_parallel(config: TrialConfig, trial: TrialSpec, checkpoints: str | None,
                        workers: int, resources: dict[str, float], state_api: bool = True) -> None:
     """One trial as a Ray Train `TorchTrainer` (DDP or FSDP; gloo on CPU, nccl on GPU) whose rank 0
     reports reach Tune (`TuneReportCallback`); its checkpoints land where a one-worker
@@ -219,17 +246,21 @@ def _run_data_parallel(config: dict[str, Any], trial: TrialSpec, checkpoints: st
     from ray.tune.integration.ray_train import TuneReportCallback
 
     experiment = tune.get_context().get_experiment_name()
-    _torch_trainer(_worker, {"config": config, "trial": trial, "checkpoints": checkpoints,
-                             "experiment": experiment, "threads": cpu_threads(resources)},
-                   workers, resources, ray_train.RunConfig(
+    assert checkpoints is not None, "a data-parallel trial's checkpoints are in the sweep's Ray folder"
+    loop_config: WorkerConfig = {"config": config, "trial": trial, "checkpoints": checkpoints,
+                                 "experiment": experiment, "threads": cpu_threads(resources)}
+    _torch_trainer(_worker, loop_config, workers, resources, ray_train.RunConfig(
                        name=config["spec"]["trial_id"],
                        storage_path=str(Path(checkpoints) / experiment),
                        checkpoint_config=ray_train.CheckpointConfig(num_to_keep=1),
-                       callbacks=[TuneReportCallback()]), state_api).fit()
+                       # ray.train's RunConfig is Train v2's at run time; mypy reads v1's
+                       callbacks=[TuneReportCallback()]),  # type: ignore[list-item]
+                   state_api).fit()
 
 
-def _torch_trainer(worker: Any, loop_config: dict[str, Any], workers: int,
-                   resources: dict[str, float], run_config: Any, state_api: bool = True) -> Any:
+def _torch_trainer(worker: Callable[[LoopConfig], None], loop_config: LoopConfig, workers: int,
+                   resources: dict[str, float], run_config: RunConfig,
+                   state_api: bool = True) -> TorchTrainer:
     """A Ray Train `TorchTrainer` running `worker(loop_config)` on `workers` workers, each
     holding `resources` ({cpu, gpu}): nccl between GPU workers, gloo between CPU ones.
     Without a State API (`state_api` False) it runs without Ray Train's placement-group
@@ -249,7 +280,7 @@ def _torch_trainer(worker: Any, loop_config: dict[str, Any], workers: int,
         run_config=run_config)
 
 
-def _worker(loop_config: dict[str, Any]) -> None:
+def _worker(loop_config: WorkerConfig) -> None:
     """One Ray Train worker of a data-parallel trial: its `TrialSpec` on this rank's device,
     trained as a one-process trial is (`fitting.train`: the out-of-memory retry included)."""
     from ray import train as ray_train
@@ -267,7 +298,7 @@ def _worker(loop_config: dict[str, Any]) -> None:
         tags = _tags(spec, folder) | {WORKERS_FIELD: context.get_world_size(),
                                       PARALLEL_FIELD: trial.parallel}
 
-        def report(metrics: dict[str, Any], replayed: bool = False) -> None:
+        def report(metrics: Metrics, replayed: bool = False) -> None:
             # rank 0 alone writes the checkpoint (one copy); every rank reports
             saved = not replayed and _saved_at(folder, metrics["step"])
             ray_train.report({**metrics, **tags},
@@ -292,9 +323,9 @@ def train_on_workers(trial: TrialSpec, workers: int, resources: dict[str, float]
 
     folder = tempfile.mkdtemp(prefix="shapesweep-train-")  # Ray Train's own files, not ours
     try:
-        trainer = _torch_trainer(
-            _train_worker, {"trial": trial, "threads": cpu_threads(resources)},
-            workers, resources, ray_train.RunConfig(name="train", storage_path=folder))
+        loop_config: TrainWorkerConfig = {"trial": trial, "threads": cpu_threads(resources)}
+        trainer = _torch_trainer(_train_worker, loop_config, workers, resources,
+                                 ray_train.RunConfig(name="train", storage_path=folder))
         try:
             result = trainer.fit()
         except ray_train.TrainingFailedError as error:
@@ -304,10 +335,11 @@ def train_on_workers(trial: TrialSpec, workers: int, resources: dict[str, float]
             raise found from None
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+    assert result.metrics is not None, "rank 0 reports its result (with a checkpoint)"
     return TrainResult(**json.loads(result.metrics[RESULT_FIELD]))
 
 
-def _train_worker(loop_config: dict[str, Any]) -> None:
+def _train_worker(loop_config: TrainWorkerConfig) -> None:
     """One Ray Train worker of `train_on_workers`: the trial on its rank, its result reported.
     Ray Train hands the driver only metrics that came with a checkpoint, so rank 0's come
     with one (an empty folder: the loop's own checkpoints are in --checkpoint-dir)."""

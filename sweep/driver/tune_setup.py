@@ -15,7 +15,6 @@ from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback
 from ray.tune.search import Searcher
 
 from shapesweep.results.interface import ResultsStore
-from shapesweep.sweep.cli.sweep_options import SweepOptions
 from shapesweep.sweep.driver.checkpoints import CheckpointCleaner
 from shapesweep.sweep.driver.ray_session import ray_storage
 from shapesweep.sweep.driver.results_writer import ended_as
@@ -23,6 +22,7 @@ from shapesweep.sweep.driver.sweep_check import Checked
 from shapesweep.sweep.driver.sweep_files import DECISIONS_FILE
 from shapesweep.sweep.driver.trackers import tracker_callbacks
 from shapesweep.sweep.driver.trainable import run_trial
+from shapesweep.sweep.options.sweep_options import SweepOptions
 from shapesweep.sweep.search.paired_asha import PairedASHA
 from shapesweep.sweep.search.strategies import TrialPlan
 from shapesweep.trainers.spec import TrainerOptions
@@ -50,7 +50,7 @@ def tuner(options: SweepOptions, checked: Checked, plan: TrialPlan, run_config: 
         state_api=state_api, trainer=trainer)
     # N > 1 workers: the trial's actor only drives the Train workers, so it holds no CPU
     # (a Ray bundle must ask for something: one byte of memory)
-    own = resources if options.workers_per_trial == 1 else {"cpu": 0, "memory": 1}
+    own: dict[str, float] = resources if options.workers_per_trial == 1 else {"cpu": 0, "memory": 1}
     return tune.Tuner(
         tune.with_resources(trainable, own),
         param_space=plan.param_space,

@@ -1,6 +1,6 @@
 """The values of the sweep flags that search, scheduling, pricing and the verdict read: what
 `--scheduler` may name, the GPU kinds `--gpu` names, `--seed-sd`'s default and the
-`--no-verdict` flag. The flags themselves are declared in sweep/cli/option_groups.py, which
+`--no-verdict` flag. The flags themselves are declared in sweep/options/option_groups.py, which
 imports these from here, so `sweep.search` never imports the CLI. Constants only: `--help`
 reads them.
 """

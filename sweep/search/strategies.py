@@ -39,7 +39,7 @@ SAMPLERS = {
 
 
 class StrategyOptions(Protocol):
-    """The options a strategy reads: `run`'s (sweep/cli/sweep_options.SweepOptions), which
+    """The options a strategy reads: `run`'s (sweep/options/sweep_options.SweepOptions), which
     this module, below the CLI, names by what it holds."""
 
     @property

@@ -15,8 +15,8 @@ from typing import NoReturn
 from shapesweep.common import UserError
 from shapesweep.results.store import read_sweep_file
 from shapesweep.search_spaces.space import load_space
-from shapesweep.sweep.cli.options import Flag, add_flags, arguments
-from shapesweep.sweep.cli.sweep_options import SweepOptions
+from shapesweep.sweep.options.fields import Flag, add_flags, arguments
+from shapesweep.sweep.options.sweep_options import SweepOptions
 from shapesweep.sweep.slurm import step_main
 
 # What the script gives every start itself: its own cluster, and a log rather than a live table.

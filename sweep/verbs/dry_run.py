@@ -13,11 +13,10 @@ import sys
 from dataclasses import replace
 
 from shapesweep.common import printable
-from shapesweep.sweep.cli.option_groups import has_gpu
-from shapesweep.sweep.cli.sweep_options import SweepOptions
 from shapesweep.sweep.cli.verb_table import PlanArgs
 from shapesweep.sweep.driver.sweep_check import check_sweep
-from shapesweep.sweep.search.flag_values import DEFAULT_GPU, GPU_KINDS
+from shapesweep.sweep.options.option_groups import DEFAULT_GPU, GPU_KINDS, has_gpu
+from shapesweep.sweep.options.sweep_options import SweepOptions
 from shapesweep.sweep.verbs.spaces_command import plan
 
 

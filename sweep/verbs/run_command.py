@@ -16,11 +16,11 @@ from dataclasses import replace
 from shapesweep.common import UserError, resume_command, terminal_console
 from shapesweep.results.parquet_store import ParquetStore
 from shapesweep.search_spaces.space import load_space
-from shapesweep.sweep.cli.options import flagged, resumed
-from shapesweep.sweep.cli.sweep_options import SweepOptions
 from shapesweep.sweep.cli.verb_table import ResumeArgs
 from shapesweep.sweep.driver.runner import SweepOutcome, run_sweep
 from shapesweep.sweep.driver.sweep_files import OPTIONS_FILE, load_options
+from shapesweep.sweep.options.fields import flagged, resumed
+from shapesweep.sweep.options.sweep_options import SweepOptions
 from shapesweep.sweep.verbs.dry_run import dry_run
 
 EXIT_FAILED_TRIALS = 1  # the sweep ran, and some of its trials failed (2 is bad input, refused)

@@ -19,9 +19,9 @@ from shapesweep.search_spaces.space import (
     options_seeds,
     seed_pool,
 )
-from shapesweep.sweep.cli.option_groups import has_gpu
-from shapesweep.sweep.cli.sweep_options import parse_seeds
 from shapesweep.sweep.cli.verb_table import PlanArgs, SpacesArgs
+from shapesweep.sweep.options.option_groups import has_gpu
+from shapesweep.sweep.options.sweep_options import parse_seeds
 from shapesweep.sweep.search.pricing import (
     Device,
     adaptive_price,

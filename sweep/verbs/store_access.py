@@ -1,5 +1,5 @@
 """The catalog a verb's `--root` and `--storage` name (`StoreOptions`' two, checked before the
-verb ran: shapesweep.sweep.cli.store_args), opened for a verb that reads or writes sweeps; a
+verb ran: shapesweep.sweep.options.store_args), opened for a verb that reads or writes sweeps; a
 reader never creates one."""
 
 from __future__ import annotations

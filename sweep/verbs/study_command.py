@@ -24,10 +24,10 @@ from shapesweep.results.study_report import write_report
 from shapesweep.results.study_spec import STUDY_FILE, Study, read_study, study_names
 from shapesweep.search_spaces.safe_yaml import read_yaml
 from shapesweep.sweep.cli.main import parse
-from shapesweep.sweep.cli.store_args import check_store_args
-from shapesweep.sweep.cli.sweep_options import SweepOptions
 from shapesweep.sweep.cli.verb_table import ResumeArgs, StudyArgs
 from shapesweep.sweep.driver.sweep_files import OPTIONS_FILE
+from shapesweep.sweep.options.store_args import check_store_args
+from shapesweep.sweep.options.sweep_options import SweepOptions
 from shapesweep.sweep.verbs import run_command
 from shapesweep.trainers.machine import cpu_model
 

@@ -1,8 +1,8 @@
 """`SweepOptions`: every option `shapesweep run` takes (its flag, help, default, range,
 whether `resume` takes it and whether `sweep.json` keeps it). An option other verbs take too
-is declared once on its group (sweep/cli/option_groups.py, store_args.StoreOptions) and named
+is declared once on its group (sweep/options/option_groups.py, store_args.StoreOptions) and named
 here with `same_as`; the rest are `run`'s own. `run` and `resume` build their arguments from
-it and read it back from them (shapesweep.sweep.cli.options).
+it and read it back from them (shapesweep.sweep.options.fields).
 """
 
 from __future__ import annotations
@@ -11,9 +11,11 @@ from dataclasses import MISSING, dataclass, field
 from typing import Any
 
 from shapesweep.common import CHECKPOINT_EVERY_S, UserError
-from shapesweep.sweep.cli.option_groups import (
+from shapesweep.sweep.options.fields import option, same_as
+from shapesweep.sweep.options.option_groups import (
     OBJECTIVES,
     PARALLEL,
+    Parallel,
     PlanPriceOptions,
     ResourceOptions,
     SearchOptions,
@@ -22,15 +24,14 @@ from shapesweep.sweep.cli.option_groups import (
     ray_address,
     seeds_list,
 )
-from shapesweep.sweep.cli.options import option, same_as
-from shapesweep.sweep.cli.store_args import StoreOptions
+from shapesweep.sweep.options.store_args import StoreOptions
 from shapesweep.sweep.search.flag_values import NO_VERDICT_FLAG
 
 __all__ = ["OBJECTIVES", "PARALLEL", "SweepOptions", "parse_seeds", "ray_address"]
 
 
 def parse_seeds(text: str | list[int] | dict[str, int] | None) -> list[int] | dict[str, int] | None:
-    """`--seeds` read (shapesweep.sweep.cli.option_groups.seeds_list), one line naming it."""
+    """`--seeds` read (shapesweep.sweep.options.option_groups.seeds_list), one line naming it."""
     try:
         return seeds_list(text)
     except ValueError as error:
@@ -89,7 +90,7 @@ class SweepOptions:
              "one trial to the next (each trial then pays a process start and torch's import: "
              "seconds)")
     workers_per_trial: int = same_as(ResourceOptions, "workers_per_trial")
-    parallel: str = same_as(TrainerOptions, "parallel")
+    parallel: Parallel = same_as(TrainerOptions, "parallel")
     # whether the seeds can end in a verdict (shapesweep.sweep.search.verdict): kept, so `resume`
     # judges a sweep as it was started
     min_effect: float | None = same_as(PlanPriceOptions, "min_effect")

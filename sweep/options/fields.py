@@ -1,6 +1,6 @@
 """One declaration per option: a dataclass field carries its flags, help, range and whether
 the sweep's options file saves it, and the argparse arguments, their checks and the saved
-file are derived from it. A new option is one field: on its group (sweep/cli/option_groups.py,
+file are derived from it. A new option is one field: on its group (sweep/options/option_groups.py,
 store_args.StoreOptions) when several verbs take it, else on the verb's own arguments
 (sweep/cli/verb_table.py, sweep_options.SweepOptions).
 

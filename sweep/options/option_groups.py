@@ -2,7 +2,7 @@
 range and help: resources (what a trial holds and where it runs), search (how candidates
 are searched, scheduled and compared), trainer (how one trial trains), and the flags that
 price and judge a plan. The store's two (`--root`, `--storage`) are
-`shapesweep.sweep.cli.store_args.StoreOptions`.
+`shapesweep.sweep.options.store_args.StoreOptions`.
 
 A verb takes an option by naming it on its arguments (`same_as(ResourceOptions, "address")`
 in sweep/cli/verb_table.py or sweep_options.SweepOptions), so a flag reads the same in every verb
@@ -17,8 +17,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from shapesweep.sweep.cli.options import option, whole_count
-from shapesweep.sweep.search.flag_values import DEFAULT_GPU, DEFAULT_SEED_SD, GPU_KINDS, SCHEDULERS
+from shapesweep.sweep.options.fields import option, whole_count
+from shapesweep.sweep.search.flag_values import (  # re-exported: the verbs read them here
+    DEFAULT_GPU,
+    DEFAULT_SEED_SD,
+    GPU_KINDS,
+    SCHEDULERS,
+)
 from shapesweep.sweep.search.strategies import SAMPLERS, STRATEGIES
 
 PARALLEL = ("ddp", "fsdp")  # how N > 1 workers share a model (shapesweep.trainers.loop.train)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from shapesweep.common import DEFAULT_ROOT, UserError
-from shapesweep.sweep.cli.options import option
+from shapesweep.sweep.options.fields import option
 
 
 @dataclass(kw_only=True)
