@@ -120,7 +120,8 @@ test: setup browser postgres shells slurm
 # The inner loop, under 5 minutes on 2 cores: all but the Ray end-to-end tests and the few
 # other long ones (marked slow: the whole-package mypy run, cold; a benchmark's torch.compile
 # processes; a MoE's 150 real steps, the sequential design's FWER simulations, a kill loop's
-# second layout)
+# second layout; real-process runs of 5-13 s: a server's port and builder,
+# a killed export or writer, a silent database's deadline and signals, train's thread default)
 # and the tests of a system package (marked system: Chromium, zsh), so it installs nothing
 # outside the venv (`make lint` runs mypy).
 test-fast: setup

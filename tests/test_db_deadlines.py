@@ -85,6 +85,7 @@ def _lines(text: str) -> list[str]:
     return [line for line in text.splitlines() if line.strip()]
 
 
+@pytest.mark.slow  # fast tier: a real process end to end; make test runs it
 @pytest.mark.parametrize("verb", ["status", "run"])
 def test_a_silent_database_ends_the_command_by_itself_within_its_timeout(tmp_path, silent, verb):
     url = f"postgresql://u:hunter2@127.0.0.1:{silent.port}/db"
@@ -104,6 +105,7 @@ def test_a_silent_database_ends_the_command_by_itself_within_its_timeout(tmp_pat
     assert DB_TIMEOUT_ENV in lines[0] and "hunter2" not in lines[0] and "***" in lines[0]
 
 
+@pytest.mark.slow  # fast tier: a real process end to end; make test runs it
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_a_signal_ends_a_command_waiting_on_a_silent_database(tmp_path, silent, sig):
     child = _cli(tmp_path, ["status"], f"postgresql://u@127.0.0.1:{silent.port}/db", timeout_s=300)

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 
+import pytest
 import yaml
 
 from shapesweep.results.store import write_trial
@@ -169,6 +170,7 @@ def _killed_midway(tmp_path, command: list[str]) -> list[str]:
     return sorted(p.name for p in best.iterdir() if p.name.endswith(mine)) if best.is_dir() else []
 
 
+@pytest.mark.slow  # fast tier: a real process end to end; make test runs it
 def test_an_export_removes_the_temporaries_a_killed_export_left(tmp_path, capsys):
     """An export SIGKILLed mid-write leaves its `.NN-NAME.PID.tmp` folder; the next export into
     that folder removes it (its PID is dead), and keeps a live process's temporary."""

@@ -161,6 +161,7 @@ def test_bench_gpu_stops_at_its_budget():
     assert len(skipped) == 7 and out.splitlines()[-1].startswith("done, ")
 
 
+@pytest.mark.slow  # fast tier: a real process end to end; make test runs it
 def test_bench_gpu_items_pick_and_order_and_refuse_unknown_names():
     """`--items` runs the named items in its order; an unknown name is one line, exit 2."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}

@@ -8,6 +8,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from shapesweep.search_spaces.space import list_builtin
 
 CLI = [sys.executable, "-m", "shapesweep.sweep.cli"]
@@ -35,6 +37,7 @@ def test_spaces_piped_keeps_each_description_whole_and_columns_narrows_it():
     assert any("…" in line for line in narrow)
 
 
+@pytest.mark.slow  # fast tier: a real process end to end; make test runs it
 def test_status_piped_is_not_wrapped_and_columns_narrows_it(synthetic_store):
     wide = _piped(["status", "ucurve", "--root", synthetic_store])
     narrow = _piped(["status", "ucurve", "--root", synthetic_store], columns="60")

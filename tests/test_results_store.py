@@ -300,6 +300,7 @@ def _temp_files(folder) -> set:
     return found
 
 
+@pytest.mark.slow  # fast tier: a real process end to end; make test runs it
 def test_writer_killed_mid_write_leaves_nothing_half_written(tmp_path):
     """SIGKILL a writer while its temporary file exists: readers see whole trials only."""
     folder, leftovers = tmp_path / "killed", 0

@@ -197,6 +197,7 @@ def test_clients_that_hang_up_early_leave_no_traceback(store):
     assert err.strip() == "shapesweep serve: interrupted"
 
 
+@pytest.mark.slow  # fast tier: a real process end to end; make test runs it
 def test_the_payload_builder_ends_with_the_server_however_it_ends(store):
     me = psutil.Process()
     before = {p.pid for p in me.children(recursive=True)}
@@ -219,6 +220,7 @@ def test_the_payload_builder_ends_with_the_server_however_it_ends(store):
         served.communicate()
 
 
+@pytest.mark.slow  # fast tier: a real process end to end; make test runs it
 def test_a_taken_port_is_refused_in_one_line_and_port_0_serves_on_a_free_one(store):
     """`serve --port P` with P taken: one line naming the port and suggesting --port 0, exit
     2, no traceback, no builder left; `--port 0` picks a free port and prints its URL."""

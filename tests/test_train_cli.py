@@ -84,20 +84,17 @@ def test_checkpoint_dir_resumes_a_finished_run(tmp_path, capsys):
     assert again["val_loss"] == first["val_loss"] and again["steps"] == 4
 
 
-def test_bad_input_exits_2_with_one_line(tmp_path):
+def test_bad_input_exits_2_with_one_line(tmp_path, capsys):
+    """In process, as `shapesweep train` runs it (`main`'s return is the exit status; the
+    process's own exit path is test_sweep_startup's and the CLI tests')."""
     bad = tmp_path / "bad.yaml"
     bad.write_text("family: conventional\nmodel: {d_model: 32, n_layers: 2, n_heads: 2, d_h: 0}\n")
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    run = subprocess.run([sys.executable, "-m", "shapesweep.sweep.cli", "train", str(bad), "--steps", "2"],
-                         capture_output=True, text=True, timeout=120, env=env)
-    assert run.returncode == 2
-    lines = run.stderr.strip().splitlines()
-    assert len(lines) == 1 and str(bad) in lines[0] and "model.d_h" in lines[0], run.stderr
+    assert main(["train", str(bad), "--steps", "2"]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and str(bad) in lines[0] and "model.d_h" in lines[0], lines
     wrong_data = _candidate(tmp_path, "conventional", LM_MODELS["conventional"], LM_TRAIN)
-    run = subprocess.run([sys.executable, "-m", "shapesweep.sweep.cli", "train", wrong_data, "--data",
-                          str(tmp_path / "nowhere.txt")], capture_output=True, text=True,
-                         timeout=120, env=env)
-    assert run.returncode == 2 and "nowhere.txt: data path not found" in run.stderr
+    assert main(["train", wrong_data, "--data", str(tmp_path / "nowhere.txt")]) == 2
+    assert "nowhere.txt: data path not found" in capsys.readouterr().err
 
 
 def test_user_data_text_and_tokens(tmp_path, capsys):
@@ -123,6 +120,7 @@ def _train_subprocess(*argv: str, env: dict | None = None) -> subprocess.Complet
                           capture_output=True, text=True, timeout=300, env={**os.environ, **(env or {})})
 
 
+@pytest.mark.slow  # fast tier: a real process end to end; make test runs it
 def test_train_uses_the_threads_it_is_given_and_the_free_cores_by_default(tmp_path):
     """`--threads N` is what torch trains on, whatever OMP_NUM_THREADS says; the default is
     the free cores, never more than this process may use (`trainers.threads`)."""
