@@ -20,7 +20,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any, TextIO, cast
+from typing import TYPE_CHECKING, Any, TextIO, cast
 
 from ray.tune import Callback
 from ray.tune.experiment import Trial
@@ -31,7 +31,9 @@ from rich.table import Table
 
 from shapesweep.common import duration, human, is_tty, printable, terminal_console
 from shapesweep.families.base import candidate_label
-from shapesweep.sweep.driver.trial_config import TrialSpecDict
+
+if TYPE_CHECKING:  # search imports the driver: its spec type is read, not imported
+    from shapesweep.sweep.search.trials import TrialSpec as SweepTrialSpec
 
 MAX_CANDIDATE_ROWS = 12  # the live table's candidates: running ones first, then the rest
 
@@ -79,7 +81,7 @@ class SweepProgress(Callback):
 
     def __init__(self, total: int, console: Console | None = None, enabled: bool = True,
                  out: TextIO | None = None, budget: int | None = None, every_s: float = 30.0,
-                 planned: list[TrialSpecDict] | None = None) -> None:
+                 planned: list[SweepTrialSpec] | None = None) -> None:
         """`planned`: the trial specs this run launches (`shapesweep.sweep.search.trials.trial_spec`),
         when known up front (a grid), so each candidate shows how many seeds it has."""
         self.total, self.budget, self.every_s = total, budget, every_s

@@ -33,7 +33,7 @@ from shapesweep.common import UserError, pid_alive
 from shapesweep.search_spaces.configs import TrainConfig, make_config
 from shapesweep.sweep.driver.checkpoints import latest, say_fallback
 from shapesweep.sweep.driver.ray_compat import without_placement_group_cleaner
-from shapesweep.sweep.driver.trial_config import TrialConfig, TrialSpecDict
+from shapesweep.sweep.driver.trial_config import TrialConfig
 from shapesweep.trainers.spec import TrainerOptions, TrialSpec
 
 if TYPE_CHECKING:  # torch's: imported where a trial trains, never by the sweep's driver
@@ -41,6 +41,9 @@ if TYPE_CHECKING:  # torch's: imported where a trial trains, never by the sweep'
     from ray.train import Checkpoint, RunConfig
     from ray.train.torch import TorchTrainer
 
+    from shapesweep.sweep.search.trials import (
+        TrialSpec as SweepTrialSpec,  # (search imports this module)
+    )
     from shapesweep.trainers.fitting import Fitted
     from shapesweep.trainers.loop import TrainResult
 
@@ -179,7 +182,7 @@ def cpu_threads(resources: dict[str, float] | None) -> int:
     return max(1, int((resources or {}).get("cpu", 1.0)))
 
 
-def _configs(spec: TrialSpecDict) -> tuple[BaseModel, TrainConfig]:
+def _configs(spec: SweepTrialSpec) -> tuple[BaseModel, TrainConfig]:
     """(model config, TrainConfig) of the trial's candidate document."""
     document = spec["document"]
     return (make_config(document["model"] | {"family": document["family"]}),
@@ -193,7 +196,7 @@ def _saved_at(folder: str, step: object) -> bool:
     return checkpoint.saved_step(folder) == step
 
 
-def _tags(spec: TrialSpecDict, folder: str) -> dict[str, object]:
+def _tags(spec: SweepTrialSpec, folder: str) -> dict[str, object]:
     """Fields on every report: the driver files results by trial, a multi-objective Optuna
     search reads its second objective from the same report, and START_FIELD shows where a
     restored trial picked up (`folder` holds what it continues from); THREADS_FIELD says how
